@@ -1,0 +1,1 @@
+"""Op-level microbenchmarks of what determinism costs, one operation at a time."""

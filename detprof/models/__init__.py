@@ -1,0 +1,1 @@
+"""The model registry: Keras applications and the CNNs of the papers detprof reproduces."""

@@ -1,0 +1,1 @@
+"""Tracers, trace parsers, the KernelTable schema, analyses over it, and the sweep driver."""

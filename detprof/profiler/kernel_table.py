@@ -1,0 +1,148 @@
+"""KernelTable: the one normalized form every trace parser returns.
+
+Parsers differ wildly (SQLite exports, three CSV dialects, XSpace protobufs); everything
+downstream (top-N tables, diffs, the sweep's per-step kernel time, the report) reads only
+this. Launch-level inputs fill ``kernels``; summary-only inputs (nsys stats CSV, nvprof
+summary) cannot recover launches, so they fill ``summary`` with per-kernel aggregates and
+leave ``kernels`` empty. ``kernel_stats`` hides that difference from the analyses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import pandas as pd
+
+TraceFormat = Literal[
+    "nsys-sqlite",
+    "nsys-stats-csv",
+    "nvprof-trace-csv",
+    "nvprof-summary-csv",
+    "tf-xplane",
+]
+
+DIM_COLUMNS = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
+
+KERNEL_DTYPES: dict[str, str] = {
+    "name": "string",
+    "short_name": "string",
+    "start_ns": "int64",
+    "dur_ns": "int64",
+    "device_id": "Int64",
+    "stream_id": "Int64",
+    "correlation_id": "Int64",
+    **{c: "Int64" for c in DIM_COLUMNS},
+    "op": "string",
+}
+
+MEMORY_DTYPES: dict[str, str] = {
+    "kind": "string",
+    "start_ns": "int64",
+    "dur_ns": "int64",
+    "bytes": "Int64",
+    "device_id": "Int64",
+    "stream_id": "Int64",
+}
+
+SUMMARY_DTYPES: dict[str, str] = {
+    "name": "string",
+    "short_name": "string",
+    "instances": "int64",
+    "total_ns": "int64",
+    "avg_ns": "float64",
+    "med_ns": "float64",
+    "min_ns": "float64",
+    "max_ns": "float64",
+    "std_ns": "float64",
+}
+
+NVTX_DTYPES: dict[str, str] = {"text": "string", "start_ns": "int64", "end_ns": "int64"}
+
+
+@dataclass(frozen=True)
+class Device:
+    id: int
+    name: str | None = None
+    sm_count: int | None = None
+    compute_capability: str | None = None
+    memory_bytes: int | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "sm_count": self.sm_count,
+            "compute_capability": self.compute_capability,
+            "memory_bytes": self.memory_bytes,
+        }
+
+
+def conform(frame: pd.DataFrame, dtypes: dict[str, str]) -> pd.DataFrame:
+    """Give a parser's frame exactly the schema's columns, order and dtypes.
+
+    Columns a format does not have become all-null, so every consumer can rely on them
+    existing.
+    """
+    n = len(frame)
+    out: dict[str, pd.Series] = {}
+    for col, dtype in dtypes.items():
+        if col in frame.columns:
+            series = frame[col]
+            if isinstance(series.dtype, pd.CategoricalDtype) and dtype == "string":
+                out[col] = series
+            else:
+                out[col] = series.astype(dtype)
+        else:
+            out[col] = pd.Series(pd.array([pd.NA] * n, dtype=_nullable(dtype)), index=frame.index)
+    return pd.DataFrame(out, index=pd.RangeIndex(n) if frame.index.equals(pd.RangeIndex(n)) else frame.index)
+
+
+def _nullable(dtype: str) -> str:
+    return {"int64": "Int64", "float64": "Float64"}.get(dtype, dtype)
+
+
+def empty(dtypes: dict[str, str]) -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype=d) for c, d in dtypes.items()})
+
+
+@dataclass
+class KernelTable:
+    source: str
+    format: TraceFormat
+    kernels: pd.DataFrame = field(default_factory=lambda: empty(KERNEL_DTYPES))
+    memory: pd.DataFrame | None = None
+    devices: list[Device] = field(default_factory=list)
+    summary: pd.DataFrame | None = None
+    nvtx: pd.DataFrame | None = None
+
+    @property
+    def is_summary(self) -> bool:
+        return self.summary is not None
+
+    @property
+    def kernel_count(self) -> int:
+        if self.summary is not None:
+            return int(self.summary["instances"].sum())
+        return len(self.kernels)
+
+    @property
+    def total_ns(self) -> int:
+        if self.summary is not None:
+            return int(self.summary["total_ns"].sum())
+        return int(self.kernels["dur_ns"].sum())
+
+    @property
+    def memory_ns(self) -> int | None:
+        if self.memory is None:
+            return None
+        return int(self.memory["dur_ns"].sum())
+
+    def on_device(self, device_id: int) -> KernelTable:
+        """The kernels and memory activity of one device (launch-level inputs only)."""
+        kernels = self.kernels[self.kernels["device_id"] == device_id].reset_index(drop=True)
+        memory = None
+        if self.memory is not None:
+            memory = self.memory[self.memory["device_id"] == device_id].reset_index(drop=True)
+        devices = [d for d in self.devices if d.id == device_id]
+        return KernelTable(self.source, self.format, kernels, memory, devices, None, self.nvtx)

@@ -1,0 +1,1 @@
+"""Renderers: HTML, Markdown and CI outputs over analysed results."""

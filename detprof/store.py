@@ -1,0 +1,174 @@
+"""The one results store shared by the sweep, kernels_bench and the stability study.
+
+A results directory holds one sub-folder per kind of study (``sweep/``, ``kernels/``,
+``stability/``), each with a manifest of the study's configuration, one JSON record per
+run and Parquet tables beside them. Every file is written to a temporary name and renamed
+into place, so a crash or Ctrl-C never leaves a half-written record, and ``--resume`` can
+trust every record it finds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+import pandas as pd
+
+from detprof.errors import InputError, UsageError
+
+StudyKind = Literal["sweep", "kernels", "stability"]
+STUDY_KINDS: tuple[StudyKind, ...] = ("sweep", "kernels", "stability")
+SCHEMA_VERSION = 1
+DONE_STATUSES = frozenset({"ok", "unsupported"})
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_json(path: Path, obj: Any) -> None:
+    atomic_write_bytes(path, json.dumps(obj, indent=2, sort_keys=True, default=str).encode())
+
+
+def config_hash(config: dict[str, Any]) -> str:
+    canonical = json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+class ResultsStore:
+    """One study's folder inside a results directory."""
+
+    def __init__(self, root: Path, kind: StudyKind) -> None:
+        self.root = Path(root)
+        self.kind = kind
+        self.dir = self.root / kind
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.dir / "manifest.json"
+
+    def exists(self) -> bool:
+        return self.manifest_path.is_file()
+
+    def open(self, config: dict[str, Any], command: str, *, resume: bool) -> None:
+        """Create the study folder, or re-open it for ``--resume`` with the same configuration."""
+        digest = config_hash(config)
+        if self.exists():
+            previous = self.manifest()
+            if previous.get("config_hash") != digest:
+                if resume:
+                    raise UsageError(
+                        f"cannot resume {self.dir}: it holds a {self.kind} of a different configuration "
+                        "(use another --out, or the original options)"
+                    )
+                raise UsageError(
+                    f"{self.dir} already holds a {self.kind} of a different configuration: "
+                    "choose another --out"
+                )
+            if not resume and any(self.records()):
+                raise UsageError(f"{self.dir} already holds results: pass --resume to continue it, or another --out")
+            return
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            atomic_write_json(
+                self.manifest_path,
+                {
+                    "schema_version": SCHEMA_VERSION,
+                    "kind": self.kind,
+                    "config": config,
+                    "config_hash": digest,
+                    "command": command,
+                },
+            )
+        except OSError as exc:
+            raise UsageError(f"cannot write results to {self.root}: {exc.strerror or exc}") from exc
+
+    def manifest(self) -> dict[str, Any]:
+        try:
+            return json.loads(self.manifest_path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise InputError(f"{self.manifest_path}: unreadable manifest ({exc})") from exc
+
+    def record_path(self, run_id: str) -> Path:
+        return self.dir / "runs" / f"{run_id}.json"
+
+    def write_record(self, record: dict[str, Any]) -> None:
+        atomic_write_json(self.record_path(record["run_id"]), record)
+
+    def is_done(self, run_id: str) -> bool:
+        path = self.record_path(run_id)
+        if not path.is_file():
+            return False
+        try:
+            return json.loads(path.read_text()).get("status") in DONE_STATUSES
+        except (OSError, json.JSONDecodeError):
+            return False
+
+    def records(self) -> Iterator[dict[str, Any]]:
+        runs = self.dir / "runs"
+        if not runs.is_dir():
+            return
+        for path in sorted(runs.glob("*.json")):
+            try:
+                yield json.loads(path.read_text())
+            except (OSError, json.JSONDecodeError) as exc:
+                raise InputError(f"{path}: unreadable run record ({exc})") from exc
+
+    def write_table(self, name: str, frame: pd.DataFrame) -> str:
+        """Store a table as Parquet; returns its path relative to the study folder."""
+        rel = f"tables/{name}.parquet"
+        target = self.dir / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+        os.close(fd)
+        try:
+            frame.to_parquet(tmp, index=False)
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return rel
+
+    def read_table(self, rel: str) -> pd.DataFrame:
+        path = self.dir / rel
+        try:
+            return pd.read_parquet(path)
+        except (OSError, ValueError) as exc:
+            raise InputError(f"{path}: unreadable table ({exc})") from exc
+
+    def write_json(self, name: str, obj: Any) -> Path:
+        path = self.dir / name
+        atomic_write_json(path, obj)
+        return path
+
+
+def find_studies(path: Path) -> list[ResultsStore]:
+    """Every study under a results directory (or the study folder itself)."""
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"{path}: no such results directory")
+    found: list[ResultsStore] = []
+    if (path / "manifest.json").is_file():
+        kind = json.loads((path / "manifest.json").read_text()).get("kind")
+        if kind in STUDY_KINDS:
+            return [ResultsStore(path.parent, kind)]
+    for kind in STUDY_KINDS:
+        store = ResultsStore(path, kind)
+        if store.exists():
+            found.append(store)
+    if not found:
+        raise InputError(f"{path}: no detprof results here (no sweep/, kernels/ or stability/ manifest)")
+    return found
