@@ -15,11 +15,12 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any, Literal
 
 from detprof.errors import InputError, UsageError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 StudyKind = Literal["sweep", "kernels", "stability"]
 STUDY_KINDS: tuple[StudyKind, ...] = ("sweep", "kernels", "stability")
@@ -79,7 +80,9 @@ class ResultsStore:
                     "choose another --out"
                 )
             if not resume and any(self.records()):
-                raise UsageError(f"{self.dir} already holds results: pass --resume to continue it, or another --out")
+                raise UsageError(
+                    f"{self.dir} already holds results: pass --resume to continue it, or another --out"
+                )
             return
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
@@ -143,6 +146,8 @@ class ResultsStore:
         return rel
 
     def read_table(self, rel: str) -> pd.DataFrame:
+        import pandas as pd
+
         path = self.dir / rel
         try:
             return pd.read_parquet(path)

@@ -1,0 +1,126 @@
+"""The sweep's own tax: ``detprof sweep`` against a bare Keras script doing the same work.
+
+Target (issue "Model zoo, determinism modes and sweep"): on the CPU preset, the sweep takes at
+most 1.15x the wall time of a bare script that does the same warm-up and measured steps in the
+same number of processes. The bare script switches determinism the same way and wraps the
+measured steps in TensorFlow's profiler, because that trace is the measurement; a third run
+without the profiler shows what the tracer itself costs.
+
+``python -m benchmarks.bench_sweep_tax [--preset cpu-small]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from detprof.profiler.sweep import PRESETS, RUN_ORDER
+
+TARGET = 1.15
+
+BARE_SCRIPT = """
+import os, sys, tempfile, time
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import keras, numpy as np, tensorflow as tf
+from detprof.models import registry
+model_name, mode, size, batch, classes, warmup, steps, profile = sys.argv[1:9]
+keras.utils.set_random_seed(0)
+if mode == "deterministic":
+    tf.config.experimental.enable_op_determinism()
+size, batch, classes, warmup, steps = int(size), int(batch), int(classes), int(warmup), int(steps)
+spec = registry.get(model_name)
+shape = (size, size, spec.input_shape[-1])
+model = spec.build(shape, classes)
+model.compile(optimizer=keras.optimizers.SGD(0.01),
+              loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=False)
+rng = np.random.default_rng(0)
+x = tf.constant(rng.standard_normal((batch, *shape), dtype=np.float32))
+y = tf.constant(rng.integers(0, classes, size=batch), dtype=tf.int32)
+for _ in range(warmup):
+    model.train_on_batch(x, y)
+if profile == "1":
+    tf.profiler.experimental.start(tempfile.mkdtemp())
+for _ in range(steps):
+    t0 = time.perf_counter_ns(); model.train_on_batch(x, y); time.perf_counter_ns() - t0
+if profile == "1":
+    tf.profiler.experimental.stop()
+"""
+
+
+def _bare(preset: dict, profile: bool) -> float:
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    start = time.perf_counter()
+    for _repeat in range(preset["repeats"]):
+        for model in preset["models"]:
+            for mode in RUN_ORDER:
+                args = [
+                    model,
+                    mode,
+                    preset["input_size"],
+                    preset["batch_size"],
+                    preset["classes"],
+                    preset["warmup"],
+                    preset["steps"],
+                    int(profile),
+                ]
+                subprocess.run(
+                    [sys.executable, "-c", BARE_SCRIPT, *map(str, args)],
+                    env=env,
+                    check=True,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+    return time.perf_counter() - start
+
+
+def _sweep(preset_name: str) -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        start = time.perf_counter()
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "detprof.cli",
+                "sweep",
+                "--preset",
+                preset_name,
+                "--gpu",
+                "cpu",
+                "--tracer",
+                "tf",
+                "--out",
+                str(Path(tmp) / "out"),
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        return time.perf_counter() - start
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--preset", default="cpu-small", choices=sorted(PRESETS))
+    args = parser.parse_args(argv or [])
+    preset = PRESETS[args.preset]
+    runs = len(preset["models"]) * 2 * preset["repeats"]
+    print(f"sweep tool tax: preset {args.preset}, {runs} worker processes each way")
+    bare_traced = _bare(preset, profile=True)
+    sweep = _sweep(args.preset)
+    bare_untraced = _bare(preset, profile=False)
+    ratio = sweep / bare_traced
+    print(f"  bare Keras script, TF profiler on measured steps: {bare_traced:7.1f} s")
+    print(f"  detprof sweep:                                    {sweep:7.1f} s")
+    print(f"  bare Keras script, no profiler:                   {bare_untraced:7.1f} s")
+    print(f"  ratio sweep / bare (traced):   {ratio:.3f}x (target <= {TARGET}x)")
+    print(f"  ratio sweep / bare (untraced): {sweep / bare_untraced:.3f}x (for information)")
+    return 0 if ratio <= TARGET else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,69 @@
+"""``detprof models``: the registry as a table.
+
+Parameter counts need a built model, which is slow for the large Keras applications, so
+they are cached per Keras version under the user's cache folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from detprof.store import atomic_write_json
+
+
+def _cache_path() -> Path:
+    base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    return base / "detprof" / "model-parameters.json"
+
+
+def parameter_counts(names: list[str], keras_version: str) -> dict[str, int]:
+    from detprof.models import registry
+
+    path = _cache_path()
+    try:
+        cache = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        cache = {}
+    counts = cache.setdefault(keras_version, {})
+    missing = [n for n in names if n not in counts]
+    for name in missing:
+        counts[name] = int(registry.build(name).count_params())
+    if missing:
+        with contextlib.suppress(OSError):
+            atomic_write_json(path, cache)
+    return {n: counts[n] for n in names}
+
+
+def models(
+    all_models: Annotated[
+        bool, typer.Option("--all", help="Also list every other keras.applications model.")
+    ] = False,
+) -> None:
+    """List the models detprof can profile: name, family, parameters, default input shape."""
+    from detprof.determinism import quiet_tensorflow
+
+    quiet_tensorflow()
+    import keras
+
+    from detprof.models import registry
+
+    specs = registry.all_models() if all_models else registry.PAPER_MODELS
+    console = Console(stderr=True)
+    with console.status("counting parameters (cached after the first time)"):
+        counts = parameter_counts(list(specs), keras.__version__)
+    table = Table(title="detprof models")
+    for col in ("Name", "Family", "Parameters", "Default input", "Classes"):
+        table.add_column(col)
+    for name, spec in specs.items():
+        table.add_row(
+            name, spec.family, f"{counts[name]:,}", "x".join(map(str, spec.input_shape)), str(spec.classes)
+        )
+    Console().print(table)

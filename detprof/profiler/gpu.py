@@ -1,0 +1,332 @@
+"""Which device a sweep measures, and whether the label the user gave it is true.
+
+A results directory is named and compared by its device label (``t4``, ``a100``, ``cpu``),
+so a wrong label silently corrupts every comparison made later: the label is checked
+against what NVML reports, and only ``--force`` lets a mismatch through (recorded as
+forced). NVML is reached only through the small ``Nvml`` interface below, which the
+``pynvml`` module satisfies as it is; tests hand in a fake with the same method names,
+so everything above that boundary runs unchanged on a machine without a GPU.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+import pynvml
+
+from detprof.errors import UsageError
+
+CPU_LABEL = "cpu"
+NVPROF_FIRST_UNSUPPORTED_CC = (8, 0)
+_VENDOR_WORDS = frozenset({"nvidia", "tesla", "geforce", "quadro"})
+_MODEL_SUFFIXES = frozenset({"ti", "super", "ada", "d"})
+_LABEL_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+
+T = TypeVar("T")
+
+
+class Nvml(Protocol):
+    """The NVML calls detprof makes, named as ``pynvml`` names them."""
+
+    def nvmlInit(self) -> None: ...
+    def nvmlShutdown(self) -> None: ...
+    def nvmlSystemGetDriverVersion(self) -> str: ...
+    def nvmlSystemGetCudaDriverVersion(self) -> int: ...
+    def nvmlDeviceGetCount(self) -> int: ...
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> Any: ...
+    def nvmlDeviceGetName(self, handle: Any) -> str: ...
+    def nvmlDeviceGetUUID(self, handle: Any) -> str: ...
+    def nvmlDeviceGetCudaComputeCapability(self, handle: Any) -> tuple[int, int]: ...
+    def nvmlDeviceGetAttributes(self, handle: Any) -> Any: ...
+    def nvmlDeviceGetMemoryInfo(self, handle: Any) -> Any: ...
+    def nvmlDeviceGetClockInfo(self, handle: Any, clock_type: int) -> int: ...
+    def nvmlDeviceGetMaxClockInfo(self, handle: Any, clock_type: int) -> int: ...
+    def nvmlDeviceGetTemperature(self, handle: Any, sensor: int) -> int: ...
+    def nvmlDeviceGetPowerUsage(self, handle: Any) -> int: ...
+    def nvmlDeviceGetUtilizationRates(self, handle: Any) -> Any: ...
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: Any) -> int: ...
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: Any) -> int: ...
+
+
+def default_nvml() -> Nvml:
+    """The real library; the one place product code names it, so tests replace only this."""
+    return pynvml
+
+
+def optional(call: Callable[..., T], *args: Any) -> T | None:
+    """NVML answers NOT_SUPPORTED for many queries on many boards: unknown, not an error."""
+    try:
+        return call(*args)
+    except pynvml.NVMLError:
+        return None
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    index: int
+    name: str
+    uuid: str | None = None
+    compute_capability: str | None = None
+    sm_count: int | None = None
+    memory_bytes: int | None = None
+    driver_version: str | None = None
+    cuda_driver_version: str | None = None
+
+    @property
+    def cc_tuple(self) -> tuple[int, int] | None:
+        if self.compute_capability is None:
+            return None
+        major, minor = self.compute_capability.split(".")
+        return int(major), int(minor)
+
+
+@dataclass(frozen=True)
+class GpuProbe:
+    """What NVML reported, and why it reported less than it might have."""
+
+    gpus: list[GpuInfo]
+    problems: list[str] = field(default_factory=list)
+
+
+def _cuda_version(encoded: int | None) -> str | None:
+    """NVML encodes the driver's CUDA version as 1000 * major + 10 * minor (12040 is 12.4)."""
+    if encoded is None:
+        return None
+    return f"{encoded // 1000}.{(encoded % 1000) // 10}"
+
+
+def _sm_count(nvml: Nvml, handle: Any) -> int | None:
+    """NVML has no documented SM count for a whole GPU (the attributes call is specified for
+    MIG instances only); report it where the driver answers and leave it unknown elsewhere."""
+    attributes = optional(nvml.nvmlDeviceGetAttributes, handle)
+    count = getattr(attributes, "multiprocessorCount", None)
+    return int(count) if count else None
+
+
+def _read_gpu(nvml: Nvml, index: int, driver: str | None, cuda: str | None) -> GpuInfo:
+    handle = nvml.nvmlDeviceGetHandleByIndex(index)
+    cc = optional(nvml.nvmlDeviceGetCudaComputeCapability, handle)
+    memory = optional(nvml.nvmlDeviceGetMemoryInfo, handle)
+    return GpuInfo(
+        index=index,
+        name=str(nvml.nvmlDeviceGetName(handle)),
+        uuid=optional(nvml.nvmlDeviceGetUUID, handle),
+        compute_capability=None if cc is None else f"{cc[0]}.{cc[1]}",
+        sm_count=_sm_count(nvml, handle),
+        memory_bytes=None if memory is None else int(memory.total),
+        driver_version=driver,
+        cuda_driver_version=cuda,
+    )
+
+
+def probe_gpus(nvml: Nvml | None = None) -> GpuProbe:
+    """Every GPU NVML sees; an absent library or driver is an answer (no GPU), not a crash."""
+    nvml = nvml or default_nvml()
+    try:
+        nvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        return GpuProbe([], [str(exc)])
+    try:
+        count = nvml.nvmlDeviceGetCount()
+        driver = optional(nvml.nvmlSystemGetDriverVersion)
+        cuda = _cuda_version(optional(nvml.nvmlSystemGetCudaDriverVersion))
+        gpus: list[GpuInfo] = []
+        problems: list[str] = []
+        for index in range(count):
+            try:
+                gpus.append(_read_gpu(nvml, index, driver, cuda))
+            except pynvml.NVMLError as exc:
+                problems.append(f"GPU {index}: {exc}")
+        if count == 0:
+            problems.append("the driver is loaded but reports 0 devices")
+        return GpuProbe(gpus, problems)
+    except pynvml.NVMLError as exc:
+        return GpuProbe([], [str(exc)])
+    finally:
+        optional(nvml.nvmlShutdown)
+
+
+def list_gpus(nvml: Nvml | None = None) -> list[GpuInfo]:
+    return probe_gpus(nvml).gpus
+
+
+def visible_gpus(gpus: list[GpuInfo], environ: Mapping[str, str] | None = None) -> list[GpuInfo]:
+    """The GPUs a worker's CUDA will see, in CUDA's order.
+
+    NVML lists every GPU whatever ``CUDA_VISIBLE_DEVICES`` says, but TensorFlow trains on
+    the first visible one, so that is the device a label must match. CUDA stops at the
+    first entry it cannot resolve. Integer entries are taken as NVML (PCI) indices, which
+    is CUDA's order under ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` and on every machine whose GPUs
+    are one model. A MIG entry names an instance whose parent NVML cannot be asked about
+    here, so the list is left as NVML gave it.
+    """
+    environ = os.environ if environ is None else environ
+    spec = environ.get("CUDA_VISIBLE_DEVICES")
+    if spec is None:
+        return gpus
+    by_index = {gpu.index: gpu for gpu in gpus}
+    seen: list[GpuInfo] = []
+    for entry in (part.strip() for part in spec.split(",")):
+        if entry.startswith("MIG-"):
+            return gpus
+        if entry.isdigit() and int(entry) in by_index:
+            match: GpuInfo | None = by_index[int(entry)]
+        else:
+            match = next((g for g in gpus if entry and g.uuid and g.uuid.startswith(entry)), None)
+        if match is None:
+            break
+        seen.append(match)
+    return seen
+
+
+def _model_tokens(text: str) -> list[str]:
+    """The words of a GPU name that tell models apart: vendor and product-line words
+    carry no information, and a suffix such as Ti or Super is part of the model number."""
+    tokens: list[str] = []
+    for word in re.split(r"[^a-z0-9]+", text.lower()):
+        if not word or word in _VENDOR_WORDS:
+            continue
+        if word in _MODEL_SUFFIXES and tokens:
+            tokens[-1] += word
+        else:
+            tokens.append(word)
+    return tokens
+
+
+def _runs_match(wanted: list[str], tokens: list[str]) -> bool:
+    """Each wanted word is one name word or several adjacent ones joined, in order."""
+    if not wanted:
+        return True
+    first = wanted[0]
+    for start in range(len(tokens)):
+        joined = ""
+        for end in range(start, len(tokens)):
+            joined += tokens[end]
+            if joined == first and _runs_match(wanted[1:], tokens[end + 1 :]):
+                return True
+    return False
+
+
+def label_matches(label: str, gpu_name: str) -> bool:
+    """True when the label spells whole words of the name, in order: ``t4`` matches
+    ``Tesla T4``, ``rtx5000`` matches ``Quadro RTX 5000`` and ``a100-80gb`` matches
+    ``NVIDIA A100-SXM4-80GB``, but ``l4`` never matches ``L40S``, ``a10`` never ``A100``
+    and ``a100-40gb`` never an 80 GB card."""
+    wanted = _model_tokens(label)
+    return bool(wanted) and _runs_match(wanted, _model_tokens(gpu_name))
+
+
+def slug(name: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
+def cpu_model() -> str:
+    """``platform.processor()`` is empty on most Linux systems; /proc/cpuinfo names the CPU."""
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        for line in cpuinfo.read_text(errors="replace").splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() in ("model name", "Model") and value.strip():
+                return value.strip()
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def usable_cpus() -> int:
+    """Cores this process may run on, which is what bounds a CPU sweep, not the host's total."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+@dataclass(frozen=True)
+class DeviceChoice:
+    """The label results are filed under and the device that will actually run them."""
+
+    label: str
+    gpu: GpuInfo | None
+    hide_gpus: bool = False
+    forced: bool = False
+
+    def as_record(self) -> dict[str, Any]:
+        """The ``device`` field of every run record."""
+        record: dict[str, Any] = {"label": self.label, "forced": self.forced}
+        if self.gpu is None:
+            record.update(
+                name=cpu_model(), uuid=None, driver=None, cuda_driver=None, compute_capability=None,
+                sm_count=None, memory_bytes=None, cpu_count=usable_cpus(),
+            )
+            return record
+        info = asdict(self.gpu)
+        record.update(
+            name=info["name"], index=info["index"], uuid=info["uuid"], driver=info["driver_version"],
+            cuda_driver=info["cuda_driver_version"], compute_capability=info["compute_capability"],
+            sm_count=info["sm_count"], memory_bytes=info["memory_bytes"],
+        )
+        return record
+
+
+def _normalize_label(label: str) -> str:
+    norm = label.strip().lower()
+    if not _LABEL_RE.match(norm):
+        raise UsageError(
+            f"--gpu {label!r} is not a usable label: "
+            "use letters, digits, '.', '_' or '-' (e.g. t4, a100, cpu)"
+        )
+    if norm != CPU_LABEL and not _model_tokens(norm):
+        raise UsageError(f"--gpu {label!r} names no GPU model (e.g. t4, v100, a100, h100, or cpu)")
+    return norm
+
+
+def check_label(label: str | None, gpus: list[GpuInfo], force: bool = False) -> DeviceChoice:
+    """Pick the device and its label; ``gpus`` are the visible ones, first one trains.
+
+    ``cpu`` is always allowed: with a GPU present the sweep hides it from the workers,
+    so what is measured really is the CPU.
+    """
+    gpu = gpus[0] if gpus else None
+    if label is None:
+        return DeviceChoice(label=CPU_LABEL if gpu is None else slug(gpu.name), gpu=gpu)
+    norm = _normalize_label(label)
+    if norm == CPU_LABEL:
+        return DeviceChoice(label=CPU_LABEL, gpu=None, hide_gpus=gpu is not None)
+    if gpu is None:
+        if not force:
+            raise UsageError(
+                f"--gpu {norm} was given but no NVIDIA GPU was detected; pass --force to label it anyway"
+            )
+        return DeviceChoice(label=norm, gpu=None, forced=True)
+    if label_matches(norm, gpu.name):
+        return DeviceChoice(label=norm, gpu=gpu)
+    if not force:
+        raise UsageError(
+            f"--gpu {norm} does not match the detected GPU {gpu.name!r}; pass --force to label it anyway"
+        )
+    return DeviceChoice(label=norm, gpu=gpu, forced=True)
+
+
+def choose_device(
+    label: str | None,
+    force: bool = False,
+    nvml: Nvml | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> DeviceChoice:
+    """``check_label`` against the GPUs this process's CUDA would use."""
+    return check_label(label, visible_gpus(list_gpus(nvml), environ), force)
+
+
+def refuse_nvprof(gpu: GpuInfo | None) -> None:
+    """nvprof cannot trace Ampere and newer (it reports nothing useful there), so refuse up front."""
+    if gpu is None:
+        raise UsageError("--tracer nvprof needs an NVIDIA GPU and none was detected; use --tracer tf")
+    cc = gpu.cc_tuple
+    if cc is not None and cc >= NVPROF_FIRST_UNSUPPORTED_CC:
+        raise UsageError(
+            "nvprof does not support compute capability 8.0 and newer "
+            f"({gpu.name} is {gpu.compute_capability}); use --tracer nsys"
+        )

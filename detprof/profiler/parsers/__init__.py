@@ -1,0 +1,106 @@
+"""One entry point for every trace format: ``load_trace(path) -> KernelTable``.
+
+The format is recognised from the file's content, never its name: users rename exports,
+and CI artifacts arrive as ``trace.bin``. Each parser is imported only in its branch so
+that reading a SQLite or CSV trace never pays for importing TensorFlow.
+"""
+
+from __future__ import annotations
+
+import codecs
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from detprof.errors import InputError
+from detprof.profiler.kernel_table import KernelTable
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+# Nsight Systems reports are a proprietary container with no documented signature, so a
+# binary file that is neither SQLite nor text is taken for one only by its suffix.
+NSYS_REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
+_SNIFF_BYTES = 64 * 1024
+_NON_TEXT = re.compile(r"[\x00-\x08\x0b\x0e-\x1f]")
+
+
+def load_trace(path: str | Path) -> KernelTable:
+    trace = Path(path)
+    if not trace.exists():
+        raise InputError(f"{trace}: no such file or directory")
+    if trace.is_dir():
+        from detprof.profiler.parsers.tf_xplane import load_xplane
+
+        return load_xplane(trace)
+    try:
+        with trace.open("rb") as fh:
+            head = fh.read(_SNIFF_BYTES)
+    except OSError as exc:
+        raise InputError(f"{trace}: cannot read ({exc.strerror or exc})") from None
+    if not head:
+        raise InputError(f"{trace}: empty file")
+    if head.startswith(SQLITE_MAGIC):
+        from detprof.profiler.parsers.nsys_sqlite import load_nsys_sqlite
+
+        return load_nsys_sqlite(trace)
+    text = _as_text(head)
+    if text is not None:
+        return _load_text(trace, text)
+    if trace.suffix.lower() in NSYS_REPORT_SUFFIXES:
+        return _load_nsys_report(trace)
+    from detprof.profiler.parsers.tf_xplane import load_xplane
+
+    return load_xplane(trace)
+
+
+def _as_text(head: bytes) -> str | None:
+    """The sniffed head as text, or None for binary content (SQLite, protobuf, reports).
+
+    Protobufs are often valid UTF-8, but their tags and lengths are control bytes that
+    CSV and log text never contain.
+    """
+    try:
+        text = codecs.getincrementaldecoder("utf-8-sig")().decode(head, final=False)
+    except UnicodeDecodeError:
+        return None
+    return None if _NON_TEXT.search(text) else text
+
+
+def _load_text(trace: Path, head: str) -> KernelTable:
+    from detprof.profiler.parsers import nsys_stats_csv, nvprof_csv
+
+    if nsys_stats_csv.sniff(head):
+        return nsys_stats_csv.load_nsys_stats_csv(trace)
+    if nvprof_csv.sniff(head):
+        return nvprof_csv.load_nvprof_csv(trace)
+    if not head.strip():
+        raise InputError(f"{trace}: empty file (only whitespace)")
+    raise InputError(
+        f"{trace}: unrecognized text format: no nsys stats kernel summary (cuda_gpu_kern_sum) "
+        "and no nvprof CSV header found"
+    )
+
+
+def _load_nsys_report(trace: Path) -> KernelTable:
+    nsys = shutil.which("nsys")
+    if nsys is None:
+        raise InputError(
+            f"{trace}: reading an Nsight Systems report needs `nsys` on PATH; install Nsight Systems "
+            f"or export to SQLite with `nsys export --type sqlite {trace}` and pass the .sqlite file"
+        )
+    from detprof.profiler.parsers.nsys_sqlite import load_nsys_sqlite
+
+    with tempfile.TemporaryDirectory(prefix="detprof-nsys-") as tmp:
+        exported = Path(tmp) / f"{trace.stem}.sqlite"
+        done = subprocess.run(
+            [nsys, "export", "--type", "sqlite", "--output", str(exported), str(trace)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode != 0 or not exported.is_file():
+            lines = (done.stderr or done.stdout).strip().splitlines()
+            reason = lines[-1] if lines else f"exit code {done.returncode}"
+            raise InputError(f"{trace}: `nsys export --type sqlite` failed: {reason}")
+        return load_nsys_sqlite(exported, source=str(trace))

@@ -1,0 +1,327 @@
+"""nsys SQLite exports (``nsys export --type sqlite``) -> KernelTable.
+
+The export schema drifts between Nsight Systems releases and tables are created lazily
+(a run without memcpys has no MEMCPY table), so every table and column is looked up by
+name and anything optional may be absent.
+
+Kernel launches are the bulk of a file (millions in a long run) and must load within the
+speed budget of issue 2, so they are read with the ADBC SQLite driver straight into Arrow,
+split into rowid ranges read by parallel threads (the driver releases the GIL), and the
+integer name ids become pandas Categoricals whose categories are only the strings used:
+no Python object is created per launch. The small tables (devices, memory, NVTX) go
+through the standard library.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sqlite3
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from urllib.parse import quote
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from detprof.errors import InputError
+from detprof.profiler.kernel_table import (
+    KERNEL_DTYPES,
+    MEMORY_DTYPES,
+    NVTX_DTYPES,
+    Device,
+    KernelTable,
+    conform,
+    empty,
+)
+
+KERNEL_TABLE = "CUPTI_ACTIVITY_KIND_KERNEL"
+MEMCPY_TABLE = "CUPTI_ACTIVITY_KIND_MEMCPY"
+MEMSET_TABLE = "CUPTI_ACTIVITY_KIND_MEMSET"
+NVTX_TABLE = "NVTX_EVENTS"
+STRINGS_TABLE = "StringIds"
+GPU_TABLES = ("TARGET_INFO_GPU", "TARGET_INFO_CUDA_GPU")
+MEMCPY_ENUM = "ENUM_CUDA_MEMCPY_OPER"
+
+NVTX_RANGE_EVENT_TYPES = (59, 60)
+
+# KernelTable column <- export column; names are stored as StringIds ids.
+_KERNEL_INT_COLUMNS = {
+    "device_id": "deviceId",
+    "stream_id": "streamId",
+    "correlation_id": "correlationId",
+    "grid_x": "gridX",
+    "grid_y": "gridY",
+    "grid_z": "gridZ",
+    "block_x": "blockX",
+    "block_y": "blockY",
+    "block_z": "blockZ",
+}
+
+# copyKind values of CUPTI's CUpti_ActivityMemcpyKind, for exports without the ENUM tables
+# (before 2022); the spelling is nvprof's, so kinds compare across trace formats.
+_COPY_KINDS = {
+    0: "unknown",
+    1: "HtoD",
+    2: "DtoH",
+    3: "HtoA",
+    4: "AtoH",
+    5: "AtoA",
+    6: "AtoD",
+    7: "DtoA",
+    8: "DtoD",
+    9: "HtoH",
+    10: "PtoP",
+}
+_UNIFIED_COPY_KINDS = {11: "HtoD", 12: "DtoH", 13: "DtoD"}
+_ENUM_COPY = re.compile(r"^CUDA_MEMCPY_KIND_(UVM_)?([A-Z])TO([A-Z])$")
+
+# Row count below which one reader thread is as fast as several.
+_PARALLEL_MIN_ROWS = 200_000
+_MAX_READERS = 8
+_ADBC_BATCH_ROWS = "65536"
+_STRING_LOOKUP_CHUNK = 500
+_UNNAMED = "<unnamed>"
+
+
+def load_nsys_sqlite(path: Path, source: str | None = None) -> KernelTable:
+    """Read an export; ``source`` names the file the user gave when it was converted first."""
+    shown = source or str(path)
+    _check_not_truncated(path, shown)
+    uri = "file:" + quote(str(path.resolve())) + "?mode=ro"
+    try:
+        conn = sqlite3.connect(uri, uri=True)
+    except sqlite3.Error as exc:
+        raise InputError(f"{shown}: cannot open SQLite file ({exc})") from None
+    try:
+        return _load(conn, uri, shown)
+    except sqlite3.DatabaseError as exc:
+        raise InputError(f"{shown}: corrupt or unreadable SQLite file ({exc})") from None
+    finally:
+        conn.close()
+
+
+def _check_not_truncated(path: Path, shown: str) -> None:
+    """Catch a cut-off copy up front: SQLite itself may only notice on the missing pages.
+
+    The header records the page size and, when its version-valid-for counter matches
+    the change counter, the database size in pages; a shorter file lost its tail.
+    """
+    with path.open("rb") as fh:
+        header = fh.read(100)
+    if len(header) < 100:
+        raise InputError(f"{shown}: truncated SQLite file ({len(header)} bytes, shorter than its header)")
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(header[28:32], "big")
+    if header[24:28] == header[92:96] and pages:
+        expected = page_size * pages
+        actual = path.stat().st_size
+        if actual < expected:
+            raise InputError(
+                f"{shown}: truncated SQLite file ({actual} bytes, its header says {expected})"
+            )
+
+
+def _load(conn: sqlite3.Connection, uri: str, shown: str) -> KernelTable:
+    tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if KERNEL_TABLE not in tables:
+        raise InputError(
+            f"{shown}: no CUDA kernels in this nsys export (no {KERNEL_TABLE} table; "
+            "was the profile taken with `-t cuda`?)"
+        )
+    if STRINGS_TABLE not in tables:
+        raise InputError(f"{shown}: nsys export without a {STRINGS_TABLE} table; kernel names are unreadable")
+    kernels = _kernels(conn, uri, shown)
+    if kernels.empty:
+        raise InputError(f"{shown}: empty trace: {KERNEL_TABLE} has no rows")
+    return KernelTable(
+        source=shown,
+        format="nsys-sqlite",
+        kernels=kernels,
+        memory=_memory(conn, tables),
+        devices=_devices(conn, tables, kernels),
+        nvtx=_nvtx(conn, tables),
+    )
+
+
+def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
+    return {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+
+
+def _kernels(conn: sqlite3.Connection, uri: str, shown: str) -> pd.DataFrame:
+    cols = _columns(conn, KERNEL_TABLE)
+    if not {"start", "end"} <= cols:
+        raise InputError(f"{shown}: {KERNEL_TABLE} lacks start/end columns")
+    name_col = "demangledName" if "demangledName" in cols else "shortName"
+    if name_col not in cols:
+        raise InputError(f"{shown}: {KERNEL_TABLE} has neither demangledName nor shortName")
+    select = ['start AS start_ns', '"end" - start AS dur_ns', f"{name_col} AS name"]
+    if "shortName" in cols:
+        select.append("shortName AS short_name")
+    select += [f"{src} AS {dst}" for dst, src in _KERNEL_INT_COLUMNS.items() if src in cols]
+    arrow = _read_arrow(conn, uri, KERNEL_TABLE, select, shown)
+
+    frame: dict[str, object] = {}
+    for field in arrow.schema.names:
+        column = arrow.column(field)
+        if field in ("name", "short_name"):
+            frame[field] = _names(conn, column)
+        elif field in ("start_ns", "dur_ns"):
+            if column.null_count:
+                raise InputError(f"{shown}: {KERNEL_TABLE} has kernels without start or end time")
+            frame[field] = column.to_numpy()
+        else:
+            frame[field] = pd.array(column, dtype="Int64")
+    del arrow
+    frame["op"] = pd.array(pa.nulls(len(frame["start_ns"]), pa.large_string()), dtype="string")
+    if "short_name" not in frame:
+        frame["short_name"] = frame["name"]
+    return conform(pd.DataFrame(frame), KERNEL_DTYPES)
+
+
+def _read_arrow(
+    conn: sqlite3.Connection, uri: str, table: str, select: list[str], shown: str
+) -> pa.Table:
+    """All rows of ``table`` as int64 Arrow columns, read by parallel rowid ranges."""
+    import adbc_driver_manager
+    import adbc_driver_sqlite.dbapi
+
+    lo, hi = conn.execute(f"SELECT min(rowid), max(rowid) FROM {table}").fetchone()
+    if lo is None:
+        return pa.table({name.rsplit(" AS ", 1)[1]: pa.array([], pa.int64()) for name in select})
+    rows = hi - lo + 1
+    readers = max(1, min(os.cpu_count() or 1, _MAX_READERS, rows // _PARALLEL_MIN_ROWS))
+    edges = np.linspace(lo, hi + 1, readers + 1).astype(np.int64)
+    query = f"SELECT {', '.join(select)} FROM {table} WHERE rowid >= {{}} AND rowid < {{}}"
+
+    def read(bounds: tuple[int, int]) -> pa.Table:
+        with adbc_driver_sqlite.dbapi.connect(uri) as adbc, adbc.cursor() as cur:
+            cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": _ADBC_BATCH_ROWS})
+            cur.execute(query.format(*bounds))
+            return cur.fetch_arrow_table()
+
+    bounds = [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:], strict=True)]
+    try:
+        with ThreadPoolExecutor(readers) as pool:
+            parts = list(pool.map(read, bounds))
+        schema = pa.schema([(name, pa.int64()) for name in parts[0].schema.names])
+        return pa.concat_tables([part.cast(schema) for part in parts])
+    except (adbc_driver_manager.Error, OSError, pa.ArrowException) as exc:
+        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise InputError(f"{shown}: cannot read {table} ({message})") from None
+
+
+def _names(conn: sqlite3.Connection, ids: pa.ChunkedArray) -> pd.Categorical:
+    """StringIds ids -> a Categorical of their strings, one string object per distinct id."""
+    encoded = pc.dictionary_encode(ids, null_encoding="encode").combine_chunks()
+    distinct = encoded.dictionary.to_pylist()
+    strings = _strings(conn, distinct)
+    values = [_UNNAMED if i is None else strings.get(i, f"<string id {i}>") for i in distinct]
+    categories, remap = np.unique(np.array(values, dtype=object), return_inverse=True)
+    codes = remap.astype(np.int32)[encoded.indices.to_numpy(zero_copy_only=False)]
+    return pd.Categorical.from_codes(codes, categories=pd.Index(categories, dtype="string"))
+
+
+def _strings(conn: sqlite3.Connection, ids: Iterable[int | None]) -> dict[int, str]:
+    wanted = [i for i in ids if i is not None]
+    found: dict[int, str] = {}
+    for start in range(0, len(wanted), _STRING_LOOKUP_CHUNK):
+        chunk = wanted[start : start + _STRING_LOOKUP_CHUNK]
+        marks = ", ".join("?" * len(chunk))
+        found.update(conn.execute(f"SELECT id, value FROM {STRINGS_TABLE} WHERE id IN ({marks})", chunk))
+    return found
+
+
+def _first(columns: set[str], *candidates: str) -> str | None:
+    return next((c for c in candidates if c in columns), None)
+
+
+def _devices(conn: sqlite3.Connection, tables: set[str], kernels: pd.DataFrame) -> list[Device]:
+    found: dict[int, Device] = {}
+    table = next((t for t in GPU_TABLES if t in tables), None)
+    if table is not None:
+        cols = _columns(conn, table)
+        id_col = _first(cols, "id", "deviceId", "cuDevice")
+        picks = {
+            "name": _first(cols, "name"),
+            "sm": _first(cols, "smCount", "numMultiprocessors"),
+            "major": _first(cols, "computeMajor", "computeCapabilityMajor"),
+            "minor": _first(cols, "computeMinor", "computeCapabilityMinor"),
+            "memory": _first(cols, "totalMemory"),
+        }
+        if id_col is not None:
+            select = ", ".join([id_col] + [c if c else "NULL" for c in picks.values()])
+            for dev_id, name, sm, major, minor, memory in conn.execute(f"SELECT {select} FROM {table}"):
+                if dev_id is None or int(dev_id) in found:
+                    continue
+                found[int(dev_id)] = Device(
+                    id=int(dev_id),
+                    name=name,
+                    sm_count=None if sm is None else int(sm),
+                    compute_capability=None if major is None else f"{major}.{minor or 0}",
+                    memory_bytes=None if memory is None else int(memory),
+                )
+    for dev_id in kernels["device_id"].dropna().unique():
+        found.setdefault(int(dev_id), Device(id=int(dev_id)))
+    return [found[k] for k in sorted(found)]
+
+
+def _copy_kinds(conn: sqlite3.Connection, tables: set[str]) -> dict[int, str]:
+    kinds = {k: f"memcpy {v}" for k, v in _COPY_KINDS.items()}
+    kinds.update({k: f"unified memcpy {v}" for k, v in _UNIFIED_COPY_KINDS.items()})
+    if MEMCPY_ENUM in tables and {"id", "name"} <= _columns(conn, MEMCPY_ENUM):
+        for enum_id, enum_name in conn.execute(f"SELECT id, name FROM {MEMCPY_ENUM}"):
+            match = _ENUM_COPY.match(enum_name or "")
+            if match:
+                prefix = "unified memcpy" if match.group(1) else "memcpy"
+                kinds[enum_id] = f"{prefix} {match.group(2)}to{match.group(3)}"
+            elif enum_id not in kinds:
+                kinds[enum_id] = f"memcpy {enum_name}"
+    return kinds
+
+
+def _memory(conn: sqlite3.Connection, tables: set[str]) -> pd.DataFrame:
+    frames = []
+    for table in (MEMCPY_TABLE, MEMSET_TABLE):
+        if table not in tables:
+            continue
+        cols = _columns(conn, table)
+        if not {"start", "end"} <= cols:
+            continue
+        picks = [_first(cols, c) or "NULL" for c in ("bytes", "deviceId", "streamId", "copyKind")]
+        rows = conn.execute(f'SELECT start, "end" - start, {", ".join(picks)} FROM {table}').fetchall()
+        frame = pd.DataFrame(
+            rows, columns=["start_ns", "dur_ns", "bytes", "device_id", "stream_id", "copy_kind"]
+        )
+        if table == MEMCPY_TABLE:
+            kinds = _copy_kinds(conn, tables)
+            frame["kind"] = [kinds.get(k, f"memcpy kind {k}") for k in frame["copy_kind"]]
+        else:
+            frame["kind"] = "memset"
+        frames.append(frame)
+    if not frames:
+        return empty(MEMORY_DTYPES)
+    return conform(pd.concat(frames, ignore_index=True), MEMORY_DTYPES)
+
+
+def _nvtx(conn: sqlite3.Connection, tables: set[str]) -> pd.DataFrame | None:
+    if NVTX_TABLE not in tables:
+        return None
+    cols = _columns(conn, NVTX_TABLE)
+    if not {"start", "end", "eventType"} <= cols:
+        return None
+    text = "e.text" if "text" in cols else "NULL"
+    join = ""
+    if "textId" in cols and STRINGS_TABLE in tables:
+        text = f"COALESCE({text}, s.value)"
+        join = f"LEFT JOIN {STRINGS_TABLE} AS s ON s.id = e.textId"
+    types = ", ".join(str(t) for t in NVTX_RANGE_EVENT_TYPES)
+    rows = conn.execute(
+        f'SELECT {text}, e.start, e."end" FROM {NVTX_TABLE} AS e {join} '
+        f'WHERE e.eventType IN ({types}) AND e."end" IS NOT NULL ORDER BY e.start'
+    ).fetchall()
+    return conform(pd.DataFrame(rows, columns=["text", "start_ns", "end_ns"]), NVTX_DTYPES)

@@ -1,0 +1,377 @@
+"""TensorFlow profiler traces (XSpace protobufs, ``*.xplane.pb``) -> KernelTable.
+
+``tf.profiler.experimental.start/stop`` and the TensorBoard callback write one XSpace per
+host into ``<logdir>/plugins/profile/<run>/<host>.xplane.pb``. An XSpace holds planes
+(``/host:CPU``, ``/device:GPU:N``), each with lines (threads, CUDA streams, derived
+views) of events whose names and stat names live in per-plane metadata tables.
+
+What counts as a kernel:
+
+- GPU runs: the events on ``Stream #N(...)`` lines of ``/device:GPU:N`` planes, which are
+  the CUPTI activity records (kernels, memcpys, memsets). The plane's other lines
+  ("TensorFlow Ops", "TensorFlow Name Scope", "XLA Ops", "Steps") are views TensorFlow
+  derives from the same records and would count every kernel twice. ``Memcpy*`` and
+  ``Memset*`` events become memory rows. A kernel's TF op is its ``level 0`` stat (the
+  outermost annotation, ``op_name:OpType``), which is what TensorFlow's own kernel-stats
+  tool reports as the op.
+- CPU runs (no GPU plane holds a kernel): the TF op events of the host plane's
+  ``tf_Compute*`` (inter-op executor) and ``tf_numa_*Eigen*`` (intra-op) threads. Only
+  events named ``op_name:OpType`` are ops; the same threads also carry executor and
+  thread-pool bookkeeping (``ExecutorState::Process``, ``ThreadpoolListener::Record``,
+  ``MemoryAllocation``) whose time encloses or is not op work. The python thread
+  (eager dispatch) and tf.data threads (input pipeline) are not the training step's
+  compute and are left out. The op type is the kernel ``name``, the op name its ``op``.
+
+Times are ``line.timestamp_ns + event.offset_ps / 1000`` and ``duration_ps / 1000``,
+truncated to whole nanoseconds.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.util
+import re
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pandas as pd
+
+from detprof.errors import InputError
+from detprof.profiler.kernel_table import (
+    DIM_COLUMNS,
+    KERNEL_DTYPES,
+    MEMORY_DTYPES,
+    Device,
+    KernelTable,
+    conform,
+)
+from detprof.profiler.names import short_kernel_name
+
+_PB2_MODULE = "tensorflow.tsl.profiler.protobuf.xplane_pb2"
+_PB2_FILE = ("tsl", "profiler", "protobuf", "xplane_pb2.py")
+
+_GPU_PLANE = re.compile(r"^/device:GPU:(\d+)$")
+_HOST_PLANE = "/host:CPU"
+_STREAM_LINE = "Stream #"
+_OP_THREAD = re.compile(r"^(?:tf_Compute|tf_numa_.*Eigen)")
+# A TF op event name, modelled on TensorFlow's own test (tsl/profiler/utils/tf_op_utils.cc).
+_TF_OP = re.compile(r"^(?P<op>[A-Za-z0-9.][A-Za-z0-9_.\\/>-]*):(?P<type>[A-Z_][A-Za-z0-9_]*)$")
+_MEMORY_EVENT = re.compile(r"^Mem(?:cpy|set)")
+_COPY_DIRECTION = re.compile(r"^Memcpy([A-Z])2([A-Z])$")
+_GRID = re.compile(r"grid:(\d+),(\d+),(\d+)")
+_BLOCK = re.compile(r"block:(\d+),(\d+),(\d+)")
+_SIZE = re.compile(r"size:(\d+)")
+_TF_RUN_NAME = re.compile(r"^\d{4}_\d{2}_\d{2}_\d{2}_\d{2}_\d{2}$")
+# tf.profiler writes <logdir>/plugins/profile; Keras' TensorBoard callback one level down
+# (<logdir>/train/plugins/profile). Deeper folders are other experiments, not this one.
+_PROFILE_DIRS = ("plugins/profile", "*/plugins/profile")
+_RUN_FILES = tuple(f"{d}/*/*.xplane.pb" for d in _PROFILE_DIRS)
+
+_WANTED_STATS = (
+    "correlation_id",
+    "kernel_details",
+    "level 0",
+    "tf_op",
+    "annotation",
+    "memcpy_details",
+    "memset_details",
+)
+
+
+def load_xplane(path: Path) -> KernelTable:
+    """Read an ``.xplane.pb`` file, a ``plugins/profile/<run>`` folder or a TensorBoard log folder."""
+    path = Path(path)
+    files = xplane_files(path)
+    pb2 = _xplane_pb2()
+    spaces = [(file, _read_space(file, pb2)) for file in files]
+    several = len(spaces) > 1
+
+    gpu = _Collected()
+    base = 0
+    for file, space in spaces:
+        base = _collect_gpu(space, _host_label(file, space) if several else "", base, gpu)
+    if gpu.kernels:
+        return _table(path, gpu, ops_are_kernels=False)
+
+    cpu = _Collected()
+    for index, (file, space) in enumerate(spaces):
+        _collect_cpu_ops(space, _host_label(file, space) if several else "", index, cpu)
+    if cpu.kernels:
+        return _table(path, cpu, ops_are_kernels=True)
+    raise InputError(
+        f"{path}: TensorFlow profile holds no GPU kernels and no TF op events on tf_Compute/Eigen "
+        "threads (an empty or eager-only profile: profile model.fit or a tf.function)"
+    )
+
+
+def xplane_files(path: Path) -> list[Path]:
+    """The XSpace files a path stands for: itself, a run folder's, or a log folder's newest run's.
+
+    A run holds one file per profiled host, and all of them belong to the same steps.
+    """
+    if not path.exists():
+        raise InputError(f"{path}: no such file or directory")
+    if not path.is_dir():
+        return [path]
+    direct = sorted(p for p in path.glob("*.xplane.pb") if p.is_file())
+    if direct:
+        return direct
+    runs = sorted({p.parent for pattern in _RUN_FILES for p in path.glob(pattern) if p.is_file()})
+    if not runs:
+        if any(p.is_dir() for pattern in _PROFILE_DIRS for p in path.glob(pattern)):
+            raise InputError(f"{path}: plugins/profile holds no run with an *.xplane.pb file")
+        raise InputError(f"{path}: no TensorFlow profile here (no *.xplane.pb, no plugins/profile/<run>/)")
+    return sorted(p for p in _newest(runs).glob("*.xplane.pb") if p.is_file())
+
+
+def _newest(runs: list[Path]) -> Path:
+    """TensorFlow names runs by their UTC start time, which sorts; renamed runs go by mtime."""
+    if all(_TF_RUN_NAME.match(run.name) for run in runs):
+        return max(runs, key=lambda run: run.name)
+    return max(runs, key=lambda run: (run.stat().st_mtime_ns, run.name))
+
+
+@functools.cache
+def _xplane_pb2() -> ModuleType:
+    """TensorFlow's generated XSpace classes, without importing TensorFlow.
+
+    ``import tensorflow.tsl.profiler.protobuf.xplane_pb2`` first runs
+    ``tensorflow/__init__``: about 2.5 s and 800 MB here. The generated file itself only
+    needs protobuf, so it is loaded straight from the installed package (about 20 ms).
+    The descriptor pool accepts the identical file again if TensorFlow is imported later.
+    """
+    loaded = sys.modules.get(_PB2_MODULE)
+    if loaded is not None:
+        return loaded
+    spec = importlib.util.find_spec("tensorflow")
+    if spec is None:
+        raise InputError(
+            "reading TensorFlow profiler traces needs the tensorflow package (pip install tensorflow)"
+        )
+    for location in spec.submodule_search_locations or ():
+        source = Path(location).joinpath(*_PB2_FILE)
+        if source.is_file():
+            file_spec = importlib.util.spec_from_file_location("detprof_tf_xplane_pb2", source)
+            if file_spec is not None and file_spec.loader is not None:
+                module = importlib.util.module_from_spec(file_spec)
+                file_spec.loader.exec_module(module)
+                return module
+    return importlib.import_module(_PB2_MODULE)
+
+
+def _read_space(file: Path, pb2: ModuleType) -> Any:
+    from google.protobuf.message import DecodeError
+
+    try:
+        data = file.read_bytes()
+    except OSError as exc:
+        raise InputError(f"{file}: cannot read ({exc.strerror or exc})") from None
+    if not data:
+        raise InputError(f"{file}: empty file")
+    space = pb2.XSpace()
+    try:
+        space.ParseFromString(data)
+    except DecodeError:
+        raise InputError(f"{file}: not a TensorFlow profiler trace (not an XSpace protobuf)") from None
+    # Arbitrary bytes often decode as a protobuf with only unknown fields, so a real XSpace
+    # is recognised by its planes.
+    if not any(p.name.startswith(("/host:", "/device:")) for p in space.planes):
+        raise InputError(f"{file}: not a TensorFlow profiler trace (no host or device planes in the XSpace)")
+    return space
+
+
+def _host_label(file: Path, space: Any) -> str:
+    host = space.hostnames[0] if space.hostnames else file.name.removesuffix(".xplane.pb")
+    return f"{host} "
+
+
+@dataclass
+class _Collected:
+    kernels: list[dict[str, object]] = field(default_factory=list)
+    memory: list[dict[str, object]] = field(default_factory=list)
+    devices: list[Device] = field(default_factory=list)
+
+
+class _Stats:
+    """Resolves one plane's stats by name; reference values point into the stat names."""
+
+    def __init__(self, plane: Any) -> None:
+        self._names = {key: meta.name for key, meta in plane.stat_metadata.items()}
+        self._wanted = {key: name for key, name in self._names.items() if name in _WANTED_STATS}
+
+    def of(self, *holders: Iterable[Any]) -> dict[str, object]:
+        values: dict[str, object] = {}
+        for stats in holders:
+            for stat in stats:
+                name = self._wanted.get(stat.metadata_id)
+                if name is not None:
+                    values[name] = self._value(stat)
+        return values
+
+    def plane_values(self, plane: Any) -> dict[str, object]:
+        return {self._names.get(stat.metadata_id, ""): self._value(stat) for stat in plane.stats}
+
+    def _value(self, stat: Any) -> object:
+        kind = stat.WhichOneof("value")
+        if kind == "ref_value":
+            return self._names.get(stat.ref_value)
+        return getattr(stat, kind) if kind else None
+
+
+def _collect_gpu(space: Any, host: str, base: int, out: _Collected) -> int:
+    """Add one host's GPU planes; returns the first device id free for the next host."""
+    next_base = base
+    for plane in space.planes:
+        match = _GPU_PLANE.match(plane.name)
+        if match is None:
+            continue
+        device_id = base + int(match.group(1))
+        next_base = max(next_base, device_id + 1)
+        stats = _Stats(plane)
+        out.devices.append(_gpu_device(device_id, host + plane.name, stats.plane_values(plane)))
+        for line in plane.lines:
+            if line.name.startswith(_STREAM_LINE):
+                _collect_stream(plane, line, device_id, stats, out)
+    return next_base
+
+
+def _gpu_device(device_id: int, name: str, values: dict[str, object]) -> Device:
+    major, minor = values.get("compute_cap_major"), values.get("compute_cap_minor")
+    cores, memory = values.get("core_count"), values.get("memory_size")
+    return Device(
+        id=device_id,
+        name=name,
+        sm_count=int(cores) if isinstance(cores, int) else None,
+        compute_capability=f"{major}.{minor}" if isinstance(major, int) and isinstance(minor, int) else None,
+        memory_bytes=int(memory) if isinstance(memory, int) else None,
+    )
+
+
+def _collect_stream(plane: Any, line: Any, device_id: int, stats: _Stats, out: _Collected) -> None:
+    metadata = plane.event_metadata
+    line_ps = line.timestamp_ns * 1000
+    for event in line.events:
+        meta = metadata[event.metadata_id]
+        values = stats.of(meta.stats, event.stats)
+        start_ns = (line_ps + event.offset_ps) // 1000
+        dur_ns = event.duration_ps // 1000
+        if _MEMORY_EVENT.match(meta.name) or "memcpy_details" in values or "memset_details" in values:
+            details = values.get("memcpy_details") or values.get("memset_details")
+            size = _SIZE.search(details) if isinstance(details, str) else None
+            out.memory.append(
+                {
+                    "kind": _memory_kind(meta.name),
+                    "start_ns": start_ns,
+                    "dur_ns": dur_ns,
+                    "bytes": int(size.group(1)) if size else None,
+                    "device_id": device_id,
+                    "stream_id": line.id,
+                }
+            )
+            continue
+        row: dict[str, object] = {
+            "name": meta.name,
+            "start_ns": start_ns,
+            "dur_ns": dur_ns,
+            "device_id": device_id,
+            "stream_id": line.id,
+            "correlation_id": _int_or_none(values.get("correlation_id")),
+            "op": _tf_op(values),
+        }
+        details = values.get("kernel_details")
+        if isinstance(details, str):
+            for match, columns in (
+                (_GRID.search(details), DIM_COLUMNS[:3]),
+                (_BLOCK.search(details), DIM_COLUMNS[3:]),
+            ):
+                if match:
+                    row.update(zip(columns, map(int, match.groups()), strict=True))
+        out.kernels.append(row)
+
+
+def _memory_kind(name: str) -> str:
+    """TF's ``MemcpyH2D`` in the spelling the other parsers use (nvprof's ``memcpy HtoD``)."""
+    direction = _COPY_DIRECTION.match(name)
+    if direction:
+        return f"memcpy {direction.group(1)}to{direction.group(2)}"
+    if name.startswith("Memset"):
+        return "memset"
+    return name.lower()
+
+
+def _tf_op(values: dict[str, object]) -> str | None:
+    for key in ("tf_op", "level 0"):
+        value = values.get(key)
+        if isinstance(value, str) and value:
+            return value
+    annotation = values.get("annotation")
+    if isinstance(annotation, str) and annotation:
+        return annotation.split("::", 1)[0].split("#", 1)[0] or None
+    return None
+
+
+def _int_or_none(value: object) -> int | None:
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    return None
+
+
+def _collect_cpu_ops(space: Any, host: str, device_id: int, out: _Collected) -> None:
+    for plane in space.planes:
+        if plane.name != _HOST_PLANE:
+            continue
+        found = False
+        metadata = plane.event_metadata
+        for line in plane.lines:
+            if not _OP_THREAD.match(line.name):
+                continue
+            line_ps = line.timestamp_ns * 1000
+            for event in line.events:
+                match = _TF_OP.match(metadata[event.metadata_id].name)
+                if match is None:
+                    continue
+                found = True
+                out.kernels.append(
+                    {
+                        "name": match.group("type"),
+                        "start_ns": (line_ps + event.offset_ps) // 1000,
+                        "dur_ns": event.duration_ps // 1000,
+                        "device_id": device_id,
+                        "stream_id": line.id,
+                        "op": match.group("op"),
+                    }
+                )
+        if found:
+            out.devices.append(Device(id=device_id, name=host + plane.name))
+
+
+def _table(path: Path, collected: _Collected, *, ops_are_kernels: bool) -> KernelTable:
+    kernels = pd.DataFrame(collected.kernels)
+    names = kernels["name"].astype("category")
+    if ops_are_kernels:
+        kernels["short_name"] = names
+    else:
+        short = {name: short_kernel_name(name) for name in names.cat.categories}
+        kernels["short_name"] = names.map(short).astype("category")
+    kernels["name"] = names
+    kernels = kernels.sort_values(["start_ns", "device_id"], kind="stable", ignore_index=True)
+    memory = None
+    if collected.memory:
+        memory = pd.DataFrame(collected.memory).sort_values("start_ns", kind="stable", ignore_index=True)
+        memory = conform(memory, MEMORY_DTYPES)
+    elif not ops_are_kernels:
+        memory = conform(pd.DataFrame(columns=list(MEMORY_DTYPES)), MEMORY_DTYPES)
+    return KernelTable(
+        source=str(path),
+        format="tf-xplane",
+        kernels=conform(kernels, KERNEL_DTYPES),
+        memory=memory,
+        devices=sorted(collected.devices, key=lambda d: d.id),
+    )

@@ -1,0 +1,207 @@
+"""``detprof sweep``: options, presets, the progress bar and the final table.
+
+With no options on a machine without a GPU the sweep is the embedded default: the
+``cpu-small`` preset with TensorFlow's profiler as tracer, results labelled ``cpu``.
+Options given explicitly always win over the preset's values.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import shlex
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+from detprof.errors import UsageError
+from detprof.models.registry import PAPER_MODELS
+from detprof.profiler import gpu as gpu_info
+from detprof.profiler.sweep import PRESETS, SweepConfig, SweepProgress, run_sweep
+from detprof.profiler.tracers import resolve_tracer
+from detprof.store import ResultsStore
+
+if TYPE_CHECKING:
+    from detprof.profiler.overhead import Overhead
+
+PAPER_PRESET: dict[str, Any] = {
+    "models": tuple(PAPER_MODELS),
+    "steps": 100,
+    "warmup": 10,
+    "repeats": 3,
+    "batch_size": 64,
+    "input_size": None,
+    "classes": None,
+}
+ALL_PRESETS = {"paper": PAPER_PRESET, **PRESETS}
+
+
+def _split_models(models: str | None) -> tuple[str, ...] | None:
+    if models is None:
+        return None
+    names = tuple(m.strip().lower() for m in models.split(",") if m.strip())
+    if not names:
+        raise UsageError(
+            "--models is empty: give a comma-separated list of model names (see `detprof models`)"
+        )
+    return names
+
+
+def format_overhead(overhead: Overhead | None) -> str:
+    if overhead is None:
+        return "-"
+    if math.isnan(overhead.ci_low):
+        return f"{overhead.ratio:.3f}x [n={overhead.n}, no CI]"
+    return f"{overhead.ratio:.3f}x [{overhead.ci_low:.3f}, {overhead.ci_high:.3f}]"
+
+
+def sweep(
+    models: Annotated[
+        str | None, typer.Option(help="Comma-separated model names (see `detprof models`).")
+    ] = None,
+    preset: Annotated[
+        str | None, typer.Option(help="paper | cpu-small (default: cpu-small without a GPU, else paper).")
+    ] = None,
+    gpu: Annotated[
+        str | None,
+        typer.Option(
+            help="GPU label for the results (t4, v100, a100, ..., or cpu); checked against the device."
+        ),
+    ] = None,
+    force: Annotated[
+        bool, typer.Option(help="Accept a --gpu label that does not match the detected device.")
+    ] = False,
+    tracer: Annotated[str, typer.Option(help="auto | nsys | nvprof | tf | none.")] = "auto",
+    steps: Annotated[int | None, typer.Option(help="Measured steps per run (paper: 100).")] = None,
+    warmup: Annotated[
+        int | None, typer.Option(help="Warm-up steps excluded from measurement (autotuning happens here).")
+    ] = None,
+    repeats: Annotated[
+        int | None, typer.Option(help="Repeats per model and mode (>= 2 for a confidence interval).")
+    ] = None,
+    batch_size: Annotated[int | None, typer.Option(help="Batch size (paper: 64).")] = None,
+    input_size: Annotated[
+        int | None, typer.Option(help="Square input size in pixels (default: the model's own).")
+    ] = None,
+    xla: Annotated[
+        bool, typer.Option(help="Compile with XLA in both modes (jit_compile is always pinned).")
+    ] = False,
+    seed: Annotated[int, typer.Option(help="Seed set in both modes.")] = 0,
+    out: Annotated[
+        Path | None, typer.Option(help="Results directory (default results/<date>-<gpu>).")
+    ] = None,
+    resume: Annotated[bool, typer.Option(help="Continue a sweep in --out, skipping completed runs.")] = False,
+    run_timeout: Annotated[
+        float | None, typer.Option(help="Seconds after which a run is stopped and recorded as failed.")
+    ] = None,
+) -> None:
+    """Run each model in default and deterministic mode and report what determinism costs."""
+    device = gpu_info.choose_device(gpu, force)
+    on_gpu = device.gpu is not None and not device.hide_gpus
+    preset_name = preset or ("paper" if on_gpu else "cpu-small")
+    if preset_name not in ALL_PRESETS:
+        raise UsageError(f"unknown preset {preset_name!r}; choose one of {', '.join(ALL_PRESETS)}")
+    chosen_tracer = resolve_tracer(tracer, on_gpu)
+    if chosen_tracer.name == "nvprof" and device.gpu is not None:
+        gpu_info.refuse_nvprof(device.gpu)
+    values = dict(ALL_PRESETS[preset_name])
+    explicit = {
+        "models": _split_models(models),
+        "steps": steps,
+        "warmup": warmup,
+        "repeats": repeats,
+        "batch_size": batch_size,
+        "input_size": input_size,
+    }
+    values.update({k: v for k, v in explicit.items() if v is not None})
+    config = SweepConfig(
+        **values,
+        tracer=chosen_tracer.name,
+        xla=xla,
+        gpu_label=device.label,
+        seed=seed,
+        preset=preset_name,
+        run_timeout_s=run_timeout,
+    )
+    out = out or Path("results") / f"{dt.date.today().isoformat()}-{device.label}"
+    store = ResultsStore(out, "sweep")
+    console = Console(stderr=True)
+    total = len(config.models) * 2 * config.repeats
+    console.print(
+        f"detprof sweep: {len(config.models)} models x 2 modes x {config.repeats} repeats on "
+        f"{escape(device.label)} with tracer {chosen_tracer.name}, results in {escape(str(out))}"
+    )
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(),
+    )
+    with Progress(*columns, console=console, transient=False) as bar:
+        task = bar.add_task("starting", total=total)
+
+        def on_start(run: Any, index: int, _total: int) -> None:
+            bar.update(task, completed=index, description=f"{run.model} {run.mode} r{run.repeat}")
+
+        def on_done(record: dict[str, Any]) -> None:
+            bar.advance(task)
+            if record["status"] != "ok":
+                bar.console.print(
+                    f"  {record['run_id']}: {record['status']}: {escape(str(record['reason']))}"
+                )
+
+        run_sweep(
+            config,
+            store,
+            chosen_tracer,
+            device,
+            resume=resume,
+            command=shlex.join(["detprof", *sys.argv[1:]]),
+            progress=SweepProgress(on_start, on_done),
+        )
+        bar.update(task, completed=total, description="done")
+    print_summary(store)
+    console.print(f"results: {escape(str(store.dir))}")
+
+
+def print_summary(store: ResultsStore) -> None:
+    from detprof.profiler.sweep_summary import summarize
+
+    table = Table(title="Overhead of determinism (deterministic / default, 95% CI over repeats)")
+    for col in ("Model", "Kernel time", "Wall time", "Kernel determinism adds most time to", "Failed runs"):
+        table.add_column(col, overflow="fold")
+    for summary in summarize(store):
+        top = summary.top_added_kernel
+        top_text = "-"
+        if top is not None:
+            top_text = f"{escape(str(top['name']))} (+{top['delta_ns'] / 1e3:,.1f} us/step, {top['status']})"
+        failures = summary.overhead.failures
+        failed = "-"
+        if failures:
+            reason = summary.overhead.unsupported_reason
+            failed = f"{len(failures)}" + (
+                f" (not supported under determinism: {escape(reason)})" if reason else ""
+            )
+        table.add_row(
+            summary.model,
+            format_overhead(summary.overhead.kernel),
+            format_overhead(summary.overhead.wall),
+            top_text,
+            failed,
+        )
+    Console().print(table)

@@ -1,0 +1,142 @@
+"""One measured run in its own process: ``python -m detprof.profiler.worker SPEC RESULT``.
+
+A fresh process per (model, mode, repeat) because determinism cannot be switched off
+inside a process and cuDNN's autotune cache must not carry from one mode into the other.
+The worker trains on synthetic data (content does not change kernel time), excludes the
+warm-up steps where autotuning happens, and traces only the measured steps. It always
+writes a result, also when the model fails: a failure is a finding, not a crash.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import time
+import traceback
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from detprof.determinism import DeterminismSettings, apply, software_versions
+from detprof.store import atomic_write_json
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    for line in text.splitlines():
+        if line.strip():
+            return f"{type(exc).__name__}: {line.strip()}"[:500]
+    return type(exc).__name__
+
+
+class _StepTracer:
+    """The in-process half of a tracer: what to switch on and off around the measured steps."""
+
+    def __init__(self, in_process: str, trace_path: str | None, nvtx_steps: bool) -> None:
+        self.in_process = in_process
+        self.trace_path = trace_path
+        self.nvtx_steps = nvtx_steps
+        self._cuda = None
+
+    def start(self) -> None:
+        if self.in_process == "tf-profiler":
+            import tensorflow as tf
+
+            tf.profiler.experimental.start(self.trace_path)
+        elif self.in_process == "cuda-profiler-api":
+            from detprof.profiler.cuda_profiler_api import CudaProfilerRange
+
+            self._cuda = CudaProfilerRange()
+            self._cuda.start()
+
+    def stop(self) -> None:
+        if self.in_process == "tf-profiler":
+            import tensorflow as tf
+
+            tf.profiler.experimental.stop()
+        elif self._cuda is not None:
+            self._cuda.stop()
+
+    @contextlib.contextmanager
+    def step(self, index: int) -> Iterator[None]:
+        if self.nvtx_steps:
+            import nvtx
+
+            with nvtx.annotate(f"step {index}", domain="detprof"):
+                yield
+        else:
+            yield
+
+
+def run(spec: dict[str, Any]) -> dict[str, Any]:
+    settings = DeterminismSettings(spec["mode"], int(spec["seed"]), bool(spec["xla"]))
+    result: dict[str, Any] = {"settings": apply(settings), "versions": software_versions()}
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from detprof.models import registry
+
+    model_spec = registry.get(spec["model"])
+    shape = tuple(spec["input_shape"] or model_spec.input_shape)
+    classes = int(spec["classes"] or model_spec.classes)
+    result.update(input_shape=list(shape), classes=classes)
+    tracer = _StepTracer(spec["in_process"], spec.get("trace_path"), bool(spec.get("nvtx_steps")))
+    try:
+        model = model_spec.build(shape, classes)
+        model.compile(
+            optimizer=keras.optimizers.SGD(learning_rate=0.01),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            jit_compile=settings.xla,
+        )
+        rng = np.random.default_rng(settings.seed)
+        x = tf.constant(rng.standard_normal((spec["batch_size"], *shape), dtype=np.float32))
+        y = tf.constant(rng.integers(0, classes, size=spec["batch_size"]), dtype=tf.int32)
+        for _ in range(spec["warmup"]):
+            model.train_on_batch(x, y)
+        step_wall_ns: list[int] = []
+        window_start = time.monotonic()
+        tracer.start()
+        try:
+            for i in range(spec["steps"]):
+                with tracer.step(i):
+                    t0 = time.perf_counter_ns()
+                    model.train_on_batch(x, y)
+                    step_wall_ns.append(time.perf_counter_ns() - t0)
+        finally:
+            tracer.stop()
+        result.update(
+            status="ok",
+            reason=None,
+            step_wall_ns=step_wall_ns,
+            measured_window_monotonic=[window_start, time.monotonic()],
+            parameters=int(model.count_params()),
+        )
+    except tf.errors.UnimplementedError as exc:
+        result.update(status="unsupported", reason=_first_line(exc))
+    except tf.errors.ResourceExhaustedError as exc:
+        result.update(status="failed", reason=f"out of memory: {_first_line(exc)}")
+    except MemoryError as exc:
+        result.update(status="failed", reason=f"out of memory: {_first_line(exc)}")
+    except Exception as exc:
+        if settings.xla and settings.deterministic:
+            result.update(
+                status="unsupported",
+                reason=f"XLA cannot compile this model deterministically: {_first_line(exc)}",
+            )
+        else:
+            result.update(status="failed", reason=_first_line(exc))
+        traceback.print_exc()
+    return result
+
+
+def main(argv: list[str]) -> int:
+    spec_path, result_path = Path(argv[0]), Path(argv[1])
+    spec = json.loads(spec_path.read_text())
+    atomic_write_json(result_path, run(spec))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

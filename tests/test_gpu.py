@@ -1,0 +1,292 @@
+"""GPU discovery, labels and ``detprof gpus``, with NVML faked at its boundary only."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pynvml
+import pytest
+from fake_nvml import GIB, FakeNvml, a100, t4
+
+from detprof.cli import main
+from detprof.errors import UsageError
+from detprof.profiler import gpu as gpu_mod
+from detprof.profiler.gpu import (
+    DeviceChoice,
+    GpuInfo,
+    check_label,
+    choose_device,
+    label_matches,
+    list_gpus,
+    probe_gpus,
+    refuse_nvprof,
+    visible_gpus,
+)
+
+A100_UUID = "GPU-aaaaaaaa-1111-2222-3333-444444444444"
+T4_UUID = "GPU-bbbbbbbb-1111-2222-3333-444444444444"
+RECORD_KEYS = {
+    "label", "name", "uuid", "driver", "cuda_driver", "compute_capability", "sm_count", "memory_bytes",
+}
+
+
+def info(name: str, index: int = 0, cc: str | None = "8.0", uuid: str | None = None) -> GpuInfo:
+    return GpuInfo(index=index, name=name, uuid=uuid, compute_capability=cc)
+
+
+def test_no_gpus_after_a_successful_init() -> None:
+    nvml = FakeNvml([])
+    probe = probe_gpus(nvml)
+    assert probe.gpus == []
+    assert probe.problems == ["the driver is loaded but reports 0 devices"]
+    assert (nvml.inits, nvml.shutdowns) == (1, 1)
+
+
+def test_one_gpu_is_read_completely() -> None:
+    nvml = FakeNvml([a100()])
+    assert list_gpus(nvml) == [
+        GpuInfo(
+            index=0, name="NVIDIA A100-SXM4-80GB", uuid=A100_UUID, compute_capability="8.0", sm_count=108,
+            memory_bytes=80 * GIB, driver_version="550.54.15", cuda_driver_version="12.4",
+        )
+    ]
+    assert nvml.shutdowns == 1
+
+
+def test_two_gpus_and_queries_the_board_does_not_support() -> None:
+    old = t4()
+    old.cc = None
+    gpus = list_gpus(FakeNvml([a100(), old]))
+    assert [g.name for g in gpus] == ["NVIDIA A100-SXM4-80GB", "Tesla T4"]
+    assert [g.index for g in gpus] == [0, 1]
+    assert gpus[1].sm_count is None and gpus[1].compute_capability is None
+    assert gpus[1].memory_bytes == 15 * GIB and gpus[1].uuid == T4_UUID
+
+
+def test_a_lost_gpu_is_reported_and_the_others_kept() -> None:
+    probe = probe_gpus(FakeNvml([a100(), t4()], broken_handles=frozenset({0})))
+    assert [g.name for g in probe.gpus] == ["Tesla T4"]
+    assert probe.problems == ["GPU 0: GPU is lost"]
+
+
+@pytest.mark.parametrize(
+    ("code", "reason"),
+    [
+        (pynvml.NVML_ERROR_LIBRARY_NOT_FOUND, "NVML Shared Library Not Found"),
+        (pynvml.NVML_ERROR_DRIVER_NOT_LOADED, "Driver Not Loaded"),
+    ],
+)
+def test_missing_library_or_driver_means_no_gpu(code: int, reason: str) -> None:
+    nvml = FakeNvml([a100()], init_error=code)
+    probe = probe_gpus(nvml)
+    assert probe.gpus == [] and probe.problems == [reason]
+    assert nvml.shutdowns == 0
+
+
+@pytest.mark.parametrize(
+    ("label", "name"),
+    [
+        ("t4", "Tesla T4"),
+        ("T4", "Tesla T4"),
+        ("tesla-t4", "Tesla T4"),
+        ("p100", "Tesla P100-PCIE-16GB"),
+        ("v100", "Tesla V100-SXM2-16GB"),
+        ("rtx5000", "Quadro RTX 5000"),
+        ("rtx-5000", "Quadro RTX 5000"),
+        ("a10g", "NVIDIA A10G"),
+        ("l4", "NVIDIA L4"),
+        ("a100", "NVIDIA A100-SXM4-80GB"),
+        ("a100", "NVIDIA A100 80GB PCIe"),
+        ("a100-80gb", "NVIDIA A100-SXM4-80GB"),
+        ("nvidia-a100-sxm4-80gb", "NVIDIA A100-SXM4-80GB"),
+        ("h100", "NVIDIA H100 80GB HBM3"),
+        ("h100", "NVIDIA H100 PCIe"),
+        ("h200", "NVIDIA H200"),
+        ("a6000", "NVIDIA RTX A6000"),
+        ("rtxa6000", "NVIDIA RTX A6000"),
+        ("4090", "NVIDIA GeForce RTX 4090"),
+        ("rtx4090", "NVIDIA GeForce RTX 4090"),
+        ("3090ti", "NVIDIA GeForce RTX 3090 Ti"),
+        ("rtx5000ada", "NVIDIA RTX 5000 Ada Generation"),
+    ],
+)
+def test_label_matches(label: str, name: str) -> None:
+    assert label_matches(label, name)
+
+
+@pytest.mark.parametrize(
+    ("label", "name"),
+    [
+        ("l4", "NVIDIA L40S"),
+        ("l4", "NVIDIA L40"),
+        ("a10", "NVIDIA A100-SXM4-40GB"),
+        ("a10", "NVIDIA A10G"),
+        ("h100", "NVIDIA H1000"),
+        ("h200", "NVIDIA GH200 480GB"),
+        ("t4", "NVIDIA T400"),
+        ("v100", "Tesla P100-PCIE-16GB"),
+        ("3090", "NVIDIA GeForce RTX 3090 Ti"),
+        ("4090", "NVIDIA GeForce RTX 4090 D"),
+        ("rtx5000", "NVIDIA RTX 5000 Ada Generation"),
+        ("a100-40gb", "NVIDIA A100-SXM4-80GB"),
+        ("80gb-a100", "NVIDIA A100-SXM4-80GB"),
+        ("nvidia", "NVIDIA A100-SXM4-80GB"),
+        ("cpu", "NVIDIA A100-SXM4-80GB"),
+    ],
+)
+def test_label_does_not_match(label: str, name: str) -> None:
+    assert not label_matches(label, name)
+
+
+def test_mismatch_is_refused_in_one_line_unless_forced() -> None:
+    gpus = [info("NVIDIA A100-SXM4-80GB")]
+    with pytest.raises(UsageError) as err:
+        check_label("t4", gpus, force=False)
+    assert str(err.value) == (
+        "--gpu t4 does not match the detected GPU 'NVIDIA A100-SXM4-80GB'; pass --force to label it anyway"
+    )
+    assert err.value.exit_code == 2
+    forced = check_label("t4", gpus, force=True)
+    assert forced == DeviceChoice(label="t4", gpu=gpus[0], hide_gpus=False, forced=True)
+    assert forced.as_record()["forced"] is True
+
+
+def test_matching_label_is_kept_lowercased() -> None:
+    gpus = [info("Tesla T4", cc="7.5")]
+    assert check_label("T4", gpus) == DeviceChoice(label="t4", gpu=gpus[0])
+
+
+def test_label_without_a_gpu_is_refused_unless_forced() -> None:
+    with pytest.raises(UsageError) as err:
+        check_label("v100", [])
+    assert str(err.value) == (
+        "--gpu v100 was given but no NVIDIA GPU was detected; pass --force to label it anyway"
+    )
+    assert check_label("v100", [], force=True) == DeviceChoice(label="v100", gpu=None, forced=True)
+
+
+@pytest.mark.parametrize("label", ["t4/x", "", " ", "nvidia", "tesla-quadro"])
+def test_unusable_labels_are_refused(label: str) -> None:
+    with pytest.raises(UsageError, match="--gpu"):
+        check_label(label, [], force=True)
+
+
+def test_cpu_label_hides_a_present_gpu() -> None:
+    choice = check_label("cpu", [info("NVIDIA A100-SXM4-80GB")])
+    assert choice == DeviceChoice(label="cpu", gpu=None, hide_gpus=True)
+    record = choice.as_record()
+    assert set(record) >= RECORD_KEYS
+    assert record["label"] == "cpu" and record["uuid"] is None and record["compute_capability"] is None
+    assert record["cpu_count"] == len(os.sched_getaffinity(0))
+    assert record["name"]
+    assert check_label("cpu", []) == DeviceChoice(label="cpu", gpu=None, hide_gpus=False)
+
+
+def test_without_a_label_the_first_gpu_names_the_results() -> None:
+    gpus = [info("NVIDIA A100-SXM4-80GB"), info("Tesla T4", index=1)]
+    assert check_label(None, gpus).label == "nvidia-a100-sxm4-80gb"
+    assert check_label(None, []) == DeviceChoice(label="cpu", gpu=None)
+
+
+def test_cpu_record_names_the_cpu_model() -> None:
+    cpuinfo = Path("/proc/cpuinfo")
+    lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
+    model = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), None)
+    if model is None:
+        pytest.skip("/proc/cpuinfo has no model name on this machine")
+    assert check_label(None, []).as_record()["name"] == model
+
+
+def test_gpu_record_carries_what_nvml_said() -> None:
+    choice = choose_device("a100", nvml=FakeNvml([a100()]), environ={})
+    assert choice.as_record() == {
+        "label": "a100", "forced": False, "name": "NVIDIA A100-SXM4-80GB", "index": 0, "uuid": A100_UUID,
+        "driver": "550.54.15", "cuda_driver": "12.4", "compute_capability": "8.0", "sm_count": 108,
+        "memory_bytes": 80 * GIB,
+    }
+
+
+def test_visible_devices_decide_which_gpu_a_label_is_checked_against() -> None:
+    gpus = [info("NVIDIA A100-SXM4-80GB", 0, uuid=A100_UUID), info("Tesla T4", 1, uuid=T4_UUID)]
+    assert visible_gpus(gpus, {}) == gpus
+    assert visible_gpus(gpus, {"CUDA_VISIBLE_DEVICES": ""}) == []
+    assert visible_gpus(gpus, {"CUDA_VISIBLE_DEVICES": "-1"}) == []
+    assert visible_gpus(gpus, {"CUDA_VISIBLE_DEVICES": "1"}) == [gpus[1]]
+    assert visible_gpus(gpus, {"CUDA_VISIBLE_DEVICES": "1,0"}) == [gpus[1], gpus[0]]
+    assert visible_gpus(gpus, {"CUDA_VISIBLE_DEVICES": "0,7,1"}) == [gpus[0]]
+    assert visible_gpus(gpus, {"CUDA_VISIBLE_DEVICES": "GPU-bbbbbbbb"}) == [gpus[1]]
+    assert visible_gpus(gpus, {"CUDA_VISIBLE_DEVICES": "MIG-1234"}) == gpus
+    nvml = FakeNvml([a100(), t4()])
+    assert choose_device("t4", nvml=nvml, environ={"CUDA_VISIBLE_DEVICES": "1"}).gpu.name == "Tesla T4"
+    with pytest.raises(UsageError, match="does not match the detected GPU 'NVIDIA A100-SXM4-80GB'"):
+        choose_device("t4", nvml=nvml, environ={})
+    with pytest.raises(UsageError, match="no NVIDIA GPU was detected"):
+        choose_device("t4", nvml=nvml, environ={"CUDA_VISIBLE_DEVICES": ""})
+
+
+@pytest.mark.parametrize(("cc", "name"), [("8.0", "NVIDIA A100-SXM4-80GB"), ("9.0", "NVIDIA H100 80GB HBM3")])
+def test_nvprof_is_refused_from_ampere_on(cc: str, name: str) -> None:
+    with pytest.raises(UsageError) as err:
+        refuse_nvprof(info(name, cc=cc))
+    assert str(err.value) == (
+        f"nvprof does not support compute capability 8.0 and newer ({name} is {cc}); use --tracer nsys"
+    )
+
+
+@pytest.mark.parametrize("cc", ["7.0", "7.5", "6.0", None])
+def test_nvprof_is_accepted_before_ampere(cc: str | None) -> None:
+    refuse_nvprof(info("Tesla V100-SXM2-16GB", cc=cc))
+
+
+def test_nvprof_without_a_gpu_is_refused() -> None:
+    with pytest.raises(UsageError, match="needs an NVIDIA GPU"):
+        refuse_nvprof(None)
+
+
+def run_gpus_command(monkeypatch, capsys, nvml: FakeNvml | None) -> tuple[int, str, str]:
+    monkeypatch.setenv("COLUMNS", "200")
+    if nvml is not None:
+        monkeypatch.setattr(gpu_mod, "default_nvml", lambda: nvml)
+    code = main(["gpus"])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_gpus_command_lists_every_gpu(monkeypatch, capsys) -> None:
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    code, out, err = run_gpus_command(monkeypatch, capsys, FakeNvml([a100(), t4()]))
+    assert (code, err) == (0, "")
+    a100_row = next(line for line in out.splitlines() if "A100" in line)
+    for cell in ("NVIDIA A100-SXM4-80GB", A100_UUID, "8.0", "108", "80.0 GiB", "550.54.15", "12.4"):
+        assert cell in a100_row
+    t4_row = next(line for line in out.splitlines() if "Tesla T4" in line)
+    for cell in (T4_UUID, "7.5", "?", "15.0 GiB"):
+        assert cell in t4_row
+    assert "CUDA_VISIBLE_DEVICES" not in out
+
+
+def test_gpus_command_says_which_gpus_cuda_will_use(monkeypatch, capsys) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    code, out, _ = run_gpus_command(monkeypatch, capsys, FakeNvml([a100(), t4()]))
+    assert code == 0
+    assert "CUDA_VISIBLE_DEVICES='1': CUDA sees 1 (Tesla T4); sweeps use the first" in out
+
+
+def test_gpus_command_without_nvml(monkeypatch, capsys) -> None:
+    nvml = FakeNvml(init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
+    code, out, err = run_gpus_command(monkeypatch, capsys, nvml)
+    assert (code, err) == (0, "")
+    assert out.strip() == "No NVIDIA GPU found (NVML: NVML Shared Library Not Found)"
+
+
+def test_gpus_command_with_the_real_nvml(monkeypatch, capsys) -> None:
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    detected = list_gpus()
+    code, out, err = run_gpus_command(monkeypatch, capsys, None)
+    assert (code, err) == (0, "")
+    if detected:
+        for gpu in detected:
+            assert gpu.name in out
+    else:
+        assert out.startswith("No NVIDIA GPU found (NVML: ")

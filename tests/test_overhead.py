@@ -1,0 +1,63 @@
+"""The paired log-ratio overhead and its t-interval, against scipy computed by hand."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from detprof.profiler.overhead import log_ratio_interval, model_overheads, paired_log_ratios
+
+
+def record(model: str, mode: str, repeat: int, kernel: float | None, wall: float, status: str = "ok") -> dict:
+    return {
+        "run_id": f"{model}--{mode}--r{repeat}",
+        "model": model,
+        "mode": mode,
+        "repeat": repeat,
+        "status": status,
+        "reason": None if status == "ok" else "boom",
+        "kernel_ns_per_step": kernel,
+        "wall_ns_per_step": wall,
+    }
+
+
+def test_interval_matches_scipy_t_interval() -> None:
+    logs = [0.4, 0.5, 0.45, 0.38]
+    o = log_ratio_interval(logs)
+    lo, hi = stats.t.interval(0.95, df=3, loc=np.mean(logs), scale=stats.sem(logs))
+    assert o.ratio == pytest.approx(math.exp(np.mean(logs)))
+    assert o.ci_low == pytest.approx(math.exp(lo)) and o.ci_high == pytest.approx(math.exp(hi))
+
+
+def test_single_pair_has_no_interval() -> None:
+    o = log_ratio_interval([0.2])
+    assert o.n == 1 and math.isnan(o.ci_low)
+    assert log_ratio_interval([]) is None
+
+
+def test_pairs_by_repeat_and_skips_failures() -> None:
+    recs = [
+        record("m", "deterministic", 0, 200.0, 20.0),
+        record("m", "default", 0, 100.0, 10.0),
+        record("m", "deterministic", 1, 300.0, 30.0),
+        record("m", "default", 1, 100.0, 10.0),
+        record("m", "deterministic", 2, None, 30.0, status="failed"),
+        record("m", "default", 2, 100.0, 10.0),
+    ]
+    assert paired_log_ratios(recs, "kernel") == {"m": [math.log(2), math.log(3)]}
+    result = model_overheads(recs)["m"]
+    assert result.kernel.ratio == pytest.approx(math.sqrt(6))
+    assert result.wall.n == 2
+    assert result.failures[0]["run_id"] == "m--deterministic--r2"
+
+
+def test_unsupported_reason_surfaces() -> None:
+    recs = [
+        record("x", "deterministic", 0, None, 1.0, status="unsupported"),
+        record("x", "default", 0, 5.0, 1.0),
+    ]
+    assert model_overheads(recs)["x"].unsupported_reason == "boom"
+    assert model_overheads(recs)["x"].kernel is None

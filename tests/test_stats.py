@@ -1,0 +1,105 @@
+"""top_n, kernel_stats and diff over hand-built KernelTables, checked against numpy/statistics."""
+
+from __future__ import annotations
+
+import statistics
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from detprof.profiler.kernel_table import KERNEL_DTYPES, SUMMARY_DTYPES, KernelTable, conform
+from detprof.profiler.stats import diff, kernel_stats, top_n
+
+
+def launches(rows: list[tuple[str, int]], short: dict[str, str] | None = None) -> KernelTable:
+    frame = pd.DataFrame(
+        {
+            "name": [n for n, _ in rows],
+            "short_name": [(short or {}).get(n, n.split("<")[0]) for n, _ in rows],
+            "start_ns": np.arange(len(rows), dtype=np.int64) * 1000,
+            "dur_ns": [d for _, d in rows],
+        }
+    )
+    return KernelTable("test", "nsys-sqlite", kernels=conform(frame, KERNEL_DTYPES))
+
+
+def test_kernel_stats_match_independent_computation() -> None:
+    rng = np.random.default_rng(1)
+    names = [f"kernel_{i}<float>" for i in range(5)]
+    rows = [
+        (names[int(i)], int(d))
+        for i, d in zip(rng.integers(0, 5, 500), rng.integers(100, 10_000, 500), strict=True)
+    ]
+    stats = kernel_stats(launches(rows))
+    total = sum(d for _, d in rows)
+    for rec in stats.to_dict("records"):
+        durs = [d for n, d in rows if n == rec["name"]]
+        assert rec["instances"] == len(durs)
+        assert rec["total_ns"] == sum(durs)
+        assert rec["pct"] == pytest.approx(sum(durs) / total * 100)
+        assert rec["avg_ns"] == pytest.approx(statistics.mean(durs))
+        assert rec["med_ns"] == pytest.approx(statistics.median(durs))
+        assert rec["std_ns"] == pytest.approx(statistics.stdev(durs))
+        assert rec["min_ns"] == min(durs) and rec["max_ns"] == max(durs)
+    assert list(stats["total_ns"]) == sorted(stats["total_ns"], reverse=True)
+
+
+def test_top_n_reports_remainder_so_shares_add_up() -> None:
+    rows = [(f"k{i}", 100 * (i + 1)) for i in range(30)]
+    head, other = top_n(launches(rows), n=20)
+    assert len(head) == 20
+    assert head["total_ns"].sum() + other == sum(d for _, d in rows)
+    assert other == sum(100 * (i + 1) for i in range(10))
+    assert head["pct"].sum() + other / sum(d for _, d in rows) * 100 == pytest.approx(100)
+
+
+def test_single_launch_has_null_std() -> None:
+    stats = kernel_stats(launches([("only", 5)]))
+    assert np.isnan(stats.loc[0, "std_ns"])
+
+
+def test_group_by_short_name_merges_template_instances() -> None:
+    table = launches([("gemm<1>", 10), ("gemm<2>", 30), ("relu", 5)])
+    stats = kernel_stats(table, by="short_name")
+    assert dict(zip(stats["name"], stats["total_ns"], strict=True)) == {"gemm": 40, "relu": 5}
+
+
+def test_summary_tables_give_the_same_columns() -> None:
+    summary = conform(
+        pd.DataFrame(
+            {
+                "name": ["a<int>", "a<float>", "b"],
+                "short_name": ["a", "a", "b"],
+                "instances": [2, 3, 1],
+                "total_ns": [20, 60, 5],
+                "avg_ns": [10, 20, 5],
+                "med_ns": [10, 20, 5],
+                "min_ns": [9, 15, 5],
+                "max_ns": [11, 25, 5],
+                "std_ns": [1.0, 2.0, np.nan],
+            }
+        ),
+        SUMMARY_DTYPES,
+    )
+    table = KernelTable("s", "nsys-stats-csv", summary=summary)
+    assert table.kernel_count == 6 and table.total_ns == 85
+    by_short = kernel_stats(table, by="short_name").set_index("name")
+    assert by_short.loc["a", "instances"] == 5 and by_short.loc["a", "total_ns"] == 80
+    assert by_short.loc["a", "avg_ns"] == pytest.approx(16)
+    assert np.isnan(by_short.loc["a", "med_ns"])
+    assert by_short.loc["b", "med_ns"] == 5
+
+
+def test_diff_statuses_and_shares() -> None:
+    base = launches([("conv_fwd", 100), ("conv_fwd", 100), ("wgrad_fast", 300), ("relu", 50)])
+    other = launches([("conv_fwd", 100), ("conv_fwd", 100), ("wgrad_det", 900), ("relu", 50), ("relu", 40)])
+    d = diff(base, other).set_index("name")
+    assert d.loc["wgrad_det", "status"] == "added"
+    assert d.loc["wgrad_fast", "status"] == "removed"
+    assert d.loc["relu", "status"] == "slower"
+    assert d.loc["conv_fwd", "status"] == "same"
+    total_change = (200 + 900 + 90) - (200 + 300 + 50)
+    assert d["delta_ns"].sum() == total_change
+    assert d.loc["wgrad_det", "share_of_change"] == pytest.approx(900 / total_change)
+    assert d["share_of_change"].sum() == pytest.approx(1.0)

@@ -1,0 +1,132 @@
+"""Real CPU sweeps with the tf tracer: records, resume, failure isolation, settings in the worker."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from detprof.cli import main
+from detprof.store import ResultsStore
+
+TINY = [
+    "--steps",
+    "3",
+    "--warmup",
+    "1",
+    "--batch-size",
+    "8",
+    "--input-size",
+    "16",
+    "--gpu",
+    "cpu",
+    "--tracer",
+    "tf",
+]
+
+
+def records(out: Path) -> dict[str, dict]:
+    return {r["run_id"]: r for r in ResultsStore(out, "sweep").records()}
+
+
+@pytest.mark.slow
+def test_sweep_two_models_end_to_end(tmp_path, capsys) -> None:
+    out = tmp_path / "res"
+    code = main(["sweep", "--models", "smallcnn,mediumcnn_k3", "--repeats", "2", *TINY, "--out", str(out)])
+    assert code == 0
+    recs = records(out)
+    assert len(recs) == 8
+    for rec in recs.values():
+        assert rec["status"] == "ok", rec["reason"]
+        assert len(rec["step_wall_ns"]) == 3
+        assert rec["kernel_ns_per_step"] > 0 and rec["kernel_count"] > 0
+        assert rec["settings"]["op_determinism"] is (rec["mode"] == "deterministic")
+        assert rec["settings"]["jit_compile"] is False
+        assert rec["versions"]["tensorflow"]
+        assert rec["device"]["label"] == "cpu"
+        table = ResultsStore(out, "sweep").read_table(rec["kernel_table"])
+        assert {"name", "dur_ns", "op"} <= set(table.columns)
+        assert table["dur_ns"].sum() == pytest.approx(rec["kernel_ns_per_step"] * 3)
+    printed = capsys.readouterr().out
+    assert "smallcnn" in printed and "mediumcnn_k3" in printed and "[" in printed
+    manifest = json.loads((out / "sweep" / "manifest.json").read_text())
+    assert manifest["config"]["models"] == ["smallcnn", "mediumcnn_k3"]
+
+
+@pytest.mark.slow
+def test_failure_is_recorded_and_sweep_goes_on(tmp_path) -> None:
+    out = tmp_path / "res"
+    code = main(["sweep", "--models", "inceptionv3,smallcnn", "--repeats", "1", *TINY, "--out", str(out)])
+    assert code == 0
+    recs = records(out)
+    assert recs["inceptionv3--default--r0"]["status"] == "failed"
+    assert "ValueError" in recs["inceptionv3--default--r0"]["reason"]
+    assert recs["smallcnn--default--r0"]["status"] == "ok"
+
+
+@pytest.mark.slow
+def test_killed_sweep_resumes_without_losing_runs(tmp_path) -> None:
+    out = tmp_path / "res"
+    args = ["sweep", "--models", "smallcnn", "--repeats", "3", *TINY, "--out", str(out)]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "detprof.cli", *args],
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    runs = out / "sweep" / "runs"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and len(list(runs.glob("*.json"))) < 2:
+        time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGINT)
+    proc.wait(timeout=60)
+    kept = records(out)
+    assert 2 <= len(kept) < 6
+    finished = {k: v["finished_at"] for k, v in kept.items()}
+    assert main([*args, "--resume"]) == 0
+    after = records(out)
+    assert len(after) == 6 and all(r["status"] == "ok" for r in after.values())
+    assert all(after[k]["finished_at"] == t for k, t in finished.items())
+
+
+def test_resume_with_another_configuration_is_refused(tmp_path, capsys) -> None:
+    out = tmp_path / "res"
+    ResultsStore(out, "sweep").open({"other": True}, "x", resume=False)
+    code = main(["sweep", "--models", "smallcnn", *TINY, "--out", str(out), "--resume"])
+    assert code == 2
+    assert "different configuration" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--models", "alexnet"], "unknown model 'alexnet'; valid models:"),
+        (["--models", "smallcnn", "--steps", "0"], "--steps must be at least 1"),
+        (["--models", "smallcnn", "--repeats", "-1"], "--repeats must be at least 1"),
+        (["--models", "smallcnn", "--tracer", "nsys"], "tracer 'nsys' is not installed"),
+        (["--models", "smallcnn", "--tracer", "magic"], "unknown tracer 'magic'"),
+        (["--models", "smallcnn", "--gpu", "t4"], "--gpu t4"),
+        (["--preset", "huge"], "unknown preset 'huge'"),
+    ],
+)
+def test_bad_input_is_one_line(tmp_path, capsys, args: list[str], message: str) -> None:
+    code = main(["sweep", *args, "--out", str(tmp_path / "r")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert message in err
+    assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "r").exists()
+
+
+def test_unwritable_output_directory(tmp_path, capsys) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    code = main(["sweep", "--models", "smallcnn", *TINY, "--out", str(blocker / "r")])
+    assert code == 2
+    assert "cannot write results" in capsys.readouterr().err
