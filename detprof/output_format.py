@@ -1,11 +1,11 @@
-"""The ``--format`` choice shared by commands that print tables (kept tiny: the CLI imports it at start-up)."""
+"""The ``--format`` choice of commands that print tables (tiny: the CLI imports it at start-up)."""
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 
-class OutputFormat(str, Enum):
+class OutputFormat(StrEnum):
     table = "table"
     json = "json"
     csv = "csv"

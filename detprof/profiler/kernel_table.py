@@ -95,7 +95,8 @@ def conform(frame: pd.DataFrame, dtypes: dict[str, str]) -> pd.DataFrame:
                 out[col] = series.astype(dtype)
         else:
             out[col] = pd.Series(pd.array([pd.NA] * n, dtype=_nullable(dtype)), index=frame.index)
-    return pd.DataFrame(out, index=pd.RangeIndex(n) if frame.index.equals(pd.RangeIndex(n)) else frame.index)
+    index = pd.RangeIndex(n) if frame.index.equals(pd.RangeIndex(n)) else frame.index
+    return pd.DataFrame(out, index=index, copy=False)
 
 
 def _nullable(dtype: str) -> str:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import math
 import sys
-from enum import StrEnum
 from typing import Any
 
 import pandas as pd
@@ -20,13 +19,6 @@ from rich.table import Table
 from detprof.output_format import OutputFormat
 from detprof.profiler.kernel_table import KernelTable
 from detprof.profiler.stats import GroupBy, diff, top_n
-
-
-class OutputFormat(StrEnum):
-    table = "table"
-    json = "json"
-    csv = "csv"
-
 
 WIDE_TABLE = 140
 

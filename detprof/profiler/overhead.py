@@ -66,15 +66,17 @@ def log_ratio_interval(log_ratios: Iterable[float], confidence: float = 0.95) ->
     return Overhead(math.exp(mean), math.exp(mean - half), math.exp(mean + half), values, confidence)
 
 
-def paired_log_ratios(records: Iterable[Mapping[str, Any]], metric: Metric) -> dict[str, list[float]]:
-    """ln(det/default) per model, pairing the two modes' runs of the same repeat index."""
-    key = METRIC_FIELDS[metric]
+def paired_log_ratios(
+    records: Iterable[Mapping[str, Any]], metric: Metric, key: str = "model"
+) -> dict[str, list[float]]:
+    """ln(det/default) per ``key`` (a model or an op case), pairing both modes' runs of one repeat."""
+    field = METRIC_FIELDS[metric]
     by_run: dict[tuple[str, int], dict[str, float]] = {}
     for rec in records:
-        value = rec.get(key)
+        value = rec.get(field)
         if rec.get("status") != "ok" or value is None or value <= 0:
             continue
-        by_run.setdefault((rec["model"], int(rec["repeat"])), {})[rec["mode"]] = float(value)
+        by_run.setdefault((rec[key], int(rec["repeat"])), {})[rec["mode"]] = float(value)
     ratios: dict[str, list[float]] = {}
     for (model, _repeat), modes in sorted(by_run.items()):
         if "default" in modes and "deterministic" in modes:
@@ -83,16 +85,16 @@ def paired_log_ratios(records: Iterable[Mapping[str, Any]], metric: Metric) -> d
 
 
 def model_overheads(
-    records: Iterable[Mapping[str, Any]], confidence: float = 0.95
+    records: Iterable[Mapping[str, Any]], confidence: float = 0.95, key: str = "model"
 ) -> dict[str, ModelOverhead]:
-    """Every model's kernel-time and wall-time overhead, and the runs that failed."""
+    """Every model's (or op case's) kernel-time and wall-time overhead, and the runs that failed."""
     records = list(records)
     result: dict[str, ModelOverhead] = {}
     for rec in records:
-        entry = result.setdefault(rec["model"], ModelOverhead(rec["model"]))
+        entry = result.setdefault(rec[key], ModelOverhead(rec[key]))
         if rec.get("status") != "ok":
             entry.failures.append({k: rec.get(k) for k in ("run_id", "mode", "repeat", "status", "reason")})
     for metric in ("kernel", "wall"):
-        for model, logs in paired_log_ratios(records, metric).items():
+        for model, logs in paired_log_ratios(records, metric, key).items():
             setattr(result[model], metric, log_ratio_interval(logs, confidence))
     return result

@@ -193,10 +193,9 @@ def print_summary(store: ResultsStore) -> None:
         failures = summary.overhead.failures
         failed = "-"
         if failures:
-            reason = summary.overhead.unsupported_reason
-            failed = f"{len(failures)}" + (
-                f" (not supported under determinism: {escape(reason)})" if reason else ""
-            )
+            unsupported = summary.overhead.unsupported_reason
+            detail = f"not supported under determinism: {unsupported}" if unsupported else failures[0]["reason"]
+            failed = f"{len(failures)}: {escape(str(detail)[:160])}"
         table.add_row(
             summary.model,
             format_overhead(summary.overhead.kernel),

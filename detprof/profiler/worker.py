@@ -10,11 +10,12 @@ writes a result, also when the model fails: a failure is a finding, not a crash.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import sys
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -69,32 +70,28 @@ class _StepTracer:
             yield
 
 
+WORKLOADS = {
+    "model": "detprof.profiler.workloads:model_training",
+    "op": "detprof.kernels_bench.ops:op_benchmark",
+}
+
+
+def _workload(name: str) -> Callable[[dict[str, Any]], tuple[Callable[[], None], dict[str, Any]]]:
+    module, _, attr = WORKLOADS[name].partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
 def run(spec: dict[str, Any]) -> dict[str, Any]:
     settings = DeterminismSettings(spec["mode"], int(spec["seed"]), bool(spec["xla"]))
     result: dict[str, Any] = {"settings": apply(settings), "versions": software_versions()}
-    import keras
-    import numpy as np
     import tensorflow as tf
 
-    from detprof.models import registry
-
-    model_spec = registry.get(spec["model"])
-    shape = tuple(spec["input_shape"] or model_spec.input_shape)
-    classes = int(spec["classes"] or model_spec.classes)
-    result.update(input_shape=list(shape), classes=classes)
     tracer = _StepTracer(spec["in_process"], spec.get("trace_path"), bool(spec.get("nvtx_steps")))
     try:
-        model = model_spec.build(shape, classes)
-        model.compile(
-            optimizer=keras.optimizers.SGD(learning_rate=0.01),
-            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-            jit_compile=settings.xla,
-        )
-        rng = np.random.default_rng(settings.seed)
-        x = tf.constant(rng.standard_normal((spec["batch_size"], *shape), dtype=np.float32))
-        y = tf.constant(rng.integers(0, classes, size=spec["batch_size"]), dtype=tf.int32)
+        step, facts = _workload(spec["workload"])(spec)
+        result.update(facts)
         for _ in range(spec["warmup"]):
-            model.train_on_batch(x, y)
+            step()
         step_wall_ns: list[int] = []
         window_start = time.monotonic()
         tracer.start()
@@ -102,7 +99,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
             for i in range(spec["steps"]):
                 with tracer.step(i):
                     t0 = time.perf_counter_ns()
-                    model.train_on_batch(x, y)
+                    step()
                     step_wall_ns.append(time.perf_counter_ns() - t0)
         finally:
             tracer.stop()
@@ -111,23 +108,18 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
             reason=None,
             step_wall_ns=step_wall_ns,
             measured_window_monotonic=[window_start, time.monotonic()],
-            parameters=int(model.count_params()),
         )
     except tf.errors.UnimplementedError as exc:
         result.update(status="unsupported", reason=_first_line(exc))
-    except tf.errors.ResourceExhaustedError as exc:
-        result.update(status="failed", reason=f"out of memory: {_first_line(exc)}")
-    except MemoryError as exc:
+    except (tf.errors.ResourceExhaustedError, MemoryError) as exc:
         result.update(status="failed", reason=f"out of memory: {_first_line(exc)}")
     except Exception as exc:
+        traceback.print_exc()
         if settings.xla and settings.deterministic:
-            result.update(
-                status="unsupported",
-                reason=f"XLA cannot compile this model deterministically: {_first_line(exc)}",
-            )
+            reason = f"XLA cannot compile this deterministically: {_first_line(exc)}"
+            result.update(status="unsupported", reason=reason)
         else:
             result.update(status="failed", reason=_first_line(exc))
-        traceback.print_exc()
     return result
 
 

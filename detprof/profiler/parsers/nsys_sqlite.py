@@ -5,20 +5,22 @@ The export schema drifts between Nsight Systems releases and tables are created 
 name and anything optional may be absent.
 
 Kernel launches are the bulk of a file (millions in a long run) and must load within the
-speed budget of issue 2, so they are read with the ADBC SQLite driver straight into Arrow,
-split into rowid ranges read by parallel threads (the driver releases the GIL), and the
-integer name ids become pandas Categoricals whose categories are only the strings used:
-no Python object is created per launch. The small tables (devices, memory, NVTX) go
-through the standard library.
+time and memory budget of issue 2 (1M launches: <= 1 s, < 500 MB). So they are read with
+the ADBC SQLite driver as Arrow batches, by parallel threads over rowid ranges (the driver
+releases the GIL), streamed into preallocated numpy arrays; the integer name ids become
+pandas Categoricals whose categories are only the strings used. No Python object is
+created per launch. The small tables (devices, memory, NVTX) go through the standard
+library.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import sqlite3
-from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
@@ -152,6 +154,12 @@ def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
     return {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
 
 
+@dataclass
+class _IntColumn:
+    values: np.ndarray
+    null: np.ndarray
+
+
 def _kernels(conn: sqlite3.Connection, uri: str, shown: str) -> pd.DataFrame:
     cols = _columns(conn, KERNEL_TABLE)
     if not {"start", "end"} <= cols:
@@ -159,75 +167,100 @@ def _kernels(conn: sqlite3.Connection, uri: str, shown: str) -> pd.DataFrame:
     name_col = "demangledName" if "demangledName" in cols else "shortName"
     if name_col not in cols:
         raise InputError(f"{shown}: {KERNEL_TABLE} has neither demangledName nor shortName")
-    select = ['start AS start_ns', '"end" - start AS dur_ns', f"{name_col} AS name"]
+    select = {"start_ns": "start", "dur_ns": '"end" - start', "name": name_col}
     if "shortName" in cols:
-        select.append("shortName AS short_name")
-    select += [f"{src} AS {dst}" for dst, src in _KERNEL_INT_COLUMNS.items() if src in cols]
-    arrow = _read_arrow(conn, uri, KERNEL_TABLE, select, shown)
+        select["short_name"] = "shortName"
+    select.update({dst: src for dst, src in _KERNEL_INT_COLUMNS.items() if src in cols})
+    data = _read_int_columns(conn, uri, KERNEL_TABLE, select, shown)
 
-    frame: dict[str, object] = {}
-    for field in arrow.schema.names:
-        column = arrow.column(field)
-        if field in ("name", "short_name"):
-            frame[field] = _names(conn, column)
-        elif field in ("start_ns", "dur_ns"):
-            if column.null_count:
-                raise InputError(f"{shown}: {KERNEL_TABLE} has kernels without start or end time")
-            frame[field] = column.to_numpy()
-        else:
-            frame[field] = pd.array(column, dtype="Int64")
-    del arrow
-    frame["op"] = pd.array(pa.nulls(len(frame["start_ns"]), pa.large_string()), dtype="string")
-    if "short_name" not in frame:
-        frame["short_name"] = frame["name"]
-    return conform(pd.DataFrame(frame), KERNEL_DTYPES)
+    start, dur = data.pop("start_ns"), data.pop("dur_ns")
+    if start.null.any() or dur.null.any():
+        raise InputError(f"{shown}: {KERNEL_TABLE} has kernels without start or end time")
+    frame: dict[str, object] = {"start_ns": start.values, "dur_ns": dur.values}
+    frame["name"] = _names(conn, data.pop("name"))
+    frame["short_name"] = _names(conn, data.pop("short_name")) if "short_name" in data else frame["name"]
+    for field, column in data.items():
+        frame[field] = pd.arrays.IntegerArray(column.values, column.null)
+    frame["op"] = pd.array(pa.nulls(len(start.values), pa.large_string()), dtype="string")
+    return conform(pd.DataFrame(frame, copy=False), KERNEL_DTYPES)
 
 
-def _read_arrow(
-    conn: sqlite3.Connection, uri: str, table: str, select: list[str], shown: str
-) -> pa.Table:
-    """All rows of ``table`` as int64 Arrow columns, read by parallel rowid ranges."""
+def _read_int_columns(
+    conn: sqlite3.Connection, uri: str, table: str, select: dict[str, str], shown: str
+) -> dict[str, _IntColumn]:
+    """Integer expressions over all rows of ``table``, read by parallel rowid ranges.
+
+    Each reader streams its range batch by batch into its slice of preallocated arrays,
+    so peak memory is the result plus a few batches, however many rows there are.
+    """
     import adbc_driver_manager
     import adbc_driver_sqlite.dbapi
 
     lo, hi = conn.execute(f"SELECT min(rowid), max(rowid) FROM {table}").fetchone()
-    if lo is None:
-        return pa.table({name.rsplit(" AS ", 1)[1]: pa.array([], pa.int64()) for name in select})
-    rows = hi - lo + 1
-    readers = max(1, min(os.cpu_count() or 1, _MAX_READERS, rows // _PARALLEL_MIN_ROWS))
-    edges = np.linspace(lo, hi + 1, readers + 1).astype(np.int64)
-    query = f"SELECT {', '.join(select)} FROM {table} WHERE rowid >= {{}} AND rowid < {{}}"
+    bounds: list[tuple[int, int]] = []
+    if lo is not None:
+        readers = max(1, min(os.cpu_count() or 1, _MAX_READERS, (hi - lo + 1) // _PARALLEL_MIN_ROWS))
+        edges = np.linspace(lo, hi + 1, readers + 1).astype(np.int64)
+        bounds = [(int(a), int(b)) for a, b in itertools.pairwise(edges)]
+    counts = [
+        conn.execute(f"SELECT count(*) FROM {table} WHERE rowid >= ? AND rowid < ?", b).fetchone()[0]
+        for b in bounds
+    ]
+    offsets = [0, *itertools.accumulate(counts)]
+    out = {name: _IntColumn(np.zeros(offsets[-1], np.int64), np.zeros(offsets[-1], bool)) for name in select}
+    exprs = ", ".join(f"{expr} AS {name}" for name, expr in select.items())
+    query = f"SELECT {exprs} FROM {table} WHERE rowid >= {{}} AND rowid < {{}}"
 
-    def read(bounds: tuple[int, int]) -> pa.Table:
+    def read(part: int) -> None:
+        at, stop = offsets[part], offsets[part + 1]
         with adbc_driver_sqlite.dbapi.connect(uri) as adbc, adbc.cursor() as cur:
             cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": _ADBC_BATCH_ROWS})
-            cur.execute(query.format(*bounds))
-            return cur.fetch_arrow_table()
+            cur.execute(query.format(*bounds[part]))
+            for batch in cur.fetch_record_batch():
+                n = batch.num_rows
+                if at + n > stop:
+                    break
+                for name, column in zip(batch.schema.names, batch.columns, strict=True):
+                    _store(out[name], slice(at, at + n), column, f"{shown}: {table}.{select[name]}")
+                at += n
+        if at != stop:
+            raise InputError(f"{shown}: {table} changed while it was being read")
 
-    bounds = [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:], strict=True)]
     try:
-        with ThreadPoolExecutor(readers) as pool:
-            parts = list(pool.map(read, bounds))
-        schema = pa.schema([(name, pa.int64()) for name in parts[0].schema.names])
-        return pa.concat_tables([part.cast(schema) for part in parts])
+        with ThreadPoolExecutor(max(1, len(bounds))) as pool:
+            list(pool.map(read, range(len(bounds))))
     except (adbc_driver_manager.Error, OSError, pa.ArrowException) as exc:
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise InputError(f"{shown}: cannot read {table} ({message})") from None
+    return out
 
 
-def _names(conn: sqlite3.Connection, ids: pa.ChunkedArray) -> pd.Categorical:
+def _store(target: _IntColumn, rows: slice, column: pa.Array, where: str) -> None:
+    if pa.types.is_null(column.type):
+        target.null[rows] = True
+        return
+    if not pa.types.is_integer(column.type):
+        raise InputError(f"{where} holds {column.type} values where integers belong")
+    if column.null_count:
+        target.null[rows] = column.is_null().to_numpy(zero_copy_only=False)
+        column = pc.fill_null(column, 0)
+    target.values[rows] = column.to_numpy(zero_copy_only=False)
+
+
+def _names(conn: sqlite3.Connection, ids: _IntColumn) -> pd.Categorical:
     """StringIds ids -> a Categorical of their strings, one string object per distinct id."""
-    encoded = pc.dictionary_encode(ids, null_encoding="encode").combine_chunks()
-    distinct = encoded.dictionary.to_pylist()
-    strings = _strings(conn, distinct)
-    values = [_UNNAMED if i is None else strings.get(i, f"<string id {i}>") for i in distinct]
+    codes, distinct = pd.factorize(pd.arrays.IntegerArray(ids.values, ids.null))
+    wanted = [int(i) for i in distinct]
+    strings = _strings(conn, wanted)
+    values = [strings.get(i, f"<string id {i}>") for i in wanted]
+    if ids.null.any():
+        codes = np.where(codes < 0, len(values), codes)
+        values.append(_UNNAMED)
     categories, remap = np.unique(np.array(values, dtype=object), return_inverse=True)
-    codes = remap.astype(np.int32)[encoded.indices.to_numpy(zero_copy_only=False)]
-    return pd.Categorical.from_codes(codes, categories=pd.Index(categories, dtype="string"))
+    return pd.Categorical.from_codes(remap[codes], categories=pd.Index(categories, dtype=object))
 
 
-def _strings(conn: sqlite3.Connection, ids: Iterable[int | None]) -> dict[int, str]:
-    wanted = [i for i in ids if i is not None]
+def _strings(conn: sqlite3.Connection, wanted: list[int]) -> dict[int, str]:
     found: dict[int, str] = {}
     for start in range(0, len(wanted), _STRING_LOOKUP_CHUNK):
         chunk = wanted[start : start + _STRING_LOOKUP_CHUNK]

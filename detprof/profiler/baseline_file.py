@@ -1,0 +1,349 @@
+"""The baseline file ``detprof check`` compares against, and the environment fingerprint in it.
+
+A baseline is plain JSON with a ``schema_version``; it is parsed with ``json`` and
+validated field by field, so nothing executable is ever loaded from it, and every defect
+is one line naming the file and the field. A newer schema is refused rather than half
+understood.
+
+The fingerprint records what makes two overhead measurements comparable: the GPU, its
+driver, the CUDA and cuDNN TensorFlow was built against, TensorFlow, Keras and detprof,
+the determinism settings in effect in each mode, and a hash of the measurement
+configuration. The hash leaves out the repeat count (it changes only the precision, which
+the interval accounts for), the model list (models are matched one by one, and a missing
+one is reported) and the preset name (its values are in the configuration already).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from detprof.errors import InputError
+from detprof.profiler.regression import ModelSample, SweepSamples, baseline_models, samples_from_records
+from detprof.store import ResultsStore, atomic_write_bytes, config_hash, find_studies
+
+SCHEMA_VERSION = 1
+KIND = "detprof-baseline"
+UNHASHED_CONFIG_KEYS = frozenset({"repeats", "models", "preset"})
+FINGERPRINT_FIELDS: tuple[str, ...] = (
+    "gpu_name",
+    "gpu_label",
+    "driver",
+    "cuda_driver",
+    "cuda",
+    "cudnn",
+    "tensorflow",
+    "keras",
+    "detprof",
+    "determinism",
+    "config_hash",
+)
+_SOURCES: dict[str, tuple[str, str]] = {
+    "gpu_name": ("device", "name"),
+    "gpu_label": ("device", "label"),
+    "driver": ("device", "driver"),
+    "cuda_driver": ("device", "cuda_driver"),
+    "cuda": ("versions", "cuda_build"),
+    "cudnn": ("versions", "cudnn_build"),
+    "tensorflow": ("versions", "tensorflow"),
+    "keras": ("versions", "keras"),
+    "detprof": ("versions", "detprof"),
+}
+
+
+@dataclass(frozen=True)
+class SweepResults:
+    """A sweep's manifest and records, as the check reads them."""
+
+    path: Path
+    manifest: dict[str, Any]
+    records: list[dict[str, Any]]
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return dict(self.manifest.get("config") or {})
+
+    def samples(self) -> SweepSamples:
+        return samples_from_records(self.records)
+
+
+def read_sweep(path: Path) -> SweepResults:
+    """The sweep in a results directory (or its ``sweep/`` folder), refusing one without repeats."""
+    stores = [s for s in find_studies(Path(path)) if s.kind == "sweep"]
+    if not stores:
+        raise InputError(f"{path}: holds no sweep results (run detprof sweep --out {path})")
+    store: ResultsStore = stores[0]
+    manifest = store.manifest()
+    records = list(store.records())
+    for index, record in enumerate(records):
+        _check_record(record, store.dir / "runs", index)
+    if not records:
+        raise InputError(f"{path}: the sweep has no run records yet")
+    repeats = manifest.get("config", {}).get("repeats")
+    if isinstance(repeats, int) and repeats < 2:
+        raise InputError(
+            f"{path}: the sweep ran {repeats} repeat per model and mode; R < 2 cannot give an interval: "
+            "rerun it with --repeats 3 or more (3-10 recommended)"
+        )
+    return SweepResults(Path(path), manifest, records)
+
+
+def _check_record(record: Any, where: Path, index: int) -> None:
+    """The fields the check relies on; anything else in a record is optional to it."""
+    if not isinstance(record, dict):
+        raise InputError(f"{where}: run record #{index + 1} is not a JSON object")
+    name = record.get("run_id", f"#{index + 1}")
+    for key, kind in (("model", str), ("mode", str), ("repeat", int), ("status", str)):
+        if not isinstance(record.get(key), kind) or isinstance(record.get(key), bool):
+            raise InputError(f"{where}: run record {name} has no valid {key!r}")
+    for key in ("wall_ns_per_step", "kernel_ns_per_step"):
+        value = record.get(key)
+        if value is not None and not _finite_number(value):
+            raise InputError(f"{where}: run record {name} has a non-numeric {key!r}: {value!r}")
+
+
+def measurement_config_hash(config: Mapping[str, Any]) -> str:
+    return config_hash({k: v for k, v in config.items() if k not in UNHASHED_CONFIG_KEYS})
+
+
+def fingerprint(config: Mapping[str, Any], records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """The environment of the completed runs; a field the runs disagree on lists every value."""
+    ok = [r for r in records if r.get("status") == "ok"]
+    result: dict[str, Any] = {}
+    for name, (section, key) in _SOURCES.items():
+        result[name] = _uniform((r.get(section) or {}).get(key) for r in ok)
+    result["determinism"] = {
+        mode: _uniform(_settings(r) for r in ok if r.get("mode") == mode)
+        for mode in ("default", "deterministic")
+    }
+    result["config_hash"] = measurement_config_hash(config)
+    return result
+
+
+def _settings(record: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in (record.get("settings") or {}).items() if k != "mode"}
+
+
+def _uniform(values: Iterable[Any]) -> Any:
+    distinct: dict[str, Any] = {}
+    for value in values:
+        distinct.setdefault(json.dumps(value, sort_keys=True, default=str), value)
+    if len(distinct) <= 1:
+        return next(iter(distinct.values()), None)
+    return [distinct[key] for key in sorted(distinct)]
+
+
+@dataclass(frozen=True)
+class FieldDifference:
+    field: str
+    baseline: Any
+    current: Any
+
+    def describe(self) -> str:
+        return f"{self.field}: {_show(self.baseline)} -> {_show(self.current)}"
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def fingerprint_differences(baseline: Mapping[str, Any], current: Mapping[str, Any]) -> list[FieldDifference]:
+    """Every fingerprint field that differs, nested settings named by their dotted path."""
+    flat_b, flat_c = _flatten(baseline), _flatten(current)
+    fields = [f for f in FINGERPRINT_FIELDS if f not in ("determinism",)]
+    order = fields + sorted(k for k in set(flat_b) | set(flat_c) if k.startswith("determinism."))
+    return [
+        FieldDifference(key, flat_b.get(key), flat_c.get(key))
+        for key in order
+        if flat_b.get(key) != flat_c.get(key)
+    ]
+
+
+@dataclass(frozen=True)
+class EnvironmentCheck:
+    """The fingerprint comparison, and whether the user accepted a change (--allow-env-change)."""
+
+    differences: tuple[FieldDifference, ...]
+    allowed: bool
+
+    @property
+    def comparable(self) -> bool:
+        return not self.differences or self.allowed
+
+
+def check_environment(
+    baseline: Mapping[str, Any], current: Mapping[str, Any], *, allow: bool
+) -> EnvironmentCheck:
+    return EnvironmentCheck(tuple(fingerprint_differences(baseline, current)), allow)
+
+
+def _flatten(obj: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in obj.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            flat.update(_flatten(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def build_baseline(sweep: SweepResults) -> dict[str, Any]:
+    samples = sweep.samples()
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": KIND,
+        "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "source": {"results": str(sweep.path), "command": sweep.manifest.get("command")},
+        "fingerprint": fingerprint(sweep.config, sweep.records),
+        "config": sweep.config,
+        "models": baseline_models(samples, str(sweep.path)),
+        "unsupported": dict(samples.unsupported),
+    }
+
+
+def write_baseline(path: Path, document: Mapping[str, Any]) -> None:
+    data = json.dumps(document, indent=2, sort_keys=True, allow_nan=False) + "\n"
+    try:
+        atomic_write_bytes(Path(path), data.encode())
+    except OSError as exc:
+        raise InputError(f"{path}: cannot write the baseline ({exc.strerror or exc})") from exc
+
+
+@dataclass(frozen=True)
+class Baseline:
+    path: Path
+    document: dict[str, Any]
+
+    @property
+    def fingerprint(self) -> dict[str, Any]:
+        return self.document["fingerprint"]
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return self.document["config"]
+
+    @property
+    def unsupported(self) -> dict[str, str]:
+        return self.document.get("unsupported", {})
+
+    def samples(self) -> dict[str, ModelSample]:
+        result = {}
+        for model, entry in self.document["models"].items():
+            shape = entry.get("input_shape")
+            result[model] = ModelSample(
+                wall=tuple(entry["wall_log_ratios"]),
+                kernel=tuple(entry.get("kernel_log_ratios") or ()),
+                steps=entry.get("steps"),
+                warmup=entry.get("warmup"),
+                batch_size=entry.get("batch_size"),
+                input_shape=tuple(shape) if shape is not None else None,
+            )
+        return result
+
+
+def read_baseline(path: Path) -> Baseline:
+    """A validated baseline; any defect is one InputError line naming the file and the field."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(
+            f"{path}: no such baseline file (create one with: detprof baseline RESULTS_DIR -o {path})"
+        )
+    try:
+        text = path.read_text(encoding="utf-8")
+        document = json.loads(text, parse_constant=_reject_constant)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read the baseline ({exc.strerror or exc})") from exc
+    except RecursionError as exc:
+        raise InputError(f"{path}: malformed baseline (nested too deeply)") from exc
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not a detprof baseline (not UTF-8 text)") from exc
+    except json.JSONDecodeError as exc:
+        reason = f"invalid JSON: {exc.msg} at line {exc.lineno}"
+        raise InputError(f"{path}: not a detprof baseline ({reason})") from exc
+    except ValueError as exc:
+        raise InputError(f"{path}: malformed baseline ({exc})") from exc
+    validate(document, path)
+    return Baseline(path, document)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number a baseline may hold")
+
+
+def validate(document: Any, path: Path) -> None:
+    def bad(message: str) -> InputError:
+        return InputError(f"{path}: malformed baseline: {message}")
+
+    if not isinstance(document, dict) or "schema_version" not in document:
+        raise InputError(
+            f"{path}: not a detprof baseline (no schema_version; create one with detprof baseline)"
+        )
+    version = document["schema_version"]
+    if not _is_int(version) or version < 1:
+        raise bad(f"schema_version must be a positive integer, not {_show(version)}")
+    if version > SCHEMA_VERSION:
+        raise InputError(
+            f"{path}: baseline schema version {version} is newer than this detprof reads ({SCHEMA_VERSION}): "
+            "upgrade detprof, or rebuild the baseline with this version"
+        )
+    if document.get("kind") != KIND:
+        raise bad(f"kind must be {KIND!r}, not {_show(document.get('kind'))}")
+    fp = document.get("fingerprint")
+    if not isinstance(fp, dict):
+        raise bad("fingerprint must be an object")
+    for name in FINGERPRINT_FIELDS:
+        if name not in fp:
+            raise bad(f"fingerprint.{name} is missing")
+    if not isinstance(fp["config_hash"], str):
+        raise bad("fingerprint.config_hash must be a string")
+    if not isinstance(document.get("config"), dict):
+        raise bad("config must be an object")
+    unsupported = document.get("unsupported", {})
+    if not isinstance(unsupported, dict) or not all(isinstance(v, str) for v in unsupported.values()):
+        raise bad("unsupported must map model names to reasons")
+    models = document.get("models")
+    if not isinstance(models, dict) or not models:
+        raise bad("models must be a non-empty object")
+    for model, entry in models.items():
+        _validate_model(model, entry, bad)
+
+
+def _validate_model(model: str, entry: Any, bad: Any) -> None:
+    where = f"models.{model}"
+    if not isinstance(entry, dict):
+        raise bad(f"{where} must be an object")
+    wall = entry.get("wall_log_ratios")
+    if not _numbers(wall) or len(wall) < 2:
+        raise bad(
+            f"{where}.wall_log_ratios must be a list of at least 2 finite numbers (R < 2 gives no interval)"
+        )
+    kernel = entry.get("kernel_log_ratios")
+    if kernel is not None and not _numbers(kernel):
+        raise bad(f"{where}.kernel_log_ratios must be null or a list of finite numbers")
+    for key in ("repeats", "steps", "warmup", "batch_size"):
+        value = entry.get(key)
+        if value is not None and not _is_int(value):
+            raise bad(f"{where}.{key} must be an integer or null")
+    shape = entry.get("input_shape")
+    if shape is not None and not (isinstance(shape, list) and all(_is_int(v) for v in shape)):
+        raise bad(f"{where}.input_shape must be a list of integers or null")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _finite_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _numbers(value: Any) -> bool:
+    return isinstance(value, list) and all(_finite_number(v) for v in value)

@@ -1,0 +1,277 @@
+"""``detprof baseline`` and ``detprof check``: fail CI when determinism gets more expensive.
+
+The statistics live in ``detprof.profiler.regression``, the file format and fingerprint in
+``detprof.profiler.baseline_file`` and the outputs in ``detprof.reports.ci_outputs``; this
+module only reads options, wires them together and maps the outcome to an exit code.
+Imports happen inside the commands so that ``detprof --help`` stays fast.
+
+``check --run`` measures afresh with the baseline's own sweep configuration unless an
+option overrides it: re-measuring what the baseline measured is the only comparison that
+needs no ``--allow-env-change``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from detprof.errors import INPUT_EXIT, InputError, UsageError
+
+if TYPE_CHECKING:
+    from detprof.profiler.baseline_file import Baseline, EnvironmentCheck
+    from detprof.profiler.regression import Comparison
+
+REGRESSION_EXIT = 1
+
+CHECK_HELP = (
+    "Compare each model's determinism overhead with a baseline; fail on a regression.\n\n"
+    "The change is current overhead / baseline overhead (overhead = deterministic / default time per "
+    "step: kernel time when both sides traced kernels, else wall time). Its interval is a one-sided "
+    "Welch t-interval on the per-repeat log ratios, sound for 3-10 repeats per side (2 work, widely); "
+    "with several models, Holm's step-down controls the family-wise error. REGRESSED: lower bound "
+    "above 1 + threshold. IMPROVED: upper bound below 1/(1 + threshold). INCONCLUSIVE: point estimate "
+    "beyond the threshold, interval across it.\n\n"
+    "Exit codes: 0 no regression (inconclusive and missing models warn); 1 a regression (or, with "
+    "--strict, an inconclusive or missing model); 2 usage error; 3 not comparable (fingerprint differs; "
+    "--allow-env-change overrides with a warning), unusable input, or a measurement that failed."
+)
+
+
+def baseline(
+    results: Annotated[Path, typer.Argument(help="Results directory of a completed sweep (sweep --out).")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Baseline file to write (plain JSON).")] = Path(
+        "detprof-baseline.json"
+    ),
+) -> None:
+    """Save a sweep's per-repeat overheads and environment as the reference for detprof check."""
+    from detprof.profiler.baseline_file import build_baseline, read_sweep, write_baseline
+
+    document = build_baseline(read_sweep(results))
+    write_baseline(output, document)
+    fp = document["fingerprint"]
+    repeats = sorted({entry["repeats"] for entry in document["models"].values()})
+    typer.echo(
+        f"baseline: {len(document['models'])} model(s), {'/'.join(map(str, repeats))} repeats, "
+        f"GPU {fp['gpu_name'] or fp['gpu_label']}, TensorFlow {fp['tensorflow']}, "
+        f"config {fp['config_hash']} -> {output}"
+    )
+    for model, reason in document["unsupported"].items():
+        typer.echo(f"  {model}: not supported under determinism, recorded as such ({reason})")
+
+
+def check(
+    baseline_file: Annotated[
+        Path | None, typer.Option("--baseline", help="Baseline file written by detprof baseline.")
+    ] = None,
+    current: Annotated[
+        Path | None, typer.Option(help="Results directory of the sweep to check (detprof sweep --out).")
+    ] = None,
+    run: Annotated[bool, typer.Option("--run", help="Run the sweep now, as the baseline's unless overridden.")] = False,
+    threshold: Annotated[
+        float, typer.Option(help="Tolerated rise of the overhead, as a fraction (0.10 = 10%).")
+    ] = 0.10,
+    confidence: Annotated[
+        float, typer.Option(help="1 - family-wise error rate per direction (Holm across models).")
+    ] = 0.95,
+    strict: Annotated[bool, typer.Option(help="Fail (exit 1) on INCONCLUSIVE and missing models.")] = False,
+    allow_env_change: Annotated[
+        bool, typer.Option(help="Compare even if the environment fingerprint differs (warns).")
+    ] = False,
+    junit: Annotated[Path | None, typer.Option(help="Write JUnit XML, one test case per model.")] = None,
+    github: Annotated[
+        bool, typer.Option(help="Append a table to $GITHUB_STEP_SUMMARY; print ::error/::warning lines.")
+    ] = False,
+    bmf: Annotated[Path | None, typer.Option(help="Write Bencher Metric Format JSON.")] = None,
+    benchmark_json: Annotated[
+        Path | None, typer.Option(help="Write github-action-benchmark customSmallerIsBetter JSON.")
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="--run: results directory (default results/check-<UTC time>).")
+    ] = None,
+    models: Annotated[str | None, typer.Option(help="--run: comma-separated models.")] = None,
+    repeats: Annotated[int | None, typer.Option(help="--run: repeats per model and mode (3-10).")] = None,
+    steps: Annotated[int | None, typer.Option(help="--run: measured steps per run.")] = None,
+    warmup: Annotated[int | None, typer.Option(help="--run: warm-up steps.")] = None,
+    batch_size: Annotated[int | None, typer.Option(help="--run: batch size.")] = None,
+    input_size: Annotated[int | None, typer.Option(help="--run: square input size in pixels.")] = None,
+    tracer: Annotated[str | None, typer.Option(help="--run: auto | nsys | nvprof | tf | none.")] = None,
+    gpu: Annotated[str | None, typer.Option(help="--run: GPU label, checked against the device.")] = None,
+    force: Annotated[bool, typer.Option(help="--run: accept a --gpu label unlike the device.")] = False,
+    xla: Annotated[bool | None, typer.Option("--xla/--no-xla", help="--run: XLA in both modes.")] = None,
+    seed: Annotated[int | None, typer.Option(help="--run: seed set in both modes.")] = None,
+    run_timeout: Annotated[float | None, typer.Option(help="--run: seconds before a run is stopped.")] = None,
+) -> None:
+    """Compare each model's determinism overhead with the baseline's (help: CHECK_HELP)."""
+    from detprof.profiler.baseline_file import check_environment, fingerprint, read_baseline, read_sweep
+    from detprof.profiler.regression import compare
+
+    if baseline_file is None:
+        raise UsageError("detprof check needs --baseline FILE (written by detprof baseline)")
+    if (current is None) == (not run):
+        raise UsageError("give exactly one of --current RESULTS_DIR or --run")
+    sweep_options = {
+        "out": out,
+        "models": models,
+        "repeats": repeats,
+        "steps": steps,
+        "warmup": warmup,
+        "batch_size": batch_size,
+        "input_size": input_size,
+        "tracer": tracer,
+        "gpu": gpu,
+        "xla": xla,
+        "seed": seed,
+        "run_timeout": run_timeout,
+    }
+    if not run and (force or any(v is not None for v in sweep_options.values())):
+        used = sorted(k.replace("_", "-") for k, v in sweep_options.items() if v is not None) or ["force"]
+        raise UsageError(f"--{', --'.join(used)} only apply with --run")
+    if not threshold > 0:
+        raise UsageError(f"--threshold must be a positive fraction (0.10 = 10%), not {threshold}")
+    if not 0.5 < confidence < 1:
+        raise UsageError(f"--confidence must lie between 0.5 and 1 (exclusive), not {confidence}")
+
+    reference = read_baseline(baseline_file)
+    results_dir = current if current is not None else _run_sweep(reference, sweep_options, force=force)
+    sweep = read_sweep(results_dir)
+    env = check_environment(reference.fingerprint, fingerprint(sweep.config, sweep.records), allow=allow_env_change)
+    title = f"detprof check: {baseline_file} vs {results_dir}"
+    if not env.comparable:
+        _report(None, env, strict=strict, title=title, junit=junit, github=github)
+        fields = ", ".join(d.field for d in env.differences)
+        raise InputError(
+            f"environment differs from the baseline ({fields}): overheads are not comparable; "
+            "rebuild the baseline here, or pass --allow-env-change",
+        )
+    current_samples = sweep.samples()
+    known = set(reference.samples()) | set(reference.unsupported)
+    if not known & current_samples.models:
+        raise InputError(
+            f"no model in common: the baseline has {', '.join(sorted(known))}; "
+            f"{results_dir} has {', '.join(sorted(current_samples.models))}"
+        )
+    comparison = compare(
+        reference.samples(),
+        current_samples,
+        threshold=threshold,
+        confidence=confidence,
+        baseline_unsupported=reference.unsupported,
+    )
+    _report(comparison, env, strict=strict, title=title, junit=junit, github=github)
+    _write_json(bmf, benchmark_json, comparison)
+    code = exit_code(comparison, env, strict=strict)
+    if code:
+        raise typer.Exit(code)
+
+
+def exit_code(comparison: Comparison, env: EnvironmentCheck, *, strict: bool) -> int:
+    """3 if not comparable; 1 on a regression; 3 if a measurement failed; 1 on what --strict fails."""
+    from detprof.profiler.regression import Verdict, severity
+
+    if not env.comparable:
+        return INPUT_EXIT
+    if comparison.having(Verdict.REGRESSED):
+        return REGRESSION_EXIT
+    levels = {severity(r, strict=strict) for r in comparison.results}
+    if "error" in levels:
+        return INPUT_EXIT
+    if "failure" in levels:
+        return REGRESSION_EXIT
+    return 0
+
+
+def _report(
+    comparison: Comparison | None,
+    env: EnvironmentCheck,
+    *,
+    strict: bool,
+    title: str,
+    junit: Path | None,
+    github: bool,
+) -> None:
+    import os
+
+    from detprof.profiler.regression import severity
+    from detprof.reports import ci_outputs
+
+    ci_outputs.print_console(comparison, env, strict=strict, title=title)
+    if env.differences and env.allowed:
+        fields = ", ".join(d.field for d in env.differences)
+        typer.echo(f"detprof: warning: environment differs from the baseline ({fields}); compared", err=True)
+    if comparison is not None:
+        for result in comparison.results:
+            if severity(result, strict=strict) == "warning":
+                typer.echo(f"detprof: warning: {ci_outputs.describe(result, comparison.threshold)}", err=True)
+    if junit is not None:
+        _write(junit, ci_outputs.junit_xml(comparison, env, strict=strict))
+    if github:
+        for line in ci_outputs.github_annotations(comparison, env, strict=strict):
+            typer.echo(line)
+        summary = os.environ.get("GITHUB_STEP_SUMMARY")
+        if summary:
+            try:
+                with open(summary, "a", encoding="utf-8") as fh:
+                    fh.write(ci_outputs.github_summary(comparison, env, strict=strict))
+            except OSError as exc:
+                reason = exc.strerror or exc
+                raise UsageError(f"{summary}: cannot append the step summary ({reason})") from exc
+        else:
+            typer.echo("detprof: note: GITHUB_STEP_SUMMARY is not set; no step summary written", err=True)
+
+
+def _write_json(bmf: Path | None, benchmark_json: Path | None, comparison: Comparison) -> None:
+    from detprof.reports import ci_outputs
+
+    if bmf is not None:
+        _write(bmf, _json_bytes(ci_outputs.bmf_document(comparison)))
+    if benchmark_json is not None:
+        _write(benchmark_json, _json_bytes(ci_outputs.benchmark_json(comparison)))
+
+
+def _json_bytes(obj: Any) -> bytes:
+    return (json.dumps(obj, indent=2, allow_nan=False) + "\n").encode()
+
+
+def _write(path: Path, data: bytes) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot write ({exc.strerror or exc})") from exc
+
+
+def _run_sweep(reference: Baseline, options: dict[str, Any], *, force: bool) -> Path:
+    """Run ``detprof sweep`` with the baseline's configuration, options overriding it; returns --out."""
+    import datetime as dt
+
+    from detprof.profiler.sweep_command import sweep
+
+    config = reference.config
+
+    def pick(key: str, config_key: str | None = None) -> Any:
+        value = options[key]
+        return value if value is not None else config.get(config_key or key)
+
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    out = options["out"] or Path("results") / f"check-{stamp}"
+    sweep(
+        models=options["models"] or ",".join(config.get("models") or []) or None,
+        preset=config.get("preset"),
+        gpu=pick("gpu", "gpu_label"),
+        force=force,
+        tracer=pick("tracer") or "auto",
+        steps=pick("steps"),
+        warmup=pick("warmup"),
+        repeats=pick("repeats"),
+        batch_size=pick("batch_size"),
+        input_size=pick("input_size"),
+        xla=bool(pick("xla")),
+        seed=int(pick("seed") or 0),
+        out=out,
+        resume=False,
+        run_timeout=options["run_timeout"],
+    )
+    return out
