@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-import shlex
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -28,6 +26,7 @@ from rich.progress import (
 from rich.table import Table
 
 from detprof.errors import UsageError
+from detprof.invocation import command_line
 from detprof.models.registry import PAPER_MODELS
 from detprof.profiler import gpu as gpu_info
 from detprof.profiler.sweep import PRESETS, SweepConfig, SweepProgress, run_sweep
@@ -54,9 +53,7 @@ def _split_models(models: str | None) -> tuple[str, ...] | None:
         return None
     names = tuple(m.strip().lower() for m in models.split(",") if m.strip())
     if not names:
-        raise UsageError(
-            "--models is empty: give a comma-separated list of model names (see `detprof models`)"
-        )
+        raise UsageError("--models is empty: give a comma-separated list of model names (see `detprof models`)")
     return names
 
 
@@ -69,21 +66,15 @@ def format_overhead(overhead: Overhead | None) -> str:
 
 
 def sweep(
-    models: Annotated[
-        str | None, typer.Option(help="Comma-separated model names (see `detprof models`).")
-    ] = None,
+    models: Annotated[str | None, typer.Option(help="Comma-separated model names (see `detprof models`).")] = None,
     preset: Annotated[
         str | None, typer.Option(help="paper | cpu-small (default: cpu-small without a GPU, else paper).")
     ] = None,
     gpu: Annotated[
         str | None,
-        typer.Option(
-            help="GPU label for the results (t4, v100, a100, ..., or cpu); checked against the device."
-        ),
+        typer.Option(help="GPU label for the results (t4, v100, a100, ..., or cpu); checked against the device."),
     ] = None,
-    force: Annotated[
-        bool, typer.Option(help="Accept a --gpu label that does not match the detected device.")
-    ] = False,
+    force: Annotated[bool, typer.Option(help="Accept a --gpu label that does not match the detected device.")] = False,
     tracer: Annotated[str, typer.Option(help="auto | nsys | nvprof | tf | none.")] = "auto",
     steps: Annotated[int | None, typer.Option(help="Measured steps per run (paper: 100).")] = None,
     warmup: Annotated[
@@ -96,13 +87,9 @@ def sweep(
     input_size: Annotated[
         int | None, typer.Option(help="Square input size in pixels (default: the model's own).")
     ] = None,
-    xla: Annotated[
-        bool, typer.Option(help="Compile with XLA in both modes (jit_compile is always pinned).")
-    ] = False,
+    xla: Annotated[bool, typer.Option(help="Compile with XLA in both modes (jit_compile is always pinned).")] = False,
     seed: Annotated[int, typer.Option(help="Seed set in both modes.")] = 0,
-    out: Annotated[
-        Path | None, typer.Option(help="Results directory (default results/<date>-<gpu>).")
-    ] = None,
+    out: Annotated[Path | None, typer.Option(help="Results directory (default results/<date>-<gpu>).")] = None,
     resume: Annotated[bool, typer.Option(help="Continue a sweep in --out, skipping completed runs.")] = False,
     run_timeout: Annotated[
         float | None, typer.Option(help="Seconds after which a run is stopped and recorded as failed.")
@@ -161,19 +148,22 @@ def sweep(
         def on_done(record: dict[str, Any]) -> None:
             bar.advance(task)
             if record["status"] != "ok":
-                bar.console.print(
-                    f"  {record['run_id']}: {record['status']}: {escape(str(record['reason']))}"
-                )
+                bar.console.print(f"  {record['run_id']}: {record['status']}: {escape(str(record['reason']))}")
 
-        run_sweep(
-            config,
-            store,
-            chosen_tracer,
-            device,
-            resume=resume,
-            command=shlex.join(["detprof", *sys.argv[1:]]),
-            progress=SweepProgress(on_start, on_done),
-        )
+        try:
+            run_sweep(
+                config,
+                store,
+                chosen_tracer,
+                device,
+                resume=resume,
+                command=command_line(),
+                progress=SweepProgress(on_start, on_done),
+            )
+        except KeyboardInterrupt:
+            bar.stop()
+            console.print(f"interrupted: every completed run is kept in {escape(str(store.dir))}; --resume continues")
+            raise typer.Exit(130) from None
         bar.update(task, completed=total, description="done")
     print_summary(store)
     console.print(f"results: {escape(str(store.dir))}")

@@ -1,0 +1,147 @@
+"""``detprof stability``: train many copies under chosen noise sources and show what the noise does.
+
+Imports nothing heavy at module level: ``detprof --help`` must not start TensorFlow.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from detprof.invocation import command_line
+from detprof.stability.variants import DEFAULT_VARIANTS, NAMED_VARIANTS
+
+HELP = "Train many copies under chosen noise sources and measure what the noise does to the models."
+
+
+def _fmt(value: float | None, digits: int = 4) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:.{digits}f}"
+
+
+def _pm(stat: dict[str, Any], digits: int = 4) -> str:
+    if stat.get("std") is None:
+        return "-"
+    return f"{_fmt(stat['std'], digits)} +/- {_fmt(stat.get('std_se'), digits)}"
+
+
+def variant_table(v: dict[str, Any]) -> Table:
+    table = Table(show_header=True)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    accuracy, entropy = v["accuracy"], v["cross_entropy"]
+    table.add_row("runs ok / failed", f"{v['runs_ok']} / {v['runs_failed']}")
+    table.add_row("accuracy mean", _fmt(accuracy.get("mean")))
+    table.add_row("accuracy std +/- s.e.", _pm(accuracy))
+    table.add_row("cross-entropy std +/- s.e.", _pm(entropy))
+    table.add_row("churn", _fmt(v["churn"]))
+    table.add_row("l2 (unit-normalized weights)", _fmt(v["l2"]))
+    table.add_row("per-class: max std / accuracy std", _fmt(v["per_class"]["ratio"], 2))
+    table.add_row("Spearman (probabilities)", _fmt(v["spearman"]))
+    table.add_row("ensemble gain", _fmt(v["ensemble_gain"]))
+    table.add_row("CKA (penultimate layer)", _fmt(v["cka"]))
+    table.add_row("distinct final weights", f"{v['distinct_weights']} of {v['runs_ok']}")
+    for group in (v.get("subgroups") or {}).get("groups", []):
+        ratio = _fmt(group.get("accuracy_std_ratio"), 2)
+        table.add_row(f"group {escape(str(group['group']))} (n={group['n']}): acc std / overall", ratio)
+    return table
+
+
+def print_summary(console: Console, summary: dict[str, Any]) -> None:
+    """One table per variant, then the determinism check where it applies."""
+    for v in summary["variants"]:
+        console.print(f"[bold]{escape(v['variant'])}[/]: {escape(v['description'])}")
+        console.print(variant_table(v))
+        check = v["determinism_check"]
+        if check["applicable"]:
+            style = "green" if check["verified"] else "red"
+            console.print(f"[{style}]{escape(check['line'])}[/]")
+        for failure in v["failures"]:
+            console.print(f"[yellow]{escape(failure['run_id'])} failed: {escape(failure['reason'])}[/]")
+        console.print()
+
+
+def stability(
+    model: Annotated[str, typer.Option(help="Model from the registry (see `detprof models`).")] = "smallcnn",
+    dataset: Annotated[
+        str,
+        typer.Option(
+            help="digits | cifar10 | cifar100 | synthetic | npz:PATH "
+            "(arrays x_train, y_train, x_test, y_test, optional groups_test)."
+        ),
+    ] = "digits",
+    variants: Annotated[
+        str, typer.Option(help=f"Comma-separated variants: {', '.join(NAMED_VARIANTS)}.")
+    ] = ",".join(DEFAULT_VARIANTS),
+    runs: Annotated[
+        int | None,
+        typer.Option(help="Runs per variant (default 10; 5 for the embedded smallcnn-on-digits default)."),
+    ] = None,
+    epochs: Annotated[
+        int | None, typer.Option(help="Training epochs per run (default 60, sized for digits).")
+    ] = None,
+    batch_size: Annotated[int, typer.Option(help="Batch size (paper: 128).")] = 128,
+    lr: Annotated[float, typer.Option(help="Adam learning rate (paper: 4e-4).")] = 4e-4,
+    seed: Annotated[
+        int, typer.Option(help="Base seed: fixed sources use it, varying ones derive from it.")
+    ] = 0,
+    jobs: Annotated[
+        int | None, typer.Option(help="Worker processes in parallel (default: usable cores, at most 4).")
+    ] = None,
+    keep_weights: Annotated[bool, typer.Option(help="Also store every run's final weights (npz).")] = False,
+    out: Annotated[
+        Path | None, typer.Option(help="Results directory (default results/<date>-<device>).")
+    ] = None,
+    resume: Annotated[bool, typer.Option(help="Continue a study in --out, skipping completed runs.")] = False,
+    gpu: Annotated[
+        str | None, typer.Option(help="Device label for the results (t4, a100, ..., or cpu); checked.")
+    ] = None,
+    force: Annotated[
+        bool, typer.Option(help="Accept a --gpu label that does not match the detected device.")
+    ] = False,
+) -> None:
+    """Train many copies of a model under chosen noise sources and measure what the noise does."""
+    from detprof.profiler import gpu as gpu_info
+    from detprof.stability import study
+
+    device = gpu_info.choose_device(gpu, force)
+    config = study.StudyConfig(
+        model=model,
+        dataset=dataset,
+        variants=tuple(variants.split(",")),
+        runs=runs if runs is not None else study.default_runs(model, dataset),
+        epochs=epochs if epochs is not None else study.DEFAULT_EPOCHS,
+        batch_size=batch_size,
+        lr=lr,
+        seed=seed,
+        keep_weights=keep_weights,
+    )
+    out = out or study.default_out(device)
+    err = Console(stderr=True)
+    try:
+        outcome = study.run_study(
+            config,
+            out,
+            jobs=jobs if jobs is not None else study.default_jobs(),
+            resume=resume,
+            device=device,
+            command=command_line(),
+            console=err,
+        )
+    except KeyboardInterrupt:
+        err.print(f"interrupted: completed runs are kept in {escape(str(out))}; --resume continues the study")
+        raise
+    print_summary(Console(), outcome.summary)
+    failed = outcome.summary["runs_failed"]
+    note = f" ({failed} failed: rerun with --resume to retry them)" if failed else ""
+    err.print(
+        f"{outcome.ran} runs trained, {outcome.skipped} already done{note}; "
+        f"results in {escape(str(outcome.store.dir))} (summary.json, tables/*.parquet)"
+    )

@@ -1,0 +1,247 @@
+"""The image classification data a stability study trains on, as float32 NHWC arrays.
+
+The split is fixed (never drawn from a run's seeds): every run of every variant is scored
+on the same test examples, which is what makes churn and per-example comparisons mean
+anything. Loading is numpy-only except for the CIFAR downloads (through Keras), so the
+parent process can validate ``--dataset`` without starting TensorFlow.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from detprof.errors import InputError, UsageError
+
+NAMES: tuple[str, ...] = ("digits", "cifar10", "cifar100", "synthetic", "npz:PATH")
+NPZ_PREFIX = "npz:"
+NPZ_REQUIRED = ("x_train", "y_train", "x_test", "y_test")
+
+CIFAR_ORIGINS = {
+    "cifar10": ("cifar-10-batches-py-target", "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"),
+    "cifar100": ("cifar-100-python-target", "https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz"),
+}
+
+SYNTHETIC_SHAPE = (16, 16, 3)
+SYNTHETIC_CLASSES = 10
+SYNTHETIC_TRAIN = 2000
+SYNTHETIC_TEST = 500
+DIGITS_TEST_FRACTION = 0.25
+
+
+@dataclass(frozen=True)
+class Dataset:
+    name: str
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+    classes: int
+    groups_test: np.ndarray | None = None
+    flip_preserves_label: bool = False
+    """Mirror images keep their label (CIFAR objects), unlike digits or arbitrary npz data."""
+
+    @property
+    def input_shape(self) -> tuple[int, int, int]:
+        h, w, c = self.x_train.shape[1:]
+        return int(h), int(w), int(c)
+
+
+def canonical_name(name: str) -> str:
+    """Validate ``--dataset`` without loading anything heavy."""
+    text = name.strip()
+    if text.lower().startswith(NPZ_PREFIX):
+        raw = text[len(NPZ_PREFIX) :].strip()
+        if not raw:
+            raise UsageError("--dataset npz:PATH needs a path after 'npz:'")
+        path = Path(raw).expanduser()
+        if not path.is_file():
+            raise InputError(f"{path}: no such file (--dataset npz:PATH)")
+        return f"{NPZ_PREFIX}{path.resolve()}"
+    key = text.lower()
+    if key not in ("digits", "cifar10", "cifar100", "synthetic"):
+        raise UsageError(f"unknown dataset {name!r}; valid datasets: {', '.join(NAMES)}")
+    return key
+
+
+def load(name: str) -> Dataset:
+    key = canonical_name(name)
+    if key.startswith(NPZ_PREFIX):
+        return load_npz(Path(key[len(NPZ_PREFIX) :]))
+    if key == "digits":
+        return load_digits()
+    if key == "synthetic":
+        return make_synthetic()
+    return load_cifar(key)
+
+
+def load_digits() -> Dataset:
+    from sklearn.datasets import load_digits as sk_load_digits
+    from sklearn.model_selection import train_test_split
+
+    digits = sk_load_digits()
+    x = (digits.images / 16.0).astype(np.float32)[..., np.newaxis]
+    y = digits.target.astype(np.int32)
+    x_train, x_test, y_train, y_test = train_test_split(
+        x, y, test_size=DIGITS_TEST_FRACTION, random_state=0, stratify=y
+    )
+    return Dataset("digits", x_train, y_train, x_test, y_test, classes=10)
+
+
+def make_synthetic(seed: int = 0) -> Dataset:
+    """Each class a colour and a stripe frequency under pixel noise; test group 1 is twice as noisy.
+
+    Learnable in a few epochs by a small CNN (colour and texture survive global pooling) and
+    needing no download, it exercises every metric, including the sub-group ones, anywhere.
+    """
+    rng = np.random.default_rng(seed)
+    h, w, c = SYNTHETIC_SHAPE
+    colours = rng.normal(0.0, 0.5, size=(SYNTHETIC_CLASSES, 1, 1, c))
+    rows = np.arange(h)[:, None, None]
+    frequencies = np.linspace(0.5, 3.0, SYNTHETIC_CLASSES)
+    stripes = np.stack([np.sin(2 * np.pi * f * rows / h) * np.ones((h, w, 1)) for f in frequencies])
+    templates = (colours + stripes).astype(np.float32)
+
+    def draw(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        y = rng.integers(0, SYNTHETIC_CLASSES, size=n).astype(np.int32)
+        groups = rng.integers(0, 2, size=n).astype(np.int32)
+        noise_scale = np.where(groups == 1, 2.0, 1.0)[:, None, None, None]
+        x = templates[y] + noise_scale * rng.normal(0.0, 1.0, size=(n, h, w, c))
+        return x.astype(np.float32), y, groups
+
+    x_train, y_train, _ = draw(SYNTHETIC_TRAIN)
+    x_test, y_test, groups_test = draw(SYNTHETIC_TEST)
+    return Dataset("synthetic", x_train, y_train, x_test, y_test, SYNTHETIC_CLASSES, groups_test)
+
+
+def keras_cache_dir() -> Path:
+    """Where ``keras.utils.get_file`` looks: $KERAS_HOME or ~/.keras, /tmp/.keras when unwritable."""
+    base = Path(os.environ.get("KERAS_HOME", "~/.keras")).expanduser()
+    if base.exists() and not os.access(base, os.W_OK):
+        base = Path("/tmp/.keras")
+    return base / "datasets"
+
+
+def load_cifar(key: str) -> Dataset:
+    import keras
+
+    archive_name, origin = CIFAR_ORIGINS[key]
+    module = keras.datasets.cifar10 if key == "cifar10" else keras.datasets.cifar100
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            (x_train, y_train), (x_test, y_test) = module.load_data()
+    except Exception as exc:
+        place = keras_cache_dir() / f"{archive_name}_archive"
+        raise InputError(
+            f"{key}: not in the Keras cache and cannot be downloaded ({_one_line(exc)}); "
+            f"download {origin} and place it as {place}"
+        ) from exc
+    return Dataset(
+        key,
+        _scaled(x_train),
+        y_train.reshape(-1).astype(np.int32),
+        _scaled(x_test),
+        y_test.reshape(-1).astype(np.int32),
+        classes=10 if key == "cifar10" else 100,
+        flip_preserves_label=True,
+    )
+
+
+def load_npz(path: Path) -> Dataset:
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            missing = [k for k in NPZ_REQUIRED if k not in archive.files]
+            if missing:
+                needs = ", ".join(NPZ_REQUIRED)
+                raise InputError(f"{path}: missing array(s) {', '.join(missing)} (needs {needs})")
+            arrays = {k: archive[k] for k in archive.files}
+    except (OSError, ValueError, zipfile.BadZipFile) as exc:
+        raise InputError(f"{path}: not a readable .npz archive ({_one_line(exc)})") from exc
+    x_train = _images(path, "x_train", arrays["x_train"])
+    x_test = _images(path, "x_test", arrays["x_test"])
+    y_train = _labels(path, "y_train", arrays["y_train"], len(x_train))
+    y_test = _labels(path, "y_test", arrays["y_test"], len(x_test))
+    if x_train.shape[1:] != x_test.shape[1:]:
+        raise InputError(
+            f"{path}: x_train images are {x_train.shape[1:]} but x_test images are {x_test.shape[1:]}"
+        )
+    classes = int(max(y_train.max(), y_test.max())) + 1
+    if classes < 2:
+        raise InputError(f"{path}: the labels name a single class; a classifier needs at least 2")
+    groups = None
+    if "groups_test" in arrays:
+        groups = _groups(path, arrays["groups_test"], len(x_test))
+    return Dataset(f"npz:{path}", x_train, y_train, x_test, y_test, classes, groups)
+
+
+def _images(path: Path, key: str, x: np.ndarray) -> np.ndarray:
+    if x.ndim == 3:
+        x = x[..., np.newaxis]
+    if x.ndim != 4 or len(x) == 0:
+        raise InputError(f"{path}: {key} must be a non-empty (N,H,W) or (N,H,W,C) image array, got {x.shape}")
+    if not (np.issubdtype(x.dtype, np.integer) or np.issubdtype(x.dtype, np.floating)):
+        raise InputError(f"{path}: {key} must be numeric, got {x.dtype}")
+    scaled = _scaled(x)
+    if not np.isfinite(scaled).all():
+        raise InputError(f"{path}: {key} contains NaN or infinite values")
+    return scaled
+
+
+def _labels(path: Path, key: str, y: np.ndarray, n: int) -> np.ndarray:
+    flat = y.reshape(-1) if y.ndim == 2 and y.shape[1] == 1 else y
+    if flat.ndim != 1 or len(flat) != n:
+        raise InputError(f"{path}: {key} must hold one label per image ({n}), got shape {y.shape}")
+    integral = np.issubdtype(flat.dtype, np.integer) or (
+        np.issubdtype(flat.dtype, np.floating) and bool(np.all(flat == np.round(flat)))
+    )
+    if not integral:
+        raise InputError(f"{path}: {key} must hold integer labels, got {y.dtype}")
+    if flat.min() < 0:
+        raise InputError(f"{path}: {key} holds negative labels")
+    return flat.astype(np.int32)
+
+
+def _groups(path: Path, groups: np.ndarray, n: int) -> np.ndarray:
+    """Group labels may be integers or strings ("male", "female"): they only name sub-groups."""
+    if groups.ndim != 1 or len(groups) != n:
+        raise InputError(f"{path}: groups_test must hold one group per test image ({n}), got {groups.shape}")
+    if not (np.issubdtype(groups.dtype, np.integer) or np.issubdtype(groups.dtype, np.str_)):
+        raise InputError(f"{path}: groups_test must hold integer or string group labels, got {groups.dtype}")
+    return groups
+
+
+def _scaled(x: np.ndarray) -> np.ndarray:
+    """uint8 pixels to [0, 1]; anything else is taken as already scaled."""
+    if x.dtype == np.uint8:
+        return (x.astype(np.float32) / 255.0).astype(np.float32)
+    return x.astype(np.float32)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def candidate_input_shapes(shape: tuple[int, int, int]) -> list[tuple[int, int, int]]:
+    """The data's own shape first, then the minimum sizes Keras applications insist on.
+
+    Fully convolutional models (the small CNN, ResNet-18) train at the data's own size;
+    Keras applications refuse inputs under 32x32 (75x75 for Inception, 71x71 for Xception),
+    so the caller tries these in order and keeps the first the builder accepts. Images are
+    resized batch by batch inside the training step, never the whole set at once, so a
+    large dataset upsampled for a big model does not have to fit in memory twice.
+    """
+    h, w, c = shape
+    shapes = [shape]
+    for side in (32, 75, 224):
+        if side > min(h, w):
+            candidate = (max(h, side), max(w, side), c)
+            if candidate not in shapes:
+                shapes.append(candidate)
+    return shapes

@@ -1,0 +1,401 @@
+"""A stability study: plan the runs, execute them in pooled workers, summarize from the store.
+
+Runs are grouped by determinism mode, one process pool per mode, because a process cannot
+leave deterministic mode once in it; each worker serves many runs so TensorFlow starts a
+handful of times instead of once per run. When there are at least as many jobs as modes,
+the pools run side by side with the jobs split in proportion to their runs, so neither
+mode waits for the other; with fewer jobs the modes take turns. Every finished run is
+written to the store at once, so Ctrl-C or a crash loses only the runs in flight.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+from collections import Counter, deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from detprof.determinism import MODES, DeterminismSettings, Mode
+from detprof.errors import UsageError
+from detprof.models import registry
+from detprof.profiler.gpu import DeviceChoice, usable_cpus
+from detprof.stability import datasets, summary, worker
+from detprof.stability.training import TrainConfig
+from detprof.stability.variants import DEFAULT_VARIANTS, PlannedRun, Variant, parse_variants, plan_runs
+from detprof.store import ResultsStore
+
+EMBEDDED_MODEL = "smallcnn"
+EMBEDDED_DATASET = "digits"
+EMBEDDED_RUNS = 5
+DEFAULT_RUNS = 10
+DEFAULT_EPOCHS = 60
+"""Sized for the embedded default: smallcnn reaches about 94% on digits, and the whole default
+study (20 runs) takes about a minute on 2 cores. Larger datasets want --epochs of their own."""
+DEFAULT_BATCH_SIZE = 128
+DEFAULT_LR = 4e-4
+MAX_ATTEMPTS = 2
+"""A run whose worker process died under it is retried once in a fresh pool, then recorded as failed."""
+
+
+@contextmanager
+def native_stderr_silenced() -> Iterator[None]:
+    """Keep TensorFlow's C++ start-up chatter (written straight to fd 2) off the parent's stderr.
+
+    Looking up a Keras application or loading CIFAR imports TensorFlow in the parent; its
+    log lines would otherwise bury the one-line error a bad ``--model`` or offline dataset
+    gets. Python exceptions are unaffected.
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as devnull:
+            os.dup2(devnull.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def default_runs(model: str, dataset: str) -> int:
+    """5 for the embedded smallcnn-on-digits default (it must finish in minutes), else the protocol's 10."""
+    if model.strip().lower() == EMBEDDED_MODEL and dataset.strip().lower() == EMBEDDED_DATASET:
+        return EMBEDDED_RUNS
+    return DEFAULT_RUNS
+
+
+@dataclass(frozen=True)
+class StudyConfig:
+    model: str = EMBEDDED_MODEL
+    dataset: str = EMBEDDED_DATASET
+    variants: tuple[str, ...] = DEFAULT_VARIANTS
+    runs: int = EMBEDDED_RUNS
+    epochs: int = DEFAULT_EPOCHS
+    batch_size: int = DEFAULT_BATCH_SIZE
+    lr: float = DEFAULT_LR
+    seed: int = 0
+    keep_weights: bool = False
+
+    def validated(self) -> tuple[StudyConfig, list[Variant]]:
+        """Every name and number checked, names made canonical, before anything is trained."""
+        if self.runs < 2:
+            raise UsageError(f"--runs must be at least 2 (got {self.runs}): a spread needs two runs")
+        if self.epochs < 1:
+            raise UsageError(f"--epochs must be at least 1 (got {self.epochs})")
+        if self.batch_size < 1:
+            raise UsageError(f"--batch-size must be at least 1 (got {self.batch_size})")
+        if not self.lr > 0:
+            raise UsageError(f"--lr must be positive (got {self.lr})")
+        variants = parse_variants(",".join(self.variants))
+        with native_stderr_silenced():
+            spec = registry.get(self.model)
+        canonical = StudyConfig(
+            spec.name,
+            datasets.canonical_name(self.dataset),
+            tuple(v.name for v in variants),
+            self.runs,
+            self.epochs,
+            self.batch_size,
+            self.lr,
+            self.seed,
+            self.keep_weights,
+        )
+        return canonical, variants
+
+
+def default_jobs() -> int:
+    """Usable cores, at most 4: each worker's TensorFlow already spreads its ops over every core."""
+    return max(1, min(usable_cpus(), 4))
+
+
+def default_out(device: DeviceChoice) -> Path:
+    """Named like the sweep's, so the report pairs the two by device."""
+    return Path("results") / f"{date.today().isoformat()}-{device.label}"
+
+
+def allocate_workers(pending: dict[Mode, int], jobs: int) -> list[dict[Mode, int]]:
+    """Phases of concurrently running pools: ``[{mode: workers}, ...]``.
+
+    With ``jobs >= modes`` one phase holds every mode, each with at least one worker and
+    the rest handed out where the runs per worker are highest; never more workers than runs.
+    """
+    modes = [m for m in MODES if pending.get(m, 0) > 0]
+    if not modes:
+        return []
+    if jobs < len(modes):
+        return [{m: min(jobs, pending[m])} for m in modes]
+    shares = dict.fromkeys(modes, 1)
+    for _ in range(jobs - len(modes)):
+        open_modes = [m for m in modes if shares[m] < pending[m]]
+        if not open_modes:
+            break
+        busiest = max(open_modes, key=lambda m: pending[m] / shares[m])
+        shares[busiest] += 1
+    return [shares]
+
+
+@dataclass
+class _Lane:
+    """One mode's pool, its queue and the runs in flight (never more than its workers)."""
+
+    mode: Mode
+    workers: int
+    queue: deque[PlannedRun]
+    initargs: tuple[Any, ...]
+    tasks_per_worker: int | None
+    pool: ProcessPoolExecutor | None = None
+    in_flight: dict[Future[dict[str, Any]], PlannedRun] = field(default_factory=dict)
+
+    def start(self) -> None:
+        self.pool = ProcessPoolExecutor(
+            max_workers=self.workers,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=worker.initialize,
+            initargs=self.initargs,
+            max_tasks_per_child=self.tasks_per_worker,
+        )
+
+    def fill(self, config: TrainConfig) -> None:
+        assert self.pool is not None
+        while self.queue and len(self.in_flight) < self.workers:
+            run = self.queue.popleft()
+            self.in_flight[self.pool.submit(worker.execute, run, config)] = run
+
+    def stop(self, *, cancel: bool) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=not cancel, cancel_futures=cancel)
+            self.pool = None
+
+
+@contextmanager
+def _terminating_new_children() -> Iterator[None]:
+    """On Ctrl-C or an error, end the worker processes this block started (they ignore SIGINT)."""
+    before = {p.pid for p in multiprocessing.active_children()}
+    try:
+        yield
+    except BaseException:
+        for child in multiprocessing.active_children():
+            if child.pid not in before:
+                child.terminate()
+        raise
+
+
+def execute_runs(
+    runs: list[PlannedRun],
+    config: TrainConfig,
+    jobs: int,
+    on_record: Callable[[dict[str, Any]], None],
+    on_start: Callable[[list[PlannedRun]], None] = lambda _: None,
+    tasks_per_worker: int | None = None,
+    hide_gpus: bool = False,
+) -> None:
+    """Run everything, calling ``on_record`` with each finished run's record as it arrives.
+
+    ``tasks_per_worker=1`` gives every run a fresh process (the baseline pooling is measured
+    against); the default keeps workers for the life of the pool.
+    """
+    attempts: Counter[str] = Counter()
+    for phase in allocate_workers(dict(Counter(r.mode for r in runs)), jobs):
+        lanes = [
+            _Lane(
+                mode,
+                workers,
+                deque(r for r in runs if r.mode == mode),
+                (DeterminismSettings(mode), config.study_dir, hide_gpus),
+                tasks_per_worker,
+            )
+            for mode, workers in phase.items()
+        ]
+        with _terminating_new_children():
+            try:
+                for lane in lanes:
+                    lane.start()
+                    lane.fill(config)
+                while any(lane.in_flight for lane in lanes):
+                    on_start([run for lane in lanes for run in lane.in_flight.values()])
+                    futures = [f for lane in lanes for f in lane.in_flight]
+                    done, _ = wait(futures, return_when=FIRST_COMPLETED)
+                    for lane in lanes:
+                        finished = [f for f in lane.in_flight if f in done]
+                        broken = any(isinstance(f.exception(), BrokenProcessPool) for f in finished)
+                        for f in finished:
+                            if not isinstance(f.exception(), BrokenProcessPool):
+                                on_record(_record_of(f, lane.in_flight.pop(f)))
+                        if broken:
+                            _recover(lane, attempts, on_record)
+                        lane.fill(config)
+            except BaseException:
+                for lane in lanes:
+                    lane.stop(cancel=True)
+                raise
+            for lane in lanes:
+                lane.stop(cancel=False)
+
+
+def _record_of(future: Future[dict[str, Any]], run: PlannedRun) -> dict[str, Any]:
+    exc = future.exception()
+    if exc is None:
+        return future.result()
+    return _failed(run, f"{type(exc).__name__}: {exc}")
+
+
+def _failed(run: PlannedRun, reason: str) -> dict[str, Any]:
+    return {
+        "run_id": run.run_id,
+        "variant": run.variant,
+        "run": run.run_index,
+        "mode": run.mode,
+        "seeds": run.seeds.as_dict(),
+        "status": "failed",
+        "reason": reason,
+    }
+
+
+def _recover(lane: _Lane, attempts: Counter[str], on_record: Callable[[dict[str, Any]], None]) -> None:
+    """A worker died: every run in flight in that pool is retried once in a fresh pool, then failed."""
+    stranded = list(lane.in_flight.values())
+    lane.in_flight.clear()
+    lane.stop(cancel=True)
+    for run in reversed(stranded):
+        attempts[run.run_id] += 1
+        if attempts[run.run_id] >= MAX_ATTEMPTS:
+            on_record(_failed(run, "the worker process died while running it (crash or out of memory)"))
+        else:
+            lane.queue.appendleft(run)
+    lane.start()
+
+
+@dataclass(frozen=True)
+class StudyOutcome:
+    store: ResultsStore
+    summary: dict[str, Any]
+    summary_path: Path
+    ran: int
+    skipped: int
+
+
+def _progress(console: Console) -> Progress:
+    return Progress(
+        TextColumn("[bold]stability[/]"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("runs"),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        TextColumn("{task.description}"),
+        console=console,
+        transient=False,
+    )
+
+
+def run_study(
+    config: StudyConfig,
+    out: Path,
+    *,
+    jobs: int,
+    resume: bool,
+    device: DeviceChoice,
+    command: str,
+    console: Console | None = None,
+    tasks_per_worker: int | None = None,
+) -> StudyOutcome:
+    if jobs < 1:
+        raise UsageError(f"--jobs must be at least 1 (got {jobs})")
+    config, variants = config.validated()
+    with native_stderr_silenced():
+        data = datasets.load(config.dataset)
+    store = ResultsStore(out, "stability")
+    store.open({**asdict(config), "device": device.label}, command, resume=resume)
+    planned = plan_runs(variants, config.runs, config.seed)
+    pending = [r for r in planned if not store.is_done(r.run_id)]
+    train_config = TrainConfig(
+        config.model,
+        config.dataset,
+        config.epochs,
+        config.batch_size,
+        config.lr,
+        config.keep_weights,
+        str(store.dir),
+    )
+    console = console or Console()
+    with _progress(console) as progress:
+        task = progress.add_task("", total=len(planned), completed=len(planned) - len(pending))
+
+        def show_running(running: list[PlannedRun]) -> None:
+            progress.update(
+                task, description="running " + ", ".join(f"{r.variant} r{r.run_index}" for r in running)
+            )
+
+        def store_record(record: dict[str, Any]) -> None:
+            store.write_record(record)
+            progress.advance(task)
+
+        execute_runs(
+            pending, train_config, jobs, store_record, show_running, tasks_per_worker, device.hide_gpus
+        )
+        progress.update(task, description="done")
+    result = write_summary(store, config, variants, data, device)
+    return StudyOutcome(store, result, store.dir / "summary.json", len(pending), len(planned) - len(pending))
+
+
+def write_summary(
+    store: ResultsStore,
+    config: StudyConfig,
+    variants: list[Variant],
+    data: datasets.Dataset,
+    device: DeviceChoice,
+) -> dict[str, Any]:
+    planned_ids = {r.run_id for r in plan_runs(variants, config.runs, config.seed)}
+    records = [r for r in store.records() if r.get("run_id") in planned_ids]
+    ok = [r for r in records if r["status"] == "ok"]
+    first = ok[0] if ok else {}
+    result = {
+        "kind": "stability",
+        "model": config.model,
+        "dataset": config.dataset,
+        "device": device.label,
+        "device_info": device.as_record(),
+        "tensorflow_device": first.get("device_name"),
+        "classes": data.classes,
+        "train_examples": len(data.x_train),
+        "test_examples": len(data.x_test),
+        "input_shape": first.get("input_shape"),
+        "config": asdict(config),
+        "runs_total": len(planned_ids),
+        "runs_ok": len(ok),
+        "runs_failed": len(records) - len(ok),
+        "determinism": {r["mode"]: r["determinism"] for r in ok},
+        "software": first.get("software"),
+        "tables": {
+            "runs": store.write_table(
+                "runs", summary.runs_table(records, config.model, config.dataset, device.label)
+            ),
+            "curves": store.write_table("curves", summary.curves_table(records)),
+            "per_class": store.write_table("per_class", summary.per_class_table(records)),
+        },
+        "variants": [
+            summary.summarize_variant(v, [r for r in records if r["variant"] == v.name], store.dir, data)
+            for v in variants
+        ],
+    }
+    safe = summary.json_safe(result)
+    store.write_json("summary.json", safe)
+    return safe

@@ -1,0 +1,306 @@
+"""One training run, inside a worker whose determinism mode is already applied.
+
+Each noise source draws from its own seed: ``init`` seeds Keras before the initial
+weights are built, ``shuffle`` and ``augment`` drive numpy generators for data order and
+augmentation, ``dropout`` resets every stochastic layer's seed generator, ``bitflip``
+picks the one weight moved by an ulp. Nothing else draws randomness, so a run is a pure
+function of its seeds and, with determinism on, of nothing else.
+
+A worker reuses one compiled model for all its runs: weights, optimizer state and seed
+generators are reset to exactly what a freshly built model would hold, which saves
+TensorFlow start-up and tracing per run without changing a single bit of the result.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from scipy.special import log_softmax, softmax
+
+from detprof.models import registry
+from detprof.stability import datasets, metrics
+from detprof.stability.variants import PlannedRun, RunSeeds
+from detprof.store import atomic_write_bytes
+
+if TYPE_CHECKING:
+    import keras
+
+ARRAYS_DIR = "arrays"
+WEIGHTS_DIR = "weights"
+MIN_EVAL_BATCH = 256
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    model: str
+    dataset: str
+    epochs: int
+    batch_size: int
+    lr: float
+    keep_weights: bool
+    study_dir: str
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss became NaN or infinite: the run has no meaningful final model."""
+
+
+@functools.lru_cache(maxsize=1)
+def load_dataset(name: str) -> datasets.Dataset:
+    return datasets.load(name)
+
+
+def random_crop_flip(x: np.ndarray, rng: np.random.Generator, flip: bool) -> np.ndarray:
+    """Zero-pad by 1/8 of the side and crop back at a random offset; mirror half the images if ``flip``.
+
+    Cropping is label-preserving for every dataset here; mirroring only where the classes
+    are mirror-symmetric (CIFAR objects): a mirrored digit is often another or no digit.
+    """
+    n, h, w, _ = x.shape
+    pad = max(1, min(h, w) // 8)
+    padded = np.pad(x, ((0, 0), (pad, pad), (pad, pad), (0, 0)))
+    windows = np.lib.stride_tricks.sliding_window_view(padded, (h, w), axis=(1, 2))
+    dy = rng.integers(0, 2 * pad + 1, size=n)
+    dx = rng.integers(0, 2 * pad + 1, size=n)
+    out = np.ascontiguousarray(windows[np.arange(n), dy, dx].transpose(0, 2, 3, 1))
+    if flip:
+        mirrored = rng.random(n) < 0.5
+        out[mirrored] = out[mirrored, :, ::-1]
+    return out
+
+
+def all_layers(model: keras.Model) -> list[keras.layers.Layer]:
+    found = []
+    for layer in model.layers:
+        found.append(layer)
+        if hasattr(layer, "layers"):
+            found.extend(all_layers(layer))
+    return found
+
+
+def seed_stochastic_layers(model: keras.Model, seed: int) -> list[str]:
+    """Reset every layer's seed generator (Dropout and kin) from the dropout seed; returns their names.
+
+    Without this their masks would follow the init seed, which built them.
+    """
+    seeded = []
+    for index, layer in enumerate(all_layers(model)):
+        generator = getattr(layer, "seed_generator", None)
+        state = getattr(generator, "state", None)
+        if state is None:
+            continue
+        layer_seed = int(np.random.SeedSequence([seed, index]).generate_state(1, dtype=np.uint32)[0] >> 1)
+        state.assign(np.array([layer_seed, 0], dtype=state.dtype))
+        seeded.append(layer.name)
+    return seeded
+
+
+def flip_one_weight(model: keras.Model, seed: int) -> dict[str, Any]:
+    """Move one uniformly chosen trainable weight by one ulp, up or down (Summers & Dinneen)."""
+    rng = np.random.default_rng(seed)
+    variables = model.trainable_variables
+    sizes = np.array([int(np.prod(v.shape)) for v in variables])
+    flat_index = int(rng.integers(0, sizes.sum()))
+    upward = bool(rng.integers(0, 2))
+    which = int(np.searchsorted(np.cumsum(sizes), flat_index, side="right"))
+    index = flat_index - int(sizes[:which].sum())
+    variable = variables[which]
+    values = np.array(variable.numpy())
+    flat = values.reshape(-1)
+    before = flat[index]
+    flat[index] = np.nextafter(before, np.array(np.inf if upward else -np.inf, dtype=values.dtype))
+    variable.assign(values)
+    return {"variable": variable.path, "index": index, "before": float(before), "after": float(flat[index])}
+
+
+def ends_in_softmax(model: keras.Model) -> bool:
+    """Keras applications end in a softmax; detprof's own models output logits."""
+    activation = getattr(model.layers[-1], "activation", None)
+    return getattr(activation, "__name__", "") == "softmax"
+
+
+def penultimate_output(model: keras.Model) -> keras.KerasTensor:
+    """The layer named "penultimate", else whatever feeds the last layer that has weights (the classifier)."""
+    names = {layer.name for layer in model.layers}
+    if "penultimate" in names:
+        return model.get_layer("penultimate").output
+    classifier = next(layer for layer in reversed(model.layers) if layer.weights)
+    return classifier.input
+
+
+class Trainer:
+    """A model compiled once per worker; ``reset`` makes it what a fresh build would be."""
+
+    def __init__(self, model_name: str, data_shape: tuple[int, int, int], classes: int, lr: float) -> None:
+        import keras
+        import tensorflow as tf
+
+        self.spec = registry.get(model_name)
+        self.classes = classes
+        self.input_shape, self.model = self._build(data_shape)
+        self.outputs_probabilities = ends_in_softmax(self.model)
+        features = keras.Model(self.model.inputs, [penultimate_output(self.model), self.model.outputs[0]])
+        self.optimizer = keras.optimizers.Adam(learning_rate=lr)
+        self.optimizer.build(self.model.trainable_variables)
+        self._optimizer_initial = [v.numpy() for v in self.optimizer.variables]
+        loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=not self.outputs_probabilities)
+        model, optimizer, target = self.model, self.optimizer, self.input_shape[:2]
+        resize = data_shape != self.input_shape
+        x_spec = tf.TensorSpec((None, *data_shape), tf.float32)
+
+        def prepare(x: tf.Tensor) -> tf.Tensor:
+            return tf.image.resize(x, target, method="bilinear") if resize else x
+
+        @tf.function(input_signature=[x_spec, tf.TensorSpec((None,), tf.int32)], jit_compile=False)
+        def train_step(x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+            with tf.GradientTape() as tape:
+                out = model(prepare(x), training=True)
+                loss = loss_fn(y, out)
+                total = (loss + tf.add_n(model.losses)) if model.losses else loss
+            grads = tape.gradient(total, model.trainable_variables)
+            optimizer.apply(grads, model.trainable_variables)
+            predicted = tf.argmax(out, axis=1, output_type=tf.int32)
+            correct = tf.reduce_sum(tf.cast(tf.equal(predicted, y), tf.int32))
+            return loss, correct
+
+        @tf.function(input_signature=[x_spec], jit_compile=False)
+        def infer(x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+            feats, out = features(prepare(x), training=False)
+            return tf.reshape(feats, (tf.shape(feats)[0], -1)), out
+
+        self.train_step = train_step
+        self.infer_step = infer
+
+    def _build(self, data_shape: tuple[int, int, int]) -> tuple[tuple[int, int, int], keras.Model]:
+        errors = []
+        for shape in datasets.candidate_input_shapes(data_shape):
+            try:
+                return shape, self.spec.build(shape, self.classes)
+            except ValueError as exc:
+                errors.append(f"{shape}: {exc}")
+        raise ValueError(f"{self.spec.name} cannot be built for {data_shape} images: {'; '.join(errors)}")
+
+    def reset(self, seeds: RunSeeds) -> dict[str, Any]:
+        import keras
+
+        keras.utils.set_random_seed(seeds.init)
+        fresh = self.spec.build(self.input_shape, self.classes)
+        for target, source in zip(self.model.weights, fresh.weights, strict=True):
+            target.assign(source)
+        for variable, initial in zip(self.optimizer.variables, self._optimizer_initial, strict=True):
+            variable.assign(initial)
+        seeded = seed_stochastic_layers(self.model, seeds.dropout)
+        applied: dict[str, Any] = {"seeded_stochastic_layers": seeded}
+        if seeds.bitflip is not None:
+            applied["bitflip"] = flip_one_weight(self.model, seeds.bitflip)
+        return applied
+
+    def infer(self, x: np.ndarray, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+        feats, outs = [], []
+        for start in range(0, len(x), batch_size):
+            f, o = self.infer_step(x[start : start + batch_size])
+            feats.append(f.numpy())
+            outs.append(o.numpy())
+        return np.concatenate(feats), np.concatenate(outs)
+
+    def probabilities_and_loss(self, outputs: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
+        scores = outputs.astype(np.float64)
+        if self.outputs_probabilities:
+            log_p = np.log(np.clip(scores, 1e-12, 1.0))
+            probs = scores
+        else:
+            log_p = log_softmax(scores, axis=1)
+            probs = softmax(scores, axis=1)
+        return probs.astype(np.float32), float(-np.mean(log_p[np.arange(len(y)), y]))
+
+
+@functools.lru_cache(maxsize=1)
+def trainer_for(model_name: str, data_shape: tuple[int, int, int], classes: int, lr: float) -> Trainer:
+    return Trainer(model_name, data_shape, classes, lr)
+
+
+def train(run: PlannedRun, config: TrainConfig) -> dict[str, Any]:
+    """Train one run and store its arrays; returns the run's record (without status)."""
+    started = time.perf_counter()
+    data = load_dataset(config.dataset)
+    trainer = trainer_for(config.model, data.input_shape, data.classes, config.lr)
+    applied = trainer.reset(run.seeds)
+    shuffle_rng = np.random.default_rng(run.seeds.shuffle)
+    augment_rng = np.random.default_rng(run.seeds.augment)
+    eval_batch = max(config.batch_size, MIN_EVAL_BATCH)
+    n = len(data.x_train)
+    curve = []
+    for epoch in range(1, config.epochs + 1):
+        order = shuffle_rng.permutation(n)
+        x = random_crop_flip(data.x_train[order], augment_rng, flip=data.flip_preserves_label)
+        y = data.y_train[order]
+        loss_sum, correct = 0.0, 0
+        for start in range(0, n, config.batch_size):
+            batch = slice(start, start + config.batch_size)
+            loss, hits = trainer.train_step(x[batch], y[batch])
+            loss_sum += float(loss) * len(y[batch])
+            correct += int(hits)
+        if not np.isfinite(loss_sum):
+            raise TrainingDiverged(f"training loss is not finite at epoch {epoch}")
+        features, outputs = trainer.infer(data.x_test, eval_batch)
+        probabilities, test_loss = trainer.probabilities_and_loss(outputs, data.y_test)
+        predictions = probabilities.argmax(axis=1).astype(np.int32)
+        curve.append(
+            {
+                "epoch": epoch,
+                "train_loss": loss_sum / n,
+                "train_accuracy": correct / n,
+                "test_loss": test_loss,
+                "test_accuracy": metrics.accuracy(data.y_test, predictions),
+            }
+        )
+    variables = [(layer.name, layer.weights) for layer in trainer.model.layers if layer.weights]
+    layers = [(name, [w.numpy() for w in weights]) for name, weights in variables]
+    digests = metrics.layer_digests(layers)
+    per_class = metrics.per_class_accuracy(data.y_test, predictions, data.classes)
+    trainable = np.concatenate([v.numpy().ravel() for v in trainer.model.trainable_variables])
+    study_dir = Path(config.study_dir)
+    arrays_rel = f"{ARRAYS_DIR}/{run.run_id}.npz"
+    _save_npz(
+        study_dir / arrays_rel,
+        predictions=predictions,
+        probabilities=probabilities,
+        representations=features.astype(np.float32),
+        trainable_weights=trainable.astype(np.float32),
+    )
+    record: dict[str, Any] = {
+        "accuracy": curve[-1]["test_accuracy"],
+        "cross_entropy": curve[-1]["test_loss"],
+        "per_class_accuracy": _json_floats(per_class),
+        "curve": curve,
+        "weights_sha256": metrics.weights_digest(w for _, ws in layers for w in ws),
+        "layer_digests": [list(d) for d in digests],
+        "input_shape": list(trainer.input_shape),
+        "data_shape": list(data.input_shape),
+        "outputs": "probabilities" if trainer.outputs_probabilities else "logits",
+        "arrays": arrays_rel,
+        **applied,
+    }
+    if config.keep_weights:
+        weights_rel = f"{WEIGHTS_DIR}/{run.run_id}.npz"
+        ordered = [v for _, weights in variables for v in weights]
+        _save_npz(study_dir / weights_rel, **{f"{i:04d}_{v.path}": v.numpy() for i, v in enumerate(ordered)})
+        record["weights_file"] = weights_rel
+    record["train_seconds"] = time.perf_counter() - started
+    return record
+
+
+def _save_npz(path: Path, **arrays: np.ndarray) -> None:
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    atomic_write_bytes(path, buffer.getvalue())
+
+
+def _json_floats(values: np.ndarray) -> list[float | None]:
+    return [float(v) if np.isfinite(v) else None for v in values]

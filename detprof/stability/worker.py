@@ -1,0 +1,81 @@
+"""What runs inside a stability worker process.
+
+A worker serves one determinism mode for its whole life: the mode is applied in the pool
+initializer, before TensorFlow does any work, because op determinism cannot be switched
+off again inside a process. Runs then execute one after another in the same process. Any
+exception in a run becomes a "failed" record with its reason, so the worker and the
+study go on. Ctrl-C is left to the parent, which stops the pool; a worker interrupted
+mid-run would otherwise report a half-finished run as failed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import traceback
+from pathlib import Path
+from typing import Any
+
+from detprof import determinism
+from detprof.stability import training
+from detprof.stability.variants import PlannedRun
+
+LOGS_DIR = "logs"
+
+_context: dict[str, Any] = {}
+
+
+def initialize(settings: determinism.DeterminismSettings, study_dir: str, hide_gpus: bool) -> None:
+    """Pool initializer: quiet Ctrl-C, route TensorFlow's chatter to a log file, apply the mode.
+
+    ``hide_gpus`` (results labelled ``cpu`` on a GPU machine) must act before TensorFlow loads.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hide_gpus:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    log_path = Path(study_dir) / LOGS_DIR / f"worker-{settings.mode}-{os.getpid()}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    os.close(log_fd)
+    effective = determinism.apply(settings)
+    _context.update(
+        determinism=effective,
+        software=determinism.software_versions(),
+        device_name=_device_name(),
+        log=str(log_path.relative_to(study_dir)),
+    )
+
+
+def _device_name() -> str:
+    import tensorflow as tf
+
+    gpus = tf.config.list_physical_devices("GPU")
+    if not gpus:
+        return "cpu"
+    return str(tf.config.experimental.get_device_details(gpus[0]).get("device_name", gpus[0].name))
+
+
+def execute(run: PlannedRun, config: training.TrainConfig) -> dict[str, Any]:
+    """Train one run; never raises, so one bad run cannot take the pool down."""
+    record: dict[str, Any] = {
+        "run_id": run.run_id,
+        "variant": run.variant,
+        "run": run.run_index,
+        "mode": run.mode,
+        "seeds": run.seeds.as_dict(),
+        "pid": os.getpid(),
+        **_context,
+    }
+    try:
+        record |= training.train(run, config)
+    except Exception as exc:
+        traceback.print_exc()
+        return record | {"status": "failed", "reason": _reason(exc)}
+    return record | {"status": "ok"}
+
+
+def _reason(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
