@@ -23,7 +23,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q -ra
 
 sweep: $(STAMP)
-	$(BIN)/detprof sweep
+	$(BIN)/detprof sweep --stability --resume
 
 lint: $(STAMP)
 	$(BIN)/ruff check detprof tests benchmarks

@@ -76,22 +76,39 @@ CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (
 )"""
 
 _FAMILIES = (
-    ("Kernel", "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_{a}x{b}_32x3_nn_align{c}>"
-     "(cutlass_80_tensorop_s1688gemm_{a}x{b}_32x3_nn_align{c}::Params)"),
-    ("implicit_convolve_sgemm", "void implicit_convolve_sgemm<float, float, {a}, {b}, 5, 4, 3, 3, 3, {c}, "
-     "false, true, true>(int, int, int, float const*, int, float*, float const*, kernel_conv_params, "
-     "unsigned long long, int, float, float, int, float const*, float const*, bool, int, int)"),
-    ("wgrad2d_grouped_direct_kernel", "void cudnn::cnn::wgrad2d_grouped_direct_kernel<false, true, int, "
-     "float, float, float, {a}, {b}, {c}>(cudnn::cnn::WgradGroupedDirectParams, float const*, float*)"),
-    ("EigenMetaKernel", "void Eigen::internal::EigenMetaKernel<Eigen::TensorEvaluator<"
-     "Eigen::TensorAssignOp<Eigen::TensorMap<Eigen::Tensor<float, {c}, 1, int>, 16, Eigen::MakePointer>, "
-     "Eigen::TensorCwiseBinaryOp<Eigen::internal::scalar_sum_op<float, float>, Eigen::TensorMap<"
-     "Eigen::Tensor<float const, {c}, 1, int>, 16> const> const> const, Eigen::GpuDevice>, int>"
-     "(Eigen::TensorEvaluator<{a}, {b}>, int)"),
-    ("BiasNHWCKernel", "void tensorflow::BiasNHWCKernel<float>(int, float const*, float const*, float*, "
-     "int) [clone {a}.{b}.{c}]"),
-    ("reduce_1Block_kernel", "void reduce_1Block_kernel<float, {a}, {b}, cublasGemvTensorStridedBatched"
-     "<float>, {c}>(float const*, float, float*, int)"),
+    (
+        "Kernel",
+        "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_{a}x{b}_32x3_nn_align{c}>"
+        "(cutlass_80_tensorop_s1688gemm_{a}x{b}_32x3_nn_align{c}::Params)",
+    ),
+    (
+        "implicit_convolve_sgemm",
+        "void implicit_convolve_sgemm<float, float, {a}, {b}, 5, 4, 3, 3, 3, {c}, "
+        "false, true, true>(int, int, int, float const*, int, float*, float const*, kernel_conv_params, "
+        "unsigned long long, int, float, float, int, float const*, float const*, bool, int, int)",
+    ),
+    (
+        "wgrad2d_grouped_direct_kernel",
+        "void cudnn::cnn::wgrad2d_grouped_direct_kernel<false, true, int, "
+        "float, float, float, {a}, {b}, {c}>(cudnn::cnn::WgradGroupedDirectParams, float const*, float*)",
+    ),
+    (
+        "EigenMetaKernel",
+        "void Eigen::internal::EigenMetaKernel<Eigen::TensorEvaluator<"
+        "Eigen::TensorAssignOp<Eigen::TensorMap<Eigen::Tensor<float, {c}, 1, int>, 16, Eigen::MakePointer>, "
+        "Eigen::TensorCwiseBinaryOp<Eigen::internal::scalar_sum_op<float, float>, Eigen::TensorMap<"
+        "Eigen::Tensor<float const, {c}, 1, int>, 16> const> const> const, Eigen::GpuDevice>, int>"
+        "(Eigen::TensorEvaluator<{a}, {b}>, int)",
+    ),
+    (
+        "BiasNHWCKernel",
+        "void tensorflow::BiasNHWCKernel<float>(int, float const*, float const*, float*, int) [clone {a}.{b}.{c}]",
+    ),
+    (
+        "reduce_1Block_kernel",
+        "void reduce_1Block_kernel<float, {a}, {b}, cublasGemvTensorStridedBatched"
+        "<float>, {c}>(float const*, float, float*, int)",
+    ),
 )
 
 
@@ -131,13 +148,34 @@ def write_trace(path: Path, n_kernels: int = N_KERNELS, n_names: int = N_NAMES, 
     grid = rng.choice(np.array([1, 32, 108, 216, 1024]), size=n_kernels)
     block = rng.choice(np.array([128, 256, 512]), size=n_kernels)
     columns = [
-        start, end, np.zeros(n_kernels, np.int64), np.ones(n_kernels, np.int64), None, stream,
-        np.arange(100, 100 + n_kernels), np.full(n_kernels, 310028053512192), demangled_ids[which],
-        short_ids[which], None, np.ones(n_kernels, np.int64), np.zeros(n_kernels, np.int64),
-        np.full(n_kernels, 32), grid, np.ones(n_kernels, np.int64), np.ones(n_kernels, np.int64), block,
-        np.ones(n_kernels, np.int64), np.ones(n_kernels, np.int64), np.zeros(n_kernels, np.int64),
-        np.zeros(n_kernels, np.int64), np.zeros(n_kernels, np.int64), np.full(n_kernels, 127401984),
-        np.arange(1, n_kernels + 1), np.full(n_kernels, 32768), None, np.zeros(n_kernels, np.int64),
+        start,
+        end,
+        np.zeros(n_kernels, np.int64),
+        np.ones(n_kernels, np.int64),
+        None,
+        stream,
+        np.arange(100, 100 + n_kernels),
+        np.full(n_kernels, 310028053512192),
+        demangled_ids[which],
+        short_ids[which],
+        None,
+        np.ones(n_kernels, np.int64),
+        np.zeros(n_kernels, np.int64),
+        np.full(n_kernels, 32),
+        grid,
+        np.ones(n_kernels, np.int64),
+        np.ones(n_kernels, np.int64),
+        block,
+        np.ones(n_kernels, np.int64),
+        np.ones(n_kernels, np.int64),
+        np.zeros(n_kernels, np.int64),
+        np.zeros(n_kernels, np.int64),
+        np.zeros(n_kernels, np.int64),
+        np.full(n_kernels, 127401984),
+        np.arange(1, n_kernels + 1),
+        np.full(n_kernels, 32768),
+        None,
+        np.zeros(n_kernels, np.int64),
     ]
     path.unlink(missing_ok=True)
     with sqlite3.connect(path) as conn:
@@ -153,8 +191,7 @@ def write_trace(path: Path, n_kernels: int = N_KERNELS, n_names: int = N_NAMES, 
 
 
 NAIVE_ALL_SQL = (
-    "SELECT k.*, s.value AS name FROM CUPTI_ACTIVITY_KIND_KERNEL AS k "
-    "JOIN StringIds AS s ON s.id = k.demangledName"
+    "SELECT k.*, s.value AS name FROM CUPTI_ACTIVITY_KIND_KERNEL AS k JOIN StringIds AS s ON s.id = k.demangledName"
 )
 NAIVE_COLUMNS_SQL = (
     'SELECT k.start, k."end", k.deviceId, k.streamId, k.correlationId, k.gridX, k.gridY, k.gridZ, '

@@ -76,13 +76,10 @@ class ResultsStore:
                         "(use another --out, or the original options)"
                     )
                 raise UsageError(
-                    f"{self.dir} already holds a {self.kind} of a different configuration: "
-                    "choose another --out"
+                    f"{self.dir} already holds a {self.kind} of a different configuration: choose another --out"
                 )
             if not resume and any(self.records()):
-                raise UsageError(
-                    f"{self.dir} already holds results: pass --resume to continue it, or another --out"
-                )
+                raise UsageError(f"{self.dir} already holds results: pass --resume to continue it, or another --out")
             return
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
@@ -160,20 +157,24 @@ class ResultsStore:
         return path
 
 
-def find_studies(path: Path) -> list[ResultsStore]:
-    """Every study under a results directory (or the study folder itself)."""
+def find_studies(path: Path, max_depth: int = 3) -> list[ResultsStore]:
+    """Every study at or below a results directory, nearest first.
+
+    A sweep run with ``--stability`` keeps one stability study per model in sub-folders, and
+    a user may point at a folder holding several results directories; both are found.
+    """
     path = Path(path)
     if not path.exists():
         raise InputError(f"{path}: no such results directory")
     found: list[ResultsStore] = []
-    if (path / "manifest.json").is_file():
-        kind = json.loads((path / "manifest.json").read_text()).get("kind")
-        if kind in STUDY_KINDS:
-            return [ResultsStore(path.parent, kind)]
-    for kind in STUDY_KINDS:
-        store = ResultsStore(path, kind)
-        if store.exists():
-            found.append(store)
+    for depth in range(max_depth + 1):
+        for manifest in sorted(path.glob("/".join(["*"] * depth + ["manifest.json"]))):
+            try:
+                kind = json.loads(manifest.read_text()).get("kind")
+            except (OSError, json.JSONDecodeError) as exc:
+                raise InputError(f"{manifest}: unreadable manifest ({exc})") from exc
+            if kind in STUDY_KINDS and manifest.parent.name == kind:
+                found.append(ResultsStore(manifest.parent.parent, kind))
     if not found:
         raise InputError(f"{path}: no detprof results here (no sweep/, kernels/ or stability/ manifest)")
     return found

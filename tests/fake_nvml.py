@@ -133,6 +133,12 @@ def a100(uuid: str = "GPU-aaaaaaaa-1111-2222-3333-444444444444") -> FakeGpu:
 
 def t4(uuid: str = "GPU-bbbbbbbb-1111-2222-3333-444444444444") -> FakeGpu:
     return FakeGpu(
-        name="Tesla T4", uuid=uuid, cc=(7, 5), sm_count=None, memory_bytes=15 * GIB,
-        sm_clocks=[1590], max_sm_clock=1590, power_mw=70_000,
+        name="Tesla T4",
+        uuid=uuid,
+        cc=(7, 5),
+        sm_count=None,
+        memory_bytes=15 * GIB,
+        sm_clocks=[1590],
+        max_sm_clock=1590,
+        power_mw=70_000,
     )

@@ -20,44 +20,159 @@ TEXT_COLUMNS = {"value", "name", "text", "busLocation", "uuid", "chipName", "lab
 
 KERNEL_COLUMNS = {
     "new": (
-        "start", "end", "deviceId", "contextId", "greenContextId", "streamId", "correlationId",
-        "globalPid", "demangledName", "shortName", "mangledName", "launchType", "cacheConfig",
-        "registersPerThread", "gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ",
-        "staticSharedMemory", "dynamicSharedMemory", "localMemoryPerThread", "localMemoryTotal",
-        "gridId", "sharedMemoryExecuted", "graphNodeId", "sharedMemoryLimitConfig",
+        "start",
+        "end",
+        "deviceId",
+        "contextId",
+        "greenContextId",
+        "streamId",
+        "correlationId",
+        "globalPid",
+        "demangledName",
+        "shortName",
+        "mangledName",
+        "launchType",
+        "cacheConfig",
+        "registersPerThread",
+        "gridX",
+        "gridY",
+        "gridZ",
+        "blockX",
+        "blockY",
+        "blockZ",
+        "staticSharedMemory",
+        "dynamicSharedMemory",
+        "localMemoryPerThread",
+        "localMemoryTotal",
+        "gridId",
+        "sharedMemoryExecuted",
+        "graphNodeId",
+        "sharedMemoryLimitConfig",
     ),
     "old": (
-        "start", "end", "deviceId", "contextId", "streamId", "correlationId", "globalPid",
-        "demangledName", "shortName", "launchType", "cacheConfig", "registersPerThread", "gridX",
-        "gridY", "gridZ", "blockX", "blockY", "blockZ", "staticSharedMemory", "dynamicSharedMemory",
-        "localMemoryPerThread", "localMemoryTotal", "gridId", "sharedMemoryExecuted",
+        "start",
+        "end",
+        "deviceId",
+        "contextId",
+        "streamId",
+        "correlationId",
+        "globalPid",
+        "demangledName",
+        "shortName",
+        "launchType",
+        "cacheConfig",
+        "registersPerThread",
+        "gridX",
+        "gridY",
+        "gridZ",
+        "blockX",
+        "blockY",
+        "blockZ",
+        "staticSharedMemory",
+        "dynamicSharedMemory",
+        "localMemoryPerThread",
+        "localMemoryTotal",
+        "gridId",
+        "sharedMemoryExecuted",
     ),
 }
 MEMCPY_COLUMNS = (
-    "start", "end", "deviceId", "contextId", "streamId", "correlationId", "globalPid", "bytes",
-    "copyKind", "deprecatedSrcId", "srcKind", "dstKind", "srcDeviceId", "srcContextId", "dstDeviceId",
+    "start",
+    "end",
+    "deviceId",
+    "contextId",
+    "streamId",
+    "correlationId",
+    "globalPid",
+    "bytes",
+    "copyKind",
+    "deprecatedSrcId",
+    "srcKind",
+    "dstKind",
+    "srcDeviceId",
+    "srcContextId",
+    "dstDeviceId",
     "dstContextId",
 )
 MEMSET_COLUMNS = (
-    "start", "end", "deviceId", "contextId", "streamId", "correlationId", "globalPid", "value", "bytes",
+    "start",
+    "end",
+    "deviceId",
+    "contextId",
+    "streamId",
+    "correlationId",
+    "globalPid",
+    "value",
+    "bytes",
     "memKind",
 )
 NVTX_COLUMNS = (
-    "start", "end", "eventType", "rangeId", "category", "color", "text", "globalTid", "endGlobalTid",
-    "textId", "domainId", "uint64Value", "int64Value", "doubleValue", "uint32Value", "int32Value",
-    "floatValue", "jsonTextId", "jsonText",
+    "start",
+    "end",
+    "eventType",
+    "rangeId",
+    "category",
+    "color",
+    "text",
+    "globalTid",
+    "endGlobalTid",
+    "textId",
+    "domainId",
+    "uint64Value",
+    "int64Value",
+    "doubleValue",
+    "uint32Value",
+    "int32Value",
+    "floatValue",
+    "jsonTextId",
+    "jsonText",
 )
 GPU_TABLES = {
-    "new": ("TARGET_INFO_GPU", (
-        "vmId", "id", "name", "busLocation", "isDiscrete", "l2CacheSize", "totalMemory",
-        "memoryBandwidth", "clockRate", "smCount", "pwGpuId", "uuid", "luid", "chipName", "cuDevice",
-        "computeMajor", "computeMinor", "smMajor", "smMinor",
-    )),
-    "old": ("TARGET_INFO_CUDA_GPU", (
-        "id", "name", "busLocation", "isDiscrete", "l2CacheSize", "totalMemory", "memoryBandwidth",
-        "clockRate", "numMultiprocessors", "numThreadsPerWarp", "maxWarpsPerMultiprocessor",
-        "coreClockRate", "maxIPC", "computeCapabilityMajor", "computeCapabilityMinor", "uuid",
-    )),
+    "new": (
+        "TARGET_INFO_GPU",
+        (
+            "vmId",
+            "id",
+            "name",
+            "busLocation",
+            "isDiscrete",
+            "l2CacheSize",
+            "totalMemory",
+            "memoryBandwidth",
+            "clockRate",
+            "smCount",
+            "pwGpuId",
+            "uuid",
+            "luid",
+            "chipName",
+            "cuDevice",
+            "computeMajor",
+            "computeMinor",
+            "smMajor",
+            "smMinor",
+        ),
+    ),
+    "old": (
+        "TARGET_INFO_CUDA_GPU",
+        (
+            "id",
+            "name",
+            "busLocation",
+            "isDiscrete",
+            "l2CacheSize",
+            "totalMemory",
+            "memoryBandwidth",
+            "clockRate",
+            "numMultiprocessors",
+            "numThreadsPerWarp",
+            "maxWarpsPerMultiprocessor",
+            "coreClockRate",
+            "maxIPC",
+            "computeCapabilityMajor",
+            "computeCapabilityMinor",
+            "uuid",
+        ),
+    ),
 }
 META_TABLES = {"new": "META_DATA_EXPORT", "old": "EXPORT_META_DATA"}
 # Id 42 is not a CUPTI value: only a parser that reads the ENUM table can name it.
@@ -87,12 +202,22 @@ class Kernel:
 def a100(device_id: int, schema: str = "new") -> dict[str, object]:
     if schema == "new":
         return {
-            "vmId": 0, "id": device_id, "name": "NVIDIA A100-SXM4-80GB", "smCount": 108,
-            "computeMajor": 8, "computeMinor": 0, "totalMemory": 84_990_623_744, "cuDevice": device_id,
+            "vmId": 0,
+            "id": device_id,
+            "name": "NVIDIA A100-SXM4-80GB",
+            "smCount": 108,
+            "computeMajor": 8,
+            "computeMinor": 0,
+            "totalMemory": 84_990_623_744,
+            "cuDevice": device_id,
         }
     return {
-        "id": device_id, "name": "Tesla V100-SXM2-16GB", "numMultiprocessors": 80,
-        "computeCapabilityMajor": 7, "computeCapabilityMinor": 0, "totalMemory": 16_945_512_448,
+        "id": device_id,
+        "name": "Tesla V100-SXM2-16GB",
+        "numMultiprocessors": 80,
+        "computeCapabilityMajor": 7,
+        "computeCapabilityMinor": 0,
+        "totalMemory": 16_945_512_448,
     }
 
 
@@ -113,9 +238,7 @@ def _create(conn: sqlite3.Connection, table: str, columns: tuple[str, ...]) -> N
 
 def _insert(conn: sqlite3.Connection, table: str, columns: tuple[str, ...], rows: list[dict]) -> None:
     marks = ", ".join("?" * len(columns))
-    conn.executemany(
-        f"INSERT INTO {table} VALUES ({marks})", [tuple(row.get(c) for c in columns) for row in rows]
-    )
+    conn.executemany(f"INSERT INTO {table} VALUES ({marks})", [tuple(row.get(c) for c in columns) for row in rows])
 
 
 def write_nsys_sqlite(
@@ -138,8 +261,10 @@ def write_nsys_sqlite(
     strings = _Strings()
     with sqlite3.connect(path) as conn:
         _create(conn, META_TABLES[schema], ("name", "value"))
-        conn.execute(f"INSERT INTO {META_TABLES[schema]} VALUES ('EXPORT_SCHEMA_VERSION', ?)",
-                     ("3.13.2" if schema == "new" else "2.5.0",))
+        conn.execute(
+            f"INSERT INTO {META_TABLES[schema]} VALUES ('EXPORT_SCHEMA_VERSION', ?)",
+            ("3.13.2" if schema == "new" else "2.5.0",),
+        )
         if schema == "new":
             _create(conn, "ENUM_CUDA_MEMCPY_OPER", ("id", "name", "label"))
             conn.executemany("INSERT INTO ENUM_CUDA_MEMCPY_OPER VALUES (?, ?, ?)", MEMCPY_ENUM)
@@ -148,13 +273,27 @@ def write_nsys_sqlite(
             _create(conn, "CUPTI_ACTIVITY_KIND_KERNEL", columns)
             rows = [
                 {
-                    "start": k.start, "end": k.start + k.dur, "deviceId": k.device, "contextId": 1,
-                    "streamId": k.stream, "correlationId": k.correlation, "globalPid": 310028053512192,
-                    "demangledName": strings.id(k.name), "shortName": strings.id(k.short),
-                    "registersPerThread": 32, "gridX": k.grid[0], "gridY": k.grid[1], "gridZ": k.grid[2],
-                    "blockX": k.block[0], "blockY": k.block[1], "blockZ": k.block[2],
-                    "staticSharedMemory": 0, "dynamicSharedMemory": 0, "localMemoryPerThread": 0,
-                    "localMemoryTotal": 0, "gridId": i,
+                    "start": k.start,
+                    "end": k.start + k.dur,
+                    "deviceId": k.device,
+                    "contextId": 1,
+                    "streamId": k.stream,
+                    "correlationId": k.correlation,
+                    "globalPid": 310028053512192,
+                    "demangledName": strings.id(k.name),
+                    "shortName": strings.id(k.short),
+                    "registersPerThread": 32,
+                    "gridX": k.grid[0],
+                    "gridY": k.grid[1],
+                    "gridZ": k.grid[2],
+                    "blockX": k.block[0],
+                    "blockY": k.block[1],
+                    "blockZ": k.block[2],
+                    "staticSharedMemory": 0,
+                    "dynamicSharedMemory": 0,
+                    "localMemoryPerThread": 0,
+                    "localMemoryTotal": 0,
+                    "gridId": i,
                 }
                 for i, k in enumerate(kernels)
             ]
@@ -185,17 +324,33 @@ def write_nsys_sqlite(
 
 
 NVPROF_TRACE_HEADER = (
-    "Start", "Duration", "Grid X", "Grid Y", "Grid Z", "Block X", "Block Y", "Block Z",
-    "Registers Per Thread", "Static SMem", "Dynamic SMem", "Size", "Throughput", "SrcMemType",
-    "DstMemType", "Device", "Context", "Stream", "Unified Memory", "Virtual Address", "Name",
+    "Start",
+    "Duration",
+    "Grid X",
+    "Grid Y",
+    "Grid Z",
+    "Block X",
+    "Block Y",
+    "Block Z",
+    "Registers Per Thread",
+    "Static SMem",
+    "Dynamic SMem",
+    "Size",
+    "Throughput",
+    "SrcMemType",
+    "DstMemType",
+    "Device",
+    "Context",
+    "Stream",
+    "Unified Memory",
+    "Virtual Address",
+    "Name",
     "Correlation_ID",
 )
 NVPROF_SUMMARY_HEADER = ("Type", "Time(%)", "Time", "Calls", "Avg", "Min", "Max", "Name")
 
 
-def nvprof_section(
-    pid: int, header: tuple[str, ...], units: dict[str, str], rows: list[dict[str, object]]
-) -> str:
+def nvprof_section(pid: int, header: tuple[str, ...], units: dict[str, str], rows: list[dict[str, object]]) -> str:
     """One nvprof ``--csv`` section: its ==PID== lines, header, units row and rows."""
     out = io.StringIO()
     out.write(f"=={pid}== NVPROF is profiling process {pid}, command: ./train --steps 3\n")

@@ -640,9 +640,7 @@ def test_categories_are_the_documented_twelve_in_order() -> None:
     assert covered == set(CATEGORIES)
 
 
-@pytest.mark.parametrize(
-    "name", ["", " ", "(", ")", "()", "((((", "))))", "<<>>", "中文内核", "\x00\xff", "::"]
-)
+@pytest.mark.parametrize("name", ["", " ", "(", ")", "()", "((((", "))))", "<<>>", "中文内核", "\x00\xff", "::"])
 def test_odd_names_are_other(name: str) -> None:
     assert classify(name) == OTHER
 
@@ -679,9 +677,7 @@ def test_every_kernel_of_the_bert_trace_gets_its_ops_category() -> None:
         "Tile": MEMORY,
     }
     kernels = load_xplane(TRACES / "tf-bert-3gpu.xplane.pb").kernels
-    pairs = set(
-        zip(kernels["name"].astype(str), kernels["op"].astype(str).str.rsplit(":", n=1).str[-1], strict=True)
-    )
+    pairs = set(zip(kernels["name"].astype(str), kernels["op"].astype(str).str.rsplit(":", n=1).str[-1], strict=True))
     assert {op_type for _, op_type in pairs} == set(by_op_type)
     for name, op_type in pairs:
         assert classify(name) == by_op_type[op_type], (op_type, name)

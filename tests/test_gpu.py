@@ -27,7 +27,14 @@ from detprof.profiler.gpu import (
 A100_UUID = "GPU-aaaaaaaa-1111-2222-3333-444444444444"
 T4_UUID = "GPU-bbbbbbbb-1111-2222-3333-444444444444"
 RECORD_KEYS = {
-    "label", "name", "uuid", "driver", "cuda_driver", "compute_capability", "sm_count", "memory_bytes",
+    "label",
+    "name",
+    "uuid",
+    "driver",
+    "cuda_driver",
+    "compute_capability",
+    "sm_count",
+    "memory_bytes",
 }
 
 
@@ -47,8 +54,14 @@ def test_one_gpu_is_read_completely() -> None:
     nvml = FakeNvml([a100()])
     assert list_gpus(nvml) == [
         GpuInfo(
-            index=0, name="NVIDIA A100-SXM4-80GB", uuid=A100_UUID, compute_capability="8.0", sm_count=108,
-            memory_bytes=80 * GIB, driver_version="550.54.15", cuda_driver_version="12.4",
+            index=0,
+            name="NVIDIA A100-SXM4-80GB",
+            uuid=A100_UUID,
+            compute_capability="8.0",
+            sm_count=108,
+            memory_bytes=80 * GIB,
+            driver_version="550.54.15",
+            cuda_driver_version="12.4",
         )
     ]
     assert nvml.shutdowns == 1
@@ -160,9 +173,7 @@ def test_matching_label_is_kept_lowercased() -> None:
 def test_label_without_a_gpu_is_refused_unless_forced() -> None:
     with pytest.raises(UsageError) as err:
         check_label("v100", [])
-    assert str(err.value) == (
-        "--gpu v100 was given but no NVIDIA GPU was detected; pass --force to label it anyway"
-    )
+    assert str(err.value) == ("--gpu v100 was given but no NVIDIA GPU was detected; pass --force to label it anyway")
     assert check_label("v100", [], force=True) == DeviceChoice(label="v100", gpu=None, forced=True)
 
 
@@ -201,8 +212,15 @@ def test_cpu_record_names_the_cpu_model() -> None:
 def test_gpu_record_carries_what_nvml_said() -> None:
     choice = choose_device("a100", nvml=FakeNvml([a100()]), environ={})
     assert choice.as_record() == {
-        "label": "a100", "forced": False, "name": "NVIDIA A100-SXM4-80GB", "index": 0, "uuid": A100_UUID,
-        "driver": "550.54.15", "cuda_driver": "12.4", "compute_capability": "8.0", "sm_count": 108,
+        "label": "a100",
+        "forced": False,
+        "name": "NVIDIA A100-SXM4-80GB",
+        "index": 0,
+        "uuid": A100_UUID,
+        "driver": "550.54.15",
+        "cuda_driver": "12.4",
+        "compute_capability": "8.0",
+        "sm_count": 108,
         "memory_bytes": 80 * GIB,
     }
 

@@ -35,9 +35,20 @@ def _sqlite(path: Path) -> Path:
 
 
 def _nvprof(path: Path) -> Path:
-    row = {"Start": "1.0", "Duration": "0.5", "Grid X": "1", "Grid Y": "1", "Grid Z": "1", "Block X": "32",
-           "Block Y": "1", "Block Z": "1", "Device": "TITAN Xp (0)", "Stream": "7", "Name": "k(int)",
-           "Correlation_ID": "5"}
+    row = {
+        "Start": "1.0",
+        "Duration": "0.5",
+        "Grid X": "1",
+        "Grid Y": "1",
+        "Grid Z": "1",
+        "Block X": "32",
+        "Block Y": "1",
+        "Block Z": "1",
+        "Device": "TITAN Xp (0)",
+        "Stream": "7",
+        "Name": "k(int)",
+        "Correlation_ID": "5",
+    }
     path.write_text(nvprof_section(11, NVPROF_TRACE_HEADER, {"Start": "s", "Duration": "ms"}, [row]))
     return path
 
@@ -178,6 +189,11 @@ def test_sqlite_and_csv_traces_do_not_import_tensorflow(tmp_path: Path) -> None:
         f"load_trace({str(sqlite_path)!r}); load_trace({str(csv_path)!r})\n"
         "print('tensorflow' in sys.modules)\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+    )
     assert done.stdout.strip() == "False"

@@ -30,18 +30,29 @@ BAR = "bar(int)"
         ("EigenMetaKernel", "EigenMetaKernel"),
         ("sm80_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x32",) * 2,
         ("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_128x128_32x3_nn_align4>(Params)", "Kernel"),
-        ("void Eigen::internal::EigenMetaKernel<Eigen::TensorEvaluator<Eigen::TensorAssignOp<"
-         "Eigen::TensorMap<Eigen::Tensor<float, 1, 1, long>, 16>, Eigen::TensorCwiseUnaryOp<"
-         "Eigen::internal::scalar_square_op<float>, Eigen::TensorMap<float const> const> const>, "
-         "Eigen::GpuDevice>, long>(Eigen::TensorEvaluator<float>, long)", "EigenMetaKernel"),
-        ("void (anonymous namespace)::softmax_warp_forward<float, float, 5>(float*, float const*, int)",
-         "softmax_warp_forward"),
+        (
+            "void Eigen::internal::EigenMetaKernel<Eigen::TensorEvaluator<Eigen::TensorAssignOp<"
+            "Eigen::TensorMap<Eigen::Tensor<float, 1, 1, long>, 16>, Eigen::TensorCwiseUnaryOp<"
+            "Eigen::internal::scalar_square_op<float>, Eigen::TensorMap<float const> const> const>, "
+            "Eigen::GpuDevice>, long>(Eigen::TensorEvaluator<float>, long)",
+            "EigenMetaKernel",
+        ),
+        (
+            "void (anonymous namespace)::softmax_warp_forward<float, float, 5>(float*, float const*, int)",
+            "softmax_warp_forward",
+        ),
         ("(anonymous namespace)::helper(int)", "helper"),
-        ("void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl<"
-         "at::native::add_kernel(at::TensorIteratorBase&)::{lambda(float, float)#1}>(at::TensorIteratorBase&)"
-         "::{lambda(int)#1}>(int, at::native::gpu_kernel_impl::{lambda(int)#1})", "elementwise_kernel"),
-        ("std::enable_if<true, void>::type tensorflow::functor::ShuffleInTensor3Simple<float, 2, 1, 0>"
-         "(int, float const*, tensorflow::functor::Dimension<3>, float*)", "ShuffleInTensor3Simple"),
+        (
+            "void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl<"
+            "at::native::add_kernel(at::TensorIteratorBase&)::{lambda(float, float)#1}>(at::TensorIteratorBase&)"
+            "::{lambda(int)#1}>(int, at::native::gpu_kernel_impl::{lambda(int)#1})",
+            "elementwise_kernel",
+        ),
+        (
+            "std::enable_if<true, void>::type tensorflow::functor::ShuffleInTensor3Simple<float, 2, 1, 0>"
+            "(int, float const*, tensorflow::functor::Dimension<3>, float*)",
+            "ShuffleInTensor3Simple",
+        ),
         ("void kernel<int>", "kernel"),
         ("_MklNativeConv2DBackpropFilter", "_MklNativeConv2DBackpropFilter"),
         ("", ""),
@@ -116,13 +127,18 @@ def test_nsys_stats_timeunit_suffixes(tmp_path: Path, unit: str, scale: float) -
     text = (
         f'"Time (%)","Total Time ({unit})","Instances","Avg ({unit})","Med ({unit})","Min ({unit})",'
         f'"Max ({unit})","StdDev ({unit})","Name"\n'
-        f'100.0,{value(7_500_000)},3,{value(2_500_000)},{value(2_000_000)},{value(1_500_000)},'
+        f"100.0,{value(7_500_000)},3,{value(2_500_000)},{value(2_000_000)},{value(1_500_000)},"
         f'{value(4_000_000)},{value(1_322_876)},"{FOO}"\n'
     )
     row = load_trace(_write(tmp_path / "kern.csv", text)).summary.iloc[0]
     assert row["total_ns"] == 7_500_000
-    for column, ns in [("avg_ns", 2_500_000), ("med_ns", 2_000_000), ("min_ns", 1_500_000),
-                       ("max_ns", 4_000_000), ("std_ns", 1_322_876)]:
+    for column, ns in [
+        ("avg_ns", 2_500_000),
+        ("med_ns", 2_000_000),
+        ("min_ns", 1_500_000),
+        ("max_ns", 4_000_000),
+        ("std_ns", 1_322_876),
+    ]:
         assert row[column] == pytest.approx(ns, abs=1e-3)
 
 
@@ -147,25 +163,86 @@ def test_nsys_stats_header_without_rows(tmp_path: Path) -> None:
 def _trace_rows(pid_offset_s: float) -> list[dict[str, object]]:
     """One process's activity in true units (seconds/milliseconds/kilobytes)."""
     return [
-        {"Start": pid_offset_s + 0.5, "Duration": 0.002, "Size": 4.0, "Throughput": 1.9,
-         "SrcMemType": "Pageable", "DstMemType": "Device", "Device": "TITAN Xp (0)", "Context": 1,
-         "Stream": 7, "Name": "[CUDA memcpy HtoD]", "Correlation_ID": 101},
-        {"Start": pid_offset_s + 0.6, "Duration": 0.25, "Grid X": 506, "Grid Y": 1, "Grid Z": 1,
-         "Block X": 192, "Block Y": 1, "Block Z": 1, "Registers Per Thread": 58, "Static SMem": 0,
-         "Dynamic SMem": 0, "Device": "TITAN Xp (0)", "Context": 1, "Stream": 7,
-         "Name": "cuda_compute_flux(int, int*, float*)", "Correlation_ID": 102},
-        {"Start": pid_offset_s + 0.7, "Duration": 0.001, "Size": 0.5, "Throughput": 0.4,
-         "DstMemType": "Device", "Device": "TITAN Xp (0)", "Context": 1, "Stream": 7, "Name": "[CUDA memset]",
-         "Correlation_ID": 103},
-        {"Start": pid_offset_s + 0.8, "Duration": 0.0075, "Device": "TITAN Xp (0)", "Unified Memory": 65536,
-         "Virtual Address": "0x7f54d8000000", "Name": "[Unified Memory Memcpy HtoD]"},
-        {"Start": pid_offset_s + 0.9, "Unified Memory": "PC 0x5e240510",
-         "Virtual Address": "0x7f54d8000000", "Name": "[Unified Memory CPU page faults]"},
-        {"Start": pid_offset_s + 0.95, "Duration": 0.27, "Device": "TITAN Xp (0)", "Unified Memory": 18,
-         "Virtual Address": "0x7f54d8800000", "Name": "[Unified Memory GPU page faults]"},
-        {"Start": pid_offset_s + 1.0, "Duration": 0.125, "Grid X": 64, "Grid Y": 2, "Grid Z": 1,
-         "Block X": 256, "Block Y": 1, "Block Z": 1, "Device": "Tesla T4 (1)", "Context": 2, "Stream": 13,
-         "Name": "void time_step<float>(int, float*)", "Correlation_ID": 104},
+        {
+            "Start": pid_offset_s + 0.5,
+            "Duration": 0.002,
+            "Size": 4.0,
+            "Throughput": 1.9,
+            "SrcMemType": "Pageable",
+            "DstMemType": "Device",
+            "Device": "TITAN Xp (0)",
+            "Context": 1,
+            "Stream": 7,
+            "Name": "[CUDA memcpy HtoD]",
+            "Correlation_ID": 101,
+        },
+        {
+            "Start": pid_offset_s + 0.6,
+            "Duration": 0.25,
+            "Grid X": 506,
+            "Grid Y": 1,
+            "Grid Z": 1,
+            "Block X": 192,
+            "Block Y": 1,
+            "Block Z": 1,
+            "Registers Per Thread": 58,
+            "Static SMem": 0,
+            "Dynamic SMem": 0,
+            "Device": "TITAN Xp (0)",
+            "Context": 1,
+            "Stream": 7,
+            "Name": "cuda_compute_flux(int, int*, float*)",
+            "Correlation_ID": 102,
+        },
+        {
+            "Start": pid_offset_s + 0.7,
+            "Duration": 0.001,
+            "Size": 0.5,
+            "Throughput": 0.4,
+            "DstMemType": "Device",
+            "Device": "TITAN Xp (0)",
+            "Context": 1,
+            "Stream": 7,
+            "Name": "[CUDA memset]",
+            "Correlation_ID": 103,
+        },
+        {
+            "Start": pid_offset_s + 0.8,
+            "Duration": 0.0075,
+            "Device": "TITAN Xp (0)",
+            "Unified Memory": 65536,
+            "Virtual Address": "0x7f54d8000000",
+            "Name": "[Unified Memory Memcpy HtoD]",
+        },
+        {
+            "Start": pid_offset_s + 0.9,
+            "Unified Memory": "PC 0x5e240510",
+            "Virtual Address": "0x7f54d8000000",
+            "Name": "[Unified Memory CPU page faults]",
+        },
+        {
+            "Start": pid_offset_s + 0.95,
+            "Duration": 0.27,
+            "Device": "TITAN Xp (0)",
+            "Unified Memory": 18,
+            "Virtual Address": "0x7f54d8800000",
+            "Name": "[Unified Memory GPU page faults]",
+        },
+        {
+            "Start": pid_offset_s + 1.0,
+            "Duration": 0.125,
+            "Grid X": 64,
+            "Grid Y": 2,
+            "Grid Z": 1,
+            "Block X": 256,
+            "Block Y": 1,
+            "Block Z": 1,
+            "Device": "Tesla T4 (1)",
+            "Context": 2,
+            "Stream": 13,
+            "Name": "void time_step<float>(int, float*)",
+            "Correlation_ID": 104,
+        },
     ]
 
 
@@ -185,8 +262,15 @@ def _in_units(rows: list[dict[str, object]], start_unit: str, dur_unit: str) -> 
 
 @pytest.mark.parametrize(("start_unit", "dur_unit"), [("s", "ms"), ("ms", "us"), ("us", "ns"), ("s", "s")])
 def test_nvprof_trace_units_and_row_kinds(tmp_path: Path, start_unit: str, dur_unit: str) -> None:
-    units = {"Start": start_unit, "Duration": dur_unit, "Size": "KB", "Throughput": "GB/s",
-             "Unified Memory": "B", "Static SMem": "B", "Dynamic SMem": "B"}
+    units = {
+        "Start": start_unit,
+        "Duration": dur_unit,
+        "Size": "KB",
+        "Throughput": "GB/s",
+        "Unified Memory": "B",
+        "Static SMem": "B",
+        "Dynamic SMem": "B",
+    }
     text = nvprof_section(4242, NVPROF_TRACE_HEADER, units, _in_units(_trace_rows(1.0), start_unit, dur_unit))
     table = load_trace(_write(tmp_path / "trace.csv", text))
 
@@ -238,14 +322,46 @@ SUMMARY_UNITS = dict(zip(NVPROF_SUMMARY_HEADER, ["", "%", "ms", "", "us", "us", 
 
 def _summary_rows(calls: int, total_ms: float, min_us: float, max_ms: float) -> list[dict[str, object]]:
     return [
-        {"Type": "GPU activities", "Time(%)": 80.0, "Time": total_ms, "Calls": calls,
-         "Avg": total_ms * 1e3 / calls, "Min": min_us, "Max": max_ms, "Name": "kernelA(float*)"},
-        {"Type": "GPU activities", "Time(%)": 15.0, "Time": 1.5, "Calls": 3, "Avg": 500.0, "Min": 400.0,
-         "Max": 0.6, "Name": "[CUDA memcpy HtoD]"},
-        {"Type": "GPU activities", "Time(%)": 5.0, "Time": 0.5, "Calls": 1, "Avg": 500.0, "Min": 500.0,
-         "Max": 0.5, "Name": "void kernelB<int>(int, int)"},
-        {"Type": "API calls", "Time(%)": 90.0, "Time": 100.0, "Calls": 10, "Avg": 10000.0, "Min": 5.0,
-         "Max": 50.0, "Name": "cudaMalloc"},
+        {
+            "Type": "GPU activities",
+            "Time(%)": 80.0,
+            "Time": total_ms,
+            "Calls": calls,
+            "Avg": total_ms * 1e3 / calls,
+            "Min": min_us,
+            "Max": max_ms,
+            "Name": "kernelA(float*)",
+        },
+        {
+            "Type": "GPU activities",
+            "Time(%)": 15.0,
+            "Time": 1.5,
+            "Calls": 3,
+            "Avg": 500.0,
+            "Min": 400.0,
+            "Max": 0.6,
+            "Name": "[CUDA memcpy HtoD]",
+        },
+        {
+            "Type": "GPU activities",
+            "Time(%)": 5.0,
+            "Time": 0.5,
+            "Calls": 1,
+            "Avg": 500.0,
+            "Min": 500.0,
+            "Max": 0.5,
+            "Name": "void kernelB<int>(int, int)",
+        },
+        {
+            "Type": "API calls",
+            "Time(%)": 90.0,
+            "Time": 100.0,
+            "Calls": 10,
+            "Avg": 10000.0,
+            "Min": 5.0,
+            "Max": 50.0,
+            "Name": "cudaMalloc",
+        },
     ]
 
 
@@ -317,10 +433,16 @@ def test_nvprof_header_without_units_row(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("rows", "header", "fragment"),
     [
-        ([r for r in _in_units(_trace_rows(0.0), "s", "ms") if "Grid X" not in r], NVPROF_TRACE_HEADER,
-         "without kernel rows"),
-        ([r for r in _summary_rows(1, 1.0, 1.0, 1.0) if r["Name"].startswith(("[", "cuda"))],
-         NVPROF_SUMMARY_HEADER, "without kernel rows"),
+        (
+            [r for r in _in_units(_trace_rows(0.0), "s", "ms") if "Grid X" not in r],
+            NVPROF_TRACE_HEADER,
+            "without kernel rows",
+        ),
+        (
+            [r for r in _summary_rows(1, 1.0, 1.0, 1.0) if r["Name"].startswith(("[", "cuda"))],
+            NVPROF_SUMMARY_HEADER,
+            "without kernel rows",
+        ),
     ],
     ids=["trace-only-memory", "summary-only-memcpy-and-api"],
 )

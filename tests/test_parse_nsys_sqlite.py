@@ -74,8 +74,21 @@ def test_cloverleaf_launch_rows_match_sql_in_export_order() -> None:
         "ORDER BY k.rowid",
     )
     kernels = load_trace(CLOVERLEAF).kernels
-    columns = ["name", "short_name", "start_ns", "dur_ns", "device_id", "stream_id", "correlation_id",
-               "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"]
+    columns = [
+        "name",
+        "short_name",
+        "start_ns",
+        "dur_ns",
+        "device_id",
+        "stream_id",
+        "correlation_id",
+        "grid_x",
+        "grid_y",
+        "grid_z",
+        "block_x",
+        "block_y",
+        "block_z",
+    ]
     frame = kernels[columns].astype(object)
     got = [tuple(None if pd.isna(v) else v for v in row) for row in frame.itertuples(index=False, name=None)]
     assert got == rows
@@ -88,22 +101,18 @@ def test_cloverleaf_schema_devices_memory_and_no_nvtx() -> None:
     assert table.format == "nsys-sqlite" and table.source == str(CLOVERLEAF)
     assert list(table.kernels.columns) == list(KERNEL_DTYPES)
     pd.testing.assert_frame_equal(table.kernels, conform(table.kernels, KERNEL_DTYPES))
-    gpus = _sql(
-        CLOVERLEAF, "SELECT id, name, smCount, computeMajor, computeMinor, totalMemory FROM TARGET_INFO_GPU"
-    )
+    gpus = _sql(CLOVERLEAF, "SELECT id, name, smCount, computeMajor, computeMinor, totalMemory FROM TARGET_INFO_GPU")
     assert table.devices == [
         Device(id=i, name=name, sm_count=sm, compute_capability=f"{major}.{minor}", memory_bytes=mem)
         for i, name, sm, major, minor, mem in sorted(gpus)
     ]
-    memcpy = _sql(CLOVERLEAF, 'SELECT copyKind, count(*), sum("end" - start), sum(bytes) '
-                              "FROM CUPTI_ACTIVITY_KIND_MEMCPY GROUP BY copyKind")
-    by_kind = table.memory.groupby("kind").agg(
-        n=("dur_ns", "size"), dur=("dur_ns", "sum"), b=("bytes", "sum")
+    memcpy = _sql(
+        CLOVERLEAF,
+        'SELECT copyKind, count(*), sum("end" - start), sum(bytes) FROM CUPTI_ACTIVITY_KIND_MEMCPY GROUP BY copyKind',
     )
+    by_kind = table.memory.groupby("kind").agg(n=("dur_ns", "size"), dur=("dur_ns", "sum"), b=("bytes", "sum"))
     names = {1: "memcpy HtoD", 2: "memcpy DtoH"}
-    assert {names[k]: (n, d, b) for k, n, d, b in memcpy} == {
-        kind: (r.n, r.dur, r.b) for kind, r in by_kind.iterrows()
-    }
+    assert {names[k]: (n, d, b) for k, n, d, b in memcpy} == {kind: (r.n, r.dur, r.b) for kind, r in by_kind.iterrows()}
     assert table.memory_ns == sum(d for _, _, d, _ in memcpy)
     assert table.nvtx is None
 
@@ -216,7 +225,9 @@ def test_nvtx_ranges_from_text_and_registered_strings(tmp_path: Path) -> None:
     assert table.nvtx is not None
     assert list(table.nvtx.columns) == list(NVTX_DTYPES)
     assert table.nvtx.astype(object).values.tolist() == [
-        ["train_step 1", 100, 400], ["train_step 2", 500, 900], ["explicit", 950, 990],
+        ["train_step 1", 100, 400],
+        ["train_step 2", 500, 900],
+        ["explicit", 950, 990],
     ]
 
 
@@ -228,9 +239,7 @@ def test_parallel_readers_keep_every_row_in_order(tmp_path: Path, monkeypatch: p
     ]
     path = write_nsys_sqlite(tmp_path / "many.sqlite", kernels)
     with sqlite3.connect(path) as conn:
-        conn.execute(
-            "DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE rowid % 7 = 3 OR rowid BETWEEN 1000 AND 1400"
-        )
+        conn.execute("DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE rowid % 7 = 3 OR rowid BETWEEN 1000 AND 1400")
     conn.close()
     monkeypatch.setattr(nsys_sqlite, "_PARALLEL_MIN_ROWS", 100)
     monkeypatch.setattr(nsys_sqlite.os, "cpu_count", lambda: 4)
@@ -240,8 +249,12 @@ def test_parallel_readers_keep_every_row_in_order(tmp_path: Path, monkeypatch: p
         'SELECT start, "end" - start, streamId, correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY rowid',
     )
     k = load_trace(path).kernels
-    got = [(int(a), int(b), int(c), None if pd.isna(d) else int(d)) for a, b, c, d in
-           k[["start_ns", "dur_ns", "stream_id", "correlation_id"]].astype(object).itertuples(index=False)]
+    got = [
+        (int(a), int(b), int(c), None if pd.isna(d) else int(d))
+        for a, b, c, d in k[["start_ns", "dur_ns", "stream_id", "correlation_id"]]
+        .astype(object)
+        .itertuples(index=False)
+    ]
     assert got == expected
     assert list(k["name"].astype(str)) == [names[(s // 10) % 7] for s, *_ in expected]
 

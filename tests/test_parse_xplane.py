@@ -68,9 +68,7 @@ def _host_ops(space):
     for plane in space.planes:
         if plane.name == "/host:CPU":
             for line in plane.lines:
-                if line.name.startswith("tf_Compute") or (
-                    line.name.startswith("tf_numa_") and "Eigen" in line.name
-                ):
+                if line.name.startswith("tf_Compute") or (line.name.startswith("tf_numa_") and "Eigen" in line.name):
                     for event in line.events:
                         op, colon, op_type = plane.event_metadata[event.metadata_id].name.rpartition(":")
                         if colon and op and not op.endswith(":") and " " not in op_type:
@@ -167,9 +165,7 @@ def test_cpu_trace_ops_match_the_protobuf(xplane_pb2) -> None:
     assert set(got["device_id"].tolist()) == {0}
     assert [(d.id, d.name) for d in table.devices] == [(0, "/host:CPU")]
     assert table.memory is None
-    assert {"_MklNativeFusedConv2D", "_MklNativeConv2DBackpropFilterWithBias", "_MklMatMul"} <= set(
-        got["name"]
-    )
+    assert {"_MklNativeFusedConv2D", "_MklNativeConv2DBackpropFilterWithBias", "_MklMatMul"} <= set(got["name"])
     # Executor and thread-pool bookkeeping on the same threads is not an op.
     assert not got["name"].astype(str).str.contains("::|Memory", regex=True).any()
 

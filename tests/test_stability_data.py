@@ -160,9 +160,7 @@ def test_flip_mirrors_about_half_the_images_only_when_asked() -> None:
     padded = np.pad(x, ((0, 0), (4, 4), (4, 4), (0, 0)))
 
     def is_window(img: np.ndarray, i: int) -> bool:
-        return any(
-            np.array_equal(img, padded[i, dy : dy + 32, dx : dx + 32]) for dy in range(9) for dx in range(9)
-        )
+        return any(np.array_equal(img, padded[i, dy : dy + 32, dx : dx + 32]) for dy in range(9) for dx in range(9))
 
     mirrored = [not is_window(out[i], i) and is_window(out[i, :, ::-1], i) for i in range(len(x))]
     assert 150 < sum(mirrored) < 250

@@ -242,9 +242,7 @@ SNIPPET = textwrap.dedent(
 
 @pytest.mark.slow
 def test_dropout_seeding_bitflip_and_keras_application_heads(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [sys.executable, "-c", SNIPPET], cwd=ROOT, capture_output=True, text=True, timeout=300
-    )
+    result = subprocess.run([sys.executable, "-c", SNIPPET], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout.strip().splitlines()[-1])
     assert out["seeded"] == ["drop"]

@@ -28,8 +28,7 @@ def test_kernel_stats_match_independent_computation() -> None:
     rng = np.random.default_rng(1)
     names = [f"kernel_{i}<float>" for i in range(5)]
     rows = [
-        (names[int(i)], int(d))
-        for i, d in zip(rng.integers(0, 5, 500), rng.integers(100, 10_000, 500), strict=True)
+        (names[int(i)], int(d)) for i, d in zip(rng.integers(0, 5, 500), rng.integers(100, 10_000, 500), strict=True)
     ]
     stats = kernel_stats(launches(rows))
     total = sum(d for _, d in rows)

@@ -72,9 +72,7 @@ def test_auto_tracer_choice(monkeypatch) -> None:
         resolve_tracer("nsys", gpu_present=False)
 
 
-@pytest.mark.parametrize(
-    ("field", "value"), [("steps", 0), ("repeats", 0), ("batch_size", 0), ("warmup", -1)]
-)
+@pytest.mark.parametrize(("field", "value"), [("steps", 0), ("repeats", 0), ("batch_size", 0), ("warmup", -1)])
 def test_config_rejects_non_positive_values(field: str, value: int) -> None:
     with pytest.raises(UsageError, match="must be at least"):
         SweepConfig(models=("smallcnn",), **{field: value})

@@ -14,15 +14,25 @@ from detprof.profiler.gpu import DeviceChoice, GpuInfo
 from detprof.profiler.telemetry import NoTelemetry, TelemetrySampler, decode_reasons, summarize
 
 SAMPLE_KEYS = {
-    "t_s", "sm_clock_mhz", "max_sm_clock_mhz", "temperature_c", "power_w", "utilization_pct",
+    "t_s",
+    "sm_clock_mhz",
+    "max_sm_clock_mhz",
+    "temperature_c",
+    "power_w",
+    "utilization_pct",
     "throttle_reasons",
 }
 
 
 def sample(clock: int | None = 1400, reasons: list[str] | None = None, util: int | None = 90) -> dict:
     return {
-        "t_s": 0.0, "sm_clock_mhz": clock, "max_sm_clock_mhz": 1410, "temperature_c": 50, "power_w": 200.0,
-        "utilization_pct": util, "throttle_reasons": [] if reasons is None else reasons,
+        "t_s": 0.0,
+        "sm_clock_mhz": clock,
+        "max_sm_clock_mhz": 1410,
+        "temperature_c": 50,
+        "power_w": 200.0,
+        "utilization_pct": util,
+        "throttle_reasons": [] if reasons is None else reasons,
     }
 
 

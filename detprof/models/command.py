@@ -43,9 +43,7 @@ def parameter_counts(names: list[str], keras_version: str) -> dict[str, int]:
 
 
 def models(
-    all_models: Annotated[
-        bool, typer.Option("--all", help="Also list every other keras.applications model.")
-    ] = False,
+    all_models: Annotated[bool, typer.Option("--all", help="Also list every other keras.applications model.")] = False,
 ) -> None:
     """List the models detprof can profile: name, family, parameters, default input shape."""
     from detprof.determinism import quiet_tensorflow
@@ -63,7 +61,5 @@ def models(
     for col in ("Name", "Family", "Parameters", "Default input", "Classes"):
         table.add_column(col)
     for name, spec in specs.items():
-        table.add_row(
-            name, spec.family, f"{counts[name]:,}", "x".join(map(str, spec.input_shape)), str(spec.classes)
-        )
+        table.add_row(name, spec.family, f"{counts[name]:,}", "x".join(map(str, spec.input_shape)), str(spec.classes))
     Console().print(table)

@@ -58,17 +58,13 @@ def resnet18(input_shape: tuple[int, ...], classes: int) -> keras.Model:
 
     def basic_block(x: keras.KerasTensor, channels: int, stride: int, name: str) -> keras.KerasTensor:
         shortcut = x
-        y = layers.Conv2D(channels, 3, strides=stride, padding="same", use_bias=False, name=f"{name}_conv1")(
-            x
-        )
+        y = layers.Conv2D(channels, 3, strides=stride, padding="same", use_bias=False, name=f"{name}_conv1")(x)
         y = layers.BatchNormalization(name=f"{name}_bn1")(y)
         y = layers.ReLU(name=f"{name}_relu1")(y)
         y = layers.Conv2D(channels, 3, padding="same", use_bias=False, name=f"{name}_conv2")(y)
         y = layers.BatchNormalization(name=f"{name}_bn2")(y)
         if stride != 1 or shortcut.shape[-1] != channels:
-            shortcut = layers.Conv2D(channels, 1, strides=stride, use_bias=False, name=f"{name}_proj")(
-                shortcut
-            )
+            shortcut = layers.Conv2D(channels, 1, strides=stride, use_bias=False, name=f"{name}_proj")(shortcut)
             shortcut = layers.BatchNormalization(name=f"{name}_proj_bn")(shortcut)
         y = layers.Add(name=f"{name}_add")([y, shortcut])
         return layers.ReLU(name=f"{name}_out")(y)

@@ -56,9 +56,7 @@ def _keras_application(class_name: str, input_shape: InputShape, classes: int) -
 
 
 def _application_spec(name: str, class_name: str) -> ModelSpec:
-    return ModelSpec(
-        name, "keras-applications", partial(_keras_application, class_name), IMAGENET_SHAPE, 1000
-    )
+    return ModelSpec(name, "keras-applications", partial(_keras_application, class_name), IMAGENET_SHAPE, 1000)
 
 
 def _paper_specs() -> dict[str, ModelSpec]:

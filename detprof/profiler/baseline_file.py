@@ -118,8 +118,7 @@ def fingerprint(config: Mapping[str, Any], records: Iterable[Mapping[str, Any]])
     for name, (section, key) in _SOURCES.items():
         result[name] = _uniform((r.get(section) or {}).get(key) for r in ok)
     result["determinism"] = {
-        mode: _uniform(_settings(r) for r in ok if r.get("mode") == mode)
-        for mode in ("default", "deterministic")
+        mode: _uniform(_settings(r) for r in ok if r.get("mode") == mode) for mode in ("default", "deterministic")
     }
     result["config_hash"] = measurement_config_hash(config)
     return result
@@ -160,9 +159,7 @@ def fingerprint_differences(baseline: Mapping[str, Any], current: Mapping[str, A
     fields = [f for f in FINGERPRINT_FIELDS if f not in ("determinism",)]
     order = fields + sorted(k for k in set(flat_b) | set(flat_c) if k.startswith("determinism."))
     return [
-        FieldDifference(key, flat_b.get(key), flat_c.get(key))
-        for key in order
-        if flat_b.get(key) != flat_c.get(key)
+        FieldDifference(key, flat_b.get(key), flat_c.get(key)) for key in order if flat_b.get(key) != flat_c.get(key)
     ]
 
 
@@ -178,9 +175,7 @@ class EnvironmentCheck:
         return not self.differences or self.allowed
 
 
-def check_environment(
-    baseline: Mapping[str, Any], current: Mapping[str, Any], *, allow: bool
-) -> EnvironmentCheck:
+def check_environment(baseline: Mapping[str, Any], current: Mapping[str, Any], *, allow: bool) -> EnvironmentCheck:
     return EnvironmentCheck(tuple(fingerprint_differences(baseline, current)), allow)
 
 
@@ -253,9 +248,7 @@ def read_baseline(path: Path) -> Baseline:
     """A validated baseline; any defect is one InputError line naming the file and the field."""
     path = Path(path)
     if not path.is_file():
-        raise InputError(
-            f"{path}: no such baseline file (create one with: detprof baseline RESULTS_DIR -o {path})"
-        )
+        raise InputError(f"{path}: no such baseline file (create one with: detprof baseline RESULTS_DIR -o {path})")
     try:
         text = path.read_text(encoding="utf-8")
         document = json.loads(text, parse_constant=_reject_constant)
@@ -283,9 +276,7 @@ def validate(document: Any, path: Path) -> None:
         return InputError(f"{path}: malformed baseline: {message}")
 
     if not isinstance(document, dict) or "schema_version" not in document:
-        raise InputError(
-            f"{path}: not a detprof baseline (no schema_version; create one with detprof baseline)"
-        )
+        raise InputError(f"{path}: not a detprof baseline (no schema_version; create one with detprof baseline)")
     version = document["schema_version"]
     if not _is_int(version) or version < 1:
         raise bad(f"schema_version must be a positive integer, not {_show(version)}")
@@ -322,9 +313,7 @@ def _validate_model(model: str, entry: Any, bad: Any) -> None:
         raise bad(f"{where} must be an object")
     wall = entry.get("wall_log_ratios")
     if not _numbers(wall) or len(wall) < 2:
-        raise bad(
-            f"{where}.wall_log_ratios must be a list of at least 2 finite numbers (R < 2 gives no interval)"
-        )
+        raise bad(f"{where}.wall_log_ratios must be a list of at least 2 finite numbers (R < 2 gives no interval)")
     kernel = entry.get("kernel_log_ratios")
     if kernel is not None and not _numbers(kernel):
         raise bad(f"{where}.kernel_log_ratios must be null or a list of finite numbers")

@@ -258,15 +258,26 @@ class DeviceChoice:
         record: dict[str, Any] = {"label": self.label, "forced": self.forced}
         if self.gpu is None:
             record.update(
-                name=cpu_model(), uuid=None, driver=None, cuda_driver=None, compute_capability=None,
-                sm_count=None, memory_bytes=None, cpu_count=usable_cpus(),
+                name=cpu_model(),
+                uuid=None,
+                driver=None,
+                cuda_driver=None,
+                compute_capability=None,
+                sm_count=None,
+                memory_bytes=None,
+                cpu_count=usable_cpus(),
             )
             return record
         info = asdict(self.gpu)
         record.update(
-            name=info["name"], index=info["index"], uuid=info["uuid"], driver=info["driver_version"],
-            cuda_driver=info["cuda_driver_version"], compute_capability=info["compute_capability"],
-            sm_count=info["sm_count"], memory_bytes=info["memory_bytes"],
+            name=info["name"],
+            index=info["index"],
+            uuid=info["uuid"],
+            driver=info["driver_version"],
+            cuda_driver=info["cuda_driver_version"],
+            compute_capability=info["compute_capability"],
+            sm_count=info["sm_count"],
+            memory_bytes=info["memory_bytes"],
         )
         return record
 
@@ -275,8 +286,7 @@ def _normalize_label(label: str) -> str:
     norm = label.strip().lower()
     if not _LABEL_RE.match(norm):
         raise UsageError(
-            f"--gpu {label!r} is not a usable label: "
-            "use letters, digits, '.', '_' or '-' (e.g. t4, a100, cpu)"
+            f"--gpu {label!r} is not a usable label: use letters, digits, '.', '_' or '-' (e.g. t4, a100, cpu)"
         )
     if norm != CPU_LABEL and not _model_tokens(norm):
         raise UsageError(f"--gpu {label!r} names no GPU model (e.g. t4, v100, a100, h100, or cpu)")
@@ -297,16 +307,12 @@ def check_label(label: str | None, gpus: list[GpuInfo], force: bool = False) -> 
         return DeviceChoice(label=CPU_LABEL, gpu=None, hide_gpus=gpu is not None)
     if gpu is None:
         if not force:
-            raise UsageError(
-                f"--gpu {norm} was given but no NVIDIA GPU was detected; pass --force to label it anyway"
-            )
+            raise UsageError(f"--gpu {norm} was given but no NVIDIA GPU was detected; pass --force to label it anyway")
         return DeviceChoice(label=norm, gpu=None, forced=True)
     if label_matches(norm, gpu.name):
         return DeviceChoice(label=norm, gpu=gpu)
     if not force:
-        raise UsageError(
-            f"--gpu {norm} does not match the detected GPU {gpu.name!r}; pass --force to label it anyway"
-        )
+        raise UsageError(f"--gpu {norm} does not match the detected GPU {gpu.name!r}; pass --force to label it anyway")
     return DeviceChoice(label=norm, gpu=gpu, forced=True)
 
 

@@ -35,8 +35,13 @@ def gpus() -> None:
         table.add_column(column, no_wrap=column == "UUID")
     for gpu in probe.gpus:
         table.add_row(
-            str(gpu.index), escape(gpu.name), _text(gpu.uuid), _text(gpu.compute_capability),
-            _text(gpu.sm_count), _gib(gpu.memory_bytes), _text(gpu.driver_version),
+            str(gpu.index),
+            escape(gpu.name),
+            _text(gpu.uuid),
+            _text(gpu.compute_capability),
+            _text(gpu.sm_count),
+            _gib(gpu.memory_bytes),
+            _text(gpu.driver_version),
             _text(gpu.cuda_driver_version),
         )
     console.print(table)

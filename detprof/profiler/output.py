@@ -89,8 +89,7 @@ def print_parse(table: KernelTable, top: int, by: GroupBy, fmt: OutputFormat) ->
         return
     console = Console()
     devices = ", ".join(
-        f"{d['id']}: {d['name'] or '?'}"
-        + (f" (cc {d['compute_capability']})" if d["compute_capability"] else "")
+        f"{d['id']}: {d['name'] or '?'}" + (f" (cc {d['compute_capability']})" if d["compute_capability"] else "")
         for d in doc["devices"]
     )
     console.print(f"[bold]{escape(doc['source'])}[/] ({doc['format']})  devices: {escape(devices) or '-'}")
@@ -101,9 +100,7 @@ def print_parse(table: KernelTable, top: int, by: GroupBy, fmt: OutputFormat) ->
     wide = console.width >= WIDE_TABLE
     columns = ["Time %", "Total", "Instances", "Avg"] if wide else ["%", "Total", "Count", "Avg"]
     columns += ["Med", "Min", "Max", "StdDev"] if wide else []
-    grid = Table(
-        caption=None if wide else "(a wider terminal, or --format csv/json, shows med, min, max, std)"
-    )
+    grid = Table(caption=None if wide else "(a wider terminal, or --format csv/json, shows med, min, max, std)")
     for col in columns:
         grid.add_column(col, justify="right", no_wrap=True)
     grid.add_column("Category", max_width=None if wide else 12)

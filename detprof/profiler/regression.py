@@ -110,9 +110,7 @@ def samples_from_records(records: Iterable[Mapping[str, Any]]) -> SweepSamples:
             batch_size=rec.get("batch_size"),
             input_shape=tuple(shape) if shape is not None else None,
         )
-    failures = {
-        model: f"{len(reasons)} run(s) failed, e.g. {reasons[0]}" for model, reasons in sorted(failed.items())
-    }
+    failures = {model: f"{len(reasons)} run(s) failed, e.g. {reasons[0]}" for model, reasons in sorted(failed.items())}
     unsupported_only = {m: unsupported[m] for m in sorted(unsupported) if m not in samples}
     return SweepSamples(samples, failures, unsupported_only)
 
@@ -126,9 +124,7 @@ def baseline_models(sweep: SweepSamples, source: str) -> dict[str, dict[str, Any
             "rerun the failed runs first (detprof sweep --resume with the same options)"
         )
     if not sweep.samples:
-        raise InputError(
-            f"{source}: no model has a completed default/deterministic pair to build a baseline from"
-        )
+        raise InputError(f"{source}: no model has a completed default/deterministic pair to build a baseline from")
     models = {}
     for model, sample in sweep.samples.items():
         if len(sample.wall) < MIN_REPEATS:

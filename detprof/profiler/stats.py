@@ -24,10 +24,7 @@ STAT_COLUMNS = ["instances", "total_ns", "avg_ns", "med_ns", "min_ns", "max_ns",
 
 def kernel_stats(table: KernelTable, by: GroupBy = "name") -> pd.DataFrame:
     """One row per kernel, ordered by total time (descending), with its share of all kernel time."""
-    if table.summary is not None:
-        stats = _merge_summary(table.summary, by)
-    else:
-        stats = _launch_stats(table.kernels, by)
+    stats = _merge_summary(table.summary, by) if table.summary is not None else _launch_stats(table.kernels, by)
     total = stats["total_ns"].sum()
     stats["pct"] = stats["total_ns"] / total * 100.0 if total else 0.0
     stats["category"] = [classify(str(n)) for n in stats["name"]]
@@ -101,9 +98,7 @@ def top_n(table: KernelTable, n: int = 20, by: GroupBy = "name") -> tuple[pd.Dat
     return head, other_ns
 
 
-def diff(
-    base: KernelTable, other: KernelTable, by: GroupBy = "name", tolerance: float = 0.02
-) -> pd.DataFrame:
+def diff(base: KernelTable, other: KernelTable, by: GroupBy = "name", tolerance: float = 0.02) -> pd.DataFrame:
     """Per kernel: time in each table, the change, and its share of the total change.
 
     A kernel counts as slower or faster only when its total moves by more than
@@ -131,9 +126,7 @@ def diff(
             strict=True,
         )
     ]
-    merged = merged.assign(_abs=merged["delta_ns"].abs()).sort_values(
-        ["_abs", "name"], ascending=[False, True]
-    )
+    merged = merged.assign(_abs=merged["delta_ns"].abs()).sort_values(["_abs", "name"], ascending=[False, True])
     columns = [
         "name",
         "short_name",

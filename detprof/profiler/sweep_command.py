@@ -29,6 +29,7 @@ from detprof.errors import UsageError
 from detprof.invocation import command_line
 from detprof.models.registry import PAPER_MODELS
 from detprof.profiler import gpu as gpu_info
+from detprof.profiler.gpu import DeviceChoice
 from detprof.profiler.sweep import PRESETS, SweepConfig, SweepProgress, run_sweep
 from detprof.profiler.tracers import resolve_tracer
 from detprof.store import ResultsStore
@@ -46,6 +47,8 @@ PAPER_PRESET: dict[str, Any] = {
     "classes": None,
 }
 ALL_PRESETS = {"paper": PAPER_PRESET, **PRESETS}
+SWEEP_STABILITY_RUNS = 3
+SWEEP_STABILITY_EPOCHS = 20
 
 
 def _split_models(models: str | None) -> tuple[str, ...] | None:
@@ -94,6 +97,10 @@ def sweep(
     run_timeout: Annotated[
         float | None, typer.Option(help="Seconds after which a run is stopped and recorded as failed.")
     ] = None,
+    stability: Annotated[
+        bool, typer.Option(help="Also run a small stability study of each swept model (digits, 4 variants).")
+    ] = False,
+    report: Annotated[bool, typer.Option(help="Write report.html into the results directory at the end.")] = True,
 ) -> None:
     """Run each model in default and deterministic mode and report what determinism costs."""
     device = gpu_info.choose_device(gpu, force)
@@ -167,6 +174,36 @@ def sweep(
         bar.update(task, completed=total, description="done")
     print_summary(store)
     console.print(f"results: {escape(str(store.dir))}")
+    if stability:
+        run_stability_studies(config.models, out, device, resume=resume, console=console)
+    if report:
+        from detprof.reports.command import write_report
+
+        console.print(f"report: {escape(str(write_report(out, out / 'report.html')))}")
+
+
+def run_stability_studies(
+    models: tuple[str, ...], out: Path, device: DeviceChoice, *, resume: bool, console: Console
+) -> None:
+    """The stability side for the report's overhead-versus-variance pairing, one study per model.
+
+    Small on purpose (3 runs of 20 epochs per variant on the bundled digits data): it must fit
+    in the embedded default's time; ``detprof stability`` runs the full protocol.
+    """
+    from detprof.stability import study
+
+    for model in models:
+        config = study.StudyConfig(model=model, runs=SWEEP_STABILITY_RUNS, epochs=SWEEP_STABILITY_EPOCHS)
+        outcome = study.run_study(
+            config,
+            out / "stability" / model,
+            jobs=study.default_jobs(),
+            resume=resume,
+            device=device,
+            command=command_line(),
+            console=console,
+        )
+        console.print(f"stability of {model}: {escape(str(outcome.summary_path))}")
 
 
 def print_summary(store: ResultsStore) -> None:

@@ -69,6 +69,7 @@ def summarize(samples: list[dict[str, Any]]) -> dict[str, Any]:
     user pinned, or a busy sample's SM clock fell below 90% of the highest busy clock of
     the run; with no samples there is no verdict (None).
     """
+
     def values(key: str, which: list[dict[str, Any]] = samples) -> list[float]:
         return [s[key] for s in which if s[key] is not None]
 
@@ -112,9 +113,7 @@ class TelemetrySampler:
     that the summary judges.
     """
 
-    def __init__(
-        self, gpu_index: int, interval_s: float = DEFAULT_INTERVAL_S, nvml: Nvml | None = None
-    ) -> None:
+    def __init__(self, gpu_index: int, interval_s: float = DEFAULT_INTERVAL_S, nvml: Nvml | None = None) -> None:
         if interval_s <= 0:
             raise ValueError(f"interval_s must be positive, not {interval_s}")
         self.gpu_index = gpu_index

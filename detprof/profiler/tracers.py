@@ -92,7 +92,5 @@ def resolve_tracer(choice: str, gpu_present: bool) -> Tracer:
     if tracer.name in ("nsys", "nvprof"):
         _executable(tracer.name)
         if not gpu_present:
-            raise UsageError(
-                f"tracer {tracer.name!r} traces CUDA kernels, but no GPU is in use; choose --tracer tf"
-            )
+            raise UsageError(f"tracer {tracer.name!r} traces CUDA kernels, but no GPU is in use; choose --tracer tf")
     return tracer

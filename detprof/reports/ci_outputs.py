@@ -28,7 +28,15 @@ MEASURE = "determinism-overhead"
 CLASSNAME = "detprof.determinism-overhead"
 CONSOLE_COLUMNS = ("Model", "Verdict", "Gate", "n base/cur", "Baseline", "Current", "Change", "Interval")
 TABLE_COLUMNS = (
-    "Model", "Verdict", "Gate", "n base/cur", "Baseline", "Current", "Change", "Interval", "Note",
+    "Model",
+    "Verdict",
+    "Gate",
+    "n base/cur",
+    "Baseline",
+    "Current",
+    "Change",
+    "Interval",
+    "Note",
 )
 MAX_ANNOTATIONS = 10
 METRIC_NAMES = {"kernel": "kernel time", "wall": "wall time"}

@@ -77,35 +77,27 @@ def stability(
             "(arrays x_train, y_train, x_test, y_test, optional groups_test)."
         ),
     ] = "digits",
-    variants: Annotated[
-        str, typer.Option(help=f"Comma-separated variants: {', '.join(NAMED_VARIANTS)}.")
-    ] = ",".join(DEFAULT_VARIANTS),
+    variants: Annotated[str, typer.Option(help=f"Comma-separated variants: {', '.join(NAMED_VARIANTS)}.")] = ",".join(
+        DEFAULT_VARIANTS
+    ),
     runs: Annotated[
         int | None,
         typer.Option(help="Runs per variant (default 10; 5 for the embedded smallcnn-on-digits default)."),
     ] = None,
-    epochs: Annotated[
-        int | None, typer.Option(help="Training epochs per run (default 60, sized for digits).")
-    ] = None,
+    epochs: Annotated[int | None, typer.Option(help="Training epochs per run (default 60, sized for digits).")] = None,
     batch_size: Annotated[int, typer.Option(help="Batch size (paper: 128).")] = 128,
     lr: Annotated[float, typer.Option(help="Adam learning rate (paper: 4e-4).")] = 4e-4,
-    seed: Annotated[
-        int, typer.Option(help="Base seed: fixed sources use it, varying ones derive from it.")
-    ] = 0,
+    seed: Annotated[int, typer.Option(help="Base seed: fixed sources use it, varying ones derive from it.")] = 0,
     jobs: Annotated[
         int | None, typer.Option(help="Worker processes in parallel (default: usable cores, at most 4).")
     ] = None,
     keep_weights: Annotated[bool, typer.Option(help="Also store every run's final weights (npz).")] = False,
-    out: Annotated[
-        Path | None, typer.Option(help="Results directory (default results/<date>-<device>).")
-    ] = None,
+    out: Annotated[Path | None, typer.Option(help="Results directory (default results/<date>-<device>).")] = None,
     resume: Annotated[bool, typer.Option(help="Continue a study in --out, skipping completed runs.")] = False,
     gpu: Annotated[
         str | None, typer.Option(help="Device label for the results (t4, a100, ..., or cpu); checked.")
     ] = None,
-    force: Annotated[
-        bool, typer.Option(help="Accept a --gpu label that does not match the detected device.")
-    ] = False,
+    force: Annotated[bool, typer.Option(help="Accept a --gpu label that does not match the detected device.")] = False,
 ) -> None:
     """Train many copies of a model under chosen noise sources and measure what the noise does."""
     from detprof.profiler import gpu as gpu_info

@@ -168,9 +168,7 @@ def load_npz(path: Path) -> Dataset:
     y_train = _labels(path, "y_train", arrays["y_train"], len(x_train))
     y_test = _labels(path, "y_test", arrays["y_test"], len(x_test))
     if x_train.shape[1:] != x_test.shape[1:]:
-        raise InputError(
-            f"{path}: x_train images are {x_train.shape[1:]} but x_test images are {x_test.shape[1:]}"
-        )
+        raise InputError(f"{path}: x_train images are {x_train.shape[1:]} but x_test images are {x_test.shape[1:]}")
     classes = int(max(y_train.max(), y_test.max())) + 1
     if classes < 2:
         raise InputError(f"{path}: the labels name a single class; a classifier needs at least 2")

@@ -340,17 +340,13 @@ def run_study(
         task = progress.add_task("", total=len(planned), completed=len(planned) - len(pending))
 
         def show_running(running: list[PlannedRun]) -> None:
-            progress.update(
-                task, description="running " + ", ".join(f"{r.variant} r{r.run_index}" for r in running)
-            )
+            progress.update(task, description="running " + ", ".join(f"{r.variant} r{r.run_index}" for r in running))
 
         def store_record(record: dict[str, Any]) -> None:
             store.write_record(record)
             progress.advance(task)
 
-        execute_runs(
-            pending, train_config, jobs, store_record, show_running, tasks_per_worker, device.hide_gpus
-        )
+        execute_runs(pending, train_config, jobs, store_record, show_running, tasks_per_worker, device.hide_gpus)
         progress.update(task, description="done")
     result = write_summary(store, config, variants, data, device)
     return StudyOutcome(store, result, store.dir / "summary.json", len(pending), len(planned) - len(pending))
@@ -385,9 +381,7 @@ def write_summary(
         "determinism": {r["mode"]: r["determinism"] for r in ok},
         "software": first.get("software"),
         "tables": {
-            "runs": store.write_table(
-                "runs", summary.runs_table(records, config.model, config.dataset, device.label)
-            ),
+            "runs": store.write_table("runs", summary.runs_table(records, config.model, config.dataset, device.label)),
             "curves": store.write_table("curves", summary.curves_table(records)),
             "per_class": store.write_table("per_class", summary.per_class_table(records)),
         },

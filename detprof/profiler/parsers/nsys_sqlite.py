@@ -123,9 +123,7 @@ def _check_not_truncated(path: Path, shown: str) -> None:
         expected = page_size * pages
         actual = path.stat().st_size
         if actual < expected:
-            raise InputError(
-                f"{shown}: truncated SQLite file ({actual} bytes, its header says {expected})"
-            )
+            raise InputError(f"{shown}: truncated SQLite file ({actual} bytes, its header says {expected})")
 
 
 def _load(conn: sqlite3.Connection, uri: str, shown: str) -> KernelTable:
@@ -203,8 +201,7 @@ def _read_int_columns(
         edges = np.linspace(lo, hi + 1, readers + 1).astype(np.int64)
         bounds = [(int(a), int(b)) for a, b in itertools.pairwise(edges)]
     counts = [
-        conn.execute(f"SELECT count(*) FROM {table} WHERE rowid >= ? AND rowid < ?", b).fetchone()[0]
-        for b in bounds
+        conn.execute(f"SELECT count(*) FROM {table} WHERE rowid >= ? AND rowid < ?", b).fetchone()[0] for b in bounds
     ]
     offsets = [0, *itertools.accumulate(counts)]
     out = {name: _IntColumn(np.zeros(offsets[-1], np.int64), np.zeros(offsets[-1], bool)) for name in select}
@@ -327,9 +324,7 @@ def _memory(conn: sqlite3.Connection, tables: set[str]) -> pd.DataFrame:
             continue
         picks = [_first(cols, c) or "NULL" for c in ("bytes", "deviceId", "streamId", "copyKind")]
         rows = conn.execute(f'SELECT start, "end" - start, {", ".join(picks)} FROM {table}').fetchall()
-        frame = pd.DataFrame(
-            rows, columns=["start_ns", "dur_ns", "bytes", "device_id", "stream_id", "copy_kind"]
-        )
+        frame = pd.DataFrame(rows, columns=["start_ns", "dur_ns", "bytes", "device_id", "stream_id", "copy_kind"])
         if table == MEMCPY_TABLE:
             kinds = _copy_kinds(conn, tables)
             frame["kind"] = [kinds.get(k, f"memcpy kind {k}") for k in frame["copy_kind"]]

@@ -22,10 +22,16 @@ from detprof.profiler.kernel_table import SUMMARY_DTYPES, KernelTable, conform
 from detprof.profiler.names import short_kernel_name
 
 TIME_UNITS_NS = {
-    "ns": 1.0, "nsec": 1.0,
-    "us": 1e3, "usec": 1e3, "\u00b5s": 1e3, "\u03bcs": 1e3,
-    "ms": 1e6, "msec": 1e6,
-    "s": 1e9, "sec": 1e9,
+    "ns": 1.0,
+    "nsec": 1.0,
+    "us": 1e3,
+    "usec": 1e3,
+    "\u00b5s": 1e3,
+    "\u03bcs": 1e3,
+    "ms": 1e6,
+    "msec": 1e6,
+    "s": 1e9,
+    "sec": 1e9,
 }
 
 _STAT_PATTERNS = {
@@ -103,9 +109,7 @@ def _header_columns(fields: list[str]) -> dict[str, tuple[int, float]] | None:
     return columns
 
 
-def _summary(
-    path: Path, columns: dict[str, tuple[int, float]], width: int, rows: list[list[str]]
-) -> pd.DataFrame:
+def _summary(path: Path, columns: dict[str, tuple[int, float]], width: int, rows: list[list[str]]) -> pd.DataFrame:
     records = []
     for fields in rows:
         if len(fields) != width:

@@ -39,8 +39,12 @@ TRACE_REQUIRED = ("Start", "Duration", "Grid X", "Name")
 SUMMARY_REQUIRED = ("Time", "Calls", "Avg", "Min", "Max", "Name")
 
 _DIMS = {
-    "grid_x": "Grid X", "grid_y": "Grid Y", "grid_z": "Grid Z",
-    "block_x": "Block X", "block_y": "Block Y", "block_z": "Block Z",
+    "grid_x": "Grid X",
+    "grid_y": "Grid Y",
+    "grid_z": "Grid Z",
+    "block_x": "Block X",
+    "block_y": "Block Y",
+    "block_z": "Block Z",
 }
 _DEVICE = re.compile(r"^(?P<name>.*?)\s*\((?P<id>\d+)\)$")
 _CUDA_MEMORY = re.compile(r"^\[CUDA (?P<op>memcpy|memset)(?: (?P<dir>\w+))?\]$")
@@ -118,9 +122,7 @@ def _sections(path: Path, lines: list[str]) -> list[_Section]:
         elif len(fields) == len(current.header):
             current.rows.append(fields)
         else:
-            raise InputError(
-                f"{path}:{lineno}: row has {len(fields)} fields, the header has {len(current.header)}"
-            )
+            raise InputError(f"{path}:{lineno}: row has {len(fields)} fields, the header has {len(current.header)}")
     for section in sections:
         if section.units is None:
             raise InputError(f"{path}: nvprof header without its units row")
@@ -136,9 +138,7 @@ def _numbers(path: Path, frame: pd.DataFrame, column: str) -> pd.Series:
     return numbers.astype("float64")
 
 
-def _scaled(
-    path: Path, section: _Section, frame: pd.DataFrame, column: str, units: dict[str, float]
-) -> pd.Series:
+def _scaled(path: Path, section: _Section, frame: pd.DataFrame, column: str, units: dict[str, float]) -> pd.Series:
     """A column in base units (ns or bytes); a column that no row fills needs no unit."""
     numbers = _numbers(path, frame, column)
     if numbers.isna().all():
@@ -246,16 +246,20 @@ def _summary_table(path: Path, sections: list[_Section]) -> KernelTable:
     if rows[["instances", "total_ns"]].isna().any().any():
         raise InputError(f"{path}: a kernel row lacks its Calls or Time value")
     # One row per kernel: several processes (sections) may each list the same kernel.
-    summary = rows.groupby("name", sort=False).agg(
-        instances=("instances", "sum"), total_ns=("total_ns", "sum"), min_ns=("min_ns", "min"),
-        max_ns=("max_ns", "max"),
-    ).reset_index()
+    summary = (
+        rows.groupby("name", sort=False)
+        .agg(
+            instances=("instances", "sum"),
+            total_ns=("total_ns", "sum"),
+            min_ns=("min_ns", "min"),
+            max_ns=("max_ns", "max"),
+        )
+        .reset_index()
+    )
     summary["instances"] = summary["instances"].round().astype("int64")
     summary["total_ns"] = summary["total_ns"].round().astype("int64")
     summary["avg_ns"] = summary["total_ns"] / summary["instances"]
     summary["med_ns"] = np.nan
     summary["std_ns"] = np.nan
     summary["short_name"] = summary["name"].map(short_kernel_name)
-    return KernelTable(
-        source=str(path), format="nvprof-summary-csv", summary=conform(summary, SUMMARY_DTYPES)
-    )
+    return KernelTable(source=str(path), format="nvprof-summary-csv", summary=conform(summary, SUMMARY_DTYPES))

@@ -150,9 +150,7 @@ def _xplane_pb2() -> ModuleType:
         return loaded
     spec = importlib.util.find_spec("tensorflow")
     if spec is None:
-        raise InputError(
-            "reading TensorFlow profiler traces needs the tensorflow package (pip install tensorflow)"
-        )
+        raise InputError("reading TensorFlow profiler traces needs the tensorflow package (pip install tensorflow)")
     for location in spec.submodule_search_locations or ():
         source = Path(location).joinpath(*_PB2_FILE)
         if source.is_file():

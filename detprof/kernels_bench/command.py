@@ -1,0 +1,260 @@
+"""``detprof kernels``: options, presets, the progress bar and the op x shape table.
+
+With no options on a machine without a GPU the bench is the ``cpu-small`` preset with
+TensorFlow's profiler as tracer. Options given explicitly always win over the preset's
+values. Imports nothing heavy at module level: ``detprof --help`` must not start
+TensorFlow; the shapes are derived (which builds Keras models) only once every option
+has been checked, and in a child process.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+from detprof.errors import UsageError
+from detprof.invocation import command_line
+from detprof.kernels_bench.bench import PRESETS, BenchProgress, BenchRun, KernelsConfig, run_bench, select_ops
+from detprof.kernels_bench.cases import SUITES, derive_in_subprocess
+from detprof.profiler import gpu as gpu_info
+from detprof.profiler.sweep_command import format_overhead
+from detprof.profiler.tracers import resolve_tracer
+from detprof.store import ResultsStore
+
+if TYPE_CHECKING:
+    from detprof.kernels_bench.summary import CaseSummary
+
+HELP = "Measure what determinism costs op by op (convolutions, pooling, scatters, ...)."
+DIFF_NAMES_SHOWN = 3
+# Written to a file or a pipe, the table is read whole: rich's 80-column default would fold every cell.
+TABLE_WIDTH_UNBOUNDED = 200
+
+
+def _split(option: str, text: str | None) -> tuple[str, ...] | None:
+    if text is None:
+        return None
+    items = tuple(dict.fromkeys(item.strip().lower() for item in text.split(",") if item.strip()))
+    if not items:
+        raise UsageError(f"{option} is empty: give a comma-separated list")
+    return items
+
+
+def parse_kernel_sizes(text: str | None) -> tuple[int, ...] | None:
+    items = _split("--kernel-sizes", text)
+    if items is None:
+        return None
+    sizes = []
+    for item in items:
+        if not item.isdigit() or int(item) < 1 or int(item) % 2 == 0:
+            raise UsageError(f"--kernel-sizes: {item!r} is not a positive odd integer")
+        sizes.append(int(item))
+    return tuple(sizes)
+
+
+def format_ns(ns: float | None) -> str:
+    if ns is None:
+        return "-"
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
+        if ns >= scale:
+            return f"{ns / scale:,.2f} {unit}"
+    return f"{ns:,.0f} ns"
+
+
+def _names(sign: str, names: list[str]) -> list[str]:
+    shown = [f"{sign}{escape(name)}" for name in names[:DIFF_NAMES_SHOWN]]
+    if len(names) > DIFF_NAMES_SHOWN:
+        shown.append(f"({len(names) - DIFF_NAMES_SHOWN} more {'added' if sign == '+' else 'removed'})")
+    return shown
+
+
+def kernels(
+    suite: Annotated[str | None, typer.Option(help="conv | ops | all (default: all).")] = None,
+    ops: Annotated[
+        str | None, typer.Option(help=f"Comma-separated ops of the suite: {', '.join(SUITES['all'])}.")
+    ] = None,
+    kernel_sizes: Annotated[
+        str | None, typer.Option(help="Conv suite: mediumcnn kernel sizes, positive odd integers (paper: 1,3,5,7).")
+    ] = None,
+    preset: Annotated[
+        str | None, typer.Option(help="paper | cpu-small (default: cpu-small without a GPU, else paper).")
+    ] = None,
+    gpu: Annotated[
+        str | None,
+        typer.Option(help="GPU label for the results (t4, v100, a100, ..., or cpu); checked against the device."),
+    ] = None,
+    force: Annotated[bool, typer.Option(help="Accept a --gpu label that does not match the detected device.")] = False,
+    tracer: Annotated[str, typer.Option(help="auto | nsys | nvprof | tf | none.")] = "auto",
+    steps: Annotated[int | None, typer.Option(help="Measured steps per run (paper: 100).")] = None,
+    warmup: Annotated[
+        int | None, typer.Option(help="Warm-up steps excluded from measurement (autotuning happens here).")
+    ] = None,
+    repeats: Annotated[
+        int | None, typer.Option(help="Repeats per case and mode (>= 2 for a confidence interval).")
+    ] = None,
+    batch_size: Annotated[int | None, typer.Option(help="Batch size of every shape (paper: 64).")] = None,
+    input_size: Annotated[
+        int | None, typer.Option(help="Square input size the models are built at (default: their own, 224).")
+    ] = None,
+    max_shapes: Annotated[
+        int | None,
+        typer.Option(help="Per op (and kernel size), keep the N shapes with the most work; 0 keeps all."),
+    ] = None,
+    xla: Annotated[
+        bool, typer.Option(help="Compile each op with XLA in both modes (jit_compile is always pinned).")
+    ] = False,
+    seed: Annotated[int, typer.Option(help="Seed of the inputs, set in both modes.")] = 0,
+    out: Annotated[Path | None, typer.Option(help="Results directory (default results/<date>-<gpu>).")] = None,
+    resume: Annotated[bool, typer.Option(help="Continue a bench in --out, skipping completed runs.")] = False,
+    run_timeout: Annotated[
+        float | None, typer.Option(help="Seconds after which a run is stopped and recorded as failed.")
+    ] = None,
+) -> None:
+    """Run each op at each model layer's shape in default and deterministic mode; report what changes."""
+    device = gpu_info.choose_device(gpu, force)
+    on_gpu = device.gpu is not None and not device.hide_gpus
+    preset_name = preset or ("paper" if on_gpu else "cpu-small")
+    if preset_name not in PRESETS:
+        raise UsageError(f"unknown preset {preset_name!r}; choose one of {', '.join(PRESETS)}")
+    preset_values = PRESETS[preset_name]
+    named = _split("--ops", ops)
+    selected = select_ops(suite or preset_values["suite"], named or preset_values["ops"], strict=named is not None)
+    values = {k: v for k, v in preset_values.items() if k not in ("suite", "ops")}
+    explicit: dict[str, Any] = {
+        "kernel_sizes": parse_kernel_sizes(kernel_sizes),
+        "steps": steps,
+        "warmup": warmup,
+        "repeats": repeats,
+        "batch_size": batch_size,
+        "input_size": input_size,
+    }
+    values.update({k: v for k, v in explicit.items() if v is not None})
+    if max_shapes is not None:
+        if max_shapes < 0:
+            raise UsageError(f"--max-shapes must be at least 0, not {max_shapes}")
+        values["max_shapes"] = max_shapes or None
+    chosen_tracer = resolve_tracer(tracer, on_gpu)
+    if chosen_tracer.name == "nvprof":
+        gpu_info.refuse_nvprof(device.gpu)
+    config = KernelsConfig(
+        ops=selected,
+        **values,
+        tracer=chosen_tracer.name,
+        xla=xla,
+        gpu_label=device.label,
+        seed=seed,
+        preset=preset_name,
+        run_timeout_s=run_timeout,
+    )
+    cases = derive_in_subprocess(
+        config.ops, config.kernel_sizes, config.batch_size, config.input_size, config.max_shapes
+    )
+    out = out or Path("results") / f"{dt.date.today().isoformat()}-{device.label}"
+    store = ResultsStore(out, "kernels")
+    console = Console(stderr=True)
+    total = len(cases) * 2 * config.repeats
+    console.print(
+        f"detprof kernels: {len(cases)} case{'' if len(cases) == 1 else 's'} x 2 modes x {config.repeats} repeats on "
+        f"{escape(device.label)} with tracer {chosen_tracer.name}, results in {escape(str(out))}"
+    )
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(),
+    )
+    with Progress(*columns, console=console, transient=False) as bar:
+        task = bar.add_task("starting", total=total)
+
+        def on_start(run: BenchRun, index: int, _total: int) -> None:
+            bar.update(task, completed=index, description=f"{escape(run.case.key)} {run.mode} r{run.repeat}")
+
+        def on_done(record: dict[str, Any]) -> None:
+            bar.advance(task)
+            if record["status"] != "ok":
+                bar.console.print(f"  {escape(record['run_id'])}: {record['status']}: {escape(str(record['reason']))}")
+
+        try:
+            run_bench(
+                config,
+                cases,
+                store,
+                chosen_tracer,
+                device,
+                resume=resume,
+                command=command_line(),
+                progress=BenchProgress(on_start, on_done),
+            )
+        except KeyboardInterrupt:
+            bar.stop()
+            console.print(f"interrupted: every completed run is kept in {escape(str(store.dir))}; --resume continues")
+            raise typer.Exit(130) from None
+        bar.update(task, completed=total, description="done")
+    print_summary(store)
+    console.print(f"results: {escape(str(store.dir))}")
+
+
+def _failures(summary: CaseSummary) -> str:
+    failures = summary.overhead.failures
+    if not failures:
+        return "-"
+    reason = summary.overhead.unsupported_reason
+    if reason:
+        return f"{len(failures)} not supported under determinism: {escape(reason)}"
+    return f"{len(failures)}: {escape(str(failures[0]['reason']))}"
+
+
+def print_summary(store: ResultsStore) -> None:
+    from detprof.kernels_bench.summary import summarize
+
+    result = summarize(store)
+    traced = result.metric == "kernel"
+    table = Table(
+        title=f"Cost of determinism per op ({result.metric} time per step; "
+        "ratio = deterministic / default, 95% CI over repeats)"
+    )
+    for col in ("Op and shape", "Default", "Deterministic", "Ratio", "Wall ratio", "Kernels that differ", "Failed"):
+        table.add_column(col, overflow="fold")
+    for row in result.cases:
+        where = f"{row.model}.{row.layers[0]}" + (f" (+{len(row.layers) - 1} more)" if len(row.layers) > 1 else "")
+        changed = _names("+", row.added) + _names("-", row.removed) if traced else ["n/a (no kernels traced)"]
+        table.add_row(
+            f"{row.op}\n{escape(row.shape)}\n[dim]{escape(where)}[/]",
+            format_ns(row.default_ns),
+            format_ns(row.deterministic_ns),
+            format_overhead(getattr(row.overhead, result.metric)),
+            format_overhead(row.overhead.wall),
+            "\n".join(changed) or "-",
+            _failures(row),
+        )
+    if result.totals:
+        table.add_section()
+    for row in result.totals:
+        table.add_row(
+            f"{row.op}\n{escape(row.shape)}",
+            format_ns(row.default_ns),
+            format_ns(row.deterministic_ns),
+            format_overhead(getattr(row.overhead, result.metric)),
+            format_overhead(row.overhead.wall),
+            "-",
+            "-",
+        )
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=TABLE_WIDTH_UNBOUNDED)
+    console.print(table)

@@ -1,0 +1,244 @@
+"""The worker side of kernels_bench: one operation, built from its case's parameters, run once per step.
+
+Each op calls the raw TensorFlow kernel that a training step would run for it, so that the
+forward pass, the gradient with respect to the data and the gradient with respect to the
+filter are timed apart: determinism changes them differently (cuDNN restricts its
+backward algorithms, bias and segment gradients trade atomics for reductions, scatters
+move to the CPU). The one exception is sparse softmax cross-entropy, which goes through
+``tf.nn``: there it is the Python API that swaps in another implementation under
+determinism, and measuring the raw op would miss exactly that.
+
+Inputs are made on the op's device by stateless random ops seeded from the run's seed,
+so no host-to-device copy is timed. The step is a ``tf.function`` (the TF profiler sees
+no op events of eager execution on the CPU) and waits for the device before returning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+Step = Callable[[], None]
+Params = dict[str, Any]
+
+
+class _Inputs:
+    """Seeded random tensors, each from its own stream so that adding one changes no other."""
+
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+        self.count = 0
+
+    def _next_seed(self) -> list[int]:
+        self.count += 1
+        return [self.seed, self.count]
+
+    def normal(self, shape: list[int]) -> Any:
+        import tensorflow as tf
+
+        return tf.random.stateless_normal(shape, seed=self._next_seed())
+
+    def ints(self, shape: list[int], high: int) -> Any:
+        import tensorflow as tf
+
+        return tf.random.stateless_uniform(shape, seed=self._next_seed(), maxval=high, dtype=tf.int32)
+
+
+def _conv2d_forward(p: Params, inputs: _Inputs) -> Callable[[], Any]:
+    import tensorflow as tf
+
+    x, w = inputs.normal(p["input_shape"]), inputs.normal(p["filter_shape"])
+    return lambda: tf.raw_ops.Conv2D(
+        input=x, filter=w, strides=p["strides"], padding=p["padding"], dilations=p["dilations"]
+    )
+
+
+def _conv2d_backward_data(p: Params, inputs: _Inputs) -> Callable[[], Any]:
+    import tensorflow as tf
+
+    w, dy = inputs.normal(p["filter_shape"]), inputs.normal(p["output_shape"])
+    return lambda: tf.raw_ops.Conv2DBackpropInput(
+        input_sizes=tf.constant(p["input_shape"], tf.int32),
+        filter=w,
+        out_backprop=dy,
+        strides=p["strides"],
+        padding=p["padding"],
+        dilations=p["dilations"],
+    )
+
+
+def _conv2d_backward_filter(p: Params, inputs: _Inputs) -> Callable[[], Any]:
+    import tensorflow as tf
+
+    x, dy = inputs.normal(p["input_shape"]), inputs.normal(p["output_shape"])
+    return lambda: tf.raw_ops.Conv2DBackpropFilter(
+        input=x,
+        filter_sizes=tf.constant(p["filter_shape"], tf.int32),
+        out_backprop=dy,
+        strides=p["strides"],
+        padding=p["padding"],
+        dilations=p["dilations"],
+    )
+
+
+def _depthwise_conv_forward(p: Params, inputs: _Inputs) -> Callable[[], Any]:
+    import tensorflow as tf
+
+    x, w = inputs.normal(p["input_shape"]), inputs.normal(p["filter_shape"])
+    return lambda: tf.raw_ops.DepthwiseConv2dNative(
+        input=x, filter=w, strides=p["strides"], padding=p["padding"], dilations=p["dilations"]
+    )
+
+
+def _depthwise_conv_backward_data(p: Params, inputs: _Inputs) -> Callable[[], Any]:
+    import tensorflow as tf
+
+    w, dy = inputs.normal(p["filter_shape"]), inputs.normal(p["output_shape"])
+    return lambda: tf.raw_ops.DepthwiseConv2dNativeBackpropInput(
+        input_sizes=tf.constant(p["input_shape"], tf.int32),
+        filter=w,
+        out_backprop=dy,
+        strides=p["strides"],
+        padding=p["padding"],
+        dilations=p["dilations"],
+    )
+
+
+def _depthwise_conv_backward_filter(p: Params, inputs: _Inputs) -> Callable[[], Any]:
+    import tensorflow as tf
+
+    x, dy = inputs.normal(p["input_shape"]), inputs.normal(p["output_shape"])
+    return lambda: tf.raw_ops.DepthwiseConv2dNativeBackpropFilter(
+        input=x,
+        filter_sizes=tf.constant(p["filter_shape"], tf.int32),
+        out_backprop=dy,
+        strides=p["strides"],
+        padding=p["padding"],
+        dilations=p["dilations"],
+    )
+
+
+def _max_pool_backward(p: Params, inputs: _Inputs) -> Callable[[], Any]:
+    import tensorflow as tf
+
+    x = inputs.normal(p["input_shape"])
+    window = {"ksize": p["ksize"], "strides": p["strides"], "padding": p["padding"]}
+    y = tf.raw_ops.MaxPool(input=x, **window)
+    dy = inputs.normal(y.shape.as_list())
+    return lambda: tf.raw_ops.MaxPoolGrad(orig_input=x, orig_output=y, grad=dy, **window)
+
+
+def _bias_add_backward(p: Params, inputs: _Inputs) -> Callable[[], Any]:
+    import tensorflow as tf
+
+    dy = inputs.normal(p["output_shape"])
+    return lambda: tf.raw_ops.BiasAddGrad(out_backprop=dy)
+
+
+def _fused_batch_norm_backward(p: Params, inputs: _Inputs) -> Callable[[], Any]:
+    import tensorflow as tf
+
+    shape = p["input_shape"]
+    channels = shape[-1]
+    x, dy = inputs.normal(shape), inputs.normal(shape)
+    scale, offset = inputs.normal([channels]), inputs.normal([channels])
+    empty = tf.zeros([0])
+    forward = tf.raw_ops.FusedBatchNormV3(
+        x=x, scale=scale, offset=offset, mean=empty, variance=empty, epsilon=p["epsilon"], is_training=True
+    )
+    return lambda: tf.raw_ops.FusedBatchNormGradV3(
+        y_backprop=dy,
+        x=x,
+        scale=scale,
+        reserve_space_1=forward.reserve_space_1,
+        reserve_space_2=forward.reserve_space_2,
+        reserve_space_3=forward.reserve_space_3,
+        epsilon=p["epsilon"],
+        is_training=True,
+    )
+
+
+def _rows_into_table(p: Params, inputs: _Inputs) -> tuple[Any, Any, list[int]]:
+    """One row per example added into a (classes x features) table at the example's label."""
+    rows, table = p["rows"], p["table_shape"]
+    return inputs.normal([rows, table[1]]), inputs.ints([rows], table[0]), table
+
+
+def _unsorted_segment_sum(p: Params, inputs: _Inputs) -> Callable[[], Any]:
+    import tensorflow as tf
+
+    updates, labels, table = _rows_into_table(p, inputs)
+    return lambda: tf.raw_ops.UnsortedSegmentSum(data=updates, segment_ids=labels, num_segments=table[0])
+
+
+def _scatter_nd(p: Params, inputs: _Inputs) -> Callable[[], Any]:
+    import tensorflow as tf
+
+    updates, labels, table = _rows_into_table(p, inputs)
+    indices = labels[:, None]
+    return lambda: tf.raw_ops.ScatterNd(indices=indices, updates=updates, shape=tf.constant(table, tf.int32))
+
+
+def _tensor_scatter_nd_add(p: Params, inputs: _Inputs) -> Callable[[], Any]:
+    import tensorflow as tf
+
+    updates, labels, table = _rows_into_table(p, inputs)
+    base, indices = inputs.normal(table), labels[:, None]
+    return lambda: tf.raw_ops.TensorScatterAdd(tensor=base, indices=indices, updates=updates)
+
+
+def _sparse_softmax_xent_backward(p: Params, inputs: _Inputs) -> Callable[[], Any]:
+    import tensorflow as tf
+
+    rows, classes = p["logits_shape"]
+    logits, labels = inputs.normal([rows, classes]), inputs.ints([rows], classes)
+
+    def run() -> Any:
+        with tf.GradientTape() as tape:
+            tape.watch(logits)
+            loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits))
+        return tape.gradient(loss, logits)
+
+    return run
+
+
+def _dense_matmul(p: Params, inputs: _Inputs) -> Callable[[], Any]:
+    import tensorflow as tf
+
+    a, b = inputs.normal(p["input_shape"]), inputs.normal(p["kernel_shape"])
+    return lambda: tf.raw_ops.MatMul(a=a, b=b)
+
+
+BUILDERS: dict[str, Callable[[Params, _Inputs], Callable[[], Any]]] = {
+    "conv2d_forward": _conv2d_forward,
+    "conv2d_backward_data": _conv2d_backward_data,
+    "conv2d_backward_filter": _conv2d_backward_filter,
+    "depthwise_conv_forward": _depthwise_conv_forward,
+    "depthwise_conv_backward_data": _depthwise_conv_backward_data,
+    "depthwise_conv_backward_filter": _depthwise_conv_backward_filter,
+    "max_pool_backward": _max_pool_backward,
+    "bias_add_backward": _bias_add_backward,
+    "fused_batch_norm_backward": _fused_batch_norm_backward,
+    "unsorted_segment_sum": _unsorted_segment_sum,
+    "scatter_nd": _scatter_nd,
+    "tensor_scatter_nd_add": _tensor_scatter_nd_add,
+    "sparse_softmax_xent_backward": _sparse_softmax_xent_backward,
+    "dense_matmul": _dense_matmul,
+}
+
+
+def op_benchmark(spec: dict[str, Any]) -> tuple[Step, dict[str, Any]]:
+    """The worker's workload for ``"workload": "op"``: ``spec`` holds ``op`` and its ``params``."""
+    import tensorflow as tf
+
+    run = BUILDERS[spec["op"]](spec["params"], _Inputs(int(spec["seed"])))
+    compute = tf.function(run, jit_compile=bool(spec["xla"]))
+    on_gpu = bool(tf.config.list_logical_devices("GPU"))
+
+    def step() -> None:
+        compute()
+        if on_gpu:
+            tf.test.experimental.sync_devices()
+
+    facts = {"op": spec["op"], "params": spec["params"], "dtype": "float32", "on_gpu": on_gpu}
+    return step, facts

@@ -1,0 +1,61 @@
+"""``detprof parse`` and ``detprof diff``: one trace's top kernels, and two traces kernel by kernel."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from detprof.errors import UsageError
+from detprof.output_format import OutputFormat
+
+PARSE_HELP = "Parse a kernel trace (nsys, nvprof, TensorFlow profiler) and show its top kernels."
+DIFF_HELP = "Compare two traces kernel by kernel: what was added, removed, slowed down."
+
+
+def parse(
+    trace: Annotated[
+        Path, typer.Argument(help="nsys .sqlite/.nsys-rep, nsys stats CSV, nvprof CSV, .xplane.pb or log dir")
+    ],
+    top: Annotated[int, typer.Option(min=1, help="How many kernels to list.")] = 20,
+    by: Annotated[str, typer.Option(help="Group kernels by full name or short name: name|short.")] = "name",
+    device: Annotated[str, typer.Option(help="'all' or one device id.")] = "all",
+    fmt: Annotated[OutputFormat, typer.Option("--format", help="table|json|csv")] = OutputFormat.table,
+) -> None:
+    from detprof.profiler import output
+    from detprof.profiler.parsers import load_trace
+
+    group = _group_by(by)
+    table = load_trace(trace)
+    if device != "all":
+        if table.is_summary:
+            raise UsageError(f"{trace}: a summary-only trace has no per-device kernels; use --device all")
+        try:
+            device_id = int(device)
+        except ValueError as exc:
+            raise UsageError(f"--device must be 'all' or an integer device id, not {device!r}") from exc
+        present = sorted({int(d) for d in table.kernels["device_id"].dropna().unique()})
+        if device_id not in present:
+            raise UsageError(f"{trace}: no kernels on device {device_id}; devices with kernels: {present}")
+        table = table.on_device(device_id)
+    output.print_parse(table, top=top, by=group, fmt=fmt)
+
+
+def diff(
+    base: Annotated[Path, typer.Argument(help="The reference trace (e.g. default mode).")],
+    other: Annotated[Path, typer.Argument(help="The trace to compare (e.g. deterministic mode).")],
+    top: Annotated[int, typer.Option(min=1, help="How many kernels to list.")] = 20,
+    fmt: Annotated[OutputFormat, typer.Option("--format", help="table|json|csv")] = OutputFormat.table,
+) -> None:
+    from detprof.profiler import output
+    from detprof.profiler.parsers import load_trace
+
+    output.print_diff(load_trace(base), load_trace(other), top=top, fmt=fmt)
+
+
+def _group_by(by: str) -> str:
+    mapping = {"name": "name", "short": "short_name", "short_name": "short_name"}
+    if by not in mapping:
+        raise UsageError(f"--by must be 'name' or 'short', not {by!r}")
+    return mapping[by]

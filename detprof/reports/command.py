@@ -1,0 +1,80 @@
+"""``detprof report``: results directories in, one self-contained HTML (or Markdown) file out.
+
+``write_report`` is the same thing for callers inside detprof (the end of ``detprof
+sweep``). Nothing heavy is imported at module level, so ``detprof --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from detprof.errors import InputError, UsageError
+from detprof.store import atomic_write_bytes
+
+HELP = "Write one self-contained HTML (or Markdown) report from sweep, kernels and stability results."
+
+
+class ReportFormat(StrEnum):
+    html = "html"
+    md = "md"
+
+
+class PlotlyJsMode(StrEnum):
+    embed = "embed"
+    cdn = "cdn"
+
+
+def render_report(results_dirs: list[Path], fmt: str = "html", plotlyjs: str = "embed") -> str:
+    from detprof.reports.report_data import build_report
+
+    if fmt not in ("html", "md"):
+        raise UsageError(f"--format must be html or md, not {fmt!r}")
+    if plotlyjs not in ("embed", "cdn"):
+        raise UsageError(f"--plotlyjs must be embed or cdn, not {plotlyjs!r}")
+    report = build_report(results_dirs)
+    if fmt == "md":
+        from detprof.reports import markdown
+
+        return markdown.render(report)
+    from detprof.reports import html
+
+    return html.render(report, "cdn" if plotlyjs == "cdn" else "embed")
+
+
+def _write(output: Path, text: str) -> Path:
+    """Written to a temporary name and renamed, so a reader never sees half a report."""
+    output = Path(output)
+    try:
+        atomic_write_bytes(output, text.encode("utf-8"))
+    except OSError as exc:
+        raise InputError(f"cannot write the report to {output}: {exc.strerror or exc}") from exc
+    return output
+
+
+def write_report(results_dir: Path, output: Path, fmt: str = "html", plotlyjs: str = "embed") -> Path:
+    """The report of everything under ``results_dir``, written to ``output``; returns ``output``."""
+    return _write(output, render_report([Path(results_dir)], fmt, plotlyjs))
+
+
+def report(
+    results_dirs: Annotated[
+        list[Path], typer.Argument(help="Results directories (sweep, kernels and/or stability; several GPUs at once).")
+    ],
+    output: Annotated[
+        Path | None, typer.Option("-o", "--output", help="Report file (default report.html, or report.md).")
+    ] = None,
+    fmt: Annotated[ReportFormat, typer.Option("--format", help="html | md (Markdown headline tables).")] = (
+        ReportFormat.html
+    ),
+    plotlyjs: Annotated[
+        PlotlyJsMode, typer.Option(help="embed: plotly.js inside the file (works offline); cdn: a script tag.")
+    ] = PlotlyJsMode.embed,
+) -> None:
+    """Write one self-contained report from results directories."""
+    target = output or Path(f"report.{fmt.value}")
+    written = _write(target, render_report(list(results_dirs), fmt.value, plotlyjs.value))
+    typer.echo(str(written))

@@ -1,0 +1,108 @@
+"""How numbers read in the report, shared by the HTML and Markdown renderers so both say the same."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from detprof.profiler.overhead import Overhead
+
+if TYPE_CHECKING:
+    from detprof.reports.report_data import SweepStudy
+
+DASH = "-"
+
+
+def finite(value: Any) -> float | None:
+    if value is None:
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def ratio(o: Overhead | None) -> str:
+    """``1.234x [1.100, 1.380]``: the estimate and its 95% interval, or why there is none."""
+    if o is None:
+        return DASH
+    if o.n < 2 or math.isnan(o.ci_low):
+        return f"{o.ratio:.3f}x (n={o.n}, no CI)"
+    return f"{o.ratio:.3f}x [{o.ci_low:.3f}, {o.ci_high:.3f}]"
+
+
+def duration_ns(value: Any) -> str:
+    """Nanoseconds in the unit that keeps 3-4 significant digits."""
+    v = finite(value)
+    if v is None:
+        return DASH
+    sign = "-" if v < 0 else ""
+    v = abs(v)
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
+        if v >= scale:
+            return f"{sign}{v / scale:,.3g} {unit}" if v / scale < 1000 else f"{sign}{v / scale:,.0f} {unit}"
+    return f"{sign}{v:.0f} ns"
+
+
+def signed_ns(value: Any) -> str:
+    v = finite(value)
+    if v is None:
+        return DASH
+    return ("+" if v > 0 else "") + duration_ns(v)
+
+
+def count(value: Any) -> str:
+    """Instances per step: whole numbers stay whole; averages over repeats keep one decimal."""
+    v = finite(value)
+    if v is None:
+        return DASH
+    return f"{v:,.0f}" if float(v).is_integer() else f"{v:,.1f}"
+
+
+def percent(value: Any, digits: int = 1) -> str:
+    """A fraction (0.123) as ``12.3%``."""
+    v = finite(value)
+    return DASH if v is None else f"{v:.{digits}%}"
+
+
+def number(value: Any, digits: int = 4) -> str:
+    v = finite(value)
+    return DASH if v is None else f"{v:.{digits}f}"
+
+
+def plus_minus(stat: Mapping[str, Any] | None, digits: int = 4) -> str:
+    """A stability spread entry ``{"std", "std_se"}`` as ``0.0123 +/- 0.0040``."""
+    if not stat or finite(stat.get("std")) is None:
+        return DASH
+    se = finite(stat.get("std_se"))
+    return f"{stat['std']:.{digits}f}" + ("" if se is None else f" +/- {se:.{digits}f}")
+
+
+def check_line(check: Mapping[str, Any] | None) -> tuple[str, str]:
+    """The determinism-check badge: (state, text); state is verified | failed | unchecked | na."""
+    if not check or not check.get("applicable"):
+        return "na", "not applicable (this variant varies something)"
+    if check.get("verified") is None:
+        return "unchecked", "not checked: fewer than 2 runs"
+    if check["verified"]:
+        return "verified", "verified: bitwise-identical weights"
+    return "failed", f"NOT verified: first differing layer {check.get('first_differing_layer')}"
+
+
+BADGE_LABELS = {"verified": "verified", "failed": "not verified", "unchecked": "not checked", "na": "n/a"}
+
+
+def overhead_rows(sweep: SweepStudy) -> list[list[Any]]:
+    """Per model: kernel and wall overhead, repeats, and why a number is missing or doubtful."""
+    rows = []
+    for m in sweep.models:
+        note = m.warning or ""
+        if m.unsupported_reason:
+            note = f"not supported under determinism: {m.unsupported_reason}"
+        elif m.failures:
+            note = f"{len(m.failures)} failed run(s): {m.failures[0]['reason']}" + (f"; {note}" if note else "")
+        n = (m.kernel or m.wall).n if (m.kernel or m.wall) else 0
+        rows.append([m.model, ratio(m.kernel), ratio(m.wall), n, note])
+    return rows

@@ -1,0 +1,123 @@
+"""The report's headline tables as GitHub-flavoured Markdown, for pull-request comments.
+
+Only the numbers a reviewer acts on: overheads per model and device, the published
+figures they can be held against, one sentence per model on where the cost comes from,
+the stability headline, the trade-off readings and the warnings. GitHub renders inline
+HTML, so text from results (kernel names with ``<``, ``>``, ``&``) is backslash-escaped
+and a ``|`` cannot end a table cell early.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from detprof.reports import formatting as f
+from detprof.reports.report_data import SECTIONS, Report
+from detprof.reports.tradeoff import CHEAP_OVERHEAD, NOISY_CHURN
+
+_SPECIAL = re.compile(r"([\\`*_\[\]<>|&~])")
+
+
+def md(value: Any) -> str:
+    """Text that GitHub shows literally: Markdown and HTML punctuation escaped, one line."""
+    return _SPECIAL.sub(r"\\\1", " ".join(str(value).split()))
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    lines = ["| " + " | ".join(md(h) for h in headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(md(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _absent(line: str) -> str:
+    return f"_{md(line)}_"
+
+
+def render(report: Report) -> str:
+    out = [
+        "# detprof: what determinism costs, where, and what it buys",
+        "",
+        f"Generated {md(report.generated_at)} from {md(', '.join(str(p) for p in report.sources))}.",
+        "",
+        f"## {SECTIONS['overhead']}",
+        "",
+    ]
+    if "overhead" in report.absent:
+        out += [_absent(report.absent["overhead"]), ""]
+    for s in report.sweeps:
+        out += [f"### {md(s.label)}: {md(s.device.get('name') or '')}", ""]
+        out += [table(["Model", "Kernel time", "Wall time", "Repeats", "Note"], f.overhead_rows(s)), ""]
+    matched = [r for r in report.references if r.device is not None]
+    if report.sweeps:
+        out += ["Published figures (Zhuang et al., MLSys 2022), relative GPU time:", ""]
+        if matched:
+            out += [
+                table(
+                    ["GPU", "What", "Published", "Measured here", "Device"],
+                    [
+                        [r.figure.gpu.upper(), r.figure.subject, r.figure.published, r.measured, r.device]
+                        for r in matched
+                    ],
+                ),
+                "",
+            ]
+        else:
+            out += [_absent("No measured device is a GPU with published figures (V100, P100, T4)."), ""]
+    out += [f"## {SECTIONS['cost']}", ""]
+    if "cost" in report.absent:
+        out += [_absent(report.absent["cost"]), ""]
+    else:
+        out += [
+            f"- **{md(m.model)}** on {md(s.label)}: {md(m.attribution or m.no_kernels or '')}"
+            for s in report.sweeps
+            for m in s.models
+        ]
+        out.append("")
+    out += [f"## {SECTIONS['stability']}", ""]
+    if "stability" in report.absent:
+        out += [_absent(report.absent["stability"]), ""]
+    for st in report.stability:
+        out += [f"### {md(st.model)} on {md(st.dataset)}, {md(st.device)}", ""]
+        rows = [
+            [
+                v.get("variant"),
+                "on" if v.get("mode") == "deterministic" else "off",
+                f.plus_minus(v.get("accuracy")),
+                f.number(v.get("churn")),
+                f.number(v.get("l2")),
+                f.BADGE_LABELS[f.check_line(v.get("determinism_check"))[0]],
+            ]
+            for v in st.variants
+        ]
+        out += [
+            table(["Variant", "Determinism", "Accuracy std +/- s.e.", "Churn", "L2", "Determinism check"], rows),
+            "",
+        ]
+    out += [f"## {SECTIONS['tradeoff']}", ""]
+    if "tradeoff" in report.absent:
+        out += [_absent(report.absent["tradeoff"]), ""]
+    else:
+        out += [
+            f"Cheap: up to {CHEAP_OVERHEAD:.2f}x; worth removing: churn under impl from {NOISY_CHURN:.0%}.",
+            "",
+            table(
+                ["Model", "Device", "Overhead", "Churn under impl", "Reading"],
+                [
+                    [
+                        p.model,
+                        p.device,
+                        f.ratio(p.cost.overhead),
+                        f.percent(p.noise.churn_impl, 2),
+                        p.quadrant or f.DASH,
+                    ]
+                    for p in report.tradeoff
+                ],
+            ),
+            "",
+        ]
+    out += ["## Warnings", ""]
+    out += [f"- {md(w)}" for w in report.warnings] or ["None."]
+    out += ["", "## Reproduce", "", "```sh", *report.commands, "```", ""]
+    return "\n".join(out)

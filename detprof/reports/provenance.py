@@ -1,0 +1,74 @@
+"""What a study's run records say about where and how they ran, and whether that was consistent.
+
+Sweep and kernels_bench records carry the same fields (device, software versions,
+effective determinism settings, start and end times). A ratio is only meaningful if both
+modes ran on the same device with the same software, with determinism on in exactly the
+deterministic runs and XLA pinned to the same value in both: anything else becomes a
+warning in the report rather than a silent mix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+def distinct(values: Iterable[Any]) -> list[str]:
+    return list(dict.fromkeys(str(v) for v in values if v is not None))
+
+
+@dataclass
+class Provenance:
+    label: str
+    device: dict[str, Any]
+    versions: dict[str, list[str]]
+    settings: dict[str, dict[str, Any]]
+    """mode -> the effective settings of its first run."""
+    started: str | None
+    finished: str | None
+    warnings: list[str]
+
+
+def _settings_warnings(label: str, records: Sequence[Mapping[str, Any]]) -> list[str]:
+    warnings = []
+    wrong = [
+        str(r.get("run_id"))
+        for r in records
+        if r.get("settings") and bool(r["settings"].get("op_determinism")) != (r.get("mode") == "deterministic")
+    ]
+    if wrong:
+        warnings.append(f"{label}: op determinism was not in effect as its mode says in {', '.join(wrong[:5])}")
+    jit = distinct((r.get("settings") or {}).get("jit_compile") for r in records)
+    if len(jit) > 1:
+        warnings.append(
+            f"{label}: jit_compile (XLA) differs between runs ({', '.join(jit)}): ratios mix XLA and non-XLA"
+        )
+    return warnings
+
+
+def provenance(records: Sequence[Mapping[str, Any]], config: Mapping[str, Any]) -> Provenance:
+    """From a non-empty list of one study's records; the label falls back to the manifest's."""
+    device = next((r["device"] for r in records if r.get("status") == "ok" and r.get("device")), None)
+    device = dict(device or records[0].get("device") or {})
+    label = str(device.get("label") or config.get("gpu_label") or "unlabelled")
+    keys = dict.fromkeys(k for r in records for k in (r.get("versions") or {}))
+    versions = {k: distinct((r.get("versions") or {}).get(k) for r in records) for k in keys}
+    warnings = [f"{label}: runs used different {k}: {', '.join(v)}" for k, v in versions.items() if len(v) > 1]
+    names = distinct((r.get("device") or {}).get("name") for r in records)
+    if len(names) > 1:
+        warnings.append(f"{label}: runs ran on different devices: {', '.join(names)}")
+    warnings += _settings_warnings(label, records)
+    settings: dict[str, dict[str, Any]] = {}
+    for rec in records:
+        if rec.get("settings"):
+            settings.setdefault(str(rec.get("mode")), dict(rec["settings"]))
+    return Provenance(
+        label=label,
+        device=device,
+        versions=versions,
+        settings=settings,
+        started=min(distinct(r.get("started_at") for r in records), default=None),
+        finished=max(distinct(r.get("finished_at") for r in records), default=None),
+        warnings=warnings,
+    )

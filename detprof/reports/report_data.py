@@ -1,0 +1,461 @@
+"""Everything the report shows, as one tree of plain data assembled from results directories.
+
+The HTML and Markdown renderers only format what is here, so both always say the same
+thing, and every number can be checked without a browser. A missing piece (a sweep
+without a stability study, a CPU run without GPU telemetry, a sweep traced with
+``--tracer none``) is not an error: its section is left out and ``Report.absent`` holds
+the one line that says why.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from detprof.errors import InputError
+from detprof.profiler.kernel_table import SUMMARY_DTYPES, KernelTable, conform
+from detprof.profiler.overhead import ModelOverhead, Overhead, model_overheads
+from detprof.profiler.stats import diff, kernel_stats
+from detprof.profiler.sweep_summary import per_step_table
+from detprof.reports import kernels_data
+from detprof.reports.attribution import attribute
+from detprof.reports.conditions import ClockRow, ci_warning, clock_rows, throttle_warnings
+from detprof.reports.provenance import provenance
+from detprof.reports.reference import ReferenceRow, reference_rows
+from detprof.reports.tradeoff import Cost, TradeoffPoint, noise_of, pair
+from detprof.store import ResultsStore, find_studies
+
+MODES = ("default", "deterministic")
+TOP_N = 20
+DIFF_ROWS = 15
+MEDIUM_CNN = re.compile(r"^mediumcnn_k(\d+)$")
+STAT_COLUMNS = ["name", "short_name", "category", "pct", "instances", "total_ns", "avg_ns", "med_ns"]
+
+SECTIONS: dict[str, str] = {
+    "header": "What ran",
+    "overhead": "Overhead by model",
+    "kernel-size": "Kernel size",
+    "cost": "Where the cost comes from",
+    "stability": "Stability",
+    "tradeoff": "Overhead versus variance",
+    "conditions": "Conditions",
+}
+
+
+@dataclass
+class ModelCost:
+    """One model on one device: its overheads, its kernels in each mode and what changed."""
+
+    model: str
+    kernel: Overhead | None
+    wall: Overhead | None
+    failures: list[dict[str, Any]]
+    unsupported_reason: str | None
+    top: dict[str, pd.DataFrame] = field(default_factory=dict)
+    """mode -> the ``TOP_N`` kernels by time per step (``STAT_COLUMNS``), nsys-style."""
+    other_ns: dict[str, float] = field(default_factory=dict)
+    """mode -> time per step of the kernels beyond the top N."""
+    categories: dict[str, dict[str, float]] = field(default_factory=dict)
+    """mode -> kernel category -> time per step (ns)."""
+    category_top: dict[str, dict[str, str]] = field(default_factory=dict)
+    """mode -> kernel category -> its kernel with the most time."""
+    diff: pd.DataFrame | None = None
+    """The ``DIFF_ROWS`` largest changes of ``stats.diff`` (default -> deterministic), per step."""
+    diff_rest: tuple[int, float] = (0, 0.0)
+    """How many further kernels changed, and their summed change (ns per step)."""
+    attribution: str | None = None
+    warning: str | None = None
+    no_kernels: str | None = None
+    """Why there are no kernel tables for this model, when there are none."""
+
+    @property
+    def headline(self) -> Overhead | None:
+        """Kernel time where it was traced, else wall time: what the reference and tradeoff use."""
+        return self.kernel or self.wall
+
+
+@dataclass
+class SweepStudy:
+    path: Path
+    label: str
+    device: dict[str, Any]
+    command: str
+    config: dict[str, Any]
+    models: list[ModelCost]
+    settings: dict[str, dict[str, Any]]
+    versions: dict[str, list[str]]
+    started: str | None
+    finished: str | None
+    clocks: list[ClockRow]
+    warnings: list[str]
+
+
+@dataclass
+class StabilityStudy:
+    path: Path
+    model: str
+    dataset: str
+    device: str
+    device_info: dict[str, Any]
+    command: str
+    config: dict[str, Any]
+    classes: int | None
+    runs_ok: int
+    runs_failed: int
+    variants: list[dict[str, Any]]
+    software: dict[str, Any]
+    determinism: dict[str, dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class KernelSizePoint:
+    device: str
+    kernel_size: int
+    overhead: Overhead
+    metric: str
+    source: str
+    """"sweep" (the whole training step) or "kernels_bench" (its convolutions alone, op by op)."""
+
+
+@dataclass
+class Report:
+    generated_at: str
+    sources: list[Path]
+    sweeps: list[SweepStudy]
+    kernels: list[kernels_data.KernelsStudy]
+    stability: list[StabilityStudy]
+    kernel_size: list[KernelSizePoint]
+    references: list[ReferenceRow]
+    tradeoff: list[TradeoffPoint]
+    warnings: list[str]
+    absent: dict[str, str]
+    """section id -> the one line saying why that section (or part of it) is left out."""
+
+    @property
+    def devices(self) -> dict[str, dict[str, Any]]:
+        """Device label -> what its first study recorded about it."""
+        found: dict[str, dict[str, Any]] = {}
+        for s in [*self.sweeps, *self.kernels]:
+            found.setdefault(s.label, s.device)
+        for st in self.stability:
+            found.setdefault(st.device, st.device_info)
+        return found
+
+    @property
+    def versions(self) -> dict[str, list[str]]:
+        """Package -> every version any study ran with (more than one is worth a look)."""
+        found: dict[str, list[str]] = {}
+        sources = [s.versions for s in [*self.sweeps, *self.kernels]]
+        sources += [{k: [str(v)] for k, v in st.software.items()} for st in self.stability]
+        for versions in sources:
+            for key, values in versions.items():
+                known = found.setdefault(key, [])
+                known += [v for v in values if v not in known]
+        return found
+
+    @property
+    def settings(self) -> list[tuple[str, str, dict[str, Any]]]:
+        """(study, mode, effective determinism settings) for every study and mode."""
+        sources: list[tuple[str, dict[str, dict[str, Any]]]] = [
+            *((f"sweep {s.label}", s.settings) for s in self.sweeps),
+            *((f"kernels {k.label}", k.settings) for k in self.kernels),
+            *((f"stability {st.model} {st.device}", st.determinism) for st in self.stability),
+        ]
+        return [(name, mode, settings[mode]) for name, settings in sources for mode in MODES if mode in settings]
+
+    @property
+    def commands(self) -> list[str]:
+        """Every study's command line, then the one that rebuilds this report."""
+        studies: list[SweepStudy | StabilityStudy | kernels_data.KernelsStudy] = [
+            *self.sweeps,
+            *self.kernels,
+            *self.stability,
+        ]
+        lines = [s.command for s in studies if s.command]
+        lines.append("detprof report " + " ".join(str(p) for p in self.sources))
+        return list(dict.fromkeys(lines))
+
+
+def mode_stats(store: ResultsStore, records: Sequence[Mapping[str, Any]]) -> pd.DataFrame | None:
+    """One mode's kernels over all its repeats: per-step instances and time, per-launch avg/median.
+
+    Launch-level tables are pooled so the median is over every launch of every repeat;
+    summary-only tables (nsys stats CSV) are merged per step and carry no median.
+    """
+    ok = [r for r in records if r.get("status") == "ok" and r.get("kernel_table")]
+    if not ok:
+        return None
+    steps = sum(int(r["steps"]) for r in ok)
+    if all(r.get("kernel_table_kind") == "launches" for r in ok):
+        table = KernelTable(f"{ok[0]['model']} {ok[0]['mode']}", "tf-xplane")
+        table.kernels = pd.concat([store.read_table(r["kernel_table"]) for r in ok], ignore_index=True)
+    else:
+        merged = per_step_table(store, list(ok), f"{ok[0]['model']} {ok[0]['mode']}")
+        if merged is None:
+            return None
+        table, steps = merged, 1
+    stats = kernel_stats(table)
+    stats["instances"] = stats["instances"] / steps
+    stats["total_ns"] = stats["total_ns"] / steps
+    return stats
+
+
+def _step_table(stats: pd.DataFrame, label: str) -> KernelTable:
+    """Per-step stats as a summary KernelTable, the input ``stats.diff`` takes."""
+    frame = stats.assign(
+        instances=stats["instances"].round().clip(lower=1).astype("int64"),
+        total_ns=stats["total_ns"].round().astype("int64"),
+    )
+    return KernelTable(label, "nsys-stats-csv", summary=conform(frame, SUMMARY_DTYPES))
+
+
+def _no_kernels_reason(overhead: ModelOverhead, records: Sequence[Mapping[str, Any]]) -> str:
+    if overhead.unsupported_reason:
+        return f"not supported under determinism: {overhead.unsupported_reason}"
+    tracers = {r.get("tracer") for r in records}
+    if tracers == {"none"}:
+        return "traced with --tracer none: overheads from wall time only, no kernel tables"
+    if not any(r.get("status") == "ok" for r in records):
+        return "no run of this model succeeded"
+    return "no kernel tables in one of the modes (its runs failed or were not traced)"
+
+
+def model_cost(store: ResultsStore, overhead: ModelOverhead, records: Sequence[Mapping[str, Any]]) -> ModelCost:
+    """The model's overheads, each mode's kernels, and the diff default -> deterministic with its sentence."""
+    cost = ModelCost(
+        overhead.model,
+        overhead.kernel,
+        overhead.wall,
+        list(overhead.failures),
+        overhead.unsupported_reason,
+        warning=ci_warning(overhead.kernel or overhead.wall),
+    )
+    per_mode: dict[str, pd.DataFrame] = {}
+    for mode in MODES:
+        stats = mode_stats(store, [r for r in records if r["mode"] == mode])
+        if stats is None:
+            continue
+        per_mode[mode] = stats
+        cost.top[mode] = stats[STAT_COLUMNS].head(TOP_N).reset_index(drop=True)
+        cost.other_ns[mode] = float(stats["total_ns"].iloc[TOP_N:].sum())
+        by_category = stats.groupby("category", sort=False)
+        cost.categories[mode] = {str(k): float(v) for k, v in by_category["total_ns"].sum().items()}
+        cost.category_top[mode] = {str(k): str(v) for k, v in by_category["name"].first().items()}
+    if len(per_mode) < 2:
+        cost.no_kernels = _no_kernels_reason(overhead, records)
+        return cost
+    full = diff(
+        _step_table(per_mode["default"], f"{overhead.model} default"),
+        _step_table(per_mode["deterministic"], f"{overhead.model} deterministic"),
+    )
+    changed = full[full["delta_ns"] != 0]
+    cost.diff = changed.head(DIFF_ROWS).reset_index(drop=True)
+    rest = changed.iloc[DIFF_ROWS:]
+    cost.diff_rest = (len(rest), float(rest["delta_ns"].sum()))
+    cost.attribution = attribute(full)
+    return cost
+
+
+def load_sweep(store: ResultsStore) -> SweepStudy | None:
+    manifest = store.manifest()
+    records = list(store.records())
+    if not records:
+        return None
+    config = manifest.get("config") or {}
+    where = provenance(records, config)
+    label = where.label
+    by_model: dict[str, list[dict[str, Any]]] = {}
+    for rec in records:
+        by_model.setdefault(rec["model"], []).append(rec)
+    overheads = model_overheads(records)
+    asked = [m for m in config.get("models") or [] if m in overheads]
+    order = asked + [m for m in overheads if m not in asked]
+    models = [model_cost(store, overheads[m], by_model[m]) for m in order]
+    clocks = clock_rows(records)
+    warnings = [*where.warnings, *throttle_warnings(label, clocks)]
+    warnings += [f"{label}: {m.model}: {m.warning}" for m in models if m.warning]
+    for m in models:
+        if m.failures and not m.unsupported_reason:
+            first = m.failures[0]
+            warnings.append(
+                f"{label}: {m.model}: {len(m.failures)} run(s) failed, e.g. {first['run_id']}: {first['reason']}"
+            )
+    return SweepStudy(
+        path=store.root,
+        label=label,
+        device=where.device,
+        command=str(manifest.get("command") or ""),
+        config=config,
+        models=models,
+        settings=where.settings,
+        versions=where.versions,
+        started=where.started,
+        finished=where.finished,
+        clocks=clocks,
+        warnings=warnings,
+    )
+
+
+def load_stability(store: ResultsStore) -> StabilityStudy | str:
+    """The study, or why it cannot be shown (no summary yet: the study is still running or was stopped)."""
+    manifest = store.manifest()
+    path = store.dir / "summary.json"
+    if not path.is_file():
+        return f"{store.dir} has no summary.json yet (interrupted? `detprof stability --resume` finishes it)"
+    try:
+        summary = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise InputError(f"{path}: unreadable stability summary ({exc})") from exc
+    if not isinstance(summary, dict) or not isinstance(summary.get("variants"), list):
+        raise InputError(f"{path}: not a detprof stability summary (no 'variants' list)")
+    return StabilityStudy(
+        path=store.root,
+        model=str(summary.get("model")),
+        dataset=str(summary.get("dataset")),
+        device=str(summary.get("device")),
+        device_info=dict(summary.get("device_info") or {}),
+        command=str(manifest.get("command") or ""),
+        config=dict(summary.get("config") or {}),
+        classes=summary.get("classes"),
+        runs_ok=int(summary.get("runs_ok") or 0),
+        runs_failed=int(summary.get("runs_failed") or 0),
+        variants=list(summary["variants"]),
+        software=dict(summary.get("software") or {}),
+        determinism=dict(summary.get("determinism") or {}),
+    )
+
+
+def kernel_size_points(
+    sweeps: Iterable[SweepStudy], benches: Iterable[kernels_data.KernelsStudy] = ()
+) -> list[KernelSizePoint]:
+    """The medium CNN's overhead per kernel size (the paper's Figure 8b), per device and source."""
+    points = []
+    for sweep in sweeps:
+        for m in sweep.models:
+            match = MEDIUM_CNN.match(m.model)
+            if match and m.headline is not None:
+                metric = "kernel" if m.kernel is not None else "wall"
+                points.append(KernelSizePoint(sweep.label, int(match.group(1)), m.headline, metric, "sweep"))
+    for bench in benches:
+        for total in bench.totals:
+            if total.kernel_size is not None and total.overhead is not None:
+                points.append(
+                    KernelSizePoint(bench.label, total.kernel_size, total.overhead, bench.metric, "kernels_bench")
+                )
+    return sorted(points, key=lambda p: (p.device, p.source, p.kernel_size))
+
+
+def tradeoff_points(sweeps: Sequence[SweepStudy], studies: Sequence[StabilityStudy]) -> list[TradeoffPoint]:
+    costs: dict[tuple[str, str], Cost] = {}
+    for sweep in sweeps:
+        for m in sweep.models:
+            if m.headline is not None:
+                costs.setdefault((m.model, sweep.label), Cost(m.headline, "kernel" if m.kernel else "wall"))
+    return pair(costs, [(s.model, s.device, noise_of(s.variants, s.dataset)) for s in studies])
+
+
+def _absent(report: Report) -> dict[str, str]:
+    absent: dict[str, str] = {}
+    if not report.sweeps:
+        absent["overhead"] = "No sweep results among the inputs: `detprof sweep` measures the overhead."
+        absent["cost"] = "No sweep results among the inputs, so no kernel tables."
+    elif not any(m.top for s in report.sweeps for m in s.models):
+        absent["cost"] = "No kernel tables: every sweep ran with --tracer none or no run succeeded."
+    if not report.kernel_size:
+        absent["kernel-size"] = (
+            "No medium CNN was swept: `detprof sweep --models "
+            "mediumcnn_k1,mediumcnn_k3,mediumcnn_k5,mediumcnn_k7` measures overhead against kernel size."
+        )
+    if not report.kernels:
+        absent["kernels-bench"] = f"No kernels_bench results among the inputs: {kernels_data.HOW_TO_RUN}"
+    if not report.stability:
+        absent["stability"] = (
+            "No stability study among the inputs: `detprof stability` (or `detprof sweep --stability`) measures it."
+        )
+    if not report.tradeoff:
+        swept = sorted({f"{m.model}@{s.label}" for s in report.sweeps for m in s.models if m.headline})
+        studied = sorted({f"{s.model}@{s.device}" for s in report.stability})
+        absent["tradeoff"] = (
+            "No model has both an overhead and a stability study on the same device label "
+            f"(overheads: {', '.join(swept) or 'none'}; stability: {', '.join(studied) or 'none'})."
+        )
+    if not any(s.clocks for s in report.sweeps):
+        labels = ", ".join(s.label for s in report.sweeps) or "no sweep"
+        absent["telemetry"] = f"No GPU telemetry: the sweeps ran without a GPU to sample ({labels})."
+    return absent
+
+
+def _studies(path: Path) -> list[ResultsStore]:
+    try:
+        return find_studies(path)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{path}: unreadable results ({exc})") from exc
+
+
+def build_report(paths: Sequence[Path]) -> Report:
+    """Read every study under ``paths``; InputError when a path holds no results or unreadable ones."""
+    if not paths:
+        raise InputError("no results directory given")
+    sweeps: list[SweepStudy] = []
+    kernels: list[kernels_data.KernelsStudy] = []
+    stability: list[StabilityStudy] = []
+    warnings: list[str] = []
+    seen: set[Path] = set()
+    for path in paths:
+        for store in _studies(Path(path)):
+            key = store.dir.resolve()
+            if key in seen:
+                continue
+            seen.add(key)
+            if store.kind == "sweep":
+                sweep = load_sweep(store)
+                if sweep is None:
+                    warnings.append(f"{store.dir} holds no runs yet")
+                else:
+                    sweeps.append(sweep)
+            elif store.kind == "kernels":
+                study = kernels_data.load_kernels(store)
+                if study is None:
+                    warnings.append(f"{store.dir} holds no runs yet")
+                else:
+                    kernels.append(study)
+            else:
+                loaded = load_stability(store)
+                if isinstance(loaded, str):
+                    warnings.append(loaded)
+                else:
+                    stability.append(loaded)
+    for sweep in sweeps:
+        warnings += sweep.warnings
+    for study in kernels:
+        warnings += study.warnings
+    for s in stability:
+        warnings += [
+            f"{s.device}: stability {s.model}: {f['run_id']} failed: {f['reason']}"
+            for v in s.variants
+            for f in v.get("failures", [])
+        ]
+    devices = [
+        (s.label, s.device.get("name"), {m.model: m.kernel for m in s.models if m.kernel is not None}) for s in sweeps
+    ]
+    report = Report(
+        generated_at=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        sources=[Path(p) for p in paths],
+        sweeps=sweeps,
+        kernels=kernels,
+        stability=stability,
+        kernel_size=kernel_size_points(sweeps, kernels),
+        references=reference_rows(devices),
+        tradeoff=tradeoff_points(sweeps, stability),
+        warnings=warnings,
+        absent={},
+    )
+    report.absent = _absent(report)
+    return report

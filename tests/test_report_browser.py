@@ -1,0 +1,172 @@
+"""The report of real CPU results, opened in a real headless Chromium.
+
+The module runs a tiny real sweep (two models, tf tracer) and a tiny real stability study
+of one of them on the same device label, so every section has real data, then renames one
+real kernel in the sweep's tables to a name full of ``<``, ``>`` and ``&`` (with markup that
+would run if it were not escaped). The browser is Debian's ``chromium`` (``make test``
+installs it), driven by playwright through ``executable_path``: no browser is downloaded.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from detprof.cli import main
+from detprof.store import ResultsStore
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+HOSTILE = 'void tensorflow::LaunchConv2DBackpropFilterOp<float>&::operator()<img src=x onerror="window.__xss=1">'
+TINY_SWEEP = ["--repeats", "2", "--steps", "3", "--warmup", "1", "--batch-size", "8", "--input-size", "16"]
+ALL_PLOTS_DRAWN = (
+    "() => { const d = document.querySelectorAll('.plotly-graph-div');"
+    " return d.length > 0 && Array.from(d).every(e => e.querySelector('svg.main-svg')); }"
+)
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed (make test installs it)"),
+]
+
+
+def rename_top_kernel(results: Path, model: str) -> None:
+    """Give the model's biggest kernel a hostile name in every run of both modes."""
+    store = ResultsStore(results, "sweep")
+    records = [r for r in store.records() if r["model"] == model and r.get("kernel_table")]
+    first = store.read_table(records[0]["kernel_table"])
+    top = first.groupby("name", observed=True)["dur_ns"].sum().idxmax()
+    for rec in records:
+        path = store.dir / rec["kernel_table"]
+        frame = pd.read_parquet(path)
+        for col in ("name", "short_name"):
+            values = frame[col].astype("string")
+            frame[col] = values.mask(frame["name"].astype("string") == top, HOSTILE)
+        frame.to_parquet(path, index=False)
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("report") / "res"
+    sweep = ["sweep", "--models", "smallcnn,mediumcnn_k3", *TINY_SWEEP, "--gpu", "cpu", "--tracer", "tf"]
+    assert main([*sweep, "--out", str(out)]) == 0
+    stability = ["stability", "--model", "smallcnn", "--runs", "2", "--epochs", "1", "--jobs", "2", "--gpu", "cpu"]
+    assert main([*stability, "--out", str(out)]) == 0
+    kernels = ["kernels", "--ops", "conv2d_backward_filter", "--kernel-sizes", "3", "--max-shapes", "1"]
+    assert main([*kernels, *TINY_SWEEP, "--gpu", "cpu", "--tracer", "tf", "--out", str(out)]) == 0
+    rename_top_kernel(out, "smallcnn")
+    return out
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+def open_report(browser: Any, path: Path) -> tuple[Any, list[str], list[str]]:
+    """The page with every plot drawn; console errors and requests that left the file."""
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    errors: list[str] = []
+    outside: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+
+    def route(r: Any) -> None:
+        if r.request.url.startswith(("file:", "data:")):
+            r.continue_()
+        else:
+            outside.append(r.request.url)
+            r.abort()
+
+    page.route("**/*", route)
+    page.goto(path.resolve().as_uri())
+    page.wait_for_function(ALL_PLOTS_DRAWN, timeout=30_000)
+    return page, errors, outside
+
+
+@pytest.fixture(scope="module")
+def report(results: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    target = tmp_path_factory.mktemp("html") / "report.html"
+    assert main(["report", str(results), "-o", str(target)]) == 0
+    return target
+
+
+def test_every_section_renders_without_errors_or_requests(browser: Any, report: Path) -> None:
+    page, errors, outside = open_report(browser, report)
+    assert errors == []
+    assert outside == []
+    plots = page.eval_on_selector_all(".plotly-graph-div", "ds => ds.map(d => !!d.querySelector('svg.main-svg'))")
+    assert len(plots) >= 5 and all(plots)
+    for section in ("header", "overhead", "kernel-size", "cost", "stability", "tradeoff", "conditions"):
+        assert page.locator(f"#{section}").count() == 1
+    for section in ("header", "overhead", "kernel-size", "cost", "stability", "tradeoff"):
+        assert page.locator(f"#{section} table").count() >= 1, section
+    overhead_models = page.eval_on_selector_all(
+        "#overhead table tbody tr td:first-child", "c => c.map(e => e.textContent)"
+    )
+    assert {"smallcnn", "mediumcnn_k3"} <= set(overhead_models)
+    assert page.locator("#stability .badge.verified").count() == 1
+    ops = page.eval_on_selector_all("#kernel-size table tbody tr td:first-child", "c => c.map(e => e.textContent)")
+    assert "conv2d_backward_filter" in ops
+    sources = page.eval_on_selector_all("#kernel-size table tbody tr td:nth-child(2)", "c => c.map(e => e.textContent)")
+    assert {"sweep", "kernels_bench"} <= set(sources)
+    tradeoff = page.locator("#tradeoff tbody tr").first.inner_text()
+    assert "smallcnn" in tradeoff and "cpu" in tradeoff
+    page.close()
+
+
+def test_kernel_names_show_literally_and_never_run(browser: Any, report: Path) -> None:
+    page, errors, _ = open_report(browser, report)
+    names = page.eval_on_selector_all("#cost code", "cs => cs.map(c => c.textContent)")
+    assert HOSTILE in names
+    assert page.evaluate("window.__xss") is None
+    assert page.locator("img").count() == 0
+    hover = page.evaluate(
+        "() => Array.from(document.querySelectorAll('#cost .plotly-graph-div'))"
+        ".flatMap(d => d.data.flatMap(t => t.hovertext || []))"
+    )
+    assert any("&lt;float&gt;&amp;" in h for h in hover)
+    assert errors == []
+    page.close()
+
+
+def test_sweep_without_stability_leaves_those_sections_out(
+    browser: Any, results: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    only = tmp_path_factory.mktemp("only") / "res"
+    shutil.copytree(results / "sweep", only / "sweep")
+    target = only / "report.html"
+    assert main(["report", str(only), "-o", str(target)]) == 0
+    page, errors, outside = open_report(browser, target)
+    assert errors == [] and outside == []
+    assert page.locator("#stability p.absent").inner_text().startswith("No stability study among the inputs")
+    assert page.locator("#stability .plotly-graph-div").count() == 0
+    assert page.locator("#tradeoff .plotly-graph-div").count() == 0
+    assert page.locator("#conditions p.absent").first.inner_text().startswith("No GPU telemetry")
+    page.close()
+
+
+def test_markdown_of_real_results(results: Path, tmp_path: Path) -> None:
+    target = tmp_path / "comment.md"
+    assert main(["report", str(results), "--format", "md", "-o", str(target)]) == 0
+    text = target.read_text()
+    assert "### smallcnn on digits, cpu" in text
+    assert "| smallcnn | cpu |" in text
+    assert "- **smallcnn** on cpu: " in text
