@@ -48,7 +48,6 @@ PAPER_PRESET: dict[str, Any] = {
 }
 ALL_PRESETS = {"paper": PAPER_PRESET, **PRESETS}
 SWEEP_STABILITY_RUNS = 3
-SWEEP_STABILITY_EPOCHS = 20
 
 
 def _split_models(models: str | None) -> tuple[str, ...] | None:
@@ -187,13 +186,14 @@ def run_stability_studies(
 ) -> None:
     """The stability side for the report's overhead-versus-variance pairing, one study per model.
 
-    Small on purpose (3 runs of 20 epochs per variant on the bundled digits data): it must fit
-    in the embedded default's time; ``detprof stability`` runs the full protocol.
+    Small on purpose (3 runs per variant on the bundled digits data, the study's default
+    epochs): it must fit in the embedded default's time; ``detprof stability`` runs the full
+    protocol.
     """
     from detprof.stability import study
 
     for model in models:
-        config = study.StudyConfig(model=model, runs=SWEEP_STABILITY_RUNS, epochs=SWEEP_STABILITY_EPOCHS)
+        config = study.StudyConfig(model=model, runs=SWEEP_STABILITY_RUNS)
         outcome = study.run_study(
             config,
             out / "stability" / model,
