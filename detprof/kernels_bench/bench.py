@@ -10,7 +10,6 @@ recorded with its reason and the bench goes on.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -19,6 +18,7 @@ from detprof.errors import UsageError
 from detprof.kernels_bench.cases import CONV_OPS, SUITES, OpCase
 from detprof.profiler.gpu import DeviceChoice
 from detprof.profiler.launcher import WorkerLauncher, WorkerRun
+from detprof.profiler.measured_study import RunProgress, check_run_settings
 from detprof.profiler.sweep import RUN_ORDER
 from detprof.profiler.tracers import Tracer
 from detprof.store import ResultsStore
@@ -52,20 +52,9 @@ class KernelsConfig:
                 raise UsageError(f"--kernel-sizes: {k} is not a positive odd integer")
         if not self.kernel_sizes and any(op in CONV_OPS for op in self.ops):
             raise UsageError("--kernel-sizes is empty: the conv suite needs at least one kernel size")
-        for name, value, least in (
-            ("--steps", self.steps, 1),
-            ("--repeats", self.repeats, 1),
-            ("--batch-size", self.batch_size, 1),
-            ("--warmup", self.warmup, 0),
-        ):
-            if value < least:
-                raise UsageError(f"{name} must be at least {least}, not {value}")
-        if self.input_size is not None and self.input_size < 8:
-            raise UsageError(f"--input-size must be at least 8, not {self.input_size}")
+        check_run_settings(self.steps, self.warmup, self.repeats, self.batch_size, self.input_size, self.run_timeout_s)
         if self.max_shapes is not None and self.max_shapes < 1:
             raise UsageError(f"--max-shapes must be at least 1, not {self.max_shapes}")
-        if self.run_timeout_s is not None and self.run_timeout_s <= 0:
-            raise UsageError(f"--run-timeout must be positive, not {self.run_timeout_s}")
 
     def manifest(self, cases: list[OpCase]) -> dict[str, Any]:
         """What identifies the measurement, the derived cases included: a resumed bench must match."""
@@ -114,14 +103,6 @@ def record_fields(config: KernelsConfig, run: BenchRun) -> dict[str, Any]:
     }
 
 
-@dataclass(frozen=True)
-class BenchProgress:
-    """Callbacks through which the driver reports progress without knowing how it is shown."""
-
-    on_start: Callable[[BenchRun, int, int], None] = lambda run, index, total: None
-    on_done: Callable[[dict[str, Any]], None] = lambda record: None
-
-
 def run_bench(
     config: KernelsConfig,
     cases: list[OpCase],
@@ -131,17 +112,17 @@ def run_bench(
     *,
     resume: bool,
     command: str,
-    progress: BenchProgress | None = None,
+    progress: RunProgress | None = None,
 ) -> list[dict[str, Any]]:
     """Run every planned run not already complete; returns the records of this invocation."""
-    progress = progress or BenchProgress()
+    progress = progress or RunProgress()
     store.open(config.manifest(cases), command, resume=resume)
     launcher = WorkerLauncher(store, tracer, device, config.run_timeout_s)
     plan = plan_runs(cases, config.repeats)
     todo = [run for run in plan if not store.is_done(run.run_id)]
     records = []
     for index, run in enumerate(todo, start=len(plan) - len(todo)):
-        progress.on_start(run, index, len(plan))
+        progress.on_start(f"{run.case.key} {run.mode} r{run.repeat}", index)
         record = launcher.run(
             WorkerRun(run.run_id, run.mode, config.seed, config.xla, config.steps, config.warmup),
             bench_payload(run.case),

@@ -16,23 +16,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 from rich.table import Table
 
 from detprof.errors import UsageError
 from detprof.invocation import command_line
-from detprof.kernels_bench.bench import PRESETS, BenchProgress, BenchRun, KernelsConfig, run_bench, select_ops
+from detprof.kernels_bench.bench import PRESETS, KernelsConfig, run_bench, select_ops
 from detprof.kernels_bench.cases import SUITES, derive_in_subprocess
-from detprof.profiler import gpu as gpu_info
+from detprof.profiler.measured_study import choose_target, progress_bar
 from detprof.profiler.sweep_command import format_overhead
-from detprof.profiler.tracers import resolve_tracer
 from detprof.store import ResultsStore
 
 if TYPE_CHECKING:
@@ -124,11 +115,8 @@ def kernels(
     ] = None,
 ) -> None:
     """Run each op at each model layer's shape in default and deterministic mode; report what changes."""
-    device = gpu_info.choose_device(gpu, force)
-    on_gpu = device.gpu is not None and not device.hide_gpus
-    preset_name = preset or ("paper" if on_gpu else "cpu-small")
-    if preset_name not in PRESETS:
-        raise UsageError(f"unknown preset {preset_name!r}; choose one of {', '.join(PRESETS)}")
+    target = choose_target(gpu, force, tracer, preset, list(PRESETS))
+    device, chosen_tracer, preset_name = target.device, target.tracer, target.preset
     preset_values = PRESETS[preset_name]
     named = _split("--ops", ops)
     selected = select_ops(suite or preset_values["suite"], named or preset_values["ops"], strict=named is not None)
@@ -146,9 +134,6 @@ def kernels(
         if max_shapes < 0:
             raise UsageError(f"--max-shapes must be at least 0, not {max_shapes}")
         values["max_shapes"] = max_shapes or None
-    chosen_tracer = resolve_tracer(tracer, on_gpu)
-    if chosen_tracer.name == "nvprof":
-        gpu_info.refuse_nvprof(device.gpu)
     config = KernelsConfig(
         ops=selected,
         **values,
@@ -170,41 +155,8 @@ def kernels(
         f"detprof kernels: {len(cases)} case{'' if len(cases) == 1 else 's'} x 2 modes x {config.repeats} repeats on "
         f"{escape(device.label)} with tracer {chosen_tracer.name}, results in {escape(str(out))}"
     )
-    columns = (
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("eta"),
-        TimeRemainingColumn(),
-    )
-    with Progress(*columns, console=console, transient=False) as bar:
-        task = bar.add_task("starting", total=total)
-
-        def on_start(run: BenchRun, index: int, _total: int) -> None:
-            bar.update(task, completed=index, description=f"{escape(run.case.key)} {run.mode} r{run.repeat}")
-
-        def on_done(record: dict[str, Any]) -> None:
-            bar.advance(task)
-            if record["status"] != "ok":
-                bar.console.print(f"  {escape(record['run_id'])}: {record['status']}: {escape(str(record['reason']))}")
-
-        try:
-            run_bench(
-                config,
-                cases,
-                store,
-                chosen_tracer,
-                device,
-                resume=resume,
-                command=command_line(),
-                progress=BenchProgress(on_start, on_done),
-            )
-        except KeyboardInterrupt:
-            bar.stop()
-            console.print(f"interrupted: every completed run is kept in {escape(str(store.dir))}; --resume continues")
-            raise typer.Exit(130) from None
-        bar.update(task, completed=total, description="done")
+    with progress_bar(console, total, store.dir) as progress:
+        run_bench(config, cases, store, chosen_tracer, device, resume=resume, command=command_line(), progress=progress)
     print_summary(store)
     console.print(f"results: {escape(str(store.dir))}")
 

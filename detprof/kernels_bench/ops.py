@@ -44,78 +44,52 @@ class _Inputs:
         return tf.random.stateless_uniform(shape, seed=self._next_seed(), maxval=high, dtype=tf.int32)
 
 
-def _conv2d_forward(p: Params, inputs: _Inputs) -> Callable[[], Any]:
-    import tensorflow as tf
-
-    x, w = inputs.normal(p["input_shape"]), inputs.normal(p["filter_shape"])
-    return lambda: tf.raw_ops.Conv2D(
-        input=x, filter=w, strides=p["strides"], padding=p["padding"], dilations=p["dilations"]
-    )
+Builder = Callable[[Params, "_Inputs"], Callable[[], Any]]
 
 
-def _conv2d_backward_data(p: Params, inputs: _Inputs) -> Callable[[], Any]:
-    import tensorflow as tf
-
-    w, dy = inputs.normal(p["filter_shape"]), inputs.normal(p["output_shape"])
-    return lambda: tf.raw_ops.Conv2DBackpropInput(
-        input_sizes=tf.constant(p["input_shape"], tf.int32),
-        filter=w,
-        out_backprop=dy,
-        strides=p["strides"],
-        padding=p["padding"],
-        dilations=p["dilations"],
-    )
+def _conv_attrs(p: Params) -> dict[str, Any]:
+    return {"strides": p["strides"], "padding": p["padding"], "dilations": p["dilations"]}
 
 
-def _conv2d_backward_filter(p: Params, inputs: _Inputs) -> Callable[[], Any]:
-    import tensorflow as tf
+def _conv_forward(raw_op: str) -> Builder:
+    """Forward convolution through ``tf.raw_ops.<raw_op>`` (Conv2D or its depthwise twin)."""
 
-    x, dy = inputs.normal(p["input_shape"]), inputs.normal(p["output_shape"])
-    return lambda: tf.raw_ops.Conv2DBackpropFilter(
-        input=x,
-        filter_sizes=tf.constant(p["filter_shape"], tf.int32),
-        out_backprop=dy,
-        strides=p["strides"],
-        padding=p["padding"],
-        dilations=p["dilations"],
-    )
+    def build(p: Params, inputs: _Inputs) -> Callable[[], Any]:
+        import tensorflow as tf
 
+        op = getattr(tf.raw_ops, raw_op)
+        x, w = inputs.normal(p["input_shape"]), inputs.normal(p["filter_shape"])
+        return lambda: op(input=x, filter=w, **_conv_attrs(p))
 
-def _depthwise_conv_forward(p: Params, inputs: _Inputs) -> Callable[[], Any]:
-    import tensorflow as tf
-
-    x, w = inputs.normal(p["input_shape"]), inputs.normal(p["filter_shape"])
-    return lambda: tf.raw_ops.DepthwiseConv2dNative(
-        input=x, filter=w, strides=p["strides"], padding=p["padding"], dilations=p["dilations"]
-    )
+    return build
 
 
-def _depthwise_conv_backward_data(p: Params, inputs: _Inputs) -> Callable[[], Any]:
-    import tensorflow as tf
+def _conv_backward_data(raw_op: str) -> Builder:
+    """The data gradient alone: ``dL/dx`` from the filter and the output gradient."""
 
-    w, dy = inputs.normal(p["filter_shape"]), inputs.normal(p["output_shape"])
-    return lambda: tf.raw_ops.DepthwiseConv2dNativeBackpropInput(
-        input_sizes=tf.constant(p["input_shape"], tf.int32),
-        filter=w,
-        out_backprop=dy,
-        strides=p["strides"],
-        padding=p["padding"],
-        dilations=p["dilations"],
-    )
+    def build(p: Params, inputs: _Inputs) -> Callable[[], Any]:
+        import tensorflow as tf
+
+        op = getattr(tf.raw_ops, raw_op)
+        w, dy = inputs.normal(p["filter_shape"]), inputs.normal(p["output_shape"])
+        sizes = tf.constant(p["input_shape"], tf.int32)
+        return lambda: op(input_sizes=sizes, filter=w, out_backprop=dy, **_conv_attrs(p))
+
+    return build
 
 
-def _depthwise_conv_backward_filter(p: Params, inputs: _Inputs) -> Callable[[], Any]:
-    import tensorflow as tf
+def _conv_backward_filter(raw_op: str) -> Builder:
+    """The filter gradient alone: ``dL/dw`` from the input and the output gradient."""
 
-    x, dy = inputs.normal(p["input_shape"]), inputs.normal(p["output_shape"])
-    return lambda: tf.raw_ops.DepthwiseConv2dNativeBackpropFilter(
-        input=x,
-        filter_sizes=tf.constant(p["filter_shape"], tf.int32),
-        out_backprop=dy,
-        strides=p["strides"],
-        padding=p["padding"],
-        dilations=p["dilations"],
-    )
+    def build(p: Params, inputs: _Inputs) -> Callable[[], Any]:
+        import tensorflow as tf
+
+        op = getattr(tf.raw_ops, raw_op)
+        x, dy = inputs.normal(p["input_shape"]), inputs.normal(p["output_shape"])
+        sizes = tf.constant(p["filter_shape"], tf.int32)
+        return lambda: op(input=x, filter_sizes=sizes, out_backprop=dy, **_conv_attrs(p))
+
+    return build
 
 
 def _max_pool_backward(p: Params, inputs: _Inputs) -> Callable[[], Any]:
@@ -209,13 +183,13 @@ def _dense_matmul(p: Params, inputs: _Inputs) -> Callable[[], Any]:
     return lambda: tf.raw_ops.MatMul(a=a, b=b)
 
 
-BUILDERS: dict[str, Callable[[Params, _Inputs], Callable[[], Any]]] = {
-    "conv2d_forward": _conv2d_forward,
-    "conv2d_backward_data": _conv2d_backward_data,
-    "conv2d_backward_filter": _conv2d_backward_filter,
-    "depthwise_conv_forward": _depthwise_conv_forward,
-    "depthwise_conv_backward_data": _depthwise_conv_backward_data,
-    "depthwise_conv_backward_filter": _depthwise_conv_backward_filter,
+BUILDERS: dict[str, Builder] = {
+    "conv2d_forward": _conv_forward("Conv2D"),
+    "conv2d_backward_data": _conv_backward_data("Conv2DBackpropInput"),
+    "conv2d_backward_filter": _conv_backward_filter("Conv2DBackpropFilter"),
+    "depthwise_conv_forward": _conv_forward("DepthwiseConv2dNative"),
+    "depthwise_conv_backward_data": _conv_backward_data("DepthwiseConv2dNativeBackpropInput"),
+    "depthwise_conv_backward_filter": _conv_backward_filter("DepthwiseConv2dNativeBackpropFilter"),
     "max_pool_backward": _max_pool_backward,
     "bias_add_backward": _bias_add_backward,
     "fused_batch_norm_backward": _fused_batch_norm_backward,

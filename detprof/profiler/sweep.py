@@ -7,7 +7,6 @@ Ctrl-C stops the worker in flight and keeps every completed record.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -16,6 +15,7 @@ from detprof.errors import UsageError
 from detprof.models import registry
 from detprof.profiler.gpu import DeviceChoice
 from detprof.profiler.launcher import WorkerLauncher, WorkerRun
+from detprof.profiler.measured_study import RunProgress, check_run_settings
 from detprof.profiler.tracers import Tracer
 from detprof.store import ResultsStore
 
@@ -41,18 +41,7 @@ class SweepConfig:
     def __post_init__(self) -> None:
         if not self.models:
             raise UsageError("no models to sweep: pass --models")
-        for name, value, least in (
-            ("--steps", self.steps, 1),
-            ("--repeats", self.repeats, 1),
-            ("--batch-size", self.batch_size, 1),
-            ("--warmup", self.warmup, 0),
-        ):
-            if value < least:
-                raise UsageError(f"{name} must be at least {least}, not {value}")
-        if self.input_size is not None and self.input_size < 8:
-            raise UsageError(f"--input-size must be at least 8, not {self.input_size}")
-        if self.run_timeout_s is not None and self.run_timeout_s <= 0:
-            raise UsageError(f"--run-timeout must be positive, not {self.run_timeout_s}")
+        check_run_settings(self.steps, self.warmup, self.repeats, self.batch_size, self.input_size, self.run_timeout_s)
         for model in self.models:
             registry.get(model)
 
@@ -117,14 +106,6 @@ def sweep_payload(config: SweepConfig, run: RunSpec) -> dict[str, Any]:
     }
 
 
-@dataclass(frozen=True)
-class SweepProgress:
-    """Callbacks through which the driver reports progress without knowing how it is shown."""
-
-    on_start: Callable[[RunSpec, int, int], None] = lambda run, index, total: None
-    on_done: Callable[[dict[str, Any]], None] = lambda record: None
-
-
 def run_sweep(
     config: SweepConfig,
     store: ResultsStore,
@@ -133,10 +114,10 @@ def run_sweep(
     *,
     resume: bool,
     command: str,
-    progress: SweepProgress | None = None,
+    progress: RunProgress | None = None,
 ) -> list[dict[str, Any]]:
     """Run every planned run not already complete; returns the records of this invocation."""
-    progress = progress or SweepProgress()
+    progress = progress or RunProgress()
     store.open(config.manifest(), command, resume=resume)
     launcher = WorkerLauncher(store, tracer, device, config.run_timeout_s)
     plan = plan_runs(config)
@@ -144,7 +125,7 @@ def run_sweep(
     done_before = len(plan) - len(todo)
     records = []
     for index, run in enumerate(todo, start=done_before):
-        progress.on_start(run, index, len(plan))
+        progress.on_start(f"{run.model} {run.mode} r{run.repeat}", index)
         record = launcher.run(
             WorkerRun(run.run_id, run.mode, config.seed, config.xla, config.steps, config.warmup),
             sweep_payload(config, run),

@@ -15,23 +15,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 from rich.table import Table
 
 from detprof.errors import UsageError
 from detprof.invocation import command_line
 from detprof.models.registry import PAPER_MODELS
-from detprof.profiler import gpu as gpu_info
 from detprof.profiler.gpu import DeviceChoice
-from detprof.profiler.sweep import PRESETS, SweepConfig, SweepProgress, run_sweep
-from detprof.profiler.tracers import resolve_tracer
+from detprof.profiler.measured_study import choose_target, progress_bar
+from detprof.profiler.sweep import PRESETS, SweepConfig, run_sweep
 from detprof.store import ResultsStore
 
 if TYPE_CHECKING:
@@ -102,14 +93,8 @@ def sweep(
     report: Annotated[bool, typer.Option(help="Write report.html into the results directory at the end.")] = True,
 ) -> None:
     """Run each model in default and deterministic mode and report what determinism costs."""
-    device = gpu_info.choose_device(gpu, force)
-    on_gpu = device.gpu is not None and not device.hide_gpus
-    preset_name = preset or ("paper" if on_gpu else "cpu-small")
-    if preset_name not in ALL_PRESETS:
-        raise UsageError(f"unknown preset {preset_name!r}; choose one of {', '.join(ALL_PRESETS)}")
-    chosen_tracer = resolve_tracer(tracer, on_gpu)
-    if chosen_tracer.name == "nvprof" and device.gpu is not None:
-        gpu_info.refuse_nvprof(device.gpu)
+    target = choose_target(gpu, force, tracer, preset, list(ALL_PRESETS))
+    device, chosen_tracer, preset_name = target.device, target.tracer, target.preset
     values = dict(ALL_PRESETS[preset_name])
     explicit = {
         "models": _split_models(models),
@@ -137,40 +122,8 @@ def sweep(
         f"detprof sweep: {len(config.models)} models x 2 modes x {config.repeats} repeats on "
         f"{escape(device.label)} with tracer {chosen_tracer.name}, results in {escape(str(out))}"
     )
-    columns = (
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("eta"),
-        TimeRemainingColumn(),
-    )
-    with Progress(*columns, console=console, transient=False) as bar:
-        task = bar.add_task("starting", total=total)
-
-        def on_start(run: Any, index: int, _total: int) -> None:
-            bar.update(task, completed=index, description=f"{run.model} {run.mode} r{run.repeat}")
-
-        def on_done(record: dict[str, Any]) -> None:
-            bar.advance(task)
-            if record["status"] != "ok":
-                bar.console.print(f"  {record['run_id']}: {record['status']}: {escape(str(record['reason']))}")
-
-        try:
-            run_sweep(
-                config,
-                store,
-                chosen_tracer,
-                device,
-                resume=resume,
-                command=command_line(),
-                progress=SweepProgress(on_start, on_done),
-            )
-        except KeyboardInterrupt:
-            bar.stop()
-            console.print(f"interrupted: every completed run is kept in {escape(str(store.dir))}; --resume continues")
-            raise typer.Exit(130) from None
-        bar.update(task, completed=total, description="done")
+    with progress_bar(console, total, store.dir) as progress:
+        run_sweep(config, store, chosen_tracer, device, resume=resume, command=command_line(), progress=progress)
     print_summary(store)
     console.print(f"results: {escape(str(store.dir))}")
     if stability:
