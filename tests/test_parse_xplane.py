@@ -177,7 +177,7 @@ TRAIN_SCRIPT = textwrap.dedent(
     import tensorflow as tf
     import keras
 
-    logdir = sys.argv[1]
+    logdir, jit = sys.argv[1], sys.argv[2] == "xla"
     model = keras.Sequential([
         keras.Input((12, 12, 1)),
         keras.layers.Conv2D(4, 3, activation="relu"),
@@ -185,7 +185,9 @@ TRAIN_SCRIPT = textwrap.dedent(
         keras.layers.Flatten(),
         keras.layers.Dense(3),
     ])
-    model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.compile(
+        optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=jit
+    )
     x = np.random.default_rng(0).normal(size=(16, 12, 12, 1)).astype("float32")
     y = np.arange(16) % 3
     model.fit(x, y, batch_size=8, epochs=1, verbose=0)
@@ -196,12 +198,9 @@ TRAIN_SCRIPT = textwrap.dedent(
 )
 
 
-@pytest.fixture(scope="module")
-def cpu_logdir(tmp_path_factory) -> Path:
-    """A TensorBoard log folder written by a real TensorFlow profile of two training steps."""
-    logdir = tmp_path_factory.mktemp("tf-profile") / "logs"
+def _profile_training(logdir: Path, compiler: str) -> Path:
     done = subprocess.run(
-        [sys.executable, "-c", TRAIN_SCRIPT, str(logdir)],
+        [sys.executable, "-c", TRAIN_SCRIPT, str(logdir), compiler],
         capture_output=True,
         text=True,
         timeout=300,
@@ -210,6 +209,32 @@ def cpu_logdir(tmp_path_factory) -> Path:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return logdir
+
+
+@pytest.fixture(scope="module")
+def cpu_logdir(tmp_path_factory) -> Path:
+    """A TensorBoard log folder written by a real TensorFlow profile of two training steps."""
+    return _profile_training(tmp_path_factory.mktemp("tf-profile") / "logs", "graph")
+
+
+def test_xla_compiled_cpu_run_reads_its_thunks(tmp_path: Path, xplane_pb2) -> None:
+    """jit_compile=True leaves no TF op events: the XLA:CPU thunks inside ThunkExecutor are the kernels."""
+    logdir = _profile_training(tmp_path / "logs", "xla")
+    table = load_xplane(logdir)
+    _check_schema(table)
+    names = set(table.kernels["name"].astype(str))
+    assert "convolution" in names, names
+    assert not any(n.startswith("end: ") or "::" in n or re.search(r"\.\d+$", n) for n in names), names
+    assert table.kernels["op"].str.match(r"^[\w-]+(\.\d+)?$").all()
+    space = _space(xplane_pb2, next(logdir.glob("plugins/profile/*/*.xplane.pb")))
+    host = next(p for p in space.planes if p.name == "/host:CPU")
+    executor_ns = sum(
+        e.duration_ps // 1000
+        for line in host.lines
+        for e in line.events
+        if host.event_metadata[e.metadata_id].name == "ThunkExecutor::Execute"
+    )
+    assert 0 < table.total_ns <= executor_ns
 
 
 def test_real_tf_run_logdir(cpu_logdir: Path, xplane_pb2) -> None:
@@ -375,7 +400,7 @@ def test_xspace_without_kernels_or_ops(tmp_path: Path, xplane_pb2) -> None:
     space.planes.add(id=1, name="/device:GPU:0")
     path = tmp_path / "idle.xplane.pb"
     path.write_bytes(space.SerializeToString())
-    _assert_input_error(path, "no GPU kernels and no TF op events")
+    _assert_input_error(path, "no GPU kernels and no TF op or XLA events")
 
 
 def test_xspace_made_by_hand_is_read_exactly(tmp_path: Path, xplane_pb2) -> None:

@@ -60,6 +60,22 @@ def test_sweep_two_models_end_to_end(tmp_path, capsys) -> None:
 
 
 @pytest.mark.slow
+def test_xla_stays_pinned_under_determinism(tmp_path) -> None:
+    """Keras 3 would silently drop XLA in deterministic mode; detprof keeps it and reports the outcome."""
+    out = tmp_path / "res"
+    code = main(["sweep", "--models", "smallcnn", "--repeats", "1", "--xla", *TINY, "--out", str(out)])
+    assert code == 0
+    recs = records(out)
+    default, det = recs["smallcnn--default--r0"], recs["smallcnn--deterministic--r0"]
+    assert default["settings"]["jit_compile"] is True and det["settings"]["jit_compile"] is True
+    assert default["status"] == "ok"
+    table = ResultsStore(out, "sweep").read_table(default["kernel_table"])
+    assert "convolution" in set(table["name"].astype(str)), "the default run must execute XLA thunks"
+    assert det["status"] == "unsupported"
+    assert "deterministic XLA implementation" in det["reason"]
+
+
+@pytest.mark.slow
 def test_failure_is_recorded_and_sweep_goes_on(tmp_path) -> None:
     out = tmp_path / "res"
     code = main(["sweep", "--models", "inceptionv3,smallcnn", "--repeats", "1", *TINY, "--out", str(out)])

@@ -21,6 +21,12 @@ What counts as a kernel:
   ``MemoryAllocation``) whose time encloses or is not op work. The python thread
   (eager dispatch) and tf.data threads (input pipeline) are not the training step's
   compute and are left out. The op type is the kernel ``name``, the op name its ``op``.
+- CPU runs compiled with XLA (``jit_compile=True``) have no TF op events: the compiled
+  program runs as XLA:CPU thunks (``convolution.3``, ``transpose_copy_fusion.7``) on the
+  same Eigen threads, inside ``ThunkExecutor::Execute``, each followed by a tiny
+  ``end: <name>`` marker. Those thunks count as kernels too: the instruction kind
+  (``convolution``) is the ``name``, the instruction (``convolution.3``) the ``op``; the
+  TF ops that launch a cluster (``_XlaRun``) enclose that time and are left out.
 
 Times are ``line.timestamp_ns + event.offset_ps / 1000`` and ``duration_ps / 1000``,
 truncated to whole nanoseconds.
@@ -62,6 +68,10 @@ _OP_THREAD = re.compile(r"^(?:tf_Compute|tf_numa_.*Eigen)")
 # A TF op event name, modelled on TensorFlow's own test (tsl/profiler/utils/tf_op_utils.cc).
 _TF_OP = re.compile(r"^(?P<op>[A-Za-z0-9.][A-Za-z0-9_.\\/>-]*):(?P<type>[A-Z_][A-Za-z0-9_]*)$")
 _MEMORY_EVENT = re.compile(r"^Mem(?:cpy|set)")
+_XLA_EXECUTOR = "ThunkExecutor::Execute"
+_XLA_BOOKKEEPING = ("end: ", "ThreadpoolListener::", "ThunkExecutor::", "ExecutorState::", "MemoryAllocation")
+_XLA_LAUNCH_OPS = frozenset({"_XlaRun", "_XlaCompile", "XlaLaunch", "XlaLaunchV2"})
+_XLA_INSTANCE_SUFFIX = re.compile(r"\.\d+$")
 _COPY_DIRECTION = re.compile(r"^Memcpy([A-Z])2([A-Z])$")
 _GRID = re.compile(r"grid:(\d+),(\d+),(\d+)")
 _BLOCK = re.compile(r"block:(\d+),(\d+),(\d+)")
@@ -104,7 +114,7 @@ def load_xplane(path: Path) -> KernelTable:
     if cpu.kernels:
         return _table(path, cpu, ops_are_kernels=True)
     raise InputError(
-        f"{path}: TensorFlow profile holds no GPU kernels and no TF op events on tf_Compute/Eigen "
+        f"{path}: TensorFlow profile holds no GPU kernels and no TF op or XLA events on tf_Compute/Eigen "
         "threads (an empty or eager-only profile: profile model.fit or a tf.function)"
     )
 
@@ -321,6 +331,21 @@ def _int_or_none(value: object) -> int | None:
     return None
 
 
+def _cpu_op(name: str, in_xla_executor: bool) -> tuple[str, str] | None:
+    """(kernel name, op) of a host event that is op work, or None for bookkeeping.
+
+    TF ops are ``op_name:OpType``; XLA:CPU thunks (``convolution.3``) count only inside a
+    ``ThunkExecutor::Execute`` event, grouped by instruction kind with the instance as op.
+    The ops that launch an XLA cluster enclose its thunks' time and are left out.
+    """
+    match = _TF_OP.match(name)
+    if match is not None:
+        return None if match.group("type") in _XLA_LAUNCH_OPS else (match.group("type"), match.group("op"))
+    if in_xla_executor and not name.startswith(_XLA_BOOKKEEPING) and " " not in name:
+        return _XLA_INSTANCE_SUFFIX.sub("", name), name
+    return None
+
+
 def _collect_cpu_ops(space: Any, host: str, device_id: int, out: _Collected) -> None:
     for plane in space.planes:
         if plane.name != _HOST_PLANE:
@@ -331,19 +356,24 @@ def _collect_cpu_ops(space: Any, host: str, device_id: int, out: _Collected) -> 
             if not _OP_THREAD.match(line.name):
                 continue
             line_ps = line.timestamp_ns * 1000
-            for event in line.events:
-                match = _TF_OP.match(metadata[event.metadata_id].name)
-                if match is None:
+            executor_end_ps = -1
+            for event in sorted(line.events, key=lambda e: e.offset_ps):
+                name = metadata[event.metadata_id].name
+                if name == _XLA_EXECUTOR:
+                    executor_end_ps = max(executor_end_ps, event.offset_ps + event.duration_ps)
+                    continue
+                op = _cpu_op(name, event.offset_ps < executor_end_ps)
+                if op is None:
                     continue
                 found = True
                 out.kernels.append(
                     {
-                        "name": match.group("type"),
+                        "name": op[0],
                         "start_ns": (line_ps + event.offset_ps) // 1000,
                         "dur_ns": event.duration_ps // 1000,
                         "device_id": device_id,
                         "stream_id": line.id,
-                        "op": match.group("op"),
+                        "op": op[1],
                     }
                 )
         if found:

@@ -1,0 +1,40 @@
+"""`detprof models`: parameter counts from real built models, cached per Keras version."""
+
+from __future__ import annotations
+
+import json
+
+import keras
+import pytest
+
+from detprof.cli import main
+from detprof.models import registry
+from detprof.models.command import parameter_counts
+
+
+def test_parameter_counts_are_built_once_and_cached(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    counts = parameter_counts(["smallcnn", "resnet18"], keras.__version__)
+    assert counts == {
+        "smallcnn": registry.build("smallcnn").count_params(),
+        "resnet18": registry.build("resnet18").count_params(),
+    }
+    cache = json.loads((tmp_path / "detprof" / "model-parameters.json").read_text())
+    assert cache[keras.__version__]["smallcnn"] == counts["smallcnn"]
+
+    def refuse(*_args: object) -> None:
+        raise AssertionError("cached counts must not rebuild models")
+
+    monkeypatch.setattr(registry, "build", refuse)
+    assert parameter_counts(["smallcnn"], keras.__version__) == {"smallcnn": counts["smallcnn"]}
+
+
+@pytest.mark.slow
+def test_models_command_lists_the_paper_models(tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["models"]) == 0
+    out = capsys.readouterr().out
+    for name in registry.PAPER_MODELS:
+        assert name in out
+    assert "224x224x3" in out and "keras-applications" in out and "medium-cnn" in out
