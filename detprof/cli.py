@@ -48,6 +48,11 @@ app.command("baseline", help="Freeze a sweep's per-repeat overheads as the CI ba
 app.command("check", help=CHECK_HELP)(check)
 
 
+# EX_SOFTWARE (sysexits.h): a bug in detprof, never its input or measurement, so CI can tell
+# a crash from `detprof check`'s exit 1 for a regression.
+INTERNAL_EXIT = 70
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; every expected failure is one line on stderr and a documented exit code."""
     invocation.remember(sys.argv[1:] if argv is None else argv)
@@ -60,13 +65,13 @@ def main(argv: list[str] | None = None) -> int:
         typer.echo(f"detprof: error: {exc.format_message()}", err=True)
         return USAGE_EXIT
     except typer.Abort:
-        typer.echo("detprof: interrupted; every completed run is kept", err=True)
+        typer.echo("detprof: interrupted", err=True)
         return 130
     except DetprofError as exc:
         typer.echo(f"detprof: error: {exc}", err=True)
         return exc.exit_code
     except KeyboardInterrupt:
-        typer.echo("detprof: interrupted; every completed run is kept", err=True)
+        typer.echo("detprof: interrupted", err=True)
         return 130
     except Exception as exc:
         if os.environ.get("DETPROF_DEBUG"):
@@ -74,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         typer.echo(
             f"detprof: internal error: {type(exc).__name__}: {exc} (DETPROF_DEBUG=1 shows the traceback)", err=True
         )
-        return 1
+        return INTERNAL_EXIT
     return code if isinstance(code, int) else 0
 
 

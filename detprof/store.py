@@ -10,8 +10,11 @@ trust every record it finds.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
+import math
 import os
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,6 +45,41 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
 def atomic_write_json(path: Path, obj: Any) -> None:
     atomic_write_bytes(path, json.dumps(obj, indent=2, sort_keys=True, default=str).encode())
+
+
+def json_safe(value: Any) -> Any:
+    """JSON has no NaN, infinity, pandas NA or numpy types: an undefined number becomes null.
+
+    Applied recursively to dicts, lists, tuples and numpy arrays, so that every writer of
+    JSON (records, summaries, ``parse --format json``) stores an unknown statistic the same way.
+    """
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    if isinstance(value, float):
+        return float(value) if math.isfinite(value) else None
+    if hasattr(value, "tolist"):  # numpy scalars and arrays, without importing numpy here
+        return json_safe(value.tolist())
+    pandas = sys.modules.get("pandas")
+    if pandas is not None and value is pandas.NA:
+        return None
+    return value
+
+
+_JSON_KINDS = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean"}
+
+
+def read_json_object(path: Path, what: str) -> dict[str, Any]:
+    """A JSON file that must hold an object; anything else is one InputError line naming the file."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{path}: unreadable {what} ({exc})") from exc
+    if not isinstance(data, dict):
+        found = _JSON_KINDS.get(type(data), "null")
+        raise InputError(f"{path}: not a detprof {what}: it holds {found}, not a JSON object")
+    return data
 
 
 def config_hash(config: dict[str, Any]) -> str:
@@ -97,10 +135,11 @@ class ResultsStore:
             raise UsageError(f"cannot write results to {self.root}: {exc.strerror or exc}") from exc
 
     def manifest(self) -> dict[str, Any]:
-        try:
-            return json.loads(self.manifest_path.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise InputError(f"{self.manifest_path}: unreadable manifest ({exc})") from exc
+        """The study's manifest; its ``config``, when present, is an object (readers may ``.get`` from it)."""
+        manifest = read_json_object(self.manifest_path, "manifest")
+        if not isinstance(manifest.get("config") or {}, dict):
+            raise InputError(f"{self.manifest_path}: not a detprof manifest: its 'config' is not a JSON object")
+        return manifest
 
     def record_path(self, run_id: str) -> Path:
         return self.dir / "runs" / f"{run_id}.json"
@@ -113,33 +152,26 @@ class ResultsStore:
         if not path.is_file():
             return False
         try:
-            return json.loads(path.read_text()).get("status") in DONE_STATUSES
-        except (OSError, json.JSONDecodeError):
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
             return False
+        if not isinstance(record, dict):
+            raise InputError(f"{path}: not a detprof run record: not a JSON object")
+        return record.get("status") in DONE_STATUSES
 
     def records(self) -> Iterator[dict[str, Any]]:
         runs = self.dir / "runs"
         if not runs.is_dir():
             return
         for path in sorted(runs.glob("*.json")):
-            try:
-                yield json.loads(path.read_text())
-            except (OSError, json.JSONDecodeError) as exc:
-                raise InputError(f"{path}: unreadable run record ({exc})") from exc
+            yield read_json_object(path, "run record")
 
     def write_table(self, name: str, frame: pd.DataFrame) -> str:
         """Store a table as Parquet; returns its path relative to the study folder."""
         rel = f"tables/{name}.parquet"
-        target = self.dir / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-        os.close(fd)
-        try:
-            frame.to_parquet(tmp, index=False)
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        buffer = io.BytesIO()
+        frame.to_parquet(buffer, index=False)
+        atomic_write_bytes(self.dir / rel, buffer.getvalue())
         return rel
 
     def read_table(self, rel: str) -> pd.DataFrame:
@@ -169,11 +201,10 @@ def find_studies(path: Path, max_depth: int = 3) -> list[ResultsStore]:
     found: list[ResultsStore] = []
     for depth in range(max_depth + 1):
         for manifest in sorted(path.glob("/".join(["*"] * depth + ["manifest.json"]))):
-            try:
-                kind = json.loads(manifest.read_text()).get("kind")
-            except (OSError, json.JSONDecodeError) as exc:
-                raise InputError(f"{manifest}: unreadable manifest ({exc})") from exc
-            if kind in STUDY_KINDS and manifest.parent.name == kind:
+            if manifest.parent.name not in STUDY_KINDS:
+                continue
+            kind = read_json_object(manifest, "manifest").get("kind")
+            if kind == manifest.parent.name:
                 found.append(ResultsStore(manifest.parent.parent, kind))
     if not found:
         raise InputError(f"{path}: no detprof results here (no sweep/, kernels/ or stability/ manifest)")

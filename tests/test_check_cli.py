@@ -432,6 +432,33 @@ def test_annotation_data_with_separators_and_newlines(
     assert _unescape(message).endswith("worker crashed:\nline two, 100% lost")
 
 
+def test_step_summary_shows_names_literally(tmp_path: Path, capsys: Capture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """GitHub renders HTML in the job summary: a model name with ``<``, ``&`` or ``|`` is escaped, not markup."""
+    odd = "net<v2>&co|x"
+    cfg = synth.config([odd], 3)
+    base = synth.write_sweep(tmp_path / "b", cfg, synth.records({odd: [1.5, 1.51, 1.49]}))
+    cur = synth.write_sweep(tmp_path / "c", cfg, synth.records({odd: [2.5, 2.51, 2.49]}))
+    assert run_cli(capsys, "baseline", base, "-o", tmp_path / "b.json")[0] == 0
+    summary = tmp_path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    code, _, _ = run_cli(capsys, "check", "--baseline", tmp_path / "b.json", "--current", cur, "--github")
+    assert code == 1
+    (row,) = [line for line in summary.read_text().splitlines() if line.startswith("| net")]
+    assert row.startswith(r"| net\<v2\>\&co\|x | **REGRESSED** |")
+    assert row.count(" | ") == 8
+
+
+@pytest.mark.parametrize("option", ["--junit", "--bmf", "--benchmark-json"])
+def test_an_output_that_cannot_be_written_is_input_error(
+    tmp_path: Path, baseline: Path, capsys: Capture, option: str
+) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    code, _, err = _regression_check(tmp_path, baseline, capsys, option, blocker / "out")
+    assert code == 3 and err.count("\n") == 1 and f"{blocker / 'out'}: cannot write" in err
+    assert blocker.read_text() == "x"
+
+
 def test_at_most_ten_annotations_of_a_kind(tmp_path: Path, capsys: Capture) -> None:
     models = [f"m{i:02d}" for i in range(12)]
     cfg = synth.config(models, 3)

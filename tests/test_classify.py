@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import random
 import string
-from pathlib import Path
 
 import pytest
+from fixtures_traces import SHARED_TRACES
 
 from detprof.profiler.classify import CATEGORIES, classify
-
-TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 
 CONV_FWD = "conv forward"
 CONV_DATA = "conv backward data"
@@ -660,7 +658,7 @@ def test_any_string_gets_a_category() -> None:
 
 
 @pytest.mark.skipif(
-    not (TRACES / "tf-bert-3gpu.xplane.pb").is_file(),
+    not (SHARED_TRACES / "tf-bert-3gpu.xplane.pb").is_file(),
     reason="../shared/traces/tf-bert-3gpu.xplane.pb not present",
 )
 def test_every_kernel_of_the_bert_trace_gets_its_ops_category() -> None:
@@ -676,7 +674,7 @@ def test_every_kernel_of_the_bert_trace_gets_its_ops_category() -> None:
         "BroadcastTo": MEMORY,
         "Tile": MEMORY,
     }
-    kernels = load_xplane(TRACES / "tf-bert-3gpu.xplane.pb").kernels
+    kernels = load_xplane(SHARED_TRACES / "tf-bert-3gpu.xplane.pb").kernels
     pairs = set(zip(kernels["name"].astype(str), kernels["op"].astype(str).str.rsplit(":", n=1).str[-1], strict=True))
     assert {op_type for _, op_type in pairs} == set(by_op_type)
     for name, op_type in pairs:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from detprof.profiler.overhead import log_ratio_interval, model_overheads, paired_log_ratios
+from detprof.profiler.overhead import ModelOverhead, log_ratio_interval, model_overheads, paired_log_ratios
 
 
 def record(model: str, mode: str, repeat: int, kernel: float | None, wall: float, status: str = "ok") -> dict:
@@ -61,3 +61,14 @@ def test_unsupported_reason_surfaces() -> None:
     ]
     assert model_overheads(recs)["x"].unsupported_reason == "boom"
     assert model_overheads(recs)["x"].kernel is None
+
+
+def test_failure_note_names_the_count_and_an_example_run() -> None:
+    fine = [record("m", "default", 0, 1.0, 1.0), record("m", "deterministic", 0, 2.0, 2.0)]
+    assert model_overheads(fine)["m"].failure_note() is None
+    failed = [*fine, record("m", "default", 1, None, 1.0, status="failed"), record("m", "default", 2, None, 1.0, "x")]
+    assert model_overheads(failed)["m"].failure_note() == "2 run(s) failed, e.g. m--default--r1: boom"
+    unsupported = [*failed, record("m", "deterministic", 1, None, 1.0, status="unsupported")]
+    assert model_overheads(unsupported)["m"].failure_note() == "not supported under determinism: boom"
+    no_reason = ModelOverhead("m", failures=[{"status": "failed"}])
+    assert no_reason.failure_note() == "1 run(s) failed, e.g. failed"

@@ -242,7 +242,7 @@ def test_parallel_readers_keep_every_row_in_order(tmp_path: Path, monkeypatch: p
         conn.execute("DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE rowid % 7 = 3 OR rowid BETWEEN 1000 AND 1400")
     conn.close()
     monkeypatch.setattr(nsys_sqlite, "_PARALLEL_MIN_ROWS", 100)
-    monkeypatch.setattr(nsys_sqlite.os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(nsys_sqlite, "usable_cpus", lambda: 4)
 
     expected = _sql(
         path,

@@ -17,15 +17,15 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from fixtures_traces import SHARED_TRACES
 
 from detprof.errors import InputError
 from detprof.profiler.classify import classify
 from detprof.profiler.kernel_table import KERNEL_DTYPES, MEMORY_DTYPES
 from detprof.profiler.parsers.tf_xplane import load_xplane
 
-TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
-BERT = TRACES / "tf-bert-3gpu.xplane.pb"
-SMALLCNN = TRACES / "tf-2.21-cpu-smallcnn.xplane.pb"
+BERT = SHARED_TRACES / "tf-bert-3gpu.xplane.pb"
+SMALLCNN = SHARED_TRACES / "tf-2.21-cpu-smallcnn.xplane.pb"
 
 needs_bert = pytest.mark.skipif(not BERT.is_file(), reason=f"real trace {BERT} not present")
 needs_smallcnn = pytest.mark.skipif(not SMALLCNN.is_file(), reason=f"real trace {SMALLCNN} not present")

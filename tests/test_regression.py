@@ -282,7 +282,7 @@ def test_samples_pair_repeats_and_keep_failures_apart() -> None:
     assert samples.samples["a"].wall == pytest.approx([math.log(v) for v in ratios["a"]], rel=1e-12)
     assert samples.samples["a"].kernel == pytest.approx([math.log(v) for v in (1.5, 1.6, 1.55)], rel=1e-12)
     assert samples.samples["b"].wall == pytest.approx([math.log(2.0), math.log(1.9)], rel=1e-12)
-    assert samples.failed == {"b": "1 run(s) failed, e.g. worker crashed"}
+    assert samples.failed == {"b": "1 run(s) failed, e.g. b--deterministic--r1: worker crashed"}
     with pytest.raises(InputError, match="needs a complete sweep"):
         baseline_models(samples, "results")
 

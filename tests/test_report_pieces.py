@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pandas as pd
 import pytest
@@ -239,3 +240,42 @@ def test_markdown_text_shows_kernel_names_literally() -> None:
 )
 def test_durations_read_in_their_own_unit(ns: float | None, text: str) -> None:
     assert formatting.duration_ns(ns) == text
+
+
+@pytest.mark.parametrize(
+    ("stat", "text"),
+    [
+        ({"std": 0.01234, "std_se": 0.004}, "0.0123 +/- 0.0040"),
+        ({"std": 0.01234, "std_se": None}, "0.0123"),
+        ({"std": 0.01234, "std_se": math.nan}, "0.0123"),
+        ({"std": None, "std_se": 0.004}, "-"),
+        (None, "-"),
+    ],
+)
+def test_a_spread_without_its_standard_error_shows_no_plus_minus(stat: dict | None, text: str) -> None:
+    assert formatting.plus_minus(stat) == text
+
+
+def test_stability_console_table_uses_the_report_formatting() -> None:
+    from rich.console import Console
+
+    from detprof.stability.command import variant_table
+
+    variant = {
+        "runs_ok": 3,
+        "runs_failed": 0,
+        "accuracy": {"mean": 0.9, "std": 0.01234, "std_se": None},
+        "cross_entropy": {"std": math.nan},
+        "churn": 0.02,
+        "l2": None,
+        "per_class": {"ratio": 1.5},
+        "spearman": 0.99,
+        "ensemble_gain": 0.001,
+        "cka": 0.95,
+        "distinct_weights": 3,
+    }
+    console = Console(width=120, record=True)
+    console.print(variant_table(variant))
+    text = console.export_text()
+    assert "0.0123" in text and "+/-  -" not in text and "+/- -" not in text
+    assert re.search(r"cross-entropy std \+/- s\.e\.\s*│\s*-\s*│", text)

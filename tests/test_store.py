@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import math
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from detprof.errors import InputError, UsageError
-from detprof.store import ResultsStore, find_studies
+from detprof.store import ResultsStore, find_studies, json_safe
 
 
 def test_records_round_trip_and_resume_rules(tmp_path) -> None:
@@ -54,3 +56,53 @@ def test_corrupt_record_is_reported(tmp_path) -> None:
     with pytest.raises(InputError, match=r"bad\.json"):
         list(store.records())
     assert json.loads(store.manifest_path.read_text())["kind"] == "sweep"
+
+
+@pytest.mark.parametrize(
+    ("manifest", "found"),
+    [([], "holds an array"), ('"sweep"', "holds a string"), ({"kind": "sweep", "config": [1]}, "'config'")],
+)
+def test_a_manifest_that_is_not_an_object_is_input_error(tmp_path, manifest, found) -> None:
+    store = ResultsStore(tmp_path, "sweep")
+    store.dir.mkdir()
+    store.manifest_path.write_text(manifest if isinstance(manifest, str) else json.dumps(manifest))
+    with pytest.raises(InputError, match=rf"manifest\.json: not a detprof manifest: .*{found}") as raised:
+        store.manifest()
+    assert "\n" not in str(raised.value)
+    if not isinstance(manifest, dict):
+        with pytest.raises(InputError, match=r"sweep/manifest\.json: not a detprof manifest"):
+            find_studies(tmp_path)
+
+
+def test_a_run_record_that_is_not_an_object_is_input_error(tmp_path) -> None:
+    store = ResultsStore(tmp_path, "sweep")
+    store.open({}, "x", resume=False)
+    store.record_path("a").parent.mkdir()
+    store.record_path("a").write_text("[1, 2]")
+    with pytest.raises(InputError, match=r"runs/a\.json: not a detprof run record"):
+        list(store.records())
+    with pytest.raises(InputError, match=r"runs/a\.json: not a detprof run record"):
+        store.is_done("a")
+
+
+def test_discovery_reads_only_manifests_of_study_folders(tmp_path) -> None:
+    (tmp_path / "webapp").mkdir()
+    (tmp_path / "webapp" / "manifest.json").write_text("[]")
+    ResultsStore(tmp_path, "kernels").open({}, "x", resume=False)
+    assert [s.kind for s in find_studies(tmp_path)] == ["kernels"]
+
+
+def test_json_safe_turns_every_undefined_number_into_null() -> None:
+    frame = pd.DataFrame({"n": pd.array([1, None], dtype="Int64"), "x": [math.inf, 2.5]})
+    row = frame.to_dict("records")[1]
+    value = {
+        "nan": math.nan,
+        "row": row,
+        "numpy": (np.float32("nan"), np.int64(3), np.array([1.5, np.nan])),
+        "text": "nan",
+    }
+    safe = json_safe(value)
+    assert safe == {"nan": None, "row": {"n": None, "x": 2.5}, "numpy": [None, 3, [1.5, None]], "text": "nan"}
+    assert type(safe["numpy"][1]) is int
+    assert json.loads(json.dumps(safe, allow_nan=False)) == safe
+    assert json_safe(frame.to_dict("records")[0]) == {"n": 1, "x": None}

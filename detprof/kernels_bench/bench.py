@@ -49,7 +49,7 @@ class KernelsConfig:
             raise UsageError(f"unknown op {unknown[0]!r}; valid ops: {', '.join(SUITES['all'])}")
         for k in self.kernel_sizes:
             if k < 1 or k % 2 == 0:
-                raise UsageError(f"--kernel-sizes: {k} is not a positive odd integer")
+                raise UsageError(f"--kernel-sizes: '{k}' is not a positive odd integer")
         if not self.kernel_sizes and any(op in CONV_OPS for op in self.ops):
             raise UsageError("--kernel-sizes is empty: the conv suite needs at least one kernel size")
         check_run_settings(self.steps, self.warmup, self.repeats, self.batch_size, self.input_size, self.run_timeout_s)

@@ -39,7 +39,8 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from detprof.errors import USAGE_EXIT, InputError, UsageError
+from detprof.errors import USAGE_EXIT, InputError, UsageError, first_line, last_line
+from detprof.store import atomic_write_json
 
 if TYPE_CHECKING:
     import keras
@@ -194,8 +195,7 @@ class _Models:
         try:
             return build(shape)
         except ValueError as exc:
-            first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
-            raise UsageError(f"--input-size {size}: {name} cannot be built at {shape} ({first.strip()})") from exc
+            raise UsageError(f"--input-size {size}: {name} cannot be built at {shape} ({first_line(exc)})") from exc
 
 
 def _layers(model: keras.Model, kind: str) -> list[Any]:
@@ -370,8 +370,7 @@ def derive_in_subprocess(
         if proc.returncode == USAGE_EXIT and answer.is_file():
             raise UsageError(json.loads(answer.read_text())["error"])
         if proc.returncode != 0 or not answer.is_file():
-            lines = [line for line in proc.stderr.splitlines() if line.strip()]
-            last = lines[-1].strip() if lines else f"exit code {proc.returncode}"
+            last = last_line(proc.stderr) or f"exit code {proc.returncode}"
             raise InputError(f"deriving the op shapes from the registry models failed: {last}")
         return [OpCase.from_dict(d) for d in json.loads(answer.read_text())["cases"]]
 
@@ -381,9 +380,9 @@ def main(argv: list[str]) -> int:
     try:
         cases = derive_cases(**request)
     except UsageError as exc:
-        answer.write_text(json.dumps({"error": str(exc)}))
+        atomic_write_json(answer, {"error": str(exc)})
         return USAGE_EXIT
-    answer.write_text(json.dumps({"cases": [case.as_dict() for case in cases]}))
+    atomic_write_json(answer, {"cases": [case.as_dict() for case in cases]})
     return 0
 
 

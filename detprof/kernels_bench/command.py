@@ -23,7 +23,7 @@ from detprof.invocation import command_line
 from detprof.kernels_bench.bench import PRESETS, KernelsConfig, run_bench, select_ops
 from detprof.kernels_bench.cases import SUITES, derive_in_subprocess
 from detprof.profiler.measured_study import choose_target, progress_bar
-from detprof.profiler.sweep_command import format_overhead
+from detprof.reports.formatting import duration_ns, ratio
 from detprof.store import ResultsStore
 
 if TYPE_CHECKING:
@@ -50,19 +50,10 @@ def parse_kernel_sizes(text: str | None) -> tuple[int, ...] | None:
         return None
     sizes = []
     for item in items:
-        if not item.isdigit() or int(item) < 1 or int(item) % 2 == 0:
+        if not item.isdigit():
             raise UsageError(f"--kernel-sizes: {item!r} is not a positive odd integer")
         sizes.append(int(item))
     return tuple(sizes)
-
-
-def format_ns(ns: float | None) -> str:
-    if ns is None:
-        return "-"
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
-        if ns >= scale:
-            return f"{ns / scale:,.2f} {unit}"
-    return f"{ns:,.0f} ns"
 
 
 def _names(sign: str, names: list[str]) -> list[str]:
@@ -162,13 +153,8 @@ def kernels(
 
 
 def _failures(summary: CaseSummary) -> str:
-    failures = summary.overhead.failures
-    if not failures:
-        return "-"
-    reason = summary.overhead.unsupported_reason
-    if reason:
-        return f"{len(failures)} not supported under determinism: {escape(reason)}"
-    return f"{len(failures)}: {escape(str(failures[0]['reason']))}"
+    note = summary.overhead.failure_note()
+    return "-" if note is None else escape(note)
 
 
 def print_summary(store: ResultsStore) -> None:
@@ -187,10 +173,10 @@ def print_summary(store: ResultsStore) -> None:
         changed = _names("+", row.added) + _names("-", row.removed) if traced else ["n/a (no kernels traced)"]
         table.add_row(
             f"{row.op}\n{escape(row.shape)}\n[dim]{escape(where)}[/]",
-            format_ns(row.default_ns),
-            format_ns(row.deterministic_ns),
-            format_overhead(getattr(row.overhead, result.metric)),
-            format_overhead(row.overhead.wall),
+            duration_ns(row.default_ns),
+            duration_ns(row.deterministic_ns),
+            ratio(getattr(row.overhead, result.metric)),
+            ratio(row.overhead.wall),
             "\n".join(changed) or "-",
             _failures(row),
         )
@@ -199,10 +185,10 @@ def print_summary(store: ResultsStore) -> None:
     for row in result.totals:
         table.add_row(
             f"{row.op}\n{escape(row.shape)}",
-            format_ns(row.default_ns),
-            format_ns(row.deterministic_ns),
-            format_overhead(getattr(row.overhead, result.metric)),
-            format_overhead(row.overhead.wall),
+            duration_ns(row.default_ns),
+            duration_ns(row.deterministic_ns),
+            ratio(getattr(row.overhead, result.metric)),
+            ratio(row.overhead.wall),
             "-",
             "-",
         )

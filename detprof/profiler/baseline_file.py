@@ -84,7 +84,7 @@ def read_sweep(path: Path) -> SweepResults:
         _check_record(record, store.dir / "runs", index)
     if not records:
         raise InputError(f"{path}: the sweep has no run records yet")
-    repeats = manifest.get("config", {}).get("repeats")
+    repeats = (manifest.get("config") or {}).get("repeats")
     if isinstance(repeats, int) and repeats < 2:
         raise InputError(
             f"{path}: the sweep ran {repeats} repeat per model and mode; R < 2 cannot give an interval: "

@@ -24,6 +24,21 @@ TraceFormat = Literal[
 
 DIM_COLUMNS = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
 
+TIME_UNITS_NS: dict[str, float] = {
+    "ns": 1.0,
+    "nsec": 1.0,
+    "us": 1e3,
+    "usec": 1e3,
+    "\u00b5s": 1e3,
+    "\u03bcs": 1e3,
+    "ms": 1e6,
+    "msec": 1e6,
+    "s": 1e9,
+    "sec": 1e9,
+}
+"""Nanoseconds per time unit as the CSV exporters spell it; micro is written with the micro sign
+(U+00B5) or the Greek mu (U+03BC) depending on the tool version, so both are accepted."""
+
 KERNEL_DTYPES: dict[str, str] = {
     "name": "string",
     "short_name": "string",

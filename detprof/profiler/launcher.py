@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from detprof.determinism import Mode
-from detprof.errors import DetprofError
+from detprof.errors import DetprofError, last_line
 from detprof.profiler.gpu import DeviceChoice
+from detprof.profiler.steps import kernel_ns_by_step
 from detprof.profiler.telemetry import NoTelemetry, TelemetrySampler
 from detprof.profiler.tracers import Tracer
 from detprof.store import ResultsStore
@@ -121,6 +122,7 @@ class WorkerLauncher:
             "kernel_count": None,
             "kernel_table": None,
             "kernel_table_kind": None,
+            "step_kernel_ns": None,
             "trace_file": None,
         }
         record.update(self._worker_result(result_path, outcome, log_path))
@@ -141,7 +143,7 @@ class WorkerLauncher:
         if not result_path.is_file():
             return {
                 "status": "failed",
-                "reason": f"worker crashed (exit code {outcome}): {_last_line(log_path)}",
+                "reason": f"worker crashed (exit code {outcome}): {_last_log_line(log_path)}",
             }
         return json.loads(result_path.read_text())
 
@@ -162,6 +164,7 @@ class WorkerLauncher:
         record["kernel_table_kind"] = "summary" if table.is_summary else "launches"
         record["kernel_count"] = table.kernel_count
         record["kernel_ns_per_step"] = table.total_ns / steps
+        record["step_kernel_ns"] = kernel_ns_by_step(table)
 
 
 def _wait(proc: subprocess.Popen[bytes], timeout: float | None) -> str | int:
@@ -181,9 +184,9 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     proc.wait()
 
 
-def _last_line(log_path: Path) -> str:
+def _last_log_line(log_path: Path) -> str:
     try:
-        lines = [line.strip() for line in log_path.read_text(errors="replace").splitlines() if line.strip()]
+        line = last_line(log_path.read_text(errors="replace"))
     except OSError:
         return "no output"
-    return lines[-1][:300] if lines else "no output"
+    return line[:300] or "no output"

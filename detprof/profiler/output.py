@@ -7,7 +7,6 @@ built in one function, ``parse_document``, and tested key by key.
 from __future__ import annotations
 
 import json
-import math
 import sys
 from typing import Any
 
@@ -19,6 +18,8 @@ from rich.table import Table
 from detprof.output_format import OutputFormat
 from detprof.profiler.kernel_table import KernelTable
 from detprof.profiler.stats import GroupBy, diff, top_n
+from detprof.reports.formatting import duration_ns, percent
+from detprof.store import json_safe
 
 WIDE_TABLE = 140
 
@@ -37,19 +38,6 @@ KERNEL_FIELDS = [
 ]
 
 
-def _clean(value: Any) -> Any:
-    """JSON has no NaN or numpy scalars: unknown statistics become null."""
-    if value is None or value is pd.NA:
-        return None
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    if hasattr(value, "item"):
-        value = value.item()
-        if isinstance(value, float) and math.isnan(value):
-            return None
-    return value
-
-
 def parse_document(table: KernelTable, top: int = 20, by: GroupBy = "name") -> dict[str, Any]:
     head, other_ns = top_n(table, top, by)
     return {
@@ -64,19 +52,8 @@ def parse_document(table: KernelTable, top: int = 20, by: GroupBy = "name") -> d
         "total_ns": table.total_ns,
         "memory_ns": table.memory_ns,
         "other_ns": other_ns,
-        "kernels": [{f: _clean(row[f]) for f in KERNEL_FIELDS} for row in head.to_dict("records")],
+        "kernels": [{f: json_safe(row[f]) for f in KERNEL_FIELDS} for row in head.to_dict("records")],
     }
-
-
-def _fmt_ns(value: Any) -> str:
-    value = _clean(value)
-    if value is None:
-        return "-"
-    value = float(value)
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
-        if abs(value) >= scale:
-            return f"{value / scale:,.2f}{unit}"
-    return f"{value:,.0f}ns"
 
 
 def print_parse(table: KernelTable, top: int, by: GroupBy, fmt: OutputFormat) -> None:
@@ -94,8 +71,8 @@ def print_parse(table: KernelTable, top: int, by: GroupBy, fmt: OutputFormat) ->
     )
     console.print(f"[bold]{escape(doc['source'])}[/] ({doc['format']})  devices: {escape(devices) or '-'}")
     console.print(
-        f"{doc['kernel_count']:,} kernel launches, {_fmt_ns(doc['total_ns'])} kernel time"
-        + (f", {_fmt_ns(doc['memory_ns'])} memory activity" if doc["memory_ns"] is not None else "")
+        f"{doc['kernel_count']:,} kernel launches, {duration_ns(doc['total_ns'])} kernel time"
+        + (f", {duration_ns(doc['memory_ns'])} memory activity" if doc["memory_ns"] is not None else "")
     )
     wide = console.width >= WIDE_TABLE
     columns = ["Time %", "Total", "Instances", "Avg"] if wide else ["%", "Total", "Count", "Avg"]
@@ -106,14 +83,14 @@ def print_parse(table: KernelTable, top: int, by: GroupBy, fmt: OutputFormat) ->
     grid.add_column("Category", max_width=None if wide else 12)
     grid.add_column("Name", min_width=20, overflow="fold")
     for k in doc["kernels"]:
-        cells = [f"{k['pct']:.1f}", _fmt_ns(k["total_ns"]), f"{k['instances']:,}", _fmt_ns(k["avg_ns"])]
+        cells = [f"{k['pct']:.1f}", duration_ns(k["total_ns"]), f"{k['instances']:,}", duration_ns(k["avg_ns"])]
         if wide:
-            cells += [_fmt_ns(k[f]) for f in ("med_ns", "min_ns", "max_ns", "std_ns")]
+            cells += [duration_ns(k[f]) for f in ("med_ns", "min_ns", "max_ns", "std_ns")]
         grid.add_row(*cells, k["category"], escape(k["name"] if by == "name" else k["short_name"]))
     if doc["other_ns"]:
         share = doc["other_ns"] / doc["total_ns"] * 100 if doc["total_ns"] else 0.0
         blanks = [""] * (len(columns) - 2)
-        grid.add_row(f"{share:.1f}", _fmt_ns(doc["other_ns"]), *blanks, "", "(all other kernels)")
+        grid.add_row(f"{share:.1f}", duration_ns(doc["other_ns"]), *blanks, "", "(all other kernels)")
     console.print(grid)
 
 
@@ -125,7 +102,7 @@ def print_diff(base: KernelTable, other: KernelTable, top: int, fmt: OutputForma
             "base": {"source": base.source, "format": base.format, "total_ns": base.total_ns},
             "other": {"source": other.source, "format": other.format, "total_ns": other.total_ns},
             "delta_ns": other.total_ns - base.total_ns,
-            "kernels": [{k: _clean(v) for k, v in row.items()} for row in head.to_dict("records")],
+            "kernels": [{k: json_safe(v) for k, v in row.items()} for row in head.to_dict("records")],
         }
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return
@@ -135,8 +112,8 @@ def print_diff(base: KernelTable, other: KernelTable, top: int, fmt: OutputForma
     console = Console()
     ratio = other.total_ns / base.total_ns if base.total_ns else float("nan")
     console.print(
-        f"base {escape(base.source)}: {_fmt_ns(base.total_ns)}   other {escape(other.source)}: "
-        f"{_fmt_ns(other.total_ns)}   ratio {ratio:.3f}x"
+        f"base {escape(base.source)}: {duration_ns(base.total_ns)}   other {escape(other.source)}: "
+        f"{duration_ns(other.total_ns)}   ratio {ratio:.3f}x"
     )
     grid = Table()
     for col in (
@@ -152,13 +129,12 @@ def print_diff(base: KernelTable, other: KernelTable, top: int, fmt: OutputForma
     ):
         grid.add_column(col, overflow="fold", no_wrap=col != "Name")
     for row in head.to_dict("records"):
-        share = _clean(row["share_of_change"])
         grid.add_row(
             row["status"],
-            _fmt_ns(row["delta_ns"]),
-            "-" if share is None else f"{share * 100:.1f}%",
-            _fmt_ns(row["total_ns_base"]),
-            _fmt_ns(row["total_ns_other"]),
+            duration_ns(row["delta_ns"]),
+            percent(row["share_of_change"]),
+            duration_ns(row["total_ns_base"]),
+            duration_ns(row["total_ns_other"]),
             f"{row['instances_base']:,}",
             f"{row['instances_other']:,}",
             str(row["category"]),

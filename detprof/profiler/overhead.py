@@ -50,6 +50,17 @@ class ModelOverhead:
                 return str(failure.get("reason"))
         return None
 
+    def failure_note(self) -> str | None:
+        """Why runs are missing, in the same words in every table, warning and CI output; None if none are."""
+        if self.unsupported_reason is not None:
+            return f"not supported under determinism: {self.unsupported_reason}"
+        if not self.failures:
+            return None
+        first = self.failures[0]
+        reason = first.get("reason") or first.get("status")
+        example = f"{first['run_id']}: {reason}" if first.get("run_id") else reason
+        return f"{len(self.failures)} run(s) failed, e.g. {example}"
+
 
 def log_ratio_interval(log_ratios: Iterable[float], confidence: float = 0.95) -> Overhead | None:
     """Mean log ratio with a two-sided t-interval; a single pair gives no interval (NaN bounds)."""

@@ -36,7 +36,7 @@ import numpy as np
 from scipy import stats
 
 from detprof.errors import InputError
-from detprof.profiler.overhead import Metric, paired_log_ratios
+from detprof.profiler.overhead import Metric, ModelOverhead, paired_log_ratios
 
 MIN_REPEATS = 2
 SETTLE_LIMIT = 1000
@@ -87,7 +87,7 @@ def samples_from_records(records: Iterable[Mapping[str, Any]]) -> SweepSamples:
     records = list(records)
     wall = paired_log_ratios(records, "wall")
     kernel = paired_log_ratios(records, "kernel")
-    failed: dict[str, list[str]] = {}
+    failed: dict[str, list[Mapping[str, Any]]] = {}
     unsupported: dict[str, str] = {}
     first_ok: dict[str, Mapping[str, Any]] = {}
     for rec in records:
@@ -97,7 +97,7 @@ def samples_from_records(records: Iterable[Mapping[str, Any]]) -> SweepSamples:
         elif status == "unsupported":
             unsupported.setdefault(model, str(rec.get("reason") or "not supported under determinism"))
         else:
-            failed.setdefault(model, []).append(str(rec.get("reason") or status))
+            failed.setdefault(model, []).append(rec)
     samples = {}
     for model in sorted(set(wall) | set(kernel)):
         rec = first_ok[model]
@@ -110,7 +110,10 @@ def samples_from_records(records: Iterable[Mapping[str, Any]]) -> SweepSamples:
             batch_size=rec.get("batch_size"),
             input_shape=tuple(shape) if shape is not None else None,
         )
-    failures = {model: f"{len(reasons)} run(s) failed, e.g. {reasons[0]}" for model, reasons in sorted(failed.items())}
+    failures = {
+        model: str(ModelOverhead(model, failures=[dict(r) for r in runs]).failure_note())
+        for model, runs in sorted(failed.items())
+    }
     unsupported_only = {m: unsupported[m] for m in sorted(unsupported) if m not in samples}
     return SweepSamples(samples, failures, unsupported_only)
 

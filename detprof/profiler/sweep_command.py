@@ -8,9 +8,8 @@ Options given explicitly always win over the preset's values.
 from __future__ import annotations
 
 import datetime as dt
-import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -23,10 +22,8 @@ from detprof.models.registry import PAPER_MODELS
 from detprof.profiler.gpu import DeviceChoice
 from detprof.profiler.measured_study import choose_target, progress_bar
 from detprof.profiler.sweep import PRESETS, SweepConfig, run_sweep
+from detprof.reports.formatting import ratio, signed_ns
 from detprof.store import ResultsStore
-
-if TYPE_CHECKING:
-    from detprof.profiler.overhead import Overhead
 
 PAPER_PRESET: dict[str, Any] = {
     "models": tuple(PAPER_MODELS),
@@ -38,7 +35,7 @@ PAPER_PRESET: dict[str, Any] = {
     "classes": None,
 }
 ALL_PRESETS = {"paper": PAPER_PRESET, **PRESETS}
-SWEEP_STABILITY_RUNS = 3
+FAILURE_NOTE_CHARS = 160
 
 
 def _split_models(models: str | None) -> tuple[str, ...] | None:
@@ -48,14 +45,6 @@ def _split_models(models: str | None) -> tuple[str, ...] | None:
     if not names:
         raise UsageError("--models is empty: give a comma-separated list of model names (see `detprof models`)")
     return names
-
-
-def format_overhead(overhead: Overhead | None) -> str:
-    if overhead is None:
-        return "-"
-    if math.isnan(overhead.ci_low):
-        return f"{overhead.ratio:.3f}x [n={overhead.n}, no CI]"
-    return f"{overhead.ratio:.3f}x [{overhead.ci_low:.3f}, {overhead.ci_high:.3f}]"
 
 
 def sweep(
@@ -139,14 +128,14 @@ def run_stability_studies(
 ) -> None:
     """The stability side for the report's overhead-versus-variance pairing, one study per model.
 
-    Small on purpose (3 runs per variant on the bundled digits data, the study's default
-    epochs): it must fit in the embedded default's time; ``detprof stability`` runs the full
-    protocol.
+    The embedded default study's size (5 runs per variant on the bundled digits data, the
+    default epochs) for every swept model: it must fit in the embedded default's time;
+    ``detprof stability --runs 10`` runs the full protocol.
     """
     from detprof.stability import study
 
     for model in models:
-        config = study.StudyConfig(model=model, runs=SWEEP_STABILITY_RUNS)
+        config = study.StudyConfig(model=model, runs=study.EMBEDDED_RUNS)
         outcome = study.run_study(
             config,
             out / "stability" / model,
@@ -169,18 +158,13 @@ def print_summary(store: ResultsStore) -> None:
         top = summary.top_added_kernel
         top_text = "-"
         if top is not None:
-            top_text = f"{escape(str(top['name']))} (+{top['delta_ns'] / 1e3:,.1f} us/step, {top['status']})"
-        failures = summary.overhead.failures
-        failed = "-"
-        if failures:
-            unsupported = summary.overhead.unsupported_reason
-            detail = f"not supported under determinism: {unsupported}" if unsupported else failures[0]["reason"]
-            failed = f"{len(failures)}: {escape(str(detail)[:160])}"
+            top_text = f"{escape(str(top['name']))} ({signed_ns(top['delta_ns'])}/step, {top['status']})"
+        note = summary.overhead.failure_note()
         table.add_row(
             summary.model,
-            format_overhead(summary.overhead.kernel),
-            format_overhead(summary.overhead.wall),
+            ratio(summary.overhead.kernel),
+            ratio(summary.overhead.wall),
             top_text,
-            failed,
+            "-" if note is None else escape(note[:FAILURE_NOTE_CHARS]),
         )
     Console().print(table)

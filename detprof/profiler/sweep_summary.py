@@ -1,29 +1,64 @@
 """What a sweep found, per model: overheads, failures, and where the added time went.
 
-The per-mode kernel tables of all repeats are merged into per-step averages, so that a
-mode that lost a repeat to a failure is not made to look cheaper.
+The kernel tables of all repeats of one mode are merged into per-step figures, so that a
+mode that lost a repeat to a failure is not made to look cheaper. The sweep's console
+table, the report and kernels_bench all read them from here, so they agree to the
+nanosecond.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 
-from detprof.determinism import Mode
-from detprof.profiler.kernel_table import SUMMARY_DTYPES, KernelTable, conform
+from detprof.determinism import MODES, Mode
+from detprof.errors import InputError
+from detprof.profiler.kernel_table import SUMMARY_DTYPES, KernelTable, TraceFormat, conform
 from detprof.profiler.overhead import ModelOverhead, model_overheads
 from detprof.profiler.stats import diff, kernel_stats
 from detprof.store import ResultsStore
+
+TRACE_FORMATS: dict[tuple[str, str], TraceFormat] = {
+    ("nsys", "launches"): "nsys-sqlite",
+    ("nsys", "summary"): "nsys-stats-csv",
+    ("nvprof", "launches"): "nvprof-trace-csv",
+    ("nvprof", "summary"): "nvprof-summary-csv",
+    ("tf", "launches"): "tf-xplane",
+}
+"""(record's tracer, its ``kernel_table_kind``) -> the format its kernel table was parsed from."""
+
+
+@dataclass
+class ModeKernels:
+    """One mode's kernels over all its repeats.
+
+    ``stats`` has ``kernel_stats``' columns with ``instances`` and ``total_ns`` per measured
+    step (averages, so not whole numbers); avg, median, min, max and std are per launch.
+    """
+
+    label: str
+    format: TraceFormat
+    stats: pd.DataFrame
+
+    def table(self) -> KernelTable:
+        """Per step, in whole instances and nanoseconds: the summary table ``stats.diff`` takes."""
+        frame = self.stats.assign(
+            instances=self.stats["instances"].round().clip(lower=1).astype("int64"),
+            total_ns=self.stats["total_ns"].round().astype("int64"),
+        )
+        return KernelTable(self.label, self.format, summary=conform(frame, SUMMARY_DTYPES))
 
 
 @dataclass
 class ModelSummary:
     model: str
     overhead: ModelOverhead
-    per_step_tables: dict[Mode, KernelTable]
+    modes: dict[Mode, ModeKernels]
     kernel_diff: pd.DataFrame | None
+    """``stats.diff`` default -> deterministic, per step; None unless both modes have kernels."""
 
     @property
     def top_added_kernel(self) -> dict[str, Any] | None:
@@ -36,26 +71,27 @@ class ModelSummary:
         return grown.sort_values("delta_ns", ascending=False).iloc[0].to_dict()
 
 
-def _run_table(store: ResultsStore, record: dict[str, Any]) -> KernelTable:
+def _trace_format(store: ResultsStore, record: Mapping[str, Any]) -> TraceFormat:
+    key = (str(record.get("tracer")), str(record.get("kernel_table_kind")))
+    if key not in TRACE_FORMATS:
+        raise InputError(
+            f"{store.record_path(str(record.get('run_id')))}: a kernel table of tracer {key[0]!r} "
+            f"and kind {key[1]!r} is not one detprof writes"
+        )
+    return TRACE_FORMATS[key]
+
+
+def _run_table(store: ResultsStore, record: Mapping[str, Any]) -> KernelTable:
     frame = store.read_table(record["kernel_table"])
+    fmt = _trace_format(store, record)
     if record.get("kernel_table_kind") == "summary":
-        return KernelTable(record["run_id"], "nsys-stats-csv", summary=conform(frame, SUMMARY_DTYPES))
-    table = KernelTable(record["run_id"], "tf-xplane")
-    table.kernels = frame
-    return table
+        return KernelTable(record["run_id"], fmt, summary=conform(frame, SUMMARY_DTYPES))
+    return KernelTable(record["run_id"], fmt, kernels=frame)
 
 
-def per_step_table(store: ResultsStore, records: list[dict[str, Any]], label: str) -> KernelTable | None:
-    """One summary table of a mode: each kernel's instances and time per measured step."""
-    stats = []
-    steps = 0
-    for rec in records:
-        if rec.get("status") == "ok" and rec.get("kernel_table"):
-            stats.append(kernel_stats(_run_table(store, rec)))
-            steps += int(rec["steps"])
-    if not stats:
-        return None
-    merged = pd.concat(stats, ignore_index=True)
+def _merged_summaries(tables: Sequence[KernelTable]) -> pd.DataFrame:
+    """Summary-only tables add up per kernel; a median or std over all launches cannot be recovered."""
+    merged = pd.concat([kernel_stats(t) for t in tables], ignore_index=True)
     grouped = (
         merged.groupby("name", sort=False)
         .agg(
@@ -68,23 +104,53 @@ def per_step_table(store: ResultsStore, records: list[dict[str, Any]], label: st
         .reset_index()
     )
     grouped["avg_ns"] = grouped["total_ns"] / grouped["instances"]
-    grouped["instances"] = (grouped["instances"] / steps).round().astype("int64").clip(lower=1)
-    grouped["total_ns"] = (grouped["total_ns"] / steps).round().astype("int64")
-    return KernelTable(label, "nsys-stats-csv", summary=conform(grouped, SUMMARY_DTYPES))
+    return conform(grouped, SUMMARY_DTYPES)
+
+
+def mode_kernels(store: ResultsStore, records: Sequence[Mapping[str, Any]], label: str) -> ModeKernels | None:
+    """One mode's kernels from its runs' tables; None when no run of it left one.
+
+    Launch-level tables are pooled, so the median is over every launch of every repeat.
+    """
+    ok = [r for r in records if r.get("status") == "ok" and r.get("kernel_table")]
+    if not ok:
+        return None
+    steps = sum(int(r["steps"]) for r in ok)
+    tables = [_run_table(store, r) for r in ok]
+    fmt = tables[0].format
+    if any(t.is_summary for t in tables):
+        pooled = KernelTable(label, fmt, summary=_merged_summaries(tables))
+    else:
+        pooled = KernelTable(label, fmt, kernels=pd.concat([t.kernels for t in tables], ignore_index=True))
+    stats = kernel_stats(pooled)
+    stats["instances"] = stats["instances"] / steps
+    stats["total_ns"] = stats["total_ns"] / steps
+    return ModeKernels(label, fmt, stats)
+
+
+def per_step_table(store: ResultsStore, records: Sequence[Mapping[str, Any]], label: str) -> KernelTable | None:
+    """One summary table of a mode: each kernel's instances and time per measured step."""
+    kernels = mode_kernels(store, records, label)
+    return None if kernels is None else kernels.table()
+
+
+def summarize_model(store: ResultsStore, overhead: ModelOverhead, records: Sequence[Mapping[str, Any]]) -> ModelSummary:
+    """One model's overheads, each mode's kernels and the diff default -> deterministic."""
+    modes: dict[Mode, ModeKernels] = {}
+    for mode in MODES:
+        kernels = mode_kernels(store, [r for r in records if r["mode"] == mode], f"{overhead.model} {mode}")
+        if kernels is not None:
+            modes[mode] = kernels
+    kernel_diff = None
+    if len(modes) == len(MODES):
+        kernel_diff = diff(modes["default"].table(), modes["deterministic"].table())
+    return ModelSummary(overhead.model, overhead, modes, kernel_diff)
 
 
 def summarize(store: ResultsStore) -> list[ModelSummary]:
     records = list(store.records())
     overheads = model_overheads(records)
-    models = list(dict.fromkeys(r["model"] for r in records))
-    summaries = []
-    for model in models:
-        tables: dict[Mode, KernelTable] = {}
-        for mode in ("default", "deterministic"):
-            mode_records = [r for r in records if r["model"] == model and r["mode"] == mode]
-            table = per_step_table(store, mode_records, f"{model} {mode}")
-            if table is not None:
-                tables[mode] = table
-        kernel_diff = diff(tables["default"], tables["deterministic"]) if len(tables) == 2 else None
-        summaries.append(ModelSummary(model, overheads[model], tables, kernel_diff))
-    return summaries
+    return [
+        summarize_model(store, overhead, [r for r in records if r["model"] == model])
+        for model, overhead in overheads.items()
+    ]

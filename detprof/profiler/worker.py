@@ -1,10 +1,11 @@
 """One measured run in its own process: ``python -m detprof.profiler.worker SPEC RESULT``.
 
-A fresh process per (model, mode, repeat) because determinism cannot be switched off
+A fresh process per (workload, mode, repeat) because determinism cannot be switched off
 inside a process and cuDNN's autotune cache must not carry from one mode into the other.
-The worker trains on synthetic data (content does not change kernel time), excludes the
-warm-up steps where autotuning happens, and traces only the measured steps. It always
-writes a result, also when the model fails: a failure is a finding, not a crash.
+The workload is a model training on synthetic data or one kernels_bench op case on random
+inputs (content does not change kernel time). The worker excludes the warm-up steps where
+autotuning happens and traces only the measured steps. It always writes a result, also
+when the workload fails: a failure is a finding, not a crash.
 """
 
 from __future__ import annotations
@@ -20,15 +21,26 @@ from pathlib import Path
 from typing import Any
 
 from detprof.determinism import DeterminismSettings, apply, software_versions
+from detprof.errors import first_line
+from detprof.profiler.steps import step_range_name
 from detprof.store import atomic_write_json
 
+_REASON_CHARS = 500
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    for line in text.splitlines():
-        if line.strip():
-            return f"{type(exc).__name__}: {line.strip()}"[:500]
-    return type(exc).__name__
+
+def classify_failure(exc: BaseException, deterministic: bool) -> tuple[str, str]:
+    """``("unsupported", reason)`` only for TensorFlow refusing to run an op deterministically.
+
+    "unsupported" is reported as "not supported under determinism", so it must not cover an
+    op that fails in both modes (a depth-wise MaxPoolGrad raises UnimplementedError either
+    way) nor any other crash of a deterministic run. TensorFlow's and XLA's refusals all
+    say so in words ("... does not have a deterministic implementation", "Determinism is
+    not yet supported for ..."); everything else is "failed".
+    """
+    reason = first_line(exc, with_type=True)[:_REASON_CHARS]
+    if deterministic and "determinis" in str(exc).lower():
+        return "unsupported", reason
+    return "failed", reason
 
 
 class _StepTracer:
@@ -64,7 +76,7 @@ class _StepTracer:
         if self.nvtx_steps:
             import nvtx
 
-            with nvtx.annotate(f"step {index}", domain="detprof"):
+            with nvtx.annotate(step_range_name(index), domain="detprof"):
                 yield
         else:
             yield
@@ -109,17 +121,12 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
             step_wall_ns=step_wall_ns,
             measured_window_monotonic=[window_start, time.monotonic()],
         )
-    except tf.errors.UnimplementedError as exc:
-        result.update(status="unsupported", reason=_first_line(exc))
     except (tf.errors.ResourceExhaustedError, MemoryError) as exc:
-        result.update(status="failed", reason=f"out of memory: {_first_line(exc)}")
+        result.update(status="failed", reason=f"out of memory: {first_line(exc, with_type=True)[:_REASON_CHARS]}")
     except Exception as exc:
         traceback.print_exc()
-        if settings.xla and settings.deterministic:
-            reason = f"XLA cannot compile this deterministically: {_first_line(exc)}"
-            result.update(status="unsupported", reason=reason)
-        else:
-            result.update(status="failed", reason=_first_line(exc))
+        status, reason = classify_failure(exc, settings.deterministic)
+        result.update(status=status, reason=reason)
     return result
 
 

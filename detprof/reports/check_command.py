@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from detprof.errors import INPUT_EXIT, InputError, UsageError
+from detprof.store import atomic_write_bytes
 
 if TYPE_CHECKING:
     from detprof.profiler.baseline_file import Baseline, EnvironmentCheck
@@ -36,7 +37,8 @@ CHECK_HELP = (
     "beyond the threshold, interval across it.\n\n"
     "Exit codes: 0 no regression (inconclusive and missing models warn); 1 a regression (or, with "
     "--strict, an inconclusive or missing model); 2 usage error; 3 not comparable (fingerprint differs; "
-    "--allow-env-change overrides with a warning), unusable input, or a measurement that failed."
+    "--allow-env-change overrides with a warning), unusable input, an output that cannot be written, or a "
+    "measurement that failed; 70 an internal error (a bug in detprof, never a regression)."
 )
 
 
@@ -217,7 +219,7 @@ def _report(
                     fh.write(ci_outputs.github_summary(comparison, env, strict=strict))
             except OSError as exc:
                 reason = exc.strerror or exc
-                raise UsageError(f"{summary}: cannot append the step summary ({reason})") from exc
+                raise InputError(f"{summary}: cannot append the step summary ({reason})") from exc
         else:
             typer.echo("detprof: note: GITHUB_STEP_SUMMARY is not set; no step summary written", err=True)
 
@@ -236,11 +238,11 @@ def _json_bytes(obj: Any) -> bytes:
 
 
 def _write(path: Path, data: bytes) -> None:
+    """Written to a temporary name and renamed, so CI never uploads half a file; like every output, exit 3."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
+        atomic_write_bytes(path, data)
     except OSError as exc:
-        raise UsageError(f"{path}: cannot write ({exc.strerror or exc})") from exc
+        raise InputError(f"{path}: cannot write ({exc.strerror or exc})") from exc
 
 
 def _run_sweep(reference: Baseline, options: dict[str, Any], *, force: bool) -> Path:

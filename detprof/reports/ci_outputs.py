@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -22,22 +21,13 @@ from rich.table import Table
 
 from detprof.profiler.baseline_file import EnvironmentCheck
 from detprof.profiler.overhead import log_ratio_interval
-from detprof.profiler.regression import Comparison, ModelComparison, Verdict, severity
+from detprof.profiler.regression import SETTLE_LIMIT, Comparison, ModelComparison, Verdict, severity
 
 MEASURE = "determinism-overhead"
 CLASSNAME = "detprof.determinism-overhead"
-CONSOLE_COLUMNS = ("Model", "Verdict", "Gate", "n base/cur", "Baseline", "Current", "Change", "Interval")
-TABLE_COLUMNS = (
-    "Model",
-    "Verdict",
-    "Gate",
-    "n base/cur",
-    "Baseline",
-    "Current",
-    "Change",
-    "Interval",
-    "Note",
-)
+TABLE_COLUMNS = ("Model", "Verdict", "Gate", "n base/cur", "Baseline", "Current", "Change", "Interval", "Note")
+# The console prints the notes below its table, where a long one stays readable.
+CONSOLE_COLUMNS = TABLE_COLUMNS[:-1]
 MAX_ANNOTATIONS = 10
 METRIC_NAMES = {"kernel": "kernel time", "wall": "wall time"}
 VERDICT_STYLES = {
@@ -64,7 +54,7 @@ def _interval(result: ModelComparison) -> str:
 
 def _settle(result: ModelComparison) -> str:
     if result.repeats_to_settle is None:
-        return "more than 1000 repeats per side would be needed to settle it"
+        return f"more than {SETTLE_LIMIT} repeats per side would be needed to settle it"
     return f"about {result.repeats_to_settle} repeats per side would settle it"
 
 
@@ -253,11 +243,6 @@ def _plain(value: Any) -> str:
     return str(value)
 
 
-def write_junit(path: Path, comparison: Comparison | None, env: EnvironmentCheck, *, strict: bool) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(junit_xml(comparison, env, strict=strict))
-
-
 def escape_data(text: str) -> str:
     """Escape a workflow command's message as the Actions runner unescapes it."""
     return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
@@ -305,25 +290,17 @@ def _capped(kind: str, entries: Sequence[tuple[str, str]]) -> Iterable[str]:
     return lines
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\r", " ").replace("\n", " ")
-
-
 def github_summary(comparison: Comparison | None, env: EnvironmentCheck, *, strict: bool) -> str:
-    """A Markdown section for ``$GITHUB_STEP_SUMMARY``."""
+    """A Markdown section for ``$GITHUB_STEP_SUMMARY``, escaped like the report's (GitHub renders HTML in it)."""
+    from detprof.reports.markdown import md, strong, table
+
     lines = ["## detprof check: cost of determinism vs baseline", ""]
-    lines += [f"- {_cell(line.strip())}" for line in environment_lines(env)]
+    lines += [f"- {md(line)}" for line in environment_lines(env)]
     if comparison is not None:
-        lines += [
-            "",
-            "| " + " | ".join(TABLE_COLUMNS) + " |",
-            "|" + "---|" * len(TABLE_COLUMNS),
-        ]
-        for r in comparison.results:
-            failing = severity(r, strict=strict) in ("failure", "error")
-            cells = [
+        rows = [
+            [
                 r.model,
-                f"**{r.verdict.value}**" if failing else r.verdict.value,
+                strong(r.verdict.value) if severity(r, strict=strict) in ("failure", "error") else r.verdict.value,
                 METRIC_NAMES[r.metric] if r.metric else "-",
                 f"{r.n_baseline}/{r.n_current}" if r.ratio is not None else "-",
                 _x(r.baseline_overhead),
@@ -332,8 +309,10 @@ def github_summary(comparison: Comparison | None, env: EnvironmentCheck, *, stri
                 _interval(r),
                 _note(r),
             ]
-            lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
-        lines += ["", _cell(method_line(comparison)), "", _cell(summary_line(comparison, strict=strict))]
+            for r in comparison.results
+        ]
+        lines += ["", table(TABLE_COLUMNS, rows)]
+        lines += ["", md(method_line(comparison)), "", md(summary_line(comparison, strict=strict))]
     return "\n".join(lines) + "\n"
 
 

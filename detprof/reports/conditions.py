@@ -21,6 +21,7 @@ from statistics import fmean
 from typing import Any
 
 from detprof.profiler.overhead import Overhead
+from detprof.profiler.telemetry import CLOCK_DROP_FRACTION
 from detprof.reports.tradeoff import CHEAP_OVERHEAD
 
 WIDE_CI_RELATIVE = 0.5
@@ -125,9 +126,10 @@ def by_mode(rows: Iterable[ClockRow]) -> list[ClockRow]:
 
 
 def throttle_warnings(device: str, rows: Iterable[ClockRow]) -> list[str]:
+    clock_drop = f" (clock fell below {CLOCK_DROP_FRACTION:.0%} of its peak)"
     return [
         f"{device}: {row.model} ({row.mode}): clocks throttled in {row.throttled_runs} of {row.runs} runs"
-        + (f" ({', '.join(row.reasons)})" if row.reasons else " (clock fell below 90% of its peak)")
+        + (f" ({', '.join(row.reasons)})" if row.reasons else clock_drop)
         + "; its overhead mixes determinism with throttling"
         for row in rows
         if row.throttled_runs

@@ -16,10 +16,11 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from detprof.determinism import MODES
 from detprof.profiler.classify import CATEGORIES
 from detprof.profiler.overhead import Overhead
 from detprof.reports.reference import ReferenceRow
-from detprof.reports.report_data import MODES, KernelSizePoint, StabilityStudy, SweepStudy
+from detprof.reports.report_data import KernelSizePoint, StabilityStudy, SweepStudy
 from detprof.reports.tradeoff import CHEAP_OVERHEAD, NOISY_CHURN, TradeoffPoint
 
 TEMPLATE = "plotly_white"

@@ -1,4 +1,9 @@
-"""How numbers read in the report, shared by the HTML and Markdown renderers so both say the same."""
+"""How numbers read in detprof's output: the report's HTML and Markdown and the console tables.
+
+One formatter per kind of number, so a duration or an overhead reads the same wherever it
+is shown. Imports only the standard library at run time, so that the command modules
+that use it keep ``detprof --help`` fast.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +11,8 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from detprof.profiler.overhead import Overhead
-
 if TYPE_CHECKING:
+    from detprof.profiler.overhead import Overhead
     from detprof.reports.report_data import SweepStudy
 
 DASH = "-"
@@ -73,11 +77,12 @@ def number(value: Any, digits: int = 4) -> str:
 
 
 def plus_minus(stat: Mapping[str, Any] | None, digits: int = 4) -> str:
-    """A stability spread entry ``{"std", "std_se"}`` as ``0.0123 +/- 0.0040``."""
-    if not stat or finite(stat.get("std")) is None:
+    """A stability spread entry ``{"std", "std_se"}`` as ``0.0123 +/- 0.0040``; no "+/-" without an s.e."""
+    std = finite(stat.get("std")) if stat else None
+    if not stat or std is None:
         return DASH
     se = finite(stat.get("std_se"))
-    return f"{stat['std']:.{digits}f}" + ("" if se is None else f" +/- {se:.{digits}f}")
+    return f"{std:.{digits}f}" + ("" if se is None else f" +/- {se:.{digits}f}")
 
 
 def check_line(check: Mapping[str, Any] | None) -> tuple[str, str]:
@@ -98,11 +103,7 @@ def overhead_rows(sweep: SweepStudy) -> list[list[Any]]:
     """Per model: kernel and wall overhead, repeats, and why a number is missing or doubtful."""
     rows = []
     for m in sweep.models:
-        note = m.warning or ""
-        if m.unsupported_reason:
-            note = f"not supported under determinism: {m.unsupported_reason}"
-        elif m.failures:
-            note = f"{len(m.failures)} failed run(s): {m.failures[0]['reason']}" + (f"; {note}" if note else "")
+        note = "; ".join(text for text in (m.failure_note, m.warning) if text)
         n = (m.kernel or m.wall).n if (m.kernel or m.wall) else 0
         rows.append([m.model, ratio(m.kernel), ratio(m.wall), n, note])
     return rows

@@ -18,10 +18,12 @@ from typing import Any, Literal
 
 import pandas as pd
 
+from detprof.determinism import MODES
 from detprof.reports import figures
 from detprof.reports import formatting as f
 from detprof.reports.conditions import by_mode
-from detprof.reports.report_data import MODES, SECTIONS, ModelCost, Report, StabilityStudy
+from detprof.reports.reference import SOURCE
+from detprof.reports.report_data import SECTIONS, ModelCost, Report, StabilityStudy
 from detprof.reports.tradeoff import CHEAP_OVERHEAD, NOISY_CHURN
 
 PlotlyJs = Literal["embed", "cdn"]
@@ -210,7 +212,7 @@ def overhead(report: Report, fig: _Figures) -> Safe:
         parts.append(
             table(["Model", "Kernel time", "Wall time", "Repeats", "Note"], f.overhead_rows(s), numeric=(1, 2, 3))
         )
-    parts.append(tag("h3", "Published figures (Zhuang et al., MLSys 2022): relative GPU time"))
+    parts.append(tag("h3", f"Published figures ({SOURCE}): relative GPU time"))
     parts.append(
         table(
             ["GPU", "What", "Published", "Measured here (kernel time, 95% CI)", "Device", "CI reaches it"],

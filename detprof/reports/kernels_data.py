@@ -12,15 +12,19 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from detprof.profiler.overhead import Overhead
 from detprof.reports.conditions import ci_warning
 from detprof.reports.provenance import provenance
 from detprof.store import ResultsStore
 
+if TYPE_CHECKING:
+    from detprof.kernels_bench.summary import CaseSummary
+
 HOW_TO_RUN = "`detprof kernels` measures each operation's overhead at the models' own shapes."
 MEDIUM_CNN = re.compile(r"^mediumcnn_k(\d+)$")
+"""The registry's medium CNN of one kernel size (the paper's Figure 8b series), in the sweep and the bench."""
 NAMES_SHOWN = 3
 
 
@@ -70,13 +74,8 @@ def _names(sign: str, names: list[str]) -> list[str]:
     return shown + ([f"({len(names) - NAMES_SHOWN} more)"] if len(names) > NAMES_SHOWN else [])
 
 
-def _note(summary: Any, overhead: Overhead | None) -> str | None:
-    failures = summary.overhead.failures
-    if summary.overhead.unsupported_reason:
-        return f"not supported under determinism: {summary.overhead.unsupported_reason}"
-    if failures:
-        return f"{len(failures)} run(s) failed: {failures[0]['reason']}"
-    return ci_warning(overhead)
+def _note(summary: CaseSummary, overhead: Overhead | None) -> str | None:
+    return summary.overhead.failure_note() or ci_warning(overhead)
 
 
 def load_kernels(store: ResultsStore) -> KernelsStudy | None:

@@ -14,15 +14,26 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from detprof.reports import formatting as f
+from detprof.reports.reference import PUBLISHED_GPUS, SOURCE
 from detprof.reports.report_data import SECTIONS, Report
 from detprof.reports.tradeoff import CHEAP_OVERHEAD, NOISY_CHURN
 
 _SPECIAL = re.compile(r"([\\`*_\[\]<>|&~])")
 
 
+class Markup(str):
+    """Text that is Markdown already (built from escaped pieces): ``table`` keeps it as it is."""
+
+
 def md(value: Any) -> str:
     """Text that GitHub shows literally: Markdown and HTML punctuation escaped, one line."""
+    if isinstance(value, Markup):
+        return value
     return _SPECIAL.sub(r"\\\1", " ".join(str(value).split()))
+
+
+def strong(value: Any) -> Markup:
+    return Markup(f"**{md(value)}**")
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
@@ -51,7 +62,7 @@ def render(report: Report) -> str:
         out += [table(["Model", "Kernel time", "Wall time", "Repeats", "Note"], f.overhead_rows(s)), ""]
     matched = [r for r in report.references if r.device is not None]
     if report.sweeps:
-        out += ["Published figures (Zhuang et al., MLSys 2022), relative GPU time:", ""]
+        out += [f"Published figures ({SOURCE}), relative GPU time:", ""]
         if matched:
             out += [
                 table(
@@ -64,7 +75,8 @@ def render(report: Report) -> str:
                 "",
             ]
         else:
-            out += [_absent("No measured device is a GPU with published figures (V100, P100, T4)."), ""]
+            gpus = ", ".join(gpu.upper() for gpu in PUBLISHED_GPUS)
+            out += [_absent(f"No measured device is a GPU with published figures ({gpus})."), ""]
     out += [f"## {SECTIONS['cost']}", ""]
     if "cost" in report.absent:
         out += [_absent(report.absent["cost"]), ""]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,11 +18,10 @@ from typing import Any
 
 import pandas as pd
 
+from detprof.determinism import MODES
 from detprof.errors import InputError
-from detprof.profiler.kernel_table import SUMMARY_DTYPES, KernelTable, conform
 from detprof.profiler.overhead import ModelOverhead, Overhead, model_overheads
-from detprof.profiler.stats import diff, kernel_stats
-from detprof.profiler.sweep_summary import per_step_table
+from detprof.profiler.sweep_summary import summarize_model
 from detprof.reports import kernels_data
 from detprof.reports.attribution import attribute
 from detprof.reports.conditions import ClockRow, ci_warning, clock_rows, throttle_warnings
@@ -32,10 +30,8 @@ from detprof.reports.reference import ReferenceRow, reference_rows
 from detprof.reports.tradeoff import Cost, TradeoffPoint, noise_of, pair
 from detprof.store import ResultsStore, find_studies
 
-MODES = ("default", "deterministic")
 TOP_N = 20
 DIFF_ROWS = 15
-MEDIUM_CNN = re.compile(r"^mediumcnn_k(\d+)$")
 STAT_COLUMNS = ["name", "short_name", "category", "pct", "instances", "total_ns", "avg_ns", "med_ns"]
 
 SECTIONS: dict[str, str] = {
@@ -56,8 +52,9 @@ class ModelCost:
     model: str
     kernel: Overhead | None
     wall: Overhead | None
-    failures: list[dict[str, Any]]
     unsupported_reason: str | None
+    failure_note: str | None
+    """``ModelOverhead.failure_note``: why runs are missing, if any are."""
     top: dict[str, pd.DataFrame] = field(default_factory=dict)
     """mode -> the ``TOP_N`` kernels by time per step (``STAT_COLUMNS``), nsys-style."""
     other_ns: dict[str, float] = field(default_factory=dict)
@@ -183,42 +180,9 @@ class Report:
         return list(dict.fromkeys(lines))
 
 
-def mode_stats(store: ResultsStore, records: Sequence[Mapping[str, Any]]) -> pd.DataFrame | None:
-    """One mode's kernels over all its repeats: per-step instances and time, per-launch avg/median.
-
-    Launch-level tables are pooled so the median is over every launch of every repeat;
-    summary-only tables (nsys stats CSV) are merged per step and carry no median.
-    """
-    ok = [r for r in records if r.get("status") == "ok" and r.get("kernel_table")]
-    if not ok:
-        return None
-    steps = sum(int(r["steps"]) for r in ok)
-    if all(r.get("kernel_table_kind") == "launches" for r in ok):
-        table = KernelTable(f"{ok[0]['model']} {ok[0]['mode']}", "tf-xplane")
-        table.kernels = pd.concat([store.read_table(r["kernel_table"]) for r in ok], ignore_index=True)
-    else:
-        merged = per_step_table(store, list(ok), f"{ok[0]['model']} {ok[0]['mode']}")
-        if merged is None:
-            return None
-        table, steps = merged, 1
-    stats = kernel_stats(table)
-    stats["instances"] = stats["instances"] / steps
-    stats["total_ns"] = stats["total_ns"] / steps
-    return stats
-
-
-def _step_table(stats: pd.DataFrame, label: str) -> KernelTable:
-    """Per-step stats as a summary KernelTable, the input ``stats.diff`` takes."""
-    frame = stats.assign(
-        instances=stats["instances"].round().clip(lower=1).astype("int64"),
-        total_ns=stats["total_ns"].round().astype("int64"),
-    )
-    return KernelTable(label, "nsys-stats-csv", summary=conform(frame, SUMMARY_DTYPES))
-
-
 def _no_kernels_reason(overhead: ModelOverhead, records: Sequence[Mapping[str, Any]]) -> str:
     if overhead.unsupported_reason:
-        return f"not supported under determinism: {overhead.unsupported_reason}"
+        return str(overhead.failure_note())
     tracers = {r.get("tracer") for r in records}
     if tracers == {"none"}:
         return "traced with --tracer none: overheads from wall time only, no kernel tables"
@@ -233,28 +197,22 @@ def model_cost(store: ResultsStore, overhead: ModelOverhead, records: Sequence[M
         overhead.model,
         overhead.kernel,
         overhead.wall,
-        list(overhead.failures),
         overhead.unsupported_reason,
+        overhead.failure_note(),
         warning=ci_warning(overhead.kernel or overhead.wall),
     )
-    per_mode: dict[str, pd.DataFrame] = {}
-    for mode in MODES:
-        stats = mode_stats(store, [r for r in records if r["mode"] == mode])
-        if stats is None:
-            continue
-        per_mode[mode] = stats
+    summary = summarize_model(store, overhead, records)
+    for mode, kernels in summary.modes.items():
+        stats = kernels.stats
         cost.top[mode] = stats[STAT_COLUMNS].head(TOP_N).reset_index(drop=True)
         cost.other_ns[mode] = float(stats["total_ns"].iloc[TOP_N:].sum())
         by_category = stats.groupby("category", sort=False)
         cost.categories[mode] = {str(k): float(v) for k, v in by_category["total_ns"].sum().items()}
         cost.category_top[mode] = {str(k): str(v) for k, v in by_category["name"].first().items()}
-    if len(per_mode) < 2:
+    full = summary.kernel_diff
+    if full is None:
         cost.no_kernels = _no_kernels_reason(overhead, records)
         return cost
-    full = diff(
-        _step_table(per_mode["default"], f"{overhead.model} default"),
-        _step_table(per_mode["deterministic"], f"{overhead.model} deterministic"),
-    )
     changed = full[full["delta_ns"] != 0]
     cost.diff = changed.head(DIFF_ROWS).reset_index(drop=True)
     rest = changed.iloc[DIFF_ROWS:]
@@ -281,12 +239,7 @@ def load_sweep(store: ResultsStore) -> SweepStudy | None:
     clocks = clock_rows(records)
     warnings = [*where.warnings, *throttle_warnings(label, clocks)]
     warnings += [f"{label}: {m.model}: {m.warning}" for m in models if m.warning]
-    for m in models:
-        if m.failures and not m.unsupported_reason:
-            first = m.failures[0]
-            warnings.append(
-                f"{label}: {m.model}: {len(m.failures)} run(s) failed, e.g. {first['run_id']}: {first['reason']}"
-            )
+    warnings += [f"{label}: {m.model}: {m.failure_note}" for m in models if m.failure_note and not m.unsupported_reason]
     return SweepStudy(
         path=store.root,
         label=label,
@@ -339,7 +292,7 @@ def kernel_size_points(
     points = []
     for sweep in sweeps:
         for m in sweep.models:
-            match = MEDIUM_CNN.match(m.model)
+            match = kernels_data.MEDIUM_CNN.match(m.model)
             if match and m.headline is not None:
                 metric = "kernel" if m.kernel is not None else "wall"
                 points.append(KernelSizePoint(sweep.label, int(match.group(1)), m.headline, metric, "sweep"))

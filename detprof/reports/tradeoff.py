@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from detprof.profiler.overhead import Overhead
+from detprof.reports.formatting import finite
 
 CHEAP_OVERHEAD = 1.10
 NOISY_CHURN = 0.01
@@ -76,24 +77,17 @@ class TradeoffPoint:
     reading: str
 
 
-def _number(value: Any) -> float | None:
-    if value is None:
-        return None
-    number = float(value)
-    return number if math.isfinite(number) else None
-
-
 def noise_of(variants: Sequence[Mapping[str, Any]], dataset: str) -> Noise:
     """The two noise measures from a stability summary's per-variant entries."""
     by_name = {v.get("variant"): v for v in variants if v.get("runs_ok", 0) >= 2}
-    churn = _number(by_name["impl"].get("churn")) if "impl" in by_name else None
+    churn = finite(by_name["impl"].get("churn")) if "impl" in by_name else None
     drop = se = None
     if "algo+impl" in by_name and "algo" in by_name:
         with_impl, without = by_name["algo+impl"]["accuracy"], by_name["algo"]["accuracy"]
-        std_a, std_b = _number(with_impl.get("std")), _number(without.get("std"))
+        std_a, std_b = finite(with_impl.get("std")), finite(without.get("std"))
         if std_a is not None and std_b is not None:
             drop = std_a - std_b
-            se_a, se_b = _number(with_impl.get("std_se")), _number(without.get("std_se"))
+            se_a, se_b = finite(with_impl.get("std_se")), finite(without.get("std_se"))
             se = math.hypot(se_a, se_b) if se_a is not None and se_b is not None else None
     return Noise(churn, drop, se, dataset)
 

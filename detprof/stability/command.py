@@ -5,7 +5,6 @@ Imports nothing heavy at module level: ``detprof --help`` must not start TensorF
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -15,21 +14,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from detprof.invocation import command_line
+from detprof.reports.formatting import number, plus_minus
 from detprof.stability.variants import DEFAULT_VARIANTS, NAMED_VARIANTS
 
 HELP = "Train many copies under chosen noise sources and measure what the noise does to the models."
-
-
-def _fmt(value: float | None, digits: int = 4) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    return f"{value:.{digits}f}"
-
-
-def _pm(stat: dict[str, Any], digits: int = 4) -> str:
-    if stat.get("std") is None:
-        return "-"
-    return f"{_fmt(stat['std'], digits)} +/- {_fmt(stat.get('std_se'), digits)}"
 
 
 def variant_table(v: dict[str, Any]) -> Table:
@@ -38,18 +26,18 @@ def variant_table(v: dict[str, Any]) -> Table:
     table.add_column("value", justify="right")
     accuracy, entropy = v["accuracy"], v["cross_entropy"]
     table.add_row("runs ok / failed", f"{v['runs_ok']} / {v['runs_failed']}")
-    table.add_row("accuracy mean", _fmt(accuracy.get("mean")))
-    table.add_row("accuracy std +/- s.e.", _pm(accuracy))
-    table.add_row("cross-entropy std +/- s.e.", _pm(entropy))
-    table.add_row("churn", _fmt(v["churn"]))
-    table.add_row("l2 (unit-normalized weights)", _fmt(v["l2"]))
-    table.add_row("per-class: max std / accuracy std", _fmt(v["per_class"]["ratio"], 2))
-    table.add_row("Spearman (probabilities)", _fmt(v["spearman"]))
-    table.add_row("ensemble gain", _fmt(v["ensemble_gain"]))
-    table.add_row("CKA (penultimate layer)", _fmt(v["cka"]))
+    table.add_row("accuracy mean", number(accuracy.get("mean")))
+    table.add_row("accuracy std +/- s.e.", plus_minus(accuracy))
+    table.add_row("cross-entropy std +/- s.e.", plus_minus(entropy))
+    table.add_row("churn", number(v["churn"]))
+    table.add_row("l2 (unit-normalized weights)", number(v["l2"]))
+    table.add_row("per-class: max std / accuracy std", number(v["per_class"]["ratio"], 2))
+    table.add_row("Spearman (probabilities)", number(v["spearman"]))
+    table.add_row("ensemble gain", number(v["ensemble_gain"]))
+    table.add_row("CKA (penultimate layer)", number(v["cka"]))
     table.add_row("distinct final weights", f"{v['distinct_weights']} of {v['runs_ok']}")
     for group in (v.get("subgroups") or {}).get("groups", []):
-        ratio = _fmt(group.get("accuracy_std_ratio"), 2)
+        ratio = number(group.get("accuracy_std_ratio"), 2)
         table.add_row(f"group {escape(str(group['group']))} (n={group['n']}): acc std / overall", ratio)
     return table
 

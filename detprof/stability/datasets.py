@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from detprof.errors import InputError, UsageError
+from detprof.errors import InputError, UsageError, first_line
 
 NAMES: tuple[str, ...] = ("digits", "cifar10", "cifar100", "synthetic", "npz:PATH")
 NPZ_PREFIX = "npz:"
@@ -139,7 +139,7 @@ def load_cifar(key: str) -> Dataset:
     except Exception as exc:
         place = keras_cache_dir() / f"{archive_name}_archive"
         raise InputError(
-            f"{key}: not in the Keras cache and cannot be downloaded ({_one_line(exc)}); "
+            f"{key}: not in the Keras cache and cannot be downloaded ({first_line(exc)}); "
             f"download {origin} and place it as {place}"
         ) from exc
     return Dataset(
@@ -162,7 +162,7 @@ def load_npz(path: Path) -> Dataset:
                 raise InputError(f"{path}: missing array(s) {', '.join(missing)} (needs {needs})")
             arrays = {k: archive[k] for k in archive.files}
     except (OSError, ValueError, zipfile.BadZipFile) as exc:
-        raise InputError(f"{path}: not a readable .npz archive ({_one_line(exc)})") from exc
+        raise InputError(f"{path}: not a readable .npz archive ({first_line(exc)})") from exc
     x_train = _images(path, "x_train", arrays["x_train"])
     x_test = _images(path, "x_test", arrays["x_test"])
     y_train = _labels(path, "y_train", arrays["y_train"], len(x_train))
@@ -219,11 +219,6 @@ def _scaled(x: np.ndarray) -> np.ndarray:
     if x.dtype == np.uint8:
         return (x.astype(np.float32) / 255.0).astype(np.float32)
     return x.astype(np.float32)
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
 
 
 def candidate_input_shapes(shape: tuple[int, int, int]) -> list[tuple[int, int, int]]:

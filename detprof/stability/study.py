@@ -34,13 +34,13 @@ from rich.progress import (
 )
 
 from detprof.determinism import MODES, DeterminismSettings, Mode
-from detprof.errors import UsageError
+from detprof.errors import UsageError, first_line
 from detprof.models import registry
 from detprof.profiler.gpu import DeviceChoice, usable_cpus
 from detprof.stability import datasets, summary, worker
 from detprof.stability.training import TrainConfig
 from detprof.stability.variants import DEFAULT_VARIANTS, PlannedRun, Variant, parse_variants, plan_runs
-from detprof.store import ResultsStore
+from detprof.store import ResultsStore, json_safe
 
 EMBEDDED_MODEL = "smallcnn"
 EMBEDDED_DATASET = "digits"
@@ -253,7 +253,7 @@ def _record_of(future: Future[dict[str, Any]], run: PlannedRun) -> dict[str, Any
     exc = future.exception()
     if exc is None:
         return future.result()
-    return _failed(run, f"{type(exc).__name__}: {exc}")
+    return _failed(run, first_line(exc, with_type=True))
 
 
 def _failed(run: PlannedRun, reason: str) -> dict[str, Any]:
@@ -390,6 +390,6 @@ def write_summary(
             for v in variants
         ],
     }
-    safe = summary.json_safe(result)
+    safe = json_safe(result)
     store.write_json("summary.json", safe)
     return safe

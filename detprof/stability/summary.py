@@ -7,7 +7,6 @@ recompute anything from the same files.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -144,16 +143,3 @@ def per_class_table(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     frame = pd.DataFrame(rows, columns=["run_id", "variant", "run", "class", "accuracy"])
     frame["accuracy"] = frame["accuracy"].astype("float64")
     return frame
-
-
-def json_safe(value: Any) -> Any:
-    """NaN and infinity are not JSON: an undefined metric is stored as null."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [json_safe(v) for v in value]
-    if isinstance(value, np.generic):
-        return json_safe(value.item())
-    return value

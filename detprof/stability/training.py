@@ -26,7 +26,7 @@ from scipy.special import log_softmax, softmax
 from detprof.models import registry
 from detprof.stability import datasets, metrics
 from detprof.stability.variants import PlannedRun, RunSeeds
-from detprof.store import atomic_write_bytes
+from detprof.store import atomic_write_bytes, json_safe
 
 if TYPE_CHECKING:
     import keras
@@ -277,7 +277,7 @@ def train(run: PlannedRun, config: TrainConfig) -> dict[str, Any]:
     record: dict[str, Any] = {
         "accuracy": curve[-1]["test_accuracy"],
         "cross_entropy": curve[-1]["test_loss"],
-        "per_class_accuracy": _json_floats(per_class),
+        "per_class_accuracy": json_safe(per_class.astype(float)),
         "curve": curve,
         "weights_sha256": metrics.weights_digest(w for _, ws in layers for w in ws),
         "layer_digests": [list(d) for d in digests],
@@ -300,7 +300,3 @@ def _save_npz(path: Path, **arrays: np.ndarray) -> None:
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
     atomic_write_bytes(path, buffer.getvalue())
-
-
-def _json_floats(values: np.ndarray) -> list[float | None]:
-    return [float(v) if np.isfinite(v) else None for v in values]

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from detprof import determinism
+from detprof.errors import first_line
 from detprof.stability import training
 from detprof.stability.variants import PlannedRun
 
@@ -72,10 +73,5 @@ def execute(run: PlannedRun, config: training.TrainConfig) -> dict[str, Any]:
         record |= training.train(run, config)
     except Exception as exc:
         traceback.print_exc()
-        return record | {"status": "failed", "reason": _reason(exc)}
+        return record | {"status": "failed", "reason": first_line(exc, with_type=True)}
     return record | {"status": "ok"}
-
-
-def _reason(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__

@@ -14,7 +14,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from detprof.errors import InputError
+from detprof.errors import InputError, last_line
 from detprof.profiler.kernel_table import KernelTable
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -100,7 +100,6 @@ def _load_nsys_report(trace: Path) -> KernelTable:
             check=False,
         )
         if done.returncode != 0 or not exported.is_file():
-            lines = (done.stderr or done.stdout).strip().splitlines()
-            reason = lines[-1] if lines else f"exit code {done.returncode}"
+            reason = last_line(done.stderr or done.stdout) or f"exit code {done.returncode}"
             raise InputError(f"{trace}: `nsys export --type sqlite` failed: {reason}")
         return load_nsys_sqlite(exported, source=str(trace))

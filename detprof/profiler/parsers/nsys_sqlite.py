@@ -16,7 +16,6 @@ library.
 from __future__ import annotations
 
 import itertools
-import os
 import re
 import sqlite3
 from concurrent.futures import ThreadPoolExecutor
@@ -29,7 +28,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from detprof.errors import InputError
+from detprof.errors import InputError, first_line
+from detprof.profiler.gpu import usable_cpus
 from detprof.profiler.kernel_table import (
     KERNEL_DTYPES,
     MEMORY_DTYPES,
@@ -197,7 +197,7 @@ def _read_int_columns(
     lo, hi = conn.execute(f"SELECT min(rowid), max(rowid) FROM {table}").fetchone()
     bounds: list[tuple[int, int]] = []
     if lo is not None:
-        readers = max(1, min(os.cpu_count() or 1, _MAX_READERS, (hi - lo + 1) // _PARALLEL_MIN_ROWS))
+        readers = max(1, min(usable_cpus(), _MAX_READERS, (hi - lo + 1) // _PARALLEL_MIN_ROWS))
         edges = np.linspace(lo, hi + 1, readers + 1).astype(np.int64)
         bounds = [(int(a), int(b)) for a, b in itertools.pairwise(edges)]
     counts = [
@@ -227,8 +227,7 @@ def _read_int_columns(
         with ThreadPoolExecutor(max(1, len(bounds))) as pool:
             list(pool.map(read, range(len(bounds))))
     except (adbc_driver_manager.Error, OSError, pa.ArrowException) as exc:
-        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise InputError(f"{shown}: cannot read {table} ({message})") from None
+        raise InputError(f"{shown}: cannot read {table} ({first_line(exc)})") from None
     return out
 
 

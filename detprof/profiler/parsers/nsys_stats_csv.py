@@ -18,21 +18,8 @@ from pathlib import Path
 import pandas as pd
 
 from detprof.errors import InputError
-from detprof.profiler.kernel_table import SUMMARY_DTYPES, KernelTable, conform
+from detprof.profiler.kernel_table import SUMMARY_DTYPES, TIME_UNITS_NS, KernelTable, conform
 from detprof.profiler.names import short_kernel_name
-
-TIME_UNITS_NS = {
-    "ns": 1.0,
-    "nsec": 1.0,
-    "us": 1e3,
-    "usec": 1e3,
-    "\u00b5s": 1e3,
-    "\u03bcs": 1e3,
-    "ms": 1e6,
-    "msec": 1e6,
-    "s": 1e9,
-    "sec": 1e9,
-}
 
 _STAT_PATTERNS = {
     "total_ns": r"Total Time",

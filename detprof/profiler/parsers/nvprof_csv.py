@@ -24,13 +24,13 @@ from detprof.profiler.kernel_table import (
     KERNEL_DTYPES,
     MEMORY_DTYPES,
     SUMMARY_DTYPES,
+    TIME_UNITS_NS,
     Device,
     KernelTable,
     conform,
 )
 from detprof.profiler.names import short_kernel_name
 
-TIME_UNITS_NS = {"s": 1e9, "ms": 1e6, "us": 1e3, "\u00b5s": 1e3, "ns": 1.0}
 # nvprof sizes are binary multiples (its MB/s and sizes agree only with 2**20).
 SIZE_UNITS_B = {"B": 1, "KB": 2**10, "MB": 2**20, "GB": 2**30, "TB": 2**40}
 _KNOWN_UNITS = {*TIME_UNITS_NS, *SIZE_UNITS_B, "%", "GB/s", "MB/s", "KB/s", "B/s", "TB/s"}

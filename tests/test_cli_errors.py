@@ -1,0 +1,72 @@
+"""How ``detprof`` fails: a bug, an interruption and a malformed results file each read differently."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import synthetic_sweep as synth
+import typer
+
+from detprof import cli
+from detprof.errors import INPUT_EXIT
+from detprof.reports import command as report_command
+
+Capture = pytest.CaptureFixture[str]
+
+
+def run_cli(capsys: Capture, *args: str | Path) -> tuple[int, str, str]:
+    code = cli.main([str(a) for a in args])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_a_bug_exits_70_never_1_the_regression_code(
+    tmp_path: Path, capsys: Capture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*_args: object, **_kwargs: object) -> str:
+        raise AttributeError("'list' object has no attribute 'get'")
+
+    monkeypatch.delenv("DETPROF_DEBUG", raising=False)
+    monkeypatch.setattr(report_command, "render_report", broken)
+    code, _, err = run_cli(capsys, "report", tmp_path)
+    assert code == cli.INTERNAL_EXIT == 70
+    assert err == "detprof: internal error: AttributeError: 'list' object has no attribute 'get' " + (
+        "(DETPROF_DEBUG=1 shows the traceback)\n"
+    )
+
+
+@pytest.mark.parametrize(("raised", "line"), [(KeyboardInterrupt, ""), (typer.Abort, "detprof: interrupted\n")])
+def test_an_interruption_claims_nothing_about_results(
+    tmp_path: Path, capsys: Capture, monkeypatch: pytest.MonkeyPatch, raised: type[BaseException], line: str
+) -> None:
+    """Typer turns Ctrl-C into exit 130 itself; an abort gets a neutral line, since ``report`` keeps no runs."""
+
+    def interrupted(*_args: object, **_kwargs: object) -> str:
+        raise raised
+
+    monkeypatch.setattr(report_command, "render_report", interrupted)
+    code, _, err = run_cli(capsys, "report", tmp_path)
+    assert (code, err) == (130, line)
+
+
+@pytest.mark.parametrize(
+    ("file", "content"),
+    [
+        ("manifest.json", []),
+        ("manifest.json", {"kind": "sweep", "config": ["resnet50"]}),
+        ("runs/resnet50--default--r0.json", ["not", "a", "record"]),
+    ],
+)
+@pytest.mark.parametrize("command", ["report", "baseline"])
+def test_results_json_that_is_not_an_object_is_one_line_exit_3(
+    tmp_path: Path, capsys: Capture, command: str, file: str, content: object
+) -> None:
+    results = synth.write_sweep(tmp_path / "res", synth.config(["resnet50"], 3), synth.records({"resnet50": [1.2] * 3}))
+    broken = results / "sweep" / file
+    broken.write_text(json.dumps(content))
+    args = [command, results, "-o", tmp_path / ("r.html" if command == "report" else "b.json")]
+    code, _, err = run_cli(capsys, *args)
+    assert code == INPUT_EXIT
+    assert err.count("\n") == 1 and str(broken) in err and "not a detprof" in err

@@ -1,0 +1,168 @@
+"""`detprof parse` and `detprof diff` through the real CLI entry point.
+
+Expected values are computed here from the fixture's own kernel list, never from detprof's output.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import statistics
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+from fixtures_traces import SHARED_TRACES, Kernel, a100, write_nsys_sqlite
+
+from detprof.cli import main
+
+PARSE_KEYS = {"source", "format", "devices", "kernel_count", "total_ns", "memory_ns", "other_ns", "kernels"}
+KERNEL_KEYS = {
+    "name", "short_name", "category", "instances", "total_ns", "pct",
+    "avg_ns", "med_ns", "min_ns", "max_ns", "std_ns",
+}  # fmt: skip
+
+
+def kernels_of(n_names: int, device: int = 0, scale: int = 1) -> list[Kernel]:
+    out, t = [], 1_000
+    for i in range(n_names):
+        for j in range(i + 1):
+            dur = scale * (100 * (i + 1) + 7 * j)
+            out.append(Kernel(f"void k{i}<float, {j % 2}>(float*)", f"k{i}", t, dur, device=device))
+            t += dur + 50
+    return out
+
+
+@pytest.fixture
+def trace(tmp_path: Path) -> tuple[Path, list[Kernel]]:
+    kernels = kernels_of(25) + kernels_of(3, device=1)
+    path = write_nsys_sqlite(
+        tmp_path / "run.sqlite",
+        kernels,
+        gpus=[a100(0), a100(1)],
+        memcpys=[],
+    )
+    return path, kernels
+
+
+def run(args: list[str], capsys) -> tuple[int, str, str]:
+    code = main(args)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_parse_json_has_the_documented_shape(trace, capsys) -> None:
+    path, kernels = trace
+    code, out, err = run(["parse", str(path), "--format", "json", "--top", "5"], capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    assert set(doc) >= PARSE_KEYS
+    assert doc["format"] == "nsys-sqlite" and doc["source"] == str(path)
+    assert [d["id"] for d in doc["devices"]] == [0, 1]
+    assert {"id", "name", "sm_count", "compute_capability"} <= set(doc["devices"][0])
+    assert doc["devices"][0]["compute_capability"] == "8.0" and doc["devices"][0]["sm_count"] == 108
+    assert doc["kernel_count"] == len(kernels)
+    assert doc["total_ns"] == sum(k.dur for k in kernels)
+    by_name: dict[str, list[int]] = defaultdict(list)
+    for k in kernels:
+        by_name[k.name].append(k.dur)
+    totals = sorted(((sum(d), n) for n, d in by_name.items()), key=lambda x: (-x[0], x[1]))
+    assert doc["other_ns"] == sum(t for t, _ in totals[5:])
+    assert len(doc["kernels"]) == 5
+    for row, (total, name) in zip(doc["kernels"], totals, strict=False):
+        assert set(row) == KERNEL_KEYS
+        durs = by_name[name]
+        assert row["name"] == name and row["total_ns"] == total and row["instances"] == len(durs)
+        assert row["med_ns"] == pytest.approx(statistics.median(durs))
+        assert row["std_ns"] == (pytest.approx(statistics.stdev(durs)) if len(durs) > 1 else None)
+        assert row["pct"] == pytest.approx(total / doc["total_ns"] * 100)
+    assert doc["memory_ns"] == 0
+
+
+def test_parse_csv_device_and_short_names(trace, capsys) -> None:
+    path, kernels = trace
+    code, out, _ = run(["parse", str(path), "--format", "csv", "--device", "1", "--by", "short"], capsys)
+    assert code == 0
+    rows = list(csv.DictReader(io.StringIO(out)))
+    on_1 = [k for k in kernels if k.device == 1]
+    assert {r["name"] for r in rows} == {k.short for k in on_1}
+    assert sum(int(r["total_ns"]) for r in rows) == sum(k.dur for k in on_1)
+
+
+def test_parse_table_mentions_the_top_kernel(trace, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
+    path, _ = trace
+    code, out, _ = run(["parse", str(path), "--top", "3"], capsys)
+    assert code == 0
+    assert "void k24<float, 0>(float*)" in out and "(all other kernels)" in out
+
+
+def test_diff_json_reports_added_and_slower_kernels(tmp_path, capsys) -> None:
+    base = write_nsys_sqlite(tmp_path / "a.sqlite", kernels_of(3))
+    slower = [*kernels_of(3, scale=2), Kernel("void wgrad_det<float>()", "wgrad_det", 10**7, 5000)]
+    other = write_nsys_sqlite(tmp_path / "b.sqlite", slower)
+    code, out, err = run(["diff", str(base), str(other), "--format", "json"], capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    statuses = {k["name"]: k["status"] for k in doc["kernels"]}
+    assert statuses["void wgrad_det<float>()"] == "added"
+    assert {statuses[f"void k{i}<float, 0>(float*)"] for i in range(3)} == {"slower"}
+    assert doc["delta_ns"] == sum(k.dur for k in slower) - sum(k.dur for k in kernels_of(3))
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "fragment"),
+    [
+        ("missing.sqlite", None, "no such file"),
+        ("random.bin", bytes(range(256)) * 4, ""),
+        ("empty.csv", b"", ""),
+        ("notes.txt", b"just some words\nand more\n", ""),
+        ("truncated.sqlite", "truncate", ""),
+    ],
+)
+def test_bad_traces_are_one_line_exit_3(tmp_path, capsys, name: str, content, fragment: str) -> None:
+    path = tmp_path / name
+    if content == "truncate":
+        whole = write_nsys_sqlite(tmp_path / "whole.sqlite", kernels_of(30)).read_bytes()
+        path.write_bytes(whole[: len(whole) // 3])
+    elif content is not None:
+        path.write_bytes(content)
+    code, out, err = run(["parse", str(path)], capsys)
+    assert code == 3
+    assert out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and str(path) in lines[0] and fragment in lines[0].lower()
+    assert "Traceback" not in err
+
+
+def test_usage_errors_are_exit_2(trace, capsys) -> None:
+    path, _ = trace
+    for args in (["parse", str(path), "--by", "kernel"], ["parse", str(path), "--device", "9"], ["parse"]):
+        code, _, err = run(args, capsys)
+        assert code == 2, args
+        assert len(err.strip().splitlines()) == 1
+
+
+def test_parse_of_sqlite_does_not_import_tensorflow(trace) -> None:
+    path, _ = trace
+    code = (
+        "import sys\nfrom detprof.cli import main\n"
+        f"assert main(['parse', {str(path)!r}, '--format', 'json']) == 0\n"
+        "assert not [m for m in sys.modules if m.startswith('tensorflow')], 'tensorflow was imported'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+@pytest.mark.skipif(not SHARED_TRACES.is_dir(), reason="../shared/traces is absent")
+def test_parse_real_nvprof_trace_json(capsys) -> None:
+    path = SHARED_TRACES / "nvprof-cfd-titanxp.gpu-trace.csv"
+    code, out, _ = run(["parse", str(path), "--format", "json", "--top", "1"], capsys)
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["format"] == "nvprof-trace-csv"
+    assert doc["kernels"][0]["short_name"] == "cuda_compute_flux"
+    assert doc["kernels"][0]["instances"] == 6000
