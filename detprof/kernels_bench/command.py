@@ -9,8 +9,6 @@ has been checked, and in a child process.
 
 from __future__ import annotations
 
-import datetime as dt
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -22,7 +20,25 @@ from detprof.errors import UsageError
 from detprof.invocation import command_line
 from detprof.kernels_bench.bench import PRESETS, KernelsConfig, run_bench, select_ops
 from detprof.kernels_bench.cases import SUITES, derive_in_subprocess
-from detprof.profiler.measured_study import choose_target, progress_bar
+from detprof.profiler.measured_study import (
+    BatchSizeOption,
+    ForceOption,
+    GpuOption,
+    InputSizeOption,
+    OutOption,
+    PresetOption,
+    RepeatsOption,
+    ResumeOption,
+    RunTimeoutOption,
+    SeedOption,
+    StepsOption,
+    TracerOption,
+    WarmupOption,
+    XlaOption,
+    choose_target,
+    default_results_dir,
+    progress_bar,
+)
 from detprof.reports.formatting import duration_ns, ratio
 from detprof.store import ResultsStore
 
@@ -71,39 +87,24 @@ def kernels(
     kernel_sizes: Annotated[
         str | None, typer.Option(help="Conv suite: mediumcnn kernel sizes, positive odd integers (paper: 1,3,5,7).")
     ] = None,
-    preset: Annotated[
-        str | None, typer.Option(help="paper | cpu-small (default: cpu-small without a GPU, else paper).")
-    ] = None,
-    gpu: Annotated[
-        str | None,
-        typer.Option(help="GPU label for the results (t4, v100, a100, ..., or cpu); checked against the device."),
-    ] = None,
-    force: Annotated[bool, typer.Option(help="Accept a --gpu label that does not match the detected device.")] = False,
-    tracer: Annotated[str, typer.Option(help="auto | nsys | nvprof | tf | none.")] = "auto",
-    steps: Annotated[int | None, typer.Option(help="Measured steps per run (paper: 100).")] = None,
-    warmup: Annotated[
-        int | None, typer.Option(help="Warm-up steps excluded from measurement (autotuning happens here).")
-    ] = None,
-    repeats: Annotated[
-        int | None, typer.Option(help="Repeats per case and mode (>= 2 for a confidence interval).")
-    ] = None,
-    batch_size: Annotated[int | None, typer.Option(help="Batch size of every shape (paper: 64).")] = None,
-    input_size: Annotated[
-        int | None, typer.Option(help="Square input size the models are built at (default: their own, 224).")
-    ] = None,
+    preset: PresetOption = None,
+    gpu: GpuOption = None,
+    force: ForceOption = False,
+    tracer: TracerOption = "auto",
+    steps: StepsOption = None,
+    warmup: WarmupOption = None,
+    repeats: RepeatsOption = None,
+    batch_size: BatchSizeOption = None,
+    input_size: InputSizeOption = None,
     max_shapes: Annotated[
         int | None,
         typer.Option(help="Per op (and kernel size), keep the N shapes with the most work; 0 keeps all."),
     ] = None,
-    xla: Annotated[
-        bool, typer.Option(help="Compile each op with XLA in both modes (jit_compile is always pinned).")
-    ] = False,
-    seed: Annotated[int, typer.Option(help="Seed of the inputs, set in both modes.")] = 0,
-    out: Annotated[Path | None, typer.Option(help="Results directory (default results/<date>-<gpu>).")] = None,
-    resume: Annotated[bool, typer.Option(help="Continue a bench in --out, skipping completed runs.")] = False,
-    run_timeout: Annotated[
-        float | None, typer.Option(help="Seconds after which a run is stopped and recorded as failed.")
-    ] = None,
+    xla: XlaOption = False,
+    seed: SeedOption = 0,
+    out: OutOption = None,
+    resume: ResumeOption = False,
+    run_timeout: RunTimeoutOption = None,
 ) -> None:
     """Run each op at each model layer's shape in default and deterministic mode; report what changes."""
     target = choose_target(gpu, force, tracer, preset, list(PRESETS))
@@ -138,7 +139,7 @@ def kernels(
     cases = derive_in_subprocess(
         config.ops, config.kernel_sizes, config.batch_size, config.input_size, config.max_shapes
     )
-    out = out or Path("results") / f"{dt.date.today().isoformat()}-{device.label}"
+    out = out or default_results_dir(device)
     store = ResultsStore(out, "kernels")
     console = Console(stderr=True)
     total = len(cases) * 2 * config.repeats

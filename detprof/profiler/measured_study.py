@@ -7,11 +7,12 @@ their options meaning the same thing.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -22,6 +23,37 @@ from detprof.errors import UsageError
 from detprof.profiler import gpu as gpu_info
 from detprof.profiler.gpu import DeviceChoice
 from detprof.profiler.tracers import Tracer, resolve_tracer
+
+PresetOption = Annotated[
+    str | None, typer.Option(help="paper | cpu-small (default: cpu-small without a GPU, else paper).")
+]
+GpuOption = Annotated[
+    str | None,
+    typer.Option(help="GPU label for the results (t4, v100, a100, ..., or cpu); checked against the device."),
+]
+ForceOption = Annotated[bool, typer.Option(help="Accept a --gpu label that does not match the detected device.")]
+TracerOption = Annotated[str, typer.Option(help="auto | nsys | nvprof | tf | none.")]
+StepsOption = Annotated[int | None, typer.Option(help="Measured steps per run (paper: 100).")]
+WarmupOption = Annotated[
+    int | None, typer.Option(help="Warm-up steps excluded from measurement (autotuning happens here).")
+]
+RepeatsOption = Annotated[int | None, typer.Option(help="Repeats per mode (>= 2 for a confidence interval).")]
+BatchSizeOption = Annotated[int | None, typer.Option(help="Batch size (paper: 64).")]
+InputSizeOption = Annotated[
+    int | None, typer.Option(help="Square input size in pixels the models are built at (default: their own).")
+]
+XlaOption = Annotated[bool, typer.Option(help="Compile with XLA in both modes (jit_compile is always pinned).")]
+SeedOption = Annotated[int, typer.Option(help="Seed set in both modes.")]
+OutOption = Annotated[Path | None, typer.Option(help="Results directory (default results/<date>-<device>).")]
+ResumeOption = Annotated[bool, typer.Option(help="Continue the study in --out, skipping completed runs.")]
+RunTimeoutOption = Annotated[
+    float | None, typer.Option(help="Seconds after which a run is stopped and recorded as failed.")
+]
+
+
+def default_results_dir(device: DeviceChoice) -> Path:
+    """``results/<date>-<device>``: the sweep, kernels and stability of one day and device pair up."""
+    return Path("results") / f"{dt.date.today().isoformat()}-{device.label}"
 
 
 @dataclass(frozen=True)

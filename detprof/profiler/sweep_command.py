@@ -7,7 +7,6 @@ Options given explicitly always win over the preset's values.
 
 from __future__ import annotations
 
-import datetime as dt
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -20,7 +19,25 @@ from detprof.errors import UsageError
 from detprof.invocation import command_line
 from detprof.models.registry import PAPER_MODELS
 from detprof.profiler.gpu import DeviceChoice
-from detprof.profiler.measured_study import choose_target, progress_bar
+from detprof.profiler.measured_study import (
+    BatchSizeOption,
+    ForceOption,
+    GpuOption,
+    InputSizeOption,
+    OutOption,
+    PresetOption,
+    RepeatsOption,
+    ResumeOption,
+    RunTimeoutOption,
+    SeedOption,
+    StepsOption,
+    TracerOption,
+    WarmupOption,
+    XlaOption,
+    choose_target,
+    default_results_dir,
+    progress_bar,
+)
 from detprof.profiler.sweep import PRESETS, SweepConfig, run_sweep
 from detprof.reports.formatting import ratio, signed_ns
 from detprof.store import ResultsStore
@@ -49,33 +66,20 @@ def _split_models(models: str | None) -> tuple[str, ...] | None:
 
 def sweep(
     models: Annotated[str | None, typer.Option(help="Comma-separated model names (see `detprof models`).")] = None,
-    preset: Annotated[
-        str | None, typer.Option(help="paper | cpu-small (default: cpu-small without a GPU, else paper).")
-    ] = None,
-    gpu: Annotated[
-        str | None,
-        typer.Option(help="GPU label for the results (t4, v100, a100, ..., or cpu); checked against the device."),
-    ] = None,
-    force: Annotated[bool, typer.Option(help="Accept a --gpu label that does not match the detected device.")] = False,
-    tracer: Annotated[str, typer.Option(help="auto | nsys | nvprof | tf | none.")] = "auto",
-    steps: Annotated[int | None, typer.Option(help="Measured steps per run (paper: 100).")] = None,
-    warmup: Annotated[
-        int | None, typer.Option(help="Warm-up steps excluded from measurement (autotuning happens here).")
-    ] = None,
-    repeats: Annotated[
-        int | None, typer.Option(help="Repeats per model and mode (>= 2 for a confidence interval).")
-    ] = None,
-    batch_size: Annotated[int | None, typer.Option(help="Batch size (paper: 64).")] = None,
-    input_size: Annotated[
-        int | None, typer.Option(help="Square input size in pixels (default: the model's own).")
-    ] = None,
-    xla: Annotated[bool, typer.Option(help="Compile with XLA in both modes (jit_compile is always pinned).")] = False,
-    seed: Annotated[int, typer.Option(help="Seed set in both modes.")] = 0,
-    out: Annotated[Path | None, typer.Option(help="Results directory (default results/<date>-<gpu>).")] = None,
-    resume: Annotated[bool, typer.Option(help="Continue a sweep in --out, skipping completed runs.")] = False,
-    run_timeout: Annotated[
-        float | None, typer.Option(help="Seconds after which a run is stopped and recorded as failed.")
-    ] = None,
+    preset: PresetOption = None,
+    gpu: GpuOption = None,
+    force: ForceOption = False,
+    tracer: TracerOption = "auto",
+    steps: StepsOption = None,
+    warmup: WarmupOption = None,
+    repeats: RepeatsOption = None,
+    batch_size: BatchSizeOption = None,
+    input_size: InputSizeOption = None,
+    xla: XlaOption = False,
+    seed: SeedOption = 0,
+    out: OutOption = None,
+    resume: ResumeOption = False,
+    run_timeout: RunTimeoutOption = None,
     stability: Annotated[
         bool, typer.Option(help="Also run a small stability study of each swept model (digits, 4 variants).")
     ] = False,
@@ -103,7 +107,7 @@ def sweep(
         preset=preset_name,
         run_timeout_s=run_timeout,
     )
-    out = out or Path("results") / f"{dt.date.today().isoformat()}-{device.label}"
+    out = out or default_results_dir(device)
     store = ResultsStore(out, "sweep")
     console = Console(stderr=True)
     total = len(config.models) * 2 * config.repeats

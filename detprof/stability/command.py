@@ -89,6 +89,7 @@ def stability(
 ) -> None:
     """Train many copies of a model under chosen noise sources and measure what the noise does."""
     from detprof.profiler import gpu as gpu_info
+    from detprof.profiler.measured_study import default_results_dir
     from detprof.stability import study
 
     device = gpu_info.choose_device(gpu, force)
@@ -103,7 +104,7 @@ def stability(
         seed=seed,
         keep_weights=keep_weights,
     )
-    out = out or study.default_out(device)
+    out = out or default_results_dir(device)
     err = Console(stderr=True)
     try:
         outcome = study.run_study(

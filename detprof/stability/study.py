@@ -19,7 +19,6 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -123,11 +122,6 @@ class StudyConfig:
 def default_jobs() -> int:
     """Usable cores, at most 4: each worker's TensorFlow already spreads its ops over every core."""
     return max(1, min(usable_cpus(), 4))
-
-
-def default_out(device: DeviceChoice) -> Path:
-    """Named like the sweep's, so the report pairs the two by device."""
-    return Path("results") / f"{date.today().isoformat()}-{device.label}"
 
 
 def allocate_workers(pending: dict[Mode, int], jobs: int) -> list[dict[Mode, int]]:
