@@ -207,8 +207,8 @@ APPROACHES = {
 
 
 def _top_detprof(path: Path) -> list[tuple[str, int, int]]:
-    from detprof.profiler.parsers import load_trace
-    from detprof.profiler.stats import top_n
+    from detprof.traces.kernel_tables import top_n
+    from detprof.traces.parsers import load_trace
 
     head, _other = top_n(load_trace(path), TOP)
     names = head["name"].astype(str)
@@ -245,7 +245,7 @@ def measure(approach: str, path: Path) -> dict[str, object]:
     import pandas  # noqa: F401  (imports are not part of the measured time)
 
     if approach == "detprof":
-        import detprof.profiler.stats  # noqa: F401
+        import detprof.traces.kernel_tables  # noqa: F401
 
         run = _top_detprof
     else:

@@ -28,10 +28,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from detprof.profiler.names import short_kernel_name
 from detprof.profiler.telemetry import summarize as summarize_telemetry
 from detprof.reports.command import write_report
 from detprof.store import ResultsStore
+from detprof.traces.kernel_names import short_kernel_name
 
 TARGET_BYTES = 10 * 1024 * 1024
 TARGET_RENDER_S = 3.0

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from detprof.profiler.gpu import choose_device
+from detprof.profiler.devices import choose_device
 from detprof.stability import study
 from detprof.store import ResultsStore
 

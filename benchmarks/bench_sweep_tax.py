@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from detprof.profiler.sweep import PRESETS, RUN_ORDER
+from detprof.sweep.plan import PRESETS, RUN_ORDER
 
 TARGET = 1.15
 

@@ -15,18 +15,18 @@ import sys
 import typer
 
 from detprof import invocation
+from detprof.check.command import CHECK_HELP, baseline, check
 from detprof.errors import USAGE_EXIT, DetprofError
 from detprof.kernels_bench.command import HELP as KERNELS_HELP
 from detprof.kernels_bench.command import kernels
 from detprof.models.command import models
-from detprof.profiler.gpus_command import gpus
-from detprof.profiler.sweep_command import sweep
-from detprof.profiler.trace_commands import DIFF_HELP, PARSE_HELP, diff, parse
-from detprof.reports.check_command import CHECK_HELP, baseline, check
+from detprof.profiler.command import gpus
 from detprof.reports.command import HELP as REPORT_HELP
 from detprof.reports.command import report
 from detprof.stability.command import HELP as STABILITY_HELP
 from detprof.stability.command import stability
+from detprof.sweep.command import sweep
+from detprof.traces.command import DIFF_HELP, PARSE_HELP, diff, parse
 
 app = typer.Typer(
     name="detprof",

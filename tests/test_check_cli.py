@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 import synthetic_sweep as synth
 
+from detprof.check.ci_outputs import escape_data, escape_property
 from detprof.cli import main
-from detprof.reports.ci_outputs import escape_data, escape_property
 
 MODELS = ("resnet50", "vgg16")
 Capture = pytest.CaptureFixture[str]

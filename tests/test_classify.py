@@ -10,7 +10,7 @@ import string
 import pytest
 from fixtures_traces import SHARED_TRACES
 
-from detprof.profiler.classify import CATEGORIES, classify
+from detprof.traces.classify import CATEGORIES, classify
 
 CONV_FWD = "conv forward"
 CONV_DATA = "conv backward data"
@@ -663,7 +663,7 @@ def test_any_string_gets_a_category() -> None:
 )
 def test_every_kernel_of_the_bert_trace_gets_its_ops_category() -> None:
     """Each kernel's TF op (from its annotation) says what the kernel does."""
-    from detprof.profiler.parsers.tf_xplane import load_xplane
+    from detprof.traces.parsers.tf_xplane import load_xplane
 
     by_op_type = {
         "RandomUniform": ELEMENTWISE,

@@ -11,8 +11,8 @@ from fake_nvml import GIB, FakeNvml, a100, t4
 
 from detprof.cli import main
 from detprof.errors import UsageError
-from detprof.profiler import gpu as gpu_mod
-from detprof.profiler.gpu import (
+from detprof.profiler import devices as gpu_mod
+from detprof.profiler.devices import (
     DeviceChoice,
     GpuInfo,
     check_label,

@@ -16,7 +16,7 @@ from detprof.kernels_bench.command import print_summary
 from detprof.kernels_bench.ops import BUILDERS, op_benchmark
 from detprof.kernels_bench.summary import summarize
 from detprof.models import paper_cnns, registry
-from detprof.profiler.gpu import DeviceChoice
+from detprof.profiler.devices import DeviceChoice
 from detprof.profiler.tracers import TRACERS
 from detprof.store import ResultsStore
 

@@ -20,7 +20,7 @@ from fixtures_traces import (
 )
 
 from detprof.errors import INPUT_EXIT, InputError
-from detprof.profiler.parsers import load_trace
+from detprof.traces.parsers import load_trace
 
 KERN_SUM_CSV = (
     "Time (%),Total Time (ns),Instances,Avg (ns),Med (ns),Min (ns),Max (ns),StdDev (ns),Name\n"
@@ -185,7 +185,7 @@ def test_sqlite_and_csv_traces_do_not_import_tensorflow(tmp_path: Path) -> None:
     csv_path.write_text(KERN_SUM_CSV)
     code = (
         "import sys\n"
-        "from detprof.profiler.parsers import load_trace\n"
+        "from detprof.traces.parsers import load_trace\n"
         f"load_trace({str(sqlite_path)!r}); load_trace({str(csv_path)!r})\n"
         "print('tensorflow' in sys.modules)\n"
     )

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from detprof.profiler.overhead import ModelOverhead, log_ratio_interval, model_overheads, paired_log_ratios
+from detprof.intervals import paired_t
+from detprof.profiler.overhead import ModelOverhead, model_overheads, paired_log_ratios
 
 
 def record(model: str, mode: str, repeat: int, kernel: float | None, wall: float, status: str = "ok") -> dict:
@@ -26,16 +27,16 @@ def record(model: str, mode: str, repeat: int, kernel: float | None, wall: float
 
 def test_interval_matches_scipy_t_interval() -> None:
     logs = [0.4, 0.5, 0.45, 0.38]
-    o = log_ratio_interval(logs)
+    o = paired_t(logs)
     lo, hi = stats.t.interval(0.95, df=3, loc=np.mean(logs), scale=stats.sem(logs))
     assert o.ratio == pytest.approx(math.exp(np.mean(logs)))
     assert o.ci_low == pytest.approx(math.exp(lo)) and o.ci_high == pytest.approx(math.exp(hi))
 
 
 def test_single_pair_has_no_interval() -> None:
-    o = log_ratio_interval([0.2])
+    o = paired_t([0.2])
     assert o.n == 1 and math.isnan(o.ci_low)
-    assert log_ratio_interval([]) is None
+    assert paired_t([]) is None
 
 
 def test_pairs_by_repeat_and_skips_failures() -> None:

@@ -12,9 +12,9 @@ import pytest
 from fixtures_traces import NVPROF_SUMMARY_HEADER, NVPROF_TRACE_HEADER, SHARED_TRACES, nvprof_section
 
 from detprof.errors import InputError
-from detprof.profiler.kernel_table import KERNEL_DTYPES, MEMORY_DTYPES, SUMMARY_DTYPES, Device
-from detprof.profiler.names import short_kernel_name
-from detprof.profiler.parsers import load_trace
+from detprof.traces.kernel_names import short_kernel_name
+from detprof.traces.kernel_table import KERNEL_DTYPES, MEMORY_DTYPES, SUMMARY_DTYPES, Device
+from detprof.traces.parsers import load_trace
 
 NVPROF_CFD = SHARED_TRACES / "nvprof-cfd-titanxp.gpu-trace.csv"
 

@@ -20,9 +20,9 @@ import pytest
 from fixtures_traces import SHARED_TRACES
 
 from detprof.errors import InputError
-from detprof.profiler.classify import classify
-from detprof.profiler.kernel_table import KERNEL_DTYPES, MEMORY_DTYPES
-from detprof.profiler.parsers.tf_xplane import load_xplane
+from detprof.traces.classify import classify
+from detprof.traces.kernel_table import KERNEL_DTYPES, MEMORY_DTYPES
+from detprof.traces.parsers.tf_xplane import load_xplane
 
 BERT = SHARED_TRACES / "tf-bert-3gpu.xplane.pb"
 SMALLCNN = SHARED_TRACES / "tf-2.21-cpu-smallcnn.xplane.pb"
@@ -328,7 +328,7 @@ def test_every_host_of_a_cpu_run_counts(tmp_path: Path) -> None:
 
 def test_parser_does_not_import_tensorflow(cpu_logdir: Path) -> None:
     code = (
-        "import sys; from pathlib import Path; from detprof.profiler.parsers.tf_xplane import load_xplane; "
+        "import sys; from pathlib import Path; from detprof.traces.parsers.tf_xplane import load_xplane; "
         f"assert load_xplane(Path({str(cpu_logdir)!r})).kernel_count > 0; "
         "print(sorted(m for m in sys.modules if m == 'tensorflow' or m.startswith('tensorflow.')))"
     )

@@ -9,24 +9,23 @@ import pytest
 import synthetic_sweep as synth
 from scipy import stats
 
-from detprof.errors import InputError
-from detprof.profiler.baseline_file import (
+from detprof.check.baseline_file import (
     fingerprint,
     fingerprint_differences,
     measurement_config_hash,
 )
-from detprof.profiler.regression import (
+from detprof.check.regression import (
     ModelSample,
     SweepSamples,
     Verdict,
     baseline_models,
     compare,
     holm,
-    repeats_to_settle,
     samples_from_records,
     severity,
-    welch_difference,
 )
+from detprof.errors import InputError
+from detprof.intervals import repeats_to_settle, welch_difference
 
 THRESHOLD = 0.10
 MARGIN = math.log(1 + THRESHOLD)

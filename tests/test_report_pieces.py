@@ -8,15 +8,15 @@ import re
 import pandas as pd
 import pytest
 
-from detprof.profiler.kernel_table import SUMMARY_DTYPES, KernelTable, conform
-from detprof.profiler.overhead import Overhead
-from detprof.profiler.stats import diff
-from detprof.reports import formatting
+from detprof import formatting
+from detprof.intervals import Overhead
 from detprof.reports.attribution import attribute
 from detprof.reports.conditions import ClockRow, by_mode, ci_warning, clock_rows, throttle_warnings
 from detprof.reports.markdown import md
 from detprof.reports.reference import PUBLISHED, published_gpu, reference_rows
 from detprof.reports.tradeoff import CHEAP_OVERHEAD, NOISY_CHURN, Cost, Noise, noise_of, pair, quadrant, reading
+from detprof.traces.kernel_table import SUMMARY_DTYPES, KernelTable, conform
+from detprof.traces.kernel_tables import diff
 
 WGRAD_0 = "void cudnn::detail::wgrad_alg0_engine<float, 128, 6, 8, 3, 3, 5, false, 512>(int, float const*)"
 WGRAD_1 = "void cudnn::detail::wgrad_alg1_engine<float, 64, 5, 3, 3, 3, 2, true, true>(int, float const*)"

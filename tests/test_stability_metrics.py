@@ -11,6 +11,7 @@ import pytest
 from scipy.stats import spearmanr
 from sklearn.metrics import accuracy_score, confusion_matrix
 
+from detprof.intervals import bootstrap_spread
 from detprof.stability import metrics
 
 
@@ -21,7 +22,7 @@ def rng() -> np.random.Generator:
 
 def test_spread_mean_and_sample_std_match_statistics() -> None:
     values = [0.91, 0.93, 0.92, 0.95, 0.90]
-    s = metrics.spread(values)
+    s = bootstrap_spread(values)
     assert s.mean == pytest.approx(statistics.mean(values))
     assert s.std == pytest.approx(statistics.stdev(values))
     assert s.n == 5
@@ -30,19 +31,19 @@ def test_spread_mean_and_sample_std_match_statistics() -> None:
 def test_bootstrap_se_of_std_matches_normal_theory_for_a_large_sample(rng: np.random.Generator) -> None:
     # For normal data the std's standard error is about sigma / sqrt(2 (n - 1)).
     values = rng.normal(0.0, 2.0, size=400)
-    s = metrics.spread(values)
+    s = bootstrap_spread(values)
     assert s.std_se == pytest.approx(2.0 / np.sqrt(2 * 399), rel=0.25)
 
 
 def test_bootstrap_se_is_seeded_scale_equivariant_and_zero_for_constant_runs() -> None:
     values = [0.1, 0.4, 0.3, 0.8]
-    assert metrics.spread(values).std_se == metrics.spread(values).std_se
-    assert metrics.spread([10 * v for v in values]).std_se == pytest.approx(10 * metrics.spread(values).std_se)
-    assert metrics.spread([0.5, 0.5, 0.5]).std_se == 0.0
+    assert bootstrap_spread(values).std_se == bootstrap_spread(values).std_se
+    assert bootstrap_spread([10 * v for v in values]).std_se == pytest.approx(10 * bootstrap_spread(values).std_se)
+    assert bootstrap_spread([0.5, 0.5, 0.5]).std_se == 0.0
 
 
 def test_spread_of_one_run_has_no_std() -> None:
-    s = metrics.spread([0.9])
+    s = bootstrap_spread([0.9])
     assert s.mean == 0.9
     assert np.isnan(s.std) and np.isnan(s.std_se)
 

@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from detprof.profiler.kernel_table import KERNEL_DTYPES, SUMMARY_DTYPES, KernelTable, conform
-from detprof.profiler.stats import diff, kernel_stats, top_n
+from detprof.traces.kernel_table import KERNEL_DTYPES, SUMMARY_DTYPES, KernelTable, conform
+from detprof.traces.kernel_tables import diff, kernel_stats, top_n
 
 
 def launches(rows: list[tuple[str, int]], short: dict[str, str] | None = None) -> KernelTable:

@@ -8,8 +8,8 @@ import pytest
 
 from detprof.errors import UsageError
 from detprof.profiler import tracers
-from detprof.profiler.sweep import SweepConfig, plan_runs
 from detprof.profiler.tracers import TRACERS, resolve_tracer
+from detprof.sweep.plan import SweepConfig, plan_runs
 
 
 def test_modes_are_interleaved_repeat_by_repeat() -> None:

@@ -11,10 +11,10 @@ import pandas as pd
 import pytest
 
 from detprof.errors import InputError
-from detprof.profiler.kernel_table import KERNEL_DTYPES, SUMMARY_DTYPES, conform
 from detprof.profiler.overhead import ModelOverhead
-from detprof.profiler.sweep_summary import mode_kernels, per_step_table, summarize_model
+from detprof.profiler.study_results import mode_kernels, per_step_table, summarize_model
 from detprof.store import ResultsStore
+from detprof.traces.kernel_table import KERNEL_DTYPES, SUMMARY_DTYPES, conform
 
 GEMM, CONV, ATOMIC = "volta_sgemm_128x64_nn", "cudnn_conv_kernel", "scatter_atomic_add"
 

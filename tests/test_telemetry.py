@@ -10,7 +10,7 @@ import pytest
 from fake_nvml import FakeNvml, a100, t4
 
 from detprof.profiler import telemetry
-from detprof.profiler.gpu import DeviceChoice, GpuInfo
+from detprof.profiler.devices import DeviceChoice, GpuInfo
 from detprof.profiler.telemetry import NoTelemetry, TelemetrySampler, decode_reasons, summarize
 
 SAMPLE_KEYS = {

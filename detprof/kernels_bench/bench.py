@@ -16,12 +16,12 @@ from typing import Any
 from detprof.determinism import MODES, Mode
 from detprof.errors import UsageError
 from detprof.kernels_bench.cases import CONV_OPS, SUITES, OpCase
-from detprof.profiler.gpu import DeviceChoice
+from detprof.profiler.devices import DeviceChoice
 from detprof.profiler.launcher import WorkerLauncher, WorkerRun
 from detprof.profiler.measured_study import RunProgress, check_run_settings
-from detprof.profiler.sweep import RUN_ORDER
 from detprof.profiler.tracers import Tracer
 from detprof.store import ResultsStore
+from detprof.sweep.plan import RUN_ORDER
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from detprof.errors import UsageError
+from detprof.formatting import duration_ns, ratio
 from detprof.invocation import command_line
 from detprof.kernels_bench.bench import PRESETS, KernelsConfig, run_bench, select_ops
 from detprof.kernels_bench.cases import SUITES, derive_in_subprocess
@@ -39,7 +40,6 @@ from detprof.profiler.measured_study import (
     default_results_dir,
     progress_bar,
 )
-from detprof.reports.formatting import duration_ns, ratio
 from detprof.store import ResultsStore
 
 if TYPE_CHECKING:

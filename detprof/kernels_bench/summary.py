@@ -14,11 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from detprof.intervals import METRIC_FIELDS, Metric
 from detprof.kernels_bench.cases import CONV_OPS
-from detprof.profiler.overhead import METRIC_FIELDS, Metric, ModelOverhead, model_overheads
-from detprof.profiler.stats import diff
-from detprof.profiler.sweep_summary import per_step_table
+from detprof.profiler.overhead import ModelOverhead, model_overheads
+from detprof.profiler.study_results import per_step_table
 from detprof.store import ResultsStore
+from detprof.traces.kernel_tables import diff
 
 
 @dataclass

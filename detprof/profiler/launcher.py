@@ -24,11 +24,11 @@ from typing import Any
 
 from detprof.determinism import Mode
 from detprof.errors import DetprofError, last_line
-from detprof.profiler.gpu import DeviceChoice
-from detprof.profiler.steps import kernel_ns_by_step
+from detprof.profiler.devices import DeviceChoice
 from detprof.profiler.telemetry import NoTelemetry, TelemetrySampler
 from detprof.profiler.tracers import Tracer
 from detprof.store import ResultsStore
+from detprof.traces.step_split import kernel_ns_by_step
 
 
 @dataclass(frozen=True)
@@ -148,7 +148,7 @@ class WorkerLauncher:
         return json.loads(result_path.read_text())
 
     def _attach_kernels(self, record: dict[str, Any], trace_path: Path, steps: int) -> None:
-        from detprof.profiler.parsers import load_trace
+        from detprof.traces.parsers import load_trace
 
         record["trace_file"] = str(trace_path.relative_to(self.store.dir))
         try:

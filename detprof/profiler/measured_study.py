@@ -20,8 +20,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from detprof.errors import UsageError
-from detprof.profiler import gpu as gpu_info
-from detprof.profiler.gpu import DeviceChoice
+from detprof.profiler import devices
+from detprof.profiler.devices import DeviceChoice
 from detprof.profiler.tracers import Tracer, resolve_tracer
 
 PresetOption = Annotated[
@@ -93,14 +93,14 @@ def choose_target(
     gpu: str | None, force: bool, tracer: str, preset: str | None, presets: list[str]
 ) -> MeasurementTarget:
     """The device (label checked), the tracer it allows, and the preset that fits it."""
-    device = gpu_info.choose_device(gpu, force)
+    device = devices.choose_device(gpu, force)
     on_gpu = device.gpu is not None and not device.hide_gpus
     preset_name = preset or ("paper" if on_gpu else "cpu-small")
     if preset_name not in presets:
         raise UsageError(f"unknown preset {preset_name!r}; choose one of {', '.join(presets)}")
     chosen = resolve_tracer(tracer, on_gpu)
     if chosen.name == "nvprof":
-        gpu_info.refuse_nvprof(device.gpu)
+        devices.refuse_nvprof(device.gpu)
     return MeasurementTarget(device, chosen, preset_name)
 
 

@@ -1,11 +1,9 @@
-"""Overhead of determinism per model, with an honest confidence interval.
+"""Overhead of determinism per model (or op case), from the run records of a measured study.
 
 Runs are interleaved (deterministic, default, deterministic, ...), so repeat ``r`` of one
-mode and repeat ``r`` of the other ran side by side and saw the same drift and thermals.
-The statistic is therefore paired: per repeat the log ratio ln(det/default), then a
-Student t-interval on the mean log ratio, exponentiated. Log ratios make the interval
-multiplicative (an overhead cannot go below 0x), and the t distribution keeps it honest
-for the 3-10 repeats a sweep affords.
+mode and repeat ``r`` of the other ran side by side and saw the same drift and thermals:
+each repeat gives one paired log ratio, and ``intervals.paired_t`` turns them into the
+interval.
 """
 
 from __future__ import annotations
@@ -13,27 +11,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-import numpy as np
-
-Metric = Literal["kernel", "wall"]
-METRIC_FIELDS: dict[Metric, str] = {"kernel": "kernel_ns_per_step", "wall": "wall_ns_per_step"}
-
-
-@dataclass(frozen=True)
-class Overhead:
-    """det/default ratio of one metric for one model (1.0 = no overhead)."""
-
-    ratio: float
-    ci_low: float
-    ci_high: float
-    log_ratios: tuple[float, ...]
-    confidence: float = 0.95
-
-    @property
-    def n(self) -> int:
-        return len(self.log_ratios)
+from detprof.intervals import METRIC_FIELDS, Metric, Overhead, paired_t
 
 
 @dataclass
@@ -60,21 +40,6 @@ class ModelOverhead:
         reason = first.get("reason") or first.get("status")
         example = f"{first['run_id']}: {reason}" if first.get("run_id") else reason
         return f"{len(self.failures)} run(s) failed, e.g. {example}"
-
-
-def log_ratio_interval(log_ratios: Iterable[float], confidence: float = 0.95) -> Overhead | None:
-    """Mean log ratio with a two-sided t-interval; a single pair gives no interval (NaN bounds)."""
-    values = tuple(float(v) for v in log_ratios)
-    if not values:
-        return None
-    mean = float(np.mean(values))
-    if len(values) < 2:
-        return Overhead(math.exp(mean), math.nan, math.nan, values, confidence)
-    from scipy import stats
-
-    sem = float(np.std(values, ddof=1)) / math.sqrt(len(values))
-    half = float(stats.t.ppf(0.5 + confidence / 2, df=len(values) - 1)) * sem
-    return Overhead(math.exp(mean), math.exp(mean - half), math.exp(mean + half), values, confidence)
 
 
 def paired_log_ratios(
@@ -107,5 +72,5 @@ def model_overheads(
             entry.failures.append({k: rec.get(k) for k in ("run_id", "mode", "repeat", "status", "reason")})
     for metric in ("kernel", "wall"):
         for model, logs in paired_log_ratios(records, metric, key).items():
-            setattr(result[model], metric, log_ratio_interval(logs, confidence))
+            setattr(result[model], metric, paired_t(logs, confidence))
     return result

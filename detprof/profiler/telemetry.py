@@ -19,7 +19,7 @@ from typing import Any
 
 import pynvml
 
-from detprof.profiler.gpu import DeviceChoice, Nvml, default_nvml, optional
+from detprof.profiler.devices import DeviceChoice, Nvml, default_nvml, optional
 
 DEFAULT_INTERVAL_S = 0.2
 STOP_TIMEOUT_S = 5.0

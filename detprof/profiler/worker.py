@@ -22,8 +22,8 @@ from typing import Any
 
 from detprof.determinism import DeterminismSettings, apply, software_versions
 from detprof.errors import first_line
-from detprof.profiler.steps import step_range_name
 from detprof.store import atomic_write_json
+from detprof.traces.step_split import step_range_name
 
 _REASON_CHARS = 500
 

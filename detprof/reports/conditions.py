@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from statistics import fmean
 from typing import Any
 
-from detprof.profiler.overhead import Overhead
+from detprof.intervals import Overhead
 from detprof.profiler.telemetry import CLOCK_DROP_FRACTION
 from detprof.reports.tradeoff import CHEAP_OVERHEAD
 

@@ -17,11 +17,11 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from detprof.determinism import MODES
-from detprof.profiler.classify import CATEGORIES
-from detprof.profiler.overhead import Overhead
+from detprof.intervals import Overhead
 from detprof.reports.reference import ReferenceRow
 from detprof.reports.report_data import KernelSizePoint, StabilityStudy, SweepStudy
 from detprof.reports.tradeoff import CHEAP_OVERHEAD, NOISY_CHURN, TradeoffPoint
+from detprof.traces.classify import CATEGORIES
 
 TEMPLATE = "plotly_white"
 HEIGHT = 420

@@ -18,9 +18,9 @@ from typing import Any, Literal
 
 import pandas as pd
 
+from detprof import formatting as f
 from detprof.determinism import MODES
 from detprof.reports import figures
-from detprof.reports import formatting as f
 from detprof.reports.conditions import by_mode
 from detprof.reports.reference import SOURCE
 from detprof.reports.report_data import SECTIONS, ModelCost, Report, StabilityStudy
@@ -210,7 +210,7 @@ def overhead(report: Report, fig: _Figures) -> Safe:
         parts.append(tag("h3", f"{s.label}: {s.device.get('name') or ''}"))
         parts.append(fig(figures.overhead_figure(s)))
         parts.append(
-            table(["Model", "Kernel time", "Wall time", "Repeats", "Note"], f.overhead_rows(s), numeric=(1, 2, 3))
+            table(["Model", "Kernel time", "Wall time", "Repeats", "Note"], s.overhead_rows(), numeric=(1, 2, 3))
         )
     parts.append(tag("h3", f"Published figures ({SOURCE}): relative GPU time"))
     parts.append(

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from detprof.profiler.overhead import Overhead
+from detprof.intervals import Overhead
 from detprof.reports.conditions import ci_warning
 from detprof.reports.provenance import provenance
 from detprof.store import ResultsStore

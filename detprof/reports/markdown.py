@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from detprof.reports import formatting as f
+from detprof import formatting as f
 from detprof.reports.reference import PUBLISHED_GPUS, SOURCE
 from detprof.reports.report_data import SECTIONS, Report
 from detprof.reports.tradeoff import CHEAP_OVERHEAD, NOISY_CHURN
@@ -59,7 +59,7 @@ def render(report: Report) -> str:
         out += [_absent(report.absent["overhead"]), ""]
     for s in report.sweeps:
         out += [f"### {md(s.label)}: {md(s.device.get('name') or '')}", ""]
-        out += [table(["Model", "Kernel time", "Wall time", "Repeats", "Note"], f.overhead_rows(s)), ""]
+        out += [table(["Model", "Kernel time", "Wall time", "Repeats", "Note"], s.overhead_rows()), ""]
     matched = [r for r in report.references if r.device is not None]
     if report.sweeps:
         out += [f"Published figures ({SOURCE}), relative GPU time:", ""]

@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from detprof.profiler.gpu import label_matches
-from detprof.profiler.overhead import Overhead
+from detprof.intervals import Overhead
+from detprof.profiler.devices import label_matches
 
 SOURCE = "Zhuang et al., MLSys 2022"
 

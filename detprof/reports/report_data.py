@@ -20,8 +20,10 @@ import pandas as pd
 
 from detprof.determinism import MODES
 from detprof.errors import InputError
-from detprof.profiler.overhead import ModelOverhead, Overhead, model_overheads
-from detprof.profiler.sweep_summary import summarize_model
+from detprof.formatting import ratio
+from detprof.intervals import Overhead
+from detprof.profiler.overhead import ModelOverhead, model_overheads
+from detprof.profiler.study_results import summarize_model
 from detprof.reports import kernels_data
 from detprof.reports.attribution import attribute
 from detprof.reports.conditions import ClockRow, ci_warning, clock_rows, throttle_warnings
@@ -92,6 +94,15 @@ class SweepStudy:
     finished: str | None
     clocks: list[ClockRow]
     warnings: list[str]
+
+    def overhead_rows(self) -> list[list[Any]]:
+        """Per model: kernel and wall overhead, repeats, and why a number is missing or doubtful."""
+        rows = []
+        for m in self.models:
+            note = "; ".join(text for text in (m.failure_note, m.warning) if text)
+            n = (m.kernel or m.wall).n if (m.kernel or m.wall) else 0
+            rows.append([m.model, ratio(m.kernel), ratio(m.wall), n, note])
+        return rows
 
 
 @dataclass

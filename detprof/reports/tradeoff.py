@@ -29,8 +29,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from detprof.profiler.overhead import Overhead
-from detprof.reports.formatting import finite
+from detprof.formatting import finite
+from detprof.intervals import Overhead
 
 CHEAP_OVERHEAD = 1.10
 NOISY_CHURN = 0.01

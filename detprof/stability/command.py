@@ -13,8 +13,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from detprof.formatting import number, plus_minus
 from detprof.invocation import command_line
-from detprof.reports.formatting import number, plus_minus
 from detprof.stability.variants import DEFAULT_VARIANTS, NAMED_VARIANTS
 
 HELP = "Train many copies under chosen noise sources and measure what the noise does to the models."
@@ -88,11 +88,11 @@ def stability(
     force: Annotated[bool, typer.Option(help="Accept a --gpu label that does not match the detected device.")] = False,
 ) -> None:
     """Train many copies of a model under chosen noise sources and measure what the noise does."""
-    from detprof.profiler import gpu as gpu_info
+    from detprof.profiler import devices
     from detprof.profiler.measured_study import default_results_dir
     from detprof.stability import study
 
-    device = gpu_info.choose_device(gpu, force)
+    device = devices.choose_device(gpu, force)
     config = study.StudyConfig(
         model=model,
         dataset=dataset,

@@ -17,31 +17,9 @@ from typing import Any, TypeVar
 import numpy as np
 from scipy.stats import rankdata
 
+from detprof.intervals import bootstrap_spread
+
 T = TypeVar("T")
-BOOTSTRAP_RESAMPLES = 2000
-
-
-@dataclass(frozen=True)
-class Spread:
-    """Mean and sample std (ddof=1) across runs, with a bootstrap standard error of the std."""
-
-    mean: float
-    std: float
-    std_se: float
-    n: int
-
-
-def spread(values: Sequence[float], resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0) -> Spread:
-    """The std's s.e. comes from resampling runs with replacement, as one would rerun the study."""
-    v = np.asarray(values, dtype=np.float64)
-    n = len(v)
-    if n < 2:
-        return Spread(float(v.mean()) if n else float("nan"), float("nan"), float("nan"), n)
-    rng = np.random.default_rng(seed)
-    boot = v[rng.integers(0, n, size=(resamples, n))].std(axis=1, ddof=1)
-    return Spread(float(v.mean()), float(v.std(ddof=1)), float(boot.std(ddof=1)), n)
-
-
 def _mean_over_pairs(items: Sequence[T], fn: Callable[[T, T], float]) -> float:
     values = [fn(a, b) for a, b in itertools.combinations(items, 2)]
     return float(np.mean(values)) if values else float("nan")
@@ -121,13 +99,13 @@ def subgroup_spread(
     rates: dict[str, Callable[[np.ndarray, np.ndarray], float]] = {"accuracy": accuracy}
     if binary:
         rates |= {"fpr": false_positive_rate, "fnr": false_negative_rate}
-    overall = {name: spread([fn(y_true, p) for p in predictions]).std for name, fn in rates.items()}
+    overall = {name: bootstrap_spread([fn(y_true, p) for p in predictions]).std for name, fn in rates.items()}
     out_groups = []
     for g in np.unique(groups):
         mask = groups == g
         row: dict[str, Any] = {"group": g.item(), "n": int(mask.sum())}
         for name, fn in rates.items():
-            s = spread([fn(y_true[mask], p[mask]) for p in predictions])
+            s = bootstrap_spread([fn(y_true[mask], p[mask]) for p in predictions])
             row[f"{name}_mean"] = s.mean
             row[f"{name}_std"] = s.std
             row[f"{name}_std_ratio"] = _ratio(s.std, overall[name])

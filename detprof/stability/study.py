@@ -35,7 +35,7 @@ from rich.progress import (
 from detprof.determinism import MODES, DeterminismSettings, Mode
 from detprof.errors import UsageError, first_line
 from detprof.models import registry
-from detprof.profiler.gpu import DeviceChoice, usable_cpus
+from detprof.profiler.devices import DeviceChoice, usable_cpus
 from detprof.stability import datasets, summary, worker
 from detprof.stability.training import TrainConfig
 from detprof.stability.variants import DEFAULT_VARIANTS, PlannedRun, Variant, parse_variants, plan_runs

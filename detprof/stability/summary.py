@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from detprof.errors import InputError
+from detprof.intervals import bootstrap_spread
 from detprof.stability import metrics
 from detprof.stability.datasets import Dataset
 from detprof.stability.variants import SEEDED_SOURCES, SOURCES, Variant
@@ -31,7 +32,7 @@ def _arrays(study_dir: Path, record: dict[str, Any]) -> dict[str, np.ndarray]:
 
 
 def _spread_dict(values: Sequence[float]) -> dict[str, float]:
-    s = metrics.spread(values)
+    s = bootstrap_spread(values)
     return {"mean": s.mean, "std": s.std, "std_se": s.std_se}
 
 

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from detprof.errors import UsageError
-from detprof.output_format import OutputFormat
+from detprof.formatting import OutputFormat
 
 PARSE_HELP = "Parse a kernel trace (nsys, nvprof, TensorFlow profiler) and show its top kernels."
 DIFF_HELP = "Compare two traces kernel by kernel: what was added, removed, slowed down."
@@ -23,8 +23,8 @@ def parse(
     device: Annotated[str, typer.Option(help="'all' or one device id.")] = "all",
     fmt: Annotated[OutputFormat, typer.Option("--format", help="table|json|csv")] = OutputFormat.table,
 ) -> None:
-    from detprof.profiler import output
-    from detprof.profiler.parsers import load_trace
+    from detprof.traces import render as output
+    from detprof.traces.parsers import load_trace
 
     group = _group_by(by)
     table = load_trace(trace)
@@ -48,8 +48,8 @@ def diff(
     top: Annotated[int, typer.Option(min=1, help="How many kernels to list.")] = 20,
     fmt: Annotated[OutputFormat, typer.Option("--format", help="table|json|csv")] = OutputFormat.table,
 ) -> None:
-    from detprof.profiler import output
-    from detprof.profiler.parsers import load_trace
+    from detprof.traces import render as output
+    from detprof.traces.parsers import load_trace
 
     output.print_diff(load_trace(base), load_trace(other), top=top, fmt=fmt)
 

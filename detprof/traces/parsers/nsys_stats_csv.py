@@ -18,8 +18,8 @@ from pathlib import Path
 import pandas as pd
 
 from detprof.errors import InputError
-from detprof.profiler.kernel_table import SUMMARY_DTYPES, TIME_UNITS_NS, KernelTable, conform
-from detprof.profiler.names import short_kernel_name
+from detprof.traces.kernel_names import short_kernel_name
+from detprof.traces.kernel_table import SUMMARY_DTYPES, TIME_UNITS_NS, KernelTable, conform
 
 _STAT_PATTERNS = {
     "total_ns": r"Total Time",

@@ -16,6 +16,7 @@ library.
 from __future__ import annotations
 
 import itertools
+import os
 import re
 import sqlite3
 from concurrent.futures import ThreadPoolExecutor
@@ -29,8 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from detprof.errors import InputError, first_line
-from detprof.profiler.gpu import usable_cpus
-from detprof.profiler.kernel_table import (
+from detprof.traces.kernel_table import (
     KERNEL_DTYPES,
     MEMORY_DTYPES,
     NVTX_DTYPES,
@@ -87,6 +87,11 @@ _MAX_READERS = 8
 _ADBC_BATCH_ROWS = "65536"
 _STRING_LOOKUP_CHUNK = 500
 _UNNAMED = "<unnamed>"
+
+
+def reader_cpus() -> int:
+    """Cores this process may read on (its affinity mask, not the host's total)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def load_nsys_sqlite(path: Path, source: str | None = None) -> KernelTable:
@@ -197,7 +202,7 @@ def _read_int_columns(
     lo, hi = conn.execute(f"SELECT min(rowid), max(rowid) FROM {table}").fetchone()
     bounds: list[tuple[int, int]] = []
     if lo is not None:
-        readers = max(1, min(usable_cpus(), _MAX_READERS, (hi - lo + 1) // _PARALLEL_MIN_ROWS))
+        readers = max(1, min(reader_cpus(), _MAX_READERS, (hi - lo + 1) // _PARALLEL_MIN_ROWS))
         edges = np.linspace(lo, hi + 1, readers + 1).astype(np.int64)
         bounds = [(int(a), int(b)) for a, b in itertools.pairwise(edges)]
     counts = [

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from detprof.profiler.kernel_table import KernelTable
+from detprof.traces.kernel_table import KernelTable
 
 STEP_RANGE = r"^step \d+$"
 

@@ -1,7 +1,7 @@
 """``detprof baseline`` and ``detprof check``: fail CI when determinism gets more expensive.
 
-The statistics live in ``detprof.profiler.regression``, the file format and fingerprint in
-``detprof.profiler.baseline_file`` and the outputs in ``detprof.reports.ci_outputs``; this
+The statistics live in ``detprof.check.regression``, the file format and fingerprint in
+``detprof.check.baseline_file`` and the outputs in ``detprof.check.ci_outputs``; this
 module only reads options, wires them together and maps the outcome to an exit code.
 Imports happen inside the commands so that ``detprof --help`` stays fast.
 
@@ -22,8 +22,8 @@ from detprof.errors import INPUT_EXIT, InputError, UsageError
 from detprof.store import atomic_write_bytes
 
 if TYPE_CHECKING:
-    from detprof.profiler.baseline_file import Baseline, EnvironmentCheck
-    from detprof.profiler.regression import Comparison
+    from detprof.check.baseline_file import Baseline, EnvironmentCheck
+    from detprof.check.regression import Comparison
 
 REGRESSION_EXIT = 1
 
@@ -49,7 +49,7 @@ def baseline(
     ),
 ) -> None:
     """Save a sweep's per-repeat overheads and environment as the reference for detprof check."""
-    from detprof.profiler.baseline_file import build_baseline, read_sweep, write_baseline
+    from detprof.check.baseline_file import build_baseline, read_sweep, write_baseline
 
     document = build_baseline(read_sweep(results))
     write_baseline(output, document)
@@ -107,8 +107,8 @@ def check(
     run_timeout: Annotated[float | None, typer.Option(help="--run: seconds before a run is stopped.")] = None,
 ) -> None:
     """Compare each model's determinism overhead with the baseline's (help: CHECK_HELP)."""
-    from detprof.profiler.baseline_file import check_environment, fingerprint, read_baseline, read_sweep
-    from detprof.profiler.regression import compare
+    from detprof.check.baseline_file import check_environment, fingerprint, read_baseline, read_sweep
+    from detprof.check.regression import compare
 
     if baseline_file is None:
         raise UsageError("detprof check needs --baseline FILE (written by detprof baseline)")
@@ -171,7 +171,7 @@ def check(
 
 def exit_code(comparison: Comparison, env: EnvironmentCheck, *, strict: bool) -> int:
     """3 if not comparable; 1 on a regression; 3 if a measurement failed; 1 on what --strict fails."""
-    from detprof.profiler.regression import Verdict, severity
+    from detprof.check.regression import Verdict, severity
 
     if not env.comparable:
         return INPUT_EXIT
@@ -196,8 +196,8 @@ def _report(
 ) -> None:
     import os
 
-    from detprof.profiler.regression import severity
-    from detprof.reports import ci_outputs
+    from detprof.check import ci_outputs
+    from detprof.check.regression import severity
 
     ci_outputs.print_console(comparison, env, strict=strict, title=title)
     if env.differences and env.allowed:
@@ -225,7 +225,7 @@ def _report(
 
 
 def _write_json(bmf: Path | None, benchmark_json: Path | None, comparison: Comparison) -> None:
-    from detprof.reports import ci_outputs
+    from detprof.check import ci_outputs
 
     if bmf is not None:
         _write(bmf, _json_bytes(ci_outputs.bmf_document(comparison)))
@@ -249,7 +249,7 @@ def _run_sweep(reference: Baseline, options: dict[str, Any], *, force: bool) -> 
     """Run ``detprof sweep`` with the baseline's configuration, options overriding it; returns --out."""
     import datetime as dt
 
-    from detprof.profiler.sweep_command import sweep
+    from detprof.sweep.command import sweep
 
     config = reference.config
 

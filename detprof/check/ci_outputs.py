@@ -19,9 +19,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from detprof.profiler.baseline_file import EnvironmentCheck
-from detprof.profiler.overhead import log_ratio_interval
-from detprof.profiler.regression import SETTLE_LIMIT, Comparison, ModelComparison, Verdict, severity
+from detprof.check.baseline_file import EnvironmentCheck
+from detprof.check.regression import Comparison, ModelComparison, Verdict, severity
+from detprof.intervals import SETTLE_LIMIT, paired_t
 
 MEASURE = "determinism-overhead"
 CLASSNAME = "detprof.determinism-overhead"
@@ -317,7 +317,7 @@ def github_summary(comparison: Comparison | None, env: EnvironmentCheck, *, stri
 
 
 def _current_interval(result: ModelComparison, confidence: float) -> tuple[float, float, float] | None:
-    overhead = log_ratio_interval(result.current_log_ratios, confidence)
+    overhead = paired_t(result.current_log_ratios, confidence)
     if overhead is None or math.isnan(overhead.ci_low):
         return None
     return overhead.ratio, overhead.ci_low, overhead.ci_high

@@ -22,7 +22,7 @@ def gpus() -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from detprof.profiler.gpu import probe_gpus, visible_gpus
+    from detprof.profiler.devices import probe_gpus, visible_gpus
 
     console = Console()
     probe = probe_gpus()

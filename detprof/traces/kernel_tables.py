@@ -13,8 +13,8 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from detprof.profiler.classify import classify
-from detprof.profiler.kernel_table import SUMMARY_DTYPES, KernelTable, conform
+from detprof.traces.classify import classify
+from detprof.traces.kernel_table import SUMMARY_DTYPES, KernelTable, conform
 
 GroupBy = Literal["name", "short_name"]
 DiffStatus = Literal["added", "removed", "slower", "faster", "same"]

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from detprof.check.regression import ModelSample, SweepSamples, baseline_models, samples_from_records
 from detprof.errors import InputError
-from detprof.profiler.regression import ModelSample, SweepSamples, baseline_models, samples_from_records
 from detprof.store import ResultsStore, atomic_write_bytes, config_hash, find_studies
 
 SCHEMA_VERSION = 1

@@ -15,11 +15,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from detprof.output_format import OutputFormat
-from detprof.profiler.kernel_table import KernelTable
-from detprof.profiler.stats import GroupBy, diff, top_n
-from detprof.reports.formatting import duration_ns, percent
+from detprof.formatting import OutputFormat, duration_ns, percent
 from detprof.store import json_safe
+from detprof.traces.kernel_table import KernelTable
+from detprof.traces.kernel_tables import GroupBy, diff, top_n
 
 WIDE_TABLE = 140
 

@@ -16,10 +16,10 @@ import pandas as pd
 
 from detprof.determinism import MODES, Mode
 from detprof.errors import InputError
-from detprof.profiler.kernel_table import SUMMARY_DTYPES, KernelTable, TraceFormat, conform
 from detprof.profiler.overhead import ModelOverhead, model_overheads
-from detprof.profiler.stats import diff, kernel_stats
 from detprof.store import ResultsStore
+from detprof.traces.kernel_table import SUMMARY_DTYPES, KernelTable, TraceFormat, conform
+from detprof.traces.kernel_tables import diff, kernel_stats
 
 TRACE_FORMATS: dict[tuple[str, str], TraceFormat] = {
     ("nsys", "launches"): "nsys-sqlite",

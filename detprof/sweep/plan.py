@@ -13,7 +13,7 @@ from typing import Any
 from detprof.determinism import MODES, Mode
 from detprof.errors import UsageError
 from detprof.models import registry
-from detprof.profiler.gpu import DeviceChoice
+from detprof.profiler.devices import DeviceChoice
 from detprof.profiler.launcher import WorkerLauncher, WorkerRun
 from detprof.profiler.measured_study import RunProgress, check_run_settings
 from detprof.profiler.tracers import Tracer

@@ -9,13 +9,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from detprof.profiler.overhead import Overhead
-    from detprof.reports.report_data import SweepStudy
+    from detprof.intervals import Overhead
 
 DASH = "-"
+
+
+class OutputFormat(StrEnum):
+    """The ``--format`` choice of commands that print tables."""
+
+    table = "table"
+    json = "json"
+    csv = "csv"
 
 
 def finite(value: Any) -> float | None:
@@ -97,13 +105,3 @@ def check_line(check: Mapping[str, Any] | None) -> tuple[str, str]:
 
 
 BADGE_LABELS = {"verified": "verified", "failed": "not verified", "unchecked": "not checked", "na": "n/a"}
-
-
-def overhead_rows(sweep: SweepStudy) -> list[list[Any]]:
-    """Per model: kernel and wall overhead, repeats, and why a number is missing or doubtful."""
-    rows = []
-    for m in sweep.models:
-        note = "; ".join(text for text in (m.failure_note, m.warning) if text)
-        n = (m.kernel or m.wall).n if (m.kernel or m.wall) else 0
-        rows.append([m.model, ratio(m.kernel), ratio(m.wall), n, note])
-    return rows

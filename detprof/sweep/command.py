@@ -16,9 +16,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from detprof.errors import UsageError
+from detprof.formatting import ratio, signed_ns
 from detprof.invocation import command_line
 from detprof.models.registry import PAPER_MODELS
-from detprof.profiler.gpu import DeviceChoice
+from detprof.profiler.devices import DeviceChoice
 from detprof.profiler.measured_study import (
     BatchSizeOption,
     ForceOption,
@@ -38,9 +39,8 @@ from detprof.profiler.measured_study import (
     default_results_dir,
     progress_bar,
 )
-from detprof.profiler.sweep import PRESETS, SweepConfig, run_sweep
-from detprof.reports.formatting import ratio, signed_ns
 from detprof.store import ResultsStore
+from detprof.sweep.plan import PRESETS, SweepConfig, run_sweep
 
 PAPER_PRESET: dict[str, Any] = {
     "models": tuple(PAPER_MODELS),
@@ -153,7 +153,7 @@ def run_stability_studies(
 
 
 def print_summary(store: ResultsStore) -> None:
-    from detprof.profiler.sweep_summary import summarize
+    from detprof.profiler.study_results import summarize
 
     table = Table(title="Overhead of determinism (deterministic / default, 95% CI over repeats)")
     for col in ("Model", "Kernel time", "Wall time", "Kernel determinism adds most time to", "Failed runs"):

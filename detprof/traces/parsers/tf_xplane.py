@@ -48,7 +48,8 @@ from typing import Any
 import pandas as pd
 
 from detprof.errors import InputError
-from detprof.profiler.kernel_table import (
+from detprof.traces.kernel_names import short_kernel_name
+from detprof.traces.kernel_table import (
     DIM_COLUMNS,
     KERNEL_DTYPES,
     MEMORY_DTYPES,
@@ -56,7 +57,6 @@ from detprof.profiler.kernel_table import (
     KernelTable,
     conform,
 )
-from detprof.profiler.names import short_kernel_name
 
 _PB2_MODULE = "tensorflow.tsl.profiler.protobuf.xplane_pb2"
 _PB2_FILE = ("tsl", "profiler", "protobuf", "xplane_pb2.py")

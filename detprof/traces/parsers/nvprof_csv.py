@@ -20,7 +20,8 @@ import numpy as np
 import pandas as pd
 
 from detprof.errors import InputError
-from detprof.profiler.kernel_table import (
+from detprof.traces.kernel_names import short_kernel_name
+from detprof.traces.kernel_table import (
     KERNEL_DTYPES,
     MEMORY_DTYPES,
     SUMMARY_DTYPES,
@@ -29,7 +30,6 @@ from detprof.profiler.kernel_table import (
     KernelTable,
     conform,
 )
-from detprof.profiler.names import short_kernel_name
 
 # nvprof sizes are binary multiples (its MB/s and sizes agree only with 2**20).
 SIZE_UNITS_B = {"B": 1, "KB": 2**10, "MB": 2**20, "GB": 2**30, "TB": 2**40}

@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 from detprof.errors import InputError, last_line
-from detprof.profiler.kernel_table import KernelTable
+from detprof.traces.kernel_table import KernelTable
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 # Nsight Systems reports are a proprietary container with no documented signature, so a
@@ -30,7 +30,7 @@ def load_trace(path: str | Path) -> KernelTable:
     if not trace.exists():
         raise InputError(f"{trace}: no such file or directory")
     if trace.is_dir():
-        from detprof.profiler.parsers.tf_xplane import load_xplane
+        from detprof.traces.parsers.tf_xplane import load_xplane
 
         return load_xplane(trace)
     try:
@@ -41,7 +41,7 @@ def load_trace(path: str | Path) -> KernelTable:
     if not head:
         raise InputError(f"{trace}: empty file")
     if head.startswith(SQLITE_MAGIC):
-        from detprof.profiler.parsers.nsys_sqlite import load_nsys_sqlite
+        from detprof.traces.parsers.nsys_sqlite import load_nsys_sqlite
 
         return load_nsys_sqlite(trace)
     text = _as_text(head)
@@ -49,7 +49,7 @@ def load_trace(path: str | Path) -> KernelTable:
         return _load_text(trace, text)
     if trace.suffix.lower() in NSYS_REPORT_SUFFIXES:
         return _load_nsys_report(trace)
-    from detprof.profiler.parsers.tf_xplane import load_xplane
+    from detprof.traces.parsers.tf_xplane import load_xplane
 
     return load_xplane(trace)
 
@@ -68,7 +68,7 @@ def _as_text(head: bytes) -> str | None:
 
 
 def _load_text(trace: Path, head: str) -> KernelTable:
-    from detprof.profiler.parsers import nsys_stats_csv, nvprof_csv
+    from detprof.traces.parsers import nsys_stats_csv, nvprof_csv
 
     if nsys_stats_csv.sniff(head):
         return nsys_stats_csv.load_nsys_stats_csv(trace)
@@ -89,7 +89,7 @@ def _load_nsys_report(trace: Path) -> KernelTable:
             f"{trace}: reading an Nsight Systems report needs `nsys` on PATH; install Nsight Systems "
             f"or export to SQLite with `nsys export --type sqlite {trace}` and pass the .sqlite file"
         )
-    from detprof.profiler.parsers.nsys_sqlite import load_nsys_sqlite
+    from detprof.traces.parsers.nsys_sqlite import load_nsys_sqlite
 
     with tempfile.TemporaryDirectory(prefix="detprof-nsys-") as tmp:
         exported = Path(tmp) / f"{trace.stem}.sqlite"

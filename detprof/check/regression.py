@@ -27,19 +27,15 @@ the two-sided (1 - 2 alpha) Welch interval.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal
 
-import numpy as np
-from scipy import stats
-
 from detprof.errors import InputError
-from detprof.profiler.overhead import Metric, ModelOverhead, paired_log_ratios
+from detprof.intervals import MIN_REPEATS, Metric, WelchDifference, repeats_to_settle, welch_difference
+from detprof.profiler.overhead import ModelOverhead, paired_log_ratios
 
-MIN_REPEATS = 2
-SETTLE_LIMIT = 1000
 Direction = Literal["regression", "improvement"]
 
 
@@ -148,58 +144,6 @@ def baseline_models(sweep: SweepSamples, source: str) -> dict[str, dict[str, Any
 
 
 @dataclass(frozen=True)
-class WelchDifference:
-    """D = mean(current) - mean(baseline) of log ratios, with Welch's standard error and df."""
-
-    diff: float
-    se: float
-    df: float
-    n_baseline: int
-    n_current: int
-    var_baseline: float
-    var_current: float
-    mean_baseline: float
-    mean_current: float
-
-    def lower(self, alpha: float) -> float:
-        """One-sided (1 - alpha) lower bound of D."""
-        return self.diff - self._quantile(alpha) * self.se
-
-    def upper(self, alpha: float) -> float:
-        """One-sided (1 - alpha) upper bound of D."""
-        return self.diff + self._quantile(alpha) * self.se
-
-    def _quantile(self, alpha: float) -> float:
-        return float(stats.t.ppf(1.0 - alpha, self.df)) if self.se > 0 else 0.0
-
-    def p_greater(self, margin: float) -> float:
-        """One-sided p-value of H0: D <= margin."""
-        if self.se == 0:
-            return 0.0 if self.diff > margin else 1.0
-        return float(stats.t.sf((self.diff - margin) / self.se, self.df))
-
-    def p_less(self, margin: float) -> float:
-        """One-sided p-value of H0: D >= margin."""
-        if self.se == 0:
-            return 0.0 if self.diff < margin else 1.0
-        return float(stats.t.cdf((self.diff - margin) / self.se, self.df))
-
-
-def welch_difference(baseline: Sequence[float], current: Sequence[float]) -> WelchDifference:
-    m, n = len(baseline), len(current)
-    if m < MIN_REPEATS or n < MIN_REPEATS:
-        raise ValueError("Welch's interval needs at least two values on each side")
-    vb = float(np.var(baseline, ddof=1))
-    vc = float(np.var(current, ddof=1))
-    qb, qc = vb / m, vc / n
-    se = math.sqrt(qb + qc)
-    denominator = qb**2 / (m - 1) + qc**2 / (n - 1)
-    df = (qb + qc) ** 2 / denominator if denominator > 0 else math.inf
-    mb, mc = float(np.mean(baseline)), float(np.mean(current))
-    return WelchDifference(mc - mb, se, df, m, n, vb, vc, mb, mc)
-
-
-@dataclass(frozen=True)
 class HolmStep:
     rank: int
     level: float
@@ -235,24 +179,6 @@ def holm(
             level, rejected = stop_level, False
         steps[name] = HolmStep(index + 1, level, running_max, rejected)
     return steps
-
-
-def repeats_to_settle(welch: WelchDifference, margin: float, alpha: float) -> int | None:
-    """Repeats per side after which the bound would clear ``margin``, if D and the variances stayed.
-
-    Assumes both sides run n repeats with the observed variances s_b^2 and s_c^2:
-    SE(n) = sqrt((s_b^2 + s_c^2) / n), df(n) = (s_b^2 + s_c^2)^2 (n - 1) / (s_b^4 + s_c^4).
-    None when not even SETTLE_LIMIT repeats would do.
-    """
-    gap = abs(welch.diff - margin)
-    total = welch.var_baseline + welch.var_current
-    if total == 0:
-        return MIN_REPEATS if gap > 0 else None
-    n = np.arange(MIN_REPEATS, SETTLE_LIMIT + 1, dtype=float)
-    df = total**2 * (n - 1) / (welch.var_baseline**2 + welch.var_current**2)
-    half = stats.t.ppf(1.0 - alpha, df) * np.sqrt(total / n)
-    enough = np.nonzero(half < gap)[0]
-    return int(n[enough[0]]) if enough.size else None
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,1 @@
+"""The CI check: a frozen baseline, regression statistics, and outputs CI systems read."""

@@ -1,0 +1,198 @@
+"""Every interval detprof reports, and the one reading of an overhead's interval.
+
+Three designs, three intervals, one module, so that a ratio reads the same in the
+sweep's table, the report and the CI check:
+
+- paired t (``paired_t``): the two modes' runs of one repeat ran side by side, so the
+  unit is the per-repeat log ratio ln(det/default); a Student t-interval on their mean,
+  exponentiated. Log ratios make the interval multiplicative (an overhead cannot go
+  below 0x), and the t distribution keeps it honest for the 3-10 repeats a sweep affords.
+- Welch (``welch_difference``): a baseline and a current sweep are independent samples
+  with their own spread; the difference of their mean log ratios with Welch's standard
+  error and Welch-Satterthwaite degrees of freedom.
+- bootstrap (``bootstrap_spread``): the standard error of a standard deviation across
+  training runs, resampling runs with replacement as one would rerun the study.
+
+``headline_metric`` is the one rule for which time an overhead is read from, and
+``reading`` the one verdict an interval allows against ``CHEAP_OVERHEAD``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+Metric = Literal["kernel", "wall"]
+METRIC_FIELDS: dict[Metric, str] = {"kernel": "kernel_ns_per_step", "wall": "wall_ns_per_step"}
+MIN_REPEATS = 2
+SETTLE_LIMIT = 1000
+
+CHEAP_OVERHEAD = 1.10
+"""Up to 10% more time is within the spread of training throughput that users already live
+with (input pipelines, shared machines) and the paper's cheapest models (101%); beyond it,
+determinism visibly lengthens experiments."""
+
+Reading = Literal["cheap", "expensive", "not settled"]
+
+
+@dataclass(frozen=True)
+class Overhead:
+    """det/default ratio of one metric for one model (1.0 = no overhead), with its interval."""
+
+    ratio: float
+    ci_low: float
+    ci_high: float
+    log_ratios: tuple[float, ...]
+    confidence: float = 0.95
+
+    @property
+    def n(self) -> int:
+        return len(self.log_ratios)
+
+    @property
+    def has_interval(self) -> bool:
+        return self.n >= MIN_REPEATS and not math.isnan(self.ci_low)
+
+
+def paired_t(log_ratios: Iterable[float], confidence: float = 0.95) -> Overhead | None:
+    """Mean log ratio with a two-sided t-interval; a single pair gives no interval (NaN bounds)."""
+    values = tuple(float(v) for v in log_ratios)
+    if not values:
+        return None
+    mean = float(np.mean(values))
+    if len(values) < MIN_REPEATS:
+        return Overhead(math.exp(mean), math.nan, math.nan, values, confidence)
+    from scipy import stats
+
+    sem = float(np.std(values, ddof=1)) / math.sqrt(len(values))
+    half = float(stats.t.ppf(0.5 + confidence / 2, df=len(values) - 1)) * sem
+    return Overhead(math.exp(mean), math.exp(mean - half), math.exp(mean + half), values, confidence)
+
+
+def headline_metric(kernel_traced: bool) -> Metric:
+    """Kernel time wherever a tracer recorded kernels (what determinism changes), else wall time."""
+    return "kernel" if kernel_traced else "wall"
+
+
+def headline(kernel: Overhead | None, wall: Overhead | None) -> tuple[Metric, Overhead | None]:
+    """The overhead a verdict is read from, and which time it is."""
+    metric = headline_metric(kernel is not None)
+    return metric, kernel if metric == "kernel" else wall
+
+
+def spans(overhead: Overhead, threshold: float) -> bool:
+    """Whether the interval lies on both sides of ``threshold``: the side is not settled."""
+    return overhead.has_interval and overhead.ci_low <= threshold < overhead.ci_high
+
+
+def reading(overhead: Overhead, threshold: float = CHEAP_OVERHEAD) -> Reading:
+    """"cheap" or "expensive" only when the whole interval is on one side of ``threshold``."""
+    if not overhead.has_interval or spans(overhead, threshold):
+        return "not settled"
+    return "cheap" if overhead.ci_high <= threshold else "expensive"
+
+
+@dataclass(frozen=True)
+class WelchDifference:
+    """D = mean(current) - mean(baseline) of log ratios, with Welch's standard error and df."""
+
+    diff: float
+    se: float
+    df: float
+    n_baseline: int
+    n_current: int
+    var_baseline: float
+    var_current: float
+    mean_baseline: float
+    mean_current: float
+
+    def lower(self, alpha: float) -> float:
+        """One-sided (1 - alpha) lower bound of D."""
+        return self.diff - self._quantile(alpha) * self.se
+
+    def upper(self, alpha: float) -> float:
+        """One-sided (1 - alpha) upper bound of D."""
+        return self.diff + self._quantile(alpha) * self.se
+
+    def _quantile(self, alpha: float) -> float:
+        from scipy import stats
+
+        return float(stats.t.ppf(1.0 - alpha, self.df)) if self.se > 0 else 0.0
+
+    def p_greater(self, margin: float) -> float:
+        """One-sided p-value of H0: D <= margin."""
+        from scipy import stats
+
+        if self.se == 0:
+            return 0.0 if self.diff > margin else 1.0
+        return float(stats.t.sf((self.diff - margin) / self.se, self.df))
+
+    def p_less(self, margin: float) -> float:
+        """One-sided p-value of H0: D >= margin."""
+        from scipy import stats
+
+        if self.se == 0:
+            return 0.0 if self.diff < margin else 1.0
+        return float(stats.t.cdf((self.diff - margin) / self.se, self.df))
+
+
+def welch_difference(baseline: Sequence[float], current: Sequence[float]) -> WelchDifference:
+    m, n = len(baseline), len(current)
+    if m < MIN_REPEATS or n < MIN_REPEATS:
+        raise ValueError("Welch's interval needs at least two values on each side")
+    vb = float(np.var(baseline, ddof=1))
+    vc = float(np.var(current, ddof=1))
+    qb, qc = vb / m, vc / n
+    se = math.sqrt(qb + qc)
+    denominator = qb**2 / (m - 1) + qc**2 / (n - 1)
+    df = (qb + qc) ** 2 / denominator if denominator > 0 else math.inf
+    mb, mc = float(np.mean(baseline)), float(np.mean(current))
+    return WelchDifference(mc - mb, se, df, m, n, vb, vc, mb, mc)
+
+
+def repeats_to_settle(welch: WelchDifference, margin: float, alpha: float) -> int | None:
+    """Repeats per side after which the bound would clear ``margin``, if D and the variances stayed.
+
+    Assumes both sides run n repeats with the observed variances s_b^2 and s_c^2:
+    SE(n) = sqrt((s_b^2 + s_c^2) / n), df(n) = (s_b^2 + s_c^2)^2 (n - 1) / (s_b^4 + s_c^4).
+    None when not even SETTLE_LIMIT repeats would do.
+    """
+    from scipy import stats
+
+    gap = abs(welch.diff - margin)
+    total = welch.var_baseline + welch.var_current
+    if total == 0:
+        return MIN_REPEATS if gap > 0 else None
+    n = np.arange(MIN_REPEATS, SETTLE_LIMIT + 1, dtype=float)
+    df = total**2 * (n - 1) / (welch.var_baseline**2 + welch.var_current**2)
+    half = stats.t.ppf(1.0 - alpha, df) * np.sqrt(total / n)
+    enough = np.nonzero(half < gap)[0]
+    return int(n[enough[0]]) if enough.size else None
+
+
+BOOTSTRAP_RESAMPLES = 2000
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Mean and sample std (ddof=1) across runs, with a bootstrap standard error of the std."""
+
+    mean: float
+    std: float
+    std_se: float
+    n: int
+
+
+def bootstrap_spread(values: Sequence[float], resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0) -> Spread:
+    """The std's s.e. comes from resampling runs with replacement, as one would rerun the study."""
+    v = np.asarray(values, dtype=np.float64)
+    n = len(v)
+    if n < MIN_REPEATS:
+        return Spread(float(v.mean()) if n else float("nan"), float("nan"), float("nan"), n)
+    rng = np.random.default_rng(seed)
+    boot = v[rng.integers(0, n, size=(resamples, n))].std(axis=1, ddof=1)
+    return Spread(float(v.mean()), float(v.std(ddof=1)), float(boot.std(ddof=1)), n)

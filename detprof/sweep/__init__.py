@@ -1,0 +1,1 @@
+"""The sweep: models in default and deterministic mode, the embedded default end to end."""

@@ -1,0 +1,1 @@
+"""The trace layer: every trace format into one KernelTable, and the analyses of kernel tables."""
