@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from detprof.profiler.telemetry import summarize as summarize_telemetry
+from detprof.records import measured_run
 from detprof.reports.command import write_report
 from detprof.store import ResultsStore
 from detprof.traces.kernel_names import short_kernel_name
@@ -204,26 +205,23 @@ def write_sweep(root: Path, label: str, seed: int) -> None:
                 settings = {"mode": mode, "seed": 0, "xla": False, "op_determinism": mode == "deterministic",
                             "jit_compile": False, "cudnn_autotune": True,
                             "deprecated_tf_deterministic_ops_env": None}  # fmt: skip
-                record: dict[str, Any] = {
-                    "run_id": run_id, "model": model, "mode": mode, "repeat": repeat, "status": "ok", "reason": None,
-                    "steps": STEPS, "warmup": 5, "batch_size": 64, "input_shape": [224, 224, 3], "classes": 1000,
-                    "tracer": "nsys", "settings": settings, "versions": versions, "device": device,
-                    "trace_file": None, "started_at": f"2025-03-0{1 + repeat}T10:{index:02d}:00+00:00",
-                    "finished_at": f"2025-03-0{1 + repeat}T10:{index:02d}:40+00:00", "duration_s": 40.0,
-                }  # fmt: skip
+                day = f"2025-03-0{1 + repeat}"
+                identity = {"run_id": run_id, "model": model, "mode": mode, "repeat": repeat, "steps": STEPS,
+                            "warmup": 5, "batch_size": 64, "input_shape": [224, 224, 3], "classes": 1000,
+                            "tracer": "nsys", "settings": settings, "versions": versions, "device": device,
+                            "started_at": f"{day}T10:{index:02d}:00+00:00",
+                            "finished_at": f"{day}T10:{index:02d}:40+00:00", "duration_s": 40.0}  # fmt: skip
                 if model in UNSUPPORTED and mode == "deterministic":
-                    record.update(status="unsupported", reason=UNSUPPORTED[model], step_wall_ns=None,
-                                  wall_ns_per_step=None, kernel_ns_per_step=None, kernel_count=None,
-                                  kernel_table=None, kernel_table_kind=None, telemetry=None)  # fmt: skip
-                    store.write_record(record)
+                    store.write_record(measured_run(**identity, status="unsupported", reason=UNSUPPORTED[model]))
                     continue
                 scale = 20_000 * (1 + repeat * 0.01)
                 frame = _kernel_frame(rng, gpu["arch"], layers, mode, scale, slowdown)
                 kernel_ns = float(frame["dur_ns"].sum()) / STEPS
                 wall = kernel_ns * 1.3 + 2e6
-                record.update(
+                record = measured_run(
+                    **identity,
+                    status="ok",
                     step_wall_ns=[round(wall)] * STEPS,
-                    wall_ns_per_step=wall,
                     kernel_ns_per_step=kernel_ns,
                     kernel_count=len(frame),
                     kernel_table=store.write_table(run_id, frame),

@@ -19,7 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from detprof.sweep.plan import PRESETS, RUN_ORDER
+from detprof.profiler.study import RUN_ORDER
+from detprof.sweep.presets import PRESETS
 
 TARGET = 1.15
 

@@ -25,6 +25,7 @@ from detprof.reports.command import HELP as REPORT_HELP
 from detprof.reports.command import report
 from detprof.stability.command import HELP as STABILITY_HELP
 from detprof.stability.command import stability
+from detprof.sweep.command import HELP as SWEEP_HELP
 from detprof.sweep.command import sweep
 from detprof.traces.command import DIFF_HELP, PARSE_HELP, diff, parse
 
@@ -40,7 +41,7 @@ app.command("parse", help=PARSE_HELP)(parse)
 app.command("diff", help=DIFF_HELP)(diff)
 app.command("models", help="List the models detprof can profile.")(models)
 app.command("gpus", help="List the NVIDIA GPUs that NVML sees.")(gpus)
-app.command("sweep", help="Run each model in default and deterministic mode; report the overhead.")(sweep)
+app.command("sweep", help=SWEEP_HELP)(sweep)
 app.command("kernels", help=KERNELS_HELP)(kernels)
 app.command("stability", help=STABILITY_HELP)(stability)
 app.command("report", help=REPORT_HELP)(report)

@@ -18,14 +18,15 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from detprof.errors import InputError, UsageError
+from detprof.records import RecordKind, checked
 
 if TYPE_CHECKING:
     import pandas as pd
 
-StudyKind = Literal["sweep", "kernels", "stability"]
+StudyKind = RecordKind
 STUDY_KINDS: tuple[StudyKind, ...] = ("sweep", "kernels", "stability")
 SCHEMA_VERSION = 1
 DONE_STATUSES = frozenset({"ok", "unsupported"})
@@ -160,11 +161,12 @@ class ResultsStore:
         return record.get("status") in DONE_STATUSES
 
     def records(self) -> Iterator[dict[str, Any]]:
+        """Every run record, each checked for the fields its readers rely on (``records.checked``)."""
         runs = self.dir / "runs"
         if not runs.is_dir():
             return
         for path in sorted(runs.glob("*.json")):
-            yield read_json_object(path, "run record")
+            yield checked(self.kind, read_json_object(path, "run record"), path)
 
     def write_table(self, name: str, frame: pd.DataFrame) -> str:
         """Store a table as Parquet; returns its path relative to the study folder."""

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from detprof.records import MeasuredRun, measured_run
 from detprof.store import ResultsStore
 
 DEVICE: dict[str, Any] = {
@@ -85,7 +86,7 @@ def records(
     versions: Mapping[str, Any] | None = None,
     failed: Mapping[str, str] | None = None,
     unsupported: Mapping[str, str] | None = None,
-) -> list[dict[str, Any]]:
+) -> list[MeasuredRun]:
     """One record per (model, mode, repeat); ``failed``/``unsupported`` map a run_id to its reason."""
     failed = failed or {}
     unsupported = unsupported or {}
@@ -115,7 +116,7 @@ def _record(
     versions: Mapping[str, Any] | None,
     failed: Mapping[str, str],
     unsupported: Mapping[str, str],
-) -> dict[str, Any]:
+) -> MeasuredRun:
     run_id = f"{model}--{mode}--r{repeat}"
     status, reason = "ok", None
     if run_id in failed:
@@ -124,34 +125,29 @@ def _record(
         status, reason = "unsupported", unsupported[run_id]
     ok = status == "ok"
     traced = ok and tracer != "none"
-    return {
-        "run_id": run_id,
-        "model": model,
-        "mode": mode,
-        "repeat": repeat,
-        "status": status,
-        "reason": reason,
-        "steps": STEPS,
-        "warmup": 5,
-        "batch_size": 64,
-        "input_shape": [224, 224, 3],
-        "classes": 1000,
-        "tracer": tracer,
-        "step_wall_ns": [round(wall)] * STEPS if ok else None,
-        "wall_ns_per_step": wall if ok else None,
-        "kernel_ns_per_step": kernel if traced else None,
-        "kernel_count": 1200 if traced else None,
-        "kernel_table": None,
-        "kernel_table_kind": None,
-        "trace_file": None,
-        "settings": settings(mode),
-        "versions": dict(versions or VERSIONS),
-        "device": dict(device or DEVICE),
-        "telemetry": None,
-        "started_at": "2025-01-01T00:00:00+00:00",
-        "finished_at": "2025-01-01T00:00:10+00:00",
-        "duration_s": 10.0,
-    }
+    return measured_run(
+        run_id=run_id,
+        model=model,
+        mode=mode,
+        repeat=repeat,
+        status=status,
+        reason=reason,
+        steps=STEPS,
+        warmup=5,
+        batch_size=64,
+        input_shape=[224, 224, 3],
+        classes=1000,
+        tracer=tracer,
+        step_wall_ns=[round(wall)] * STEPS if ok else None,
+        kernel_ns_per_step=kernel if traced else None,
+        kernel_count=1200 if traced else None,
+        settings=settings(mode),
+        versions=dict(versions or VERSIONS),
+        device=dict(device or DEVICE),
+        started_at="2025-01-01T00:00:00+00:00",
+        finished_at="2025-01-01T00:00:10+00:00",
+        duration_s=10.0,
+    )
 
 
 def write_sweep(root: Path, sweep_config: Mapping[str, Any], run_records: Sequence[Mapping[str, Any]]) -> Path:

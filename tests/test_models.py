@@ -14,6 +14,7 @@ def conv_layers(model: keras.Model) -> list[keras.layers.Conv2D]:
     return [layer for layer in model.layers if isinstance(layer, keras.layers.Conv2D)]
 
 
+@pytest.mark.slow  # builds Keras models
 @pytest.mark.parametrize("k", [1, 3, 5, 7])
 def test_medium_cnn_has_six_blocks_of_the_given_kernel_size(k: int) -> None:
     model = registry.build(f"mediumcnn_k{k}", (64, 64, 3), 10)
@@ -27,6 +28,7 @@ def test_medium_cnn_has_six_blocks_of_the_given_kernel_size(k: int) -> None:
     assert registry.get(f"mediumcnn_k{k}").classes == 1000
 
 
+@pytest.mark.slow  # builds Keras models
 def test_small_cnn_variants() -> None:
     plain = registry.build("smallcnn")
     with_bn = registry.build("smallcnn_bn")
@@ -37,6 +39,7 @@ def test_small_cnn_variants() -> None:
     assert plain.get_layer("penultimate").units == 32
 
 
+@pytest.mark.slow  # builds a Keras model
 def test_resnet18_is_cifar_style() -> None:
     model = registry.build("resnet18")
     assert model.get_layer("stem_conv").kernel_size == (3, 3)

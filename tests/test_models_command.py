@@ -12,6 +12,7 @@ from detprof.models import registry
 from detprof.models.command import parameter_counts
 
 
+@pytest.mark.slow  # builds two Keras models (smallcnn, resnet18)
 def test_parameter_counts_are_built_once_and_cached(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     counts = parameter_counts(["smallcnn", "resnet18"], keras.__version__)

@@ -9,13 +9,12 @@ import csv
 import io
 import json
 import statistics
-import subprocess
-import sys
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
 from fixtures_traces import SHARED_TRACES, Kernel, a100, write_nsys_sqlite
+from script_runner import run_script
 
 from detprof.cli import main
 
@@ -148,13 +147,11 @@ def test_usage_errors_are_exit_2(trace, capsys) -> None:
 
 def test_parse_of_sqlite_does_not_import_tensorflow(trace) -> None:
     path, _ = trace
-    code = (
-        "import sys\nfrom detprof.cli import main\n"
-        f"assert main(['parse', {str(path)!r}, '--format', 'json']) == 0\n"
-        "assert not [m for m in sys.modules if m.startswith('tensorflow')], 'tensorflow was imported'\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    done = run_script("without_tensorflow.py", "parse", path)
     assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["result"] == 0
+    assert report["tensorflow_modules"] == [], "tensorflow was imported"
 
 
 @pytest.mark.skipif(not SHARED_TRACES.is_dir(), reason="../shared/traces is absent")

@@ -6,18 +6,16 @@ module, not from the parser. A CPU trace is produced by a real TensorFlow traini
 
 from __future__ import annotations
 
-import os
+import json
 import random
 import re
 import shutil
-import subprocess
-import sys
-import textwrap
 from collections import Counter
 from pathlib import Path
 
 import pytest
 from fixtures_traces import SHARED_TRACES
+from script_runner import run_script
 
 from detprof.errors import InputError
 from detprof.traces.classify import classify
@@ -170,42 +168,13 @@ def test_cpu_trace_ops_match_the_protobuf(xplane_pb2) -> None:
     assert not got["name"].astype(str).str.contains("::|Memory", regex=True).any()
 
 
-TRAIN_SCRIPT = textwrap.dedent(
-    """
-    import sys
-    import numpy as np
-    import tensorflow as tf
-    import keras
-
-    logdir, jit = sys.argv[1], sys.argv[2] == "xla"
-    model = keras.Sequential([
-        keras.Input((12, 12, 1)),
-        keras.layers.Conv2D(4, 3, activation="relu"),
-        keras.layers.MaxPooling2D(),
-        keras.layers.Flatten(),
-        keras.layers.Dense(3),
-    ])
-    model.compile(
-        optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=jit
-    )
-    x = np.random.default_rng(0).normal(size=(16, 12, 12, 1)).astype("float32")
-    y = np.arange(16) % 3
-    model.fit(x, y, batch_size=8, epochs=1, verbose=0)
-    tf.profiler.experimental.start(logdir)
-    model.fit(x, y, batch_size=8, epochs=1, verbose=0)
-    tf.profiler.experimental.stop()
-    """
-)
-
-
 def _profile_training(logdir: Path, compiler: str) -> Path:
-    done = subprocess.run(
-        [sys.executable, "-c", TRAIN_SCRIPT, str(logdir), compiler],
-        capture_output=True,
-        text=True,
+    done = run_script(
+        "train_and_profile.py",
+        logdir,
+        compiler,
         timeout=300,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""},
-        check=False,
+        env={"TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""},
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return logdir
@@ -213,10 +182,14 @@ def _profile_training(logdir: Path, compiler: str) -> Path:
 
 @pytest.fixture(scope="module")
 def cpu_logdir(tmp_path_factory) -> Path:
-    """A TensorBoard log folder written by a real TensorFlow profile of two training steps."""
+    """A TensorBoard log folder written by a real TensorFlow profile of two training steps.
+
+    It trains: every test that uses it is marked slow.
+    """
     return _profile_training(tmp_path_factory.mktemp("tf-profile") / "logs", "graph")
 
 
+@pytest.mark.slow
 def test_xla_compiled_cpu_run_reads_its_thunks(tmp_path: Path, xplane_pb2) -> None:
     """jit_compile=True leaves no TF op events: the XLA:CPU thunks inside ThunkExecutor are the kernels."""
     logdir = _profile_training(tmp_path / "logs", "xla")
@@ -237,6 +210,7 @@ def test_xla_compiled_cpu_run_reads_its_thunks(tmp_path: Path, xplane_pb2) -> No
     assert 0 < table.total_ns <= executor_ns
 
 
+@pytest.mark.slow
 def test_real_tf_run_logdir(cpu_logdir: Path, xplane_pb2) -> None:
     files = list(cpu_logdir.glob("plugins/profile/*/*.xplane.pb"))
     assert len(files) == 1
@@ -263,6 +237,7 @@ def test_real_tf_run_logdir(cpu_logdir: Path, xplane_pb2) -> None:
         assert len(again.kernels) == len(kernels)
 
 
+@pytest.mark.slow
 @needs_bert
 def test_logdir_uses_its_newest_run(cpu_logdir: Path, tmp_path: Path) -> None:
     logdir = tmp_path / "logs"
@@ -326,15 +301,14 @@ def test_every_host_of_a_cpu_run_counts(tmp_path: Path) -> None:
     assert [d.id for d in table.devices] == [0, 1]
 
 
+@pytest.mark.slow
 def test_parser_does_not_import_tensorflow(cpu_logdir: Path) -> None:
-    code = (
-        "import sys; from pathlib import Path; from detprof.traces.parsers.tf_xplane import load_xplane; "
-        f"assert load_xplane(Path({str(cpu_logdir)!r})).kernel_count > 0; "
-        "print(sorted(m for m in sys.modules if m == 'tensorflow' or m.startswith('tensorflow.')))"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    done = run_script("without_tensorflow.py", "load_xplane", cpu_logdir)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "[]"
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    [kernel_count] = report["result"]
+    assert kernel_count > 0
+    assert report["tensorflow_modules"] == []
 
 
 # ---- bad input: one clear InputError naming the path -------------------------------

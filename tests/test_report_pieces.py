@@ -9,12 +9,12 @@ import pandas as pd
 import pytest
 
 from detprof import formatting
-from detprof.intervals import Overhead
+from detprof.intervals import CHEAP_OVERHEAD, Overhead
 from detprof.reports.attribution import attribute
 from detprof.reports.conditions import ClockRow, by_mode, ci_warning, clock_rows, throttle_warnings
 from detprof.reports.markdown import md
 from detprof.reports.reference import PUBLISHED, published_gpu, reference_rows
-from detprof.reports.tradeoff import CHEAP_OVERHEAD, NOISY_CHURN, Cost, Noise, noise_of, pair, quadrant, reading
+from detprof.reports.tradeoff import NOISY_CHURN, Cost, Noise, noise_of, pair, quadrant, reading
 from detprof.traces.kernel_table import SUMMARY_DTYPES, KernelTable, conform
 from detprof.traces.kernel_tables import diff
 

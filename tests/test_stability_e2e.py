@@ -12,13 +12,13 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from script_runner import run_script
 from sklearn.metrics import accuracy_score
 
 from detprof.stability import datasets
@@ -199,50 +199,9 @@ def test_bad_input_is_one_line_and_an_exit_code(tmp_path: Path, args: list[str],
     assert not (tmp_path / "r").exists()
 
 
-SNIPPET = textwrap.dedent(
-    """
-    import json, numpy as np
-    from detprof import determinism
-    determinism.apply(determinism.DeterminismSettings("deterministic"))
-    import keras
-    from detprof.stability import training
-
-    inputs = keras.Input((16,))
-    hidden = keras.layers.Dropout(0.5, name="drop")(inputs)
-    model = keras.Model(inputs, keras.layers.Dense(3, name="logits")(hidden))
-    x = np.ones((4, 16), np.float32)
-
-    def mask(seed):
-        training.seed_stochastic_layers(model, seed)
-        return model.get_layer("drop")(x, training=True).numpy() != 0
-
-    out = {
-        "seeded": training.seed_stochastic_layers(model, 1),
-        "same_seed_same_mask": bool((mask(1) == mask(1)).all()),
-        "other_seed_other_mask": bool((mask(1) != mask(2)).any()),
-    }
-    before = [w.numpy().copy() for w in model.trainable_variables]
-    flip = training.flip_one_weight(model, 5)
-    after = [w.numpy() for w in model.trainable_variables]
-    changed = [(b != a) for b, a in zip(before, after)]
-    out["changed_elements"] = int(sum(c.sum() for c in changed))
-    k = next(i for i, c in enumerate(changed) if c.any())
-    old, new = before[k][changed[k]][0], after[k][changed[k]][0]
-    out["one_ulp"] = bool(new in (np.nextafter(old, np.float32(np.inf)), np.nextafter(old, np.float32(-np.inf))))
-    out["flip"] = flip
-    out["variable"] = model.trainable_variables[k].path
-
-    app = keras.applications.MobileNet(weights=None, input_shape=(32, 32, 1), classes=10)
-    out["app_softmax"] = training.ends_in_softmax(app)
-    out["app_features"] = training.penultimate_output(app).shape[-1]
-    print(json.dumps(out))
-    """
-)
-
-
 @pytest.mark.slow
 def test_dropout_seeding_bitflip_and_keras_application_heads(tmp_path: Path) -> None:
-    result = subprocess.run([sys.executable, "-c", SNIPPET], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    result = run_script("dropout_bitflip_heads.py", cwd=ROOT, timeout=300)
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout.strip().splitlines()[-1])
     assert out["seeded"] == ["drop"]

@@ -16,8 +16,8 @@ from detprof.store import ResultsStore, find_studies, json_safe
 def test_records_round_trip_and_resume_rules(tmp_path) -> None:
     store = ResultsStore(tmp_path, "sweep")
     store.open({"steps": 5}, "detprof sweep", resume=False)
-    store.write_record({"run_id": "a", "status": "ok"})
-    store.write_record({"run_id": "b", "status": "failed"})
+    for run_id, status in (("a", "ok"), ("b", "failed")):
+        store.write_record({"run_id": run_id, "model": "m", "mode": "default", "repeat": 0, "status": status})
     assert store.is_done("a") and not store.is_done("b") and not store.is_done("c")
     assert [r["run_id"] for r in store.records()] == ["a", "b"]
     assert not list((store.dir / "runs").glob("*.tmp"))
@@ -106,3 +106,11 @@ def test_json_safe_turns_every_undefined_number_into_null() -> None:
     assert type(safe["numpy"][1]) is int
     assert json.loads(json.dumps(safe, allow_nan=False)) == safe
     assert json_safe(frame.to_dict("records")[0]) == {"n": 1, "x": None}
+
+
+def test_a_record_without_the_fields_readers_need_is_input_error(tmp_path) -> None:
+    store = ResultsStore(tmp_path, "sweep")
+    store.open({"steps": 5}, "detprof sweep", resume=False)
+    store.write_record({"run_id": "a", "mode": "default", "repeat": 0, "status": "ok"})
+    with pytest.raises(InputError, match=r"a\.json: run record a has no valid 'model'"):
+        list(store.records())

@@ -14,7 +14,7 @@ from detprof.sweep.plan import SweepConfig, plan_runs
 
 def test_modes_are_interleaved_repeat_by_repeat() -> None:
     plan = plan_runs(SweepConfig(models=("smallcnn", "resnet18"), repeats=2))
-    assert [(r.model, r.mode, r.repeat) for r in plan] == [
+    assert [(r.fields["model"], r.mode, r.repeat) for r in plan] == [
         ("smallcnn", "deterministic", 0),
         ("smallcnn", "default", 0),
         ("resnet18", "deterministic", 0),

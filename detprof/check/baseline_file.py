@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Any
 
 from detprof.check.regression import ModelSample, SweepSamples, baseline_models, samples_from_records
 from detprof.errors import InputError
+from detprof.records import finite_number
 from detprof.store import ResultsStore, atomic_write_bytes, config_hash, find_studies
 
 SCHEMA_VERSION = 1
@@ -80,8 +80,6 @@ def read_sweep(path: Path) -> SweepResults:
     store: ResultsStore = stores[0]
     manifest = store.manifest()
     records = list(store.records())
-    for index, record in enumerate(records):
-        _check_record(record, store.dir / "runs", index)
     if not records:
         raise InputError(f"{path}: the sweep has no run records yet")
     repeats = (manifest.get("config") or {}).get("repeats")
@@ -91,20 +89,6 @@ def read_sweep(path: Path) -> SweepResults:
             "rerun it with --repeats 3 or more (3-10 recommended)"
         )
     return SweepResults(Path(path), manifest, records)
-
-
-def _check_record(record: Any, where: Path, index: int) -> None:
-    """The fields the check relies on; anything else in a record is optional to it."""
-    if not isinstance(record, dict):
-        raise InputError(f"{where}: run record #{index + 1} is not a JSON object")
-    name = record.get("run_id", f"#{index + 1}")
-    for key, kind in (("model", str), ("mode", str), ("repeat", int), ("status", str)):
-        if not isinstance(record.get(key), kind) or isinstance(record.get(key), bool):
-            raise InputError(f"{where}: run record {name} has no valid {key!r}")
-    for key in ("wall_ns_per_step", "kernel_ns_per_step"):
-        value = record.get(key)
-        if value is not None and not _finite_number(value):
-            raise InputError(f"{where}: run record {name} has a non-numeric {key!r}: {value!r}")
 
 
 def measurement_config_hash(config: Mapping[str, Any]) -> str:
@@ -330,9 +314,5 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _finite_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def _numbers(value: Any) -> bool:
-    return isinstance(value, list) and all(_finite_number(v) for v in value)
+    return isinstance(value, list) and all(finite_number(v) for v in value)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from detprof.errors import INPUT_EXIT, InputError, UsageError
+from detprof.profiler.options import CHECK_RUN, ModelsOption, RunOptions, with_run_options
 from detprof.store import atomic_write_bytes
 
 if TYPE_CHECKING:
@@ -64,7 +65,9 @@ def baseline(
         typer.echo(f"  {model}: not supported under determinism, recorded as such ({reason})")
 
 
+@with_run_options(*CHECK_RUN)
 def check(
+    options: RunOptions,
     baseline_file: Annotated[
         Path | None, typer.Option("--baseline", help="Baseline file written by detprof baseline.")
     ] = None,
@@ -93,18 +96,7 @@ def check(
     out: Annotated[
         Path | None, typer.Option(help="--run: results directory (default results/check-<UTC time>).")
     ] = None,
-    models: Annotated[str | None, typer.Option(help="--run: comma-separated models.")] = None,
-    repeats: Annotated[int | None, typer.Option(help="--run: repeats per model and mode (3-10).")] = None,
-    steps: Annotated[int | None, typer.Option(help="--run: measured steps per run.")] = None,
-    warmup: Annotated[int | None, typer.Option(help="--run: warm-up steps.")] = None,
-    batch_size: Annotated[int | None, typer.Option(help="--run: batch size.")] = None,
-    input_size: Annotated[int | None, typer.Option(help="--run: square input size in pixels.")] = None,
-    tracer: Annotated[str | None, typer.Option(help="--run: auto | nsys | nvprof | tf | none.")] = None,
-    gpu: Annotated[str | None, typer.Option(help="--run: GPU label, checked against the device.")] = None,
-    force: Annotated[bool, typer.Option(help="--run: accept a --gpu label unlike the device.")] = False,
-    xla: Annotated[bool | None, typer.Option("--xla/--no-xla", help="--run: XLA in both modes.")] = None,
-    seed: Annotated[int | None, typer.Option(help="--run: seed set in both modes.")] = None,
-    run_timeout: Annotated[float | None, typer.Option(help="--run: seconds before a run is stopped.")] = None,
+    models: ModelsOption = None,
 ) -> None:
     """Compare each model's determinism overhead with the baseline's (help: CHECK_HELP)."""
     from detprof.check.baseline_file import check_environment, fingerprint, read_baseline, read_sweep
@@ -114,22 +106,9 @@ def check(
         raise UsageError("detprof check needs --baseline FILE (written by detprof baseline)")
     if (current is None) == (not run):
         raise UsageError("give exactly one of --current RESULTS_DIR or --run")
-    sweep_options = {
-        "out": out,
-        "models": models,
-        "repeats": repeats,
-        "steps": steps,
-        "warmup": warmup,
-        "batch_size": batch_size,
-        "input_size": input_size,
-        "tracer": tracer,
-        "gpu": gpu,
-        "xla": xla,
-        "seed": seed,
-        "run_timeout": run_timeout,
-    }
-    if not run and (force or any(v is not None for v in sweep_options.values())):
-        used = sorted(k.replace("_", "-") for k, v in sweep_options.items() if v is not None) or ["force"]
+    given = {"out": out, "models": models} | {n: getattr(options, n) for n in CHECK_RUN if n != "force"}
+    if not run and (options.force or any(v is not None for v in given.values())):
+        used = sorted(k.replace("_", "-") for k, v in given.items() if v is not None) or ["force"]
         raise UsageError(f"--{', --'.join(used)} only apply with --run")
     if not threshold > 0:
         raise UsageError(f"--threshold must be a positive fraction (0.10 = 10%), not {threshold}")
@@ -137,7 +116,7 @@ def check(
         raise UsageError(f"--confidence must lie between 0.5 and 1 (exclusive), not {confidence}")
 
     reference = read_baseline(baseline_file)
-    results_dir = current if current is not None else _run_sweep(reference, sweep_options, force=force)
+    results_dir = current if current is not None else _run_sweep(reference, options, models, out)
     sweep = read_sweep(results_dir)
     env = check_environment(reference.fingerprint, fingerprint(sweep.config, sweep.records), allow=allow_env_change)
     title = f"detprof check: {baseline_file} vs {results_dir}"
@@ -245,35 +224,23 @@ def _write(path: Path, data: bytes) -> None:
         raise InputError(f"{path}: cannot write ({exc.strerror or exc})") from exc
 
 
-def _run_sweep(reference: Baseline, options: dict[str, Any], *, force: bool) -> Path:
-    """Run ``detprof sweep`` with the baseline's configuration, options overriding it; returns --out."""
+def _run_sweep(reference: Baseline, given: RunOptions, models: str | None, out: Path | None) -> Path:
+    """The sweep with the baseline's configuration, the options given overriding it; returns its results folder."""
+    import dataclasses
     import datetime as dt
 
-    from detprof.sweep.command import sweep
+    from detprof.sweep.command import run_sweep
+    from detprof.sweep.plan import SweepRequest, split_models
 
     config = reference.config
-
-    def pick(key: str, config_key: str | None = None) -> Any:
-        value = options[key]
-        return value if value is not None else config.get(config_key or key)
-
+    baseline = {"gpu": config.get("gpu_label")} | {n: config.get(n) for n in CHECK_RUN if n not in ("gpu", "force")}
+    overrides = {n: getattr(given, n) for n in baseline if getattr(given, n) is not None}
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-    out = options["out"] or Path("results") / f"check-{stamp}"
-    sweep(
-        models=options["models"] or ",".join(config.get("models") or []) or None,
+    options = dataclasses.replace(
+        given,
+        **(baseline | overrides),
         preset=config.get("preset"),
-        gpu=pick("gpu", "gpu_label"),
-        force=force,
-        tracer=pick("tracer") or "auto",
-        steps=pick("steps"),
-        warmup=pick("warmup"),
-        repeats=pick("repeats"),
-        batch_size=pick("batch_size"),
-        input_size=pick("input_size"),
-        xla=bool(pick("xla")),
-        seed=int(pick("seed") or 0),
-        out=out,
+        out=out or Path("results") / f"check-{stamp}",
         resume=False,
-        run_timeout=options["run_timeout"],
     )
-    return out
+    return run_sweep(SweepRequest(split_models(models) or tuple(config.get("models") or ()) or None, options))

@@ -27,20 +27,14 @@ none of TensorFlow's start-up chatter.
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import subprocess
-import sys
-import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from detprof.errors import USAGE_EXIT, InputError, UsageError, first_line, last_line
-from detprof.store import atomic_write_json
+from detprof.errors import UsageError, first_line
+from detprof.profiler.launcher import call_in_worker
 
 if TYPE_CHECKING:
     import keras
@@ -204,27 +198,20 @@ def _layers(model: keras.Model, kind: str) -> list[Any]:
     return [layer for layer in model.layers if isinstance(layer, getattr(keras.layers, kind))]
 
 
-def _conv_cases(models: _Models, op: str, model_name: str, batch: int) -> list[OpCase]:
+def _window_cases(models: _Models, op: str, model_name: str, batch: int, *, depthwise: bool) -> list[OpCase]:
+    """One case per convolution layer of ``model_name``; backward-data skips the layer that reads the data."""
     model = models.get(model_name)
     cases = []
-    for layer in _layers(model, "Conv2D"):
-        if op == "conv2d_backward_data" and _reads_input(layer, model):
+    for layer in _layers(model, "DepthwiseConv2D" if depthwise else "Conv2D"):
+        if op.endswith("backward_data") and _reads_input(layer, model):
             continue
-        params = _window(layer, batch, "filters")
-        cases.append(OpCase(op, model_name, (layer.name,), params, _multiply_adds(params, depthwise=False)))
+        params = _window(layer, batch, "depth_multiplier" if depthwise else "filters")
+        cases.append(OpCase(op, model_name, (layer.name,), params, _multiply_adds(params, depthwise=depthwise)))
     return cases
 
 
 def _depthwise_cases(models: _Models, op: str, batch: int) -> list[OpCase]:
-    cases = []
-    for model_name in DEPTHWISE_MODELS:
-        model = models.get(model_name)
-        for layer in _layers(model, "DepthwiseConv2D"):
-            if op == "depthwise_conv_backward_data" and _reads_input(layer, model):
-                continue
-            params = _window(layer, batch, "depth_multiplier")
-            cases.append(OpCase(op, model_name, (layer.name,), params, _multiply_adds(params, depthwise=True)))
-    return cases
+    return [case for name in DEPTHWISE_MODELS for case in _window_cases(models, op, name, batch, depthwise=True)]
 
 
 def _pool_cases(models: _Models, op: str, batch: int) -> list[OpCase]:
@@ -334,7 +321,7 @@ def derive_cases(
     for op in ops:
         if op in CONV_OPS:
             for k in kernel_sizes:
-                cases.extend(_conv_cases(models, op, f"mediumcnn_k{k}", batch_size))
+                cases.extend(_window_cases(models, op, f"mediumcnn_k{k}", batch_size, depthwise=False))
         else:
             cases.extend(_OTHER_DERIVERS[op](models, op, batch_size))
     cases = _merge_same_shapes(cases)
@@ -343,48 +330,14 @@ def derive_cases(
     return cases
 
 
-def derive_in_subprocess(
-    ops: Iterable[str],
-    kernel_sizes: Iterable[int],
-    batch_size: int,
-    input_size: int | None,
-    max_shapes: int | None = None,
-) -> list[OpCase]:
-    """``derive_cases`` in a fresh process that sees no GPU; its errors come back as they were."""
-    request = {
-        "ops": list(ops),
-        "kernel_sizes": list(kernel_sizes),
-        "batch_size": batch_size,
-        "input_size": input_size,
-        "max_shapes": max_shapes,
-    }
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "3"}
-    with tempfile.TemporaryDirectory(prefix="detprof-cases-") as tmp:
-        answer = Path(tmp) / "cases.json"
-        proc = subprocess.run(
-            [sys.executable, "-m", "detprof.kernels_bench.cases", json.dumps(request), str(answer)],
-            capture_output=True,
-            text=True,
-            env=env,
-        )
-        if proc.returncode == USAGE_EXIT and answer.is_file():
-            raise UsageError(json.loads(answer.read_text())["error"])
-        if proc.returncode != 0 or not answer.is_file():
-            last = last_line(proc.stderr) or f"exit code {proc.returncode}"
-            raise InputError(f"deriving the op shapes from the registry models failed: {last}")
-        return [OpCase.from_dict(d) for d in json.loads(answer.read_text())["cases"]]
+def case_dicts(**request: Any) -> list[dict[str, Any]]:
+    """``derive_cases`` as JSON-ready dicts: what the worker process answers ``derive_in_subprocess`` with."""
+    return [case.as_dict() for case in derive_cases(**request)]
 
 
-def main(argv: list[str]) -> int:
-    request, answer = json.loads(argv[0]), Path(argv[1])
-    try:
-        cases = derive_cases(**request)
-    except UsageError as exc:
-        atomic_write_json(answer, {"error": str(exc)})
-        return USAGE_EXIT
-    atomic_write_json(answer, {"cases": [case.as_dict() for case in cases]})
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+def derive_in_subprocess(**request: Any) -> list[OpCase]:
+    """``derive_cases(**request)`` in a fresh worker process that sees no GPU; its errors come back as they were."""
+    answer = call_in_worker(
+        "detprof.kernels_bench.cases:case_dicts", request, "deriving the op shapes from the registry models"
+    )
+    return [OpCase.from_dict(d) for d in answer]

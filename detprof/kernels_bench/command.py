@@ -19,30 +19,15 @@ from rich.table import Table
 from detprof.errors import UsageError
 from detprof.formatting import duration_ns, ratio
 from detprof.invocation import command_line
-from detprof.kernels_bench.bench import PRESETS, KernelsConfig, run_bench, select_ops
+from detprof.kernels_bench.bench import KernelsConfig, plan_runs, select_ops
 from detprof.kernels_bench.cases import SUITES, derive_in_subprocess
-from detprof.profiler.measured_study import (
-    BatchSizeOption,
-    ForceOption,
-    GpuOption,
-    InputSizeOption,
-    OutOption,
-    PresetOption,
-    RepeatsOption,
-    ResumeOption,
-    RunTimeoutOption,
-    SeedOption,
-    StepsOption,
-    TracerOption,
-    WarmupOption,
-    XlaOption,
-    choose_target,
-    default_results_dir,
-    progress_bar,
-)
+from detprof.kernels_bench.presets import PRESETS
+from detprof.profiler.options import MEASURED_STUDY, RunOptions, with_run_options
+from detprof.profiler.study import choose_target, default_results_dir, measure, preset_values
 from detprof.store import ResultsStore
 
 if TYPE_CHECKING:
+    from detprof.intervals import Metric
     from detprof.kernels_bench.summary import CaseSummary
 
 HELP = "Measure what determinism costs op by op (convolutions, pooling, scatters, ...)."
@@ -79,7 +64,9 @@ def _names(sign: str, names: list[str]) -> list[str]:
     return shown
 
 
+@with_run_options(*MEASURED_STUDY)
 def kernels(
+    options: RunOptions,
     suite: Annotated[str | None, typer.Option(help="conv | ops | all (default: all).")] = None,
     ops: Annotated[
         str | None, typer.Option(help=f"Comma-separated ops of the suite: {', '.join(SUITES['all'])}.")
@@ -87,70 +74,64 @@ def kernels(
     kernel_sizes: Annotated[
         str | None, typer.Option(help="Conv suite: mediumcnn kernel sizes, positive odd integers (paper: 1,3,5,7).")
     ] = None,
-    preset: PresetOption = None,
-    gpu: GpuOption = None,
-    force: ForceOption = False,
-    tracer: TracerOption = "auto",
-    steps: StepsOption = None,
-    warmup: WarmupOption = None,
-    repeats: RepeatsOption = None,
-    batch_size: BatchSizeOption = None,
-    input_size: InputSizeOption = None,
     max_shapes: Annotated[
         int | None,
         typer.Option(help="Per op (and kernel size), keep the N shapes with the most work; 0 keeps all."),
     ] = None,
-    xla: XlaOption = False,
-    seed: SeedOption = 0,
-    out: OutOption = None,
-    resume: ResumeOption = False,
-    run_timeout: RunTimeoutOption = None,
 ) -> None:
     """Run each op at each model layer's shape in default and deterministic mode; report what changes."""
-    target = choose_target(gpu, force, tracer, preset, list(PRESETS))
-    device, chosen_tracer, preset_name = target.device, target.tracer, target.preset
-    preset_values = PRESETS[preset_name]
+    target = choose_target(options.gpu, options.force, options.tracer, options.preset, list(PRESETS))
+    preset = PRESETS[target.preset]
     named = _split("--ops", ops)
-    selected = select_ops(suite or preset_values["suite"], named or preset_values["ops"], strict=named is not None)
-    values = {k: v for k, v in preset_values.items() if k not in ("suite", "ops")}
-    explicit: dict[str, Any] = {
+    selected = select_ops(suite or preset["suite"], named or preset["ops"], strict=named is not None)
+    given: dict[str, Any] = {
         "kernel_sizes": parse_kernel_sizes(kernel_sizes),
-        "steps": steps,
-        "warmup": warmup,
-        "repeats": repeats,
-        "batch_size": batch_size,
-        "input_size": input_size,
+        "steps": options.steps,
+        "warmup": options.warmup,
+        "repeats": options.repeats,
+        "batch_size": options.batch_size,
+        "input_size": options.input_size,
     }
-    values.update({k: v for k, v in explicit.items() if v is not None})
+    values = {k: v for k, v in preset_values(preset, given).items() if k not in ("suite", "ops")}
     if max_shapes is not None:
         if max_shapes < 0:
             raise UsageError(f"--max-shapes must be at least 0, not {max_shapes}")
         values["max_shapes"] = max_shapes or None
-    config = KernelsConfig(
-        ops=selected,
-        **values,
-        tracer=chosen_tracer.name,
-        xla=xla,
-        gpu_label=device.label,
-        seed=seed,
-        preset=preset_name,
-        run_timeout_s=run_timeout,
-    )
+    config = KernelsConfig(ops=selected, **values, **target.settings(options))
     cases = derive_in_subprocess(
-        config.ops, config.kernel_sizes, config.batch_size, config.input_size, config.max_shapes
+        ops=list(config.ops),
+        kernel_sizes=list(config.kernel_sizes),
+        batch_size=config.batch_size,
+        input_size=config.input_size,
+        max_shapes=config.max_shapes,
     )
-    out = out or default_results_dir(device)
-    store = ResultsStore(out, "kernels")
-    console = Console(stderr=True)
-    total = len(cases) * 2 * config.repeats
-    console.print(
-        f"detprof kernels: {len(cases)} case{'' if len(cases) == 1 else 's'} x 2 modes x {config.repeats} repeats on "
-        f"{escape(device.label)} with tracer {chosen_tracer.name}, results in {escape(str(out))}"
+    out = options.out or default_results_dir(target.device)
+    store = measure(
+        "kernels",
+        plan_runs(cases, config.repeats, config.batch_size),
+        config,
+        config.manifest(cases),
+        target,
+        out,
+        what=f"{len(cases)} case{'' if len(cases) == 1 else 's'}",
+        resume=options.resume,
+        command=command_line(),
+        console=Console(stderr=True),
     )
-    with progress_bar(console, total, store.dir) as progress:
-        run_bench(config, cases, store, chosen_tracer, device, resume=resume, command=command_line(), progress=progress)
     print_summary(store)
-    console.print(f"results: {escape(str(store.dir))}")
+    Console(stderr=True).print(f"results: {escape(str(store.dir))}")
+
+
+def _cells(name: str, row: CaseSummary, metric: Metric) -> list[str]:
+    """The op, its time in each mode, its ratio in ``metric`` and in wall time."""
+    overhead = getattr(row.overhead, metric)
+    return [
+        name,
+        duration_ns(row.default_ns),
+        duration_ns(row.deterministic_ns),
+        ratio(overhead),
+        ratio(row.overhead.wall),
+    ]
 
 
 def _failures(summary: CaseSummary) -> str:
@@ -172,27 +153,12 @@ def print_summary(store: ResultsStore) -> None:
     for row in result.cases:
         where = f"{row.model}.{row.layers[0]}" + (f" (+{len(row.layers) - 1} more)" if len(row.layers) > 1 else "")
         changed = _names("+", row.added) + _names("-", row.removed) if traced else ["n/a (no kernels traced)"]
-        table.add_row(
-            f"{row.op}\n{escape(row.shape)}\n[dim]{escape(where)}[/]",
-            duration_ns(row.default_ns),
-            duration_ns(row.deterministic_ns),
-            ratio(getattr(row.overhead, result.metric)),
-            ratio(row.overhead.wall),
-            "\n".join(changed) or "-",
-            _failures(row),
-        )
+        name = f"{row.op}\n{escape(row.shape)}\n[dim]{escape(where)}[/]"
+        table.add_row(*_cells(name, row, result.metric), "\n".join(changed) or "-", _failures(row))
     if result.totals:
         table.add_section()
     for row in result.totals:
-        table.add_row(
-            f"{row.op}\n{escape(row.shape)}",
-            duration_ns(row.default_ns),
-            duration_ns(row.deterministic_ns),
-            ratio(getattr(row.overhead, result.metric)),
-            ratio(row.overhead.wall),
-            "-",
-            "-",
-        )
+        table.add_row(*_cells(f"{row.op}\n{escape(row.shape)}", row, result.metric), "-", "-")
     console = Console()
     if not console.is_terminal:
         console = Console(width=TABLE_WIDTH_UNBOUNDED)

@@ -14,7 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from detprof.intervals import METRIC_FIELDS, Metric
+from detprof.errors import InputError
+from detprof.intervals import METRIC_FIELDS, Metric, headline_metric
 from detprof.kernels_bench.cases import CONV_OPS
 from detprof.profiler.overhead import ModelOverhead, model_overheads
 from detprof.profiler.study_results import per_step_table
@@ -45,8 +46,7 @@ class BenchSummary:
 
 def _metric(records: list[dict[str, Any]]) -> Metric:
     """Kernel time where a tracer recorded kernels; wall time for ``--tracer none``."""
-    traced = any(r.get("kernel_ns_per_step") is not None for r in records if r.get("status") == "ok")
-    return "kernel" if traced else "wall"
+    return headline_metric(any(r.get("kernel_ns_per_step") is not None for r in records if r.get("status") == "ok"))
 
 
 def _mean_per_mode(records: list[dict[str, Any]], metric: Metric) -> dict[str, float | None]:
@@ -121,9 +121,20 @@ def _sum(records: list[dict[str, Any]], name: str) -> float | None:
     return None if any(v is None for v in values) else float(sum(values))
 
 
+CASE_FIELDS = frozenset({"case", "op", "model", "shape", "layers"})
+
+
+def _manifest_cases(store: ResultsStore) -> list[dict[str, Any]]:
+    """The bench's cases as its manifest lists them; a manifest without them is unusable input."""
+    cases = store.manifest()["config"].get("cases")
+    if not isinstance(cases, list) or not all(isinstance(c, dict) and c.keys() >= CASE_FIELDS for c in cases):
+        raise InputError(f"{store.manifest_path}: not a detprof kernels manifest: its config has no valid 'cases'")
+    return cases
+
+
 def summarize(store: ResultsStore) -> BenchSummary:
     records = list(store.records())
-    cases = store.manifest()["config"]["cases"]
+    cases = _manifest_cases(store)
     metric = _metric(records)
     overheads = model_overheads(records, key="case")
     summaries = []

@@ -47,11 +47,10 @@ def models(
 ) -> None:
     """List the models detprof can profile: name, family, parameters, default input shape."""
     from detprof.determinism import quiet_tensorflow
-
-    quiet_tensorflow()
-    import keras
-
     from detprof.models import registry
+
+    with quiet_tensorflow():
+        import keras
 
     specs = registry.all_models() if all_models else registry.PAPER_MODELS
     console = Console(stderr=True)

@@ -81,7 +81,15 @@ PAPER_MODELS: dict[str, ModelSpec] = _paper_specs()
 
 
 def _other_keras_applications() -> dict[str, ModelSpec]:
-    import keras
+    """Every Keras application not in the paper's list.
+
+    Reached in detprof's own process when ``--model`` is not one of ours (sweep, kernels and
+    stability validate names before starting workers), hence the quiet import.
+    """
+    from detprof.determinism import quiet_tensorflow
+
+    with quiet_tensorflow():
+        import keras
 
     found = {}
     for attr in dir(keras.applications):

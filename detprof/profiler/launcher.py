@@ -1,9 +1,12 @@
-"""Launch one measured worker process under a tracer and turn what it leaves into a record.
+"""Launch worker processes: one measured run under a tracer, or one call that needs TensorFlow.
 
 Shared by the sweep (whole models) and kernels_bench (single ops): both need a fresh
 process per run, the tracer wrapped around it, GPU telemetry sampled meanwhile, the trace
 parsed into a KernelTable, and a record written atomically whatever happened. The parent
-never imports TensorFlow for this.
+never imports TensorFlow: what needs it (a workload, deriving op shapes from Keras models)
+runs in ``python -m detprof.profiler.worker``, which reads a JSON spec and writes a JSON
+result. The spec names its entry point (``module:function``), so the package that owns a
+workload names it, and the worker depends on none of them.
 """
 
 from __future__ import annotations
@@ -17,17 +20,18 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from detprof.determinism import Mode
-from detprof.errors import DetprofError, last_line
+from detprof.errors import USAGE_EXIT, DetprofError, InputError, UsageError, last_line
 from detprof.profiler.devices import DeviceChoice
 from detprof.profiler.telemetry import NoTelemetry, TelemetrySampler
 from detprof.profiler.tracers import Tracer
-from detprof.store import ResultsStore
+from detprof.records import MeasuredRun, measured_run
+from detprof.store import ResultsStore, atomic_write_json
 from detprof.traces.step_split import kernel_ns_by_step
 
 
@@ -41,6 +45,45 @@ class WorkerRun:
     xla: bool
     steps: int
     warmup: int
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What a measured worker runs: ``entry`` (``module:function``) builds the step from ``spec``."""
+
+    entry: str
+    spec: dict[str, Any] = field(default_factory=dict)
+
+
+def worker_command(spec_path: Path, result_path: Path) -> list[str]:
+    return [sys.executable, "-m", "detprof.profiler.worker", str(spec_path), str(result_path)]
+
+
+def call_in_worker(entry: str, request: Mapping[str, Any], what: str, *, hide_gpus: bool = True) -> Any:
+    """``entry(request)`` in a fresh worker process that sees no GPU; its answer, or its error as it was.
+
+    For work that needs TensorFlow but measures nothing (building Keras models to read shapes
+    off them): the parent stays free of TensorFlow's memory and start-up chatter. A
+    ``UsageError`` raised there is the same one-line ``UsageError`` here; any other failure
+    is an ``InputError`` saying what could not be done.
+    """
+    import tempfile
+
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    if hide_gpus:
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    with tempfile.TemporaryDirectory(prefix="detprof-call-") as tmp:
+        spec_path, result_path = Path(tmp) / "spec.json", Path(tmp) / "result.json"
+        atomic_write_json(spec_path, {"call": entry, "request": dict(request)})
+        proc = subprocess.run(
+            worker_command(spec_path, result_path), capture_output=True, text=True, env=env, check=False
+        )
+        answer = json.loads(result_path.read_text()) if result_path.is_file() else None
+    if proc.returncode == USAGE_EXIT and answer is not None:
+        raise UsageError(answer["error"])
+    if proc.returncode != 0 or answer is None:
+        raise InputError(f"{what} failed: {last_line(proc.stderr) or f'exit code {proc.returncode}'}")
+    return answer["answer"]
 
 
 def _now() -> str:
@@ -70,15 +113,16 @@ class WorkerLauncher:
             env["CUDA_VISIBLE_DEVICES"] = ""
         return env
 
-    def run(self, run: WorkerRun, payload: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
-        """Run one worker: ``payload`` is the workload's part of the spec, ``fields`` join the record."""
+    def run(self, run: WorkerRun, workload: Workload, fields: Mapping[str, Any]) -> MeasuredRun:
+        """Run one worker: ``workload`` says what it measures, ``fields`` identify the run in its record."""
         work = self.store.dir / "work"
         work.mkdir(parents=True, exist_ok=True)
         trace_base = self.store.dir / "traces" / run.run_id
         trace_base.parent.mkdir(parents=True, exist_ok=True)
         trace_path = self.tracer.trace_path(trace_base)
         spec = {
-            **payload,
+            **workload.spec,
+            "workload": workload.entry,
             "run_id": run.run_id,
             "mode": run.mode,
             "seed": run.seed,
@@ -91,10 +135,9 @@ class WorkerLauncher:
         }
         spec_path = work / f"{run.run_id}.spec.json"
         result_path = work / f"{run.run_id}.result.json"
-        spec_path.write_text(json.dumps(spec))
+        atomic_write_json(spec_path, spec)
         result_path.unlink(missing_ok=True)
-        worker = [sys.executable, "-m", "detprof.profiler.worker", str(spec_path), str(result_path)]
-        command = self.tracer.command(worker, trace_base)
+        command = self.tracer.command(worker_command(spec_path, result_path), trace_base)
         log_path = self.store.dir / "logs" / f"{run.run_id}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         started, t0 = _now(), time.monotonic()
@@ -103,35 +146,27 @@ class WorkerLauncher:
                 command, env=self.worker_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
             outcome = _wait(proc, self.timeout_s)
-        record: dict[str, Any] = {
-            "run_id": run.run_id,
-            "mode": run.mode,
-            **fields,
-            "steps": run.steps,
-            "warmup": run.warmup,
-            "tracer": self.tracer.name,
-            "device": self.device.as_record(),
-            "command": shlex.join(command),
-            "log": str(log_path.relative_to(self.store.dir)),
-            "started_at": started,
-            "finished_at": _now(),
-            "duration_s": round(time.monotonic() - t0, 3),
-            "step_wall_ns": None,
-            "wall_ns_per_step": None,
-            "kernel_ns_per_step": None,
-            "kernel_count": None,
-            "kernel_table": None,
-            "kernel_table_kind": None,
-            "step_kernel_ns": None,
-            "trace_file": None,
-        }
-        record.update(self._worker_result(result_path, outcome, log_path))
-        window = record.pop("measured_window_monotonic", None)
-        record["telemetry"] = sampler.result(window=tuple(window) if window else None)
-        if record["status"] == "ok":
-            record["wall_ns_per_step"] = sum(record["step_wall_ns"]) / len(record["step_wall_ns"])
-            if trace_path is not None:
-                self._attach_kernels(record, trace_path, run.steps)
+        finished, duration = _now(), round(time.monotonic() - t0, 3)
+        result = self._worker_result(result_path, outcome, log_path)
+        window = result.pop("measured_window_monotonic", None)
+        kernels = self._kernels(run.run_id, trace_path, run.steps) if result["status"] == "ok" else {}
+        if "failure" in kernels:
+            result.update(status="failed", reason=kernels.pop("failure"))
+        record = measured_run(
+            run_id=run.run_id,
+            mode=run.mode,
+            steps=run.steps,
+            warmup=run.warmup,
+            tracer=self.tracer.name,
+            device=self.device.as_record(),
+            command=shlex.join(command),
+            log=str(log_path.relative_to(self.store.dir)),
+            started_at=started,
+            finished_at=finished,
+            duration_s=duration,
+            telemetry=sampler.result(window=tuple(window) if window else None),
+            **(dict(fields) | result | kernels),
+        )
         self.store.write_record(record)
         spec_path.unlink(missing_ok=True)
         result_path.unlink(missing_ok=True)
@@ -147,24 +182,27 @@ class WorkerLauncher:
             }
         return json.loads(result_path.read_text())
 
-    def _attach_kernels(self, record: dict[str, Any], trace_path: Path, steps: int) -> None:
+    def _kernels(self, run_id: str, trace_path: Path | None, steps: int) -> dict[str, Any]:
+        """The record's kernel fields from the trace; ``{"failure": reason}`` when it is unusable."""
+        if trace_path is None:
+            return {}
         from detprof.traces.parsers import load_trace
 
-        record["trace_file"] = str(trace_path.relative_to(self.store.dir))
+        found: dict[str, Any] = {"trace_file": str(trace_path.relative_to(self.store.dir))}
         try:
             table = load_trace(trace_path)
         except DetprofError as exc:
-            record.update(status="failed", reason=f"trace unusable: {exc}")
-            return
+            return found | {"failure": f"trace unusable: {exc}"}
         if table.kernel_count == 0:
-            record.update(status="failed", reason="the measured window holds no kernels")
-            return
+            return found | {"failure": "the measured window holds no kernels"}
         frame = table.summary if table.is_summary else table.kernels
-        record["kernel_table"] = self.store.write_table(record["run_id"], frame)
-        record["kernel_table_kind"] = "summary" if table.is_summary else "launches"
-        record["kernel_count"] = table.kernel_count
-        record["kernel_ns_per_step"] = table.total_ns / steps
-        record["step_kernel_ns"] = kernel_ns_by_step(table)
+        return found | {
+            "kernel_table": self.store.write_table(run_id, frame),
+            "kernel_table_kind": "summary" if table.is_summary else "launches",
+            "kernel_count": table.kernel_count,
+            "kernel_ns_per_step": table.total_ns / steps,
+            "step_kernel_ns": kernel_ns_by_step(table),
+        }
 
 
 def _wait(proc: subprocess.Popen[bytes], timeout: float | None) -> str | int:

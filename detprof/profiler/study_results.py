@@ -19,7 +19,7 @@ from detprof.errors import InputError
 from detprof.profiler.overhead import ModelOverhead, model_overheads
 from detprof.store import ResultsStore
 from detprof.traces.kernel_table import SUMMARY_DTYPES, KernelTable, TraceFormat, conform
-from detprof.traces.kernel_tables import diff, kernel_stats
+from detprof.traces.kernel_tables import diff, kernel_stats, sum_per_kernel
 
 TRACE_FORMATS: dict[tuple[str, str], TraceFormat] = {
     ("nsys", "launches"): "nsys-sqlite",
@@ -91,18 +91,7 @@ def _run_table(store: ResultsStore, record: Mapping[str, Any]) -> KernelTable:
 
 def _merged_summaries(tables: Sequence[KernelTable]) -> pd.DataFrame:
     """Summary-only tables add up per kernel; a median or std over all launches cannot be recovered."""
-    merged = pd.concat([kernel_stats(t) for t in tables], ignore_index=True)
-    grouped = (
-        merged.groupby("name", sort=False)
-        .agg(
-            short_name=("short_name", "first"),
-            instances=("instances", "sum"),
-            total_ns=("total_ns", "sum"),
-            min_ns=("min_ns", "min"),
-            max_ns=("max_ns", "max"),
-        )
-        .reset_index()
-    )
+    grouped = sum_per_kernel(pd.concat([kernel_stats(t) for t in tables], ignore_index=True), keep=("short_name",))
     grouped["avg_ns"] = grouped["total_ns"] / grouped["instances"]
     return conform(grouped, SUMMARY_DTYPES)
 

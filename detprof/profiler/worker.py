@@ -1,11 +1,15 @@
-"""One measured run in its own process: ``python -m detprof.profiler.worker SPEC RESULT``.
+"""The worker process: ``python -m detprof.profiler.worker SPEC RESULT``, JSON in, JSON out.
 
-A fresh process per (workload, mode, repeat) because determinism cannot be switched off
-inside a process and cuDNN's autotune cache must not carry from one mode into the other.
-The workload is a model training on synthetic data or one kernels_bench op case on random
-inputs (content does not change kernel time). The worker excludes the warm-up steps where
-autotuning happens and traces only the measured steps. It always writes a result, also
-when the workload fails: a failure is a finding, not a crash.
+A measured run gets a fresh process per (workload, mode, repeat) because determinism
+cannot be switched off inside a process and cuDNN's autotune cache must not carry from
+one mode into the other. The spec names the workload's entry point (``module:function``,
+chosen by the package that owns it: a model training on synthetic data, one kernels_bench
+op case on random inputs). The worker excludes the warm-up steps where autotuning happens
+and traces only the measured steps. It always writes a result, also when the workload
+fails: a failure is a finding, not a crash.
+
+A spec with ``call`` instead runs one function that needs TensorFlow but measures nothing
+(``launcher.call_in_worker``), and writes its answer, or the one-line usage error it raised.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from detprof.determinism import DeterminismSettings, apply, software_versions
-from detprof.errors import first_line
+from detprof.errors import USAGE_EXIT, UsageError, first_line
 from detprof.store import atomic_write_json
 from detprof.traces.step_split import step_range_name
 
@@ -82,14 +86,9 @@ class _StepTracer:
             yield
 
 
-WORKLOADS = {
-    "model": "detprof.profiler.workloads:model_training",
-    "op": "detprof.kernels_bench.ops:op_benchmark",
-}
-
-
-def _workload(name: str) -> Callable[[dict[str, Any]], tuple[Callable[[], None], dict[str, Any]]]:
-    module, _, attr = WORKLOADS[name].partition(":")
+def entry_point(entry: str) -> Callable[..., Any]:
+    """The function ``module:function`` names."""
+    module, _, attr = entry.partition(":")
     return getattr(importlib.import_module(module), attr)
 
 
@@ -100,7 +99,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
 
     tracer = _StepTracer(spec["in_process"], spec.get("trace_path"), bool(spec.get("nvtx_steps")))
     try:
-        step, facts = _workload(spec["workload"])(spec)
+        step, facts = entry_point(spec["workload"])(spec)
         result.update(facts)
         for _ in range(spec["warmup"]):
             step()
@@ -130,9 +129,21 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+def call(spec: dict[str, Any], result_path: Path) -> int:
+    try:
+        answer = entry_point(spec["call"])(**spec["request"])
+    except UsageError as exc:
+        atomic_write_json(result_path, {"error": str(exc)})
+        return USAGE_EXIT
+    atomic_write_json(result_path, {"answer": answer})
+    return 0
+
+
 def main(argv: list[str]) -> int:
     spec_path, result_path = Path(argv[0]), Path(argv[1])
     spec = json.loads(spec_path.read_text())
+    if "call" in spec:
+        return call(spec, result_path)
     atomic_write_json(result_path, run(spec))
     return 0
 

@@ -20,9 +20,8 @@ from dataclasses import dataclass
 from statistics import fmean
 from typing import Any
 
-from detprof.intervals import Overhead
+from detprof.intervals import CHEAP_OVERHEAD, Overhead, spans
 from detprof.profiler.telemetry import CLOCK_DROP_FRACTION
-from detprof.reports.tradeoff import CHEAP_OVERHEAD
 
 WIDE_CI_RELATIVE = 0.5
 
@@ -37,7 +36,7 @@ def ci_warning(overhead: Overhead | None) -> str | None:
     interval = f"95% CI [{low:.2f}x, {high:.2f}x]"
     if (high - low) / overhead.ratio > WIDE_CI_RELATIVE:
         return f"{interval} is wider than {WIDE_CI_RELATIVE:.0%} of the estimate: too wide to conclude"
-    if low <= CHEAP_OVERHEAD < high:
+    if spans(overhead, CHEAP_OVERHEAD):
         return f"{interval} spans {CHEAP_OVERHEAD:.2f}x: cannot tell cheap from expensive"
     return None
 

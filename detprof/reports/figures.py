@@ -17,10 +17,10 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from detprof.determinism import MODES
-from detprof.intervals import Overhead
+from detprof.intervals import CHEAP_OVERHEAD, Overhead
 from detprof.reports.reference import ReferenceRow
 from detprof.reports.report_data import KernelSizePoint, StabilityStudy, SweepStudy
-from detprof.reports.tradeoff import CHEAP_OVERHEAD, NOISY_CHURN, TradeoffPoint
+from detprof.reports.tradeoff import NOISY_CHURN, TradeoffPoint
 from detprof.traces.classify import CATEGORIES
 
 TEMPLATE = "plotly_white"

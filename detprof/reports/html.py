@@ -5,132 +5,126 @@ inline, fonts are the system's, and plotly.js is written once, with the first fi
 (``--plotlyjs cdn`` swaps it for plotly's CDN script tag to keep the file small). Every
 figure after the first is a bare div and script.
 
-Everything that comes from results (kernel names above all: ``Kernel<float>&``) goes
-through ``html.escape`` on its way in: ``Safe`` marks the only strings that are markup,
-the ones this module builds itself, so escaping is the default and never forgotten.
+The markup lives in ``templates/report.html.j2`` (and its macros); this module only turns
+the ``Report`` into what the page shows: formatted numbers, table rows and figures. Jinja2
+renders with autoescape on, so everything that comes from results (kernel names above all:
+``Kernel<float>&``) is escaped by the template engine and never by us; the only markup
+handed to the templates is plotly's own output, as ``Markup``.
 """
 
 from __future__ import annotations
 
-import html
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import cache
 from typing import Any, Literal
 
 import pandas as pd
+from jinja2 import Environment, PackageLoader, StrictUndefined
+from markupsafe import Markup
 
 from detprof import formatting as f
 from detprof.determinism import MODES
+from detprof.intervals import CHEAP_OVERHEAD
 from detprof.reports import figures
 from detprof.reports.conditions import by_mode
 from detprof.reports.reference import SOURCE
 from detprof.reports.report_data import SECTIONS, ModelCost, Report, StabilityStudy
-from detprof.reports.tradeoff import CHEAP_OVERHEAD, NOISY_CHURN
+from detprof.reports.tradeoff import NOISY_CHURN
 
 PlotlyJs = Literal["embed", "cdn"]
 PLOT_CONFIG = {"displaylogo": False, "responsive": True}
-
-CSS = """
-body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0 auto;max-width:1280px;
-padding:0 1.5rem 3rem;color:#1d1d1f;line-height:1.45}
-h1{margin-top:1.2rem}h2{border-bottom:2px solid #ddd;padding-bottom:.2rem;margin-top:2.4rem}
-nav a{margin-right:1rem}table{border-collapse:collapse;margin:.6rem 0 1rem;font-size:.86rem}
-th,td{border:1px solid #ddd;padding:.25rem .5rem;text-align:left;vertical-align:top}
-th{background:#f4f4f6}td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
-code,pre{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:.82rem}
-pre{background:#f6f8fa;padding:.6rem;overflow-x:auto;white-space:pre-wrap;word-break:break-all}
-.kname{max-width:38rem;min-width:12rem;word-break:break-all;display:-webkit-box;-webkit-line-clamp:3;-webkit-box-orient:vertical;
-overflow:hidden}.kname:hover{-webkit-line-clamp:unset;overflow:visible}
-.absent{color:#555;font-style:italic}.warn{color:#8a4b00}.side{display:flex;gap:1rem;flex-wrap:wrap}
-.side>div{flex:1 1 36rem;min-width:0;overflow-x:auto}details{margin:.4rem 0;border:1px solid #e3e3e3;
-border-radius:4px;padding:.3rem .6rem}summary{cursor:pointer}
-.badge{display:inline-block;padding:.05rem .45rem;border-radius:.6rem;font-size:.78rem;color:#fff}
-.badge.verified{background:#1a7f37}.badge.failed{background:#cf222e}.badge.unchecked,.badge.na{background:#6e7781}
-.agree-yes{color:#1a7f37}.agree-no{color:#cf222e}
-"""
+CellKind = Literal["text", "code", "kernel", "agree"]
 
 
-class Safe(str):
-    """Markup built here; every other string is escaped when it is placed in the page."""
+@cache
+def _environment() -> Environment:
+    """One environment per process, so each template is parsed once however many reports are written.
+
+    ``StrictUndefined`` makes a name the template expects but the context lacks an error
+    instead of a silently empty cell.
+    """
+    return Environment(
+        loader=PackageLoader("detprof.reports", "templates"),
+        autoescape=True,
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
 
 
-def esc(value: Any) -> str:
-    return value if isinstance(value, Safe) else html.escape(str(value))
+@dataclass(frozen=True)
+class Cell:
+    """One table cell: a value shown as text, and which markup the ``cell`` macro wraps it in.
+
+    ``kind`` is how a cell asks for markup (a command line as code, a kernel name clamped to
+    three lines, a coloured yes/no) without carrying any: the template writes the tags and
+    escapes the value.
+    """
+
+    value: Any
+    kind: CellKind = "text"
 
 
-def tag(name: str, content: Any, cls: str | None = None) -> Safe:
-    attr = f' class="{html.escape(cls)}"' if cls else ""
-    return Safe(f"<{name}{attr}>{esc(content)}</{name}>")
+@dataclass(frozen=True)
+class Table:
+    """Headers and rows for the ``table`` macro; the columns in ``numeric`` are right-aligned."""
+
+    headers: Sequence[str]
+    rows: list[list[Cell]]
+    numeric: frozenset[int] = frozenset()
 
 
-def join(parts: Iterable[Any]) -> Safe:
-    return Safe("".join(esc(p) for p in parts))
+def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], numeric: Iterable[int] = ()) -> Table:
+    """Plain values become text cells, so row-building code only names the cells that need markup."""
+    return Table(
+        list(headers),
+        [[c if isinstance(c, Cell) else Cell(c) for c in row] for row in rows],
+        frozenset(numeric),
+    )
 
 
-def code(value: Any) -> Safe:
-    return tag("code", value)
-
-
-def kernel_name(name: Any) -> Safe:
+def kernel_name(name: Any) -> Cell:
     """The full name, clamped to three lines until hovered (once in the page, not twice as a title)."""
-    return Safe(f'<div class="kname"><code>{html.escape(str(name))}</code></div>')
-
-
-def absent(line: str) -> Safe:
-    return tag("p", line, "absent")
-
-
-NUMERIC = "num"
-
-
-def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], numeric: Iterable[int] = ()) -> Safe:
-    """A table; the columns in ``numeric`` are right-aligned."""
-    right = set(numeric)
-    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
-    body = []
-    for row in rows:
-        cells = "".join(
-            f'<td class="{NUMERIC}">{esc(c)}</td>' if i in right else f"<td>{esc(c)}</td>" for i, c in enumerate(row)
-        )
-        body.append(f"<tr>{cells}</tr>")
-    return Safe(f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>")
+    return Cell(name, "kernel")
 
 
 class _Figures:
-    """Renders figures in page order; only the first carries plotly.js."""
+    """Renders figures in the order the template places them; only the first carries plotly.js.
+
+    The template calls this as ``plot(fig)``, so whichever figure comes first in the page,
+    whatever sections are left out, is the one that loads plotly.js for all the others.
+    """
 
     def __init__(self, plotlyjs: PlotlyJs) -> None:
         self.plotlyjs = plotlyjs
         self.count = 0
 
-    def __call__(self, fig: Any) -> Safe:
+    def __call__(self, fig: Any) -> Markup:
         import plotly.io as pio
 
         include: bool | str = False
         if self.count == 0:
             include = True if self.plotlyjs == "embed" else "cdn"
         self.count += 1
-        return Safe(
+        return Markup(
             pio.to_html(fig, full_html=False, include_plotlyjs=include, config=PLOT_CONFIG, default_height=None)
         )
 
 
-def section(section_id: str, *parts: Any) -> Safe:
-    title = SECTIONS[section_id]
-    return Safe(f'<section id="{section_id}"><h2>{esc(title)}</h2>{join(parts)}</section>')
-
-
-def _studies(report: Report) -> Safe:
+def _studies(report: Report) -> Table:
     rows: list[list[Any]] = []
     for s in report.sweeps:
-        rows.append(["sweep", s.label, str(s.path), f"{s.started or '?'} .. {s.finished or '?'}", code(s.command)])
+        rows.append(["sweep", s.label, str(s.path), f"{s.started or '?'} .. {s.finished or '?'}", Cell(s.command, "code")])
     for k in report.kernels:
-        rows.append(["kernels", k.label, str(k.path), f"{k.started or '?'} .. {k.finished or '?'}", code(k.command)])
+        rows.append(["kernels", k.label, str(k.path), f"{k.started or '?'} .. {k.finished or '?'}", Cell(k.command, "code")])
     for st in report.stability:
-        rows.append(["stability", st.device, str(st.path), "", code(st.command)])
+        rows.append(["stability", st.device, str(st.path), "", Cell(st.command, "code")])
     return table(["Study", "Device", "Results", "Ran", "Command line"], rows)
 
 
-def _devices(report: Report) -> Safe:
+def _devices(report: Report) -> Table:
     return table(
         ["Label", "Name", "Driver", "CUDA driver", "Compute capability", "Memory", "SMs / CPUs"],
         [
@@ -148,7 +142,7 @@ def _devices(report: Report) -> Safe:
     )
 
 
-def _settings(report: Report) -> Safe:
+def _settings(report: Report) -> Table:
     return table(
         [
             "Study",
@@ -174,47 +168,44 @@ def _settings(report: Report) -> Safe:
     )
 
 
-def header(report: Report) -> Safe:
+def header(report: Report) -> dict[str, Any]:
     versions = [
         [k, ", ".join(v) + (" (differs between runs)" if len(v) > 1 else "")] for k, v in report.versions.items()
     ]
-    return section(
-        "header",
-        tag("p", f"Generated {report.generated_at} from {', '.join(str(p) for p in report.sources)}."),
-        _studies(report),
-        tag("h3", "Devices"),
-        _devices(report),
-        tag("h3", "Software"),
-        table(["Package", "Version"], versions),
-        tag("h3", "Determinism settings"),
-        _settings(report),
-        tag(
-            "p",
-            "jit_compile is pinned to the same explicit value in both modes: Keras would otherwise turn XLA off "
-            "under op determinism and compare XLA against non-XLA.",
-        ),
-    )
+    return {
+        "generated_at": report.generated_at,
+        "sources": ", ".join(str(p) for p in report.sources),
+        "studies": _studies(report),
+        "devices": _devices(report),
+        "versions": table(["Package", "Version"], versions),
+        "settings": _settings(report),
+    }
 
 
-def overhead(report: Report, fig: _Figures) -> Safe:
+def _agrees(value: bool | None) -> Cell:
+    if value is None:
+        return Cell(f.DASH)
+    return Cell("yes" if value else "no", "agree")
+
+
+def overhead(report: Report) -> dict[str, Any] | None:
+    """``None`` when the section is left out (``report.absent`` says why), so no figure is built for it."""
     if "overhead" in report.absent:
-        return section("overhead", absent(report.absent["overhead"]))
-    parts: list[Any] = [
-        tag(
-            "p",
-            "Deterministic over default time per training step, paired repeat by repeat; "
-            "error bars and brackets are 95% confidence intervals over repeats.",
-        )
-    ]
-    for s in report.sweeps:
-        parts.append(tag("h3", f"{s.label}: {s.device.get('name') or ''}"))
-        parts.append(fig(figures.overhead_figure(s)))
-        parts.append(
-            table(["Model", "Kernel time", "Wall time", "Repeats", "Note"], s.overhead_rows(), numeric=(1, 2, 3))
-        )
-    parts.append(tag("h3", f"Published figures ({SOURCE}): relative GPU time"))
-    parts.append(
-        table(
+        return None
+    return {
+        "sweeps": [
+            {
+                "label": s.label,
+                "device_name": s.device.get("name") or "",
+                "figure": figures.overhead_figure(s),
+                "table": table(
+                    ["Model", "Kernel time", "Wall time", "Repeats", "Note"], s.overhead_rows(), numeric=(1, 2, 3)
+                ),
+            }
+            for s in report.sweeps
+        ],
+        "source": SOURCE,
+        "references": table(
             ["GPU", "What", "Published", "Measured here (kernel time, 95% CI)", "Device", "CI reaches it"],
             [
                 [
@@ -227,71 +218,64 @@ def overhead(report: Report, fig: _Figures) -> Safe:
                 ]
                 for r in report.references
             ],
+        ),
+    }
+
+
+def kernel_size(report: Report) -> dict[str, Any]:
+    """The figure and its table are ``None`` when left out; the kernels_bench tables are shown either way."""
+    shown = "kernel-size" not in report.absent
+    return {
+        "figure": figures.kernel_size_figure(report.kernel_size, report.references) if shown else None,
+        "table": table(
+            ["Device", "Source", "Kernel size", "Overhead", "Metric"],
+            [
+                [p.device, p.source, f"{p.kernel_size}x{p.kernel_size}", f.ratio(p.overhead), p.metric]
+                for p in report.kernel_size
+            ],
         )
-    )
-    return section("overhead", *parts)
-
-
-def _agrees(value: bool | None) -> Safe:
-    if value is None:
-        return Safe(f.DASH)
-    return tag("span", "yes" if value else "no", "agree-yes" if value else "agree-no")
-
-
-def kernel_size(report: Report, fig: _Figures) -> Safe:
-    parts: list[Any] = []
-    if "kernel-size" in report.absent:
-        parts.append(absent(report.absent["kernel-size"]))
-    else:
-        parts.append(fig(figures.kernel_size_figure(report.kernel_size, report.references)))
-        parts.append(
-            table(
-                ["Device", "Source", "Kernel size", "Overhead", "Metric"],
-                [
-                    [p.device, p.source, f"{p.kernel_size}x{p.kernel_size}", f.ratio(p.overhead), p.metric]
-                    for p in report.kernel_size
-                ],
-            )
-        )
-    parts.append(tag("h3", "Single operations (kernels_bench)"))
-    if "kernels-bench" in report.absent:
-        parts.append(absent(report.absent["kernels-bench"]))
-    for k in report.kernels:
-        parts.append(tag("h4", f"{k.label}: {k.device.get('name') or ''} ({k.metric} time per step)"))
-        parts.append(
-            table(
-                [
-                    "Op",
-                    "Shape",
-                    "Layer",
-                    "Default",
-                    "Deterministic",
-                    "Overhead",
-                    "Wall time",
-                    "Kernels that differ",
-                    "Note",
-                ],
-                [
+        if shown
+        else None,
+        "benches": [
+            {
+                "label": k.label,
+                "device_name": k.device.get("name") or "",
+                "metric": k.metric,
+                "table": table(
                     [
-                        r.op,
-                        r.shape,
-                        r.where,
-                        f.duration_ns(r.default_ns),
-                        f.duration_ns(r.deterministic_ns),
-                        f.ratio(r.overhead),
-                        f.ratio(r.wall),
-                        kernel_name(r.changed) if r.changed else f.DASH,
-                        r.note or "",
-                    ]
-                    for r in k.rows
-                ],
-                numeric=(3, 4),
-            )
-        )
-    return section("kernel-size", *parts)
+                        "Op",
+                        "Shape",
+                        "Layer",
+                        "Default",
+                        "Deterministic",
+                        "Overhead",
+                        "Wall time",
+                        "Kernels that differ",
+                        "Note",
+                    ],
+                    [
+                        [
+                            r.op,
+                            r.shape,
+                            r.where,
+                            f.duration_ns(r.default_ns),
+                            f.duration_ns(r.deterministic_ns),
+                            f.ratio(r.overhead),
+                            f.ratio(r.wall),
+                            kernel_name(r.changed) if r.changed else f.DASH,
+                            r.note or "",
+                        ]
+                        for r in k.rows
+                    ],
+                    numeric=(3, 4),
+                ),
+            }
+            for k in report.kernels
+        ],
+    }
 
 
-def top_table(frame: pd.DataFrame) -> Safe:
+def top_table(frame: pd.DataFrame) -> Table:
     return table(
         ["Time (%)", "Total / step", "Instances / step", "Avg", "Med", "Category", "Name"],
         (
@@ -310,8 +294,7 @@ def top_table(frame: pd.DataFrame) -> Safe:
     )
 
 
-def diff_table(m: ModelCost) -> Safe:
-    assert m.diff is not None
+def diff_table(diff: pd.DataFrame) -> Table:
     rows = [
         [
             r.status,
@@ -323,12 +306,8 @@ def diff_table(m: ModelCost) -> Safe:
             f"{r.instances_base} -> {r.instances_other}",
             kernel_name(r.name),
         ]
-        for r in m.diff.itertuples(index=False)
+        for r in diff.itertuples(index=False)
     ]
-    more, delta = m.diff_rest
-    note = (
-        tag("p", f"... and {more} more kernels that changed, by {f.signed_ns(delta)} per step in all.") if more else ""
-    )
     headers = [
         "Change",
         "Category",
@@ -339,66 +318,79 @@ def diff_table(m: ModelCost) -> Safe:
         "Instances / step",
         "Name",
     ]
-    return join([table(headers, rows, numeric=(2, 3, 4, 5)), note])
+    return table(headers, rows, numeric=(2, 3, 4, 5))
 
 
-def model_details(m: ModelCost) -> Safe:
-    summary = join([tag("strong", m.model), ": ", m.attribution or m.no_kernels or ""])
-    if not m.top:
-        return Safe(f"<details><summary>{summary}</summary>{absent(m.no_kernels or 'no kernel tables')}</details>")
-    sides = []
-    for mode in MODES:
-        if mode in m.top:
-            other = (
-                f"other kernels: {f.duration_ns(m.other_ns.get(mode, 0.0))} per step" if m.other_ns.get(mode) else ""
-            )
-            sides.append(
-                join(
-                    [
-                        Safe("<div>"),
-                        tag("h4", f"{mode}: top {len(m.top[mode])} kernels"),
-                        top_table(m.top[mode]),
-                        tag("p", other),
-                        Safe("</div>"),
-                    ]
-                )
-            )
-    body: list[Any] = [Safe('<div class="side">'), *sides, Safe("</div>")]
-    if m.diff is not None:
-        body += [tag("h4", "What determinism changed (largest changes first)"), diff_table(m)]
-    return Safe(f"<details><summary>{summary}</summary>{join(body)}</details>")
+def model_details(m: ModelCost) -> dict[str, Any]:
+    """One model's collapsible block: ``no_kernels`` is set exactly when it has no kernel tables to open."""
+    more, delta = m.diff_rest
+    return {
+        "model": m.model,
+        "summary": m.attribution or m.no_kernels or "",
+        "no_kernels": None if m.top else (m.no_kernels or "no kernel tables"),
+        "sides": [
+            {
+                "mode": mode,
+                "count": len(m.top[mode]),
+                "table": top_table(m.top[mode]),
+                "other_ns": f.duration_ns(m.other_ns.get(mode, 0.0)) if m.other_ns.get(mode) else None,
+            }
+            for mode in MODES
+            if mode in m.top
+        ],
+        "diff": None if m.diff is None else diff_table(m.diff),
+        "more": more,
+        "more_delta": f.signed_ns(delta),
+    }
 
 
-def cost(report: Report, fig: _Figures) -> Safe:
+def cost(report: Report) -> dict[str, Any] | None:
     if "cost" in report.absent:
-        return section("cost", absent(report.absent["cost"]))
-    parts: list[Any] = [
-        tag(
-            "p",
-            "Per model: the kernels of each mode (nsys-style, per training step, over all repeats) and what "
-            "determinism added, removed or slowed. Open a model for its tables.",
-        )
-    ]
-    for s in report.sweeps:
-        parts.append(tag("h3", s.label))
-        if any(m.categories for m in s.models):
-            parts.append(fig(figures.category_figure(s)))
-        parts.extend(model_details(m) for m in s.models)
-    return section("cost", *parts)
+        return None
+    return {
+        "sweeps": [
+            {
+                "label": s.label,
+                "figure": figures.category_figure(s) if any(m.categories for m in s.models) else None,
+                "models": [model_details(m) for m in s.models],
+            }
+            for s in report.sweeps
+        ]
+    }
 
 
-def _badge(check: Any) -> Safe:
-    state, line = f.check_line(check)
-    return Safe(f'<span class="badge {state}">{esc(f.BADGE_LABELS[state])}</span> {esc(line)}')
+def _check(variant: dict[str, Any]) -> dict[str, Any]:
+    state, line = f.check_line(variant.get("determinism_check"))
+    return {"variant": variant.get("variant"), "state": state, "label": f.BADGE_LABELS[state], "line": line}
 
 
-def stability_study(study: StabilityStudy, fig: _Figures) -> list[Any]:
-    parts: list[Any] = [
-        tag(
-            "h3",
-            f"{study.model} on {study.dataset}, {study.device}: {study.runs_ok} runs ok, {study.runs_failed} failed",
-        )
-    ]
+def _subgroups(study: StabilityStudy) -> Table | None:
+    groups = [(v.get("variant"), g) for v in study.variants for g in ((v.get("subgroups") or {}).get("groups") or [])]
+    if not groups:
+        return None
+    rates = [r for r in ("accuracy", "fpr", "fnr") if any(f"{r}_std" in g for _, g in groups)]
+    headers = ["Variant", "Group", "n"] + [h for r in rates for h in (f"{r} mean", f"{r} std", f"{r} std / overall")]
+    return table(
+        headers,
+        [
+            [name, g.get("group"), g.get("n")]
+            + [
+                c
+                for r in rates
+                for c in (
+                    f.number(g.get(f"{r}_mean")),
+                    f.number(g.get(f"{r}_std")),
+                    f.number(g.get(f"{r}_std_ratio"), 2),
+                )
+            ]
+            for name, g in groups
+        ],
+        numeric=tuple(range(2, 3 + 3 * len(rates))),
+    )
+
+
+def stability_study(study: StabilityStudy) -> dict[str, Any]:
+    """``per_class`` is ``None`` when no variant has the 2+ successful runs a spread needs."""
     rows = [
         [
             v.get("variant"),
@@ -430,84 +422,31 @@ def stability_study(study: StabilityStudy, fig: _Figures) -> list[Any]:
         "Ensemble gain",
         "CKA",
     ]
-    parts.append(table(headers, rows, numeric=tuple(range(4, 12))))
-    checks = [v for v in study.variants if (v.get("determinism_check") or {}).get("applicable")]
-    for v in checks:
-        parts.append(
-            join(
-                [
-                    Safe("<p>Determinism check, "),
-                    code(v.get("variant")),
-                    ": ",
-                    _badge(v.get("determinism_check")),
-                    Safe("</p>"),
-                ]
-            )
-        )
-    if not checks:
-        parts.append(absent("No variant that varies nothing (control) ran, so determinism was not checked."))
-    chart = figures.per_class_figure(study)
-    if chart is None:
-        parts.append(absent("No per-class spread: every variant has fewer than 2 successful runs."))
-    else:
-        parts.append(fig(chart))
-    groups = [(v.get("variant"), g) for v in study.variants for g in ((v.get("subgroups") or {}).get("groups") or [])]
-    if groups:
-        rates = [r for r in ("accuracy", "fpr", "fnr") if any(f"{r}_std" in g for _, g in groups)]
-        headers = ["Variant", "Group", "n"] + [
-            h for r in rates for h in (f"{r} mean", f"{r} std", f"{r} std / overall")
-        ]
-        parts.append(tag("h4", "Sub-groups"))
-        parts.append(
-            table(
-                headers,
-                [
-                    [name, g.get("group"), g.get("n")]
-                    + [
-                        c
-                        for r in rates
-                        for c in (
-                            f.number(g.get(f"{r}_mean")),
-                            f.number(g.get(f"{r}_std")),
-                            f.number(g.get(f"{r}_std_ratio"), 2),
-                        )
-                    ]
-                    for name, g in groups
-                ],
-                numeric=tuple(range(2, 3 + 3 * len(rates))),
-            )
-        )
-    return parts
+    return {
+        "model": study.model,
+        "dataset": study.dataset,
+        "device": study.device,
+        "runs_ok": study.runs_ok,
+        "runs_failed": study.runs_failed,
+        "variants": table(headers, rows, numeric=tuple(range(4, 12))),
+        "checks": [
+            _check(v) for v in study.variants if (v.get("determinism_check") or {}).get("applicable")
+        ],
+        "per_class": figures.per_class_figure(study),
+        "subgroups": _subgroups(study),
+    }
 
 
-def stability(report: Report, fig: _Figures) -> Safe:
+def stability(report: Report) -> dict[str, Any] | None:
     if "stability" in report.absent:
-        return section("stability", absent(report.absent["stability"]))
-    parts: list[Any] = [
-        tag(
-            "p",
-            "Each variant trains several copies, varying only the noise sources it names; "
-            "std +/- s.e. is across runs (bootstrap s.e.), churn and L2 are means over run pairs.",
-        )
-    ]
-    for study in report.stability:
-        parts += stability_study(study, fig)
-    return section("stability", *parts)
+        return None
+    return {"studies": [stability_study(study) for study in report.stability]}
 
 
-def _tradeoff_chart(report: Report, fig: _Figures) -> Safe:
-    chart = figures.tradeoff_figure(report.tradeoff)
-    if chart is None:
-        return absent(
-            "No chart: no stability study here measures implementation noise "
-            "(it needs the impl variant, or algo+impl and algo, with 2+ successful runs each)."
-        )
-    return fig(chart)
-
-
-def tradeoff(report: Report, fig: _Figures) -> Safe:
+def tradeoff(report: Report) -> dict[str, Any] | None:
+    """``figure`` is ``None`` when no stability study measures implementation noise."""
     if "tradeoff" in report.absent:
-        return section("tradeoff", absent(report.absent["tradeoff"]))
+        return None
     rows = [
         [
             p.model,
@@ -520,79 +459,63 @@ def tradeoff(report: Report, fig: _Figures) -> Safe:
         ]
         for p in report.tradeoff
     ]
-    return section(
-        "tradeoff",
-        tag(
-            "p",
-            f"Readings use two documented thresholds: determinism is cheap up to {CHEAP_OVERHEAD:.2f}x; "
-            f"implementation noise is worth removing from {NOISY_CHURN:.0%} churn under impl.",
-        ),
-        _tradeoff_chart(report, fig),
-        table(["Model", "Device", "Overhead", "Churn under impl", "Accuracy std drop", "Reading"], rows),
-    )
+    return {
+        "cheap": f"{CHEAP_OVERHEAD:.2f}",
+        "noisy": f"{NOISY_CHURN:.0%}",
+        "figure": figures.tradeoff_figure(report.tradeoff),
+        "table": table(["Model", "Device", "Overhead", "Churn under impl", "Accuracy std drop", "Reading"], rows),
+    }
 
 
-def conditions(report: Report) -> Safe:
-    parts: list[Any] = []
-    if "telemetry" in report.absent:
-        parts.append(absent(report.absent["telemetry"]))
-    for s in report.sweeps:
-        if not s.clocks:
-            continue
-        parts.append(tag("h3", f"{s.label}: GPU during the runs (each mode over all models, then throttled models)"))
-        parts.append(
-            table(
-                [
-                    "Model",
-                    "Mode",
-                    "Runs",
-                    "SM clock min / mean / max (MHz)",
-                    "Max temperature (C)",
-                    "Mean power (W)",
-                    "Throttled runs",
-                ],
-                [
+def conditions(report: Report) -> dict[str, Any]:
+    return {
+        "clocks": [
+            {
+                "label": s.label,
+                "table": table(
                     [
-                        c.model,
-                        c.mode,
-                        c.runs,
-                        " / ".join(f.number(v, 0) for v in (c.sm_clock_min, c.sm_clock_mean, c.sm_clock_max)),
-                        f.number(c.temperature_max, 0),
-                        f.number(c.power_mean, 1),
-                        f"{c.throttled_runs}" + (f" ({', '.join(c.reasons)})" if c.reasons else ""),
-                    ]
-                    for c in [*by_mode(s.clocks), *(c for c in s.clocks if c.throttled_runs)]
-                ],
-                numeric=(2, 4, 5),
-            )
-        )
-    parts.append(tag("h3", "Warnings"))
-    if report.warnings:
-        parts.append(Safe("<ul>" + "".join(f'<li class="warn">{esc(w)}</li>' for w in report.warnings) + "</ul>"))
-    else:
-        parts.append(tag("p", "None: no throttling, no failed runs, every interval narrow enough to conclude."))
-    parts.append(tag("h3", "Reproduce"))
-    parts.append(Safe("<pre><code>" + esc("\n".join(report.commands)) + "</code></pre>"))
-    return section("conditions", *parts)
+                        "Model",
+                        "Mode",
+                        "Runs",
+                        "SM clock min / mean / max (MHz)",
+                        "Max temperature (C)",
+                        "Mean power (W)",
+                        "Throttled runs",
+                    ],
+                    [
+                        [
+                            c.model,
+                            c.mode,
+                            c.runs,
+                            " / ".join(f.number(v, 0) for v in (c.sm_clock_min, c.sm_clock_mean, c.sm_clock_max)),
+                            f.number(c.temperature_max, 0),
+                            f.number(c.power_mean, 1),
+                            f"{c.throttled_runs}" + (f" ({', '.join(c.reasons)})" if c.reasons else ""),
+                        ]
+                        for c in [*by_mode(s.clocks), *(c for c in s.clocks if c.throttled_runs)]
+                    ],
+                    numeric=(2, 4, 5),
+                ),
+            }
+            for s in report.sweeps
+            if s.clocks
+        ],
+        "warnings": report.warnings,
+        "commands": "\n".join(report.commands),
+    }
 
 
 def render(report: Report, plotlyjs: PlotlyJs = "embed") -> str:
-    fig = _Figures(plotlyjs)
-    nav = "".join(f'<a href="#{sid}">{esc(title)}</a>' for sid, title in SECTIONS.items())
-    body = join(
-        [
-            header(report),
-            overhead(report, fig),
-            kernel_size(report, fig),
-            cost(report, fig),
-            stability(report, fig),
-            tradeoff(report, fig),
-            conditions(report),
-        ]
-    )
-    return (
-        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>detprof report</title><style>{CSS}</style></head><body>"
-        f"<h1>detprof: what determinism costs, where, and what it buys</h1><nav>{nav}</nav>{body}</body></html>\n"
+    """The whole page; sections the inputs lack say why in the one line ``report.absent`` holds."""
+    return _environment().get_template("report.html.j2").render(
+        sections=SECTIONS,
+        absent=report.absent,
+        plot=_Figures(plotlyjs),
+        header=header(report),
+        overhead=overhead(report),
+        kernel_size=kernel_size(report),
+        cost=cost(report),
+        stability=stability(report),
+        tradeoff=tradeoff(report),
+        conditions=conditions(report),
     )

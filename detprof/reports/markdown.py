@@ -14,9 +14,10 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from detprof import formatting as f
+from detprof.intervals import CHEAP_OVERHEAD
 from detprof.reports.reference import PUBLISHED_GPUS, SOURCE
 from detprof.reports.report_data import SECTIONS, Report
-from detprof.reports.tradeoff import CHEAP_OVERHEAD, NOISY_CHURN
+from detprof.reports.tradeoff import NOISY_CHURN
 
 _SPECIAL = re.compile(r"([\\`*_\[\]<>|&~])")
 

@@ -21,7 +21,7 @@ import pandas as pd
 from detprof.determinism import MODES
 from detprof.errors import InputError
 from detprof.formatting import ratio
-from detprof.intervals import Overhead
+from detprof.intervals import Metric, Overhead, headline
 from detprof.profiler.overhead import ModelOverhead, model_overheads
 from detprof.profiler.study_results import summarize_model
 from detprof.reports import kernels_data
@@ -75,9 +75,13 @@ class ModelCost:
     """Why there are no kernel tables for this model, when there are none."""
 
     @property
+    def headline_metric(self) -> Metric:
+        return headline(self.kernel, self.wall)[0]
+
+    @property
     def headline(self) -> Overhead | None:
         """Kernel time where it was traced, else wall time: what the reference and tradeoff use."""
-        return self.kernel or self.wall
+        return headline(self.kernel, self.wall)[1]
 
 
 @dataclass
@@ -100,7 +104,7 @@ class SweepStudy:
         rows = []
         for m in self.models:
             note = "; ".join(text for text in (m.failure_note, m.warning) if text)
-            n = (m.kernel or m.wall).n if (m.kernel or m.wall) else 0
+            n = m.headline.n if m.headline else 0
             rows.append([m.model, ratio(m.kernel), ratio(m.wall), n, note])
         return rows
 
@@ -210,7 +214,7 @@ def model_cost(store: ResultsStore, overhead: ModelOverhead, records: Sequence[M
         overhead.wall,
         overhead.unsupported_reason,
         overhead.failure_note(),
-        warning=ci_warning(overhead.kernel or overhead.wall),
+        warning=ci_warning(headline(overhead.kernel, overhead.wall)[1]),
     )
     summary = summarize_model(store, overhead, records)
     for mode, kernels in summary.modes.items():
@@ -305,8 +309,9 @@ def kernel_size_points(
         for m in sweep.models:
             match = kernels_data.MEDIUM_CNN.match(m.model)
             if match and m.headline is not None:
-                metric = "kernel" if m.kernel is not None else "wall"
-                points.append(KernelSizePoint(sweep.label, int(match.group(1)), m.headline, metric, "sweep"))
+                points.append(
+                    KernelSizePoint(sweep.label, int(match.group(1)), m.headline, m.headline_metric, "sweep")
+                )
     for bench in benches:
         for total in bench.totals:
             if total.kernel_size is not None and total.overhead is not None:
@@ -321,7 +326,7 @@ def tradeoff_points(sweeps: Sequence[SweepStudy], studies: Sequence[StabilityStu
     for sweep in sweeps:
         for m in sweep.models:
             if m.headline is not None:
-                costs.setdefault((m.model, sweep.label), Cost(m.headline, "kernel" if m.kernel else "wall"))
+                costs.setdefault((m.model, sweep.label), Cost(m.headline, m.headline_metric))
     return pair(costs, [(s.model, s.device, noise_of(s.variants, s.dataset)) for s in studies])
 
 

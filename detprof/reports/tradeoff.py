@@ -13,9 +13,9 @@ label: the implementation noise that determinism removes. Two measures of that n
 
 Thresholds, and why:
 
-- ``CHEAP_OVERHEAD = 1.10``: up to 10% more time is within the spread of training
-  throughput that users already live with (input pipelines, shared machines) and the
-  paper's cheapest models (101%); beyond it, determinism visibly lengthens experiments.
+- ``intervals.CHEAP_OVERHEAD = 1.10``: up to 10% more time is within the spread of
+  training throughput that users already live with (input pipelines, shared machines) and
+  the paper's cheapest models (101%); beyond it, determinism visibly lengthens experiments.
 - ``NOISY_CHURN = 0.01``: once 1 prediction in 100 flips between runs that differ in
   nothing but kernel scheduling, evaluation results are not reproducible at the
   precision people compare models at (a fraction of a point of accuracy), so removing
@@ -30,9 +30,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from detprof.formatting import finite
-from detprof.intervals import Overhead
+from detprof.intervals import CHEAP_OVERHEAD, Metric, Overhead, spans
 
-CHEAP_OVERHEAD = 1.10
 NOISY_CHURN = 0.01
 
 Quadrant = Literal[
@@ -54,7 +53,7 @@ class Cost:
     """A sweep's overhead for one model on one device; ``metric`` says which time it is."""
 
     overhead: Overhead
-    metric: Literal["kernel", "wall"]
+    metric: Metric
 
 
 @dataclass(frozen=True)
@@ -111,7 +110,7 @@ def reading(cost: Cost, noise: Noise) -> tuple[Quadrant | None, str]:
         f"{q}: {spent} and removes implementation noise that changes "
         f"{noise.churn_impl:.1%} of test predictions between otherwise identical runs; {QUADRANT_ADVICE[q]}"
     )
-    if o.n >= 2 and o.ci_low <= CHEAP_OVERHEAD < o.ci_high:
+    if spans(o, CHEAP_OVERHEAD):
         text += f" (the overhead's 95% CI spans {CHEAP_OVERHEAD:.2f}x: cheap or expensive is not settled)"
     elif o.n < 2:
         text += " (one repeat: no CI on the overhead)"

@@ -5,7 +5,6 @@ Imports nothing heavy at module level: ``detprof --help`` must not start TensorF
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -15,6 +14,7 @@ from rich.table import Table
 
 from detprof.formatting import number, plus_minus
 from detprof.invocation import command_line
+from detprof.profiler.options import RunOptions, with_run_options
 from detprof.stability.variants import DEFAULT_VARIANTS, NAMED_VARIANTS
 
 HELP = "Train many copies under chosen noise sources and measure what the noise does to the models."
@@ -56,7 +56,9 @@ def print_summary(console: Console, summary: dict[str, Any]) -> None:
         console.print()
 
 
+@with_run_options("gpu", "force", "out", "resume")
 def stability(
+    options: RunOptions,
     model: Annotated[str, typer.Option(help="Model from the registry (see `detprof models`).")] = "smallcnn",
     dataset: Annotated[
         str,
@@ -80,19 +82,13 @@ def stability(
         int | None, typer.Option(help="Worker processes in parallel (default: usable cores, at most 4).")
     ] = None,
     keep_weights: Annotated[bool, typer.Option(help="Also store every run's final weights (npz).")] = False,
-    out: Annotated[Path | None, typer.Option(help="Results directory (default results/<date>-<device>).")] = None,
-    resume: Annotated[bool, typer.Option(help="Continue a study in --out, skipping completed runs.")] = False,
-    gpu: Annotated[
-        str | None, typer.Option(help="Device label for the results (t4, a100, ..., or cpu); checked.")
-    ] = None,
-    force: Annotated[bool, typer.Option(help="Accept a --gpu label that does not match the detected device.")] = False,
 ) -> None:
     """Train many copies of a model under chosen noise sources and measure what the noise does."""
     from detprof.profiler import devices
-    from detprof.profiler.measured_study import default_results_dir
+    from detprof.profiler.study import default_results_dir
     from detprof.stability import study
 
-    device = devices.choose_device(gpu, force)
+    device = devices.choose_device(options.gpu, options.force)
     config = study.StudyConfig(
         model=model,
         dataset=dataset,
@@ -104,21 +100,17 @@ def stability(
         seed=seed,
         keep_weights=keep_weights,
     )
-    out = out or default_results_dir(device)
+    out = options.out or default_results_dir(device)
     err = Console(stderr=True)
-    try:
-        outcome = study.run_study(
-            config,
-            out,
-            jobs=jobs if jobs is not None else study.default_jobs(),
-            resume=resume,
-            device=device,
-            command=command_line(),
-            console=err,
-        )
-    except KeyboardInterrupt:
-        err.print(f"interrupted: completed runs are kept in {escape(str(out))}; --resume continues the study")
-        raise
+    outcome = study.run_study(
+        config,
+        out,
+        jobs=jobs if jobs is not None else study.default_jobs(),
+        resume=options.resume,
+        device=device,
+        command=command_line(),
+        console=err,
+    )
     print_summary(Console(), outcome.summary)
     failed = outcome.summary["runs_failed"]
     note = f" ({failed} failed: rerun with --resume to retry them)" if failed else ""

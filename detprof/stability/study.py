@@ -11,8 +11,6 @@ written to the store at once, so Ctrl-C or a crash loses only the runs in flight
 from __future__ import annotations
 
 import multiprocessing
-import os
-import sys
 from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -23,19 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 
-from detprof.determinism import MODES, DeterminismSettings, Mode
+from detprof.determinism import MODES, DeterminismSettings, Mode, quiet_tensorflow
 from detprof.errors import UsageError, first_line
 from detprof.models import registry
 from detprof.profiler.devices import DeviceChoice, usable_cpus
+from detprof.profiler.progress import progress_bar
+from detprof.records import StabilityRun, stability_run
 from detprof.stability import datasets, summary, worker
 from detprof.stability.training import TrainConfig
 from detprof.stability.variants import DEFAULT_VARIANTS, PlannedRun, Variant, parse_variants, plan_runs
@@ -52,25 +44,6 @@ DEFAULT_BATCH_SIZE = 128
 DEFAULT_LR = 4e-4
 MAX_ATTEMPTS = 2
 """A run whose worker process died under it is retried once in a fresh pool, then recorded as failed."""
-
-
-@contextmanager
-def native_stderr_silenced() -> Iterator[None]:
-    """Keep TensorFlow's C++ start-up chatter (written straight to fd 2) off the parent's stderr.
-
-    Looking up a Keras application or loading CIFAR imports TensorFlow in the parent; its
-    log lines would otherwise bury the one-line error a bad ``--model`` or offline dataset
-    gets. Python exceptions are unaffected.
-    """
-    sys.stderr.flush()
-    saved = os.dup(2)
-    try:
-        with open(os.devnull, "wb") as devnull:
-            os.dup2(devnull.fileno(), 2)
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
 
 
 def default_runs(model: str, dataset: str) -> int:
@@ -103,8 +76,7 @@ class StudyConfig:
         if not self.lr > 0:
             raise UsageError(f"--lr must be positive (got {self.lr})")
         variants = parse_variants(",".join(self.variants))
-        with native_stderr_silenced():
-            spec = registry.get(self.model)
+        spec = registry.get(self.model)
         canonical = StudyConfig(
             spec.name,
             datasets.canonical_name(self.dataset),
@@ -250,16 +222,16 @@ def _record_of(future: Future[dict[str, Any]], run: PlannedRun) -> dict[str, Any
     return _failed(run, first_line(exc, with_type=True))
 
 
-def _failed(run: PlannedRun, reason: str) -> dict[str, Any]:
-    return {
-        "run_id": run.run_id,
-        "variant": run.variant,
-        "run": run.run_index,
-        "mode": run.mode,
-        "seeds": run.seeds.as_dict(),
-        "status": "failed",
-        "reason": reason,
-    }
+def _failed(run: PlannedRun, reason: str) -> StabilityRun:
+    return stability_run(
+        run_id=run.run_id,
+        variant=run.variant,
+        run=run.run_index,
+        mode=run.mode,
+        seeds=run.seeds.as_dict(),
+        status="failed",
+        reason=reason,
+    )
 
 
 def _recover(lane: _Lane, attempts: Counter[str], on_record: Callable[[dict[str, Any]], None]) -> None:
@@ -285,21 +257,6 @@ class StudyOutcome:
     skipped: int
 
 
-def _progress(console: Console) -> Progress:
-    return Progress(
-        TextColumn("[bold]stability[/]"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("runs"),
-        TimeElapsedColumn(),
-        TextColumn("ETA"),
-        TimeRemainingColumn(),
-        TextColumn("{task.description}"),
-        console=console,
-        transient=False,
-    )
-
-
 def run_study(
     config: StudyConfig,
     out: Path,
@@ -314,7 +271,7 @@ def run_study(
     if jobs < 1:
         raise UsageError(f"--jobs must be at least 1 (got {jobs})")
     config, variants = config.validated()
-    with native_stderr_silenced():
+    with quiet_tensorflow():  # CIFAR comes through Keras, which loads TensorFlow here
         data = datasets.load(config.dataset)
     store = ResultsStore(out, "stability")
     store.open({**asdict(config), "device": device.label}, command, resume=resume)
@@ -330,18 +287,18 @@ def run_study(
         str(store.dir),
     )
     console = console or Console()
-    with _progress(console) as progress:
-        task = progress.add_task("", total=len(planned), completed=len(planned) - len(pending))
+    with progress_bar(console, f"stability of {config.model}", len(planned), store.dir) as progress:
+        progress.on_start("starting", len(planned) - len(pending))
 
         def show_running(running: list[PlannedRun]) -> None:
-            progress.update(task, description="running " + ", ".join(f"{r.variant} r{r.run_index}" for r in running))
+            labels = ", ".join(f"{r.variant} r{r.run_index}" for r in running)
+            progress.on_start(f"running {labels}", progress.done_count)
 
         def store_record(record: dict[str, Any]) -> None:
             store.write_record(record)
-            progress.advance(task)
+            progress.on_done(record)
 
         execute_runs(pending, train_config, jobs, store_record, show_running, tasks_per_worker, device.hide_gpus)
-        progress.update(task, description="done")
     result = write_summary(store, config, variants, data, device)
     return StudyOutcome(store, result, store.dir / "summary.json", len(pending), len(planned) - len(pending))
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from detprof import determinism
 from detprof.errors import first_line
+from detprof.records import StabilityRun, stability_run
 from detprof.stability import training
 from detprof.stability.variants import PlannedRun
 
@@ -58,20 +59,14 @@ def _device_name() -> str:
     return str(tf.config.experimental.get_device_details(gpus[0]).get("device_name", gpus[0].name))
 
 
-def execute(run: PlannedRun, config: training.TrainConfig) -> dict[str, Any]:
+def execute(run: PlannedRun, config: training.TrainConfig) -> StabilityRun:
     """Train one run; never raises, so one bad run cannot take the pool down."""
-    record: dict[str, Any] = {
-        "run_id": run.run_id,
-        "variant": run.variant,
-        "run": run.run_index,
-        "mode": run.mode,
-        "seeds": run.seeds.as_dict(),
-        "pid": os.getpid(),
-        **_context,
-    }
+    identity = {"run_id": run.run_id, "variant": run.variant, "run": run.run_index, "mode": run.mode}
+    context = {"pid": os.getpid(), **_context}
     try:
-        record |= training.train(run, config)
+        measured = training.train(run, config)
     except Exception as exc:
         traceback.print_exc()
-        return record | {"status": "failed", "reason": first_line(exc, with_type=True)}
-    return record | {"status": "ok"}
+        reason = first_line(exc, with_type=True)
+        return stability_run(**identity, seeds=run.seeds.as_dict(), status="failed", reason=reason, **context)
+    return stability_run(**identity, seeds=run.seeds.as_dict(), status="ok", **context, **measured)

@@ -1,130 +1,73 @@
-"""``detprof sweep``: options, presets, the progress bar and the final table.
+"""``detprof sweep``: options, the run, the final table, and what the embedded default adds.
 
 With no options on a machine without a GPU the sweep is the embedded default: the
 ``cpu-small`` preset with TensorFlow's profiler as tracer, results labelled ``cpu``.
-Options given explicitly always win over the preset's values.
+Options given explicitly always win over the preset's values. ``run_sweep`` is what the
+command does once its options are read; ``detprof check --run`` calls it too.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from detprof.errors import UsageError
 from detprof.formatting import ratio, signed_ns
 from detprof.invocation import command_line
-from detprof.models.registry import PAPER_MODELS
 from detprof.profiler.devices import DeviceChoice
-from detprof.profiler.measured_study import (
-    BatchSizeOption,
-    ForceOption,
-    GpuOption,
-    InputSizeOption,
-    OutOption,
-    PresetOption,
-    RepeatsOption,
-    ResumeOption,
-    RunTimeoutOption,
-    SeedOption,
-    StepsOption,
-    TracerOption,
-    WarmupOption,
-    XlaOption,
-    choose_target,
-    default_results_dir,
-    progress_bar,
-)
+from detprof.profiler.options import MEASURED_STUDY, ModelsOption, RunOptions, with_run_options
+from detprof.profiler.study import default_results_dir, measure
 from detprof.store import ResultsStore
-from detprof.sweep.plan import PRESETS, SweepConfig, run_sweep
+from detprof.sweep.plan import SweepRequest, plan_runs, split_models
 
-PAPER_PRESET: dict[str, Any] = {
-    "models": tuple(PAPER_MODELS),
-    "steps": 100,
-    "warmup": 10,
-    "repeats": 3,
-    "batch_size": 64,
-    "input_size": None,
-    "classes": None,
-}
-ALL_PRESETS = {"paper": PAPER_PRESET, **PRESETS}
+HELP = "Run each model in default and deterministic mode; report the overhead."
 FAILURE_NOTE_CHARS = 160
 
 
-def _split_models(models: str | None) -> tuple[str, ...] | None:
-    if models is None:
-        return None
-    names = tuple(m.strip().lower() for m in models.split(",") if m.strip())
-    if not names:
-        raise UsageError("--models is empty: give a comma-separated list of model names (see `detprof models`)")
-    return names
-
-
+@with_run_options(*MEASURED_STUDY)
 def sweep(
-    models: Annotated[str | None, typer.Option(help="Comma-separated model names (see `detprof models`).")] = None,
-    preset: PresetOption = None,
-    gpu: GpuOption = None,
-    force: ForceOption = False,
-    tracer: TracerOption = "auto",
-    steps: StepsOption = None,
-    warmup: WarmupOption = None,
-    repeats: RepeatsOption = None,
-    batch_size: BatchSizeOption = None,
-    input_size: InputSizeOption = None,
-    xla: XlaOption = False,
-    seed: SeedOption = 0,
-    out: OutOption = None,
-    resume: ResumeOption = False,
-    run_timeout: RunTimeoutOption = None,
+    options: RunOptions,
+    models: ModelsOption = None,
     stability: Annotated[
         bool, typer.Option(help="Also run a small stability study of each swept model (digits, 4 variants).")
     ] = False,
     report: Annotated[bool, typer.Option(help="Write report.html into the results directory at the end.")] = True,
 ) -> None:
     """Run each model in default and deterministic mode and report what determinism costs."""
-    target = choose_target(gpu, force, tracer, preset, list(ALL_PRESETS))
-    device, chosen_tracer, preset_name = target.device, target.tracer, target.preset
-    values = dict(ALL_PRESETS[preset_name])
-    explicit = {
-        "models": _split_models(models),
-        "steps": steps,
-        "warmup": warmup,
-        "repeats": repeats,
-        "batch_size": batch_size,
-        "input_size": input_size,
-    }
-    values.update({k: v for k, v in explicit.items() if v is not None})
-    config = SweepConfig(
-        **values,
-        tracer=chosen_tracer.name,
-        xla=xla,
-        gpu_label=device.label,
-        seed=seed,
-        preset=preset_name,
-        run_timeout_s=run_timeout,
-    )
-    out = out or default_results_dir(device)
-    store = ResultsStore(out, "sweep")
+    run_sweep(SweepRequest(split_models(models), options), stability=stability, report=report)
+
+
+def run_sweep(request: SweepRequest, *, stability: bool = False, report: bool = True) -> Path:
+    """Measure, print the per-model table, then the stability studies and the report; returns the results folder."""
+    config, target = request.resolve()
+    out = request.options.out or default_results_dir(target.device)
+    resume = request.options.resume
     console = Console(stderr=True)
-    total = len(config.models) * 2 * config.repeats
-    console.print(
-        f"detprof sweep: {len(config.models)} models x 2 modes x {config.repeats} repeats on "
-        f"{escape(device.label)} with tracer {chosen_tracer.name}, results in {escape(str(out))}"
+    store = measure(
+        "sweep",
+        plan_runs(config),
+        config,
+        config.manifest(),
+        target,
+        out,
+        what=f"{len(config.models)} models",
+        resume=resume,
+        command=command_line(),
+        console=console,
     )
-    with progress_bar(console, total, store.dir) as progress:
-        run_sweep(config, store, chosen_tracer, device, resume=resume, command=command_line(), progress=progress)
     print_summary(store)
     console.print(f"results: {escape(str(store.dir))}")
     if stability:
-        run_stability_studies(config.models, out, device, resume=resume, console=console)
+        run_stability_studies(config.models, out, target.device, resume=resume, console=console)
     if report:
         from detprof.reports.command import write_report
 
         console.print(f"report: {escape(str(write_report(out, out / 'report.html')))}")
+    return out
 
 
 def run_stability_studies(

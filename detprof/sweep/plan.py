@@ -1,91 +1,71 @@
-"""The sweep driver: every (model, mode, repeat) in its own worker, interleaved, stored as it ends.
+"""The sweep's measurement: which models, each in both modes, repeat by repeat.
 
-The sweep plans the runs and hands each to the worker launcher, which records it atomically
-whatever happened. A failing model is recorded with its reason and the sweep goes on;
-Ctrl-C stops the worker in flight and keeps every completed record.
+The sweep plans one run per (model, mode, repeat) and hands the plan to the measured-study
+flow (``profiler.study``), which runs each in its own worker and records it atomically
+whatever happened. A failing model is recorded with its reason and the sweep goes on.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from detprof.determinism import MODES, Mode
 from detprof.errors import UsageError
 from detprof.models import registry
-from detprof.profiler.devices import DeviceChoice
-from detprof.profiler.launcher import WorkerLauncher, WorkerRun
-from detprof.profiler.measured_study import RunProgress, check_run_settings
-from detprof.profiler.tracers import Tracer
-from detprof.store import ResultsStore
+from detprof.profiler.launcher import Workload
+from detprof.profiler.options import RunOptions
+from detprof.profiler.study import MeasurementTarget, PlannedRun, RunSettings, choose_target, interleaved, preset_values
+from detprof.sweep.presets import PRESETS
 
-RUN_ORDER: tuple[Mode, ...] = ("deterministic", "default")
+MODEL_WORKLOAD = "detprof.profiler.workloads:model_training"
 
 
-@dataclass(frozen=True)
-class SweepConfig:
+@dataclass(frozen=True, kw_only=True)
+class SweepConfig(RunSettings):
     models: tuple[str, ...]
-    steps: int = 100
-    warmup: int = 10
-    repeats: int = 3
-    batch_size: int = 64
-    input_size: int | None = None
     classes: int | None = None
-    tracer: str = "tf"
-    xla: bool = False
-    gpu_label: str = "cpu"
-    seed: int = 0
-    preset: str | None = None
-    run_timeout_s: float | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if not self.models:
             raise UsageError("no models to sweep: pass --models")
-        check_run_settings(self.steps, self.warmup, self.repeats, self.batch_size, self.input_size, self.run_timeout_s)
+        super().__post_init__()
         for model in self.models:
             registry.get(model)
 
     def manifest(self) -> dict[str, Any]:
-        """What identifies the measurement: a resumed sweep must match it exactly."""
-        config = asdict(self)
-        config.pop("run_timeout_s")
-        config["models"] = list(self.models)
-        config["modes"] = list(MODES)
-        return config
-
-
-PRESETS: dict[str, dict[str, Any]] = {
-    "cpu-small": {
-        "models": ("smallcnn", "mediumcnn_k1", "mediumcnn_k3"),
-        "steps": 20,
-        "warmup": 5,
-        "repeats": 3,
-        "batch_size": 32,
-        "input_size": 32,
-        "classes": 10,
-    },
-}
+        return super().manifest() | {"models": list(self.models)}
 
 
 @dataclass(frozen=True)
-class RunSpec:
-    model: str
-    mode: Mode
-    repeat: int
+class SweepRequest:
+    """The sweep's options as given; ``None`` takes the preset's value (the paper's on a GPU)."""
 
-    @property
-    def run_id(self) -> str:
-        return f"{self.model}--{self.mode}--r{self.repeat}"
+    models: tuple[str, ...] | None
+    run: RunOptions
+
+    def resolve(self) -> tuple[SweepConfig, MeasurementTarget]:
+        """The device and tracer chosen and checked, and the configuration the sweep will run."""
+        run = self.run
+        target = choose_target(run.gpu, run.force, run.tracer, run.preset, list(PRESETS))
+        given = {
+            "models": self.models,
+            "steps": run.steps,
+            "warmup": run.warmup,
+            "repeats": run.repeats,
+            "batch_size": run.batch_size,
+            "input_size": run.input_size,
+        }
+        config = SweepConfig(**preset_values(PRESETS[target.preset], given), **target.settings(run))
+        return config, target
 
 
-def plan_runs(config: SweepConfig) -> list[RunSpec]:
-    """Repeat by repeat, model by model, the two modes back to back (D, N, D, N, ...)."""
-    return [
-        RunSpec(model, mode, repeat)
-        for repeat in range(config.repeats)
-        for model in config.models
-        for mode in RUN_ORDER
-    ]
+def split_models(models: str | None) -> tuple[str, ...] | None:
+    if models is None:
+        return None
+    names = tuple(m.strip().lower() for m in models.split(",") if m.strip())
+    if not names:
+        raise UsageError("--models is empty: give a comma-separated list of model names (see `detprof models`)")
+    return names
 
 
 def _input_shape(config: SweepConfig, model: str) -> list[int] | None:
@@ -95,42 +75,24 @@ def _input_shape(config: SweepConfig, model: str) -> list[int] | None:
     return [config.input_size, config.input_size, channels]
 
 
-def sweep_payload(config: SweepConfig, run: RunSpec) -> dict[str, Any]:
-    """What the worker needs to train ``run.model`` for the sweep."""
-    return {
-        "workload": "model",
-        "model": run.model,
-        "batch_size": config.batch_size,
-        "input_shape": _input_shape(config, run.model),
-        "classes": config.classes,
-    }
-
-
-def run_sweep(
-    config: SweepConfig,
-    store: ResultsStore,
-    tracer: Tracer,
-    device: DeviceChoice,
-    *,
-    resume: bool,
-    command: str,
-    progress: RunProgress | None = None,
-) -> list[dict[str, Any]]:
-    """Run every planned run not already complete; returns the records of this invocation."""
-    progress = progress or RunProgress()
-    store.open(config.manifest(), command, resume=resume)
-    launcher = WorkerLauncher(store, tracer, device, config.run_timeout_s)
-    plan = plan_runs(config)
-    todo = [run for run in plan if not store.is_done(run.run_id)]
-    done_before = len(plan) - len(todo)
-    records = []
-    for index, run in enumerate(todo, start=done_before):
-        progress.on_start(f"{run.model} {run.mode} r{run.repeat}", index)
-        record = launcher.run(
-            WorkerRun(run.run_id, run.mode, config.seed, config.xla, config.steps, config.warmup),
-            sweep_payload(config, run),
-            {"model": run.model, "repeat": run.repeat, "batch_size": config.batch_size},
+def plan_runs(config: SweepConfig) -> list[PlannedRun]:
+    """Repeat by repeat, model by model, the two modes back to back (D, N, D, N, ...)."""
+    return [
+        PlannedRun(
+            run_id=f"{model}--{mode}--r{repeat}",
+            label=f"{model} {mode} r{repeat}",
+            mode=mode,
+            repeat=repeat,
+            workload=Workload(
+                MODEL_WORKLOAD,
+                {
+                    "model": model,
+                    "batch_size": config.batch_size,
+                    "input_shape": _input_shape(config, model),
+                    "classes": config.classes,
+                },
+            ),
+            fields={"model": model, "repeat": repeat, "batch_size": config.batch_size},
         )
-        records.append(record)
-        progress.on_done(record)
-    return records
+        for repeat, model, mode in interleaved(config.models, config.repeats)
+    ]

@@ -62,6 +62,21 @@ def _launch_stats(kernels: pd.DataFrame, by: GroupBy) -> pd.DataFrame:
     return out
 
 
+ADDITIVE_STATS = {
+    "instances": ("instances", "sum"),
+    "total_ns": ("total_ns", "sum"),
+    "min_ns": ("min_ns", "min"),
+    "max_ns": ("max_ns", "max"),
+}
+"""What summary rows of one kernel add up to; a median or std over all launches cannot be recovered."""
+
+
+def sum_per_kernel(rows: pd.DataFrame, keep: tuple[str, ...] = ()) -> pd.DataFrame:
+    """One row per kernel name from rows that each summarize some of its launches; ``keep``: first value."""
+    grouped = rows.groupby("name", sort=False)
+    return grouped.agg(**{c: (c, "first") for c in keep}, **ADDITIVE_STATS).reset_index()
+
+
 def _merge_summary(summary: pd.DataFrame, by: GroupBy) -> pd.DataFrame:
     """Summary inputs are already per kernel; merging rows (by short name) keeps only additive stats."""
     frame = conform(summary, SUMMARY_DTYPES)
@@ -69,13 +84,7 @@ def _merge_summary(summary: pd.DataFrame, by: GroupBy) -> pd.DataFrame:
         out = frame.copy()
     else:
         grouped = frame.groupby("short_name", sort=False, dropna=False)
-        out = grouped.agg(
-            instances=("instances", "sum"),
-            total_ns=("total_ns", "sum"),
-            min_ns=("min_ns", "min"),
-            max_ns=("max_ns", "max"),
-            rows=("name", "size"),
-        ).reset_index()
+        out = grouped.agg(**ADDITIVE_STATS, rows=("name", "size")).reset_index()
         out["name"] = out["short_name"]
         out["avg_ns"] = out["total_ns"] / out["instances"]
         single = out["rows"] == 1

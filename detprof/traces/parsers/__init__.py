@@ -22,6 +22,7 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 # binary file that is neither SQLite nor text is taken for one only by its suffix.
 NSYS_REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
 _SNIFF_BYTES = 64 * 1024
+KNOWN_FORMATS = "nsys .sqlite/.nsys-rep, nsys stats CSV, nvprof CSV, TensorFlow .xplane.pb or profile log dir"
 _NON_TEXT = re.compile(r"[\x00-\x08\x0b\x0e-\x1f]")
 
 
@@ -49,9 +50,19 @@ def load_trace(path: str | Path) -> KernelTable:
         return _load_text(trace, text)
     if trace.suffix.lower() in NSYS_REPORT_SUFFIXES:
         return _load_nsys_report(trace)
-    from detprof.traces.parsers.tf_xplane import load_xplane
+    from detprof.traces.parsers.tf_xplane import NotXSpaceError, load_xplane
 
-    return load_xplane(trace)
+    try:
+        return load_xplane(trace)
+    except NotXSpaceError:
+        # The XSpace parser was the last guess, so its "not an XSpace" would wrongly suggest the
+        # file was meant to be one.
+        raise InputError(_not_a_trace(trace, "binary, but neither SQLite nor a TensorFlow XSpace protobuf")) from None
+
+
+def _not_a_trace(trace: Path, what: str) -> str:
+    """One wording for every file in no known format: what it is not, what detprof reads, what it looked like."""
+    return f"{trace}: not a trace detprof reads ({KNOWN_FORMATS}); {what}"
 
 
 def _as_text(head: bytes) -> str | None:
@@ -76,10 +87,8 @@ def _load_text(trace: Path, head: str) -> KernelTable:
         return nvprof_csv.load_nvprof_csv(trace)
     if not head.strip():
         raise InputError(f"{trace}: empty file (only whitespace)")
-    raise InputError(
-        f"{trace}: unrecognized text format: no nsys stats kernel summary (cuda_gpu_kern_sum) "
-        "and no nvprof CSV header found"
-    )
+    what = "text, but without an nsys stats kernel summary (cuda_gpu_kern_sum) or an nvprof CSV header"
+    raise InputError(_not_a_trace(trace, what))
 
 
 def _load_nsys_report(trace: Path) -> KernelTable:

@@ -30,6 +30,7 @@ from detprof.traces.kernel_table import (
     KernelTable,
     conform,
 )
+from detprof.traces.kernel_tables import sum_per_kernel
 
 # nvprof sizes are binary multiples (its MB/s and sizes agree only with 2**20).
 SIZE_UNITS_B = {"B": 1, "KB": 2**10, "MB": 2**20, "GB": 2**30, "TB": 2**40}
@@ -246,16 +247,7 @@ def _summary_table(path: Path, sections: list[_Section]) -> KernelTable:
     if rows[["instances", "total_ns"]].isna().any().any():
         raise InputError(f"{path}: a kernel row lacks its Calls or Time value")
     # One row per kernel: several processes (sections) may each list the same kernel.
-    summary = (
-        rows.groupby("name", sort=False)
-        .agg(
-            instances=("instances", "sum"),
-            total_ns=("total_ns", "sum"),
-            min_ns=("min_ns", "min"),
-            max_ns=("max_ns", "max"),
-        )
-        .reset_index()
-    )
+    summary = sum_per_kernel(rows)
     summary["instances"] = summary["instances"].round().astype("int64")
     summary["total_ns"] = summary["total_ns"].round().astype("int64")
     summary["avg_ns"] = summary["total_ns"] / summary["instances"]

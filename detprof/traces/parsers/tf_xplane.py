@@ -93,6 +93,14 @@ _WANTED_STATS = (
 )
 
 
+class NotXSpaceError(InputError):
+    """The file is not an XSpace at all, as opposed to an XSpace this parser finds nothing in.
+
+    ``load_trace`` reaches this parser for any binary file it recognised as nothing else, so
+    for it this means "no format detprof reads" and it says that instead.
+    """
+
+
 def load_xplane(path: Path) -> KernelTable:
     """Read an ``.xplane.pb`` file, a ``plugins/profile/<run>`` folder or a TensorBoard log folder."""
     path = Path(path)
@@ -169,7 +177,10 @@ def _xplane_pb2() -> ModuleType:
                 module = importlib.util.module_from_spec(file_spec)
                 file_spec.loader.exec_module(module)
                 return module
-    return importlib.import_module(_PB2_MODULE)
+    from detprof.determinism import quiet_tensorflow
+
+    with quiet_tensorflow():  # the slow way loads TensorFlow, chatter and all
+        return importlib.import_module(_PB2_MODULE)
 
 
 def _read_space(file: Path, pb2: ModuleType) -> Any:
@@ -185,11 +196,11 @@ def _read_space(file: Path, pb2: ModuleType) -> Any:
     try:
         space.ParseFromString(data)
     except DecodeError:
-        raise InputError(f"{file}: not a TensorFlow profiler trace (not an XSpace protobuf)") from None
+        raise NotXSpaceError(f"{file}: not a TensorFlow profiler trace (not an XSpace protobuf)") from None
     # Arbitrary bytes often decode as a protobuf with only unknown fields, so a real XSpace
     # is recognised by its planes.
     if not any(p.name.startswith(("/host:", "/device:")) for p in space.planes):
-        raise InputError(f"{file}: not a TensorFlow profiler trace (no host or device planes in the XSpace)")
+        raise NotXSpaceError(f"{file}: not a TensorFlow profiler trace (no host or device planes in the XSpace)")
     return space
 
 

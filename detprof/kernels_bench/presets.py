@@ -1,0 +1,36 @@
+"""kernels_bench's presets, in one place: what ``detprof kernels`` runs when an option is not given."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from detprof.kernels_bench.cases import CONV_OPS
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "paper": {
+        "suite": "all",
+        "ops": None,
+        "kernel_sizes": (1, 3, 5, 7),
+        "steps": 100,
+        "warmup": 10,
+        "repeats": 3,
+        "batch_size": 64,
+        "input_size": None,
+        "max_shapes": None,
+    },
+    # Five cases x 2 modes x 3 repeats = 30 worker processes, which is what 2 cores start and
+    # trace in about 3 minutes. On a CPU only the Python-level switch of sparse cross-entropy
+    # changes kernels; the convolutions (the conv suite's question) and the overlapping
+    # max-pool (the ops suite's cross-model shapes) show that the rest stay the same.
+    "cpu-small": {
+        "suite": "all",
+        "ops": (*CONV_OPS, "max_pool_backward", "sparse_softmax_xent_backward"),
+        "kernel_sizes": (3,),
+        "steps": 30,
+        "warmup": 3,
+        "repeats": 3,
+        "batch_size": 8,
+        "input_size": 32,
+        "max_shapes": 1,
+    },
+}

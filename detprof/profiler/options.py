@@ -1,0 +1,119 @@
+"""Command-line options that several commands share, declared once so that they mean one thing.
+
+The sweep, kernels_bench, the stability study and ``check --run`` all pick a device label
+and results folder; the sweep, kernels_bench and ``check --run`` all set the measured run's
+steps, repeats and tracer. ``None`` means "the preset's value" (or, for ``check --run``,
+the baseline's).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+PresetOption = Annotated[
+    str | None, typer.Option(help="paper | cpu-small (default: cpu-small without a GPU, else paper).")
+]
+GpuOption = Annotated[
+    str | None,
+    typer.Option(help="GPU label for the results (t4, v100, a100, ..., or cpu); checked against the device."),
+]
+ForceOption = Annotated[bool, typer.Option(help="Accept a --gpu label that does not match the detected device.")]
+TracerOption = Annotated[str | None, typer.Option(help="auto | nsys | nvprof | tf | none (default auto).")]
+StepsOption = Annotated[int | None, typer.Option(help="Measured steps per run (paper: 100).")]
+WarmupOption = Annotated[
+    int | None, typer.Option(help="Warm-up steps excluded from measurement (autotuning happens here).")
+]
+RepeatsOption = Annotated[int | None, typer.Option(help="Repeats per mode (>= 2 for a confidence interval).")]
+BatchSizeOption = Annotated[int | None, typer.Option(help="Batch size (paper: 64).")]
+InputSizeOption = Annotated[
+    int | None, typer.Option(help="Square input size in pixels the models are built at (default: their own).")
+]
+XlaOption = Annotated[
+    bool | None, typer.Option("--xla/--no-xla", help="Compile with XLA in both modes (jit_compile is always pinned).")
+]
+SeedOption = Annotated[int | None, typer.Option(help="Seed set in both modes (default 0).")]
+OutOption = Annotated[Path | None, typer.Option(help="Results directory (default results/<date>-<device>).")]
+ResumeOption = Annotated[bool, typer.Option(help="Continue the study in --out, skipping completed runs.")]
+RunTimeoutOption = Annotated[
+    float | None, typer.Option(help="Seconds after which a run is stopped and recorded as failed.")
+]
+ModelsOption = Annotated[str | None, typer.Option(help="Comma-separated model names (see `detprof models`).")]
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """The shared options as one value: what a command that measures was given (``None``: not given)."""
+
+    preset: str | None = None
+    gpu: str | None = None
+    force: bool = False
+    tracer: str | None = None
+    steps: int | None = None
+    warmup: int | None = None
+    repeats: int | None = None
+    batch_size: int | None = None
+    input_size: int | None = None
+    xla: bool | None = None
+    seed: int | None = None
+    out: Path | None = None
+    resume: bool = False
+    run_timeout: float | None = None
+
+
+OPTION_TYPES: dict[str, Any] = {
+    "preset": PresetOption,
+    "gpu": GpuOption,
+    "force": ForceOption,
+    "tracer": TracerOption,
+    "steps": StepsOption,
+    "warmup": WarmupOption,
+    "repeats": RepeatsOption,
+    "batch_size": BatchSizeOption,
+    "input_size": InputSizeOption,
+    "xla": XlaOption,
+    "seed": SeedOption,
+    "out": OutOption,
+    "resume": ResumeOption,
+    "run_timeout": RunTimeoutOption,
+}
+MEASURED_STUDY = tuple(OPTION_TYPES)
+"""What the sweep and kernels_bench both take."""
+CHECK_RUN = tuple(n for n in OPTION_TYPES if n not in ("preset", "out", "resume"))
+"""What ``check --run`` may override of the baseline's sweep."""
+
+Command = TypeVar("Command", bound=Callable[..., None])
+
+
+def with_run_options(*names: str) -> Callable[[Command], Command]:
+    """Give a command the shared options ``names``; it receives them as one ``RunOptions`` argument, ``options``.
+
+    The command's own options come first in ``--help``, the shared ones after, each
+    declared once above. Typer reads a command's options off its signature, so the
+    wrapper's signature is the command's own parameters (without ``options``) plus these.
+    """
+    defaults = {f.name: f.default for f in fields(RunOptions)}
+
+    def decorate(command: Command) -> Command:
+        own = inspect.signature(command, eval_str=True)
+        params = [p for p in own.parameters.values() if p.name != "options"]
+        shared = [
+            inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=defaults[n], annotation=OPTION_TYPES[n])
+            for n in names
+        ]
+
+        @functools.wraps(command)
+        def wrapper(**given: Any) -> None:
+            command(options=RunOptions(**{n: given.pop(n) for n in names}), **given)
+
+        wrapper.__signature__ = own.replace(parameters=params + shared)  # type: ignore[attr-defined]
+        wrapper.__annotations__ = {p.name: p.annotation for p in params + shared} | {"return": None}
+        return wrapper  # type: ignore[return-value]
+
+    return decorate

@@ -1,0 +1,88 @@
+"""The one progress display of every study that runs workers (sweep, kernels, stability).
+
+Runs done out of the total, the runs in flight and an ETA on a terminal; one line per
+finished run when the output goes to a file or a pipe, where a bar would print nothing for
+minutes. Ctrl-C ends the command with exit 130 and says that every completed run is kept
+and ``--resume`` continues: records are written as runs end, so nothing measured is lost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+INTERRUPTED_EXIT = 130
+
+
+@dataclass
+class RunProgress:
+    """What a driver reports as it goes; it never knows how (or whether) that is shown."""
+
+    bar: Progress | None = None
+    task: TaskID | None = None
+    total: int = 0
+    title: str = ""
+    done_count: int = field(default=0)
+
+    def on_start(self, label: str, completed: int) -> None:
+        """``label``: the run (or runs) in flight; ``completed``: runs finished so far, earlier ones included."""
+        self.done_count = completed
+        if self.bar is not None and self.task is not None:
+            self.bar.update(self.task, completed=completed, description=escape(label))
+
+    def on_done(self, record: Mapping[str, Any]) -> None:
+        self.done_count += 1
+        status = str(record.get("status"))
+        failed = f": {escape(str(record.get('reason')))}" if status != "ok" else ""
+        if self.bar is None:
+            return
+        assert self.task is not None
+        self.bar.update(self.task, completed=self.done_count)
+        if not self.bar.console.is_terminal:
+            self.bar.console.print(
+                f"{self.title} [{self.done_count}/{self.total}] {escape(str(record.get('run_id')))}: {status}{failed}"
+            )
+        elif status != "ok":
+            self.bar.console.print(f"  {escape(str(record.get('run_id')))}: {status}{failed}")
+
+
+@contextmanager
+def progress_bar(console: Console, title: str, total: int, results_dir: Path) -> Iterator[RunProgress]:
+    """Show ``title``'s progress over ``total`` runs; Ctrl-C: exit 130, completed runs kept in ``results_dir``."""
+    columns = (
+        TextColumn(f"[bold]{escape(title)}[/]"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(),
+        TextColumn("{task.description}"),
+    )
+    # Off a terminal the bar is not drawn (rich would print nothing until the end): one line per run instead.
+    with Progress(*columns, console=console, transient=False, disable=not console.is_terminal) as bar:
+        progress = RunProgress(bar, bar.add_task("starting", total=total), total, title)
+        try:
+            yield progress
+        except KeyboardInterrupt:
+            bar.stop()
+            console.print(
+                f"interrupted: every completed run is kept in {escape(str(results_dir))}; --resume continues"
+            )
+            raise typer.Exit(INTERRUPTED_EXIT) from None
+        bar.update(progress.task, completed=total, description="done")  # type: ignore[arg-type]

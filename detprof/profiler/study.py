@@ -1,0 +1,186 @@
+"""The one measured-study flow: plan -> launcher -> store -> progress, for the sweep and kernels_bench.
+
+A measured study runs one worker per (workload, mode, repeat): a fresh process per run
+(determinism cannot be switched off inside a process, and cuDNN's autotune cache must not
+carry from one mode into the other), the two modes back to back in each repeat so that
+drift and thermals hit both alike, one atomic record per run, and ``--resume`` skipping
+every run already complete. The sweep plans models, kernels_bench op cases; everything
+else (settings checks, device and tracer choice, the run loop, the progress display) is
+here, once.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from rich.console import Console
+from rich.markup import escape
+
+from detprof.determinism import MODES, Mode
+from detprof.errors import UsageError
+from detprof.profiler import devices
+from detprof.profiler.devices import DeviceChoice
+from detprof.profiler.launcher import WorkerLauncher, WorkerRun, Workload
+from detprof.profiler.options import RunOptions
+from detprof.profiler.progress import RunProgress, progress_bar
+from detprof.profiler.tracers import Tracer, resolve_tracer
+from detprof.records import MeasuredRun
+from detprof.store import ResultsStore, StudyKind
+
+RUN_ORDER: tuple[Mode, ...] = ("deterministic", "default")
+Unit = TypeVar("Unit")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSettings:
+    """How every run of a measured study is measured; the sweep and kernels_bench add what they measure."""
+
+    steps: int = 100
+    warmup: int = 10
+    repeats: int = 3
+    batch_size: int = 64
+    input_size: int | None = None
+    tracer: str = "tf"
+    xla: bool = False
+    gpu_label: str = "cpu"
+    seed: int = 0
+    preset: str | None = None
+    run_timeout_s: float | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        """One line per bad value, before any worker starts."""
+        for name, value, least in (
+            ("--steps", self.steps, 1),
+            ("--repeats", self.repeats, 1),
+            ("--batch-size", self.batch_size, 1),
+            ("--warmup", self.warmup, 0),
+        ):
+            if value < least:
+                raise UsageError(f"{name} must be at least {least}, not {value}")
+        if self.input_size is not None and self.input_size < 8:
+            raise UsageError(f"--input-size must be at least 8, not {self.input_size}")
+        if self.run_timeout_s is not None and self.run_timeout_s <= 0:
+            raise UsageError(f"--run-timeout must be positive, not {self.run_timeout_s}")
+
+    def manifest(self) -> dict[str, Any]:
+        """What identifies the measurement (a resumed study must match it exactly); not the timeout."""
+        config = asdict(self)
+        config.pop("run_timeout_s")
+        config["modes"] = list(MODES)
+        return config
+
+    def worker_run(self, run_id: str, mode: Mode) -> WorkerRun:
+        return WorkerRun(run_id, mode, self.seed, self.xla, self.steps, self.warmup)
+
+
+@dataclass(frozen=True)
+class MeasurementTarget:
+    device: DeviceChoice
+    tracer: Tracer
+    preset: str
+
+    def settings(self, options: RunOptions) -> dict[str, Any]:
+        """The ``RunSettings`` fields that come from the target and the options, whatever is measured."""
+        return {
+            "tracer": self.tracer.name,
+            "xla": bool(options.xla),
+            "gpu_label": self.device.label,
+            "seed": options.seed or 0,
+            "preset": self.preset,
+            "run_timeout_s": options.run_timeout,
+        }
+
+
+def choose_target(
+    gpu: str | None, force: bool, tracer: str | None, preset: str | None, presets: Sequence[str]
+) -> MeasurementTarget:
+    """The device (label checked), the tracer it allows, and the preset that fits it."""
+    device = devices.choose_device(gpu, force)
+    on_gpu = device.gpu is not None and not device.hide_gpus
+    preset_name = preset or ("paper" if on_gpu else "cpu-small")
+    if preset_name not in presets:
+        raise UsageError(f"unknown preset {preset_name!r}; choose one of {', '.join(presets)}")
+    chosen = resolve_tracer(tracer or "auto", on_gpu)
+    if chosen.name == "nvprof":
+        devices.refuse_nvprof(device.gpu)
+    return MeasurementTarget(device, chosen, preset_name)
+
+
+def default_results_dir(device: DeviceChoice) -> Path:
+    """``results/<date>-<device>``: the sweep, kernels and stability of one day and device pair up."""
+    return Path("results") / f"{dt.date.today().isoformat()}-{device.label}"
+
+
+def preset_values(preset: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
+    """The preset's values, each replaced by the option given explicitly (``None``: not given)."""
+    return {**preset, **{k: v for k, v in given.items() if v is not None}}
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """One worker of a measured study: what it runs, and the fields that identify it in its record."""
+
+    run_id: str
+    label: str
+    mode: Mode
+    repeat: int
+    workload: Workload
+    fields: dict[str, Any]
+
+
+def interleaved(units: Sequence[Unit], repeats: int) -> list[tuple[int, Unit, Mode]]:
+    """Repeat by repeat, unit by unit, the two modes back to back (D, N, D, N, ...)."""
+    return [(repeat, unit, mode) for repeat in range(repeats) for unit in units for mode in RUN_ORDER]
+
+
+def run_planned(
+    plan: Sequence[PlannedRun],
+    settings: RunSettings,
+    manifest: dict[str, Any],
+    store: ResultsStore,
+    target: MeasurementTarget,
+    *,
+    resume: bool,
+    command: str,
+    progress: RunProgress | None = None,
+) -> list[MeasuredRun]:
+    """Run every planned run not already complete; returns the records of this invocation."""
+    progress = progress or RunProgress()
+    store.open(manifest, command, resume=resume)
+    launcher = WorkerLauncher(store, target.tracer, target.device, settings.run_timeout_s)
+    todo = [run for run in plan if not store.is_done(run.run_id)]
+    records = []
+    for index, run in enumerate(todo, start=len(plan) - len(todo)):
+        progress.on_start(run.label, index)
+        record = launcher.run(settings.worker_run(run.run_id, run.mode), run.workload, run.fields)
+        records.append(record)
+        progress.on_done(record)
+    return records
+
+
+def measure(
+    kind: StudyKind,
+    plan: Sequence[PlannedRun],
+    settings: RunSettings,
+    manifest: dict[str, Any],
+    target: MeasurementTarget,
+    out: Path,
+    *,
+    what: str,
+    resume: bool,
+    command: str,
+    console: Console,
+) -> ResultsStore:
+    """``run_planned`` as a command runs it: a line saying what runs where, then the progress display."""
+    store = ResultsStore(out, kind)
+    console.print(
+        f"detprof {kind}: {what} x 2 modes x {settings.repeats} repeats on {escape(target.device.label)} "
+        f"with tracer {target.tracer.name}, results in {escape(str(out))}"
+    )
+    with progress_bar(console, kind, len(plan), store.dir) as progress:
+        run_planned(plan, settings, manifest, store, target, resume=resume, command=command, progress=progress)
+    return store

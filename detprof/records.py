@@ -1,0 +1,181 @@
+"""The records detprof writes, one type per record, built and read through these types.
+
+A measured run (one worker of a sweep or of kernels_bench) and a stability run are each
+one JSON file in the results store. The producers (the launcher, the stability worker),
+the readers (reports, check) and the tests and benchmarks that synthesize results all go
+through the builders here, so that a changed field changes everywhere at once instead of
+leaving tests on an old shape. Reading a record checks the fields every reader relies on:
+a hand-edited or truncated record is unusable input (one line, exit 3), never a crash.
+"""
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal, NotRequired, TypedDict
+
+from detprof.errors import InputError
+
+RunStatus = Literal["ok", "failed", "unsupported"]
+""""unsupported": the framework refused to run an op deterministically (a finding, not a crash)."""
+RecordKind = Literal["sweep", "kernels", "stability"]
+
+
+class MeasuredRun(TypedDict):
+    """One (workload, mode, repeat) of a sweep or of kernels_bench, as the launcher writes it."""
+
+    run_id: str
+    mode: str
+    repeat: int
+    model: str
+    status: RunStatus
+    reason: str | None
+    steps: int
+    warmup: int
+    batch_size: int
+    tracer: str
+    device: dict[str, Any]
+    command: str
+    log: str | None
+    started_at: str
+    finished_at: str
+    duration_s: float
+    settings: dict[str, Any] | None
+    """What the worker's framework reported in effect (``determinism.apply``)."""
+    versions: dict[str, Any] | None
+    step_wall_ns: list[int] | None
+    wall_ns_per_step: float | None
+    kernel_ns_per_step: float | None
+    kernel_count: int | None
+    kernel_table: str | None
+    """Path of the Parquet kernel table, relative to the study folder."""
+    kernel_table_kind: Literal["launches", "summary"] | None
+    step_kernel_ns: list[int] | None
+    """Kernel time of each measured step, where the tracer split the window into steps."""
+    trace_file: str | None
+    telemetry: dict[str, Any] | None
+    input_shape: NotRequired[list[int]]
+    """What a model workload reports about itself: input shape, classes, parameter count."""
+    classes: NotRequired[int]
+    parameters: NotRequired[int]
+    case: NotRequired[str]
+    """What an op case (kernels_bench) is: its key, op, the layers it stands for, its shape and params."""
+    op: NotRequired[str]
+    layers: NotRequired[list[str]]
+    shape: NotRequired[str]
+    params: NotRequired[dict[str, Any]]
+    dtype: NotRequired[str]
+    on_gpu: NotRequired[bool]
+
+
+class StabilityRun(TypedDict):
+    """One training run of a stability study, as its pooled worker writes it."""
+
+    run_id: str
+    variant: str
+    run: int
+    mode: str
+    seeds: dict[str, Any]
+    status: RunStatus
+    reason: NotRequired[str | None]
+    pid: NotRequired[int]
+    determinism: NotRequired[dict[str, Any]]
+    software: NotRequired[dict[str, Any]]
+    device_name: NotRequired[str]
+    log: NotRequired[str]
+    accuracy: NotRequired[float]
+    """What training measured (``stability.training.train``), on the test split after the last epoch."""
+    cross_entropy: NotRequired[float]
+    per_class_accuracy: NotRequired[list[float]]
+    curve: NotRequired[list[dict[str, float]]]
+    weights_sha256: NotRequired[str]
+    layer_digests: NotRequired[list[list[str]]]
+    input_shape: NotRequired[list[int]]
+    data_shape: NotRequired[list[int]]
+    outputs: NotRequired[Literal["probabilities", "logits"]]
+    arrays: NotRequired[str]
+    weights_file: NotRequired[str]
+    train_seconds: NotRequired[float]
+    seeded_stochastic_layers: NotRequired[list[str]]
+    bitflip: NotRequired[dict[str, Any]]
+
+
+REQUIRED_FIELDS: dict[RecordKind, tuple[tuple[str, type], ...]] = {
+    "sweep": (("run_id", str), ("model", str), ("mode", str), ("repeat", int), ("status", str)),
+    "kernels": (("run_id", str), ("case", str), ("mode", str), ("repeat", int), ("status", str)),
+    "stability": (("run_id", str), ("variant", str), ("mode", str), ("status", str)),
+}
+"""What every reader of a kind relies on; the rest may be null (a failed run measured nothing)."""
+NUMERIC_FIELDS = ("wall_ns_per_step", "kernel_ns_per_step")
+
+
+def _refuse_unknown(record_type: type, optional: Mapping[str, Any]) -> None:
+    """A builder takes only the optional fields its record type declares: a renamed field cannot slip through."""
+    unknown = sorted(optional.keys() - record_type.__optional_keys__)  # type: ignore[attr-defined]
+    if unknown:
+        raise TypeError(f"{record_type.__name__}: unknown field(s) {', '.join(unknown)}")
+
+
+UNMEASURED: dict[str, Any] = dict.fromkeys(
+    (
+        "reason", "log", "settings", "versions", "step_wall_ns", "kernel_ns_per_step", "kernel_count",
+        "kernel_table", "kernel_table_kind", "step_kernel_ns", "trace_file", "telemetry",
+    )
+) | {"command": ""}  # fmt: skip
+"""A measured run's fields that a run which measured nothing (failed, unsupported) leaves empty."""
+
+
+def measured_run(**given: Any) -> MeasuredRun:
+    """A measured run's record from ``MeasuredRun``'s fields; wall time per step is derived, never given.
+
+    Every required field must be given (or be one of ``UNMEASURED``), and no field that
+    ``MeasuredRun`` does not declare may be: a renamed field cannot slip through.
+    """
+    if "wall_ns_per_step" in given:
+        raise TypeError("MeasuredRun: wall_ns_per_step is derived from step_wall_ns, not given")
+    record = UNMEASURED | given
+    steps = record["step_wall_ns"]
+    record["wall_ns_per_step"] = sum(steps) / len(steps) if record.get("status") == "ok" and steps else None
+    missing = sorted(MeasuredRun.__required_keys__ - record.keys())
+    if missing:
+        raise TypeError(f"MeasuredRun: missing field(s) {', '.join(missing)}")
+    _refuse_unknown(MeasuredRun, {k: v for k, v in record.items() if k not in MeasuredRun.__required_keys__})
+    return MeasuredRun(**record)  # type: ignore[typeddict-item]
+
+
+def stability_run(
+    *,
+    run_id: str,
+    variant: str,
+    run: int,
+    mode: str,
+    seeds: Mapping[str, Any],
+    status: RunStatus,
+    reason: str | None = None,
+    **measured: Any,
+) -> StabilityRun:
+    """A stability run's record: identity and outcome, then what training measured (``training.train``)."""
+    _refuse_unknown(StabilityRun, measured)
+    record = StabilityRun(run_id=run_id, variant=variant, run=run, mode=mode, seeds=dict(seeds), status=status)
+    if reason is not None:
+        record["reason"] = reason
+    record.update(measured)  # type: ignore[typeddict-item]
+    return record
+
+
+def checked(kind: RecordKind, data: dict[str, Any], source: Path) -> dict[str, Any]:
+    """``data`` if every field readers of ``kind`` rely on is there and valid; else one InputError line."""
+    name = data.get("run_id") if isinstance(data.get("run_id"), str) else source.stem
+    for key, expected in REQUIRED_FIELDS[kind]:
+        value = data.get(key)
+        if not isinstance(value, expected) or isinstance(value, bool):
+            raise InputError(f"{source}: run record {name} has no valid {key!r}")
+    for key in NUMERIC_FIELDS:
+        value = data.get(key)
+        if value is not None and not finite_number(value):
+            raise InputError(f"{source}: run record {name} has a non-numeric {key!r}: {value!r}")
+    return data
+
+
+def finite_number(value: Any) -> bool:
+    """A JSON number that is a real measurement: not a boolean, not NaN or infinity."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
