@@ -90,10 +90,34 @@ def spans(overhead: Overhead, threshold: float) -> bool:
 
 
 def reading(overhead: Overhead, threshold: float = CHEAP_OVERHEAD) -> Reading:
-    """"cheap" or "expensive" only when the whole interval is on one side of ``threshold``."""
+    """ "cheap" or "expensive" only when the whole interval is on one side of ``threshold``."""
     if not overhead.has_interval or spans(overhead, threshold):
         return "not settled"
     return "cheap" if overhead.ci_high <= threshold else "expensive"
+
+
+WIDE_CI_RELATIVE = 0.5
+
+
+def inconclusive_reason(overhead: Overhead | None) -> str | None:
+    """Why this overhead's interval is too wide to conclude from, or None when it is fine.
+
+    Any of: a single repeat (no interval at all); an interval wider than ``WIDE_CI_RELATIVE``
+    of the estimate ((high - low) / ratio, so a [1.0, 1.6] interval around 1.3 is too wide);
+    or an interval on both sides of ``CHEAP_OVERHEAD``, where the reading switches from
+    "cheap" to "expensive".
+    """
+    if overhead is None:
+        return None
+    if overhead.n < 2:
+        return "one repeat only: no confidence interval (use --repeats 3 or more)"
+    low, high = overhead.ci_low, overhead.ci_high
+    interval = f"95% CI [{low:.2f}x, {high:.2f}x]"
+    if (high - low) / overhead.ratio > WIDE_CI_RELATIVE:
+        return f"{interval} is wider than {WIDE_CI_RELATIVE:.0%} of the estimate: too wide to conclude"
+    if spans(overhead, CHEAP_OVERHEAD):
+        return f"{interval} spans {CHEAP_OVERHEAD:.2f}x: cannot tell cheap from expensive"
+    return None
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,9 @@ leaving tests on an old shape. Reading a record checks the fields every reader r
 a hand-edited or truncated record is unusable input (one line, exit 3), never a crash.
 """
 
+import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal, NotRequired, TypedDict
 
@@ -179,3 +180,17 @@ def checked(kind: RecordKind, data: dict[str, Any], source: Path) -> dict[str, A
 def finite_number(value: Any) -> bool:
     """A JSON number that is a real measurement: not a boolean, not NaN or infinity."""
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def environment_values(records: Iterable[Mapping[str, Any]], section: str, key: str) -> list[Any]:
+    """Every distinct ``record[section][key]`` (e.g. ``versions.tensorflow``) across runs, first seen first.
+
+    What the runs of a study ran on: one value when they agree, several when they do not. The
+    report warns about several; the CI check's fingerprint refuses to compare them.
+    """
+    seen: dict[str, Any] = {}
+    for record in records:
+        value = (record.get(section) or {}).get(key)
+        if value is not None:
+            seen.setdefault(json.dumps(value, sort_keys=True, default=str), value)
+    return list(seen.values())

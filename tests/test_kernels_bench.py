@@ -11,10 +11,10 @@ import tensorflow as tf
 
 from detprof.cli import main
 from detprof.kernels_bench.bench import KernelsConfig, plan_runs
+from detprof.kernels_bench.case_results import summarize
 from detprof.kernels_bench.cases import CONV_OPS, SUITES, OpCase, derive_cases
 from detprof.kernels_bench.command import print_summary
 from detprof.kernels_bench.ops import BUILDERS, op_benchmark
-from detprof.kernels_bench.summary import summarize
 from detprof.models import paper_cnns, registry
 from detprof.profiler.devices import DeviceChoice
 from detprof.profiler.study import MeasurementTarget, run_planned

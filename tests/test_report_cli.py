@@ -171,3 +171,27 @@ def test_stability_sub_groups_failed_check_and_failed_runs(tmp_path: Path) -> No
     assert "NOT verified: first differing layer conv&lt;2&gt;" in page
     assert "worker died &lt;OOM&gt; &amp; more" in page
     assert page.count('class="plotly-graph-div"') == 1
+
+
+@pytest.mark.parametrize("field", ["model", "mode"])
+def test_hand_edited_sweep_record_without_identity_is_input_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], field: str
+) -> None:
+    root = wall_only_sweep(tmp_path / "res")
+    record_path = root / "sweep" / "runs" / "resnet50--default--r1.json"
+    record = json.loads(record_path.read_text())
+    del record[field]
+    record_path.write_text(json.dumps(record))
+    assert main(["report", str(root), "-o", str(tmp_path / "r.html")]) == 3
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"has no valid '{field}'" in err and "resnet50--default--r1.json" in err
+
+
+def test_kernels_manifest_without_cases_is_input_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = ResultsStore(tmp_path / "res", "kernels")
+    store.open({"ops": ["dense_matmul"], "repeats": 3}, "detprof kernels (hand-edited)", resume=False)
+    for record in synth.records({"smallcnn": [1.0]}):
+        store.write_record(record | {"case": "dense_matmul@smallcnn.logits", "op": "dense_matmul"})
+    assert main(["report", str(tmp_path / "res"), "-o", str(tmp_path / "r.html")]) == 3
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no valid 'cases'" in err and "manifest.json" in err

@@ -9,11 +9,11 @@ import pandas as pd
 import pytest
 
 from detprof import formatting
-from detprof.intervals import CHEAP_OVERHEAD, Overhead
+from detprof.intervals import CHEAP_OVERHEAD, Overhead, inconclusive_reason
 from detprof.reports.attribution import attribute
-from detprof.reports.conditions import ClockRow, by_mode, ci_warning, clock_rows, throttle_warnings
+from detprof.reports.gpu_clocks import ClockRow, by_mode, clock_rows, throttle_warnings
 from detprof.reports.markdown import md
-from detprof.reports.reference import PUBLISHED, published_gpu, reference_rows
+from detprof.reports.published import PUBLISHED, published_gpu, reference_rows
 from detprof.reports.tradeoff import NOISY_CHURN, Cost, Noise, noise_of, pair, quadrant, reading
 from detprof.traces.kernel_table import SUMMARY_DTYPES, KernelTable, conform
 from detprof.traces.kernel_tables import diff
@@ -187,8 +187,8 @@ def test_reference_without_an_interval_cannot_agree_or_disagree() -> None:
         (Overhead(1.5, 1.45, 1.55, (0.4, 0.41, 0.42)), None),
     ],
 )
-def test_ci_warning(o: Overhead | None, expected: str | None) -> None:
-    warning = ci_warning(o)
+def test_inconclusive_reason(o: Overhead | None, expected: str | None) -> None:
+    warning = inconclusive_reason(o)
     assert (warning is None) if expected is None else (expected in (warning or ""))
 
 

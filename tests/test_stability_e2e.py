@@ -169,7 +169,7 @@ def test_ctrl_c_keeps_completed_runs_ends_the_workers_and_resume_finishes(tmp_pa
     os.killpg(proc.pid, signal.SIGINT)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130
-    assert "interrupted: completed runs are kept" in stderr
+    assert "interrupted: every completed run is kept" in stderr
     kept = _records(out / "stability")
     assert 1 <= len(kept) < 3 and {r["status"] for r in kept.values()} == {"ok"}
     worker_pid = next(iter(kept.values()))["pid"]

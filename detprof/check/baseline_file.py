@@ -24,7 +24,7 @@ from typing import Any
 
 from detprof.check.regression import ModelSample, SweepSamples, baseline_models, samples_from_records
 from detprof.errors import InputError
-from detprof.records import finite_number
+from detprof.records import environment_values, finite_number
 from detprof.store import ResultsStore, atomic_write_bytes, config_hash, find_studies
 
 SCHEMA_VERSION = 1
@@ -100,7 +100,7 @@ def fingerprint(config: Mapping[str, Any], records: Iterable[Mapping[str, Any]])
     ok = [r for r in records if r.get("status") == "ok"]
     result: dict[str, Any] = {}
     for name, (section, key) in _SOURCES.items():
-        result[name] = _uniform((r.get(section) or {}).get(key) for r in ok)
+        result[name] = _uniform(environment_values(ok, section, key))
     result["determinism"] = {
         mode: _uniform(_settings(r) for r in ok if r.get("mode") == mode) for mode in ("default", "deterministic")
     }
@@ -113,9 +113,8 @@ def _settings(record: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _uniform(values: Iterable[Any]) -> Any:
-    distinct: dict[str, Any] = {}
-    for value in values:
-        distinct.setdefault(json.dumps(value, sort_keys=True, default=str), value)
+    """One value where the runs agree (None where none has one), else every value in a stable order."""
+    distinct = {json.dumps(value, sort_keys=True, default=str): value for value in values}
     if len(distinct) <= 1:
         return next(iter(distinct.values()), None)
     return [distinct[key] for key in sorted(distinct)]

@@ -28,7 +28,7 @@ from detprof.store import ResultsStore
 
 if TYPE_CHECKING:
     from detprof.intervals import Metric
-    from detprof.kernels_bench.summary import CaseSummary
+    from detprof.kernels_bench.case_results import CaseSummary
 
 HELP = "Measure what determinism costs op by op (convolutions, pooling, scatters, ...)."
 DIFF_NAMES_SHOWN = 3
@@ -140,7 +140,7 @@ def _failures(summary: CaseSummary) -> str:
 
 
 def print_summary(store: ResultsStore) -> None:
-    from detprof.kernels_bench.summary import summarize
+    from detprof.kernels_bench.case_results import summarize
 
     result = summarize(store)
     traced = result.metric == "kernel"

@@ -81,8 +81,6 @@ def progress_bar(console: Console, title: str, total: int, results_dir: Path) ->
             yield progress
         except KeyboardInterrupt:
             bar.stop()
-            console.print(
-                f"interrupted: every completed run is kept in {escape(str(results_dir))}; --resume continues"
-            )
+            console.print(f"interrupted: every completed run is kept in {escape(str(results_dir))}; --resume continues")
             raise typer.Exit(INTERRUPTED_EXIT) from None
         bar.update(progress.task, completed=total, description="done")  # type: ignore[arg-type]

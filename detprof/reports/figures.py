@@ -18,7 +18,7 @@ from plotly.subplots import make_subplots
 
 from detprof.determinism import MODES
 from detprof.intervals import CHEAP_OVERHEAD, Overhead
-from detprof.reports.reference import ReferenceRow
+from detprof.reports.published import ReferenceRow
 from detprof.reports.report_data import KernelSizePoint, StabilityStudy, SweepStudy
 from detprof.reports.tradeoff import NOISY_CHURN, TradeoffPoint
 from detprof.traces.classify import CATEGORIES

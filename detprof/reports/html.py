@@ -27,8 +27,8 @@ from detprof import formatting as f
 from detprof.determinism import MODES
 from detprof.intervals import CHEAP_OVERHEAD
 from detprof.reports import figures
-from detprof.reports.conditions import by_mode
-from detprof.reports.reference import SOURCE
+from detprof.reports.gpu_clocks import by_mode
+from detprof.reports.published import SOURCE
 from detprof.reports.report_data import SECTIONS, ModelCost, Report, StabilityStudy
 from detprof.reports.tradeoff import NOISY_CHURN
 
@@ -116,9 +116,13 @@ class _Figures:
 def _studies(report: Report) -> Table:
     rows: list[list[Any]] = []
     for s in report.sweeps:
-        rows.append(["sweep", s.label, str(s.path), f"{s.started or '?'} .. {s.finished or '?'}", Cell(s.command, "code")])
+        rows.append(
+            ["sweep", s.label, str(s.path), f"{s.started or '?'} .. {s.finished or '?'}", Cell(s.command, "code")]
+        )
     for k in report.kernels:
-        rows.append(["kernels", k.label, str(k.path), f"{k.started or '?'} .. {k.finished or '?'}", Cell(k.command, "code")])
+        rows.append(
+            ["kernels", k.label, str(k.path), f"{k.started or '?'} .. {k.finished or '?'}", Cell(k.command, "code")]
+        )
     for st in report.stability:
         rows.append(["stability", st.device, str(st.path), "", Cell(st.command, "code")])
     return table(["Study", "Device", "Results", "Ran", "Command line"], rows)
@@ -429,9 +433,7 @@ def stability_study(study: StabilityStudy) -> dict[str, Any]:
         "runs_ok": study.runs_ok,
         "runs_failed": study.runs_failed,
         "variants": table(headers, rows, numeric=tuple(range(4, 12))),
-        "checks": [
-            _check(v) for v in study.variants if (v.get("determinism_check") or {}).get("applicable")
-        ],
+        "checks": [_check(v) for v in study.variants if (v.get("determinism_check") or {}).get("applicable")],
         "per_class": figures.per_class_figure(study),
         "subgroups": _subgroups(study),
     }
@@ -507,15 +509,19 @@ def conditions(report: Report) -> dict[str, Any]:
 
 def render(report: Report, plotlyjs: PlotlyJs = "embed") -> str:
     """The whole page; sections the inputs lack say why in the one line ``report.absent`` holds."""
-    return _environment().get_template("report.html.j2").render(
-        sections=SECTIONS,
-        absent=report.absent,
-        plot=_Figures(plotlyjs),
-        header=header(report),
-        overhead=overhead(report),
-        kernel_size=kernel_size(report),
-        cost=cost(report),
-        stability=stability(report),
-        tradeoff=tradeoff(report),
-        conditions=conditions(report),
+    return (
+        _environment()
+        .get_template("report.html.j2")
+        .render(
+            sections=SECTIONS,
+            absent=report.absent,
+            plot=_Figures(plotlyjs),
+            header=header(report),
+            overhead=overhead(report),
+            kernel_size=kernel_size(report),
+            cost=cost(report),
+            stability=stability(report),
+            tradeoff=tradeoff(report),
+            conditions=conditions(report),
+        )
     )

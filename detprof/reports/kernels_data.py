@@ -1,6 +1,6 @@
 """The kernels_bench op table: each single operation's overhead of determinism, at model shapes.
 
-kernels_bench summarizes its own records (``kernels_bench.summary.summarize``: the paired
+kernels_bench summarizes its own records (``kernels_bench.case_results.summarize``: the paired
 overhead per case, keyed by case through ``overhead.model_overheads``, and the kernels
 only one mode launched); this module turns that into report rows, and takes the conv
 suite's per-model totals as a second series for the kernel-size figure, since they are
@@ -14,13 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from detprof.intervals import Overhead
-from detprof.reports.conditions import ci_warning
+from detprof.intervals import Overhead, inconclusive_reason
 from detprof.reports.provenance import provenance
 from detprof.store import ResultsStore
 
 if TYPE_CHECKING:
-    from detprof.kernels_bench.summary import CaseSummary
+    from detprof.kernels_bench.case_results import CaseSummary
 
 HOW_TO_RUN = "`detprof kernels` measures each operation's overhead at the models' own shapes."
 MEDIUM_CNN = re.compile(r"^mediumcnn_k(\d+)$")
@@ -75,11 +74,11 @@ def _names(sign: str, names: list[str]) -> list[str]:
 
 
 def _note(summary: CaseSummary, overhead: Overhead | None) -> str | None:
-    return summary.overhead.failure_note() or ci_warning(overhead)
+    return summary.overhead.failure_note() or inconclusive_reason(overhead)
 
 
 def load_kernels(store: ResultsStore) -> KernelsStudy | None:
-    from detprof.kernels_bench.summary import summarize
+    from detprof.kernels_bench.case_results import summarize
 
     manifest = store.manifest()
     records = list(store.records())

@@ -15,7 +15,7 @@ from typing import Any
 
 from detprof import formatting as f
 from detprof.intervals import CHEAP_OVERHEAD
-from detprof.reports.reference import PUBLISHED_GPUS, SOURCE
+from detprof.reports.published import PUBLISHED_GPUS, SOURCE
 from detprof.reports.report_data import SECTIONS, Report
 from detprof.reports.tradeoff import NOISY_CHURN
 

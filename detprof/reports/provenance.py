@@ -13,9 +13,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from detprof.records import environment_values
+
 
 def distinct(values: Iterable[Any]) -> list[str]:
     return list(dict.fromkeys(str(v) for v in values if v is not None))
+
+
+def _env(records: Sequence[Mapping[str, Any]], section: str, key: str) -> list[str]:
+    return [str(v) for v in environment_values(records, section, key)]
 
 
 @dataclass
@@ -39,7 +45,7 @@ def _settings_warnings(label: str, records: Sequence[Mapping[str, Any]]) -> list
     ]
     if wrong:
         warnings.append(f"{label}: op determinism was not in effect as its mode says in {', '.join(wrong[:5])}")
-    jit = distinct((r.get("settings") or {}).get("jit_compile") for r in records)
+    jit = _env(records, "settings", "jit_compile")
     if len(jit) > 1:
         warnings.append(
             f"{label}: jit_compile (XLA) differs between runs ({', '.join(jit)}): ratios mix XLA and non-XLA"
@@ -53,9 +59,9 @@ def provenance(records: Sequence[Mapping[str, Any]], config: Mapping[str, Any]) 
     device = dict(device or records[0].get("device") or {})
     label = str(device.get("label") or config.get("gpu_label") or "unlabelled")
     keys = dict.fromkeys(k for r in records for k in (r.get("versions") or {}))
-    versions = {k: distinct((r.get("versions") or {}).get(k) for r in records) for k in keys}
+    versions = {k: _env(records, "versions", k) for k in keys}
     warnings = [f"{label}: runs used different {k}: {', '.join(v)}" for k, v in versions.items() if len(v) > 1]
-    names = distinct((r.get("device") or {}).get("name") for r in records)
+    names = _env(records, "device", "name")
     if len(names) > 1:
         warnings.append(f"{label}: runs ran on different devices: {', '.join(names)}")
     warnings += _settings_warnings(label, records)

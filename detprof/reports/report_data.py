@@ -21,14 +21,14 @@ import pandas as pd
 from detprof.determinism import MODES
 from detprof.errors import InputError
 from detprof.formatting import ratio
-from detprof.intervals import Metric, Overhead, headline
+from detprof.intervals import Metric, Overhead, headline, inconclusive_reason
 from detprof.profiler.overhead import ModelOverhead, model_overheads
 from detprof.profiler.study_results import summarize_model
 from detprof.reports import kernels_data
 from detprof.reports.attribution import attribute
-from detprof.reports.conditions import ClockRow, ci_warning, clock_rows, throttle_warnings
+from detprof.reports.gpu_clocks import ClockRow, clock_rows, throttle_warnings
 from detprof.reports.provenance import provenance
-from detprof.reports.reference import ReferenceRow, reference_rows
+from detprof.reports.published import ReferenceRow, reference_rows
 from detprof.reports.tradeoff import Cost, TradeoffPoint, noise_of, pair
 from detprof.store import ResultsStore, find_studies
 
@@ -214,7 +214,7 @@ def model_cost(store: ResultsStore, overhead: ModelOverhead, records: Sequence[M
         overhead.wall,
         overhead.unsupported_reason,
         overhead.failure_note(),
-        warning=ci_warning(headline(overhead.kernel, overhead.wall)[1]),
+        warning=inconclusive_reason(headline(overhead.kernel, overhead.wall)[1]),
     )
     summary = summarize_model(store, overhead, records)
     for mode, kernels in summary.modes.items():
@@ -309,9 +309,7 @@ def kernel_size_points(
         for m in sweep.models:
             match = kernels_data.MEDIUM_CNN.match(m.model)
             if match and m.headline is not None:
-                points.append(
-                    KernelSizePoint(sweep.label, int(match.group(1)), m.headline, m.headline_metric, "sweep")
-                )
+                points.append(KernelSizePoint(sweep.label, int(match.group(1)), m.headline, m.headline_metric, "sweep"))
     for bench in benches:
         for total in bench.totals:
             if total.kernel_size is not None and total.overhead is not None:

@@ -20,6 +20,8 @@ from scipy.stats import rankdata
 from detprof.intervals import bootstrap_spread
 
 T = TypeVar("T")
+
+
 def _mean_over_pairs(items: Sequence[T], fn: Callable[[T, T], float]) -> float:
     values = [fn(a, b) for a, b in itertools.combinations(items, 2)]
     return float(np.mean(values)) if values else float("nan")

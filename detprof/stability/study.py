@@ -28,7 +28,7 @@ from detprof.models import registry
 from detprof.profiler.devices import DeviceChoice, usable_cpus
 from detprof.profiler.progress import progress_bar
 from detprof.records import StabilityRun, stability_run
-from detprof.stability import datasets, summary, worker
+from detprof.stability import datasets, variant_metrics, worker
 from detprof.stability.training import TrainConfig
 from detprof.stability.variants import DEFAULT_VARIANTS, PlannedRun, Variant, parse_variants, plan_runs
 from detprof.store import ResultsStore, json_safe
@@ -332,12 +332,14 @@ def write_summary(
         "determinism": {r["mode"]: r["determinism"] for r in ok},
         "software": first.get("software"),
         "tables": {
-            "runs": store.write_table("runs", summary.runs_table(records, config.model, config.dataset, device.label)),
-            "curves": store.write_table("curves", summary.curves_table(records)),
-            "per_class": store.write_table("per_class", summary.per_class_table(records)),
+            "runs": store.write_table(
+                "runs", variant_metrics.runs_table(records, config.model, config.dataset, device.label)
+            ),
+            "curves": store.write_table("curves", variant_metrics.curves_table(records)),
+            "per_class": store.write_table("per_class", variant_metrics.per_class_table(records)),
         },
         "variants": [
-            summary.summarize_variant(v, [r for r in records if r["variant"] == v.name], store.dir, data)
+            variant_metrics.summarize_variant(v, [r for r in records if r["variant"] == v.name], store.dir, data)
             for v in variants
         ],
     }

@@ -41,11 +41,11 @@ class SweepRequest:
     """The sweep's options as given; ``None`` takes the preset's value (the paper's on a GPU)."""
 
     models: tuple[str, ...] | None
-    run: RunOptions
+    options: RunOptions
 
     def resolve(self) -> tuple[SweepConfig, MeasurementTarget]:
         """The device and tracer chosen and checked, and the configuration the sweep will run."""
-        run = self.run
+        run = self.options
         target = choose_target(run.gpu, run.force, run.tracer, run.preset, list(PRESETS))
         given = {
             "models": self.models,

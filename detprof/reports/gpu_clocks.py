@@ -1,16 +1,9 @@
-"""The conditions a sweep ran under, and the warnings that say when its numbers cannot be trusted.
+"""The GPU's clocks, temperature and power during a sweep, and the runs it throttled in.
 
-Two things make an overhead unreadable, and the report must say so next to the number
-rather than let a reader draw a conclusion from it:
-
-- the GPU slowed its clocks in some runs (power cap, heat): the ratio then mixes
-  determinism with throttling. The sweep's telemetry already decides per run whether it
-  was throttled; here the verdicts are gathered per model and mode.
-- the 95% confidence interval is too wide to conclude. Defined as any of: a single
-  repeat (no interval at all); an interval wider than ``WIDE_CI_RELATIVE`` of the
-  estimate ((high - low) / ratio, so a [1.0, 1.6] interval around 1.3 is too wide);
-  or an interval on both sides of ``CHEAP_OVERHEAD``, the line where the report's
-  reading switches from "cheap" to "expensive".
+A GPU that slowed its clocks in some runs (power cap, heat) makes an overhead unreadable:
+the ratio then mixes determinism with throttling, and the report must say so next to the
+number. The sweep's telemetry already decides per run whether it was throttled; here the
+verdicts are gathered per model and mode.
 """
 
 from __future__ import annotations
@@ -20,25 +13,7 @@ from dataclasses import dataclass
 from statistics import fmean
 from typing import Any
 
-from detprof.intervals import CHEAP_OVERHEAD, Overhead, spans
 from detprof.profiler.telemetry import CLOCK_DROP_FRACTION
-
-WIDE_CI_RELATIVE = 0.5
-
-
-def ci_warning(overhead: Overhead | None) -> str | None:
-    """Why this overhead's interval is too wide to conclude from, or None when it is fine."""
-    if overhead is None:
-        return None
-    if overhead.n < 2:
-        return "one repeat only: no confidence interval (use --repeats 3 or more)"
-    low, high = overhead.ci_low, overhead.ci_high
-    interval = f"95% CI [{low:.2f}x, {high:.2f}x]"
-    if (high - low) / overhead.ratio > WIDE_CI_RELATIVE:
-        return f"{interval} is wider than {WIDE_CI_RELATIVE:.0%} of the estimate: too wide to conclude"
-    if spans(overhead, CHEAP_OVERHEAD):
-        return f"{interval} spans {CHEAP_OVERHEAD:.2f}x: cannot tell cheap from expensive"
-    return None
 
 
 @dataclass(frozen=True)
