@@ -4,7 +4,10 @@ Target (issue "Model zoo, determinism modes and sweep"): on the CPU preset, the 
 most 1.15x the wall time of a bare script that does the same warm-up and measured steps in the
 same number of processes. The bare script switches determinism the same way and wraps the
 measured steps in TensorFlow's profiler, because that trace is the measurement; a third run
-without the profiler shows what the tracer itself costs.
+without the profiler shows what the tracer itself costs. On a CPU the sweep measures each
+repeat as a lockstep pair (both modes' workers started together, then stepped in turn), so
+the bare script also starts both modes of a repeat together, each running its own steps:
+the same processes, two at a time; what the sweep adds is its coordination and bookkeeping.
 
 ``python -m benchmarks.bench_sweep_tax [--preset cpu-small]``
 """
@@ -67,6 +70,7 @@ def _bare(preset: dict, profile: bool) -> float:
     start = time.perf_counter()
     for _repeat in range(preset["repeats"]):
         for model in preset["models"]:
+            pair = []
             for mode in RUN_ORDER:
                 args = [
                     model,
@@ -78,13 +82,11 @@ def _bare(preset: dict, profile: bool) -> float:
                     preset["steps"],
                     int(profile),
                 ]
-                subprocess.run(
-                    [sys.executable, "-c", BARE_SCRIPT, *map(str, args)],
-                    env=env,
-                    check=True,
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                )
+                command = [sys.executable, "-c", BARE_SCRIPT, *map(str, args)]
+                pair.append(subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            for proc in pair:
+                if proc.wait() != 0:
+                    raise subprocess.CalledProcessError(proc.returncode, proc.args)
     return time.perf_counter() - start
 
 

@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import os
 import sys
+from enum import Enum
+from pathlib import PurePath
+from typing import Annotated, Any
 
 import typer
+from typer.core import TyperArgument, TyperCommand, TyperOption
 
-from detprof import invocation
+from detprof import __version__, invocation
 from detprof.check.command import CHECK_HELP, baseline, check
 from detprof.errors import USAGE_EXIT, DetprofError
 from detprof.kernels_bench.command import HELP as KERNELS_HELP
@@ -29,24 +33,119 @@ from detprof.sweep.command import HELP as SWEEP_HELP
 from detprof.sweep.command import sweep
 from detprof.traces.command import DIFF_HELP, PARSE_HELP, diff, parse
 
+# Help reads like any other command line's: "--top INTEGER", "--format [table|json|csv]",
+# "Usage: detprof report [OPTIONS] RESULTS_DIRS...". Typer's own rendering (rich panels or
+# plain) labels every value with a Python type in angle brackets (``--help <bool>``,
+# ``<list[Path]>``) and every required argument in braces, so the plain renderer is used
+# and ``HelpCommand`` names values the way Click always has (an option without a metavar of
+# its own gets one when help is shown; flags get none). It works from the parameters Typer
+# built off each command's signature, so commands whose options come from
+# ``profiler.options.with_run_options`` read the same as the others.
+# bool before int: a bool is an int to ``issubclass``.
+_SCALAR_METAVARS: tuple[tuple[type, str], ...] = ((bool, "BOOLEAN"), (int, "INTEGER"), (float, "FLOAT"), (str, "TEXT"))
+
+
+def _value_metavar(param: TyperArgument | TyperOption) -> str:
+    """The Click-style name of what a parameter takes: INTEGER, PATH, [a|b|c], ..."""
+    desc = param.type_descriptor
+    if desc.is_choice:
+        choices = (str(c.value) if isinstance(c, Enum) else str(c) for c in desc.choices or ())
+        return f"[{'|'.join(choices)}]"
+    if desc.is_path:
+        return "FILE" if desc.is_file else "PATH"
+    annotation = desc.annotation
+    args = getattr(annotation, "__args__", None)
+    if desc.is_list and args:
+        annotation = args[0]
+    if not isinstance(annotation, type):
+        return "VALUE"
+    if issubclass(annotation, PurePath):
+        return "PATH"
+    return next((name for kind, name in _SCALAR_METAVARS if issubclass(annotation, kind)), "VALUE")
+
+
+def _argument_name(param: TyperArgument) -> str:
+    """``TRACE``, or ``RESULTS_DIRS...`` for an argument that takes several values."""
+    name = (param.name or "").upper()
+    return f"{name}..." if param.nargs != 1 else name
+
+
+class HelpCommand(TyperCommand):
+    """A Typer command whose ``--help`` and usage line name values the way Click does."""
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for param in self.get_params(ctx):
+            if isinstance(param, TyperArgument):
+                name = _argument_name(param)
+                pieces.append(name if param.required else f"[{name}]")
+        return pieces
+
+    def format_options(self, ctx: Any, formatter: Any) -> None:
+        arguments: list[tuple[str, str]] = []
+        options: list[tuple[str, str]] = []
+        for param in self.get_params(ctx):
+            if getattr(param, "hidden", False):
+                continue
+            if isinstance(param, TyperArgument):
+                extra = "  [required]" if param.required else ""
+                arguments.append((_argument_name(param), f"{param.help or ''}{extra}"))
+            elif isinstance(param, TyperOption):
+                if param.metavar is None and not param.is_flag and not param.count:
+                    param.metavar = _value_metavar(param)
+                record = param.get_help_record(ctx)
+                if record is not None:
+                    options.append(record)
+        if arguments:
+            with formatter.section("Arguments"):
+                formatter.write_dl(arguments)
+        if options:
+            with formatter.section("Options"):
+                formatter.write_dl(options)
+
+
 app = typer.Typer(
     name="detprof",
     help="What deterministic training costs on your GPU, where the cost comes from, and what it buys.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    rich_markup_mode=None,
+    # Click wraps help at 80 columns whatever the terminal; a wider one shows whole command summaries.
+    context_settings={"max_content_width": 120},
 )
 
-app.command("parse", help=PARSE_HELP)(parse)
-app.command("diff", help=DIFF_HELP)(diff)
-app.command("models", help="List the models detprof can profile.")(models)
-app.command("gpus", help="List the NVIDIA GPUs that NVML sees.")(gpus)
-app.command("sweep", help=SWEEP_HELP)(sweep)
-app.command("kernels", help=KERNELS_HELP)(kernels)
-app.command("stability", help=STABILITY_HELP)(stability)
-app.command("report", help=REPORT_HELP)(report)
-app.command("baseline", help="Freeze a sweep's per-repeat overheads as the CI baseline (JSON).")(baseline)
-app.command("check", help=CHECK_HELP)(check)
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"detprof {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", help="Print detprof's version and exit.", callback=_print_version, is_eager=True),
+    ] = False,
+) -> None:
+    """Options of ``detprof`` itself; ``--version`` is eager, so it answers before any command is parsed."""
+
+
+_COMMANDS: tuple[tuple[str, Any, str], ...] = (
+    ("parse", parse, PARSE_HELP),
+    ("diff", diff, DIFF_HELP),
+    ("models", models, "List the models detprof can profile."),
+    ("gpus", gpus, "List the NVIDIA GPUs that NVML sees."),
+    ("sweep", sweep, SWEEP_HELP),
+    ("kernels", kernels, KERNELS_HELP),
+    ("stability", stability, STABILITY_HELP),
+    ("report", report, REPORT_HELP),
+    ("baseline", baseline, "Freeze a sweep's per-repeat overheads as the CI baseline (JSON)."),
+    ("check", check, CHECK_HELP),
+)
+for _name, _command, _help in _COMMANDS:
+    app.command(_name, help=_help, cls=HelpCommand)(_command)
 
 
 # EX_SOFTWARE (sysexits.h): a bug in detprof, never its input or measurement, so CI can tell

@@ -90,10 +90,43 @@ def spans(overhead: Overhead, threshold: float) -> bool:
 
 
 def reading(overhead: Overhead, threshold: float = CHEAP_OVERHEAD) -> Reading:
-    """ "cheap" or "expensive" only when the whole interval is on one side of ``threshold``."""
+    """Cheap or expensive only when the whole interval is on one side of ``threshold``; else not settled."""
     if not overhead.has_interval or spans(overhead, threshold):
         return "not settled"
     return "cheap" if overhead.ci_high <= threshold else "expensive"
+
+
+def repeats_to_read(overhead: Overhead, threshold: float = CHEAP_OVERHEAD) -> int | None:
+    """Repeats (paired units) after which the interval would clear ``threshold``, if mean and spread stayed.
+
+    The paired t half-width with n units is t(n-1) * s / sqrt(n); the smallest n with a
+    half-width below the distance from the mean log ratio to ln(threshold). None when there
+    is no spread to extrapolate from (fewer than two units) or not even ``SETTLE_LIMIT`` would do.
+    """
+    if overhead.n < MIN_REPEATS:
+        return None
+    from scipy import stats
+
+    logs = np.asarray(overhead.log_ratios)
+    gap = abs(float(logs.mean()) - math.log(threshold))
+    sd = float(logs.std(ddof=1))
+    if sd == 0:
+        return overhead.n if gap > 0 else None
+    n = np.arange(MIN_REPEATS, SETTLE_LIMIT + 1, dtype=float)
+    half = stats.t.ppf(0.5 + overhead.confidence / 2, n - 1) * sd / np.sqrt(n)
+    enough = np.nonzero(half < gap)[0]
+    return int(n[enough[0]]) if enough.size else None
+
+
+def noise_floor(calibration: Overhead) -> float | None:
+    """The smallest overhead an A/A measurement (deterministic against itself) can resolve here.
+
+    The farthest end of its interval from 1.0, as a fraction: 0.03 means this machine and
+    design cannot tell overheads within about +/-3% from none. None without an interval.
+    """
+    if not calibration.has_interval:
+        return None
+    return max(calibration.ci_high - 1.0, 1.0 - calibration.ci_low)
 
 
 WIDE_CI_RELATIVE = 0.5

@@ -10,15 +10,17 @@ a hand-edited or truncated record is unusable input (one line, exit 3), never a 
 
 import json
 import math
+import statistics
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal, NotRequired, TypedDict
 
 from detprof.errors import InputError
+from detprof.intervals import Metric
 
 RunStatus = Literal["ok", "failed", "unsupported"]
 """"unsupported": the framework refused to run an op deterministically (a finding, not a crash)."""
-RecordKind = Literal["sweep", "kernels", "stability"]
+RecordKind = Literal["sweep", "kernels", "stability", "calibration"]
 
 
 class MeasuredRun(TypedDict):
@@ -54,6 +56,13 @@ class MeasuredRun(TypedDict):
     """Kernel time of each measured step, where the tracer split the window into steps."""
     trace_file: str | None
     telemetry: dict[str, Any] | None
+    pairing: NotRequired[Literal["lockstep"]]
+    """Set on the two runs of a lockstep pair: their steps ran in turn and pair up step by step."""
+    cpu_core: NotRequired[int]
+    """The core both workers of a lockstep pair were pinned to, each with ``cpu_threads`` TensorFlow threads."""
+    cpu_threads: NotRequired[int]
+    arm: NotRequired[str]
+    """A calibration's arm, "a" or "b": both deterministic, so their ratio measures the noise alone."""
     input_shape: NotRequired[list[int]]
     """What a model workload reports about itself: input shape, classes, parameter count."""
     classes: NotRequired[int]
@@ -104,6 +113,7 @@ REQUIRED_FIELDS: dict[RecordKind, tuple[tuple[str, type], ...]] = {
     "sweep": (("run_id", str), ("model", str), ("mode", str), ("repeat", int), ("status", str)),
     "kernels": (("run_id", str), ("case", str), ("mode", str), ("repeat", int), ("status", str)),
     "stability": (("run_id", str), ("variant", str), ("mode", str), ("status", str)),
+    "calibration": (("run_id", str), ("model", str), ("mode", str), ("arm", str), ("repeat", int), ("status", str)),
 }
 """What every reader of a kind relies on; the rest may be null (a failed run measured nothing)."""
 NUMERIC_FIELDS = ("wall_ns_per_step", "kernel_ns_per_step")
@@ -194,3 +204,43 @@ def environment_values(records: Iterable[Mapping[str, Any]], section: str, key: 
         if value is not None:
             seen.setdefault(json.dumps(value, sort_keys=True, default=str), value)
     return list(seen.values())
+
+
+PER_STEP_FIELDS: dict[Metric, tuple[str, str]] = {
+    "wall": ("step_wall_ns", "wall_ns_per_step"),
+    "kernel": ("step_kernel_ns", "kernel_ns_per_step"),
+}
+
+
+def time_per_step(record: Mapping[str, Any], metric: Metric) -> float | None:
+    """The run's time per step in ``metric``: the median of its per-step times where it has them, else the mean.
+
+    The median because a step that other work on the machine interrupted (or that the
+    framework spent re-tracing) says nothing about determinism, and one such step in a
+    hundred moves a mean by more than the overheads worth resolving. Every overhead ratio
+    is a ratio of these. None for a run that did not measure ``metric``.
+    """
+    steps_field, mean_field = PER_STEP_FIELDS[metric]
+    steps = record.get(steps_field)
+    if steps:
+        return float(statistics.median(steps))
+    value = record.get(mean_field)
+    return None if value is None else float(value)
+
+
+def pair_log_ratio(base: Mapping[str, Any], other: Mapping[str, Any], metric: Metric) -> float | None:
+    """ln(other / base) for one repeat, the paired unit of every overhead interval.
+
+    A lockstep pair ran its steps in turn, so step i of one and step i of the other saw the
+    same moment of the machine: the median of the per-step log ratios. Runs measured one
+    after the other compare their ``time_per_step``. None when either side lacks ``metric``.
+    """
+    steps_field = PER_STEP_FIELDS[metric][0]
+    a, b = base.get(steps_field), other.get(steps_field)
+    lockstep = base.get("pairing") == other.get("pairing") == "lockstep"
+    if lockstep and a and b and len(a) == len(b) and all(x > 0 for x in (*a, *b)):
+        return float(statistics.median(math.log(y / x) for x, y in zip(a, b, strict=True)))
+    t_base, t_other = time_per_step(base, metric), time_per_step(other, metric)
+    if t_base is None or t_other is None or t_base <= 0 or t_other <= 0:
+        return None
+    return math.log(t_other / t_base)

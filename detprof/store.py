@@ -14,8 +14,8 @@ import io
 import json
 import math
 import os
+import secrets
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,20 +27,44 @@ if TYPE_CHECKING:
     import pandas as pd
 
 StudyKind = RecordKind
-STUDY_KINDS: tuple[StudyKind, ...] = ("sweep", "kernels", "stability")
+STUDY_KINDS: tuple[StudyKind, ...] = ("sweep", "kernels", "stability", "calibration")
 SCHEMA_VERSION = 1
 DONE_STATUSES = frozenset({"ok", "unsupported"})
 
 
+# Create-only, never follow a link planted under the temporary name, and never leak the
+# descriptor into a worker started while the file is open.
+_TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
+_TEMP_ATTEMPTS = 100
+
+
+def _open_temp(path: Path) -> tuple[int, Path]:
+    """A new, empty temporary file beside ``path`` (so the rename is atomic), created 0666 & ~umask.
+
+    ``tempfile.mkstemp`` creates 0600, which would leave results unreadable by the rest of a
+    shared machine whatever the user's umask says. Passing 0666 to ``open(2)`` lets the kernel
+    apply the umask, so nothing reads or changes the process-wide umask (``os.umask`` is a
+    set-and-restore that races with other threads).
+    """
+    for _ in range(_TEMP_ATTEMPTS):
+        tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
+        try:
+            return os.open(tmp, _TEMP_FLAGS, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name beside {path} after {_TEMP_ATTEMPTS} tries")
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file and a rename, so a reader sees all or nothing."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = _open_temp(path)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
 
 

@@ -355,3 +355,67 @@ def test_gpus_command_with_the_real_nvml_and_no_driver_library(monkeypatch, caps
     code, out, err = run_gpus_command(monkeypatch, capsys, None)
     assert (code, err) == (0, "")
     assert out.strip() == "No NVIDIA GPU found (NVML: NVML Shared Library Not Found)"
+
+
+def test_unknown_label_is_refused_even_with_force() -> None:
+    """A typo is not a device the user vouches for: ``--force`` never files results under it."""
+    for gpus in ([], [info("NVIDIA A100-SXM4-80GB")]):
+        for force in (False, True):
+            with pytest.raises(UsageError) as err:
+                check_label("V101", gpus, force=force)
+            message = str(err.value)
+            assert message.startswith("unknown GPU label 'v101' (known: t4, v100, a100, h100, ")
+            assert message.endswith(", cpu)") and "\n" not in message
+            assert err.value.exit_code == 2
+
+
+@pytest.mark.parametrize("label", ["t4", "tesla-t4", "a100-80gb", "nvidia-a100-sxm4-80gb", "rtx-5000", "4090"])
+def test_known_labels_in_their_longer_spellings(label: str) -> None:
+    assert gpu_mod.known_label(label)
+    assert check_label(label, [], force=True).forced
+
+
+@pytest.mark.parametrize("label", ["v101", "a1000", "t40", "h100x", "rtx2070"])
+def test_labels_that_name_no_known_board(label: str) -> None:
+    assert not gpu_mod.known_label(label)
+
+
+def test_a_board_missing_from_the_table_is_accepted_when_detected() -> None:
+    """The table only catches typos; the detected GPU confirms a label it does not list."""
+    gpus = [info("NVIDIA GeForce RTX 2070 SUPER", cc="7.5")]
+    assert check_label("rtx2070super", gpus) == DeviceChoice(label="rtx2070super", gpu=gpus[0])
+    with pytest.raises(UsageError, match="unknown GPU label 'rtx2070'"):
+        check_label("rtx2070", gpus, force=True)
+
+
+def test_every_known_label_names_its_own_boards() -> None:
+    for label, names in gpu_mod.KNOWN_GPUS.items():
+        assert names and all(label_matches(label, name) for name in names), label
+
+
+@pytest.mark.parametrize("command", ["sweep", "kernels"])
+@pytest.mark.parametrize("nvml", [FakeNvml([]), FakeNvml([a100()])], ids=["no-gpu", "a100"])
+@pytest.mark.parametrize("force", [[], ["--force"]], ids=["plain", "forced"])
+def test_cli_refuses_an_unknown_label_before_anything_runs(
+    monkeypatch, capsys, tmp_path: Path, command: str, nvml: FakeNvml, force: list[str]
+) -> None:
+    from detprof.profiler import launcher
+
+    started: list[object] = []
+
+    def no_worker(*args: object, **kwargs: object) -> None:
+        started.append(args)
+        raise AssertionError("a worker was started")
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(gpu_mod, "default_nvml", lambda: nvml)
+    monkeypatch.setattr(launcher.subprocess, "Popen", no_worker)
+    monkeypatch.setattr(launcher.subprocess, "run", no_worker)
+    code = main([command, "--gpu", "v101", *force])
+    out, err = capsys.readouterr()
+    assert code == 2
+    assert out == ""
+    assert err.startswith("detprof: error: unknown GPU label 'v101' (known: t4, v100, a100, ")
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert started == [] and list(tmp_path.iterdir()) == []

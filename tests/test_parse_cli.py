@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import sqlite3
 import statistics
 from collections import defaultdict
 from pathlib import Path
@@ -94,9 +95,42 @@ def test_parse_csv_device_and_short_names(trace, capsys) -> None:
 def test_parse_table_mentions_the_top_kernel(trace, capsys, monkeypatch) -> None:
     monkeypatch.setenv("COLUMNS", "200")
     path, _ = trace
-    code, out, _ = run(["parse", str(path), "--top", "3"], capsys)
+    code, out, _ = run(["parse", str(path), "--top", "3", "--full-names"], capsys)
     assert code == 0
     assert "void k24<float, 0>(float*)" in out and "(all other kernels)" in out
+
+
+def table_rows(out: str) -> list[list[str]]:
+    """The body rows of a rich table, as cell texts (box characters stripped)."""
+    return [[c.strip() for c in line.strip("│").split("│")] for line in out.splitlines() if line.startswith("│")]
+
+
+def test_parse_table_shows_short_names_by_default(trace, capsys, monkeypatch) -> None:
+    """Kernels k24<float, 0> and k24<float, 1> share the short name k24: the table keeps them apart."""
+    monkeypatch.setenv("COLUMNS", "200")
+    path, kernels = trace
+    code, out, _ = run(["parse", str(path), "--top", "4"], capsys)
+    assert code == 0
+    totals: dict[str, int] = defaultdict(int)
+    for k in kernels:
+        totals[k.name] += k.dur
+    top4 = sorted(totals, key=lambda n: (-totals[n], n))[:4]
+    expected = [n.removeprefix("void ").removesuffix("(float*)") for n in top4]
+    assert [row[-1] for row in table_rows(out)] == [*expected, "(all other kernels)"]
+    assert {e.split("<")[0] for e in expected} == {"k24", "k23"}
+    assert "(float*)" not in out and "--full-names shows whole kernel names" in out
+
+
+def test_parse_json_and_csv_keep_full_names_whatever_the_table_does(trace, capsys) -> None:
+    path, kernels = trace
+    full = {k.name for k in kernels}
+    for extra in ([], ["--full-names"]):
+        code, out, _ = run(["parse", str(path), "--format", "json", *extra], capsys)
+        assert code == 0
+        rows = json.loads(out)["kernels"]
+        assert {r["name"] for r in rows} <= full and all(r["name"].endswith("(float*)") for r in rows)
+        code, out, _ = run(["parse", str(path), "--format", "csv", *extra], capsys)
+        assert {r["name"] for r in csv.DictReader(io.StringIO(out))} <= full
 
 
 def test_diff_json_reports_added_and_slower_kernels(tmp_path, capsys) -> None:
@@ -110,6 +144,65 @@ def test_diff_json_reports_added_and_slower_kernels(tmp_path, capsys) -> None:
     assert statuses["void wgrad_det<float>()"] == "added"
     assert {statuses[f"void k{i}<float, 0>(float*)"] for i in range(3)} == {"slower"}
     assert doc["delta_ns"] == sum(k.dur for k in slower) - sum(k.dur for k in kernels_of(3))
+
+
+def test_diff_by_short_name_merges_template_instances(tmp_path, capsys) -> None:
+    base = write_nsys_sqlite(tmp_path / "a.sqlite", kernels_of(3))
+    other = write_nsys_sqlite(tmp_path / "b.sqlite", kernels_of(3, scale=3))
+    code, out, err = run(["diff", str(base), str(other), "--format", "json", "--by", "short"], capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["by"] == "short" and doc["kernels_in_common"] == 3
+    per_short: dict[str, int] = defaultdict(int)
+    for k in kernels_of(3):
+        per_short[k.short] += 2 * k.dur  # scale 3 minus scale 1
+    assert {k["name"]: k["delta_ns"] for k in doc["kernels"]} == per_short
+    code, out, err = run(["diff", str(base), str(other), "--by", "kernel"], capsys)
+    assert code == 2 and err.count("\n") == 1 and "--by" in err
+
+
+def test_diff_table_shows_short_names_unless_asked(tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
+    base = write_nsys_sqlite(tmp_path / "a.sqlite", kernels_of(3))
+    other = write_nsys_sqlite(tmp_path / "b.sqlite", kernels_of(3, scale=2))
+    code, out, _ = run(["diff", str(base), str(other)], capsys)
+    assert code == 0
+    shown = {row[-1] for row in table_rows(out)}
+    assert shown == {"k0", *(f"k{i}<float, {j}>" for i in (1, 2) for j in (0, 1))}
+    assert "kernels in common: 5" in " ".join(out.split())  # the header may wrap at a long tmp path
+    code, out, _ = run(["diff", str(base), str(other), "--full-names"], capsys)
+    assert code == 0 and "void k2<float, 1>(float*)" in out
+
+
+def disjoint_traces(tmp_path: Path) -> tuple[Path, Path]:
+    """Two traces whose kernels share no full name; k0's template instance differs, so short names meet once."""
+    base = [Kernel("void k0<float>(float*)", "k0", 1_000, 300), Kernel("void a()", "a", 2_000, 100)]
+    other = [Kernel("void k0<half>(half*)", "k0", 1_000, 500), Kernel("void b()", "b", 2_000, 50)]
+    other += [Kernel("void c()", "c", 3_000, 70)]
+    return write_nsys_sqlite(tmp_path / "a.sqlite", base), write_nsys_sqlite(tmp_path / "b.sqlite", other)
+
+
+def test_diff_of_traces_without_a_common_kernel_says_so(tmp_path, capsys, monkeypatch) -> None:
+    """A documented result (exit 0), not an input error: one line, then each side's own kernels."""
+    monkeypatch.setenv("COLUMNS", "200")
+    base, other = disjoint_traces(tmp_path)
+    code, out, err = run(["diff", str(base), str(other)], capsys)
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    expected = (
+        "no kernel in common: BASE has 2 kernels, OTHER has 3; a ratio per kernel would mean nothing "
+        "(--by short pairs up 1 short names)"
+    )
+    assert expected in lines
+    assert "ratio" not in lines[0] and "slower" not in out and "faster" not in out
+    assert "Only in BASE (removed)" in out and "Only in OTHER (added)" in out
+    assert [row[-1] for row in table_rows(out)] == ["k0", "a", "k0", "c", "b"]
+    code, out, _ = run(["diff", str(base), str(other), "--format", "json"], capsys)
+    doc = json.loads(out)
+    assert code == 0 and doc["kernels_in_common"] == 0
+    assert {k["status"] for k in doc["kernels"]} == {"added", "removed"}
+    code, out, _ = run(["diff", str(base), str(other), "--format", "json", "--by", "short"], capsys)
+    assert json.loads(out)["kernels_in_common"] == 1
 
 
 @pytest.mark.parametrize(
@@ -163,3 +256,47 @@ def test_parse_real_nvprof_trace_json(capsys) -> None:
     assert doc["format"] == "nvprof-trace-csv"
     assert doc["kernels"][0]["short_name"] == "cuda_compute_flux"
     assert doc["kernels"][0]["instances"] == 6000
+
+
+def distinct_nsys_kernels(path: Path) -> int:
+    """What cuda_gpu_kern_sum groups by: distinct demangled names, counted by plain SQL."""
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
+        (count,) = conn.execute("SELECT COUNT(DISTINCT demangledName) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()
+    return int(count)
+
+
+def distinct_nvprof_kernels(path: Path) -> int:
+    """Kernel rows of an nvprof GPU trace are the ones with a grid; counted by a plain csv read."""
+    lines = [line for line in path.read_text().splitlines() if line and not line.startswith("==")]
+    rows = list(csv.DictReader(io.StringIO("\n".join(lines))))
+    return len({r["Name"] for r in rows[1:] if r.get("Grid X")})
+
+
+@pytest.mark.skipif(not SHARED_TRACES.is_dir(), reason="../shared/traces is absent")
+def test_real_nsys_trace_table_has_one_line_per_kernel(capsys, monkeypatch) -> None:
+    """CloverLeaf's demangled names run to 600 characters; each row of the table stays one line."""
+    monkeypatch.setenv("COLUMNS", "160")
+    path = SHARED_TRACES / "nsys-2024.5-cloverleaf-4xA100.sqlite"
+    code, out, _ = run(["parse", str(path), "--top", "30"], capsys)
+    assert code == 0
+    rows = table_rows(out)
+    assert len(rows) == 31  # 30 kernels and "(all other kernels)", none folded onto a second line
+    names = [row[-1] for row in rows[:-1]]
+    assert len(set(names)) == 30 and all(len(n) <= 64 for n in names)
+    assert all(n.startswith(("par_ranged1d_kernel", "par_ranged2d_kernel", "par_reduce_kernel")) for n in names)
+    code, out, _ = run(["parse", str(path), "--top", "3", "--full-names"], capsys)
+    assert code == 0 and len(table_rows(out)) > 10  # the full names do wrap
+
+
+@pytest.mark.skipif(not SHARED_TRACES.is_dir(), reason="../shared/traces is absent")
+def test_real_traces_without_a_common_kernel(capsys, monkeypatch) -> None:
+    monkeypatch.setenv("COLUMNS", "160")
+    nsys = SHARED_TRACES / "nsys-2024.5-cloverleaf-4xA100.sqlite"
+    nvprof = SHARED_TRACES / "nvprof-cfd-titanxp.gpu-trace.csv"
+    code, out, err = run(["diff", str(nsys), str(nvprof), "--top", "2"], capsys)
+    assert (code, err) == (0, "")
+    n, m = distinct_nsys_kernels(nsys), distinct_nvprof_kernels(nvprof)
+    assert (n, m) == (102, 4)
+    line = f"no kernel in common: BASE has {n} kernels, OTHER has {m}; a ratio per kernel would mean nothing"
+    assert line in out.splitlines()
+    assert f"({n - 2} more not shown" in out and "cuda_compute_flux" in out

@@ -1,7 +1,8 @@
 """The report of real CPU results, opened in a real headless Chromium.
 
-The module runs a tiny real sweep (two models, tf tracer) and a tiny real stability study
-of one of them on the same device label, so every section has real data, then renames one
+The module runs a tiny real sweep (two models, tf tracer) and a small real stability study
+of one of them on the same device label (enough epochs for its models to learn: a study
+that does not learn is left out of the verdicts), so every section has real data, then renames one
 real kernel in the sweep's tables to a name full of ``<``, ``>`` and ``&`` (with markup that
 would run if it were not escaped). The browser is Debian's ``chromium`` (``make test``
 installs it), driven by playwright through ``executable_path``: no browser is downloaded.
@@ -9,6 +10,7 @@ installs it), driven by playwright through ``executable_path``: no browser is do
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +20,7 @@ import pandas as pd
 import pytest
 
 from detprof.cli import main
+from detprof.reports.command import render_report
 from detprof.store import ResultsStore
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -62,7 +65,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("report") / "res"
     sweep = ["sweep", "--models", "smallcnn,mediumcnn_k3", *TINY_SWEEP, "--gpu", "cpu", "--tracer", "tf"]
     assert main([*sweep, "--out", str(out)]) == 0
-    stability = ["stability", "--model", "smallcnn", "--runs", "2", "--epochs", "1", "--jobs", "2", "--gpu", "cpu"]
+    stability = ["stability", "--model", "smallcnn", "--runs", "2", "--epochs", "15", "--jobs", "2", "--gpu", "cpu"]
     assert main([*stability, "--out", str(out)]) == 0
     kernels = ["kernels", "--ops", "conv2d_backward_filter", "--kernel-sizes", "3", "--max-shapes", "1"]
     assert main([*kernels, *TINY_SWEEP, "--gpu", "cpu", "--tracer", "tf", "--out", str(out)]) == 0
@@ -80,9 +83,9 @@ def browser() -> Iterator[Any]:
         chromium.close()
 
 
-def open_report(browser: Any, path: Path) -> tuple[Any, list[str], list[str]]:
+def open_report(browser: Any, path: Path, viewport: tuple[int, int] = (1280, 900)) -> tuple[Any, list[str], list[str]]:
     """The page with every plot drawn; console errors and requests that left the file."""
-    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page = browser.new_page(viewport={"width": viewport[0], "height": viewport[1]})
     errors: list[str] = []
     outside: list[str] = []
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
@@ -114,10 +117,15 @@ def test_every_section_renders_without_errors_or_requests(browser: Any, report: 
     assert outside == []
     plots = page.eval_on_selector_all(".plotly-graph-div", "ds => ds.map(d => !!d.querySelector('svg.main-svg'))")
     assert len(plots) >= 5 and all(plots)
-    for section in ("header", "overhead", "kernel-size", "cost", "stability", "tradeoff", "conditions"):
+    sections = ("answer", "overhead", "kernel-size", "cost", "stability", "tradeoff", "conditions", "provenance")
+    for section in sections:
         assert page.locator(f"#{section}").count() == 1
-    for section in ("header", "overhead", "kernel-size", "cost", "stability", "tradeoff"):
+    order = page.eval_on_selector_all("body > section", "ss => ss.map(s => s.id)")
+    assert order == list(sections)
+    for section in ("answer", "provenance", "overhead", "kernel-size", "cost", "stability", "tradeoff"):
         assert page.locator(f"#{section} table").count() >= 1, section
+    empty = page.eval_on_selector_all("h1, h2, h3, h4", "hs => hs.filter(h => !h.textContent.trim()).length")
+    assert empty == 0
     overhead_models = page.eval_on_selector_all(
         "#overhead table tbody tr td:first-child", "c => c.map(e => e.textContent)"
     )
@@ -129,6 +137,9 @@ def test_every_section_renders_without_errors_or_requests(browser: Any, report: 
     assert {"sweep", "kernels_bench"} <= set(sources)
     tradeoff = page.locator("#tradeoff tbody tr").first.inner_text()
     assert "smallcnn" in tradeoff and "cpu" in tradeoff
+    legend = page.eval_on_selector_all("#tradeoff .legendtext", "ts => ts.map(t => t.textContent)")
+    assert legend == ["smallcnn on cpu"]
+    assert page.locator("#tradeoff .scatterlayer text").count() == 0
     page.close()
 
 
@@ -170,3 +181,74 @@ def test_markdown_of_real_results(results: Path, tmp_path: Path) -> None:
     assert "### smallcnn on digits, cpu" in text
     assert "| smallcnn | cpu |" in text
     assert "- **smallcnn** on cpu: " in text
+
+
+def test_first_screen_answers_for_every_model(browser: Any, report: Path, tmp_path: Path) -> None:
+    """At 1440x900 the headline table starts on the first screen and holds a row (and a verdict) per model."""
+    page, errors, _ = open_report(browser, report, viewport=(1440, 900))
+    assert errors == []
+    headline = page.locator("#answer table.answer")
+    box = headline.bounding_box()
+    assert box is not None and box["y"] < 900
+    models = page.eval_on_selector_all(
+        "#answer table.answer tbody tr td:first-child code", "c => c.map(e => e.textContent)"
+    )
+    assert set(models) == {"smallcnn", "mediumcnn_k3"}
+    for row in page.locator("#answer table.answer tbody tr").all():
+        row_box = row.bounding_box()
+        assert row_box is not None and row_box["y"] + row_box["height"] < 900
+        verdict = row.locator(".verdict").inner_text()
+        assert verdict in ("cheap", "expensive") or verdict.startswith("not settled")
+    first_screen = page.evaluate(
+        "() => Array.from(document.querySelectorAll('#answer p, #answer th'))"
+        ".filter(e => e.getBoundingClientRect().top < 900).map(e => e.textContent).join(' ')"
+    )
+    assert "CPU op time does not predict what determinism costs on a GPU" in first_screen
+    assert "Published GPU reference" in first_screen
+    assert page.locator("#provenance").bounding_box()["y"] > page.locator("#conditions").bounding_box()["y"]
+    page.screenshot(path=str(tmp_path / "first-screen.png"))
+    page.close()
+
+
+def test_console_table_and_report_give_one_attribution(
+    results: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sweep's closing table prints the report's verdict and attribution sentence, word for word."""
+    from detprof.sweep.command import print_summary
+
+    monkeypatch.setenv("COLUMNS", "2000")
+    print_summary(ResultsStore(results, "sweep"))
+    console = " ".join(capsys.readouterr().out.split())
+    doc = json.loads(render_report([results], "json"))
+    assert {m["model"] for m in doc["models"]} == {"smallcnn", "mediumcnn_k3"}
+    for model in doc["models"]:
+        assert model["attribution"] and " ".join(model["attribution"].split()) in console
+        assert model["verdict_text"] in console
+    page = render_report([results], "html", "cdn")
+    for model in doc["models"]:
+        assert f"<strong>{model['model']}</strong>: " in page
+
+
+def test_study_that_did_not_learn_is_set_apart(
+    browser: Any, results: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The same real study, its accuracies lowered to near chance: flagged, shown apart, out of the verdicts."""
+    flat = tmp_path_factory.mktemp("flat") / "res"
+    shutil.copytree(results / "sweep", flat / "sweep")
+    shutil.copytree(results / "stability", flat / "stability")
+    path = flat / "stability" / "summary.json"
+    summary = json.loads(path.read_text())
+    for variant in summary["variants"]:
+        variant["accuracy"]["mean"] = 0.12
+    path.write_text(json.dumps(summary))
+    target = flat / "report.html"
+    assert main(["report", str(flat), "-o", str(target)]) == 0
+    page, errors, _ = open_report(browser, target, viewport=(1440, 900))
+    assert errors == []
+    row = page.locator("#answer table.answer tbody tr", has_text="smallcnn").inner_text()
+    assert "did not learn" in row
+    assert "mean test accuracy 12.0%, chance 10.0%, learning needs 20%" in page.locator("#answer").inner_text()
+    assert page.locator("#stability h3.warn").count() == 1
+    assert page.locator("#tradeoff .plotly-graph-div").count() == 0
+    assert page.locator("#tradeoff p.absent").inner_text().endswith("left out, did not learn: smallcnn on cpu).")
+    page.close()

@@ -33,7 +33,7 @@ def test_wall_only_sweep_leaves_out_kernel_sections_with_one_line_each(tmp_path:
     page = out.read_text()
     assert "No kernel tables: every sweep ran with --tracer none or no run succeeded." in page
     assert "No stability study among the inputs" in page
-    assert "No model has both an overhead and a stability study on the same device label" in page
+    assert "No model has both an overhead and a stability study whose models learned on the same device label" in page
     assert "No GPU telemetry" in page
     assert "No medium CNN was swept" in page
     assert "not supported under determinism: no deterministic GPU implementation" in page

@@ -10,7 +10,7 @@ import pytest
 
 from detprof import formatting
 from detprof.intervals import CHEAP_OVERHEAD, Overhead, inconclusive_reason
-from detprof.reports.attribution import attribute
+from detprof.reports.attribution import attribute, attribution
 from detprof.reports.gpu_clocks import ClockRow, by_mode, clock_rows, throttle_warnings
 from detprof.reports.markdown import md
 from detprof.reports.published import PUBLISHED, published_gpu, reference_rows
@@ -48,9 +48,10 @@ def test_attribution_names_category_library_count_and_share() -> None:
     net = sum(det.values()) - sum(base.values())
     expected = (
         f"{conv_growth / net:.0%} of the added kernel time (net +{net / sum(base.values()):.1%}) "
-        "is in two cuDNN convolution backward-filter kernels."
+        "is in two cuDNN convolution backward-filter kernels. Largest: "
     )
-    assert sentence == expected
+    assert sentence.startswith(expected)
+    assert sentence.endswith("(+500 ns/step, slower).")
     assert sentence.startswith("82% ")
 
 
@@ -58,9 +59,10 @@ def test_attribution_says_new_when_every_kernel_is_new() -> None:
     base = {WGRAD_0: 1000, SGEMM: 1000}
     det = {WGRAD_0: 1000, SGEMM: 1000, WGRAD_1: 500}
     sentence = attribute(diff(summary_table(base), summary_table(det)))
-    assert (
-        sentence == "100% of the added kernel time (net +25.0%) is in one new cuDNN convolution backward-filter kernel."
+    assert sentence.startswith(
+        "100% of the added kernel time (net +25.0%) is in one new cuDNN convolution backward-filter kernel. Largest: "
     )
+    assert sentence.endswith("(+500 ns/step, new).")
 
 
 def test_attribution_when_others_got_faster_says_more_than_all() -> None:
@@ -69,22 +71,45 @@ def test_attribution_when_others_got_faster_says_more_than_all() -> None:
     sentence = attribute(diff(summary_table(base), summary_table(det)))
     assert sentence.startswith(f"More than all of the added kernel time ({600 / 200:.0%} of the net +10.0%)")
     assert "one slower cuDNN convolution backward-filter kernel" in sentence
-    assert sentence.endswith("other kernels got faster.")
+    assert "; other kernels got faster. Largest: void cudnn::detail::wgrad_alg0_engine<float" in sentence
+    assert sentence.endswith("... (+600 ns/step, slower).")
 
 
-@pytest.mark.parametrize(("det_sgemm", "change"), [(1004, "+0.2%"), (900, "-5.0%")])
+@pytest.mark.parametrize(
+    ("det_sgemm", "change"),
+    [(1004, "+0.2% (+4 ns), under the 1% that counts as unchanged."), (900, "-5.0% (-100 ns).")],
+)
 def test_attribution_with_no_added_time(det_sgemm: int, change: str) -> None:
     base = {WGRAD_0: 1000, SGEMM: 1000}
     det = {WGRAD_0: 1000, SGEMM: det_sgemm}
     sentence = attribute(diff(summary_table(base), summary_table(det)))
-    assert sentence.startswith(f"Determinism added no kernel time here: the total changed by {change}")
+    assert sentence.startswith(f"Determinism added no kernel time here: kernel time per step changed by {change}")
+
+
+def test_attribution_names_a_grown_kernel_even_when_the_total_fell() -> None:
+    """The console once named a kernel while the report said "no added time": now both say both, in one sentence."""
+    base = {WGRAD_0: 1000, SGEMM: 1000}
+    det = {WGRAD_0: 600, SGEMM: 1100}
+    result = attribution(diff(summary_table(base), summary_table(det)))
+    assert not result.added and result.top_kernel == SGEMM and result.top_delta_ns == 100
+    assert result.sentence == (
+        "Determinism added no kernel time here: kernel time per step changed by -15.0% (-300 ns). "
+        f"The largest single increase, {SGEMM} (+100 ns/step, slower), was outweighed by kernels that got faster."
+    )
+
+
+def settled(low: float, high: float) -> Overhead:
+    mid = math.sqrt(low * high)
+    return Overhead(mid, low, high, (math.log(mid) - 0.01, math.log(mid), math.log(mid) + 0.01))
 
 
 def test_quadrants_at_their_thresholds() -> None:
-    assert quadrant(CHEAP_OVERHEAD, NOISY_CHURN) == "cheap and worth it"
-    assert quadrant(CHEAP_OVERHEAD, NOISY_CHURN / 2) == "cheap and buys little"
-    assert quadrant(CHEAP_OVERHEAD + 0.01, NOISY_CHURN) == "expensive but buys a lot"
-    assert quadrant(1.9, 0.0) == "expensive and buys little"
+    assert quadrant(settled(1.0, CHEAP_OVERHEAD), NOISY_CHURN) == "cheap and worth it"
+    assert quadrant(settled(1.0, CHEAP_OVERHEAD), NOISY_CHURN / 2) == "cheap and buys little"
+    assert quadrant(settled(CHEAP_OVERHEAD + 0.01, 1.3), NOISY_CHURN) == "expensive but buys a lot"
+    assert quadrant(settled(1.8, 2.0), 0.0) == "expensive and buys little"
+    assert quadrant(settled(0.548, 1.840), 0.0) == "not settled"
+    assert quadrant(Overhead(1.02, math.nan, math.nan, (0.02,)), 0.5) == "not settled"
 
 
 def variant(name: str, std: float, se: float, churn: float, runs: int = 5) -> dict:
@@ -128,10 +153,12 @@ def test_pair_joins_on_model_and_device_label() -> None:
     assert "wall time by +90%" in points[1].reading
 
 
-def test_reading_flags_an_interval_across_the_cheap_line_and_a_missing_impl_variant() -> None:
+def test_reading_of_an_interval_across_the_cheap_line_is_not_settled_never_cheap() -> None:
     spanning = Cost(Overhead(1.08, 1.01, 1.16, (0.05, 0.08, 0.1)), "kernel")
-    _, text = reading(spanning, Noise(0.02, None, None, "x"))
-    assert f"spans {CHEAP_OVERHEAD:.2f}x" in text
+    q, text = reading(spanning, Noise(0.02, None, None, "x"))
+    assert q == "not settled"
+    assert text.startswith("not settled: need about ") and "cheap and" not in text
+    assert "(95% CI +1% to +16%)" in text
     q, text = reading(spanning, Noise(None, 0.01, 0.002, "x"))
     assert q is None and "no `impl` variant" in text
 

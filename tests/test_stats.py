@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from detprof.traces.kernel_table import KERNEL_DTYPES, SUMMARY_DTYPES, KernelTable, conform
-from detprof.traces.kernel_tables import diff, kernel_stats, top_n
+from detprof.traces.kernel_tables import diff, kernel_stats, kernels_in_common, top_n
 
 
 def launches(rows: list[tuple[str, int]], short: dict[str, str] | None = None) -> KernelTable:
@@ -102,3 +102,15 @@ def test_diff_statuses_and_shares() -> None:
     assert d["delta_ns"].sum() == total_change
     assert d.loc["wgrad_det", "share_of_change"] == pytest.approx(900 / total_change)
     assert d["share_of_change"].sum() == pytest.approx(1.0)
+
+
+def test_kernels_in_common_counts_kernels_that_ran_in_both() -> None:
+    base = launches([("conv_fwd", 100), ("wgrad_fast", 300), ("relu", 50)])
+    other = launches([("conv_fwd", 100), ("wgrad_det", 900), ("relu", 60)])
+    assert kernels_in_common(diff(base, other)) == 2
+    disjoint = diff(launches([("a<int>", 10)]), launches([("a<float>", 20), ("b", 5)]))
+    assert kernels_in_common(disjoint) == 0
+    assert set(disjoint["status"]) == {"added", "removed"}
+    by_short = diff(launches([("a<int>", 10)]), launches([("a<float>", 20), ("b", 5)]), by="short_name")
+    assert kernels_in_common(by_short) == 1
+    assert by_short.set_index("name").loc["a", "status"] == "slower"

@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+import synthetic_sweep as synth
 
+from detprof.cli import main
 from detprof.errors import InputError, UsageError
-from detprof.store import ResultsStore, find_studies, json_safe
+from detprof.store import ResultsStore, atomic_write_bytes, find_studies, json_safe
 
 
 def test_records_round_trip_and_resume_rules(tmp_path) -> None:
@@ -114,3 +120,44 @@ def test_a_record_without_the_fields_readers_need_is_input_error(tmp_path) -> No
     store.write_record({"run_id": "a", "mode": "default", "repeat": 0, "status": "ok"})
     with pytest.raises(InputError, match=r"a\.json: run record a has no valid 'model'"):
         list(store.records())
+
+
+@pytest.fixture(params=[0o022, 0o077, 0o002], ids=lambda m: f"umask-{m:03o}")
+def umask(request: pytest.FixtureRequest) -> Iterator[int]:
+    """The process's real umask set to ``request.param`` for one test, then restored."""
+    previous = os.umask(request.param)
+    try:
+        yield request.param
+    finally:
+        os.umask(previous)
+
+
+def test_result_files_respect_the_umask(tmp_path: Path, umask: int) -> None:
+    """Manifests, records, tables and report-style files are 0666 & ~umask (0644 under 022), not mkstemp's 0600."""
+    store = ResultsStore(tmp_path, "sweep")
+    store.open({"steps": 5}, "detprof sweep", resume=False)
+    store.write_record({"run_id": "a", "model": "m", "mode": "default", "repeat": 0, "status": "ok"})
+    rel = store.write_table("kernels", pd.DataFrame({"a": [1, 2]}))
+    report = tmp_path / "report.html"
+    atomic_write_bytes(report, b"<html></html>")
+    atomic_write_bytes(report, b"<html>again</html>")  # replacing a file keeps the rule too
+    expected = 0o666 & ~umask
+    for path in (store.manifest_path, store.record_path("a"), store.dir / rel, report):
+        assert stat.S_IMODE(path.stat().st_mode) == expected, path
+    assert report.read_bytes() == b"<html>again</html>"
+    assert not [p for p in tmp_path.rglob("*.tmp")]
+
+
+def test_report_html_written_by_the_cli_respects_the_umask(tmp_path: Path, umask: int) -> None:
+    results = synth.write_sweep(tmp_path / "res", synth.config(["resnet50"], 3), synth.records({"resnet50": [1.2] * 3}))
+    out = tmp_path / "report.html"
+    assert main(["report", str(results), "-o", str(out)]) == 0
+    assert stat.S_IMODE(out.stat().st_mode) == 0o666 & ~umask
+
+
+def test_a_failed_write_leaves_no_temporary_file(tmp_path: Path) -> None:
+    target = tmp_path / "record.json"
+    target.mkdir()  # renaming a file onto a directory fails after the data is written
+    with pytest.raises(OSError):
+        atomic_write_bytes(target, b"{}")
+    assert [p.name for p in tmp_path.iterdir()] == ["record.json"]

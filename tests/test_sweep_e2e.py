@@ -53,6 +53,14 @@ def test_sweep_two_models_end_to_end(tmp_path, capsys) -> None:
         table = ResultsStore(out, "sweep").read_table(rec["kernel_table"])
         assert {"name", "dur_ns", "op"} <= set(table.columns)
         assert table["dur_ns"].sum() == pytest.approx(rec["kernel_ns_per_step"] * 3)
+        # On a CPU each repeat is a lockstep pair on one core, one TensorFlow thread per worker,
+        # and TF's profiler splits the op time into the measured steps.
+        assert rec["pairing"] == "lockstep" and rec["cpu_threads"] == 1
+        assert len(rec["step_kernel_ns"]) == 3 and sum(rec["step_kernel_ns"]) <= table["dur_ns"].sum()
+        partner = recs[
+            rec["run_id"].replace(rec["mode"], "default" if rec["mode"] == "deterministic" else "deterministic")
+        ]
+        assert partner["cpu_core"] == rec["cpu_core"]
     printed = capsys.readouterr().out
     assert "smallcnn" in printed and "mediumcnn_k3" in printed and "[" in printed
     manifest = json.loads((out / "sweep" / "manifest.json").read_text())
@@ -146,3 +154,29 @@ def test_unwritable_output_directory(tmp_path, capsys) -> None:
     code = main(["sweep", "--models", "smallcnn", *TINY, "--out", str(blocker / "r")])
     assert code == 2
     assert "cannot write results" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_calibration_runs_deterministic_mode_against_itself(tmp_path, capsys) -> None:
+    out = tmp_path / "res"
+    code = main(["sweep", "--calibrate", "--models", "smallcnn", "--repeats", "2", *TINY, "--out", str(out)])
+    assert code == 0
+    recs = {r["run_id"]: r for r in ResultsStore(out, "calibration").records()}
+    assert sorted(recs) == sorted(f"smallcnn--{arm}--r{r}" for r in (0, 1) for arm in ("a", "b"))
+    for rec in recs.values():
+        assert rec["status"] == "ok", rec["reason"]
+        assert rec["mode"] == "deterministic" and rec["settings"]["op_determinism"] is True
+    assert not (out / "sweep").exists()
+    printed = capsys.readouterr().out
+    assert "Noise floor" in printed and "smallcnn" in printed and "+/-" in printed
+
+
+@pytest.mark.slow
+def test_a_pair_past_its_timeout_is_recorded_failed_and_the_sweep_goes_on(tmp_path) -> None:
+    out = tmp_path / "res"
+    code = main(["sweep", "--models", "smallcnn", "--repeats", "1", *TINY, "--run-timeout", "0.5", "--out", str(out)])
+    assert code == 0
+    recs = records(out)
+    assert sorted(recs) == ["smallcnn--default--r0", "smallcnn--deterministic--r0"]
+    for rec in recs.values():
+        assert rec["status"] == "failed" and "timed out after 0.5 s" in rec["reason"]

@@ -3,9 +3,12 @@
 A results directory is named and compared by its device label (``t4``, ``a100``, ``cpu``),
 so a wrong label silently corrupts every comparison made later: the label is checked
 against what NVML reports, and only ``--force`` lets a mismatch through (recorded as
-forced). NVML is reached only through the small ``Nvml`` interface below, which the
-``pynvml`` module satisfies as it is; tests hand in a fake with the same method names,
-so everything above that boundary runs unchanged on a machine without a GPU.
+forced). A label must also name a GPU model detprof knows (``KNOWN_GPUS``) or the GPU
+that is detected, whatever ``--force`` says: ``--force`` vouches for a label the device
+cannot confirm, never for a typo such as ``v101``. NVML is reached only through the small
+``Nvml`` interface below, which the ``pynvml`` module satisfies as it is; tests hand in a
+fake with the same method names, so everything above that boundary runs unchanged on a
+machine without a GPU.
 """
 
 from __future__ import annotations
@@ -29,6 +32,62 @@ _MODEL_SUFFIXES = frozenset({"ti", "super", "ada", "d"})
 _LABEL_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 
 T = TypeVar("T")
+
+KNOWN_GPUS: dict[str, tuple[str, ...]] = {
+    "t4": ("Tesla T4",),
+    "v100": (
+        "Tesla V100-SXM2-16GB",
+        "Tesla V100-SXM2-32GB",
+        "Tesla V100-PCIE-16GB",
+        "Tesla V100-PCIE-32GB",
+        "Tesla V100-DGXS-32GB",
+    ),
+    "a100": (
+        "NVIDIA A100-SXM4-40GB",
+        "NVIDIA A100-SXM4-80GB",
+        "NVIDIA A100-PCIE-40GB",
+        "NVIDIA A100 80GB PCIe",
+    ),
+    "h100": ("NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "NVIDIA H100 NVL"),
+    "h200": ("NVIDIA H200", "NVIDIA H200 NVL"),
+    "gh200": ("NVIDIA GH200 480GB",),
+    "b200": ("NVIDIA B200",),
+    "l4": ("NVIDIA L4",),
+    "l40": ("NVIDIA L40",),
+    "l40s": ("NVIDIA L40S",),
+    "a10": ("NVIDIA A10",),
+    "a10g": ("NVIDIA A10G",),
+    "a30": ("NVIDIA A30",),
+    "a40": ("NVIDIA A40",),
+    "a4000": ("NVIDIA RTX A4000",),
+    "a5000": ("NVIDIA RTX A5000",),
+    "a6000": ("NVIDIA RTX A6000",),
+    "k80": ("Tesla K80",),
+    "p4": ("Tesla P4",),
+    "p40": ("Tesla P40",),
+    "p100": ("Tesla P100-PCIE-12GB", "Tesla P100-PCIE-16GB", "Tesla P100-SXM2-16GB"),
+    "v100s": ("Tesla V100S-PCIE-32GB",),
+    "titanv": ("NVIDIA TITAN V",),
+    "rtx5000": ("Quadro RTX 5000",),
+    "rtx6000": ("Quadro RTX 6000",),
+    "rtx8000": ("Quadro RTX 8000",),
+    "rtx5000ada": ("NVIDIA RTX 5000 Ada Generation",),
+    "rtx6000ada": ("NVIDIA RTX 6000 Ada Generation",),
+    "2080ti": ("NVIDIA GeForce RTX 2080 Ti",),
+    "3080": ("NVIDIA GeForce RTX 3080",),
+    "3090": ("NVIDIA GeForce RTX 3090",),
+    "3090ti": ("NVIDIA GeForce RTX 3090 Ti",),
+    "4080": ("NVIDIA GeForce RTX 4080",),
+    "4090": ("NVIDIA GeForce RTX 4090",),
+    "5090": ("NVIDIA GeForce RTX 5090",),
+}
+"""The GPU labels detprof knows, each with the names NVML gives those boards.
+
+A label is known when it names one of these boards in ``label_matches``'s sense, so the
+longer spellings work too (``tesla-t4``, ``a100-80gb``, ``nvidia-a100-sxm4-80gb``,
+``rtx-5000``). The table exists to catch typos before anything runs; a board missing from
+it is still accepted whenever it is the GPU detected, so it never blocks a truthful label.
+"""
 
 
 class Nvml(Protocol):
@@ -237,11 +296,15 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine() or "unknown CPU"
 
 
-def usable_cpus() -> int:
-    """Cores this process may run on, which is what bounds a CPU sweep, not the host's total."""
+def usable_core_ids() -> set[int]:
+    """The cores this process may run on (its affinity mask), which bound a CPU sweep, not the host's total."""
     if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
+        return set(os.sched_getaffinity(0))
+    return set(range(os.cpu_count() or 1))
+
+
+def usable_cpus() -> int:
+    return len(usable_core_ids())
 
 
 @dataclass(frozen=True)
@@ -293,11 +356,23 @@ def _normalize_label(label: str) -> str:
     return norm
 
 
+def known_label(label: str) -> bool:
+    """True when ``label`` names a board of ``KNOWN_GPUS`` (``cpu`` is checked apart)."""
+    return any(label_matches(label, name) for names in KNOWN_GPUS.values() for name in names)
+
+
+def _refuse_unknown(label: str) -> None:
+    known = ", ".join([*KNOWN_GPUS, CPU_LABEL])
+    raise UsageError(f"unknown GPU label {label!r} (known: {known})")
+
+
 def check_label(label: str | None, gpus: list[GpuInfo], force: bool = False) -> DeviceChoice:
     """Pick the device and its label; ``gpus`` are the visible ones, first one trains.
 
     ``cpu`` is always allowed: with a GPU present the sweep hides it from the workers,
-    so what is measured really is the CPU.
+    so what is measured really is the CPU. A label that names the detected GPU is taken
+    as it is; any other must be a known one (``KNOWN_GPUS``) before ``--force`` is even
+    considered, since a forced typo would file results under a device that does not exist.
     """
     gpu = gpus[0] if gpus else None
     if label is None:
@@ -305,12 +380,14 @@ def check_label(label: str | None, gpus: list[GpuInfo], force: bool = False) -> 
     norm = _normalize_label(label)
     if norm == CPU_LABEL:
         return DeviceChoice(label=CPU_LABEL, gpu=None, hide_gpus=gpu is not None)
+    if gpu is not None and label_matches(norm, gpu.name):
+        return DeviceChoice(label=norm, gpu=gpu)
+    if not known_label(norm):
+        _refuse_unknown(norm)
     if gpu is None:
         if not force:
             raise UsageError(f"--gpu {norm} was given but no NVIDIA GPU was detected; pass --force to label it anyway")
         return DeviceChoice(label=norm, gpu=None, forced=True)
-    if label_matches(norm, gpu.name):
-        return DeviceChoice(label=norm, gpu=gpu)
     if not force:
         raise UsageError(f"--gpu {norm} does not match the detected GPU {gpu.name!r}; pass --force to label it anyway")
     return DeviceChoice(label=norm, gpu=gpu, forced=True)

@@ -12,6 +12,7 @@ workload names it, and the worker depends on none of them.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import datetime as dt
 import json
 import os
@@ -19,11 +20,12 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from detprof.determinism import Mode
 from detprof.errors import USAGE_EXIT, DetprofError, InputError, UsageError, last_line
@@ -115,11 +117,61 @@ class WorkerLauncher:
 
     def run(self, run: WorkerRun, workload: Workload, fields: Mapping[str, Any]) -> MeasuredRun:
         """Run one worker: ``workload`` says what it measures, ``fields`` identify the run in its record."""
+        with self._started(run, workload, fields, lockstep=False) as worker:
+            outcome = _wait(worker.proc, self.timeout_s)
+        return self._finish(worker, outcome)
+
+    def run_pair(self, first: PairedRun, second: PairedRun, *, cpu_core: int) -> list[MeasuredRun]:
+        """Two warm workers stepped in lockstep (A, B, A, B, ...): each pair of steps shares the machine's state.
+
+        Both start at once and warm up side by side; then the coordinator hands out one step
+        at a time, strictly in turn, so that drift, other load and thermals fall on both alike
+        and every step follows one of the other worker (A, B, B, A would give each worker a
+        warm-cache step after its own every other round: a bimodal per-step ratio). Both are
+        pinned to the same core ``cpu_core`` with one TensorFlow thread each, once warm: only
+        one steps at a time, so they never compete, and each step sees the
+        core (and its caches, and whatever else runs there) as the other worker's step beside
+        it did. Measured on a loaded 2-core machine (A/A, mediumcnn_k3, 5 pairs): +/-2.8% with
+        one shared core, +/-8% unpinned, +/-10% on a core each. A worker that fails (or refuses
+        to run deterministically) ends the window for both; each still gets its own record.
+        ``--run-timeout`` covers the pair.
+        """
+        with contextlib.ExitStack() as stack:
+            workers = [
+                stack.enter_context(self._started(*paired, lockstep=True, cpu_core=cpu_core))
+                for paired in (first, second)
+            ]
+            expired = threading.Event()
+            watchdog = threading.Timer(self.timeout_s or 1e9, lambda: (expired.set(), *map(_kill_group, workers)))
+            watchdog.start()
+            try:
+                _step_in_lockstep(workers, first[0].steps)
+                outcomes: list[str | int] = [w.proc.wait() for w in workers]
+            except BaseException:
+                for w in workers:
+                    _kill_group(w)
+                raise
+            finally:
+                watchdog.cancel()
+        return [self._finish(w, "timeout" if expired.is_set() else o) for w, o in zip(workers, outcomes, strict=True)]
+
+    @contextlib.contextmanager
+    def _started(
+        self,
+        run: WorkerRun,
+        workload: Workload,
+        fields: Mapping[str, Any],
+        *,
+        lockstep: bool,
+        cpu_core: int | None = None,
+    ) -> Iterator[_Worker]:
+        """A worker process running under the tracer, its log and telemetry open until the block ends."""
         work = self.store.dir / "work"
         work.mkdir(parents=True, exist_ok=True)
         trace_base = self.store.dir / "traces" / run.run_id
         trace_base.parent.mkdir(parents=True, exist_ok=True)
         trace_path = self.tracer.trace_path(trace_base)
+        control_read, control_write = os.pipe() if lockstep else (None, None)
         spec = {
             **workload.spec,
             "workload": workload.entry,
@@ -132,6 +184,9 @@ class WorkerLauncher:
             "in_process": self.tracer.in_process,
             "nvtx_steps": self.tracer.nvtx_steps,
             "trace_path": str(trace_path) if trace_path else None,
+            "control_fd": control_write,
+            "cpu_core": cpu_core,
+            "cpu_threads": None if cpu_core is None else 1,
         }
         spec_path = work / f"{run.run_id}.spec.json"
         result_path = work / f"{run.run_id}.result.json"
@@ -143,33 +198,57 @@ class WorkerLauncher:
         started, t0 = _now(), time.monotonic()
         with open(log_path, "wb") as log, self.sampler_factory() as sampler:
             proc = subprocess.Popen(
-                command, env=self.worker_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                command,
+                env=self.worker_env(),
+                stdin=subprocess.PIPE if lockstep else subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                pass_fds=() if control_write is None else (control_write,),
+                preexec_fn=_same_address_layout if lockstep else None,
             )
-            outcome = _wait(proc, self.timeout_s)
-        finished, duration = _now(), round(time.monotonic() - t0, 3)
-        result = self._worker_result(result_path, outcome, log_path)
+            control = None
+            if control_write is not None and control_read is not None:
+                os.close(control_write)
+                control = os.fdopen(control_read)
+            worker = _Worker(run, dict(fields), command, spec_path, result_path, log_path, trace_path, started, t0)
+            worker.proc, worker.control, worker.sampler = proc, control, sampler
+            try:
+                yield worker
+            finally:
+                if control is not None:
+                    control.close()
+                if proc.stdin is not None:
+                    with contextlib.suppress(OSError):
+                        proc.stdin.close()
+
+    def _finish(self, worker: _Worker, outcome: str | int) -> MeasuredRun:
+        run = worker.run
+        finished, duration = _now(), round(time.monotonic() - worker.t0, 3)
+        result = self._worker_result(worker.result_path, outcome, worker.log_path)
         window = result.pop("measured_window_monotonic", None)
-        kernels = self._kernels(run.run_id, trace_path, run.steps) if result["status"] == "ok" else {}
+        steps = len(result.get("step_wall_ns") or []) or run.steps
+        kernels = self._kernels(run.run_id, worker.trace_path, steps) if result["status"] == "ok" else {}
         if "failure" in kernels:
             result.update(status="failed", reason=kernels.pop("failure"))
         record = measured_run(
             run_id=run.run_id,
             mode=run.mode,
-            steps=run.steps,
+            steps=steps,
             warmup=run.warmup,
             tracer=self.tracer.name,
             device=self.device.as_record(),
-            command=shlex.join(command),
-            log=str(log_path.relative_to(self.store.dir)),
-            started_at=started,
+            command=shlex.join(worker.command),
+            log=str(worker.log_path.relative_to(self.store.dir)),
+            started_at=worker.started,
             finished_at=finished,
             duration_s=duration,
-            telemetry=sampler.result(window=tuple(window) if window else None),
-            **(dict(fields) | result | kernels),
+            telemetry=worker.sampler.result(window=tuple(window) if window else None),
+            **(worker.fields | result | kernels),
         )
         self.store.write_record(record)
-        spec_path.unlink(missing_ok=True)
-        result_path.unlink(missing_ok=True)
+        worker.spec_path.unlink(missing_ok=True)
+        worker.result_path.unlink(missing_ok=True)
         return record
 
     def _worker_result(self, result_path: Path, outcome: str | int, log_path: Path) -> dict[str, Any]:
@@ -205,6 +284,66 @@ class WorkerLauncher:
         }
 
 
+PairedRun = tuple[WorkerRun, Workload, Mapping[str, Any]]
+
+
+@dataclass
+class _Worker:
+    """A started worker: what it runs and where its outputs go, its process and its control pipe."""
+
+    run: WorkerRun
+    fields: dict[str, Any]
+    command: list[str]
+    spec_path: Path
+    result_path: Path
+    log_path: Path
+    trace_path: Path | None
+    started: str
+    t0: float
+    proc: subprocess.Popen[bytes] = field(init=False)
+    control: IO[str] | None = field(init=False, default=None)
+    sampler: TelemetrySampler | NoTelemetry = field(init=False)
+
+
+ADDR_NO_RANDOMIZE = 0x0040000
+
+
+def _same_address_layout() -> None:
+    """Start the worker without address-space randomization (Linux ``personality``), as ``setarch -R`` does.
+
+    Where code and buffers land changes cache and TLB behaviour enough to make one process
+    persistently faster than another running the same thing (Mytkowicz et al., "Producing
+    wrong data without doing anything obviously wrong", ASPLOS 2009). A/A pairs of
+    mediumcnn_k3 on this 2-core machine: step times 20-30 ms from process to process with
+    randomization, 20-23 ms without, and the pair ratios' interval +/-1.7% over 8 pairs.
+    """
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).personality(ADDR_NO_RANDOMIZE)
+
+
+def _step_in_lockstep(workers: list[_Worker], steps: int) -> None:
+    """Wait until each is warm, then one step each in turn.
+
+    A worker that fails (a refusal to run deterministically, out of memory) drops out and the
+    other goes on alone: its run is no longer paired, but its kernels are still what the
+    report shows of that mode.
+    """
+    alive = [w for w in workers if w.control is not None and w.control.readline().strip() == "ready"]
+    for _step in range(steps):
+        for worker in list(alive):
+            assert worker.proc.stdin is not None and worker.control is not None
+            try:
+                worker.proc.stdin.write(b"step\n")
+                worker.proc.stdin.flush()
+                answered = bool(worker.control.readline())
+            except OSError:
+                answered = False
+            if not answered:
+                alive.remove(worker)
+        if not alive:
+            return
+
+
 def _wait(proc: subprocess.Popen[bytes], timeout: float | None) -> str | int:
     try:
         return proc.wait(timeout=timeout)
@@ -216,7 +355,8 @@ def _wait(proc: subprocess.Popen[bytes], timeout: float | None) -> str | int:
         raise
 
 
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+def _kill_group(target: subprocess.Popen[bytes] | _Worker) -> None:
+    proc = target.proc if isinstance(target, _Worker) else target
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()

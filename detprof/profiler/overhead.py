@@ -8,12 +8,12 @@ interval.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from detprof.intervals import METRIC_FIELDS, Metric, Overhead, paired_t
+from detprof.intervals import Metric, Overhead, headline, noise_floor, paired_t
+from detprof.records import pair_log_ratio
 
 
 @dataclass
@@ -45,18 +45,21 @@ class ModelOverhead:
 def paired_log_ratios(
     records: Iterable[Mapping[str, Any]], metric: Metric, key: str = "model"
 ) -> dict[str, list[float]]:
-    """ln(det/default) per ``key`` (a model or an op case), pairing both modes' runs of one repeat."""
-    field = METRIC_FIELDS[metric]
-    by_run: dict[tuple[str, int], dict[str, float]] = {}
+    """ln(det/default) per ``key`` (a model or an op case), one per repeat (``records.pair_log_ratio``).
+
+    A calibration (both arms deterministic) pairs its arms instead: ln(b/a), whose true value is 0.
+    """
+    by_run: dict[tuple[str, int], dict[str, Mapping[str, Any]]] = {}
     for rec in records:
-        value = rec.get(field)
-        if rec.get("status") != "ok" or value is None or value <= 0:
-            continue
-        by_run.setdefault((rec[key], int(rec["repeat"])), {})[rec["mode"]] = float(value)
+        if rec.get("status") == "ok":
+            by_run.setdefault((rec[key], int(rec["repeat"])), {})[rec.get("arm") or rec["mode"]] = rec
     ratios: dict[str, list[float]] = {}
-    for (model, _repeat), modes in sorted(by_run.items()):
-        if "default" in modes and "deterministic" in modes:
-            ratios.setdefault(model, []).append(math.log(modes["deterministic"] / modes["default"]))
+    for (model, _repeat), sides in sorted(by_run.items()):
+        for base, other in (("default", "deterministic"), ("a", "b")):
+            if base in sides and other in sides:
+                value = pair_log_ratio(sides[base], sides[other], metric)
+                if value is not None:
+                    ratios.setdefault(model, []).append(value)
     return ratios
 
 
@@ -74,3 +77,12 @@ def model_overheads(
         for model, logs in paired_log_ratios(records, metric, key).items():
             setattr(result[model], metric, paired_t(logs, confidence))
     return result
+
+
+def noise_floors(calibration_records: Iterable[Mapping[str, Any]]) -> dict[str, float | None]:
+    """Per model, the smallest overhead this machine resolves (``intervals.noise_floor`` of its A/A overhead)."""
+    floors: dict[str, float | None] = {}
+    for model, o in model_overheads(calibration_records).items():
+        overhead = headline(o.kernel, o.wall)[1]
+        floors[model] = None if overhead is None else noise_floor(overhead)
+    return floors

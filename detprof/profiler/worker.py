@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import json
+import os
 import sys
 import time
 import traceback
@@ -77,13 +78,52 @@ class _StepTracer:
 
     @contextlib.contextmanager
     def step(self, index: int) -> Iterator[None]:
+        """Mark step ``index`` in the trace (NVTX range under nsys, a TraceMe under TF's profiler)."""
         if self.nvtx_steps:
             import nvtx
 
             with nvtx.annotate(step_range_name(index), domain="detprof"):
                 yield
+        elif self.in_process == "tf-profiler":
+            import tensorflow as tf
+
+            with tf.profiler.experimental.Trace(step_range_name(index)):
+                yield
         else:
             yield
+
+
+class _Pacer:
+    """When each measured step may run: at once, or when the coordinator of a lockstep pair says so.
+
+    In a lockstep pair the coordinator steps the deterministic and the default worker in turn
+    (A, B, A, B, ...), so that every pair of steps shares the machine's state. The worker says
+    "ready" once warmed up and traced, then runs one step per "step" line on its stdin and
+    answers on the control pipe.
+    """
+
+    def __init__(self, control_fd: int | None) -> None:
+        self._control = None if control_fd is None else os.fdopen(control_fd, "w", buffering=1)
+
+    def ready(self) -> None:
+        if self._control is not None:
+            self._control.write("ready\n")
+
+    def wait_turn(self) -> bool:
+        """True when the next step should run; False when the coordinator has gone (its pipe closed)."""
+        return self._control is None or sys.stdin.readline().strip() == "step"
+
+    def done(self, wall_ns: int) -> None:
+        if self._control is not None:
+            self._control.write(f"{wall_ns}\n")
+
+
+def pin_to_core(core: int) -> int:
+    """Move every thread of this process to ``core`` (start-up and warm-up ran wherever they liked)."""
+    for thread_id in os.listdir("/proc/self/task"):
+        with contextlib.suppress(ProcessLookupError):
+            os.sched_setaffinity(int(thread_id), {core})
+    return core
 
 
 def entry_point(entry: str) -> Callable[..., Any]:
@@ -97,7 +137,12 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     result: dict[str, Any] = {"settings": apply(settings), "versions": software_versions()}
     import tensorflow as tf
 
+    if spec.get("cpu_threads"):
+        tf.config.threading.set_intra_op_parallelism_threads(int(spec["cpu_threads"]))
+        tf.config.threading.set_inter_op_parallelism_threads(1)
+        result["cpu_threads"] = int(spec["cpu_threads"])
     tracer = _StepTracer(spec["in_process"], spec.get("trace_path"), bool(spec.get("nvtx_steps")))
+    pacer = _Pacer(spec.get("control_fd"))
     try:
         step, facts = entry_point(spec["workload"])(spec)
         result.update(facts)
@@ -105,13 +150,19 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
             step()
         step_wall_ns: list[int] = []
         window_start = time.monotonic()
+        if spec.get("cpu_core") is not None:
+            result["cpu_core"] = pin_to_core(int(spec["cpu_core"]))
         tracer.start()
+        pacer.ready()
         try:
             for i in range(spec["steps"]):
+                if not pacer.wait_turn():
+                    break
                 with tracer.step(i):
                     t0 = time.perf_counter_ns()
                     step()
                     step_wall_ns.append(time.perf_counter_ns() - t0)
+                pacer.done(step_wall_ns[-1])
         finally:
             tracer.stop()
         result.update(

@@ -1,18 +1,29 @@
-"""One plain sentence per model saying where the time determinism adds goes.
+"""One plain sentence per model saying where the time determinism adds goes: THE attribution.
 
 A diff table of hundreds of kernels answers the question only for a reader who adds it
-up; the report says it in words. The sentence names the one kind of work (kernel
-category) whose kernels grew most, how many kernels that is, the library they come from
-when they share one, whether they are new or merely slower, and their share of the net
-added kernel time. The share is of the *net* change, so it can exceed 100% when other
-kernels got faster at the same time; the sentence says so instead of hiding it.
+up; the report says it in words, and the sweep's closing console table prints the same
+words (``Attribution.sentence``), so the two can never name different kernels or numbers.
+
+The sentence is read off the per-step kernel diff (default -> deterministic, all repeats
+pooled: ``profiler.study_results.summarize_model``). When the net change is an increase of
+at least ``NEGLIGIBLE_CHANGE``, it names the one kind of work (kernel category) whose
+kernels grew most, how many kernels that is, the library they come from when they share
+one, whether they are new or merely slower, their share of the net added kernel time, and
+the single kernel that grew most. The share is of the *net* change, so it can exceed 100%
+when other kernels got faster at the same time; the sentence says so instead of hiding it.
+Otherwise it says that determinism added no kernel time, by how much the total moved, and,
+when some kernel did grow, that its growth was outweighed by kernels that got faster (so a
+console table naming that kernel and a report saying "no added time" cannot contradict).
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import pandas as pd
+
+from detprof.formatting import signed_ns
 
 NEGLIGIBLE_CHANGE = 0.01
 """A net change under 1% of the default kernel time is within run-to-run jitter: nothing to attribute."""
@@ -40,6 +51,8 @@ LIBRARIES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("oneDNN", re.compile(r"^_Mkl")),
 )
 NUMBER_WORDS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
+STATUS_WORDS = {"added": "new", "slower": "slower", "same": "within jitter", "faster": "faster", "removed": "removed"}
+SHORT_NAME_CHARS = 60
 
 
 def _count(n: int) -> str:
@@ -54,18 +67,59 @@ def _library(names: list[str]) -> str | None:
     return None
 
 
-def attribute(kernel_diff: pd.DataFrame) -> str:
-    """The sentence, from a ``stats.diff`` frame (default as base, deterministic as other)."""
+def _short(name: str) -> str:
+    return name if len(name) <= SHORT_NAME_CHARS else name[: SHORT_NAME_CHARS - 3] + "..."
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """Where the kernel time determinism adds goes, for one model; ``sentence`` is what every output shows."""
+
+    sentence: str
+    base_ns: float
+    """Default-mode kernel time per step."""
+    net_ns: float
+    """Deterministic minus default kernel time per step."""
+    added: bool
+    """Whether determinism added kernel time (a net increase of at least ``NEGLIGIBLE_CHANGE``)."""
+    top_kernel: str | None
+    """The (short) name of the kernel whose time grew most, if any grew."""
+    top_delta_ns: float | None
+
+    @property
+    def change(self) -> float | None:
+        """The net change as a fraction of the default kernel time."""
+        return self.net_ns / self.base_ns if self.base_ns > 0 else None
+
+
+def _top(grown: pd.DataFrame) -> tuple[str, float, str] | None:
+    if grown.empty:
+        return None
+    row = grown.sort_values(["delta_ns", "name"], ascending=[False, True]).iloc[0]
+    name = str(row["short_name"]) if pd.notna(row["short_name"]) and str(row["short_name"]) else str(row["name"])
+    return _short(name), float(row["delta_ns"]), str(row["status"])
+
+
+def attribution(kernel_diff: pd.DataFrame) -> Attribution:
+    """The attribution, from a ``kernel_tables.diff`` frame (default as base, deterministic as other)."""
     base = int(kernel_diff["total_ns_base"].sum())
     net = int(kernel_diff["total_ns_other"].sum()) - base
-    if base <= 0:
-        return "There is no default-mode kernel time to compare against."
-    if net <= 0 or net < NEGLIGIBLE_CHANGE * base:
-        return (
-            f"Determinism added no kernel time here: the total changed by {net / base:+.1%} "
-            f"(under {NEGLIGIBLE_CHANGE:.0%} counts as unchanged)."
-        )
     grown = kernel_diff[kernel_diff["delta_ns"] > 0]
+    top = _top(grown)
+    top_name, top_delta = (top[0], top[1]) if top else (None, None)
+    if base <= 0:
+        return Attribution("There is no default-mode kernel time to compare against.", 0, net, False, None, None)
+    largest = ""
+    if top is not None:
+        largest = f"{top[0]} ({signed_ns(top[1])}/step, {STATUS_WORDS.get(top[2], top[2])})"
+    if net <= 0 or net < NEGLIGIBLE_CHANGE * base:
+        moved = f"kernel time per step changed by {net / base:+.1%} ({signed_ns(net)})"
+        if net > 0:
+            moved += f", under the {NEGLIGIBLE_CHANGE:.0%} that counts as unchanged"
+        sentence = f"Determinism added no kernel time here: {moved}."
+        if top is not None and net <= 0:
+            sentence += f" The largest single increase, {largest}, was outweighed by kernels that got faster."
+        return Attribution(sentence, base, net, False, top_name, top_delta)
     by_category = grown.groupby("category", sort=False)["delta_ns"].sum().sort_values(ascending=False)
     category = str(by_category.index[0])
     kernels = grown[grown["category"] == category]
@@ -77,8 +131,16 @@ def attribute(kernel_diff: pd.DataFrame) -> str:
     plural = "kernel" if len(kernels) == 1 else "kernels"
     where = f"{_count(len(kernels))} {qualifier}{what} {plural}"
     if share > 1:
-        return (
+        sentence = (
             f"More than all of the added kernel time ({share:.0%} of the net +{net / base:.1%}) is in {where}; "
             "other kernels got faster."
         )
-    return f"{share:.0%} of the added kernel time (net +{net / base:.1%}) is in {where}."
+    else:
+        sentence = f"{share:.0%} of the added kernel time (net +{net / base:.1%}) is in {where}."
+    sentence += f" Largest: {largest}."
+    return Attribution(sentence, base, net, True, top_name, top_delta)
+
+
+def attribute(kernel_diff: pd.DataFrame) -> str:
+    """The sentence alone."""
+    return attribution(kernel_diff).sentence

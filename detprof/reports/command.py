@@ -1,7 +1,8 @@
-"""``detprof report``: results directories in, one self-contained HTML (or Markdown) file out.
+"""``detprof report``: results directories in, one self-contained HTML (or Markdown, or JSON) file out.
 
-``write_report`` is the same thing for callers inside detprof (the end of ``detprof
-sweep``). Nothing heavy is imported at module level, so ``detprof --help`` stays fast.
+``-o -`` writes to stdout, in every format. ``write_report`` is the same thing for callers
+inside detprof (the end of ``detprof sweep``). Nothing heavy is imported at module level,
+so ``detprof --help`` stays fast.
 """
 
 from __future__ import annotations
@@ -15,12 +16,15 @@ import typer
 from detprof.errors import InputError, UsageError
 from detprof.store import atomic_write_bytes
 
-HELP = "Write one self-contained HTML (or Markdown) report from sweep, kernels and stability results."
+HELP = "Write one self-contained HTML (or Markdown, or JSON) report from sweep, kernels and stability results."
+STDOUT = "-"
+FORMATS = ("html", "md", "json")
 
 
 class ReportFormat(StrEnum):
     html = "html"
     md = "md"
+    json = "json"
 
 
 class PlotlyJsMode(StrEnum):
@@ -31,8 +35,8 @@ class PlotlyJsMode(StrEnum):
 def render_report(results_dirs: list[Path], fmt: str = "html", plotlyjs: str = "embed") -> str:
     from detprof.reports.report_data import build_report
 
-    if fmt not in ("html", "md"):
-        raise UsageError(f"--format must be html or md, not {fmt!r}")
+    if fmt not in FORMATS:
+        raise UsageError(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
     if plotlyjs not in ("embed", "cdn"):
         raise UsageError(f"--plotlyjs must be embed or cdn, not {plotlyjs!r}")
     report = build_report(results_dirs)
@@ -40,6 +44,10 @@ def render_report(results_dirs: list[Path], fmt: str = "html", plotlyjs: str = "
         from detprof.reports import markdown
 
         return markdown.render(report)
+    if fmt == "json":
+        from detprof.reports import json_report
+
+        return json_report.render(report)
     from detprof.reports import html
 
     return html.render(report, "cdn" if plotlyjs == "cdn" else "embed")
@@ -65,16 +73,21 @@ def report(
         list[Path], typer.Argument(help="Results directories (sweep, kernels and/or stability; several GPUs at once).")
     ],
     output: Annotated[
-        Path | None, typer.Option("-o", "--output", help="Report file (default report.html, or report.md).")
+        Path | None,
+        typer.Option("-o", "--output", help="Report file (default report.html, .md or .json); - for stdout."),
     ] = None,
-    fmt: Annotated[ReportFormat, typer.Option("--format", help="html | md (Markdown headline tables).")] = (
-        ReportFormat.html
-    ),
+    fmt: Annotated[
+        ReportFormat,
+        typer.Option("--format", help="html | md (Markdown headline tables) | json (headline numbers for scripts)."),
+    ] = ReportFormat.html,
     plotlyjs: Annotated[
         PlotlyJsMode, typer.Option(help="embed: plotly.js inside the file (works offline); cdn: a script tag.")
     ] = PlotlyJsMode.embed,
 ) -> None:
     """Write one self-contained report from results directories."""
-    target = output or Path(f"report.{fmt.value}")
-    written = _write(target, render_report(list(results_dirs), fmt.value, plotlyjs.value))
+    text = render_report(list(results_dirs), fmt.value, plotlyjs.value)
+    if output is not None and str(output) == STDOUT:
+        typer.echo(text, nl=False)
+        return
+    written = _write(output or Path(f"report.{fmt.value}"), text)
     typer.echo(str(written))

@@ -122,8 +122,12 @@ def overhead_figure(sweep: SweepStudy) -> go.Figure:
 
 
 def kernel_size_figure(points: Sequence[KernelSizePoint], references: Sequence[ReferenceRow]) -> go.Figure:
-    """The paper's Figure 8b: medium CNN overhead against kernel size, published ends beside it."""
-    sizes = [p.kernel_size for p in points]
+    """The paper's Figure 8b: medium CNN overhead against kernel size, published ends beside it.
+
+    The x axis covers the kernel sizes measured, and a published end is drawn only at a size
+    that was measured, so a sweep of 3x3 alone is not stretched to 1..7.
+    """
+    sizes = sorted({p.kernel_size for p in points})
     fig = go.Figure()
     for device, source in dict.fromkeys((p.device, p.source) for p in points):
         mine = [p for p in points if p.device == device and p.source == source]
@@ -137,18 +141,26 @@ def kernel_size_figure(points: Sequence[KernelSizePoint], references: Sequence[R
             hovertext=[f"{text(device)}: {p.kernel_size}x{p.kernel_size}: {_interval(p.overhead)}" for p in mine],
             hoverinfo="text",
         )
+    published = []
     for row in references:
         if row.figure.kind == "kernel-size" and row.device is not None and row.figure.high is not None:
+            ends = [(k, v) for k, v in ((1, row.figure.low), (7, row.figure.high)) if k in sizes]
+            if not ends:
+                continue
+            published += [v for _, v in ends]
             fig.add_scatter(
                 name=f"published, {row.figure.gpu.upper()} (Zhuang et al.)",
-                x=[1, 7],
-                y=[row.figure.low, row.figure.high],
+                x=[k for k, _ in ends],
+                y=[v for _, v in ends],
                 mode="lines+markers",
                 line={"dash": "dash"},
-                marker={"symbol": "diamond"},
-                hovertext=[f"published {row.figure.gpu.upper()}: {v:.0%}" for v in (row.figure.low, row.figure.high)],
+                marker={"symbol": "diamond", "size": 10},
+                hovertext=[f"published {row.figure.gpu.upper()}, {k}x{k}: {v:.0%}" for k, v in ends],
                 hoverinfo="text",
             )
+    y_range = _ratio_range([p.overhead for p in points])
+    if published:
+        y_range[1] = max(y_range[1], max(published) * 1.1)
     fig.update_layout(
         template=TEMPLATE,
         height=HEIGHT,
@@ -156,10 +168,12 @@ def kernel_size_figure(points: Sequence[KernelSizePoint], references: Sequence[R
         xaxis={
             "title": "kernel size (k x k)",
             "tickmode": "array",
-            "tickvals": sorted({1, 3, 5, 7, *sizes}),
-            "range": [0.5, max([7, *sizes]) + 0.5],
+            "tickvals": sizes,
+            "ticktext": [f"{k}x{k}" for k in sizes],
+            "range": [min(sizes) - 1, max(sizes) + 1],
         },
-        yaxis={"title": "deterministic / default", "range": _ratio_range([p.overhead for p in points])},
+        yaxis={"title": "deterministic / default", "range": y_range},
+        showlegend=True,
         legend={"orientation": "h", "y": -0.25},
     )
     return fig
@@ -234,27 +248,38 @@ QUADRANT_CORNERS = (
     (0.01, 0.01, "left", "bottom", "cheap and buys little"),
     (0.99, 0.01, "right", "bottom", "expensive and buys little"),
 )
+POINT_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#7f7f7f")
 
 
 def _label(p: TradeoffPoint) -> str:
-    return f"{text(p.model)} @ {text(p.device)}"
+    """One point's name, in the legend and its hover text (never drawn on the plot, so never overlapping)."""
+    return f"{text(p.model)} on {text(p.device)}"
 
 
-def _churn_panel(fig: go.Figure, points: Sequence[TradeoffPoint], col: int) -> None:
+def _marker(p: TradeoffPoint, index: int) -> dict[str, Any]:
+    """Filled when the cost is settled, open when its interval lies across the cheap line."""
+    settled = p.quadrant != "not settled" and p.cost.overhead.has_interval
+    color = POINT_COLORS[index % len(POINT_COLORS)]
+    return {"color": color, "size": 12, "symbol": "circle" if settled else "circle-open", "line": {"width": 2}}
+
+
+def _churn_panel(fig: go.Figure, points: Sequence[tuple[int, TradeoffPoint]], col: int) -> None:
     """Cost against churn under ``impl``, with the two threshold lines and the quadrants named."""
-    fig.add_scatter(
-        x=[p.cost.overhead.ratio for p in points],
-        y=[(p.noise.churn_impl or 0.0) * 100 for p in points],
-        error_x=_errors([p.cost.overhead for p in points]),
-        mode="markers+text",
-        text=[_label(p) for p in points],
-        textposition="top center",
-        hovertext=[f"{_label(p)}<br>{text(p.quadrant or '')}" for p in points],
-        hoverinfo="text",
-        showlegend=False,
-        row=1,
-        col=col,
-    )
+    for index, p in points:
+        fig.add_scatter(
+            x=[p.cost.overhead.ratio],
+            y=[(p.noise.churn_impl or 0.0) * 100],
+            error_x=_errors([p.cost.overhead]),
+            mode="markers",
+            marker=_marker(p, index),
+            name=_label(p),
+            legendgroup=_label(p),
+            hovertext=[f"{_label(p)}<br>{_interval(p.cost.overhead)}<br>{text(p.quadrant or '')}"],
+            hoverinfo="text",
+            showlegend=True,
+            row=1,
+            col=col,
+        )
     fig.add_vline(x=CHEAP_OVERHEAD, line_dash="dot", line_color="#555", row=1, col=col)
     fig.add_hline(y=NOISY_CHURN * 100, line_dash="dot", line_color="#555", row=1, col=col)
     axis = "" if col == 1 else str(col)
@@ -268,59 +293,81 @@ def _churn_panel(fig: go.Figure, points: Sequence[TradeoffPoint], col: int) -> N
             yanchor=yanchor,
             text=label,
             showarrow=False,
-            font={"color": "#888", "size": 11},
+            font={"color": "#999", "size": 10},
         )
-    top = max([2 * NOISY_CHURN * 100, *((p.noise.churn_impl or 0.0) * 125 for p in points)])
-    fig.update_yaxes(title_text="churn under impl (%)", range=[0, top], row=1, col=col)
+    # Room below 0 and above the highest point, so that the quadrant names in the corners never sit on a point.
+    top = max([2 * NOISY_CHURN * 100, *((p.noise.churn_impl or 0.0) * 125 for _, p in points)])
+    fig.update_yaxes(title_text="churn under impl (%)", range=[-0.14 * top, 1.1 * top], row=1, col=col)
 
 
-def _drop_panel(fig: go.Figure, points: Sequence[TradeoffPoint], col: int) -> None:
-    fig.add_scatter(
-        x=[p.cost.overhead.ratio for p in points],
-        y=[(p.noise.std_drop or 0.0) * 100 for p in points],
-        error_y={
-            "type": "data",
-            "array": [None if p.noise.std_drop_se is None else p.noise.std_drop_se * 100 for p in points],
-        },
-        mode="markers+text",
-        text=[_label(p) for p in points],
-        textposition="top center",
-        hoverinfo="x+y",
-        showlegend=False,
-        row=1,
-        col=col,
-    )
+def _drop_panel(fig: go.Figure, points: Sequence[tuple[int, TradeoffPoint]], col: int, legend: bool) -> None:
+    for index, p in points:
+        se = p.noise.std_drop_se
+        fig.add_scatter(
+            x=[p.cost.overhead.ratio],
+            y=[(p.noise.std_drop or 0.0) * 100],
+            error_x=_errors([p.cost.overhead]),
+            error_y={"type": "data", "array": [None if se is None else se * 100]},
+            mode="markers",
+            marker=_marker(p, index),
+            name=_label(p),
+            legendgroup=_label(p),
+            hovertext=[
+                f"{_label(p)}<br>{_interval(p.cost.overhead)}<br>std drop {(p.noise.std_drop or 0) * 100:+.2f} pp"
+            ],
+            hoverinfo="text",
+            showlegend=legend,
+            row=1,
+            col=col,
+        )
     fig.add_vline(x=CHEAP_OVERHEAD, line_dash="dot", line_color="#555", row=1, col=col)
     fig.add_hline(y=0, line_dash="dot", line_color="#555", row=1, col=col)
     fig.update_yaxes(title_text="percentage points", row=1, col=col)
 
 
+def _cost_range(points: Sequence[TradeoffPoint]) -> list[float]:
+    """Every estimate, the cheap line and the intervals (a wild interval is clipped; the table has it)."""
+    overheads = [p.cost.overhead for p in points]
+    ratios = [o.ratio for o in overheads]
+    ends = [e for o in overheads if o.has_interval for e in (o.ci_low, o.ci_high)]
+    low = min([*ratios, *ends, 1.0, CHEAP_OVERHEAD])
+    high = min(max([*ratios, *ends, CHEAP_OVERHEAD]), 2.5 * max([*ratios, CHEAP_OVERHEAD]))
+    pad = 0.08 * (high - low)
+    return [max(0.0, low - pad), high + pad]
+
+
 def tradeoff_figure(points: Sequence[TradeoffPoint]) -> go.Figure | None:
-    """Cost against churn under ``impl`` and against the accuracy-std drop; a panel only where there is data."""
-    churn = [p for p in points if p.noise.churn_impl is not None]
-    drop = [p for p in points if p.noise.std_drop is not None]
+    """Cost against churn under ``impl`` and against the accuracy-std drop; a panel only where there is data.
+
+    One trace per point, named in the legend (model on device) and in its hover text, with
+    the same colour in both panels: no text is drawn next to a point, so no two labels can
+    collide however close the points are.
+    """
+    numbered = list(enumerate(points))
+    churn = [(i, p) for i, p in numbered if p.noise.churn_impl is not None]
+    drop = [(i, p) for i, p in numbered if p.noise.std_drop is not None]
     panels = [
-        (title, draw, mine)
-        for title, draw, mine in (
-            ("churn under impl (predictions that flip between identical runs)", _churn_panel, churn),
-            ("drop in accuracy std, algo+impl -> algo (+/- s.e.)", _drop_panel, drop),
+        (title, kind, mine)
+        for title, kind, mine in (
+            ("churn under impl (predictions that flip between identical runs)", "churn", churn),
+            ("drop in accuracy std, algo+impl -> algo (+/- s.e.)", "drop", drop),
         )
         if mine
     ]
     if not panels:
         return None
     fig = make_subplots(rows=1, cols=len(panels), subplot_titles=[t for t, _, _ in panels], horizontal_spacing=0.12)
-    for col, (_, draw, mine) in enumerate(panels, start=1):
-        draw(fig, mine, col)
-    ratios = [p.cost.overhead.ratio for p in points]
-    fig.update_xaxes(
-        title_text="overhead of determinism (x)",
-        range=[min([*ratios, 0.9]) * 0.9, max([*ratios, CHEAP_OVERHEAD]) * 1.15],
-    )
+    for col, (_, kind, mine) in enumerate(panels, start=1):
+        if kind == "churn":
+            _churn_panel(fig, mine, col)
+        else:
+            _drop_panel(fig, mine, col, legend=not churn)
+    fig.update_xaxes(title_text="overhead of determinism (x)", range=_cost_range(points))
     fig.update_layout(
         template=TEMPLATE,
         height=HEIGHT + 60,
-        title="What determinism costs against what it buys",
+        title="What determinism costs against what it buys (open marker: cost not settled)",
+        legend={"orientation": "h", "y": -0.22, "title": {"text": "model on device: "}},
         margin={"t": 110},
     )
     return fig

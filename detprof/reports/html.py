@@ -5,6 +5,8 @@ inline, fonts are the system's, and plotly.js is written once, with the first fi
 (``--plotlyjs cdn`` swaps it for plotly's CDN script tag to keep the file small). Every
 figure after the first is a bare div and script.
 
+The page opens with the answer (``answer``: per model and device, cost, verdict, what it
+buys, noise floor, caveats), then the evidence, and ends with what ran (``provenance``).
 The markup lives in ``templates/report.html.j2`` (and its macros); this module only turns
 the ``Report`` into what the page shows: formatted numbers, table rows and figures. Jinja2
 renders with autoescape on, so everything that comes from results (kernel names above all:
@@ -28,13 +30,25 @@ from detprof.determinism import MODES
 from detprof.intervals import CHEAP_OVERHEAD
 from detprof.reports import figures
 from detprof.reports.gpu_clocks import by_mode
+from detprof.reports.headline import HeadlineRow, published_reference, shown_caveats
 from detprof.reports.published import SOURCE
 from detprof.reports.report_data import SECTIONS, ModelCost, Report, StabilityStudy
 from detprof.reports.tradeoff import NOISY_CHURN
 
 PlotlyJs = Literal["embed", "cdn"]
+NAV = {
+    "answer": "Answer",
+    "overhead": "Overhead",
+    "kernel-size": "Kernel size",
+    "cost": "Where the cost comes from",
+    "stability": "Stability",
+    "tradeoff": "Cost versus benefit",
+    "conditions": "Conditions",
+    "provenance": "What ran",
+}
+"""The navigation bar's short names of ``SECTIONS``, so it stays one line on the first screen."""
 PLOT_CONFIG = {"displaylogo": False, "responsive": True}
-CellKind = Literal["text", "code", "kernel", "agree"]
+CellKind = Literal["text", "code", "kernel", "agree", "verdict"]
 
 
 @cache
@@ -65,6 +79,10 @@ class Cell:
 
     value: Any
     kind: CellKind = "text"
+    tone: str = ""
+    """A CSS class for the value (a verdict's reading), never markup."""
+    note: str = ""
+    """A second, smaller line under the value."""
 
 
 @dataclass(frozen=True)
@@ -119,6 +137,10 @@ def _studies(report: Report) -> Table:
         rows.append(
             ["sweep", s.label, str(s.path), f"{s.started or '?'} .. {s.finished or '?'}", Cell(s.command, "code")]
         )
+    for c in report.calibrations:
+        rows.append(
+            ["calibration", c.label, str(c.path), f"{c.started or '?'} .. {c.finished or '?'}", Cell(c.command, "code")]
+        )
     for k in report.kernels:
         rows.append(
             ["kernels", k.label, str(k.path), f"{k.started or '?'} .. {k.finished or '?'}", Cell(k.command, "code")]
@@ -172,7 +194,8 @@ def _settings(report: Report) -> Table:
     )
 
 
-def header(report: Report) -> dict[str, Any]:
+def provenance(report: Report) -> dict[str, Any]:
+    """What ran, on what, with which software and settings, and the commands that rerun it: the page's end."""
     versions = [
         [k, ", ".join(v) + (" (differs between runs)" if len(v) > 1 else "")] for k, v in report.versions.items()
     ]
@@ -181,8 +204,80 @@ def header(report: Report) -> dict[str, Any]:
         "sources": ", ".join(str(p) for p in report.sources),
         "studies": _studies(report),
         "devices": _devices(report),
-        "versions": table(["Package", "Version"], versions),
-        "settings": _settings(report),
+        "versions": table(["Package", "Version"], versions) if versions else None,
+        "settings": _settings(report) if report.settings else None,
+        "commands": "\n".join(report.commands),
+    }
+
+
+ANSWER_HEADERS = (
+    "Model on device",
+    "Costs: kernel time (det / default, 95% CI)",
+    "Costs: wall time",
+    "Verdict",
+    "Buys: churn under impl",
+    "Buys: accuracy std drop",
+    "Noise floor",
+    "What to do",
+)
+
+
+def _buys(r: HeadlineRow) -> tuple[Cell, Cell]:
+    if r.stability is None:
+        return Cell("no study"), Cell(f.DASH)
+    if not r.stability.used:
+        return Cell("did not learn", tone="warn", note="left out"), Cell(f.DASH)
+    noise = r.stability.noise
+    drop = f.DASH
+    if noise.std_drop is not None:
+        drop = f"{noise.std_drop * 100:+.2f} pp" + (
+            f" +/- {noise.std_drop_se * 100:.2f}" if noise.std_drop_se is not None else ""
+        )
+    return Cell(f.percent(noise.churn_impl, 2), note=r.stability.dataset), Cell(drop)
+
+
+def _floor(r: HeadlineRow) -> Cell:
+    if r.noise_floor is not None:
+        return Cell(f"+/-{r.noise_floor:.1%}")
+    if r.calibrated:
+        return Cell(f.DASH, note="not in the calibration")
+    return Cell("not run")
+
+
+def answer_row(r: HeadlineRow) -> list[Any]:
+    churn, drop = _buys(r)
+    v = r.verdict
+    metric_note = f"from {r.metric} time, n={v.repeats}" if v.reading is not None else ""
+    return [
+        Cell(r.model, "code", note=r.device + (f" ({r.device_name})" if r.device_name else "")),
+        f.ratio(r.kernel),
+        f.ratio(r.wall),
+        Cell(v.text, "verdict", tone=(v.reading or "none").replace(" ", "-"), note=metric_note),
+        churn,
+        drop,
+        _floor(r),
+        r.advice,
+    ]
+
+
+def answer(report: Report) -> dict[str, Any] | None:
+    """The first screen; ``None`` when there is no sweep (``report.absent`` says why)."""
+    if "answer" in report.absent:
+        return None
+    cpu = any(r.on_cpu for r in report.headline)
+    notes = [
+        (f"{r.model} on {r.device}", shown_caveats(r, cpu_note=bool(report.cpu_notes), left_out_note=True))
+        for r in report.headline
+    ]
+    return {
+        "cheap": f"{CHEAP_OVERHEAD:.2f}",
+        "table": table(ANSWER_HEADERS, [answer_row(r) for r in report.headline], numeric=(1, 2)),
+        "row_notes": [(who, cs) for who, cs in notes if cs],
+        "cpu_notes": report.cpu_notes,
+        "notes": report.notes,
+        "cpu": cpu,
+        "published": table(["GPU", "What", "Det / default GPU time"], published_reference()),
+        "source": SOURCE,
     }
 
 
@@ -199,8 +294,7 @@ def overhead(report: Report) -> dict[str, Any] | None:
     return {
         "sweeps": [
             {
-                "label": s.label,
-                "device_name": s.device.get("name") or "",
+                "title": s.label + (f": {s.device['name']}" if s.device.get("name") else ""),
                 "figure": figures.overhead_figure(s),
                 "table": table(
                     ["Model", "Kernel time", "Wall time", "Repeats", "Note"], s.overhead_rows(), numeric=(1, 2, 3)
@@ -209,7 +303,9 @@ def overhead(report: Report) -> dict[str, Any] | None:
             for s in report.sweeps
         ],
         "source": SOURCE,
-        "references": table(
+        "references": None
+        if "references" in report.absent
+        else table(
             ["GPU", "What", "Published", "Measured here (kernel time, 95% CI)", "Device", "CI reaches it"],
             [
                 [
@@ -217,10 +313,11 @@ def overhead(report: Report) -> dict[str, Any] | None:
                     r.figure.subject,
                     r.figure.published,
                     r.measured,
-                    r.device or f.DASH,
+                    r.device,
                     _agrees(r.agrees),
                 ]
                 for r in report.references
+                if r.device is not None
             ],
         ),
     }
@@ -242,8 +339,7 @@ def kernel_size(report: Report) -> dict[str, Any]:
         else None,
         "benches": [
             {
-                "label": k.label,
-                "device_name": k.device.get("name") or "",
+                "title": k.label + (f": {k.device['name']}" if k.device.get("name") else ""),
                 "metric": k.metric,
                 "table": table(
                     [
@@ -426,10 +522,12 @@ def stability_study(study: StabilityStudy) -> dict[str, Any]:
         "Ensemble gain",
         "CKA",
     ]
+    learning = study.learning
     return {
         "model": study.model,
         "dataset": study.dataset,
         "device": study.device,
+        "did_not_learn": None if learning.learned is not False else learning.line(),
         "runs_ok": study.runs_ok,
         "runs_failed": study.runs_failed,
         "variants": table(headers, rows, numeric=tuple(range(4, 12))),
@@ -442,7 +540,10 @@ def stability_study(study: StabilityStudy) -> dict[str, Any]:
 def stability(report: Report) -> dict[str, Any] | None:
     if "stability" in report.absent:
         return None
-    return {"studies": [stability_study(study) for study in report.stability]}
+    return {
+        "studies": [stability_study(study) for study in report.stability if study.learned],
+        "not_learned": [stability_study(study) for study in report.stability if not study.learned],
+    }
 
 
 def tradeoff(report: Report) -> dict[str, Any] | None:
@@ -451,7 +552,7 @@ def tradeoff(report: Report) -> dict[str, Any] | None:
         return None
     rows = [
         [
-            p.model,
+            Cell(p.model, "code"),
             p.device,
             f"{f.ratio(p.cost.overhead)} ({p.cost.metric})",
             f.percent(p.noise.churn_impl, 2),
@@ -503,7 +604,6 @@ def conditions(report: Report) -> dict[str, Any]:
             if s.clocks
         ],
         "warnings": report.warnings,
-        "commands": "\n".join(report.commands),
     }
 
 
@@ -514,9 +614,11 @@ def render(report: Report, plotlyjs: PlotlyJs = "embed") -> str:
         .get_template("report.html.j2")
         .render(
             sections=SECTIONS,
+            nav=NAV,
             absent=report.absent,
             plot=_Figures(plotlyjs),
-            header=header(report),
+            answer=answer(report),
+            provenance=provenance(report),
             overhead=overhead(report),
             kernel_size=kernel_size(report),
             cost=cost(report),

@@ -1,8 +1,10 @@
 """The report's headline tables as GitHub-flavoured Markdown, for pull-request comments.
 
-Only the numbers a reviewer acts on: overheads per model and device, the published
-figures they can be held against, one sentence per model on where the cost comes from,
-the stability headline, the trade-off readings and the warnings. GitHub renders inline
+Only the numbers a reviewer acts on, the answer first: the same headline rows as the HTML's
+first screen (cost, verdict, what it buys, noise floor, what to do) with the same caveats
+and notes, then overheads per model and device, the published figures they can be held
+against, one sentence per model on where the cost comes from, the stability headline, the
+trade-off readings and the warnings. GitHub renders inline
 HTML, so text from results (kernel names with ``<``, ``>``, ``&``) is backslash-escaped
 and a ``|`` cannot end a table cell early.
 """
@@ -15,6 +17,7 @@ from typing import Any
 
 from detprof import formatting as f
 from detprof.intervals import CHEAP_OVERHEAD
+from detprof.reports.headline import HeadlineRow, published_reference, shown_caveats
 from detprof.reports.published import PUBLISHED_GPUS, SOURCE
 from detprof.reports.report_data import SECTIONS, Report
 from detprof.reports.tradeoff import NOISY_CHURN
@@ -47,12 +50,89 @@ def _absent(line: str) -> str:
     return f"_{md(line)}_"
 
 
+def _buys(r: HeadlineRow) -> tuple[str, str]:
+    if r.stability is None:
+        return "no stability study", f.DASH
+    if not r.stability.used:
+        return "did not learn (left out)", f.DASH
+    noise = r.stability.noise
+    drop = f.DASH
+    if noise.std_drop is not None:
+        drop = f"{noise.std_drop * 100:+.2f} pp" + (
+            f" +/- {noise.std_drop_se * 100:.2f}" if noise.std_drop_se is not None else ""
+        )
+    return f.percent(noise.churn_impl, 2), drop
+
+
+def _floor(r: HeadlineRow) -> str:
+    if r.noise_floor is not None:
+        return f"+/-{r.noise_floor:.1%}"
+    return "not in the calibration" if r.calibrated else "not run"
+
+
+def answer(report: Report) -> list[str]:
+    """The same rows, verdicts, caveats and notes as the HTML's first screen."""
+    out = [f"## {SECTIONS['answer']}", ""]
+    if "answer" in report.absent:
+        return [*out, _absent(report.absent["answer"]), ""]
+    out += [
+        f"Cheap: the whole 95% CI of the overhead is at or below {CHEAP_OVERHEAD:.2f}x; expensive: above it; "
+        "otherwise not settled.",
+        "",
+    ]
+    rows = []
+    for r in report.headline:
+        churn, drop = _buys(r)
+        v = r.verdict
+        rows.append(
+            [
+                r.device,
+                r.model,
+                f.ratio(r.kernel),
+                f.ratio(r.wall),
+                strong(v.text) if v.reading is not None else v.text,
+                churn,
+                drop,
+                _floor(r),
+                r.advice,
+            ]
+        )
+    headers = [
+        "Device",
+        "Model",
+        "Kernel time",
+        "Wall time",
+        "Verdict",
+        "Churn under impl",
+        "Accuracy std drop",
+        "Noise floor",
+        "What to do",
+    ]
+    out += [table(headers, rows), ""]
+    cpu = bool(report.cpu_notes)
+    notes = [*report.cpu_notes, *report.notes]
+    for r in report.headline:
+        lines = shown_caveats(r, cpu_note=cpu, left_out_note=True)
+        if lines:
+            notes.append(Markup(f"**{md(r.model)}** on {md(r.device)}: {md(' '.join(lines))}"))
+    out += [f"- {md(n)}" for n in notes]
+    if notes:
+        out.append("")
+    if cpu:
+        out += [
+            f"Published GPU reference ({SOURCE}), deterministic / default GPU time:",
+            "",
+            table(["GPU", "What", "Published"], published_reference()),
+            "",
+        ]
+    return out
+
+
 def render(report: Report) -> str:
     out = [
-        "# detprof: what determinism costs, where, and what it buys",
+        "# detprof: what deterministic training costs, and what it buys",
         "",
-        f"Generated {md(report.generated_at)} from {md(', '.join(str(p) for p in report.sources))}.",
-        "",
+        *answer(report),
         f"## {SECTIONS['overhead']}",
         "",
     ]
@@ -62,22 +142,19 @@ def render(report: Report) -> str:
         out += [f"### {md(s.label)}: {md(s.device.get('name') or '')}", ""]
         out += [table(["Model", "Kernel time", "Wall time", "Repeats", "Note"], s.overhead_rows()), ""]
     matched = [r for r in report.references if r.device is not None]
-    if report.sweeps:
-        out += [f"Published figures ({SOURCE}), relative GPU time:", ""]
-        if matched:
-            out += [
-                table(
-                    ["GPU", "What", "Published", "Measured here", "Device"],
-                    [
-                        [r.figure.gpu.upper(), r.figure.subject, r.figure.published, r.measured, r.device]
-                        for r in matched
-                    ],
-                ),
-                "",
-            ]
-        else:
-            gpus = ", ".join(gpu.upper() for gpu in PUBLISHED_GPUS)
-            out += [_absent(f"No measured device is a GPU with published figures ({gpus})."), ""]
+    if matched:
+        out += [
+            f"Published figures ({SOURCE}), relative GPU time:",
+            "",
+            table(
+                ["GPU", "What", "Published", "Measured here", "Device"],
+                [[r.figure.gpu.upper(), r.figure.subject, r.figure.published, r.measured, r.device] for r in matched],
+            ),
+            "",
+        ]
+    elif report.sweeps and not report.cpu_notes:
+        gpus = ", ".join(gpu.upper() for gpu in PUBLISHED_GPUS)
+        out += [_absent(f"No measured device is a GPU with published figures ({gpus})."), ""]
     out += [f"## {SECTIONS['cost']}", ""]
     if "cost" in report.absent:
         out += [_absent(report.absent["cost"]), ""]
@@ -93,6 +170,8 @@ def render(report: Report) -> str:
         out += [_absent(report.absent["stability"]), ""]
     for st in report.stability:
         out += [f"### {md(st.model)} on {md(st.dataset)}, {md(st.device)}", ""]
+        if not st.learned:
+            out += [f"**Did not learn**, left out of the verdicts: {md(st.learning.line())}.", ""]
         rows = [
             [
                 v.get("variant"),
@@ -123,7 +202,7 @@ def render(report: Report) -> str:
                         p.device,
                         f.ratio(p.cost.overhead),
                         f.percent(p.noise.churn_impl, 2),
-                        p.quadrant or f.DASH,
+                        p.reading,
                     ]
                     for p in report.tradeoff
                 ],
@@ -132,5 +211,7 @@ def render(report: Report) -> str:
         ]
     out += ["## Warnings", ""]
     out += [f"- {md(w)}" for w in report.warnings] or ["None."]
-    out += ["", "## Reproduce", "", "```sh", *report.commands, "```", ""]
+    out += ["", f"## {SECTIONS['provenance']}", ""]
+    out += [f"Generated {md(report.generated_at)} from {md(', '.join(str(p) for p in report.sources))}.", ""]
+    out += ["```sh", *report.commands, "```", ""]
     return "\n".join(out)

@@ -5,6 +5,10 @@ thing, and every number can be checked without a browser. A missing piece (a swe
 without a stability study, a CPU run without GPU telemetry, a sweep traced with
 ``--tracer none``) is not an error: its section is left out and ``Report.absent`` holds
 the one line that says why.
+
+``Report.headline`` is the answer the report opens with (``headline.HeadlineRow``: cost,
+verdict, what it buys, noise floor, caveats per model and device); the sections after it
+are the evidence, and what ran (provenance) comes last.
 """
 
 from __future__ import annotations
@@ -22,14 +26,24 @@ from detprof.determinism import MODES
 from detprof.errors import InputError
 from detprof.formatting import ratio
 from detprof.intervals import Metric, Overhead, headline, inconclusive_reason
-from detprof.profiler.overhead import ModelOverhead, model_overheads
+from detprof.profiler.overhead import ModelOverhead, model_overheads, noise_floors
 from detprof.profiler.study_results import summarize_model
 from detprof.reports import kernels_data
-from detprof.reports.attribution import attribute
+from detprof.reports.attribution import attribution
 from detprof.reports.gpu_clocks import ClockRow, clock_rows, throttle_warnings
+from detprof.reports.headline import (
+    CALIBRATE_HINT,
+    HeadlineRow,
+    StabilityReading,
+    advice,
+    caveats,
+    cpu_notes,
+    is_cpu,
+)
 from detprof.reports.provenance import provenance
 from detprof.reports.published import ReferenceRow, reference_rows
-from detprof.reports.tradeoff import Cost, TradeoffPoint, noise_of, pair
+from detprof.reports.tradeoff import Cost, Learning, TradeoffPoint, learning_of, noise_of, pair, reading
+from detprof.reports.verdict import verdict
 from detprof.store import ResultsStore, find_studies
 
 TOP_N = 20
@@ -37,13 +51,14 @@ DIFF_ROWS = 15
 STAT_COLUMNS = ["name", "short_name", "category", "pct", "instances", "total_ns", "avg_ns", "med_ns"]
 
 SECTIONS: dict[str, str] = {
-    "header": "What ran",
+    "answer": "Should you turn determinism on?",
     "overhead": "Overhead by model",
     "kernel-size": "Kernel size",
     "cost": "Where the cost comes from",
     "stability": "Stability",
-    "tradeoff": "Overhead versus variance",
-    "conditions": "Conditions",
+    "tradeoff": "Cost versus benefit",
+    "conditions": "Conditions and warnings",
+    "provenance": "What ran, and how to reproduce it",
 }
 
 
@@ -125,6 +140,31 @@ class StabilityStudy:
     software: dict[str, Any]
     determinism: dict[str, dict[str, Any]]
 
+    @property
+    def learning(self) -> Learning:
+        """Whether its models learned (``tradeoff.learning_of``): one that did not is left out of verdicts."""
+        return learning_of(self.variants, self.classes)
+
+    @property
+    def learned(self) -> bool:
+        """False only when it clearly did not learn; a study that cannot be told counts."""
+        return self.learning.learned is not False
+
+
+@dataclass
+class CalibrationStudy:
+    """A/A runs (both arms deterministic) on one device label: the smallest overhead it resolves per model."""
+
+    path: Path
+    label: str
+    device: dict[str, Any]
+    command: str
+    floors: dict[str, float | None]
+    versions: dict[str, list[str]]
+    settings: dict[str, dict[str, Any]]
+    started: str | None
+    finished: str | None
+
 
 @dataclass(frozen=True)
 class KernelSizePoint:
@@ -143,6 +183,12 @@ class Report:
     sweeps: list[SweepStudy]
     kernels: list[kernels_data.KernelsStudy]
     stability: list[StabilityStudy]
+    calibrations: list[CalibrationStudy]
+    headline: list[HeadlineRow]
+    cpu_notes: list[str]
+    """Shown next to the headline when a device is a CPU: why its cost is not a GPU's, why its churn is 0."""
+    notes: list[str]
+    """Other report-level lines shown with the headline: studies left out, no calibration."""
     kernel_size: list[KernelSizePoint]
     references: list[ReferenceRow]
     tradeoff: list[TradeoffPoint]
@@ -154,7 +200,7 @@ class Report:
     def devices(self) -> dict[str, dict[str, Any]]:
         """Device label -> what its first study recorded about it."""
         found: dict[str, dict[str, Any]] = {}
-        for s in [*self.sweeps, *self.kernels]:
+        for s in [*self.sweeps, *self.kernels, *self.calibrations]:
             found.setdefault(s.label, s.device)
         for st in self.stability:
             found.setdefault(st.device, st.device_info)
@@ -164,7 +210,7 @@ class Report:
     def versions(self) -> dict[str, list[str]]:
         """Package -> every version any study ran with (more than one is worth a look)."""
         found: dict[str, list[str]] = {}
-        sources = [s.versions for s in [*self.sweeps, *self.kernels]]
+        sources = [s.versions for s in [*self.sweeps, *self.kernels, *self.calibrations]]
         sources += [{k: [str(v)] for k, v in st.software.items()} for st in self.stability]
         for versions in sources:
             for key, values in versions.items():
@@ -178,6 +224,7 @@ class Report:
         sources: list[tuple[str, dict[str, dict[str, Any]]]] = [
             *((f"sweep {s.label}", s.settings) for s in self.sweeps),
             *((f"kernels {k.label}", k.settings) for k in self.kernels),
+            *((f"calibration {c.label}", c.settings) for c in self.calibrations),
             *((f"stability {st.model} {st.device}", st.determinism) for st in self.stability),
         ]
         return [(name, mode, settings[mode]) for name, settings in sources for mode in MODES if mode in settings]
@@ -185,8 +232,9 @@ class Report:
     @property
     def commands(self) -> list[str]:
         """Every study's command line, then the one that rebuilds this report."""
-        studies: list[SweepStudy | StabilityStudy | kernels_data.KernelsStudy] = [
+        studies: list[SweepStudy | StabilityStudy | kernels_data.KernelsStudy | CalibrationStudy] = [
             *self.sweeps,
+            *self.calibrations,
             *self.kernels,
             *self.stability,
         ]
@@ -232,7 +280,7 @@ def model_cost(store: ResultsStore, overhead: ModelOverhead, records: Sequence[M
     cost.diff = changed.head(DIFF_ROWS).reset_index(drop=True)
     rest = changed.iloc[DIFF_ROWS:]
     cost.diff_rest = (len(rest), float(rest["delta_ns"].sum()))
-    cost.attribution = attribute(full)
+    cost.attribution = attribution(full).sentence
     return cost
 
 
@@ -300,6 +348,26 @@ def load_stability(store: ResultsStore) -> StabilityStudy | str:
     )
 
 
+def load_calibration(store: ResultsStore) -> CalibrationStudy | None:
+    """A calibration study: the noise floor per model (``overhead.noise_floors``); None before any run."""
+    manifest = store.manifest()
+    records = list(store.records())
+    if not records:
+        return None
+    where = provenance(records, manifest.get("config") or {})
+    return CalibrationStudy(
+        path=store.root,
+        label=where.label,
+        device=where.device,
+        command=str(manifest.get("command") or ""),
+        floors=noise_floors(records),
+        versions=where.versions,
+        settings=where.settings,
+        started=where.started,
+        finished=where.finished,
+    )
+
+
 def kernel_size_points(
     sweeps: Iterable[SweepStudy], benches: Iterable[kernels_data.KernelsStudy] = ()
 ) -> list[KernelSizePoint]:
@@ -319,18 +387,99 @@ def kernel_size_points(
     return sorted(points, key=lambda p: (p.device, p.source, p.kernel_size))
 
 
-def tradeoff_points(sweeps: Sequence[SweepStudy], studies: Sequence[StabilityStudy]) -> list[TradeoffPoint]:
+def _costs(sweeps: Sequence[SweepStudy]) -> dict[tuple[str, str], Cost]:
     costs: dict[tuple[str, str], Cost] = {}
     for sweep in sweeps:
         for m in sweep.models:
             if m.headline is not None:
                 costs.setdefault((m.model, sweep.label), Cost(m.headline, m.headline_metric))
-    return pair(costs, [(s.model, s.device, noise_of(s.variants, s.dataset)) for s in studies])
+    return costs
+
+
+def tradeoff_points(sweeps: Sequence[SweepStudy], studies: Sequence[StabilityStudy]) -> list[TradeoffPoint]:
+    """Cost against benefit for every model with a stability study on its label whose models learned."""
+    learned = [(s.model, s.device, noise_of(s.variants, s.dataset)) for s in studies if s.learned]
+    return pair(_costs(sweeps), learned)
+
+
+def headline_rows(
+    sweeps: Sequence[SweepStudy], studies: Sequence[StabilityStudy], calibrations: Sequence[CalibrationStudy]
+) -> list[HeadlineRow]:
+    """One row per (device label, model) of every sweep, in the order the sweeps asked for them."""
+    by_key = {(s.model, s.device): s for s in studies}
+    floors: dict[tuple[str, str], float | None] = {}
+    calibrated: set[str] = set()
+    for c in calibrations:
+        calibrated.add(c.label)
+        for model, floor in c.floors.items():
+            floors.setdefault((model, c.label), floor)
+    rows: list[HeadlineRow] = []
+    seen: set[tuple[str, str]] = set()
+    for sweep in sweeps:
+        on_cpu = is_cpu(sweep.label, sweep.device)
+        for m in sweep.models:
+            key = (m.model, sweep.label)
+            if key in seen:
+                continue
+            seen.add(key)
+            v = verdict(m.headline)
+            study = by_key.get(key)
+            stability = None
+            if study is not None:
+                stability = StabilityReading(study.dataset, study.learning, noise_of(study.variants, study.dataset))
+            q = None
+            if stability is not None and stability.used and m.headline is not None:
+                q = reading(Cost(m.headline, m.headline_metric), stability.noise)[0]
+            floor = floors.get(key)
+            notes = [m.failure_note]
+            if m.warning and not v.why:
+                notes.append(f"Wide interval: {m.warning}.")
+            rows.append(
+                HeadlineRow(
+                    device=sweep.label,
+                    device_name=str(sweep.device.get("name") or ""),
+                    on_cpu=on_cpu,
+                    model=m.model,
+                    kernel=m.kernel,
+                    wall=m.wall,
+                    metric=m.headline_metric,
+                    verdict=v,
+                    noise_floor=floor,
+                    calibrated=sweep.label in calibrated,
+                    stability=stability,
+                    quadrant=q,
+                    advice=advice(v, q, stability),
+                    attribution=m.attribution,
+                    caveats=caveats(v, m.headline, on_cpu=on_cpu, noise_floor=floor, stability=stability, notes=notes),
+                )
+            )
+    return rows
+
+
+def report_notes(report: Report) -> list[str]:
+    """The lines under the headline table besides the CPU notes: studies left out, calibration."""
+    notes = []
+    for s in report.stability:
+        learning = s.learning
+        if learning.learned is False:
+            notes.append(
+                f"Left out of the verdicts and the cost-versus-benefit plot: the stability study of {s.model} "
+                f"on {s.dataset} ({s.device}) did not learn: {learning.line()}."
+            )
+    labels = sorted({r.device for r in report.headline})
+    uncalibrated = [label for label in labels if label not in {c.label for c in report.calibrations}]
+    if labels and uncalibrated:
+        notes.append(
+            f"No noise floor for {', '.join(uncalibrated)}: no calibration ran; {CALIBRATE_HINT}, "
+            "the smallest overhead this machine can tell from none."
+        )
+    return notes
 
 
 def _absent(report: Report) -> dict[str, str]:
     absent: dict[str, str] = {}
     if not report.sweeps:
+        absent["answer"] = "No sweep results among the inputs: `detprof sweep` measures what determinism costs."
         absent["overhead"] = "No sweep results among the inputs: `detprof sweep` measures the overhead."
         absent["cost"] = "No sweep results among the inputs, so no kernel tables."
     elif not any(m.top for s in report.sweeps for m in s.models):
@@ -340,6 +489,11 @@ def _absent(report: Report) -> dict[str, str]:
             "No medium CNN was swept: `detprof sweep --models "
             "mediumcnn_k1,mediumcnn_k3,mediumcnn_k5,mediumcnn_k7` measures overhead against kernel size."
         )
+    if report.sweeps and not any(r.device for r in report.references):
+        gpus = ", ".join(dict.fromkeys(r.figure.gpu.upper() for r in report.references))
+        absent["references"] = (
+            f"No measured device is a GPU with published figures ({gpus}), so none is held against them."
+        )
     if not report.kernels:
         absent["kernels-bench"] = f"No kernels_bench results among the inputs: {kernels_data.HOW_TO_RUN}"
     if not report.stability:
@@ -347,12 +501,16 @@ def _absent(report: Report) -> dict[str, str]:
             "No stability study among the inputs: `detprof stability` (or `detprof sweep --stability`) measures it."
         )
     if not report.tradeoff:
-        swept = sorted({f"{m.model}@{s.label}" for s in report.sweeps for m in s.models if m.headline})
-        studied = sorted({f"{s.model}@{s.device}" for s in report.stability})
-        absent["tradeoff"] = (
-            "No model has both an overhead and a stability study on the same device label "
-            f"(overheads: {', '.join(swept) or 'none'}; stability: {', '.join(studied) or 'none'})."
+        swept = sorted({f"{m.model} on {s.label}" for s in report.sweeps for m in s.models if m.headline})
+        studied = sorted({f"{s.model} on {s.device}" for s in report.stability if s.learned})
+        left_out = sorted({f"{s.model} on {s.device}" for s in report.stability if not s.learned})
+        line = (
+            "No model has both an overhead and a stability study whose models learned on the same device label "
+            f"(overheads: {', '.join(swept) or 'none'}; stability: {', '.join(studied) or 'none'}"
         )
+        if left_out:
+            line += f"; left out, did not learn: {', '.join(left_out)}"
+        absent["tradeoff"] = line + ")."
     if not any(s.clocks for s in report.sweeps):
         labels = ", ".join(s.label for s in report.sweeps) or "no sweep"
         absent["telemetry"] = f"No GPU telemetry: the sweeps ran without a GPU to sample ({labels})."
@@ -373,6 +531,7 @@ def build_report(paths: Sequence[Path]) -> Report:
     sweeps: list[SweepStudy] = []
     kernels: list[kernels_data.KernelsStudy] = []
     stability: list[StabilityStudy] = []
+    calibrations: list[CalibrationStudy] = []
     warnings: list[str] = []
     seen: set[Path] = set()
     for path in paths:
@@ -393,6 +552,12 @@ def build_report(paths: Sequence[Path]) -> Report:
                     warnings.append(f"{store.dir} holds no runs yet")
                 else:
                     kernels.append(study)
+            elif store.kind == "calibration":
+                calibration = load_calibration(store)
+                if calibration is None:
+                    warnings.append(f"{store.dir} holds no runs yet")
+                else:
+                    calibrations.append(calibration)
             else:
                 loaded = load_stability(store)
                 if isinstance(loaded, str):
@@ -418,6 +583,10 @@ def build_report(paths: Sequence[Path]) -> Report:
         sweeps=sweeps,
         kernels=kernels,
         stability=stability,
+        calibrations=calibrations,
+        headline=headline_rows(sweeps, stability, calibrations),
+        cpu_notes=[],
+        notes=[],
         kernel_size=kernel_size_points(sweeps, kernels),
         references=reference_rows(devices),
         tradeoff=tradeoff_points(sweeps, stability),
@@ -425,4 +594,6 @@ def build_report(paths: Sequence[Path]) -> Report:
         absent={},
     )
     report.absent = _absent(report)
+    report.cpu_notes = cpu_notes(report.headline)
+    report.notes = report_notes(report)
     return report

@@ -13,13 +13,22 @@ label: the implementation noise that determinism removes. Two measures of that n
 
 Thresholds, and why:
 
-- ``intervals.CHEAP_OVERHEAD = 1.10``: up to 10% more time is within the spread of
-  training throughput that users already live with (input pipelines, shared machines) and
-  the paper's cheapest models (101%); beyond it, determinism visibly lengthens experiments.
+- the cost side is ``verdict.verdict`` (``intervals.reading`` against
+  ``intervals.CHEAP_OVERHEAD = 1.10``): up to 10% more time is within the spread of
+  training throughput that users already live with; an interval on both sides of the line
+  is "not settled", and so is the reading: never "cheap and ..." for an unsettled cost;
 - ``NOISY_CHURN = 0.01``: once 1 prediction in 100 flips between runs that differ in
   nothing but kernel scheduling, evaluation results are not reproducible at the
   precision people compare models at (a fraction of a point of accuracy), so removing
   that noise is worth something; below it, implementation noise is negligible.
+
+A stability study whose models did not learn says nothing about what determinism buys
+(the predictions of an untrained model flip for reasons unrelated to the kernels), so
+``learning_of`` flags it and the report leaves it out of every reading and plot. The rule:
+the mean test accuracy over all its runs must reach ``chance + max(LEARNED_MARGIN,
+min(chance, (1 - chance) / 2))`` with chance = 1 / classes: twice chance for 10 classes
+(20%), at least chance + 10 points for many classes (11% for 100), and at most halfway
+from chance to perfect, so that binary tasks are held to 75%, not an impossible 100%.
 """
 
 from __future__ import annotations
@@ -30,12 +39,18 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from detprof.formatting import finite
-from detprof.intervals import CHEAP_OVERHEAD, Metric, Overhead, spans
+from detprof.intervals import Metric, Overhead
+from detprof.reports.verdict import Verdict, verdict
 
 NOISY_CHURN = 0.01
+LEARNED_MARGIN = 0.10
 
 Quadrant = Literal[
-    "cheap and worth it", "expensive but buys a lot", "cheap and buys little", "expensive and buys little"
+    "cheap and worth it",
+    "expensive but buys a lot",
+    "cheap and buys little",
+    "expensive and buys little",
+    "not settled",
 ]
 QUADRANT_ADVICE: dict[Quadrant, str] = {
     "cheap and worth it": "turn determinism on: it removes real noise for little time",
@@ -45,6 +60,7 @@ QUADRANT_ADVICE: dict[Quadrant, str] = {
     ),
     "cheap and buys little": "little noise to remove, and little to pay: turn it on for reproducibility",
     "expensive and buys little": "leave it off unless bitwise reproducibility itself is required",
+    "not settled": "measure more repeats before deciding on cost",
 }
 
 
@@ -55,6 +71,10 @@ class Cost:
     overhead: Overhead
     metric: Metric
 
+    @property
+    def verdict(self) -> Verdict:
+        return verdict(self.overhead)
+
 
 @dataclass(frozen=True)
 class Noise:
@@ -64,6 +84,51 @@ class Noise:
     std_drop: float | None
     std_drop_se: float | None
     dataset: str
+
+
+@dataclass(frozen=True)
+class Learning:
+    """Whether a stability study's models learned: its mean test accuracy against chance."""
+
+    accuracy: float | None
+    """Mean test accuracy over every successful run of every variant."""
+    chance: float | None
+    """1 / classes; None when the study does not say how many classes."""
+    needed: float | None
+    """The accuracy that counts as learned (see the module's rule)."""
+
+    @property
+    def learned(self) -> bool | None:
+        """None when it cannot be told (no accuracy, or no class count)."""
+        if self.accuracy is None or self.needed is None:
+            return None
+        return self.accuracy >= self.needed
+
+    def line(self) -> str:
+        """Why a study that did not learn is left out, in one line."""
+        assert self.accuracy is not None and self.chance is not None and self.needed is not None
+        return f"mean test accuracy {self.accuracy:.1%}, chance {self.chance:.1%}, learning needs {self.needed:.0%}"
+
+
+def learned_threshold(chance: float) -> float:
+    return chance + max(LEARNED_MARGIN, min(chance, (1 - chance) / 2))
+
+
+def learning_of(variants: Sequence[Mapping[str, Any]], classes: Any) -> Learning:
+    """The runs-weighted mean accuracy of a stability summary's variants, against 1 / ``classes``."""
+    total = weight = 0.0
+    for v in variants:
+        mean = finite((v.get("accuracy") or {}).get("mean"))
+        runs = int(v.get("runs_ok") or 0)
+        if mean is not None and runs > 0:
+            total += mean * runs
+            weight += runs
+    accuracy = total / weight if weight else None
+    count = int(classes) if isinstance(classes, int | float) and not isinstance(classes, bool) else 0
+    if count < 2:
+        return Learning(accuracy, None, None)
+    chance = 1.0 / count
+    return Learning(accuracy, chance, learned_threshold(chance))
 
 
 @dataclass(frozen=True)
@@ -91,30 +156,37 @@ def noise_of(variants: Sequence[Mapping[str, Any]], dataset: str) -> Noise:
     return Noise(churn, drop, se, dataset)
 
 
-def quadrant(ratio: float, churn: float) -> Quadrant:
-    cheap = ratio <= CHEAP_OVERHEAD
+def quadrant(overhead: Overhead, churn: float) -> Quadrant:
+    """The cost side is the overhead's verdict: an interval across the cheap line reads "not settled"."""
+    side = verdict(overhead).reading
+    if side not in ("cheap", "expensive"):
+        return "not settled"
     noisy = churn >= NOISY_CHURN
-    if cheap:
+    if side == "cheap":
         return "cheap and worth it" if noisy else "cheap and buys little"
     return "expensive but buys a lot" if noisy else "expensive and buys little"
+
+
+def _interval(o: Overhead) -> str:
+    if not o.has_interval:
+        return f"{o.ratio - 1:+.0%} (one repeat, no CI)"
+    return f"{o.ratio - 1:+.0%} (95% CI {o.ci_low - 1:+.0%} to {o.ci_high - 1:+.0%})"
 
 
 def reading(cost: Cost, noise: Noise) -> tuple[Quadrant | None, str]:
     """The quadrant and a plain sentence; no quadrant without churn under ``impl``."""
     o = cost.overhead
-    spent = f"determinism changes {cost.metric} time by {o.ratio - 1:+.0%}"
+    spent = f"determinism changes {cost.metric} time by {_interval(o)}"
     if noise.churn_impl is None:
         return None, f"{spent}; the stability study has no `impl` variant with 2+ runs, so no reading"
-    q = quadrant(o.ratio, noise.churn_impl)
-    text = (
-        f"{q}: {spent} and removes implementation noise that changes "
-        f"{noise.churn_impl:.1%} of test predictions between otherwise identical runs; {QUADRANT_ADVICE[q]}"
+    q = quadrant(o, noise.churn_impl)
+    removes = (
+        f"removes implementation noise that changes {noise.churn_impl:.1%} of test predictions "
+        "between otherwise identical runs"
     )
-    if spans(o, CHEAP_OVERHEAD):
-        text += f" (the overhead's 95% CI spans {CHEAP_OVERHEAD:.2f}x: cheap or expensive is not settled)"
-    elif o.n < 2:
-        text += " (one repeat: no CI on the overhead)"
-    return q, text
+    if q == "not settled":
+        return q, f"{cost.verdict.text}: {spent}; it {removes}"
+    return q, f"{q}: {spent} and {removes}; {QUADRANT_ADVICE[q]}"
 
 
 def pair(costs: Mapping[tuple[str, str], Cost], noises: Iterable[tuple[str, str, Noise]]) -> list[TradeoffPoint]:

@@ -16,7 +16,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from detprof.formatting import ratio, signed_ns
+from detprof.errors import UsageError
+from detprof.formatting import ratio
 from detprof.invocation import command_line
 from detprof.profiler.devices import DeviceChoice
 from detprof.profiler.options import MEASURED_STUDY, ModelsOption, RunOptions, with_run_options
@@ -36,30 +37,43 @@ def sweep(
         bool, typer.Option(help="Also run a small stability study of each swept model (digits, 4 variants).")
     ] = False,
     report: Annotated[bool, typer.Option(help="Write report.html into the results directory at the end.")] = True,
+    calibrate: Annotated[
+        bool,
+        typer.Option(
+            help="Instead of the sweep, run deterministic mode against itself (an A/A test) into OUT/calibration: "
+            "this machine's noise floor, the smallest overhead it can resolve, which the report and check show."
+        ),
+    ] = False,
 ) -> None:
     """Run each model in default and deterministic mode and report what determinism costs."""
-    run_sweep(SweepRequest(split_models(models), options), stability=stability, report=report)
+    request = SweepRequest(split_models(models), options)
+    run_sweep(request, stability=stability, report=report, calibrate=calibrate)
 
 
-def run_sweep(request: SweepRequest, *, stability: bool = False, report: bool = True) -> Path:
+def run_sweep(request: SweepRequest, *, stability: bool = False, report: bool = True, calibrate: bool = False) -> Path:
     """Measure, print the per-model table, then the stability studies and the report; returns the results folder."""
     config, target = request.resolve()
     out = request.options.out or default_results_dir(target.device)
     resume = request.options.resume
     console = Console(stderr=True)
+    if calibrate and stability:
+        raise UsageError("--calibrate measures the noise floor only: run --stability with the sweep itself")
     store = measure(
-        "sweep",
-        plan_runs(config),
+        "calibration" if calibrate else "sweep",
+        plan_runs(config, calibrate=calibrate),
         config,
         config.manifest(),
         target,
         out,
-        what=f"{len(config.models)} models",
+        what=f"{len(config.models)} model{'' if len(config.models) == 1 else 's'}",
         resume=resume,
         command=command_line(),
         console=console,
     )
-    print_summary(store)
+    if calibrate:
+        print_noise_floor(store)
+    else:
+        print_summary(store)
     console.print(f"results: {escape(str(store.dir))}")
     if stability:
         run_stability_studies(config.models, out, target.device, resume=resume, console=console)
@@ -68,6 +82,26 @@ def run_sweep(request: SweepRequest, *, stability: bool = False, report: bool = 
 
         console.print(f"report: {escape(str(write_report(out, out / 'report.html')))}")
     return out
+
+
+def print_noise_floor(store: ResultsStore) -> None:
+    """The A/A ratios (deterministic against itself, 95% CI over repeats) and what they mean."""
+    from detprof.profiler.overhead import model_overheads, noise_floors
+
+    records = list(store.records())
+    floors = noise_floors(records)
+    table = Table(title="Noise floor: deterministic against itself (A/A, 95% CI over repeats; true ratio 1)")
+    for col in ("Model", "Kernel time", "Wall time", "Smallest resolvable overhead"):
+        table.add_column(col, overflow="fold")
+    for model, overhead in model_overheads(records).items():
+        floor = floors.get(model)
+        table.add_row(
+            model,
+            ratio(overhead.kernel),
+            ratio(overhead.wall),
+            "-" if floor is None else f"+/-{floor:.1%}",
+        )
+    Console().print(table)
 
 
 def run_stability_studies(
@@ -96,22 +130,42 @@ def run_stability_studies(
 
 
 def print_summary(store: ResultsStore) -> None:
-    from detprof.profiler.study_results import summarize
+    """The closing table: overheads and the report's verdict, then the report's attribution, word for word.
 
+    The verdict (``reports.verdict``) and the sentence on where the added time went
+    (``reports.attribution``) are the ones the report prints, from the same per-step kernel
+    diff, so the console and the report cannot name different kernels or numbers. The
+    sentences follow the table, one per model, where a terminal has the width to show them.
+    """
+    from detprof.intervals import headline
+    from detprof.profiler.study_results import summarize
+    from detprof.reports.attribution import attribution
+    from detprof.reports.verdict import verdict
+
+    summaries = summarize(store)
+    notes = {s.model: s.overhead.failure_note() for s in summaries}
     table = Table(title="Overhead of determinism (deterministic / default, 95% CI over repeats)")
-    for col in ("Model", "Kernel time", "Wall time", "Kernel determinism adds most time to", "Failed runs"):
+    table.add_column("Model", no_wrap=True)
+    for col in ("Kernel time", "Wall time", "Verdict"):
         table.add_column(col, overflow="fold")
-    for summary in summarize(store):
-        top = summary.top_added_kernel
-        top_text = "-"
-        if top is not None:
-            top_text = f"{escape(str(top['name']))} ({signed_ns(top['delta_ns'])}/step, {top['status']})"
-        note = summary.overhead.failure_note()
-        table.add_row(
-            summary.model,
-            ratio(summary.overhead.kernel),
-            ratio(summary.overhead.wall),
-            top_text,
-            "-" if note is None else escape(note[:FAILURE_NOTE_CHARS]),
-        )
-    Console().print(table)
+    if any(notes.values()):
+        table.add_column("Failed runs", overflow="fold")
+    sentences = []
+    for summary in summaries:
+        overhead = summary.overhead
+        metric, measured = headline(overhead.kernel, overhead.wall)
+        read = verdict(measured)
+        verdict_text = read.text if read.reading is None else f"{read.text} ({metric} time)"
+        row = [summary.model, ratio(overhead.kernel), ratio(overhead.wall), escape(verdict_text)]
+        if any(notes.values()):
+            note = notes[summary.model]
+            row.append("-" if note is None else escape(note[:FAILURE_NOTE_CHARS]))
+        table.add_row(*row)
+        if summary.kernel_diff is not None:
+            sentences.append(f"  {escape(summary.model)}: {escape(attribution(summary.kernel_diff).sentence)}")
+    console = Console()
+    console.print(table)
+    if sentences:
+        console.print("Where the added time went:")
+        for line in sentences:
+            console.print(line)

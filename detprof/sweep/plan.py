@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from detprof.determinism import Mode
 from detprof.errors import UsageError
 from detprof.models import registry
 from detprof.profiler.launcher import Workload
@@ -75,24 +76,38 @@ def _input_shape(config: SweepConfig, model: str) -> list[int] | None:
     return [config.input_size, config.input_size, channels]
 
 
-def plan_runs(config: SweepConfig) -> list[PlannedRun]:
-    """Repeat by repeat, model by model, the two modes back to back (D, N, D, N, ...)."""
-    return [
-        PlannedRun(
-            run_id=f"{model}--{mode}--r{repeat}",
-            label=f"{model} {mode} r{repeat}",
-            mode=mode,
-            repeat=repeat,
-            workload=Workload(
-                MODEL_WORKLOAD,
-                {
-                    "model": model,
-                    "batch_size": config.batch_size,
-                    "input_shape": _input_shape(config, model),
-                    "classes": config.classes,
-                },
-            ),
-            fields={"model": model, "repeat": repeat, "batch_size": config.batch_size},
+CALIBRATION_ARMS: dict[Mode, str] = {"deterministic": "a", "default": "b"}
+"""A calibration runs deterministic mode against itself: the plan's two slots become arms a and b."""
+
+
+def plan_runs(config: SweepConfig, *, calibrate: bool = False) -> list[PlannedRun]:
+    """Repeat by repeat, model by model, the two modes back to back (D, N, D, N, ...).
+
+    ``calibrate``: the same plan with both slots deterministic (arms a and b), an A/A test whose
+    interval shows the smallest overhead this machine and design can resolve.
+    """
+    runs = []
+    for repeat, model, slot in interleaved(config.models, config.repeats):
+        arm = CALIBRATION_ARMS[slot] if calibrate else None
+        mode: Mode = "deterministic" if calibrate else slot
+        side = arm or mode
+        runs.append(
+            PlannedRun(
+                run_id=f"{model}--{side}--r{repeat}",
+                label=f"{model} {side} r{repeat}",
+                mode=mode,
+                repeat=repeat,
+                workload=Workload(
+                    MODEL_WORKLOAD,
+                    {
+                        "model": model,
+                        "batch_size": config.batch_size,
+                        "input_shape": _input_shape(config, model),
+                        "classes": config.classes,
+                    },
+                ),
+                fields={"model": model, "repeat": repeat, "batch_size": config.batch_size}
+                | ({"arm": arm} if arm else {}),
+            )
         )
-        for repeat, model, mode in interleaved(config.models, config.repeats)
-    ]
+    return runs

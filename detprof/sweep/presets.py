@@ -17,12 +17,15 @@ PRESETS: dict[str, dict[str, Any]] = {
         "input_size": None,
         "classes": None,
     },
-    # The embedded default on a machine without a GPU: small models, small inputs.
+    # The embedded default on a machine without a GPU: small models, small inputs, measured in
+    # lockstep pairs (profiler.study.Pairing). The worker process is a random effect, so
+    # precision comes from the number of pairs: 6 pairs of 40 steps resolve about +/-3% on
+    # 2 cores (A/A, `--calibrate`) in under 3 minutes; more steps per pair buy little.
     "cpu-small": {
         "models": ("smallcnn", "mediumcnn_k1", "mediumcnn_k3"),
-        "steps": 20,
+        "steps": 40,
         "warmup": 5,
-        "repeats": 3,
+        "repeats": 6,
         "batch_size": 32,
         "input_size": 32,
         "classes": 10,

@@ -10,8 +10,24 @@ import typer
 from detprof.errors import UsageError
 from detprof.formatting import OutputFormat
 
-PARSE_HELP = "Parse a kernel trace (nsys, nvprof, TensorFlow profiler) and show its top kernels."
-DIFF_HELP = "Compare two traces kernel by kernel: what was added, removed, slowed down."
+PARSE_HELP = (
+    "Parse a kernel trace (nsys, nvprof, TensorFlow profiler) and show its top kernels.\n\n"
+    "The table labels kernels by short name (with abbreviated template arguments where several "
+    "share one); --full-names shows whole demangled names. JSON and CSV always carry both."
+)
+DIFF_HELP = (
+    "Compare two traces kernel by kernel: what was added, removed, slowed down.\n\n"
+    "Kernels are paired by full name, or by short name with --by short (template instances "
+    "merged). The table labels kernels by short name; --full-names shows whole demangled names; "
+    "JSON and CSV always carry both.\n\n"
+    "Two traces that share no kernel are a result, not an error (exit 0): the table says so in "
+    "one line and lists the kernels only in BASE and only in OTHER instead of changes; JSON has "
+    "kernels_in_common: 0. Exit 2: bad options; exit 3: a trace that cannot be read."
+)
+ByOption = Annotated[str, typer.Option(help="Group kernels by full name or short name: name|short.")]
+FullNamesOption = Annotated[
+    bool, typer.Option("--full-names", help="Table: show whole demangled kernel names instead of short ones.")
+]
 
 
 def parse(
@@ -19,9 +35,10 @@ def parse(
         Path, typer.Argument(help="nsys .sqlite/.nsys-rep, nsys stats CSV, nvprof CSV, .xplane.pb or log dir")
     ],
     top: Annotated[int, typer.Option(min=1, help="How many kernels to list.")] = 20,
-    by: Annotated[str, typer.Option(help="Group kernels by full name or short name: name|short.")] = "name",
+    by: ByOption = "name",
     device: Annotated[str, typer.Option(help="'all' or one device id.")] = "all",
     fmt: Annotated[OutputFormat, typer.Option("--format", help="table|json|csv")] = OutputFormat.table,
+    full_names: FullNamesOption = False,
 ) -> None:
     from detprof.traces import render as output
     from detprof.traces.parsers import load_trace
@@ -39,19 +56,22 @@ def parse(
         if device_id not in present:
             raise UsageError(f"{trace}: no kernels on device {device_id}; devices with kernels: {present}")
         table = table.on_device(device_id)
-    output.print_parse(table, top=top, by=group, fmt=fmt)
+    output.print_parse(table, top=top, by=group, fmt=fmt, full_names=full_names)
 
 
 def diff(
     base: Annotated[Path, typer.Argument(help="The reference trace (e.g. default mode).")],
     other: Annotated[Path, typer.Argument(help="The trace to compare (e.g. deterministic mode).")],
     top: Annotated[int, typer.Option(min=1, help="How many kernels to list.")] = 20,
+    by: ByOption = "name",
     fmt: Annotated[OutputFormat, typer.Option("--format", help="table|json|csv")] = OutputFormat.table,
+    full_names: FullNamesOption = False,
 ) -> None:
     from detprof.traces import render as output
     from detprof.traces.parsers import load_trace
 
-    output.print_diff(load_trace(base), load_trace(other), top=top, fmt=fmt)
+    group = _group_by(by)
+    output.print_diff(load_trace(base), load_trace(other), top=top, fmt=fmt, by=group, full_names=full_names)
 
 
 def _group_by(by: str) -> str:

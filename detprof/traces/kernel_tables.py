@@ -161,3 +161,8 @@ def _status(n_base: int, n_other: int, t_base: int, t_other: int, tolerance: flo
     if t_other < t_base * (1 - tolerance):
         return "faster"
     return "same"
+
+
+def kernels_in_common(table: pd.DataFrame) -> int:
+    """How many kernels of a ``diff`` ran in both traces; with none, per-kernel changes mean nothing."""
+    return int((~table["status"].isin(["added", "removed"])).sum())

@@ -1,7 +1,10 @@
 """Console renderings of ``parse`` and ``diff``: a rich table, JSON or CSV.
 
 The JSON shape of ``parse`` is a documented interface (scripts consume it), so it is
-built in one function, ``parse_document``, and tested key by key.
+built in one function, ``parse_document``, and tested key by key. JSON and CSV always
+carry full and short kernel names; a table labels its rows with short ones
+(``kernel_names.display_kernel_names``) unless asked for full names, because a demangled
+signature wraps one row over dozens of lines.
 """
 
 from __future__ import annotations
@@ -17,10 +20,12 @@ from rich.table import Table
 
 from detprof.formatting import OutputFormat, duration_ns, percent
 from detprof.store import json_safe
+from detprof.traces.kernel_names import display_kernel_names
 from detprof.traces.kernel_table import KernelTable
-from detprof.traces.kernel_tables import GroupBy, diff, top_n
+from detprof.traces.kernel_tables import GroupBy, diff, kernels_in_common, top_n
 
 WIDE_TABLE = 140
+SHORT_NAMES_NOTE = "--full-names shows whole kernel names"
 
 KERNEL_FIELDS = [
     "name",
@@ -55,7 +60,19 @@ def parse_document(table: KernelTable, top: int = 20, by: GroupBy = "name") -> d
     }
 
 
-def print_parse(table: KernelTable, top: int, by: GroupBy, fmt: OutputFormat) -> None:
+def row_labels(names: list[str], by: GroupBy, full_names: bool) -> tuple[list[str], bool]:
+    """What a table's Name column shows, and whether that is shorter than the names themselves."""
+    if full_names or by == "short_name":
+        return names, False
+    labels = display_kernel_names(names)
+    return labels, labels != names
+
+
+def _caption(notes: list[str]) -> str | None:
+    return f"({'; '.join(notes)})" if notes else None
+
+
+def print_parse(table: KernelTable, top: int, by: GroupBy, fmt: OutputFormat, full_names: bool = False) -> None:
     doc = parse_document(table, top, by)
     if fmt is OutputFormat.json:
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
@@ -74,18 +91,21 @@ def print_parse(table: KernelTable, top: int, by: GroupBy, fmt: OutputFormat) ->
         + (f", {duration_ns(doc['memory_ns'])} memory activity" if doc["memory_ns"] is not None else "")
     )
     wide = console.width >= WIDE_TABLE
+    labels, shortened = row_labels([k["name"] for k in doc["kernels"]], by, full_names)
+    notes = [] if wide else ["a wider terminal, or --format csv/json, shows med, min, max, std"]
+    notes += [SHORT_NAMES_NOTE] if shortened else []
     columns = ["Time %", "Total", "Instances", "Avg"] if wide else ["%", "Total", "Count", "Avg"]
     columns += ["Med", "Min", "Max", "StdDev"] if wide else []
-    grid = Table(caption=None if wide else "(a wider terminal, or --format csv/json, shows med, min, max, std)")
+    grid = Table(caption=_caption(notes))
     for col in columns:
         grid.add_column(col, justify="right", no_wrap=True)
     grid.add_column("Category", max_width=None if wide else 12)
     grid.add_column("Name", min_width=20, overflow="fold")
-    for k in doc["kernels"]:
+    for k, label in zip(doc["kernels"], labels, strict=True):
         cells = [f"{k['pct']:.1f}", duration_ns(k["total_ns"]), f"{k['instances']:,}", duration_ns(k["avg_ns"])]
         if wide:
             cells += [duration_ns(k[f]) for f in ("med_ns", "min_ns", "max_ns", "std_ns")]
-        grid.add_row(*cells, k["category"], escape(k["name"] if by == "name" else k["short_name"]))
+        grid.add_row(*cells, k["category"], escape(label))
     if doc["other_ns"]:
         share = doc["other_ns"] / doc["total_ns"] * 100 if doc["total_ns"] else 0.0
         blanks = [""] * (len(columns) - 2)
@@ -93,13 +113,23 @@ def print_parse(table: KernelTable, top: int, by: GroupBy, fmt: OutputFormat) ->
     console.print(grid)
 
 
-def print_diff(base: KernelTable, other: KernelTable, top: int, fmt: OutputFormat) -> None:
-    table = diff(base, other)
+def print_diff(
+    base: KernelTable,
+    other: KernelTable,
+    top: int,
+    fmt: OutputFormat,
+    by: GroupBy = "name",
+    full_names: bool = False,
+) -> None:
+    table = diff(base, other, by)
+    common = kernels_in_common(table)
     head = table.head(top)
     if fmt is OutputFormat.json:
         doc = {
             "base": {"source": base.source, "format": base.format, "total_ns": base.total_ns},
             "other": {"source": other.source, "format": other.format, "total_ns": other.total_ns},
+            "by": "short" if by == "short_name" else "name",
+            "kernels_in_common": common,
             "delta_ns": other.total_ns - base.total_ns,
             "kernels": [{k: json_safe(v) for k, v in row.items()} for row in head.to_dict("records")],
         }
@@ -109,34 +139,83 @@ def print_diff(base: KernelTable, other: KernelTable, top: int, fmt: OutputForma
         head.to_csv(sys.stdout, index=False)
         return
     console = Console()
-    ratio = other.total_ns / base.total_ns if base.total_ns else float("nan")
-    console.print(
-        f"base {escape(base.source)}: {duration_ns(base.total_ns)}   other {escape(other.source)}: "
-        f"{duration_ns(other.total_ns)}   ratio {ratio:.3f}x"
+    totals = (
+        f"base {escape(base.source)}: {duration_ns(base.total_ns)}   "
+        f"other {escape(other.source)}: {duration_ns(other.total_ns)}"
     )
-    grid = Table()
-    for col in (
-        "Status",
-        "Delta",
-        "Share of change",
-        "Base total",
-        "Other total",
-        "Base n",
-        "Other n",
-        "Category",
-        "Name",
-    ):
-        grid.add_column(col, overflow="fold", no_wrap=col != "Name")
-    for row in head.to_dict("records"):
-        grid.add_row(
+    if common == 0:
+        console.print(totals)
+        console.print(escape(no_common_kernels_line(table, by)), soft_wrap=True)  # one line, even when narrow
+        _print_one_sided(console, table, "removed", top, by, full_names)
+        _print_one_sided(console, table, "added", top, by, full_names)
+        return
+    ratio = other.total_ns / base.total_ns if base.total_ns else float("nan")
+    console.print(f"{totals}   ratio {ratio:.3f}x   kernels in common: {common:,}")
+    labels, shortened = row_labels([str(n) for n in head["name"]], by, full_names)
+    wide = console.width >= WIDE_TABLE
+    notes = [] if wide else ["a wider terminal, or --format csv/json, shows launch counts and categories"]
+    notes += [SHORT_NAMES_NOTE] if shortened else []
+    grid = Table(caption=_caption(notes))
+    columns = ["Status", "Delta", "Share of change", "Base total", "Other total"]
+    columns += ["Base n", "Other n", "Category"] if wide else []
+    for col in columns:
+        grid.add_column(col, no_wrap=True)
+    grid.add_column("Name", min_width=20, overflow="fold")
+    for row, label in zip(head.to_dict("records"), labels, strict=True):
+        cells = [
             row["status"],
             duration_ns(row["delta_ns"]),
             percent(row["share_of_change"]),
             duration_ns(row["total_ns_base"]),
             duration_ns(row["total_ns_other"]),
-            f"{row['instances_base']:,}",
-            f"{row['instances_other']:,}",
+        ]
+        if wide:
+            cells += [f"{row['instances_base']:,}", f"{row['instances_other']:,}", str(row["category"])]
+        grid.add_row(*cells, escape(label))
+    console.print(grid)
+
+
+def no_common_kernels_line(table: pd.DataFrame, by: GroupBy) -> str:
+    """Why a diff of two traces that share no kernel shows no changes, in one line.
+
+    Grouped by full name, two builds of the same program can share no signature and still
+    share base names; then the line says how many ``--by short`` would pair up.
+    """
+    removed = table[table["status"] == "removed"]
+    added = table[table["status"] == "added"]
+    line = (
+        f"no kernel in common: BASE has {len(removed):,} kernels, OTHER has {len(added):,}; "
+        "a ratio per kernel would mean nothing"
+    )
+    if by == "name":
+        shared = set(removed["short_name"].dropna()) & set(added["short_name"].dropna())
+        if shared:
+            line += f" (--by short pairs up {len(shared):,} short names)"
+    return line
+
+
+def _print_one_sided(
+    console: Console, table: pd.DataFrame, status: str, top: int, by: GroupBy, full_names: bool
+) -> None:
+    """The kernels of one side only, by their time on that side: all a diff can say without a common kernel."""
+    side = "base" if status == "removed" else "other"
+    rows = table[table["status"] == status].sort_values(
+        [f"total_ns_{side}", "name"], ascending=[False, True], kind="stable"
+    )
+    head = rows.head(top)
+    labels, shortened = row_labels([str(n) for n in head["name"]], by, full_names)
+    notes = [f"{len(rows) - len(head):,} more not shown"] if len(rows) > len(head) else []
+    notes += [SHORT_NAMES_NOTE] if shortened else []
+    title = f"Only in {'BASE' if side == 'base' else 'OTHER'} ({status})"
+    grid = Table(title=title, caption=_caption(notes))
+    for col in ("Total", "Count", "Category"):
+        grid.add_column(col, justify="right" if col != "Category" else "left", no_wrap=True)
+    grid.add_column("Name", min_width=20, overflow="fold")
+    for row, label in zip(head.to_dict("records"), labels, strict=True):
+        grid.add_row(
+            duration_ns(row[f"total_ns_{side}"]),
+            f"{row[f'instances_{side}']:,}",
             str(row["category"]),
-            escape(str(row["name"])),
+            escape(label),
         )
     console.print(grid)

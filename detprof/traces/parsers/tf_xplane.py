@@ -53,10 +53,12 @@ from detprof.traces.kernel_table import (
     DIM_COLUMNS,
     KERNEL_DTYPES,
     MEMORY_DTYPES,
+    NVTX_DTYPES,
     Device,
     KernelTable,
     conform,
 )
+from detprof.traces.step_split import STEP_RANGE
 
 _PB2_MODULE = "tensorflow.tsl.profiler.protobuf.xplane_pb2"
 _PB2_FILE = ("tsl", "profiler", "protobuf", "xplane_pb2.py")
@@ -65,6 +67,7 @@ _GPU_PLANE = re.compile(r"^/device:GPU:(\d+)$")
 _HOST_PLANE = "/host:CPU"
 _STREAM_LINE = "Stream #"
 _OP_THREAD = re.compile(r"^(?:tf_Compute|tf_numa_.*Eigen)")
+_STEP_MARKER = re.compile(STEP_RANGE)
 # A TF op event name, modelled on TensorFlow's own test (tsl/profiler/utils/tf_op_utils.cc).
 _TF_OP = re.compile(r"^(?P<op>[A-Za-z0-9.][A-Za-z0-9_.\\/>-]*):(?P<type>[A-Z_][A-Za-z0-9_]*)$")
 _MEMORY_EVENT = re.compile(r"^Mem(?:cpy|set)")
@@ -114,11 +117,14 @@ def load_xplane(path: Path) -> KernelTable:
     for file, space in spaces:
         base = _collect_gpu(space, _host_label(file, space) if several else "", base, gpu)
     if gpu.kernels:
+        for _, space in spaces:
+            _collect_steps(space, gpu)
         return _table(path, gpu, ops_are_kernels=False)
 
     cpu = _Collected()
     for index, (file, space) in enumerate(spaces):
         _collect_cpu_ops(space, _host_label(file, space) if several else "", index, cpu)
+        _collect_steps(space, cpu)
     if cpu.kernels:
         return _table(path, cpu, ops_are_kernels=True)
     raise InputError(
@@ -214,6 +220,7 @@ class _Collected:
     kernels: list[dict[str, object]] = field(default_factory=list)
     memory: list[dict[str, object]] = field(default_factory=list)
     devices: list[Device] = field(default_factory=list)
+    steps: list[dict[str, object]] = field(default_factory=list)
 
 
 class _Stats:
@@ -391,6 +398,25 @@ def _collect_cpu_ops(space: Any, host: str, device_id: int, out: _Collected) -> 
             out.devices.append(Device(id=device_id, name=host + plane.name))
 
 
+def _collect_steps(space: Any, out: _Collected) -> None:
+    """detprof's per-step markers (TraceMe events named ``step N`` on the host), as NVTX-like ranges.
+
+    A detprof worker traced by TensorFlow's profiler wraps each measured step in one, so that
+    kernel (or op) time splits into steps as it does under nsys with NVTX ranges.
+    """
+    for plane in space.planes:
+        if plane.name != _HOST_PLANE:
+            continue
+        metadata = plane.event_metadata
+        for line in plane.lines:
+            line_ps = line.timestamp_ns * 1000
+            for event in line.events:
+                name = metadata[event.metadata_id].name
+                if _STEP_MARKER.match(name):
+                    start = (line_ps + event.offset_ps) // 1000
+                    out.steps.append({"text": name, "start_ns": start, "end_ns": start + event.duration_ps // 1000})
+
+
 def _table(path: Path, collected: _Collected, *, ops_are_kernels: bool) -> KernelTable:
     kernels = pd.DataFrame(collected.kernels)
     names = kernels["name"].astype("category")
@@ -407,10 +433,14 @@ def _table(path: Path, collected: _Collected, *, ops_are_kernels: bool) -> Kerne
         memory = conform(memory, MEMORY_DTYPES)
     elif not ops_are_kernels:
         memory = conform(pd.DataFrame(columns=list(MEMORY_DTYPES)), MEMORY_DTYPES)
+    steps = None
+    if collected.steps:
+        steps = conform(pd.DataFrame(collected.steps).sort_values("start_ns", ignore_index=True), NVTX_DTYPES)
     return KernelTable(
         source=str(path),
         format="tf-xplane",
         kernels=conform(kernels, KERNEL_DTYPES),
         memory=memory,
         devices=sorted(collected.devices, key=lambda d: d.id),
+        nvtx=steps,
     )

@@ -1,0 +1,229 @@
+"""The report's answer, first: per model and device, what determinism costs, what it buys, and the verdict.
+
+One ``HeadlineRow`` per (device label, model) of every sweep: the kernel-time and
+wall-time overheads with their 95% CIs, the verdict read from the headline metric
+(``verdict.verdict``), what the stability study of the same model and label measured
+(when its models learned), the machine's noise floor where a calibration ran, and the
+caveats that change how the row reads. The HTML's first screen, the Markdown and
+``--format json`` all render these rows, so the three say the same thing.
+
+On a CPU (device label ``cpu``, or a device record with no GPU in it) the numbers are TF
+op times: they do not predict what determinism costs on a GPU, where it swaps cuDNN's
+fastest, atomics-based algorithms for deterministic ones. ``cpu_notes`` says so and holds
+the published GPU figures up as the reference instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from detprof.intervals import CHEAP_OVERHEAD, Metric, Overhead
+from detprof.reports.published import PUBLISHED, SOURCE
+from detprof.reports.tradeoff import NOISY_CHURN, QUADRANT_ADVICE, Learning, Noise, Quadrant
+from detprof.reports.verdict import Verdict
+
+CALIBRATE_HINT = "detprof sweep --calibrate measures it (deterministic against itself)"
+GPU_LIKE_FIELDS = ("compute_capability", "sm_count", "cuda_driver", "uuid")
+CPU_CAVEAT = "CPU op time: does not predict the GPU cost (see the published GPU figures)."
+CPU_CHURN = "churn under impl is a property of TensorFlow's CPU kernels"
+LEFT_OUT = "Stability study left out"
+"""What the caveats that a report-level note repeats say (``shown_caveats`` drops them under it)."""
+
+
+def is_cpu(label: str, device: Mapping[str, Any]) -> bool:
+    """A CPU device: labelled ``cpu``, or its record names no GPU (no compute capability, SMs, CUDA, UUID)."""
+    return label.lower() == "cpu" or not any(device.get(k) for k in GPU_LIKE_FIELDS)
+
+
+@dataclass(frozen=True)
+class StabilityReading:
+    """What one stability study of this model on this device label says determinism buys."""
+
+    dataset: str
+    learning: Learning
+    noise: Noise
+
+    @property
+    def used(self) -> bool:
+        """Whether it feeds the verdict: only a study whose models learned (or that cannot be told)."""
+        return self.learning.learned is not False
+
+
+@dataclass
+class HeadlineRow:
+    device: str
+    device_name: str
+    on_cpu: bool
+    model: str
+    kernel: Overhead | None
+    wall: Overhead | None
+    metric: Metric
+    verdict: Verdict
+    noise_floor: float | None
+    calibrated: bool
+    """Whether a calibration study of this device label ran (its floor may still be None for this model)."""
+    stability: StabilityReading | None
+    quadrant: Quadrant | None
+    advice: str
+    attribution: str | None
+    caveats: list[str] = field(default_factory=list)
+
+    @property
+    def used_stability(self) -> StabilityReading | None:
+        return self.stability if self.stability is not None and self.stability.used else None
+
+
+def advice(v: Verdict, q: Quadrant | None, stability: StabilityReading | None) -> str:
+    """What to do, in a few words, consistent with the verdict (never more sure of the cost than it is)."""
+    if v.reading is None:
+        return "no overhead measured: see the notes"
+    if q is not None and q != "not settled":
+        return QUADRANT_ADVICE[q]
+    if stability is None:
+        what = "run detprof sweep --stability to see what it buys"
+    elif not stability.used:
+        what = "its stability study did not learn: what it buys is unknown"
+    elif q is None or stability.noise.churn_impl is None:
+        what = "its stability study has no impl variant: what it buys is unknown"
+    else:
+        churn = stability.noise.churn_impl
+        amount = "real" if churn >= NOISY_CHURN else "little"
+        what = f"it removes {amount} noise ({churn:.2%} of predictions flip under impl)"
+    if v.reading == "not settled":
+        return f"run more repeats before deciding; {what}"
+    return f"{v.reading}; {what}"
+
+
+def caveats(
+    row_verdict: Verdict,
+    overhead: Overhead | None,
+    *,
+    on_cpu: bool,
+    noise_floor: float | None,
+    stability: StabilityReading | None,
+    notes: Iterable[str] = (),
+) -> list[str]:
+    """The caveats of one row, most important first; each a sentence a reader can act on."""
+    out = [n for n in notes if n]
+    if row_verdict.why:
+        out.append(f"Not settled: {row_verdict.why}.")
+    if on_cpu:
+        out.append(CPU_CAVEAT)
+    if noise_floor is not None and overhead is not None:
+        if abs(overhead.ratio - 1) <= noise_floor:
+            out.append(
+                f"The measured overhead ({overhead.ratio - 1:+.1%}) is within this machine's noise floor "
+                f"(+/-{noise_floor:.1%})."
+            )
+        if noise_floor >= CHEAP_OVERHEAD - 1:
+            out.append(
+                f"This machine's noise floor (+/-{noise_floor:.1%}) is as wide as the {CHEAP_OVERHEAD:.2f}x line: "
+                "its cheap/expensive readings need many repeats."
+            )
+    if stability is not None and stability.learning.learned is False:
+        out.append(f"{LEFT_OUT}: its models did not learn on {stability.dataset}: {stability.learning.line()}.")
+    elif stability is not None and stability.learning.learned is None:
+        out.append("Stability study: whether its models learned cannot be told (no class count or no accuracy).")
+    if (
+        on_cpu
+        and stability is not None
+        and stability.used
+        and stability.noise.churn_impl is not None
+        and stability.noise.churn_impl < NOISY_CHURN
+    ):
+        out.append(
+            f"{stability.noise.churn_impl:.2%} {CPU_CHURN} (deterministic with the default threads), not of the model."
+        )
+    return out
+
+
+def shown_caveats(row: HeadlineRow, *, cpu_note: bool, left_out_note: bool) -> list[str]:
+    """A row's caveats under the headline, less those a report-level note already says for every row."""
+    return [
+        c
+        for c in row.caveats
+        if not (cpu_note and (c == CPU_CAVEAT or CPU_CHURN in c)) and not (left_out_note and c.startswith(LEFT_OUT))
+    ]
+
+
+def cpu_notes(rows: Sequence[HeadlineRow]) -> list[str]:
+    """The report-level lines for CPU rows: why their cost is not a GPU's, and why their churn is 0."""
+    cpu = sorted({r.device for r in rows if r.on_cpu})
+    if not cpu:
+        return []
+    notes = [
+        f"Measured on a CPU ({', '.join(cpu)}): CPU op time does not predict what determinism costs on a GPU, "
+        "where it replaces cuDNN's fastest (often atomics-based) algorithms with deterministic ones. "
+        f"The published GPU figures ({SOURCE}) are the reference; run detprof sweep --gpu LABEL on the GPU "
+        "you train on for your number."
+    ]
+    churn = [
+        r.used_stability.noise.churn_impl
+        for r in rows
+        if r.on_cpu and r.used_stability is not None and r.used_stability.noise.churn_impl is not None
+    ]
+    if churn and min(churn) < NOISY_CHURN:
+        notes.append(
+            "Churn under impl near 0% on a CPU is TensorFlow's CPU kernels being deterministic with the default "
+            "thread settings, not a property of the model: on a GPU the same model can churn."
+        )
+    return notes
+
+
+def published_reference() -> list[list[str]]:
+    """The published GPU overheads, one row each: GPU, what, deterministic / default GPU time."""
+    return [[f.gpu.upper(), f.subject, f.published] for f in PUBLISHED]
+
+
+def _interval(o: Overhead | None) -> dict[str, Any] | None:
+    if o is None:
+        return None
+    lo = o.ci_low if o.has_interval else None
+    hi = o.ci_high if o.has_interval else None
+    return {"ratio": o.ratio, "lo": lo, "hi": hi, "n": o.n}
+
+
+def _stability_json(s: StabilityReading | None) -> dict[str, Any] | None:
+    if s is None:
+        return None
+    return {
+        "dataset": s.dataset,
+        "learned": s.learning.learned,
+        "accuracy_mean": s.learning.accuracy,
+        "chance": s.learning.chance,
+        "learned_threshold": s.learning.needed,
+        "used_in_verdict": s.used,
+        "churn_impl": s.noise.churn_impl,
+        "std_drop": s.noise.std_drop,
+        "std_drop_se": s.noise.std_drop_se,
+    }
+
+
+def row_json(r: HeadlineRow) -> dict[str, Any]:
+    """One row for ``--format json``: the documented keys first, then the rest."""
+    v = r.verdict
+    return {
+        "device": r.device,
+        "model": r.model,
+        "overhead": {"kernel": _interval(r.kernel), "wall": _interval(r.wall)},
+        "verdict": v.reading,
+        "noise_floor": r.noise_floor,
+        "stability": _stability_json(r.stability),
+        "device_name": r.device_name,
+        "on_cpu": r.on_cpu,
+        "metric": r.metric,
+        "verdict_text": v.text,
+        "repeats": v.repeats,
+        "repeats_needed": v.repeats_needed,
+        "more_repeats": v.more_repeats,
+        "calibrated": r.calibrated,
+        "learned": None if r.stability is None else r.stability.learning.learned,
+        "churn_impl": None if r.used_stability is None else r.used_stability.noise.churn_impl,
+        "std_drop": None if r.used_stability is None else r.used_stability.noise.std_drop,
+        "reading": r.quadrant,
+        "advice": r.advice,
+        "attribution": r.attribution,
+        "caveats": r.caveats,
+    }

@@ -1,0 +1,48 @@
+"""``detprof report --format json``: the report's headline numbers for scripts and notebooks.
+
+The same ``headline.HeadlineRow`` values as the HTML's first screen and the Markdown, one
+object per model and device under ``models`` (``headline.row_json``: device, model,
+overhead {kernel, wall: {ratio, lo, hi, n}}, verdict, noise_floor, stability, then the
+verdict's text, repeats needed, caveats, ...), with the report-level notes beside them.
+Undefined numbers are null (``store.json_safe``), never NaN.
+"""
+
+from __future__ import annotations
+
+import json
+
+from detprof.intervals import CHEAP_OVERHEAD
+from detprof.reports.headline import row_json
+from detprof.reports.published import PUBLISHED, SOURCE
+from detprof.reports.report_data import Report
+from detprof.reports.tradeoff import NOISY_CHURN
+from detprof.store import json_safe
+
+SCHEMA = "detprof.report.headline/1"
+
+
+def document(report: Report) -> dict:
+    return {
+        "schema": SCHEMA,
+        "generated_at": report.generated_at,
+        "sources": [str(p) for p in report.sources],
+        "thresholds": {"cheap_overhead": CHEAP_OVERHEAD, "noisy_churn": NOISY_CHURN},
+        "models": [row_json(r) for r in report.headline],
+        "notes": [*report.cpu_notes, *report.notes],
+        "stability_not_learned": [
+            {"model": s.model, "device": s.device, "dataset": s.dataset, "reason": s.learning.line()}
+            for s in report.stability
+            if not s.learned
+        ],
+        "published_gpu_reference": {
+            "source": SOURCE,
+            "figures": [
+                {"gpu": f.gpu, "subject": f.subject, "kind": f.kind, "low": f.low, "high": f.high} for f in PUBLISHED
+            ],
+        },
+        "warnings": report.warnings,
+    }
+
+
+def render(report: Report) -> str:
+    return json.dumps(json_safe(document(report)), indent=2) + "\n"

@@ -1,0 +1,348 @@
+"""The report's answer on synthetic results: verdicts against their own intervals, what a study buys,
+studies that did not learn, CPU caveats, the noise floor, ``--format json`` and ``-o -``.
+
+The sweeps are written in the documented record format (``tests/synthetic_sweep.py``), with
+per-repeat ratios chosen so that each interval is known; stability summaries are hand-written
+in the study's ``summary.json`` format; calibrations are ``records.measured_run`` records with
+``arm`` "a"/"b" in a ``ResultsStore(root, "calibration")``.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import synthetic_sweep as synth
+
+from detprof.cli import main
+from detprof.intervals import CHEAP_OVERHEAD, Overhead, paired_t, repeats_to_read
+from detprof.records import measured_run
+from detprof.reports.command import render_report
+from detprof.reports.tradeoff import learned_threshold, learning_of
+from detprof.reports.verdict import verdict
+from detprof.store import ResultsStore
+
+CPU = {"label": "cpu", "name": "AMD EPYC", "cpu_count": 2}
+CROSSING = [0.8, 1.25, 1.0]
+"""Per-repeat ratios whose 95% CI spans the cheap line widely: about [0.57, 1.74] (the issue had [0.548, 1.840])."""
+CHEAP = [1.02, 1.03, 1.04, 1.03]
+EXPENSIVE = [1.6, 1.7, 1.65]
+
+
+def sweep(root: Path, ratios: dict[str, list[float]], device: dict[str, Any] | None = None) -> Path:
+    label = (device or synth.DEVICE)["label"]
+    records = synth.records(ratios, device=device)
+    repeats = max(len(r) for r in ratios.values())
+    return synth.write_sweep(root, synth.config(list(ratios), repeats, gpu_label=label), records)
+
+
+def stability(
+    root: Path, model: str, device: str, *, accuracy: float, churn_impl: float, classes: int | None = 10
+) -> None:
+    """A stability summary in the study's format: algo+impl, algo, impl, control with 3 runs each."""
+    store = ResultsStore(root / "stability" / model, "stability")
+    store.open({"model": model, "device": device}, f"detprof stability --model {model}", resume=False)
+    variants = []
+    for name, varies, std, churn in (
+        ("algo+impl", ["init", "shuffle", "impl"], 0.012, 0.09),
+        ("algo", ["init", "shuffle"], 0.010, 0.08),
+        ("impl", ["impl"], 0.004, churn_impl),
+        ("control", [], 0.0, 0.0),
+    ):
+        variants.append(
+            {
+                "variant": name,
+                "varies": varies,
+                "mode": "default" if "impl" in varies else "deterministic",
+                "runs_ok": 3,
+                "runs_failed": 0,
+                "failures": [],
+                "accuracy": {"mean": accuracy, "std": std, "std_se": std / 4},
+                "churn": churn,
+                "l2": churn,
+                "determinism_check": {"applicable": not varies, "verified": True},
+            }
+        )
+    summary = {
+        "kind": "stability",
+        "model": model,
+        "dataset": "digits",
+        "device": device,
+        "classes": classes,
+        "runs_ok": 12,
+        "runs_failed": 0,
+        "variants": variants,
+    }
+    store.write_json("summary.json", summary)
+
+
+def calibration(root: Path, ratios: dict[str, list[float]], device: dict[str, Any] | None = None) -> None:
+    """A/A runs: arm b over arm a by the given ratios, both deterministic."""
+    store = ResultsStore(root, "calibration")
+    store.open({"models": list(ratios)}, "detprof sweep --calibrate (synthetic)", resume=False)
+    for model, per_repeat in ratios.items():
+        for repeat, ratio in enumerate(per_repeat):
+            for arm, scale in (("a", 1.0), ("b", ratio)):
+                store.write_record(
+                    measured_run(
+                        run_id=f"{model}--{arm}--r{repeat}",
+                        model=model,
+                        mode="deterministic",
+                        arm=arm,
+                        repeat=repeat,
+                        status="ok",
+                        steps=synth.STEPS,
+                        warmup=5,
+                        batch_size=64,
+                        tracer="nsys",
+                        step_wall_ns=[round(40e6 * scale)] * synth.STEPS,
+                        kernel_ns_per_step=25e6 * scale,
+                        settings=synth.settings("deterministic"),
+                        versions=dict(synth.VERSIONS),
+                        device=dict(device or synth.DEVICE),
+                        started_at="2025-01-01T00:00:00+00:00",
+                        finished_at="2025-01-01T00:00:10+00:00",
+                        duration_s=10.0,
+                    )
+                )
+
+
+def headline(root: Path) -> dict[str, dict[str, Any]]:
+    doc = json.loads(render_report([root], "json"))
+    return {f"{m['model']}@{m['device']}": m for m in doc["models"]}
+
+
+def answer_section(page: str) -> str:
+    return page[page.index('<section id="answer">') : page.index('<section id="overhead">')]
+
+
+def md_answer(text: str) -> str:
+    return text[text.index("## Should you turn determinism on?") : text.index("## Overhead by model")]
+
+
+@pytest.mark.parametrize(
+    ("ratios", "expected"),
+    [(CHEAP, "cheap"), (EXPENSIVE, "expensive"), (CROSSING, "not settled"), ([1.05], "not settled")],
+)
+def test_verdict_reads_its_own_interval(ratios: list[float], expected: str) -> None:
+    overhead = paired_t(math.log(r) for r in ratios)
+    assert overhead is not None
+    v = verdict(overhead)
+    assert v.reading == expected
+    if expected == "cheap":
+        assert overhead.ci_high <= CHEAP_OVERHEAD
+    if overhead.has_interval and overhead.ci_low <= CHEAP_OVERHEAD < overhead.ci_high:
+        assert v.reading == "not settled" and "cheap" not in v.text
+
+
+def test_not_settled_names_the_repeats_that_would_settle_it() -> None:
+    overhead = paired_t(math.log(r) for r in CROSSING)
+    assert overhead is not None and overhead.ci_low < 0.6 and overhead.ci_high > 1.7
+    needed = repeats_to_read(overhead)
+    assert needed is not None
+    v = verdict(overhead)
+    assert v.text == f"not settled: need about {needed - 3} more repeats"
+    assert v.more_repeats == needed - 3 and v.repeats_needed == needed
+    at_the_line = verdict(Overhead(1.1, 1.0, 1.21, (math.log(1.05), math.log(1.1), math.log(1.15))))
+    assert at_the_line.text == "not settled: at the 1.10x line" and at_the_line.repeats_needed is None
+    assert verdict(paired_t([0.05])).text == "not settled: one repeat, no interval"  # type: ignore[arg-type]
+
+
+def test_crossing_interval_is_never_cheap_in_html_md_or_json(tmp_path: Path) -> None:
+    """The issue's case: [0.548, 1.840] read "cheap and buys little"; every output now says not settled."""
+    root = sweep(tmp_path / "res", {"resnet50": CROSSING, "mobilenet": CHEAP})
+    stability(root, "resnet50", "t4", accuracy=0.9, churn_impl=0.0)
+    stability(root, "mobilenet", "t4", accuracy=0.9, churn_impl=0.05)
+    rows = headline(root)
+    crossing = rows["resnet50@t4"]
+    assert crossing["verdict"] == "not settled"
+    assert re.fullmatch(r"not settled: need about \d+ more repeats", crossing["verdict_text"])
+    assert crossing["reading"] == "not settled" and "cheap" not in crossing["advice"]
+    assert any(c.startswith("Not settled: the 95% CI lies on both sides of 1.10x") for c in crossing["caveats"])
+    assert rows["mobilenet@t4"]["verdict"] == "cheap" and rows["mobilenet@t4"]["reading"] == "cheap and worth it"
+
+    page = render_report([root], "html", "cdn")
+    answer = answer_section(page)
+    row = re.search(r"<tr><td><code>resnet50</code>.*?</tr>", answer, re.S)
+    assert row is not None
+    assert crossing["verdict_text"] in row.group(0) and ">cheap<" not in row.group(0)
+    assert '<span class="verdict not-settled">' in row.group(0)
+    tradeoff = page[page.index('<section id="tradeoff">') : page.index('<section id="conditions">')]
+    reading = re.search(r"<tr><td><code>resnet50</code>.*?</tr>", tradeoff, re.S)
+    assert reading is not None
+    assert "cheap and" not in reading.group(0) and "not settled: need about" in reading.group(0)
+
+    text = render_report([root], "md")
+    md_row = next(line for line in md_answer(text).splitlines() if line.startswith("| t4 | resnet50 |"))
+    assert f"**{crossing['verdict_text']}**" in md_row and "cheap" not in md_row
+    assert "Not settled: the 95% CI lies on both sides of 1.10x" in md_answer(text)
+    tradeoff_row = next(line for line in text.splitlines() if line.startswith("| resnet50 | t4 |"))
+    assert "not settled: need about" in tradeoff_row and "cheap and" not in tradeoff_row
+
+
+def test_json_shape(tmp_path: Path) -> None:
+    root = sweep(tmp_path / "res", {"smallcnn": CHEAP})
+    stability(root, "smallcnn", "t4", accuracy=0.93, churn_impl=0.02)
+    doc = json.loads(render_report([root], "json"))
+    assert set(doc) >= {"models", "notes", "thresholds", "stability_not_learned", "warnings"}
+    (model,) = doc["models"]
+    assert model["device"] == "t4" and model["model"] == "smallcnn" and model["verdict"] == "cheap"
+    for metric in ("kernel", "wall"):
+        interval = model["overhead"][metric]
+        assert set(interval) >= {"ratio", "lo", "hi"}
+        assert interval["lo"] < interval["ratio"] < interval["hi"] <= CHEAP_OVERHEAD
+    assert model["overhead"]["kernel"]["ratio"] == pytest.approx(math.exp(sum(map(math.log, CHEAP)) / 4))
+    assert model["noise_floor"] is None and model["calibrated"] is False
+    assert model["stability"]["churn_impl"] == 0.02 and model["stability"]["learned"] is True
+    assert model["stability"]["std_drop"] == pytest.approx(0.002)
+    assert model["metric"] == "kernel" and model["repeats"] == 4 and model["repeats_needed"] is None
+    assert model["churn_impl"] == 0.02 and model["reading"] == "cheap and worth it"
+    assert isinstance(model["caveats"], list)
+    assert any("no calibration ran" in n for n in doc["notes"])
+
+
+def test_study_that_did_not_learn_is_flagged_and_left_out(tmp_path: Path) -> None:
+    """mediumcnn_k1 on digits at 15-17% (chance 10%) with churn 0.85 fed the verdict; now it is set apart."""
+    root = sweep(tmp_path / "res", {"mediumcnn_k1": EXPENSIVE, "smallcnn": CHEAP})
+    stability(root, "mediumcnn_k1", "t4", accuracy=0.16, churn_impl=0.85)
+    stability(root, "smallcnn", "t4", accuracy=0.93, churn_impl=0.02)
+    rows = headline(root)
+    flat = rows["mediumcnn_k1@t4"]
+    assert flat["stability"]["learned"] is False and flat["stability"]["used_in_verdict"] is False
+    assert flat["stability"]["accuracy_mean"] == pytest.approx(0.16) and flat["stability"]["chance"] == 0.1
+    assert flat["learned"] is False and flat["churn_impl"] is None and flat["reading"] is None
+    assert flat["verdict"] == "expensive"
+    assert any("did not learn" in c for c in flat["caveats"])
+    assert rows["smallcnn@t4"]["reading"] == "cheap and worth it"
+    doc = json.loads(render_report([root], "json"))
+    assert [s["model"] for s in doc["stability_not_learned"]] == ["mediumcnn_k1"]
+
+    page = render_report([root], "html", "cdn")
+    assert "did not learn: mean test accuracy 16.0%, chance 10.0%, learning needs 20%" in answer_section(page)
+    stability_section = page[page.index('<section id="stability">') : page.index('<section id="tradeoff">')]
+    learned, _, left_out = stability_section.partition("Studies whose models did not learn")
+    assert "smallcnn on digits" in learned and "mediumcnn_k1" not in learned
+    assert "mediumcnn_k1 on digits, t4: did not learn" in left_out
+    tradeoff = page[page.index('<section id="tradeoff">') : page.index('<section id="conditions">')]
+    assert "mediumcnn_k1" not in tradeoff and "smallcnn" in tradeoff
+    plotted = re.findall(r'"name":"([^"]+ on t4)"', tradeoff)
+    assert set(plotted) == {"smallcnn on t4"}
+
+    text = render_report([root], "md")
+    assert "| t4 | mediumcnn\\_k1 |" in md_answer(text) and "did not learn (left out)" in md_answer(text)
+    assert "**Did not learn**, left out of the verdicts" in text
+
+
+@pytest.mark.parametrize(("classes", "needed"), [(10, 0.2), (100, 0.11), (2, 0.75), (3, 2 / 3)])
+def test_the_learning_rule(classes: int, needed: float) -> None:
+    assert learned_threshold(1 / classes) == pytest.approx(needed)
+    runs = [{"runs_ok": 2, "accuracy": {"mean": needed - 0.01}}, {"runs_ok": 2, "accuracy": {"mean": needed + 0.01}}]
+    assert learning_of(runs, classes).learned is True
+    assert learning_of(runs[:1], classes).learned is False
+    assert learning_of(runs, None).learned is None
+
+
+def test_cpu_results_say_op_time_does_not_predict_gpu_cost(tmp_path: Path) -> None:
+    root = sweep(tmp_path / "res", {"smallcnn": CHEAP}, device=CPU)
+    stability(root, "smallcnn", "cpu", accuracy=0.93, churn_impl=0.0)
+    (row,) = headline(root).values()
+    assert row["on_cpu"] is True
+    assert any(c.startswith("CPU op time: does not predict the GPU cost") for c in row["caveats"])
+    assert any("property of TensorFlow's CPU kernels" in c for c in row["caveats"])
+    page = html.unescape(answer_section(render_report([root], "html", "cdn")))
+    assert "CPU op time does not predict what determinism costs on a GPU" in page
+    assert "TensorFlow's CPU kernels being deterministic" in page
+    assert "Published GPU reference" in page and "284% -> 746%" in page
+    text = md_answer(render_report([root], "md"))
+    assert "CPU op time does not predict" in text and "TensorFlow's CPU kernels being deterministic" in text
+    assert "| P100 | medium CNN, kernel 1x1 -\\> 7x7 | 284% -\\> 746% |" in text
+
+
+def test_gpu_results_carry_no_cpu_caveat(tmp_path: Path) -> None:
+    root = sweep(tmp_path / "res", {"vgg19": EXPENSIVE})
+    (row,) = headline(root).values()
+    assert row["on_cpu"] is False and not any("CPU" in c for c in row["caveats"])
+    page = render_report([root], "html", "cdn")
+    assert "CPU op time" not in page and "Published GPU reference" not in answer_section(page)
+
+
+def test_noise_floor_from_a_calibration(tmp_path: Path) -> None:
+    root = sweep(tmp_path / "res", {"resnet50": EXPENSIVE, "vgg19": CHEAP})
+    calibration(root, {"resnet50": [1.01, 0.99, 1.02, 0.98]})
+    rows = headline(root)
+    from detprof.intervals import noise_floor
+
+    expected = noise_floor(paired_t(math.log(r) for r in [1.01, 0.99, 1.02, 0.98]))  # type: ignore[arg-type]
+    assert expected is not None and 0.01 < expected < 0.05
+    assert rows["resnet50@t4"]["noise_floor"] == pytest.approx(expected)
+    assert rows["resnet50@t4"]["calibrated"] is True
+    assert rows["vgg19@t4"]["noise_floor"] is None and rows["vgg19@t4"]["calibrated"] is True
+    doc = json.loads(render_report([root], "json"))
+    assert not any("no calibration ran" in n for n in doc["notes"])
+    page = render_report([root], "html", "cdn")
+    assert f"+/-{expected:.1%}" in answer_section(page) and "not in the calibration" in answer_section(page)
+    assert "detprof sweep --calibrate (synthetic)" in page[page.index('<section id="provenance">') :]
+
+
+def test_without_calibration_says_none_ran(tmp_path: Path) -> None:
+    root = sweep(tmp_path / "res", {"resnet50": EXPENSIVE})
+    page = answer_section(render_report([root], "html", "cdn"))
+    assert "not run" in page and "No noise floor for t4: no calibration ran; detprof sweep --calibrate" in page
+
+
+@pytest.mark.parametrize("fmt", ["json", "md", "html"])
+def test_dash_output_is_stdout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], fmt: str
+) -> None:
+    root = sweep(tmp_path / "res", {"resnet50": CROSSING})
+    monkeypatch.chdir(tmp_path)
+    assert main(["report", str(root), "--format", fmt, "-o", "-", "--plotlyjs", "cdn"]) == 0
+    out = capsys.readouterr().out
+    assert not (tmp_path / "-").exists()
+    if fmt == "json":
+        assert json.loads(out)["models"][0]["verdict"] == "not settled"
+    elif fmt == "md":
+        assert out.startswith("# detprof") and "not settled: need about" in out
+    else:
+        assert out.startswith("<!DOCTYPE html>") and out.rstrip().endswith("</html>")
+
+
+def test_json_to_a_file_by_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = sweep(tmp_path / "res", {"resnet50": CHEAP})
+    monkeypatch.chdir(tmp_path)
+    assert main(["report", str(root), "--format", "json"]) == 0
+    assert json.loads((tmp_path / "report.json").read_text())["models"][0]["verdict"] == "cheap"
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "says"),
+    [
+        (["--format", "xml"], 2, "xml"),
+        (["--plotlyjs", "local"], 2, "local"),
+        (["-o", "/proc/detprof-report.html"], 3, "cannot write the report"),
+    ],
+)
+def test_bad_options_are_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], code: int, says: str
+) -> None:
+    root = sweep(tmp_path / "res", {"resnet50": CHEAP})
+    assert main(["report", str(root), *args]) == code
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "Traceback" not in err and says in err
+
+
+def test_calibration_record_without_its_arm_is_input_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = sweep(tmp_path / "res", {"resnet50": CHEAP})
+    calibration(root, {"resnet50": [1.0, 1.01]})
+    path = root / "calibration" / "runs" / "resnet50--a--r0.json"
+    record = json.loads(path.read_text())
+    del record["arm"]
+    path.write_text(json.dumps(record))
+    assert main(["report", str(root), "--format", "json", "-o", "-"]) == 3
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "has no valid 'arm'" in err
