@@ -19,6 +19,8 @@ import synthetic_sweep as synth
 
 from detprof.check.ci_outputs import escape_data, escape_property
 from detprof.cli import main
+from detprof.profiler.overhead import noise_floors
+from detprof.store import ResultsStore
 
 MODELS = ("resnet50", "vgg16")
 Capture = pytest.CaptureFixture[str]
@@ -535,3 +537,19 @@ def test_two_real_cpu_sweeps_of_one_configuration_are_not_regressed(tmp_path: Pa
     assert second == first
     (case,) = ET.parse(junit).getroot().iter("testcase")
     assert case.get("name") == "smallcnn" and case.find("failure") is None and case.find("error") is None
+
+
+def test_check_shows_the_noise_floor_of_a_calibration_beside_the_results(
+    tmp_path: Path, baseline: Path, capsys: Capture
+) -> None:
+    current = make_sweep(tmp_path / "cur", {"resnet50": 1.5, "vgg16": 1.2}, seed=1)
+    code, out, _ = run_cli(capsys, "check", "--baseline", baseline, "--current", current)
+    assert code == 0 and "noise floor: not measured here" in out
+    calibration = ResultsStore(current, "calibration")
+    calibration.open(synth.config(["resnet50"], 4), "detprof sweep --calibrate", resume=False)
+    for record in synth.records({"resnet50": [1.01, 0.99, 1.02, 0.98]}):
+        arm = "a" if record["mode"] == "default" else "b"
+        calibration.write_record(record | {"mode": "deterministic", "arm": arm})
+    code, out, _ = run_cli(capsys, "check", "--baseline", baseline, "--current", current)
+    floor = noise_floors(calibration.records())["resnet50"]
+    assert code == 0 and f"noise floor (A/A, {calibration.dir}): resnet50 +/-{floor:.1%}" in out

@@ -142,10 +142,29 @@ def check(
         baseline_unsupported=reference.unsupported,
     )
     _report(comparison, env, strict=strict, title=title, junit=junit, github=github)
+    _print_noise_floor(results_dir)
     _write_json(bmf, benchmark_json, comparison)
     code = exit_code(comparison, env, strict=strict)
     if code:
         raise typer.Exit(code)
+
+
+def _print_noise_floor(results_dir: Path) -> None:
+    """This machine's noise floor, where the results hold a calibration (``detprof sweep --calibrate``).
+
+    A change of overhead smaller than the floor is within what an A/A measurement here
+    produces by itself: a reader of the verdicts should know the floor.
+    """
+    from detprof.profiler.overhead import noise_floors
+    from detprof.store import find_studies
+
+    calibrations = [s for s in find_studies(results_dir) if s.kind == "calibration"]
+    if not calibrations:
+        typer.echo("noise floor: not measured here (run `detprof sweep --calibrate --out` into the same folder)")
+        return
+    floors = noise_floors(calibrations[0].records())
+    shown = ", ".join(f"{m} +/-{f:.1%}" if f is not None else f"{m} -" for m, f in sorted(floors.items()))
+    typer.echo(f"noise floor (A/A, {calibrations[0].dir}): {shown}")
 
 
 def exit_code(comparison: Comparison, env: EnvironmentCheck, *, strict: bool) -> int:

@@ -24,6 +24,7 @@ from detprof.profiler.options import MEASURED_STUDY, ModelsOption, RunOptions, w
 from detprof.profiler.study import default_results_dir, measure
 from detprof.store import ResultsStore
 from detprof.sweep.plan import SweepRequest, plan_runs, split_models
+from detprof.sweep.presets import STABILITY_MODELS
 
 HELP = "Run each model in default and deterministic mode; report the overhead."
 FAILURE_NOTE_CHARS = 160
@@ -34,7 +35,11 @@ def sweep(
     options: RunOptions,
     models: ModelsOption = None,
     stability: Annotated[
-        bool, typer.Option(help="Also run a small stability study of each swept model (digits, 4 variants).")
+        bool,
+        typer.Option(
+            help="Also run a small stability study (digits, 4 variants) of each swept model that can learn it "
+            "(cpu-small: smallcnn)."
+        ),
     ] = False,
     report: Annotated[bool, typer.Option(help="Write report.html into the results directory at the end.")] = True,
     calibrate: Annotated[
@@ -76,7 +81,16 @@ def run_sweep(request: SweepRequest, *, stability: bool = False, report: bool = 
         print_summary(store)
     console.print(f"results: {escape(str(store.dir))}")
     if stability:
-        run_stability_studies(config.models, out, target.device, resume=resume, console=console)
+        studied = STABILITY_MODELS.get(target.preset)
+        models = config.models if studied is None else tuple(m for m in config.models if m in studied)
+        skipped = [m for m in config.models if m not in models]
+        if skipped:
+            console.print(
+                f"stability: studying {', '.join(models) or 'no model'}; {', '.join(skipped)} cannot learn the "
+                f"embedded digits study in its budget (preset {target.preset}): run `detprof stability --model "
+                "NAME --dataset ...` for them"
+            )
+        run_stability_studies(models, out, target.device, resume=resume, console=console)
     if report:
         from detprof.reports.command import write_report
 

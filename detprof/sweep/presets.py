@@ -31,3 +31,12 @@ PRESETS: dict[str, dict[str, Any]] = {
         "classes": 10,
     },
 }
+
+STABILITY_MODELS: dict[str, tuple[str, ...] | None] = {
+    "paper": None,
+    # The embedded stability study trains on scikit-learn's bundled digits (8x8 images, 60
+    # epochs). The medium CNNs do not learn them in that budget (mediumcnn_k1: 16% accuracy
+    # against 10% chance) and take minutes each, so `sweep --stability` studies smallcnn only.
+    "cpu-small": ("smallcnn",),
+}
+"""Per preset, the swept models ``sweep --stability`` studies (None: every swept model)."""
