@@ -111,16 +111,5 @@ def load_kernels(store: ResultsStore) -> KernelsStudy | None:
         totals.append(ConvTotal(t.model, int(match.group(1)) if match else None, getattr(t.overhead, result.metric)))
     warnings = [*where.warnings, *(f"{label}: op {r.case}: {r.note}" for r in rows if r.note)]
     return KernelsStudy(
-        path=store.root,
-        label=label,
-        device=where.device,
-        command=str(manifest.get("command") or ""),
-        metric=result.metric,
-        rows=rows,
-        totals=totals,
-        versions=where.versions,
-        settings=where.settings,
-        started=where.started,
-        finished=where.finished,
-        warnings=warnings,
+        **where.study_fields(store.root, manifest), metric=result.metric, rows=rows, totals=totals, warnings=warnings
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from detprof.records import environment_values
@@ -34,6 +35,19 @@ class Provenance:
     started: str | None
     finished: str | None
     warnings: list[str]
+
+    def study_fields(self, root: Path, manifest: Mapping[str, Any]) -> dict[str, Any]:
+        """What every study of the report says about where it came from (its warnings are its own)."""
+        return {
+            "path": root,
+            "label": self.label,
+            "device": self.device,
+            "command": str(manifest.get("command") or ""),
+            "settings": self.settings,
+            "versions": self.versions,
+            "started": self.started,
+            "finished": self.finished,
+        }
 
 
 def _settings_warnings(label: str, records: Sequence[Mapping[str, Any]]) -> list[str]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -304,18 +304,7 @@ def load_sweep(store: ResultsStore) -> SweepStudy | None:
     warnings += [f"{label}: {m.model}: {m.warning}" for m in models if m.warning]
     warnings += [f"{label}: {m.model}: {m.failure_note}" for m in models if m.failure_note and not m.unsupported_reason]
     return SweepStudy(
-        path=store.root,
-        label=label,
-        device=where.device,
-        command=str(manifest.get("command") or ""),
-        config=config,
-        models=models,
-        settings=where.settings,
-        versions=where.versions,
-        started=where.started,
-        finished=where.finished,
-        clocks=clocks,
-        warnings=warnings,
+        **where.study_fields(store.root, manifest), config=config, models=models, clocks=clocks, warnings=warnings
     )
 
 
@@ -524,14 +513,21 @@ def _studies(path: Path) -> list[ResultsStore]:
         raise InputError(f"{path}: unreadable results ({exc})") from exc
 
 
+LOADERS: dict[str, Callable[[ResultsStore], Any]] = {
+    "sweep": load_sweep,
+    "kernels": kernels_data.load_kernels,
+    "calibration": load_calibration,
+}
+"""The studies whose loader gives the study, or None while it holds no runs yet."""
+
+
 def build_report(paths: Sequence[Path]) -> Report:
     """Read every study under ``paths``; InputError when a path holds no results or unreadable ones."""
     if not paths:
         raise InputError("no results directory given")
-    sweeps: list[SweepStudy] = []
-    kernels: list[kernels_data.KernelsStudy] = []
     stability: list[StabilityStudy] = []
-    calibrations: list[CalibrationStudy] = []
+    found: dict[str, list[Any]] = {kind: [] for kind in LOADERS}
+    sweeps, kernels, calibrations = found["sweep"], found["kernels"], found["calibration"]
     warnings: list[str] = []
     seen: set[Path] = set()
     for path in paths:
@@ -540,30 +536,18 @@ def build_report(paths: Sequence[Path]) -> Report:
             if key in seen:
                 continue
             seen.add(key)
-            if store.kind == "sweep":
-                sweep = load_sweep(store)
-                if sweep is None:
-                    warnings.append(f"{store.dir} holds no runs yet")
-                else:
-                    sweeps.append(sweep)
-            elif store.kind == "kernels":
-                study = kernels_data.load_kernels(store)
-                if study is None:
-                    warnings.append(f"{store.dir} holds no runs yet")
-                else:
-                    kernels.append(study)
-            elif store.kind == "calibration":
-                calibration = load_calibration(store)
-                if calibration is None:
-                    warnings.append(f"{store.dir} holds no runs yet")
-                else:
-                    calibrations.append(calibration)
-            else:
+            if store.kind == "stability":
                 loaded = load_stability(store)
                 if isinstance(loaded, str):
                     warnings.append(loaded)
                 else:
                     stability.append(loaded)
+                continue
+            study = LOADERS[store.kind](store)
+            if study is None:
+                warnings.append(f"{store.dir} holds no runs yet")
+            else:
+                found[store.kind].append(study)
     for sweep in sweeps:
         warnings += sweep.warnings
     for study in kernels:

@@ -75,6 +75,12 @@ SUMMARY_DTYPES: dict[str, str] = {
 NVTX_DTYPES: dict[str, str] = {"text": "string", "start_ns": "int64", "end_ns": "int64"}
 
 
+def range_table(rows: list[tuple[str, int, int]] | list[dict[str, object]]) -> pd.DataFrame:
+    """Named time ranges (NVTX ranges, detprof's step markers) in start order, in the ``nvtx`` schema."""
+    frame = pd.DataFrame(rows, columns=list(NVTX_DTYPES))
+    return conform(frame.sort_values("start_ns", kind="stable", ignore_index=True), NVTX_DTYPES)
+
+
 @dataclass(frozen=True)
 class Device:
     id: int

@@ -33,11 +33,11 @@ from detprof.errors import InputError, first_line
 from detprof.traces.kernel_table import (
     KERNEL_DTYPES,
     MEMORY_DTYPES,
-    NVTX_DTYPES,
     Device,
     KernelTable,
     conform,
     empty,
+    range_table,
 )
 
 KERNEL_TABLE = "CUPTI_ACTIVITY_KIND_KERNEL"
@@ -356,4 +356,4 @@ def _nvtx(conn: sqlite3.Connection, tables: set[str]) -> pd.DataFrame | None:
         f'SELECT {text}, e.start, e."end" FROM {NVTX_TABLE} AS e {join} '
         f'WHERE e.eventType IN ({types}) AND e."end" IS NOT NULL ORDER BY e.start'
     ).fetchall()
-    return conform(pd.DataFrame(rows, columns=["text", "start_ns", "end_ns"]), NVTX_DTYPES)
+    return range_table(rows)

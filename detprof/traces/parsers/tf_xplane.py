@@ -53,10 +53,10 @@ from detprof.traces.kernel_table import (
     DIM_COLUMNS,
     KERNEL_DTYPES,
     MEMORY_DTYPES,
-    NVTX_DTYPES,
     Device,
     KernelTable,
     conform,
+    range_table,
 )
 from detprof.traces.step_split import STEP_RANGE
 
@@ -435,7 +435,7 @@ def _table(path: Path, collected: _Collected, *, ops_are_kernels: bool) -> Kerne
         memory = conform(pd.DataFrame(columns=list(MEMORY_DTYPES)), MEMORY_DTYPES)
     steps = None
     if collected.steps:
-        steps = conform(pd.DataFrame(collected.steps).sort_values("start_ns", ignore_index=True), NVTX_DTYPES)
+        steps = range_table(collected.steps)
     return KernelTable(
         source=str(path),
         format="tf-xplane",
