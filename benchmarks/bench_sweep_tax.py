@@ -5,9 +5,10 @@ most 1.15x the wall time of a bare script that does the same warm-up and measure
 same number of processes. The bare script switches determinism the same way and wraps the
 measured steps in TensorFlow's profiler, because that trace is the measurement; a third run
 without the profiler shows what the tracer itself costs. On a CPU the sweep measures each
-repeat as a lockstep pair (both modes' workers started together, then stepped in turn), so
-the bare script also starts both modes of a repeat together, each running its own steps:
-the same processes, two at a time; what the sweep adds is its coordination and bookkeeping.
+repeat as a lockstep pair, so the bare script does the same work the same way: both modes of
+a repeat start together with one TensorFlow thread each, warm up, move to one core, and take
+their measured steps in turn when a minimal coordinator says so (a line on a pipe). What the
+sweep adds on top is its own: records, trace parsing, telemetry, the report.
 
 ``python -m benchmarks.bench_sweep_tax [--preset cpu-small]``
 """
@@ -32,7 +33,9 @@ import os, sys, tempfile, time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras, numpy as np, tensorflow as tf
 from detprof.models import registry
-model_name, mode, size, batch, classes, warmup, steps, profile = sys.argv[1:9]
+model_name, mode, size, batch, classes, warmup, steps, profile, core = sys.argv[1:10]
+tf.config.threading.set_intra_op_parallelism_threads(1)
+tf.config.threading.set_inter_op_parallelism_threads(1)
 keras.utils.set_random_seed(0)
 if mode == "deterministic":
     tf.config.experimental.enable_op_determinism()
@@ -56,10 +59,14 @@ def train_step(x, y):
 
 for _ in range(warmup):
     train_step(x, y).numpy()
+for thread in os.listdir("/proc/self/task"):
+    os.sched_setaffinity(int(thread), {int(core)})
 if profile == "1":
     tf.profiler.experimental.start(tempfile.mkdtemp())
+print("ready", flush=True)
 for _ in range(steps):
-    t0 = time.perf_counter_ns(); train_step(x, y).numpy(); time.perf_counter_ns() - t0
+    sys.stdin.readline()
+    t0 = time.perf_counter_ns(); train_step(x, y).numpy(); print(time.perf_counter_ns() - t0, flush=True)
 if profile == "1":
     tf.profiler.experimental.stop()
 """
@@ -68,7 +75,7 @@ if profile == "1":
 def _bare(preset: dict, profile: bool) -> float:
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     start = time.perf_counter()
-    for _repeat in range(preset["repeats"]):
+    for repeat in range(preset["repeats"]):
         for model in preset["models"]:
             pair = []
             for mode in RUN_ORDER:
@@ -81,9 +88,23 @@ def _bare(preset: dict, profile: bool) -> float:
                     preset["warmup"],
                     preset["steps"],
                     int(profile),
+                    repeat % len(os.sched_getaffinity(0)),
                 ]
                 command = [sys.executable, "-c", BARE_SCRIPT, *map(str, args)]
-                pair.append(subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+                pair.append(
+                    subprocess.Popen(
+                        command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                        text=True,
+                    )
+                )  # fmt: skip
+            for proc in pair:
+                assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+            for _step in range(preset["steps"]):
+                for proc in pair:
+                    assert proc.stdin is not None and proc.stdout is not None
+                    proc.stdin.write("step\n")
+                    proc.stdin.flush()
+                    proc.stdout.readline()
             for proc in pair:
                 if proc.wait() != 0:
                     raise subprocess.CalledProcessError(proc.returncode, proc.args)
