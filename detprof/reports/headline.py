@@ -75,14 +75,14 @@ class HeadlineRow:
         return self.stability if self.stability is not None and self.stability.used else None
 
 
-def advice(v: Verdict, q: Quadrant | None, stability: StabilityReading | None) -> str:
+def advice(v: Verdict, q: Quadrant | None, stability: StabilityReading | None, model: str) -> str:
     """What to do, in a few words, consistent with the verdict (never more sure of the cost than it is)."""
     if v.reading is None:
         return "no overhead measured: see the notes"
     if q is not None and q != "not settled":
         return QUADRANT_ADVICE[q]
     if stability is None:
-        what = "run detprof sweep --stability to see what it buys"
+        what = f"no stability study: `detprof stability --model {model}` measures what it buys"
     elif not stability.used:
         what = "its stability study did not learn: what it buys is unknown"
     elif q is None or stability.noise.churn_impl is None:

@@ -437,7 +437,7 @@ def headline_rows(
                     calibrated=sweep.label in calibrated,
                     stability=stability,
                     quadrant=q,
-                    advice=advice(v, q, stability),
+                    advice=advice(v, q, stability, m.model),
                     attribution=m.attribution,
                     caveats=caveats(v, m.headline, on_cpu=on_cpu, noise_floor=floor, stability=stability, notes=notes),
                 )
