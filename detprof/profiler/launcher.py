@@ -129,12 +129,12 @@ class WorkerLauncher:
         and every step follows one of the other worker (A, B, B, A would give each worker a
         warm-cache step after its own every other round: a bimodal per-step ratio). Both are
         pinned to the same core ``cpu_core`` with one TensorFlow thread each, once warm: only
-        one steps at a time, so they never compete, and each step sees the
-        core (and its caches, and whatever else runs there) as the other worker's step beside
-        it did. Measured on a loaded 2-core machine (A/A, mediumcnn_k3, 5 pairs): +/-2.8% with
-        one shared core, +/-8% unpinned, +/-10% on a core each. A worker that fails (or refuses
-        to run deterministically) ends the window for both; each still gets its own record.
-        ``--run-timeout`` covers the pair.
+        one steps at a time, so they never compete, and each step sees the core (and its
+        caches, and whatever else runs there) as the other worker's step beside it did.
+        Measured on a loaded 2-core machine (A/A, mediumcnn_k3, 5 pairs): +/-2.8% with one
+        shared core, +/-8% unpinned, +/-10% on a core each. A worker that fails (or refuses to
+        run deterministically) drops out and the other finishes its steps alone; each gets its
+        own record. ``--run-timeout`` covers the pair.
         """
         with contextlib.ExitStack() as stack:
             workers = [
@@ -142,17 +142,25 @@ class WorkerLauncher:
                 for paired in (first, second)
             ]
             expired = threading.Event()
-            watchdog = threading.Timer(self.timeout_s or 1e9, lambda: (expired.set(), *map(_kill_group, workers)))
-            watchdog.start()
+
+            def expire() -> None:
+                expired.set()
+                for w in workers:
+                    _kill_group(w.proc)
+
+            watchdog = threading.Timer(self.timeout_s, expire) if self.timeout_s is not None else None
+            if watchdog is not None:
+                watchdog.start()
             try:
                 _step_in_lockstep(workers, first[0].steps)
                 outcomes: list[str | int] = [w.proc.wait() for w in workers]
             except BaseException:
                 for w in workers:
-                    _kill_group(w)
+                    _kill_group(w.proc)
                 raise
             finally:
-                watchdog.cancel()
+                if watchdog is not None:
+                    watchdog.cancel()
         return [self._finish(w, "timeout" if expired.is_set() else o) for w, o in zip(workers, outcomes, strict=True)]
 
     @contextlib.contextmanager
@@ -211,8 +219,8 @@ class WorkerLauncher:
             if control_write is not None and control_read is not None:
                 os.close(control_write)
                 control = os.fdopen(control_read)
-            worker = _Worker(run, dict(fields), command, spec_path, result_path, log_path, trace_path, started, t0)
-            worker.proc, worker.control, worker.sampler = proc, control, sampler
+            paths = (spec_path, result_path, log_path, trace_path)
+            worker = _Worker(run, dict(fields), command, *paths, started, t0, proc, control, sampler)
             try:
                 yield worker
             finally:
@@ -300,9 +308,10 @@ class _Worker:
     trace_path: Path | None
     started: str
     t0: float
-    proc: subprocess.Popen[bytes] = field(init=False)
-    control: IO[str] | None = field(init=False, default=None)
-    sampler: TelemetrySampler | NoTelemetry = field(init=False)
+    proc: subprocess.Popen[bytes]
+    control: IO[str] | None
+    """The worker's answers in a lockstep pair ("ready", then one line per step); None otherwise."""
+    sampler: TelemetrySampler | NoTelemetry
 
 
 ADDR_NO_RANDOMIZE = 0x0040000
@@ -355,8 +364,7 @@ def _wait(proc: subprocess.Popen[bytes], timeout: float | None) -> str | int:
         raise
 
 
-def _kill_group(target: subprocess.Popen[bytes] | _Worker) -> None:
-    proc = target.proc if isinstance(target, _Worker) else target
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
