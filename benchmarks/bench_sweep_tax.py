@@ -5,9 +5,10 @@ most 1.15x the wall time of a bare script that does the same warm-up and measure
 same number of processes. The bare script switches determinism the same way and wraps the
 measured steps in TensorFlow's profiler, because that trace is the measurement; a third run
 without the profiler shows what the tracer itself costs. On a CPU the sweep measures each
-repeat as a lockstep pair, so the bare script does the same work the same way: both modes of
-a repeat start together with one TensorFlow thread each, warm up, move to one core, and take
-their measured steps in turn when a minimal coordinator says so (a line on a pipe). What the
+repeat as lockstep pairs in one process per mode, so the bare script does the same work the
+same way: both modes of a repeat start together with one TensorFlow thread each, and for each
+model in turn warm up, move to one core, and take their measured steps in turn when a minimal
+coordinator says so (a line on a pipe). What the
 sweep adds on top is its own: records, trace parsing, telemetry, the report.
 
 ``python -m benchmarks.bench_sweep_tax [--preset cpu-small]``
@@ -23,7 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from detprof.profiler.study import RUN_ORDER
+from detprof.profiler.launcher import STEADY_HEAP_ENV
+from detprof.profiler.study import mode_order
 from detprof.sweep.presets import PRESETS
 
 TARGET = 1.15
@@ -33,70 +35,79 @@ import os, sys, tempfile, time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras, numpy as np, tensorflow as tf
 from detprof.models import registry
-model_name, mode, size, batch, classes, warmup, steps, profile, core = sys.argv[1:10]
+models, mode, size, batch, classes, warmup, steps, profile, core = sys.argv[1:10]
 tf.config.threading.set_intra_op_parallelism_threads(1)
 tf.config.threading.set_inter_op_parallelism_threads(1)
-keras.utils.set_random_seed(0)
 if mode == "deterministic":
     tf.config.experimental.enable_op_determinism()
 size, batch, classes, warmup, steps = int(size), int(batch), int(classes), int(warmup), int(steps)
-spec = registry.get(model_name)
-shape = (size, size, spec.input_shape[-1])
-model = spec.build(shape, classes)
-optimizer = keras.optimizers.SGD(0.01)
-loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-rng = np.random.default_rng(0)
-x = tf.constant(rng.standard_normal((batch, *shape), dtype=np.float32))
-y = tf.constant(rng.integers(0, classes, size=batch), dtype=tf.int32)
+cpus = os.sched_getaffinity(0)
 
-@tf.function(jit_compile=False)
-def train_step(x, y):
-    with tf.GradientTape() as tape:
-        loss = loss_fn(y, model(x, training=True))
-    grads = tape.gradient(loss, model.trainable_variables)
-    optimizer.apply_gradients(zip(grads, model.trainable_variables))
-    return loss
+def pin(cores):
+    for thread in os.listdir("/proc/self/task"):
+        os.sched_setaffinity(int(thread), cores)
 
-for _ in range(warmup):
-    train_step(x, y).numpy()
-for thread in os.listdir("/proc/self/task"):
-    os.sched_setaffinity(int(thread), {int(core)})
-if profile == "1":
-    tf.profiler.experimental.start(tempfile.mkdtemp())
-print("ready", flush=True)
-for _ in range(steps):
-    sys.stdin.readline()
-    t0 = time.perf_counter_ns(); train_step(x, y).numpy(); print(time.perf_counter_ns() - t0, flush=True)
-if profile == "1":
-    tf.profiler.experimental.stop()
+for model_name in models.split(","):
+    pin(cpus)
+    keras.backend.clear_session()
+    keras.utils.set_random_seed(0)
+    spec = registry.get(model_name)
+    shape = (size, size, spec.input_shape[-1])
+    model = spec.build(shape, classes)
+    optimizer = keras.optimizers.SGD(0.01)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    rng = np.random.default_rng(0)
+    x = tf.constant(rng.standard_normal((batch, *shape), dtype=np.float32))
+    y = tf.constant(rng.integers(0, classes, size=batch), dtype=tf.int32)
+
+    @tf.function(jit_compile=False)
+    def train_step(x, y):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x, training=True))
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    for _ in range(warmup):
+        train_step(x, y).numpy()
+    pin({int(core)})
+    if profile == "1":
+        tf.profiler.experimental.start(tempfile.mkdtemp())
+    print("ready", flush=True)
+    for _ in range(steps):
+        sys.stdin.readline()
+        t0 = time.perf_counter_ns(); train_step(x, y).numpy(); print(time.perf_counter_ns() - t0, flush=True)
+    if profile == "1":
+        tf.profiler.experimental.stop()
 """
 
 
 def _bare(preset: dict, profile: bool) -> float:
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    """Per repeat, one process per mode that takes the repeat's models in turn, in lockstep, as the sweep does."""
+    env = {**STEADY_HEAP_ENV, **os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     start = time.perf_counter()
     for repeat in range(preset["repeats"]):
-        for model in preset["models"]:
-            pair = []
-            for mode in RUN_ORDER:
-                args = [
-                    model,
-                    mode,
-                    preset["input_size"],
-                    preset["batch_size"],
-                    preset["classes"],
-                    preset["warmup"],
-                    preset["steps"],
-                    int(profile),
-                    repeat % len(os.sched_getaffinity(0)),
-                ]
-                command = [sys.executable, "-c", BARE_SCRIPT, *map(str, args)]
-                pair.append(
-                    subprocess.Popen(
-                        command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                        text=True,
-                    )
-                )  # fmt: skip
+        pair = []
+        for mode in mode_order(repeat):
+            args = [
+                ",".join(preset["models"]),
+                mode,
+                preset["input_size"],
+                preset["batch_size"],
+                preset["classes"],
+                preset["warmup"],
+                preset["steps"],
+                int(profile),
+                repeat % len(os.sched_getaffinity(0)),
+            ]
+            command = [sys.executable, "-c", BARE_SCRIPT, *map(str, args)]
+            pair.append(
+                subprocess.Popen(
+                    command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                    text=True,
+                )
+            )  # fmt: skip
+        for _model in preset["models"]:
             for proc in pair:
                 assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
             for _step in range(preset["steps"]):
@@ -105,9 +116,11 @@ def _bare(preset: dict, profile: bool) -> float:
                     proc.stdin.write("step\n")
                     proc.stdin.flush()
                     proc.stdout.readline()
-            for proc in pair:
-                if proc.wait() != 0:
-                    raise subprocess.CalledProcessError(proc.returncode, proc.args)
+        for proc in pair:
+            assert proc.stdin is not None
+            proc.stdin.close()
+            if proc.wait() != 0:
+                raise subprocess.CalledProcessError(proc.returncode, proc.args)
     return time.perf_counter() - start
 
 
@@ -142,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv or [])
     preset = PRESETS[args.preset]
     runs = len(preset["models"]) * 2 * preset["repeats"]
-    print(f"sweep tool tax: preset {args.preset}, {runs} worker processes each way")
+    print(f"sweep tool tax: preset {args.preset}, {runs} runs in {2 * preset['repeats']} worker processes each way")
     bare_traced = _bare(preset, profile=True)
     sweep = _sweep(args.preset)
     bare_untraced = _bare(preset, profile=False)

@@ -61,6 +61,8 @@ class MeasuredRun(TypedDict):
     cpu_core: NotRequired[int]
     """The core both workers of a lockstep pair were pinned to, each with ``cpu_threads`` TensorFlow threads."""
     cpu_threads: NotRequired[int]
+    worker_env: NotRequired[dict[str, str]]
+    """The environment detprof set for the worker that shapes its timing (``launcher.STEADY_HEAP_ENV``)."""
     arm: NotRequired[str]
     """A calibration's arm, "a" or "b": both deterministic, so their ratio measures the noise alone."""
     input_shape: NotRequired[list[int]]

@@ -129,11 +129,14 @@ def test_max_shapes_keeps_the_largest_per_op_and_kernel_size() -> None:
         )
 
 
-def test_runs_interleave_the_modes_repeat_by_repeat() -> None:
+def test_runs_interleave_the_modes_repeat_by_repeat_in_alternating_order() -> None:
     cases = [OpCase("dense_matmul", "m", (f"l{i}",), {"input_shape": [1, 1], "kernel_shape": [1, 1]}) for i in (0, 1)]
     plan = plan_runs(cases, repeats=2, batch_size=1)
     assert [(r.fields["layers"][0], r.mode, r.repeat) for r in plan] == [
-        (layer, mode, repeat) for repeat in (0, 1) for layer in ("l0", "l1") for mode in ("deterministic", "default")
+        (layer, mode, repeat)
+        for repeat, modes in ((0, ("deterministic", "default")), (1, ("default", "deterministic")))
+        for layer in ("l0", "l1")
+        for mode in modes
     ]
     assert len({r.run_id for r in plan}) == len(plan)
 

@@ -13,6 +13,7 @@ from detprof.intervals import CHEAP_OVERHEAD, Overhead, inconclusive_reason
 from detprof.reports.attribution import attribute, attribution
 from detprof.reports.gpu_clocks import ClockRow, by_mode, clock_rows, throttle_warnings
 from detprof.reports.markdown import md
+from detprof.reports.provenance import provenance
 from detprof.reports.published import PUBLISHED, published_gpu, reference_rows
 from detprof.reports.tradeoff import NOISY_CHURN, Cost, Noise, noise_of, pair, quadrant, reading
 from detprof.traces.kernel_table import SUMMARY_DTYPES, KernelTable, conform
@@ -306,3 +307,11 @@ def test_stability_console_table_uses_the_report_formatting() -> None:
     text = console.export_text()
     assert "0.0123" in text and "+/-  -" not in text and "+/- -" not in text
     assert re.search(r"cross-entropy std \+/- s\.e\.\s*│\s*-\s*│", text)
+
+
+def test_provenance_warns_when_runs_had_different_malloc_settings() -> None:
+    base = {"status": "ok", "device": {"label": "cpu", "name": "cpu"}, "mode": "default"}
+    same = [base | {"worker_env": {"MALLOC_TOP_PAD_": "1"}}, base | {"worker_env": {"MALLOC_TOP_PAD_": "1"}}]
+    assert not provenance(same, {}).warnings
+    mixed = [same[0], base | {"worker_env": {"MALLOC_TOP_PAD_": "0"}}]
+    assert any("different malloc settings" in w for w in provenance(mixed, {}).warnings)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from detprof.cli import main
+from detprof.profiler.launcher import STEADY_HEAP_ENV
 from detprof.store import ResultsStore
 
 TINY = [
@@ -61,6 +62,8 @@ def test_sweep_two_models_end_to_end(tmp_path, capsys) -> None:
             rec["run_id"].replace(rec["mode"], "default" if rec["mode"] == "deterministic" else "deterministic")
         ]
         assert partner["cpu_core"] == rec["cpu_core"]
+        # Every worker keeps its tensors on the heap (launcher.STEADY_HEAP_ENV), and says so.
+        assert rec["worker_env"] == STEADY_HEAP_ENV
     printed = capsys.readouterr().out
     assert "smallcnn" in printed and "mediumcnn_k3" in printed and "[" in printed
     manifest = json.loads((out / "sweep" / "manifest.json").read_text())
@@ -157,7 +160,8 @@ def test_unwritable_output_directory(tmp_path, capsys) -> None:
 
 
 @pytest.mark.slow
-def test_calibration_runs_deterministic_mode_against_itself(tmp_path, capsys) -> None:
+def test_calibration_runs_deterministic_mode_against_itself(tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("MALLOC_TOP_PAD_", "0")
     out = tmp_path / "res"
     code = main(["sweep", "--calibrate", "--models", "smallcnn", "--repeats", "2", *TINY, "--out", str(out)])
     assert code == 0
@@ -166,17 +170,22 @@ def test_calibration_runs_deterministic_mode_against_itself(tmp_path, capsys) ->
     for rec in recs.values():
         assert rec["status"] == "ok", rec["reason"]
         assert rec["mode"] == "deterministic" and rec["settings"]["op_determinism"] is True
+        assert rec["worker_env"] == STEADY_HEAP_ENV | {"MALLOC_TOP_PAD_": "0"}, "the user's own malloc setting wins"
     assert not (out / "sweep").exists()
     printed = capsys.readouterr().out
     assert "Noise floor" in printed and "smallcnn" in printed and "+/-" in printed
 
 
 @pytest.mark.slow
-def test_a_pair_past_its_timeout_is_recorded_failed_and_the_sweep_goes_on(tmp_path) -> None:
+def test_a_pair_past_its_timeout_is_recorded_failed_and_fresh_workers_take_the_next(tmp_path) -> None:
     out = tmp_path / "res"
-    code = main(["sweep", "--models", "smallcnn", "--repeats", "1", *TINY, "--run-timeout", "0.5", "--out", str(out)])
-    assert code == 0
+    args = ["--models", "smallcnn,mediumcnn_k1", "--repeats", "1", *TINY, "--run-timeout", "0.5", "--out", str(out)]
+    assert main(["sweep", *args]) == 0
     recs = records(out)
-    assert sorted(recs) == ["smallcnn--default--r0", "smallcnn--deterministic--r0"]
+    assert sorted(recs) == [
+        f"{m}--{mode}--r0" for m in ("mediumcnn_k1", "smallcnn") for mode in ("default", "deterministic")
+    ]
     for rec in recs.values():
         assert rec["status"] == "failed" and "timed out after 0.5 s" in rec["reason"]
+    # The killed session's workers are gone: nothing of theirs is left running or writing.
+    assert not list((out / "sweep" / "work").glob("*"))

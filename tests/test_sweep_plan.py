@@ -12,17 +12,17 @@ from detprof.profiler.tracers import TRACERS, resolve_tracer
 from detprof.sweep.plan import SweepConfig, plan_runs
 
 
-def test_modes_are_interleaved_repeat_by_repeat() -> None:
+def test_modes_are_interleaved_repeat_by_repeat_and_their_order_counterbalanced() -> None:
     plan = plan_runs(SweepConfig(models=("smallcnn", "resnet18"), repeats=2))
     assert [(r.fields["model"], r.mode, r.repeat) for r in plan] == [
         ("smallcnn", "deterministic", 0),
         ("smallcnn", "default", 0),
         ("resnet18", "deterministic", 0),
         ("resnet18", "default", 0),
-        ("smallcnn", "deterministic", 1),
         ("smallcnn", "default", 1),
-        ("resnet18", "deterministic", 1),
+        ("smallcnn", "deterministic", 1),
         ("resnet18", "default", 1),
+        ("resnet18", "deterministic", 1),
     ]
     assert plan[0].run_id == "smallcnn--deterministic--r0"
 

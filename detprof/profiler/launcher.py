@@ -12,7 +12,6 @@ workload names it, and the worker depends on none of them.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import datetime as dt
 import json
 import os
@@ -22,7 +21,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -35,6 +34,29 @@ from detprof.profiler.tracers import Tracer
 from detprof.records import MeasuredRun, measured_run
 from detprof.store import ResultsStore, atomic_write_json
 from detprof.traces.step_split import kernel_ns_by_step
+
+STEADY_HEAP_ENV: dict[str, str] = {
+    "MALLOC_MMAP_THRESHOLD_": str(1 << 30),
+    "MALLOC_TRIM_THRESHOLD_": str((1 << 32) - 1),
+    "MALLOC_TOP_PAD_": str(1 << 28),
+}
+"""glibc malloc settings under which a worker's tensors reuse heap memory from step to step.
+
+By default glibc hands buffers over 128 KiB (up to 32 MiB as its threshold adapts) to
+mmap and gives freed memory back to the kernel, so each step page-faults its large
+tensors afresh, and how much it does depends on the process: the same model ran 20-40%
+slower in one worker than in the other of a lockstep pair for a whole run, and
+mediumcnn_k3's A/A interval over 6 pairs was +/-3-12%. Kept on the heap, every step after
+the warm-up touches memory it already has: +/-0.9-1.7% (README, "How the measurement
+concludes"). Both modes get the same settings; a user's own value wins (``setdefault``).
+
+Address-space randomization stays on. Turned off, it steadied the step times while the heap
+still moved, but it fixes each mode's layout by its command line (the two modes' run ids
+differ in length), a bias between the modes that no A/A test can see. With the heap kept,
+randomized layouts cost little (A/A over 6 pairs, all within +/-2.2%) and are a random
+effect the interval over pairs covers (Mytkowicz et al., "Producing wrong data without
+doing anything obviously wrong", ASPLOS 2009).
+"""
 
 
 @dataclass(frozen=True)
@@ -57,8 +79,15 @@ class Workload:
     spec: dict[str, Any] = field(default_factory=dict)
 
 
-def worker_command(spec_path: Path, result_path: Path) -> list[str]:
-    return [sys.executable, "-m", "detprof.profiler.worker", str(spec_path), str(result_path)]
+def worker_command(spec_path: Path, result_path: Path | None = None) -> list[str]:
+    """The worker's command line; a session's spec names each run's result path itself."""
+    return [
+        sys.executable,
+        "-m",
+        "detprof.profiler.worker",
+        str(spec_path),
+        *([str(result_path)] if result_path else []),
+    ]
 
 
 def call_in_worker(entry: str, request: Mapping[str, Any], what: str, *, hide_gpus: bool = True) -> Any:
@@ -110,76 +139,98 @@ class WorkerLauncher:
     def worker_env(self) -> dict[str, str]:
         env = dict(os.environ)
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        for name, value in STEADY_HEAP_ENV.items():
+            env.setdefault(name, value)
         env["PYTHONUNBUFFERED"] = "1"
         if self.device.hide_gpus:
             env["CUDA_VISIBLE_DEVICES"] = ""
         return env
 
+    def timing_env(self) -> dict[str, str]:
+        """The heap settings the workers run with, as they take effect (a user's own value wins)."""
+        env = self.worker_env()
+        return {name: env[name] for name in STEADY_HEAP_ENV}
+
     def run(self, run: WorkerRun, workload: Workload, fields: Mapping[str, Any]) -> MeasuredRun:
         """Run one worker: ``workload`` says what it measures, ``fields`` identify the run in its record."""
-        with self._started(run, workload, fields, lockstep=False) as worker:
-            outcome = _wait(worker.proc, self.timeout_s)
+        worker = self._prepare(run, workload, fields, cpu_core=None, control_fd=None)
+        command = self.tracer.command(worker_command(worker.spec_path, worker.result_path), worker.trace_base)
+        atomic_write_json(worker.spec_path, worker.spec)
+        worker.start()
+        with self.sampler_factory() as worker.sampler:
+            proc = self._spawn(command, worker.log_path, control_write=None)
+            worker.command = command
+            outcome = _wait(proc, self.timeout_s)
         return self._finish(worker, outcome)
 
-    def run_pair(self, first: PairedRun, second: PairedRun, *, cpu_core: int) -> list[MeasuredRun]:
-        """Two warm workers stepped in lockstep (A, B, A, B, ...): each pair of steps shares the machine's state.
+    def run_pairs(self, pairs: Sequence[tuple[PairedRun, PairedRun]], *, cpu_core: int) -> Iterator[MeasuredRun]:
+        """Lockstep pairs, one after the other, measured by the same two warm workers, one per side.
 
-        Both start at once and warm up side by side; then the coordinator hands out one step
-        at a time, strictly in turn, so that drift, other load and thermals fall on both alike
-        and every step follows one of the other worker (A, B, B, A would give each worker a
-        warm-cache step after its own every other round: a bimodal per-step ratio). Both are
-        pinned to the same core ``cpu_core`` with one TensorFlow thread each, once warm: only
-        one steps at a time, so they never compete, and each step sees the core (and its
-        caches, and whatever else runs there) as the other worker's step beside it did.
-        Measured on a loaded 2-core machine (A/A, mediumcnn_k3, 5 pairs): +/-2.8% with one
-        shared core, +/-8% unpinned, +/-10% on a core each. A worker that fails (or refuses to
-        run deterministically) drops out and the other finishes its steps alone; each gets its
-        own record. ``--run-timeout`` covers the pair.
+        Each pair: both workers build and warm up its workload side by side; then the
+        coordinator hands out one step at a time, strictly in turn (``_step_in_lockstep``), so
+        that drift, other load and thermals fall on both alike. Both are pinned to the same
+        core ``cpu_core`` with one TensorFlow thread each once warm: only one steps at a time,
+        so they never compete, and each step sees the core (and its caches, and whatever else
+        runs there) as the other worker's step beside it did. Measured on a loaded 2-core
+        machine (A/A, mediumcnn_k3, 5 pairs): +/-2.8% with one shared core, +/-8% unpinned,
+        +/-10% on a core each.
+
+        The workers live for all of ``pairs`` (the models of one repeat): importing TensorFlow
+        and Keras took 5 of a pair's 10 s, so a worker per pair spent half the sweep starting.
+        All of ``pairs[i][0]`` share one mode, all of ``pairs[i][1]`` the other, so a worker
+        never switches determinism; each pair of the session is still its own measurement.
+
+        Yields each run's record as its pair finishes. A workload that fails (or refuses to
+        run deterministically) fails its run only: the other side finishes its steps alone
+        and both go on to the next pair. When a worker dies or ``--run-timeout`` (per pair)
+        expires, the session ends after that pair's records; the caller starts fresh
+        workers for the pairs left.
         """
+        if not pairs:
+            return
         with contextlib.ExitStack() as stack:
-            workers = [
-                stack.enter_context(self._started(*paired, lockstep=True, cpu_core=cpu_core))
-                for paired in (first, second)
-            ]
-            expired = threading.Event()
+            sessions = [stack.enter_context(self._session([pair[side] for pair in pairs], cpu_core)) for side in (0, 1)]
+            for index in range(len(pairs)):
+                workers = [session[index] for session in sessions]
+                watchdog, expired = _watchdog(self.timeout_s, [worker.proc for worker in workers])
+                with contextlib.ExitStack() as samplers:
+                    for worker in workers:
+                        worker.start()
+                        worker.sampler = samplers.enter_context(self.sampler_factory())
+                    if watchdog is not None:
+                        watchdog.start()
+                    try:
+                        _step_in_lockstep(workers, workers[0].run.steps)
+                    finally:
+                        if watchdog is not None:
+                            watchdog.cancel()
+                for worker in workers:
+                    yield self._finish(worker, "timeout" if expired.is_set() else worker.outcome())
+                if any(worker.proc is None or worker.proc.poll() is not None for worker in workers):
+                    for worker in workers:
+                        if worker.proc is not None:
+                            _kill_group(worker.proc)
+                    return
 
-            def expire() -> None:
-                expired.set()
-                for w in workers:
-                    _kill_group(w.proc)
-
-            watchdog = threading.Timer(self.timeout_s, expire) if self.timeout_s is not None else None
-            if watchdog is not None:
-                watchdog.start()
-            try:
-                _step_in_lockstep(workers, first[0].steps)
-                outcomes: list[str | int] = [w.proc.wait() for w in workers]
-            except BaseException:
-                for w in workers:
-                    _kill_group(w.proc)
-                raise
-            finally:
-                if watchdog is not None:
-                    watchdog.cancel()
-        return [self._finish(w, "timeout" if expired.is_set() else o) for w, o in zip(workers, outcomes, strict=True)]
-
-    @contextlib.contextmanager
-    def _started(
+    def _prepare(
         self,
         run: WorkerRun,
         workload: Workload,
         fields: Mapping[str, Any],
         *,
-        lockstep: bool,
-        cpu_core: int | None = None,
-    ) -> Iterator[_Worker]:
-        """A worker process running under the tracer, its log and telemetry open until the block ends."""
+        cpu_core: int | None,
+        control_fd: int | None,
+    ) -> _Worker:
+        """A run's spec and the paths of its spec, result, log and trace (nothing started yet)."""
         work = self.store.dir / "work"
         work.mkdir(parents=True, exist_ok=True)
         trace_base = self.store.dir / "traces" / run.run_id
         trace_base.parent.mkdir(parents=True, exist_ok=True)
         trace_path = self.tracer.trace_path(trace_base)
-        control_read, control_write = os.pipe() if lockstep else (None, None)
+        log_path = self.store.dir / "logs" / f"{run.run_id}.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        result_path = work / f"{run.run_id}.result.json"
+        result_path.unlink(missing_ok=True)
         spec = {
             **workload.spec,
             "workload": workload.entry,
@@ -192,43 +243,58 @@ class WorkerLauncher:
             "in_process": self.tracer.in_process,
             "nvtx_steps": self.tracer.nvtx_steps,
             "trace_path": str(trace_path) if trace_path else None,
-            "control_fd": control_write,
+            "control_fd": control_fd,
             "cpu_core": cpu_core,
             "cpu_threads": None if cpu_core is None else 1,
+            "result_path": str(result_path),
+            "log_path": str(log_path),
         }
         spec_path = work / f"{run.run_id}.spec.json"
-        result_path = work / f"{run.run_id}.result.json"
-        atomic_write_json(spec_path, spec)
-        result_path.unlink(missing_ok=True)
-        command = self.tracer.command(worker_command(spec_path, result_path), trace_base)
-        log_path = self.store.dir / "logs" / f"{run.run_id}.log"
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        started, t0 = _now(), time.monotonic()
-        with open(log_path, "wb") as log, self.sampler_factory() as sampler:
-            proc = subprocess.Popen(
+        return _Worker(run, dict(fields), spec, spec_path, result_path, log_path, trace_base, trace_path)
+
+    def _spawn(self, command: list[str], log_path: Path, control_write: int | None) -> subprocess.Popen[bytes]:
+        with open(log_path, "wb") as log:
+            return subprocess.Popen(
                 command,
                 env=self.worker_env(),
-                stdin=subprocess.PIPE if lockstep else subprocess.DEVNULL,
+                stdin=subprocess.DEVNULL if control_write is None else subprocess.PIPE,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 pass_fds=() if control_write is None else (control_write,),
-                preexec_fn=_same_address_layout if lockstep else None,
             )
-            control = None
-            if control_write is not None and control_read is not None:
-                os.close(control_write)
-                control = os.fdopen(control_read)
-            paths = (spec_path, result_path, log_path, trace_path)
-            worker = _Worker(run, dict(fields), command, *paths, started, t0, proc, control, sampler)
-            try:
-                yield worker
-            finally:
-                if control is not None:
-                    control.close()
-                if proc.stdin is not None:
-                    with contextlib.suppress(OSError):
-                        proc.stdin.close()
+
+    @contextlib.contextmanager
+    def _session(self, runs: Sequence[PairedRun], cpu_core: int) -> Iterator[list[_Worker]]:
+        """One worker process that measures ``runs`` in order, paced over a control pipe."""
+        if self.tracer.wraps_process:
+            raise UsageError(f"tracer {self.tracer.name} wraps a process and cannot trace lockstep pairs")
+        control_read, control_write = os.pipe()
+        workers = [self._prepare(*paired, cpu_core=cpu_core, control_fd=control_write) for paired in runs]
+        for worker in workers:
+            worker.log_path.write_bytes(b"")
+        spec_path = workers[0].spec_path.with_name(f"{workers[0].run.run_id}.session.json")
+        atomic_write_json(spec_path, {"runs": [worker.spec for worker in workers]})
+        command = worker_command(spec_path)
+        proc = self._spawn(command, workers[0].log_path, control_write)
+        os.close(control_write)
+        control = os.fdopen(control_read)
+        for worker in workers:
+            worker.command, worker.spec_path, worker.proc, worker.control = command, spec_path, proc, control
+        try:
+            yield workers
+            if proc.stdin is not None:
+                proc.stdin.close()
+            proc.wait()
+        except BaseException:
+            _kill_group(proc)
+            raise
+        finally:
+            control.close()
+            if proc.stdin is not None:
+                with contextlib.suppress(OSError):
+                    proc.stdin.close()
+            spec_path.unlink(missing_ok=True)
 
     def _finish(self, worker: _Worker, outcome: str | int) -> MeasuredRun:
         run = worker.run
@@ -251,6 +317,7 @@ class WorkerLauncher:
             started_at=worker.started,
             finished_at=finished,
             duration_s=duration,
+            worker_env=self.timing_env(),
             telemetry=worker.sampler.result(window=tuple(window) if window else None),
             **(worker.fields | result | kernels),
         )
@@ -297,60 +364,91 @@ PairedRun = tuple[WorkerRun, Workload, Mapping[str, Any]]
 
 @dataclass
 class _Worker:
-    """A started worker: what it runs and where its outputs go, its process and its control pipe."""
+    """One run of a worker process: what it runs, where its outputs go, and, once started, its process."""
 
     run: WorkerRun
     fields: dict[str, Any]
-    command: list[str]
+    spec: dict[str, Any]
     spec_path: Path
     result_path: Path
     log_path: Path
+    trace_base: Path
     trace_path: Path | None
-    started: str
-    t0: float
-    proc: subprocess.Popen[bytes]
-    control: IO[str] | None
-    """The worker's answers in a lockstep pair ("ready", then one line per step); None otherwise."""
-    sampler: TelemetrySampler | NoTelemetry
+    command: list[str] = field(default_factory=list)
+    proc: subprocess.Popen[bytes] | None = None
+    control: IO[str] | None = None
+    """The worker's answers in a lockstep session (see ``_step_in_lockstep``); None otherwise."""
+    sampler: TelemetrySampler | NoTelemetry | None = None
+    started: str = ""
+    t0: float = 0.0
 
+    def start(self) -> None:
+        self.started, self.t0 = _now(), time.monotonic()
 
-ADDR_NO_RANDOMIZE = 0x0040000
-
-
-def _same_address_layout() -> None:
-    """Start the worker without address-space randomization (Linux ``personality``), as ``setarch -R`` does.
-
-    Where code and buffers land changes cache and TLB behaviour enough to make one process
-    persistently faster than another running the same thing (Mytkowicz et al., "Producing
-    wrong data without doing anything obviously wrong", ASPLOS 2009). A/A pairs of
-    mediumcnn_k3 on this 2-core machine: step times 20-30 ms from process to process with
-    randomization, 20-23 ms without, and the pair ratios' interval +/-1.7% over 8 pairs.
-    """
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).personality(ADDR_NO_RANDOMIZE)
+    def outcome(self) -> str | int:
+        """0 when the run's result is written, else the process's exit code (it died)."""
+        if self.result_path.is_file():
+            return 0
+        assert self.proc is not None
+        return self.proc.wait()
 
 
 def _step_in_lockstep(workers: list[_Worker], steps: int) -> None:
-    """Wait until each is warm, then one step each in turn.
+    """Wait until each is warm, then one step each in turn, always in the same order (A, B, A, B, ...).
 
-    A worker that fails (a refusal to run deterministically, out of memory) drops out and the
-    other goes on alone: its run is no longer paired, but its kernels are still what the
-    report shows of that mode.
+    The same order keeps the pair symmetric: each step follows a step of the other worker on
+    the same core. Alternating who goes first (A, B, B, A, ...) lets a worker step twice in a
+    row, on caches it had just warmed: in A/A pairs (smallcnn, mediumcnn_k1) a step that
+    followed the worker's own step was 4-6% faster than one that followed the other's, and
+    the order of the steps then decides the ratio.
+
+    Each worker answers on its control pipe, per run: "ready" once warm (or "failed"), one
+    line per "step" (its wall time, or "failed"), and "done" once the run's result is
+    written. A worker whose run fails (a refusal to run deterministically, out of memory)
+    drops out and the other goes on alone: its run is no longer paired, but its kernels are
+    still what the report shows of that mode.
     """
-    alive = [w for w in workers if w.control is not None and w.control.readline().strip() == "ready"]
+    alive = [w for w in workers if _answer(w) == "ready"]
     for _step in range(steps):
         for worker in list(alive):
-            assert worker.proc.stdin is not None and worker.control is not None
+            assert worker.proc is not None and worker.proc.stdin is not None
             try:
                 worker.proc.stdin.write(b"step\n")
                 worker.proc.stdin.flush()
-                answered = bool(worker.control.readline())
             except OSError:
-                answered = False
-            if not answered:
+                alive.remove(worker)
+                continue
+            if not _answer(worker).isdigit():
                 alive.remove(worker)
         if not alive:
-            return
+            break
+    for worker in workers:
+        while _answer(worker) not in ("done", ""):
+            pass
+
+
+def _answer(worker: _Worker) -> str:
+    """The worker's next line on its control pipe; "" once it has gone."""
+    assert worker.control is not None
+    try:
+        return worker.control.readline().strip()
+    except (OSError, ValueError):
+        return ""
+
+
+def _watchdog(
+    timeout_s: float | None, procs: Sequence[subprocess.Popen[bytes] | None]
+) -> tuple[threading.Timer | None, threading.Event]:
+    """A timer (None without a timeout) that kills ``procs`` when it fires, and the event it sets."""
+    expired = threading.Event()
+
+    def expire() -> None:
+        expired.set()
+        for proc in procs:
+            if proc is not None:
+                _kill_group(proc)
+
+    return (None if timeout_s is None else threading.Timer(timeout_s, expire)), expired
 
 
 def _wait(proc: subprocess.Popen[bytes], timeout: float | None) -> str | int:

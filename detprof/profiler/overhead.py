@@ -1,7 +1,8 @@
 """Overhead of determinism per model (or op case), from the run records of a measured study.
 
-Runs are interleaved (deterministic, default, deterministic, ...), so repeat ``r`` of one
-mode and repeat ``r`` of the other ran side by side and saw the same drift and thermals:
+Runs are interleaved (the two modes of a repeat back to back, in lockstep on a CPU, their
+order alternating by repeat), so repeat ``r`` of one mode and repeat ``r`` of the other
+ran side by side and saw the same drift and thermals:
 each repeat gives one paired log ratio, and ``intervals.paired_t`` turns them into the
 interval.
 """

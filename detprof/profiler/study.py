@@ -12,6 +12,7 @@ here, once.
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -147,9 +148,21 @@ class PlannedRun:
     fields: dict[str, Any]
 
 
+def mode_order(repeat: int) -> tuple[Mode, ...]:
+    """The order of the two modes in ``repeat``: ``RUN_ORDER`` in even repeats, reversed in odd ones.
+
+    Whichever worker starts and steps first is not quite the same as the second: in A/A
+    lockstep pairs on 2 cores, the second came out 0.5-1.5% slower (all three cpu-small
+    models, two calibrations), enough to push an A/A interval off 1.00. Counterbalanced,
+    that order effect falls on both modes equally and lands in the interval as spread
+    between repeats instead of as a bias. The same holds for runs one after the other.
+    """
+    return RUN_ORDER if repeat % 2 == 0 else RUN_ORDER[::-1]
+
+
 def interleaved(units: Sequence[Unit], repeats: int) -> list[tuple[int, Unit, Mode]]:
-    """Repeat by repeat, unit by unit, the two modes back to back (D, N, D, N, ...)."""
-    return [(repeat, unit, mode) for repeat in range(repeats) for unit in units for mode in RUN_ORDER]
+    """Repeat by repeat, unit by unit, the two modes back to back in ``mode_order`` (D, N, ..., N, D, ...)."""
+    return [(repeat, unit, mode) for repeat in range(repeats) for unit in units for mode in mode_order(repeat)]
 
 
 def run_planned(
@@ -186,26 +199,41 @@ def _run_lockstep_pairs(
     launcher: WorkerLauncher,
     progress: RunProgress,
 ) -> list[MeasuredRun]:
-    """Every lockstep pair not yet complete, one pair at a time, the cores taken in turn.
+    """Every lockstep pair not yet complete, a repeat at a time, the cores taken in turn.
 
-    One pair at a time: two pairs side by side on two cores interfered through the shared
-    caches and memory (A/A on a loaded 2-core machine: smallcnn +/-6.6% against +/-0.9%). A
-    pair that is half done (a crash between its two records) is measured again whole: its
-    two halves must share the machine's state.
+    The pairs of one repeat share a pair of workers (``WorkerLauncher.run_pairs``); the next
+    repeat starts fresh ones, so the worker process stays a random effect across repeats.
+    One session at a time: two pairs side by side on two cores interfered through the
+    shared caches and memory (A/A on a loaded 2-core machine: smallcnn +/-6.6% against
+    +/-0.9%). A pair that is half done (a crash between its two records) is measured again
+    whole: its two halves must share the machine's state. When a session ends early (a
+    worker died, or a pair ran past ``--run-timeout``), fresh workers take the pairs left.
     """
-    pairs = [plan[i : i + 2] for i in range(0, len(plan), 2)]
+    pairs = [tuple(plan[i : i + 2]) for i in range(0, len(plan), 2)]
     todo = [pair for pair in pairs if not all(store.is_done(run.run_id) for run in pair)]
     cores = sorted(usable_core_ids())
     records: list[MeasuredRun] = []
-    for index, pair in enumerate(todo, start=len(pairs) - len(todo)):
-        progress.on_start(" + ".join(run.label for run in pair), 2 * index)
-        paired = [
-            (settings.worker_run(run.run_id, run.mode), run.workload, run.fields | {"pairing": "lockstep"})
-            for run in pair
-        ]
-        for record in launcher.run_pair(*paired, cpu_core=cores[index % len(cores)]):
-            records.append(record)
-            progress.on_done(record)
+    completed = 2 * (len(pairs) - len(todo))
+    for n, (_repeat, group) in enumerate(itertools.groupby(todo, key=lambda pair: pair[0].repeat)):
+        left = list(group)
+        while left:
+            progress.on_start(" + ".join(run.label for run in left[0]), completed)
+            paired = [
+                tuple(
+                    (settings.worker_run(run.run_id, run.mode), run.workload, run.fields | {"pairing": "lockstep"})
+                    for run in pair
+                )
+                for pair in left
+            ]
+            measured = 0
+            for record in launcher.run_pairs(paired, cpu_core=cores[n % len(cores)]):
+                records.append(record)
+                progress.on_done(record)
+                measured += 1
+                completed += 1
+                if measured % 2 == 0 and measured // 2 < len(left):
+                    progress.on_start(" + ".join(run.label for run in left[measured // 2]), completed)
+            left = left[max(measured // 2, 1) :]
     return records
 
 

@@ -27,6 +27,11 @@ class Tracer:
     in_process: InProcess
     nvtx_steps: bool = False
 
+    @property
+    def wraps_process(self) -> bool:
+        """nsys and nvprof run the worker as their child and trace the whole process."""
+        return self.name in ("nsys", "nvprof")
+
     def command(self, worker: list[str], trace_base: Path) -> list[str]:
         """The full command line that runs ``worker`` under this tracer."""
         if self.name == "nsys":

@@ -1,8 +1,10 @@
-"""The worker process: ``python -m detprof.profiler.worker SPEC RESULT``, JSON in, JSON out.
+"""The worker process: ``python -m detprof.profiler.worker SPEC [RESULT]``, JSON in, JSON out.
 
-A measured run gets a fresh process per (workload, mode, repeat) because determinism
-cannot be switched off inside a process and cuDNN's autotune cache must not carry from
-one mode into the other. The spec names the workload's entry point (``module:function``,
+A measured run gets a process of its own mode because determinism cannot be switched
+off inside a process and cuDNN's autotune cache must not carry from one mode into the
+other: a fresh process per run, or, in a lockstep session (a spec with ``runs``), one
+process per mode that measures the runs of one repeat in turn, each written to its own
+result path. The spec names the workload's entry point (``module:function``,
 chosen by the package that owns it: a model training on synthetic data, one kernels_bench
 op case on random inputs). The worker excludes the warm-up steps where autotuning happens
 and traces only the measured steps. It always writes a result, also when the workload
@@ -94,36 +96,56 @@ class _StepTracer:
 
 
 class _Pacer:
-    """When each measured step may run: at once, or when the coordinator of a lockstep pair says so.
+    """When each measured step may run: at once, or when the coordinator of a lockstep session says so.
 
     In a lockstep pair the coordinator steps the deterministic and the default worker in turn
-    (A, B, A, B, ...), so that every pair of steps shares the machine's state. The worker says
-    "ready" once warmed up and traced, then runs one step per "step" line on its stdin and
-    answers on the control pipe.
+    (A, B, A, B, ...), so that every pair of steps shares the machine's state. Per run the
+    worker says "ready" once warmed up and traced (or "failed"), then runs one step per
+    "step" line on its stdin and answers with the step's wall time (or "failed"), and says
+    "done" once the run's result is written (``launcher._step_in_lockstep``).
     """
 
     def __init__(self, control_fd: int | None) -> None:
         self._control = None if control_fd is None else os.fdopen(control_fd, "w", buffering=1)
+        self._owed = "start"
+
+    def _say(self, line: str) -> None:
+        if self._control is not None:
+            self._control.write(f"{line}\n")
+
+    def begin(self) -> None:
+        self._owed = "start"
 
     def ready(self) -> None:
-        if self._control is not None:
-            self._control.write("ready\n")
+        self._say("ready")
+        self._owed = ""
 
     def wait_turn(self) -> bool:
         """True when the next step should run; False when the coordinator has gone (its pipe closed)."""
-        return self._control is None or sys.stdin.readline().strip() == "step"
+        if self._control is None:
+            return True
+        self._owed = "step"
+        return sys.stdin.readline().strip() == "step"
 
     def done(self, wall_ns: int) -> None:
-        if self._control is not None:
-            self._control.write(f"{wall_ns}\n")
+        self._say(str(wall_ns))
+        self._owed = ""
+
+    def failed(self) -> None:
+        """The run failed: answer what the coordinator is waiting for (the start, or a step)."""
+        if self._owed:
+            self._say("failed")
+            self._owed = ""
+
+    def written(self) -> None:
+        self._say("done")
 
 
-def pin_to_core(core: int) -> int:
-    """Move every thread of this process to ``core`` (start-up and warm-up ran wherever they liked)."""
+def pin_threads(cpus: set[int]) -> None:
+    """Move every thread of this process to ``cpus``."""
     for thread_id in os.listdir("/proc/self/task"):
         with contextlib.suppress(ProcessLookupError):
-            os.sched_setaffinity(int(thread_id), {core})
-    return core
+            os.sched_setaffinity(int(thread_id), cpus)
 
 
 def entry_point(entry: str) -> Callable[..., Any]:
@@ -132,7 +154,8 @@ def entry_point(entry: str) -> Callable[..., Any]:
     return getattr(importlib.import_module(module), attr)
 
 
-def run(spec: dict[str, Any]) -> dict[str, Any]:
+def run(spec: dict[str, Any], pacer: _Pacer | None = None) -> dict[str, Any]:
+    """One measured run; ``pacer`` paces its steps (a lockstep session), else they run at once."""
     settings = DeterminismSettings(spec["mode"], int(spec["seed"]), bool(spec["xla"]))
     result: dict[str, Any] = {"settings": apply(settings), "versions": software_versions()}
     import tensorflow as tf
@@ -142,7 +165,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         tf.config.threading.set_inter_op_parallelism_threads(1)
         result["cpu_threads"] = int(spec["cpu_threads"])
     tracer = _StepTracer(spec["in_process"], spec.get("trace_path"), bool(spec.get("nvtx_steps")))
-    pacer = _Pacer(spec.get("control_fd"))
+    pacer = pacer or _Pacer(None)
     try:
         step, facts = entry_point(spec["workload"])(spec)
         result.update(facts)
@@ -151,7 +174,8 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         step_wall_ns: list[int] = []
         window_start = time.monotonic()
         if spec.get("cpu_core") is not None:
-            result["cpu_core"] = pin_to_core(int(spec["cpu_core"]))
+            pin_threads({int(spec["cpu_core"])})
+            result["cpu_core"] = int(spec["cpu_core"])
         tracer.start()
         pacer.ready()
         try:
@@ -172,12 +196,46 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
             measured_window_monotonic=[window_start, time.monotonic()],
         )
     except (tf.errors.ResourceExhaustedError, MemoryError) as exc:
+        pacer.failed()
         result.update(status="failed", reason=f"out of memory: {first_line(exc, with_type=True)[:_REASON_CHARS]}")
     except Exception as exc:
+        pacer.failed()
         traceback.print_exc()
         status, reason = classify_failure(exc, settings.deterministic)
         result.update(status=status, reason=reason)
     return result
+
+
+def session(runs: list[dict[str, Any]]) -> int:
+    """Several runs of one mode in this process, one after the other, each paced by the coordinator.
+
+    Each run logs to its own file and starts on every core this process may use (its warm-up
+    runs beside the other worker's) before ``run`` pins it for the measured steps; Keras's
+    session is cleared in between, so layer names (and the kernel names built from them) are
+    the same as in a process of their own.
+    """
+    import keras
+
+    pacer = _Pacer(runs[0]["control_fd"])
+    cpus = os.sched_getaffinity(0)
+    for spec in runs:
+        _log_to(Path(spec["log_path"]))
+        pin_threads(cpus)
+        keras.backend.clear_session()
+        pacer.begin()
+        atomic_write_json(Path(spec["result_path"]), run(spec, pacer))
+        pacer.written()
+    return 0
+
+
+def _log_to(path: Path) -> None:
+    """Send this process's stdout and stderr (TensorFlow's C++ logs included) to ``path``."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)
+    for target in (1, 2):
+        os.dup2(fd, target)
+    os.close(fd)
 
 
 def call(spec: dict[str, Any], result_path: Path) -> int:
@@ -191,8 +249,10 @@ def call(spec: dict[str, Any], result_path: Path) -> int:
 
 
 def main(argv: list[str]) -> int:
-    spec_path, result_path = Path(argv[0]), Path(argv[1])
-    spec = json.loads(spec_path.read_text())
+    spec = json.loads(Path(argv[0]).read_text())
+    if "runs" in spec:
+        return session(spec["runs"])
+    result_path = Path(argv[1])
     if "call" in spec:
         return call(spec, result_path)
     atomic_write_json(result_path, run(spec))

@@ -9,6 +9,7 @@ warning in the report rather than a silent mix.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,6 +79,9 @@ def provenance(records: Sequence[Mapping[str, Any]], config: Mapping[str, Any]) 
     names = _env(records, "device", "name")
     if len(names) > 1:
         warnings.append(f"{label}: runs ran on different devices: {', '.join(names)}")
+    heaps = distinct(json.dumps(r["worker_env"], sort_keys=True) for r in records if r.get("worker_env"))
+    if len(heaps) > 1:
+        warnings.append(f"{label}: runs had different malloc settings ({'; '.join(heaps)}): step times may not compare")
     warnings += _settings_warnings(label, records)
     settings: dict[str, dict[str, Any]] = {}
     for rec in records:

@@ -81,7 +81,7 @@ CALIBRATION_ARMS: dict[Mode, str] = {"deterministic": "a", "default": "b"}
 
 
 def plan_runs(config: SweepConfig, *, calibrate: bool = False) -> list[PlannedRun]:
-    """Repeat by repeat, model by model, the two modes back to back (D, N, D, N, ...).
+    """Repeat by repeat, model by model, the two modes back to back, their order alternating by repeat.
 
     ``calibrate``: the same plan with both slots deterministic (arms a and b), an A/A test whose
     interval shows the smallest overhead this machine and design can resolve.

@@ -18,12 +18,14 @@ PRESETS: dict[str, dict[str, Any]] = {
         "classes": None,
     },
     # The embedded default on a machine without a GPU: small models, small inputs, measured in
-    # lockstep pairs (profiler.study.Pairing). The worker process is a random effect, so
-    # precision comes from the number of pairs: 6 pairs of 40 steps resolve about +/-3% on
-    # 2 cores (A/A, `--calibrate`) in under 3 minutes; more steps per pair buy little.
+    # lockstep pairs (profiler.study.Pairing) on a heap that stays put (launcher.STEADY_HEAP_ENV),
+    # the models of a repeat by one pair of workers. The worker process is a random effect, so
+    # precision comes from the number of pairs and their steps: on 2 cores, A/A (`--calibrate`)
+    # over 6 pairs resolved mediumcnn_k1 (the noisiest) to +/-1.6-4.9% with 40 steps and
+    # +/-1.4% with 100, every model within +/-1.6%, the sweep in 2 minutes.
     "cpu-small": {
         "models": ("smallcnn", "mediumcnn_k1", "mediumcnn_k3"),
-        "steps": 40,
+        "steps": 100,
         "warmup": 5,
         "repeats": 6,
         "batch_size": 32,
