@@ -49,7 +49,7 @@ def _timed_study(out: Path, jobs: int, tasks_per_worker: int | None) -> tuple[fl
 
 def main() -> int:
     config = study.StudyConfig()
-    jobs = study.default_jobs()
+    jobs = study.default_jobs(choose_device(None))
     runs = config.runs * len(config.variants)
     print(
         f"== stability: {config.model} on {config.dataset}, {', '.join(config.variants)}, "

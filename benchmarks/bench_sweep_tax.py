@@ -2,9 +2,10 @@
 
 Target (issue "Model zoo, determinism modes and sweep"): on the CPU preset, the sweep takes at
 most 1.15x the wall time of a bare script that does the same warm-up and measured steps in the
-same number of processes. The bare script switches determinism the same way and wraps the
-measured steps in TensorFlow's profiler, because that trace is the measurement; a third run
-without the profiler shows what the tracer itself costs. On a CPU the sweep measures each
+same number of processes. The bare script switches determinism the same way, times untraced
+steps (wall time) and then, after starting TensorFlow's profiler and one settling step, as
+many traced steps (kernel time), as the sweep's workers do; a third run with as many steps
+and no profiler shows what the tracer itself costs. On a CPU the sweep measures each
 repeat as lockstep pairs in one process per mode, so the bare script does the same work the
 same way: both modes of a repeat start together with one TensorFlow thread each, and for each
 model in turn warm up, move to one core, and take their measured steps in turn when a minimal
@@ -71,12 +72,17 @@ for model_name in models.split(","):
     for _ in range(warmup):
         train_step(x, y).numpy()
     pin({int(core)})
-    if profile == "1":
-        tf.profiler.experimental.start(tempfile.mkdtemp())
     print("ready", flush=True)
-    for _ in range(steps):
-        sys.stdin.readline()
-        t0 = time.perf_counter_ns(); train_step(x, y).numpy(); print(time.perf_counter_ns() - t0, flush=True)
+    for phase in ("untraced", "traced"):
+        if phase == "traced":
+            sys.stdin.readline()
+            if profile == "1":
+                tf.profiler.experimental.start(tempfile.mkdtemp())
+            train_step(x, y).numpy()
+            print("traced", flush=True)
+        for _ in range(steps):
+            sys.stdin.readline()
+            t0 = time.perf_counter_ns(); train_step(x, y).numpy(); print(time.perf_counter_ns() - t0, flush=True)
     if profile == "1":
         tf.profiler.experimental.stop()
 """
@@ -110,10 +116,10 @@ def _bare(preset: dict, profile: bool) -> float:
         for _model in preset["models"]:
             for proc in pair:
                 assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-            for _step in range(preset["steps"]):
+            for command in ["step"] * preset["steps"] + ["trace"] + ["step"] * preset["steps"]:
                 for proc in pair:
                     assert proc.stdin is not None and proc.stdout is not None
-                    proc.stdin.write("step\n")
+                    proc.stdin.write(f"{command}\n")
                     proc.stdin.flush()
                     proc.stdout.readline()
         for proc in pair:
@@ -160,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     sweep = _sweep(args.preset)
     bare_untraced = _bare(preset, profile=False)
     ratio = sweep / bare_traced
-    print(f"  bare Keras script, TF profiler on measured steps: {bare_traced:7.1f} s")
+    print(f"  bare Keras script, TF profiler on traced steps:   {bare_traced:7.1f} s")
     print(f"  detprof sweep:                                    {sweep:7.1f} s")
     print(f"  bare Keras script, no profiler:                   {bare_untraced:7.1f} s")
     print(f"  ratio sweep / bare (traced):   {ratio:.3f}x (target <= {TARGET}x)")

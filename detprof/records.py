@@ -46,6 +46,7 @@ class MeasuredRun(TypedDict):
     """What the worker's framework reported in effect (``determinism.apply``)."""
     versions: dict[str, Any] | None
     step_wall_ns: list[int] | None
+    """Wall time of each untraced measured step: the run's wall time (None for a run that traced only)."""
     wall_ns_per_step: float | None
     kernel_ns_per_step: float | None
     kernel_count: int | None
@@ -56,6 +57,15 @@ class MeasuredRun(TypedDict):
     """Kernel time of each measured step, where the tracer split the window into steps."""
     trace_file: str | None
     telemetry: dict[str, Any] | None
+    measures: NotRequired[Literal["both", "kernel", "wall"]]
+    """What the run measured (``launcher.Measures``); records without it measured both, wall time traced."""
+    traced_step_wall_ns: NotRequired[list[int] | None]
+    """Wall time of each traced step: what the tracer costs, next to ``step_wall_ns``; never an overhead."""
+    kernel_table_steps: NotRequired[int]
+    """Steps the kernel table holds: the traced steps, plus the settling step where the tracer marks no steps."""
+    cuda_graph_launches: NotRequired[int]
+    """CUDA graphs launched in the trace, and how many kernels graph nodes launched (``traces.graphs``)."""
+    graph_kernel_count: NotRequired[int | None]
     pairing: NotRequired[Literal["lockstep"]]
     """Set on the two runs of a lockstep pair: their steps ran in turn and pair up step by step."""
     cpu_core: NotRequired[int]
@@ -212,6 +222,16 @@ PER_STEP_FIELDS: dict[Metric, tuple[str, str]] = {
     "wall": ("step_wall_ns", "wall_ns_per_step"),
     "kernel": ("step_kernel_ns", "kernel_ns_per_step"),
 }
+
+
+def measures(record: Mapping[str, Any], metric: Metric) -> bool:
+    """Whether the run measured ``metric``: an untraced run has no kernels, a traced-only run no wall time."""
+    return record.get("measures", "both") in ("both", metric)
+
+
+def kernel_table_steps(record: Mapping[str, Any]) -> int:
+    """How many steps the run's kernel table holds (older records: its ``steps``)."""
+    return int(record.get("kernel_table_steps") or record["steps"])
 
 
 def time_per_step(record: Mapping[str, Any], metric: Metric) -> float | None:

@@ -23,6 +23,7 @@ class FakeGpu:
     cc: tuple[int, int] | None = (8, 0)
     sm_count: int | None = 108
     memory_bytes: int = 80 * GIB
+    free_bytes: int | None = None
     sm_clocks: list[int] = field(default_factory=lambda: [1410])
     max_sm_clock: int = 1410
     temperature_c: int = 45
@@ -92,7 +93,8 @@ class FakeNvml:
         return SimpleNamespace(multiprocessorCount=handle.sm_count, memorySizeMB=handle.memory_bytes // 2**20)
 
     def nvmlDeviceGetMemoryInfo(self, handle: FakeGpu) -> SimpleNamespace:
-        return SimpleNamespace(total=handle.memory_bytes, free=handle.memory_bytes, used=0)
+        free = handle.memory_bytes if handle.free_bytes is None else handle.free_bytes
+        return SimpleNamespace(total=handle.memory_bytes, free=free, used=handle.memory_bytes - free)
 
     def nvmlDeviceGetClockInfo(self, handle: FakeGpu, clock_type: int) -> int:
         assert clock_type == pynvml.NVML_CLOCK_SM

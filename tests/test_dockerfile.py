@@ -25,7 +25,9 @@ from dockerfile_parse import DockerfileParser
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCKERFILE = ROOT / "Dockerfile"
-NVIDIA_DEVTOOLS_REPO = "https://developer.download.nvidia.com/devtools/repos/ubuntu"
+NVIDIA_DEVTOOLS = "https://developer.download.nvidia.com/devtools/repos/"
+# The devtools repository of the image's own Ubuntu release and architecture, as bash computes it.
+IMAGE_DEVTOOLS_REPO = NVIDIA_DEVTOOLS + "ubuntu${VERSION_ID//./}/$(dpkg --print-architecture)/"
 COMMAND_SEPARATORS = frozenset({"&&", "||", ";"})
 
 
@@ -128,33 +130,86 @@ def test_everything_copied_into_the_image_exists(dockerfile: DockerfileParser) -
             assert (ROOT / source).exists(), f"Dockerfile copies {source}, which the repository lacks"
 
 
-def test_nsight_systems_cli_is_installed(dockerfile: DockerfileParser) -> None:
-    assert dockerfile.args.get("NSYS_VERSION"), "ARG NSYS_VERSION needs a default: the package pin uses it"
-    keyrings = {shlex.split(value)[-1] for value in instructions(dockerfile, "ADD")}
+def nsight_install(dockerfile: DockerfileParser) -> list[Command]:
+    """The commands of the one RUN instruction that installs nsight-systems-cli."""
     installs = [
         run
         for run in run_commands(dockerfile)
         if any(c.words[:2] == ["apt-get", "install"] and "nsight-systems-cli" in " ".join(c.words) for c in run)
     ]
     assert len(installs) == 1, "exactly one RUN instruction should install nsight-systems-cli"
-    [commands] = installs
+    return installs[0]
 
-    # The NVIDIA devtools apt repository, signed by a key the image ADDs, in sources.list.d.
-    echo = commands[command_index(commands, "echo")]
-    [line, redirect, target] = echo.words[1:]
-    deb = line.split()
-    assert deb[0] == "deb" and deb[-1] == "/", line
-    assert deb[2].startswith(NVIDIA_DEVTOOLS_REPO), line
-    signed_by = re.fullmatch(r"\[signed-by=(\S+)\]", deb[1])
-    assert signed_by and signed_by[1] in keyrings, f"{deb[1]} is not a key the Dockerfile ADDs ({keyrings})"
-    assert redirect == ">" and target.startswith("/etc/apt/sources.list.d/") and target.endswith(".list")
+
+def failing_check(commands: list[Command], *condition: str) -> int:
+    """Where ``if ! <condition ...>; then echo ... >&2; exit 1; fi`` is; it must name the pin it checks."""
+    start = command_index(commands, "if", "!", *condition)
+    check, then, stop, end = (command.words for command in commands[start : start + 4])
+    assert any("${NSYS_VERSION}" in word for word in check), check
+    assert then[:2] == ["then", "echo"] and then[-2:] == [">&", "2"], then
+    assert any("${NSYS_VERSION}" in word for word in then), "the message should name the pin"
+    assert (stop, end) == (["exit", "1"], ["fi"])
+    return start
+
+
+def apt_source(commands: list[Command]) -> tuple[str, str, str]:
+    """The ``echo "deb [signed-by=KEYRING] URL /" > LIST`` command's keyring, repository URL and list file.
+
+    The URL is matched whole, not split on spaces: bash computes part of it with ``$(...)``.
+    """
+    [line, redirect, target] = commands[command_index(commands, "echo")].words[1:]
+    deb = re.fullmatch(r"deb \[signed-by=(\S+)\] (\S.*) /", line)
+    assert deb, f"not a one-repository deb line signed by a keyring: {line}"
+    assert redirect == ">", line
+    return deb[1], deb[2], target
+
+
+def test_nsight_systems_cli_is_installed(dockerfile: DockerfileParser) -> None:
+    assert dockerfile.args.get("NSYS_VERSION"), "ARG NSYS_VERSION needs a default: the package pin uses it"
+    commands = nsight_install(dockerfile)
+
+    # The NVIDIA devtools apt repository of the image's own release and architecture, in sources.list.d.
+    _, repo, target = apt_source(commands)
+    assert repo == IMAGE_DEVTOOLS_REPO
+    assert target.startswith("/etc/apt/sources.list.d/") and target.endswith(".list")
+    os_release = command_index(commands, "source", "/etc/os-release")
+    echo = command_index(commands, "echo")
 
     # Installed at the pinned version, quoted so that bash leaves the apt version glob alone,
-    # after the package lists are read, and checked by running it.
+    # after the package lists are read.
     update = command_index(commands, "apt-get", "update")
     install = command_index(commands, "apt-get", "install")
     assert '"nsight-systems-cli=${NSYS_VERSION}*"' in commands[install].raw, " ".join(commands[install].raw)
-    assert update < install < command_index(commands, "nsys", "--version")
+    assert os_release < echo < update < install
+
+
+def test_the_repository_key_comes_from_that_repository(dockerfile: DockerfileParser) -> None:
+    commands = nsight_install(dockerfile)
+    keyring, repo, _ = apt_source(commands)
+    fetches = [
+        i for i, command in enumerate(commands) if any(word.startswith(NVIDIA_DEVTOOLS) for word in command.words[:-1])
+    ]
+    assert len(fetches) == 1, f"exactly one command should fetch a key from {NVIDIA_DEVTOOLS}"
+    [fetch] = fetches
+    *_, url, written = commands[fetch].words
+    assert url.startswith(NVIDIA_DEVTOOLS) and url.endswith("/nvidia.pub"), url
+    assert url == repo + "nvidia.pub", "the key must come from the repository it signs"
+    assert written == keyring, f"the key is written to {written}, apt reads {keyring}"
+    assert command_index(commands, "source", "/etc/os-release") < fetch < command_index(commands, "apt-get", "update")
+
+
+def test_no_rotated_cuda_key(dockerfile: DockerfileParser) -> None:
+    """NVIDIA replaced the CUDA repositories' 2018 signing key (7fa2af80) in 2022; it is no key of devtools'."""
+    assert not [item["content"] for item in dockerfile.structure if "7fa2af80" in item["value"]]
+
+
+def test_the_nsys_pin_is_checked_before_and_after_the_install(dockerfile: DockerfileParser) -> None:
+    commands = nsight_install(dockerfile)
+    update = command_index(commands, "apt-get", "update")
+    install = command_index(commands, "apt-get", "install")
+    available = failing_check(commands, "apt-cache", "madison", "nsight-systems-cli")
+    installed = failing_check(commands, "nsys", "--version")
+    assert update < available < install < installed
 
 
 def test_image_runs_as_the_unprivileged_user_it_creates(dockerfile: DockerfileParser) -> None:

@@ -254,6 +254,7 @@ def test_gpu_record_carries_what_nvml_said() -> None:
     assert choice.as_record() == {
         "label": "a100",
         "forced": False,
+        "cuda_visible_devices": A100_UUID,
         "name": "NVIDIA A100-SXM4-80GB",
         "index": 0,
         "uuid": A100_UUID,
@@ -419,3 +420,112 @@ def test_cli_refuses_an_unknown_label_before_anything_runs(
     assert err.startswith("detprof: error: unknown GPU label 'v101' (known: t4, v100, a100, ")
     assert err.count("\n") == 1 and "Traceback" not in err
     assert started == [] and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("wanted", ["1", " 1 ", T4_UUID, "GPU-bbbb", "gpu-BBBBBBBB-1111"])
+def test_gpu_index_picks_a_gpu_by_nvml_index_uuid_or_uuid_prefix(wanted: str) -> None:
+    choice = choose_device(None, nvml=FakeNvml([a100(), t4()]), environ={}, gpu_index=wanted)
+    assert (choice.label, choice.gpu.index, choice.gpu.uuid) == ("tesla-t4", 1, T4_UUID)
+    assert choose_device("t4", nvml=FakeNvml([a100(), t4()]), environ={}, gpu_index=wanted).label == "t4"
+
+
+def test_gpu_index_is_the_gpu_the_label_is_checked_against() -> None:
+    nvml = FakeNvml([a100(), t4()])
+    assert choose_device(None, nvml=nvml, environ={}).gpu.uuid == A100_UUID  # no --gpu-index: the first visible
+    with pytest.raises(UsageError, match="does not match the detected GPU 'Tesla T4'"):
+        choose_device("a100", nvml=nvml, environ={}, gpu_index="1")
+    forced = choose_device("a100", force=True, nvml=nvml, environ={}, gpu_index="1")
+    assert forced.forced and forced.gpu.uuid == T4_UUID
+
+
+@pytest.mark.parametrize(
+    ("wanted", "environ", "message"),
+    [
+        (
+            "7",
+            {},
+            "--gpu-index 7 matches no GPU (GPUs: 0: NVIDIA A100-SXM4-80GB GPU-aaaaaaaa-1111-2222-3333-444444444444; "
+            "1: Tesla T4 GPU-bbbbbbbb-1111-2222-3333-444444444444)",
+        ),
+        ("GPU-cccc", {}, "--gpu-index GPU-cccc matches no GPU (GPUs: 0: NVIDIA A100-SXM4-80GB "),
+        ("GPU-", {}, "--gpu-index GPU- matches 2 GPUs: give more of the UUID (GPUs: 0: NVIDIA A100-SXM4-80GB "),
+        ("t4", {}, "--gpu-index 't4' is neither an NVML index (0, 1, ...) nor a GPU UUID (GPU-...)"),
+        ("-1", {}, "--gpu-index '-1' is neither an NVML index"),
+        (
+            "0",
+            {"CUDA_VISIBLE_DEVICES": "1"},
+            "--gpu-index 0 matches no GPU that CUDA_VISIBLE_DEVICES='1' leaves visible "
+            "(GPUs: 1: Tesla T4 GPU-bbbbbbbb-1111-2222-3333-444444444444)",
+        ),
+        ("0", {"CUDA_VISIBLE_DEVICES": ""}, "--gpu-index 0 was given but CUDA_VISIBLE_DEVICES='' hides every GPU"),
+    ],
+)
+def test_gpu_index_that_names_no_usable_gpu_is_one_line(wanted: str, environ: dict[str, str], message: str) -> None:
+    with pytest.raises(UsageError) as err:
+        choose_device(None, nvml=FakeNvml([a100(), t4()]), environ=environ, gpu_index=wanted)
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)
+    assert err.value.exit_code == 2
+
+
+def test_gpu_index_among_the_gpus_cuda_visible_devices_leaves() -> None:
+    nvml = FakeNvml([a100(), t4()])
+    choice = choose_device(None, nvml=nvml, environ={"CUDA_VISIBLE_DEVICES": "1,0"}, gpu_index="0")
+    assert choice.gpu.uuid == A100_UUID and choice.cuda_visible_devices == A100_UUID
+    assert choose_device(None, nvml=nvml, environ={"CUDA_VISIBLE_DEVICES": "1,0"}).gpu.uuid == T4_UUID
+    by_uuid = choose_device(None, nvml=nvml, environ={"CUDA_VISIBLE_DEVICES": T4_UUID}, gpu_index="1")
+    assert by_uuid.gpu.uuid == T4_UUID
+
+
+def test_gpu_index_with_the_cpu_label_or_without_a_gpu_is_refused() -> None:
+    with pytest.raises(UsageError, match=r"^--gpu-index picks the GPU to train on but --gpu cpu trains on the CPU"):
+        choose_device("cpu", nvml=FakeNvml([a100()]), environ={}, gpu_index="0")
+    with pytest.raises(UsageError, match=r"^--gpu-index 0 was given but no NVIDIA GPU was detected$"):
+        choose_device(None, nvml=FakeNvml([]), environ={}, gpu_index="0")
+
+
+def run_cli(monkeypatch, capsys, tmp_path: Path, nvml: FakeNvml, *args: str) -> tuple[int, str, str]:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(gpu_mod, "default_nvml", lambda: nvml)
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize(
+    ("nvml", "args", "message"),
+    [
+        (FakeNvml([]), ["--gpu-index", "3"], "--gpu-index 3 was given but no NVIDIA GPU was detected"),
+        (FakeNvml([a100(), t4()]), ["--gpu-index", "3"], "--gpu-index 3 matches no GPU (GPUs: 0: NVIDIA A100"),
+        (FakeNvml([a100()]), ["--gpu", "cpu", "--gpu-index", "0"], "--gpu-index picks the GPU to train on"),
+    ],
+    ids=["no-gpu", "unknown-index", "cpu-label"],
+)
+def test_stability_cli_refuses_a_bad_gpu_index_in_one_line(
+    monkeypatch, capsys, tmp_path: Path, nvml: FakeNvml, args: list[str], message: str
+) -> None:
+    code, out, err = run_cli(monkeypatch, capsys, tmp_path, nvml, "stability", *args)
+    assert (code, out) == (2, "")
+    assert err.startswith(f"detprof: error: {message}")
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_stability_cli_refuses_more_jobs_than_the_gpus_free_memory_holds(monkeypatch, capsys, tmp_path: Path) -> None:
+    gpu = t4()
+    gpu.free_bytes = 5 * GIB
+    code, out, err = run_cli(
+        monkeypatch, capsys, tmp_path, FakeNvml([a100(), gpu]), "stability", "--gpu-index", "1", "--jobs", "4"
+    )
+    assert (code, out) == (2, "")
+    assert err == (
+        "detprof: error: --jobs 4 does not fit on the GPU: 5.0 GiB free and each worker needs 2.0 GiB, "
+        "so at most 2 fit; pass --jobs 2\n"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", ["sweep", "kernels", "stability", "check"])
+def test_every_command_that_picks_a_device_takes_gpu_index(capsys, command: str) -> None:
+    assert main([command, "--help"]) == 0
+    assert "--gpu-index" in capsys.readouterr().out

@@ -11,7 +11,7 @@ from fake_nvml import FakeNvml, a100, t4
 
 from detprof.profiler import telemetry
 from detprof.profiler.devices import DeviceChoice, GpuInfo
-from detprof.profiler.telemetry import NoTelemetry, TelemetrySampler, decode_reasons, summarize
+from detprof.profiler.telemetry import REASON_BITS, NoTelemetry, TelemetrySampler, decode_reasons, summarize
 
 SAMPLE_KEYS = {
     "t_s",
@@ -46,7 +46,17 @@ def test_decode_reasons() -> None:
     assert decode_reasons(0) == []
     assert decode_reasons(0x1 | 0x4) == ["gpu_idle", "sw_power_cap"]
     assert decode_reasons(0x20 | 0x40) == ["sw_thermal_slowdown", "hw_thermal_slowdown"]
+    assert decode_reasons(0x200 | 0x400) == ["board_limit", "reliability"]
     assert decode_reasons(0x8 | 0x800) == ["hw_slowdown", "unknown_0x800"]
+    assert decode_reasons(0x1000 | 0x800) == ["unknown_0x1800"]
+
+
+def test_reason_bits_are_the_ones_nvml_defines() -> None:
+    """Each name is NVML's own (nvmlClocksThrottleReasonSwPowerCap is sw_power_cap), and none is missing."""
+    for bit, name in REASON_BITS.items():
+        constant = "nvmlClocksThrottleReason" + "".join(word.capitalize() for word in name.split("_"))
+        assert getattr(pynvml, constant) == bit, constant
+    assert sum(REASON_BITS) == pynvml.nvmlClocksThrottleReasonAll
 
 
 def test_summary_of_a_steady_run() -> None:
@@ -58,10 +68,40 @@ def test_summary_of_a_steady_run() -> None:
     assert summary["throttle_reasons"] == []
 
 
-def test_a_throttle_reason_marks_the_run_throttled() -> None:
-    summary = summarize([sample(), sample(reasons=["sw_power_cap"]), sample(reasons=["hw_thermal_slowdown"])])
+@pytest.mark.parametrize(
+    "reason",
+    [
+        "hw_slowdown",
+        "sync_boost",
+        "sw_thermal_slowdown",
+        "hw_thermal_slowdown",
+        "hw_power_brake_slowdown",
+        "display_clock_setting",
+        "board_limit",
+        "reliability",
+        "unknown_0x800",
+    ],
+)
+def test_a_limiting_reason_marks_the_run_throttled_even_at_a_steady_clock(reason: str) -> None:
+    summary = summarize([sample(), sample(reasons=[reason]), sample()])
+    assert summary["low_clock_samples"] == 0
     assert summary["throttled"] is True
-    assert summary["throttle_reasons"] == ["hw_thermal_slowdown", "sw_power_cap"]
+    assert summary["throttle_reasons"] == [reason]
+
+
+def test_a_board_at_its_power_cap_with_a_steady_clock_is_not_throttled() -> None:
+    t4_at_cap = [sample(clock, ["sw_power_cap"]) | {"power_w": 70.0} for clock in (1590, 1575, 1590, 1560)]
+    summary = summarize(t4_at_cap)
+    assert summary["throttle_reasons"] == ["sw_power_cap"]
+    assert summary["low_clock_samples"] == 0
+    assert summary["throttled"] is False
+
+
+def test_a_board_at_its_power_cap_whose_clock_drops_is_throttled() -> None:
+    t4_at_cap = [sample(clock, ["sw_power_cap"]) | {"power_w": 70.0} for clock in (1590, 1590, 1305, 1590)]
+    summary = summarize(t4_at_cap)
+    assert summary["low_clock_samples"] == 1
+    assert summary["throttled"] is True
 
 
 def test_idleness_and_pinned_application_clocks_are_not_throttling() -> None:
@@ -145,6 +185,24 @@ def test_sampler_sees_a_clock_drop_and_throttle_reasons() -> None:
     assert result["summary"]["low_clock_samples"] >= 1
     assert result["summary"]["throttle_reasons"] == ["hw_thermal_slowdown", "sw_power_cap"]
     assert result["samples"][0]["throttle_reasons"] == ["sw_power_cap", "hw_thermal_slowdown"]
+
+
+def test_sampler_on_a_t4_at_its_power_cap_with_a_steady_clock_is_not_throttled() -> None:
+    gpu = t4()
+    gpu.reasons = 0x4
+    result = collect(FakeNvml([gpu]))
+    assert all(s["throttle_reasons"] == ["sw_power_cap"] for s in result["samples"])
+    assert result["summary"]["power_w"]["max"] == 70.0
+    assert result["summary"]["throttled"] is False
+
+
+def test_sampler_on_a_t4_at_its_power_cap_sees_its_clock_drop() -> None:
+    gpu = t4()
+    gpu.reasons = 0x4
+    gpu.sm_clocks = [1590, 1590, 1200]
+    result = collect(FakeNvml([gpu]))
+    assert result["summary"]["low_clock_samples"] >= 1
+    assert result["summary"]["throttled"] is True
 
 
 def test_drivers_without_the_clock_event_call_use_the_throttle_call() -> None:

@@ -78,9 +78,13 @@ def kernels(
         int | None,
         typer.Option(help="Per op (and kernel size), keep the N shapes with the most work; 0 keeps all."),
     ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option(help="Print the plan (each run's command lines, the environment detprof sets) and exit."),
+    ] = False,
 ) -> None:
     """Run each op at each model layer's shape in default and deterministic mode; report what changes."""
-    target = choose_target(options.gpu, options.force, options.tracer, options.preset, list(PRESETS))
+    target = choose_target(options, list(PRESETS), dry_run=dry_run)
     preset = PRESETS[target.preset]
     named = _split("--ops", ops)
     selected = select_ops(suite or preset["suite"], named or preset["ops"], strict=named is not None)
@@ -106,9 +110,15 @@ def kernels(
         max_shapes=config.max_shapes,
     )
     out = options.out or default_results_dir(target.device)
+    plan = plan_runs(cases, config.repeats, config.batch_size)
+    if dry_run:
+        from detprof.profiler.dry_run import plan_lines
+
+        typer.echo("\n".join(plan_lines("kernels", plan, config, target, out)))
+        return
     store = measure(
         "kernels",
-        plan_runs(cases, config.repeats, config.batch_size),
+        plan,
         config,
         config.manifest(cases),
         target,

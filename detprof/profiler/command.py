@@ -51,6 +51,7 @@ def gpus() -> None:
     if spec is not None:
         seen = ", ".join(f"{gpu.index} ({gpu.name})" for gpu in visible_gpus(probe.gpus)) or "no GPU"
         console.print(
-            f"CUDA_VISIBLE_DEVICES={spec!r}: CUDA sees {escape(seen)}; sweeps use the first",
+            f"CUDA_VISIBLE_DEVICES={spec!r}: CUDA sees {escape(seen)}; "
+            "sweeps use the first (or the one --gpu-index names)",
             soft_wrap=True,
         )

@@ -17,7 +17,7 @@ import os
 import platform
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -215,6 +215,22 @@ def list_gpus(nvml: Nvml | None = None) -> list[GpuInfo]:
     return probe_gpus(nvml).gpus
 
 
+def free_memory(gpu: GpuInfo, nvml: Nvml | None = None) -> int | None:
+    """The GPU's free memory now, in bytes, or None where NVML cannot tell (then nothing can be checked)."""
+    nvml = nvml or default_nvml()
+    try:
+        nvml.nvmlInit()
+    except pynvml.NVMLError:
+        return None
+    try:
+        memory = optional(nvml.nvmlDeviceGetMemoryInfo, nvml.nvmlDeviceGetHandleByIndex(gpu.index))
+        return None if memory is None else int(memory.free)
+    except pynvml.NVMLError:
+        return None
+    finally:
+        optional(nvml.nvmlShutdown)
+
+
 def visible_gpus(gpus: list[GpuInfo], environ: Mapping[str, str] | None = None) -> list[GpuInfo]:
     """The GPUs a worker's CUDA will see, in CUDA's order.
 
@@ -315,10 +331,31 @@ class DeviceChoice:
     gpu: GpuInfo | None
     hide_gpus: bool = False
     forced: bool = False
+    mig_devices: str | None = None
+    """The user's own ``CUDA_VISIBLE_DEVICES`` when it names MIG instances: NVML here cannot say
+    which instance of which GPU that is, so the workers keep it rather than a whole GPU's UUID."""
+
+    @property
+    def cuda_visible_devices(self) -> str | None:
+        """What the workers' ``CUDA_VISIBLE_DEVICES`` is set to; None: left as it is (no GPU).
+
+        Empty hides every GPU (label ``cpu``); otherwise the chosen GPU alone, by UUID, which
+        names one card whatever order CUDA enumerates in. NVML may give no UUID: then its
+        index, which ``gpu_env`` makes CUDA read in NVML's (PCI) order.
+        """
+        if self.hide_gpus:
+            return ""
+        if self.gpu is None:
+            return None
+        return self.mig_devices or self.gpu.uuid or str(self.gpu.index)
 
     def as_record(self) -> dict[str, Any]:
-        """The ``device`` field of every run record."""
-        record: dict[str, Any] = {"label": self.label, "forced": self.forced}
+        """The ``device`` field of every run record, with the ``CUDA_VISIBLE_DEVICES`` the workers ran under."""
+        record: dict[str, Any] = {
+            "label": self.label,
+            "forced": self.forced,
+            "cuda_visible_devices": self.cuda_visible_devices,
+        }
         if self.gpu is None:
             record.update(
                 name=cpu_model(),
@@ -393,14 +430,65 @@ def check_label(label: str | None, gpus: list[GpuInfo], force: bool = False) -> 
     return DeviceChoice(label=norm, gpu=gpu, forced=True)
 
 
+def _names_mig(spec: str | None) -> bool:
+    return spec is not None and any(part.strip().startswith("MIG-") for part in spec.split(","))
+
+
+def pick_gpu(wanted: str, gpus: list[GpuInfo], visible: list[GpuInfo], spec: str | None) -> GpuInfo:
+    """The GPU ``--gpu-index`` names among the ``visible`` ones: an NVML index (as ``detprof gpus``
+    lists it, which is PCI order, not CUDA's) or a UUID or a prefix of one that names a single GPU.
+
+    ``gpus`` are all NVML sees and ``spec`` the user's ``CUDA_VISIBLE_DEVICES``, so that a
+    refusal can say whether there is no GPU or the user's setting hides them, and list the
+    ones that could be named.
+    """
+    key = wanted.strip()
+    if key.isdigit():
+        matches = [g for g in visible if g.index == int(key)]
+    elif key.upper().startswith("GPU-"):
+        matches = [g for g in visible if g.uuid and g.uuid.lower().startswith(key.lower())]
+    else:
+        raise UsageError(f"--gpu-index {wanted!r} is neither an NVML index (0, 1, ...) nor a GPU UUID (GPU-...)")
+    if len(matches) == 1:
+        return matches[0]
+    if not gpus:
+        raise UsageError(f"--gpu-index {key} was given but no NVIDIA GPU was detected")
+    if not visible:
+        raise UsageError(f"--gpu-index {key} was given but CUDA_VISIBLE_DEVICES={spec!r} hides every GPU")
+    among = f" that CUDA_VISIBLE_DEVICES={spec!r} leaves visible" if spec is not None else ""
+    listing = "; ".join(f"{g.index}: {g.name} {g.uuid or '(no UUID)'}" for g in visible)
+    if not matches:
+        raise UsageError(f"--gpu-index {key} matches no GPU{among} (GPUs: {listing})")
+    raise UsageError(f"--gpu-index {key} matches {len(matches)} GPUs: give more of the UUID (GPUs: {listing})")
+
+
 def choose_device(
     label: str | None,
     force: bool = False,
     nvml: Nvml | None = None,
     environ: Mapping[str, str] | None = None,
+    *,
+    gpu_index: str | None = None,
 ) -> DeviceChoice:
-    """``check_label`` against the GPUs this process's CUDA would use."""
-    return check_label(label, visible_gpus(list_gpus(nvml), environ), force)
+    """``check_label`` against the GPU the workers will train on: ``gpu_index``'s, else the first
+    one this process's CUDA would use. The workers are then pinned to it (``gpu_env``), so the
+    label check, the telemetry and the training all concern that one card."""
+    environ = os.environ if environ is None else environ
+    spec = environ.get("CUDA_VISIBLE_DEVICES")
+    gpus = list_gpus(nvml)
+    visible = visible_gpus(gpus, environ)
+    if gpu_index is not None:
+        if label is not None and label.strip().lower() == CPU_LABEL:
+            raise UsageError("--gpu-index picks the GPU to train on but --gpu cpu trains on the CPU: give one of them")
+        if _names_mig(spec):
+            raise UsageError(
+                f"--gpu-index cannot choose among MIG instances: CUDA_VISIBLE_DEVICES={spec!r} already chooses one"
+            )
+        visible = [pick_gpu(gpu_index, gpus, visible, spec)]
+    choice = check_label(label, visible, force)
+    if choice.gpu is not None and _names_mig(spec):
+        return replace(choice, mig_devices=spec)
+    return choice
 
 
 def refuse_nvprof(gpu: GpuInfo | None) -> None:

@@ -24,16 +24,18 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Literal
 
 from detprof.determinism import Mode
 from detprof.errors import USAGE_EXIT, DetprofError, InputError, UsageError, last_line
 from detprof.profiler.devices import DeviceChoice
+from detprof.profiler.gpu_env import gpu_env
 from detprof.profiler.telemetry import NoTelemetry, TelemetrySampler
-from detprof.profiler.tracers import Tracer
+from detprof.profiler.tracers import TRACERS, Tracer
 from detprof.records import MeasuredRun, measured_run
 from detprof.store import ResultsStore, atomic_write_json
-from detprof.traces.step_split import kernel_ns_by_step
+from detprof.traces.graphs import cuda_graph_use
+from detprof.traces.step_split import kernel_ns_by_step, within_steps
 
 STEADY_HEAP_ENV: dict[str, str] = {
     "MALLOC_MMAP_THRESHOLD_": str(1 << 30),
@@ -59,6 +61,17 @@ doing anything obviously wrong", ASPLOS 2009).
 """
 
 
+SETTLING_STEPS = 1
+"""Untimed steps a worker runs right after its tracer starts, so that what starting a capture
+costs lands on no measured step (``worker.run``)."""
+
+Measures = Literal["both", "kernel", "wall"]
+"""What a run measures: wall time from untraced steps, kernel time from traced ones, or both
+(an in-process tracer: untraced steps first, then traced ones). A tracer that wraps the
+process (nsys, nvprof) taxes all of it, so its runs measure kernels only and an untraced
+run beside each measures the wall time (``profiler.study.measured_parts``)."""
+
+
 @dataclass(frozen=True)
 class WorkerRun:
     """What every measured run has, whatever its workload."""
@@ -69,6 +82,21 @@ class WorkerRun:
     xla: bool
     steps: int
     warmup: int
+    measures: Measures = "both"
+
+    @property
+    def traced(self) -> bool:
+        return self.measures != "wall"
+
+    @property
+    def wall_steps(self) -> int:
+        """Untraced steps timed for wall time."""
+        return 0 if self.measures == "kernel" else self.steps
+
+    @property
+    def traced_steps(self) -> int:
+        """Steps under the tracer, whose kernels are the run's kernel time."""
+        return self.steps if self.traced else 0
 
 
 @dataclass(frozen=True)
@@ -136,25 +164,45 @@ class WorkerLauncher:
         self.timeout_s = timeout_s
         self.sampler_factory = sampler_factory or (lambda: TelemetrySampler.for_device(device))
 
+    def detprof_env(self) -> dict[str, str]:
+        """What detprof sets in a worker's environment, as it takes effect (a user's own logging and
+        heap settings win); the GPU pinning always comes from ``gpu_env``."""
+        env = {
+            name: os.environ.get(name, value)
+            for name, value in {"TF_CPP_MIN_LOG_LEVEL": "2", **STEADY_HEAP_ENV}.items()
+        }
+        return env | {"PYTHONUNBUFFERED": "1"} | gpu_env(self.device, shares_gpu=False)
+
     def worker_env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        for name, value in STEADY_HEAP_ENV.items():
-            env.setdefault(name, value)
-        env["PYTHONUNBUFFERED"] = "1"
-        if self.device.hide_gpus:
-            env["CUDA_VISIBLE_DEVICES"] = ""
-        return env
+        return dict(os.environ) | self.detprof_env()
 
     def timing_env(self) -> dict[str, str]:
         """The heap settings the workers run with, as they take effect (a user's own value wins)."""
-        env = self.worker_env()
+        env = self.detprof_env()
         return {name: env[name] for name in STEADY_HEAP_ENV}
+
+    def commands(
+        self, run: WorkerRun, workload: Workload, fields: Mapping[str, Any], *, require_installed: bool = True
+    ) -> tuple[list[str], list[str]]:
+        """A run of its own: the worker's command line, and the one that runs it (in its tracer, if traced)."""
+        worker = self._prepare(run, workload, fields, cpu_core=None, control_fd=None)
+        command = worker_command(worker.spec_path, worker.result_path)
+        if not run.traced:
+            return command, command
+        return command, self.tracer.command(command, worker.trace_base, require_installed=require_installed)
+
+    def session_command(self, runs: Sequence[PairedRun]) -> list[str]:
+        """The command line of the worker that measures ``runs`` of one side of lockstep pairs."""
+        return worker_command(self._session_spec_path(runs[0][0]))
+
+    def _session_spec_path(self, first: WorkerRun) -> Path:
+        return self.store.dir / "work" / f"{first.run_id}.session.json"
 
     def run(self, run: WorkerRun, workload: Workload, fields: Mapping[str, Any]) -> MeasuredRun:
         """Run one worker: ``workload`` says what it measures, ``fields`` identify the run in its record."""
         worker = self._prepare(run, workload, fields, cpu_core=None, control_fd=None)
-        command = self.tracer.command(worker_command(worker.spec_path, worker.result_path), worker.trace_base)
+        command = self.commands(run, workload, fields)[1]
+        worker.make_room()
         atomic_write_json(worker.spec_path, worker.spec)
         worker.start()
         with self.sampler_factory() as worker.sampler:
@@ -200,7 +248,7 @@ class WorkerLauncher:
                     if watchdog is not None:
                         watchdog.start()
                     try:
-                        _step_in_lockstep(workers, workers[0].run.steps)
+                        _step_in_lockstep(workers, workers[0].run.wall_steps, workers[0].run.traced_steps)
                     finally:
                         if watchdog is not None:
                             watchdog.cancel()
@@ -221,16 +269,13 @@ class WorkerLauncher:
         cpu_core: int | None,
         control_fd: int | None,
     ) -> _Worker:
-        """A run's spec and the paths of its spec, result, log and trace (nothing started yet)."""
+        """A run's spec and the paths of its spec, result, log and trace; nothing is written yet."""
         work = self.store.dir / "work"
-        work.mkdir(parents=True, exist_ok=True)
         trace_base = self.store.dir / "traces" / run.run_id
-        trace_base.parent.mkdir(parents=True, exist_ok=True)
-        trace_path = self.tracer.trace_path(trace_base)
+        tracer = self.tracer_of(run)
+        trace_path = tracer.trace_path(trace_base)
         log_path = self.store.dir / "logs" / f"{run.run_id}.log"
-        log_path.parent.mkdir(parents=True, exist_ok=True)
         result_path = work / f"{run.run_id}.result.json"
-        result_path.unlink(missing_ok=True)
         spec = {
             **workload.spec,
             "workload": workload.entry,
@@ -238,10 +283,12 @@ class WorkerLauncher:
             "mode": run.mode,
             "seed": run.seed,
             "xla": run.xla,
-            "steps": run.steps,
+            "wall_steps": run.wall_steps,
+            "traced_steps": run.traced_steps,
+            "settling_steps": SETTLING_STEPS,
             "warmup": run.warmup,
-            "in_process": self.tracer.in_process,
-            "nvtx_steps": self.tracer.nvtx_steps,
+            "in_process": tracer.in_process,
+            "nvtx_steps": tracer.nvtx_steps,
             "trace_path": str(trace_path) if trace_path else None,
             "control_fd": control_fd,
             "cpu_core": cpu_core,
@@ -251,6 +298,10 @@ class WorkerLauncher:
         }
         spec_path = work / f"{run.run_id}.spec.json"
         return _Worker(run, dict(fields), spec, spec_path, result_path, log_path, trace_base, trace_path)
+
+    def tracer_of(self, run: WorkerRun) -> Tracer:
+        """The tracer around ``run``: none for the untraced runs that measure wall time."""
+        return self.tracer if run.traced else TRACERS["none"]
 
     def _spawn(self, command: list[str], log_path: Path, control_write: int | None) -> subprocess.Popen[bytes]:
         with open(log_path, "wb") as log:
@@ -272,10 +323,11 @@ class WorkerLauncher:
         control_read, control_write = os.pipe()
         workers = [self._prepare(*paired, cpu_core=cpu_core, control_fd=control_write) for paired in runs]
         for worker in workers:
+            worker.make_room()
             worker.log_path.write_bytes(b"")
-        spec_path = workers[0].spec_path.with_name(f"{workers[0].run.run_id}.session.json")
+        spec_path = self._session_spec_path(runs[0][0])
         atomic_write_json(spec_path, {"runs": [worker.spec for worker in workers]})
-        command = worker_command(spec_path)
+        command = self.session_command(runs)
         proc = self._spawn(command, workers[0].log_path, control_write)
         os.close(control_write)
         control = os.fdopen(control_read)
@@ -301,16 +353,17 @@ class WorkerLauncher:
         finished, duration = _now(), round(time.monotonic() - worker.t0, 3)
         result = self._worker_result(worker.result_path, outcome, worker.log_path)
         window = result.pop("measured_window_monotonic", None)
-        steps = len(result.get("step_wall_ns") or []) or run.steps
-        kernels = self._kernels(run.run_id, worker.trace_path, steps) if result["status"] == "ok" else {}
+        traced_steps = len(result.get("traced_step_wall_ns") or []) or run.traced_steps
+        kernels = self._kernels(run.run_id, worker.trace_path, traced_steps) if result["status"] == "ok" else {}
         if "failure" in kernels:
             result.update(status="failed", reason=kernels.pop("failure"))
         record = measured_run(
             run_id=run.run_id,
             mode=run.mode,
-            steps=steps,
+            steps=run.steps,
             warmup=run.warmup,
-            tracer=self.tracer.name,
+            measures=run.measures,
+            tracer=self.tracer_of(run).name,
             device=self.device.as_record(),
             command=shlex.join(worker.command),
             log=str(worker.log_path.relative_to(self.store.dir)),
@@ -337,7 +390,13 @@ class WorkerLauncher:
         return json.loads(result_path.read_text())
 
     def _kernels(self, run_id: str, trace_path: Path | None, steps: int) -> dict[str, Any]:
-        """The record's kernel fields from the trace; ``{"failure": reason}`` when it is unusable."""
+        """The record's kernel fields from the trace; ``{"failure": reason}`` when it is unusable.
+
+        Where the tracer marks steps (nsys's NVTX ranges, TensorFlow's step events), only
+        the kernels inside the ``steps`` measured steps count, so the settling step after the
+        capture started is left out; nvprof marks none, and its table keeps the settling
+        step (``kernel_table_steps`` says so, and per-step figures divide by it).
+        """
         if trace_path is None:
             return {}
         from detprof.traces.parsers import load_trace
@@ -347,15 +406,23 @@ class WorkerLauncher:
             table = load_trace(trace_path)
         except DetprofError as exc:
             return found | {"failure": f"trace unusable: {exc}"}
+        measured = within_steps(table)
+        table_steps = steps if measured is not None else steps + SETTLING_STEPS
+        table = measured if measured is not None else table
         if table.kernel_count == 0:
             return found | {"failure": "the measured window holds no kernels"}
+        graphs = cuda_graph_use(table)
+        if graphs.hidden:
+            return found | {"failure": graphs.hidden}
         frame = table.summary if table.is_summary else table.kernels
         return found | {
             "kernel_table": self.store.write_table(run_id, frame),
             "kernel_table_kind": "summary" if table.is_summary else "launches",
+            "kernel_table_steps": table_steps,
             "kernel_count": table.kernel_count,
-            "kernel_ns_per_step": table.total_ns / steps,
+            "kernel_ns_per_step": table.total_ns / table_steps,
             "step_kernel_ns": kernel_ns_by_step(table),
+            **graphs.record(),
         }
 
 
@@ -385,6 +452,12 @@ class _Worker:
     def start(self) -> None:
         self.started, self.t0 = _now(), time.monotonic()
 
+    def make_room(self) -> None:
+        """The folders the run writes to, and no result left from an earlier attempt."""
+        for folder in (self.spec_path.parent, self.trace_base.parent, self.log_path.parent):
+            folder.mkdir(parents=True, exist_ok=True)
+        self.result_path.unlink(missing_ok=True)
+
     def outcome(self) -> str | int:
         """0 when the run's result is written, else the process's exit code (it died)."""
         if self.result_path.is_file():
@@ -393,7 +466,7 @@ class _Worker:
         return self.proc.wait()
 
 
-def _step_in_lockstep(workers: list[_Worker], steps: int) -> None:
+def _step_in_lockstep(workers: list[_Worker], wall_steps: int, traced_steps: int) -> None:
     """Wait until each is warm, then one step each in turn, always in the same order (A, B, A, B, ...).
 
     The same order keeps the pair symmetric: each step follows a step of the other worker on
@@ -402,29 +475,43 @@ def _step_in_lockstep(workers: list[_Worker], steps: int) -> None:
     followed the worker's own step was 4-6% faster than one that followed the other's, and
     the order of the steps then decides the ratio.
 
+    First ``wall_steps`` untraced steps, then each worker in turn starts its tracer (and
+    its settling step) while the other waits, then ``traced_steps`` traced steps: starting a
+    profiler beside the other worker's step would disturb that step.
+
     Each worker answers on its control pipe, per run: "ready" once warm (or "failed"), one
-    line per "step" (its wall time, or "failed"), and "done" once the run's result is
-    written. A worker whose run fails (a refusal to run deterministically, out of memory)
-    drops out and the other goes on alone: its run is no longer paired, but its kernels are
-    still what the report shows of that mode.
+    line per "step" (its wall time, or "failed"), "traced" once its tracer runs, and "done"
+    once the run's result is written. A worker whose run fails (a refusal to run
+    deterministically, out of memory) drops out and the other goes on alone: its run is no
+    longer paired, but its kernels are still what the report shows of that mode.
     """
     alive = [w for w in workers if _answer(w) == "ready"]
-    for _step in range(steps):
+    alive = _in_turn(alive, "step", wall_steps, str.isdigit)
+    if traced_steps:
+        alive = _in_turn(alive, "trace", 1, lambda answer: answer == "traced")
+        alive = _in_turn(alive, "step", traced_steps, str.isdigit)
+    for worker in workers:
+        while _answer(worker) not in ("done", ""):
+            pass
+
+
+def _in_turn(alive: list[_Worker], command: str, times: int, accepted: Callable[[str], bool]) -> list[_Worker]:
+    """``command`` to each worker in turn, ``times`` rounds; the workers whose answers were all accepted."""
+    alive = list(alive)
+    for _round in range(times):
         for worker in list(alive):
             assert worker.proc is not None and worker.proc.stdin is not None
             try:
-                worker.proc.stdin.write(b"step\n")
+                worker.proc.stdin.write(f"{command}\n".encode())
                 worker.proc.stdin.flush()
             except OSError:
                 alive.remove(worker)
                 continue
-            if not _answer(worker).isdigit():
+            if not accepted(_answer(worker)):
                 alive.remove(worker)
         if not alive:
             break
-    for worker in workers:
-        while _answer(worker) not in ("done", ""):
-            pass
+    return alive
 
 
 def _answer(worker: _Worker) -> str:

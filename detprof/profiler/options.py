@@ -1,9 +1,9 @@
 """Command-line options that several commands share, declared once so that they mean one thing.
 
-The sweep, kernels_bench, the stability study and ``check --run`` all pick a device label
-and results folder; the sweep, kernels_bench and ``check --run`` all set the measured run's
-steps, repeats and tracer. ``None`` means "the preset's value" (or, for ``check --run``,
-the baseline's).
+The sweep, kernels_bench, the stability study and ``check --run`` all pick a device (its
+label and which GPU) and a results folder; the sweep, kernels_bench and ``check --run`` all
+set the measured run's steps, repeats and tracer. ``None`` means "the preset's value" (or,
+for ``check --run``, the baseline's).
 """
 
 from __future__ import annotations
@@ -24,8 +24,22 @@ GpuOption = Annotated[
     str | None,
     typer.Option(help="GPU label for the results (t4, v100, a100, ..., or cpu); checked against the device."),
 ]
+GpuIndexOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Which GPU runs the workers: its NVML index (as `detprof gpus` lists it) or UUID, or a UUID prefix "
+        "(GPU-...); default the first visible one. The workers see that GPU only."
+    ),
+]
 ForceOption = Annotated[bool, typer.Option(help="Accept a --gpu label that does not match the detected device.")]
 TracerOption = Annotated[str | None, typer.Option(help="auto | nsys | nvprof | tf | none (default auto).")]
+TraceApiOption = Annotated[
+    str | None,
+    typer.Option(
+        help="nsys only: library API traces to add to cuda,nvtx (cudnn, cublas; comma-separated). "
+        "Each taxes every call it records; kernel time is unaffected."
+    ),
+]
 StepsOption = Annotated[int | None, typer.Option(help="Measured steps per run (paper: 100).")]
 WarmupOption = Annotated[
     int | None, typer.Option(help="Warm-up steps excluded from measurement (autotuning happens here).")
@@ -53,8 +67,10 @@ class RunOptions:
 
     preset: str | None = None
     gpu: str | None = None
+    gpu_index: str | None = None
     force: bool = False
     tracer: str | None = None
+    trace_api: str | None = None
     steps: int | None = None
     warmup: int | None = None
     repeats: int | None = None
@@ -70,8 +86,10 @@ class RunOptions:
 OPTION_TYPES: dict[str, Any] = {
     "preset": PresetOption,
     "gpu": GpuOption,
+    "gpu_index": GpuIndexOption,
     "force": ForceOption,
     "tracer": TracerOption,
+    "trace_api": TraceApiOption,
     "steps": StepsOption,
     "warmup": WarmupOption,
     "repeats": RepeatsOption,

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from detprof.intervals import Metric, Overhead, headline, noise_floor, paired_t
-from detprof.records import pair_log_ratio
+from detprof.records import measures, pair_log_ratio
 
 
 @dataclass
@@ -49,10 +49,12 @@ def paired_log_ratios(
     """ln(det/default) per ``key`` (a model or an op case), one per repeat (``records.pair_log_ratio``).
 
     A calibration (both arms deterministic) pairs its arms instead: ln(b/a), whose true value is 0.
+    Each metric pairs the runs that measured it: under nsys or nvprof, kernel time the traced
+    runs, wall time the untraced ones beside them.
     """
     by_run: dict[tuple[str, int], dict[str, Mapping[str, Any]]] = {}
     for rec in records:
-        if rec.get("status") == "ok":
+        if rec.get("status") == "ok" and measures(rec, metric):
             by_run.setdefault((rec[key], int(rec["repeat"])), {})[rec.get("arm") or rec["mode"]] = rec
     ratios: dict[str, list[float]] = {}
     for (model, _repeat), sides in sorted(by_run.items()):

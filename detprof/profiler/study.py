@@ -14,7 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -25,7 +25,7 @@ from detprof.determinism import MODES, Mode
 from detprof.errors import UsageError
 from detprof.profiler import devices
 from detprof.profiler.devices import DeviceChoice, usable_core_ids
-from detprof.profiler.launcher import WorkerLauncher, WorkerRun, Workload
+from detprof.profiler.launcher import Measures, PairedRun, WorkerLauncher, WorkerRun, Workload
 from detprof.profiler.options import RunOptions
 from detprof.profiler.progress import RunProgress, progress_bar
 from detprof.profiler.tracers import Tracer, resolve_tracer
@@ -53,6 +53,8 @@ class RunSettings:
     batch_size: int = 64
     input_size: int | None = None
     tracer: str = "tf"
+    trace_api: str | None = None
+    """nsys's library API traces asked for (``--trace-api``), comma-separated; None: none."""
     xla: bool = False
     gpu_label: str = "cpu"
     seed: int = 0
@@ -83,8 +85,8 @@ class RunSettings:
         config["modes"] = list(MODES)
         return config
 
-    def worker_run(self, run_id: str, mode: Mode) -> WorkerRun:
-        return WorkerRun(run_id, mode, self.seed, self.xla, self.steps, self.warmup)
+    def worker_run(self, run: PlannedRun) -> WorkerRun:
+        return WorkerRun(run.run_id, run.mode, self.seed, self.xla, self.steps, self.warmup, run.measures)
 
 
 @dataclass(frozen=True)
@@ -92,17 +94,23 @@ class MeasurementTarget:
     device: DeviceChoice
     tracer: Tracer
     preset: str
+    planned_gpu: bool = False
+    """A dry run's GPU label forced on a machine without that GPU: planned as that GPU."""
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.planned_gpu or (self.device.gpu is not None and not self.device.hide_gpus)
 
     @property
     def pairing(self) -> Pairing:
-        on_cpu = self.device.gpu is None or self.device.hide_gpus
-        return "lockstep" if on_cpu and self.tracer.in_process != "cuda-profiler-api" else "sequential"
+        return "lockstep" if not self.on_gpu and self.tracer.in_process != "cuda-profiler-api" else "sequential"
 
     def settings(self, options: RunOptions) -> dict[str, Any]:
         """The ``RunSettings`` fields that come from the target and the options, whatever is measured."""
         return {
             "pairing": self.pairing,
             "tracer": self.tracer.name,
+            "trace_api": ",".join(self.tracer.api_traces) or None,
             "xla": bool(options.xla),
             "gpu_label": self.device.label,
             "seed": options.seed or 0,
@@ -111,19 +119,23 @@ class MeasurementTarget:
         }
 
 
-def choose_target(
-    gpu: str | None, force: bool, tracer: str | None, preset: str | None, presets: Sequence[str]
-) -> MeasurementTarget:
-    """The device (label checked), the tracer it allows, and the preset that fits it."""
-    device = devices.choose_device(gpu, force)
-    on_gpu = device.gpu is not None and not device.hide_gpus
-    preset_name = preset or ("paper" if on_gpu else "cpu-small")
+def choose_target(options: RunOptions, presets: Sequence[str], *, dry_run: bool = False) -> MeasurementTarget:
+    """The device (label checked), the tracer it allows, and the preset that fits it.
+
+    A dry run plans a GPU label forced on a machine without that GPU as that GPU, and a
+    tracer that is not installed as the one asked for: the plan then says so.
+    """
+    device = devices.choose_device(options.gpu, options.force, gpu_index=options.gpu_index)
+    planned_gpu = dry_run and device.forced and device.gpu is None and device.label != devices.CPU_LABEL
+    on_gpu = planned_gpu or (device.gpu is not None and not device.hide_gpus)
+    preset_name = options.preset or ("paper" if on_gpu else "cpu-small")
     if preset_name not in presets:
         raise UsageError(f"unknown preset {preset_name!r}; choose one of {', '.join(presets)}")
-    chosen = resolve_tracer(tracer or "auto", on_gpu)
-    if chosen.name == "nvprof":
+    apis = tuple(a.strip().lower() for a in (options.trace_api or "").split(",") if a.strip())
+    chosen = resolve_tracer(options.tracer or "auto", on_gpu, apis, require_installed=not dry_run)
+    if chosen.name == "nvprof" and not planned_gpu:
         devices.refuse_nvprof(device.gpu)
-    return MeasurementTarget(device, chosen, preset_name)
+    return MeasurementTarget(device, chosen, preset_name, planned_gpu)
 
 
 def default_results_dir(device: DeviceChoice) -> Path:
@@ -146,6 +158,44 @@ class PlannedRun:
     repeat: int
     workload: Workload
     fields: dict[str, Any]
+    measures: Measures = "both"
+
+
+UNTRACED_SUFFIX = "--untraced"
+"""Run id suffix of the untraced run that measures wall time beside a run traced by nsys or nvprof."""
+
+
+def measured_parts(tracer: Tracer) -> tuple[Measures, ...]:
+    """What the runs of each planned run measure: wall time is never taken under a tracer.
+
+    An in-process tracer (TensorFlow's profiler) is switched on inside the worker, so one run
+    times untraced steps first and traces the next ones (``worker.run``). nsys and nvprof
+    wrap the whole process, and tax every API call and launch in it (more so for a
+    deterministic implementation that launches more kernels): their runs give kernel time
+    only, and an untraced run of the same workload and mode gives the wall time.
+    """
+    if tracer.name == "none":
+        return ("wall",)
+    if tracer.wraps_process:
+        return ("kernel", "wall")
+    return ("both",)
+
+
+def runs_to_measure(plan: Sequence[PlannedRun], tracer: Tracer) -> list[PlannedRun]:
+    """The plan as it runs under ``tracer``: each pair of modes traced, then, where the tracer
+    wraps the process, the same pair untraced (``measured_parts``), in the same mode order."""
+    parts = measured_parts(tracer)
+    if len(parts) == 1:
+        return [replace(run, measures=parts[0]) for run in plan]
+    runs: list[PlannedRun] = []
+    for i in range(0, len(plan), 2):
+        pair = plan[i : i + 2]
+        runs += [replace(run, measures="kernel") for run in pair]
+        runs += [
+            replace(run, run_id=run.run_id + UNTRACED_SUFFIX, label=f"{run.label} untraced", measures="wall")
+            for run in pair
+        ]
+    return runs
 
 
 def mode_order(repeat: int) -> tuple[Mode, ...]:
@@ -181,15 +231,46 @@ def run_planned(
     store.open(manifest, command, resume=resume)
     launcher = WorkerLauncher(store, target.tracer, target.device, settings.run_timeout_s)
     records: list[MeasuredRun] = []
+    plan = runs_to_measure(plan, target.tracer)
     if settings.pairing == "lockstep":
         return _run_lockstep_pairs(plan, settings, store, launcher, progress)
     todo = [run for run in plan if not store.is_done(run.run_id)]
     for index, run in enumerate(todo, start=len(plan) - len(todo)):
         progress.on_start(run.label, index)
-        record = launcher.run(settings.worker_run(run.run_id, run.mode), run.workload, run.fields)
+        record = launcher.run(settings.worker_run(run), run.workload, run.fields)
         records.append(record)
         progress.on_done(record)
     return records
+
+
+ModePair = tuple[PlannedRun, PlannedRun]
+
+
+def mode_pairs(plan: Sequence[PlannedRun]) -> list[ModePair]:
+    """The plan's runs two by two: the two modes (or arms) of one unit and repeat."""
+    return [(plan[i], plan[i + 1]) for i in range(0, len(plan) - 1, 2)]
+
+
+def lockstep_sessions(pairs: Sequence[ModePair]) -> list[list[ModePair]]:
+    """The pairs of each repeat, which one pair of workers measures in turn."""
+    return [list(group) for _repeat, group in itertools.groupby(pairs, key=lambda pair: pair[0].repeat)]
+
+
+def session_core(index: int) -> int:
+    """The core the ``index``-th session's workers are pinned to: the usable cores in turn."""
+    cores = sorted(usable_core_ids())
+    return cores[index % len(cores)]
+
+
+def lockstep_runs(settings: RunSettings, pairs: Sequence[ModePair]) -> list[tuple[PairedRun, PairedRun]]:
+    """What ``WorkerLauncher.run_pairs`` takes for ``pairs``; their records say they were paired in lockstep."""
+    return [
+        (
+            (settings.worker_run(a), a.workload, a.fields | {"pairing": "lockstep"}),
+            (settings.worker_run(b), b.workload, b.fields | {"pairing": "lockstep"}),
+        )
+        for a, b in pairs
+    ]
 
 
 def _run_lockstep_pairs(
@@ -209,24 +290,15 @@ def _run_lockstep_pairs(
     whole: its two halves must share the machine's state. When a session ends early (a
     worker died, or a pair ran past ``--run-timeout``), fresh workers take the pairs left.
     """
-    pairs = [tuple(plan[i : i + 2]) for i in range(0, len(plan), 2)]
+    pairs = mode_pairs(plan)
     todo = [pair for pair in pairs if not all(store.is_done(run.run_id) for run in pair)]
-    cores = sorted(usable_core_ids())
     records: list[MeasuredRun] = []
     completed = 2 * (len(pairs) - len(todo))
-    for n, (_repeat, group) in enumerate(itertools.groupby(todo, key=lambda pair: pair[0].repeat)):
-        left = list(group)
+    for n, left in enumerate(lockstep_sessions(todo)):
         while left:
             progress.on_start(" + ".join(run.label for run in left[0]), completed)
-            paired = [
-                tuple(
-                    (settings.worker_run(run.run_id, run.mode), run.workload, run.fields | {"pairing": "lockstep"})
-                    for run in pair
-                )
-                for pair in left
-            ]
             measured = 0
-            for record in launcher.run_pairs(paired, cpu_core=cores[n % len(cores)]):
+            for record in launcher.run_pairs(lockstep_runs(settings, left), cpu_core=session_core(n)):
                 records.append(record)
                 progress.on_done(record)
                 measured += 1
@@ -252,10 +324,12 @@ def measure(
 ) -> ResultsStore:
     """``run_planned`` as a command runs it: a line saying what runs where, then the progress display."""
     store = ResultsStore(out, kind)
+    untraced = " (and untraced runs for wall time)" if len(measured_parts(target.tracer)) > 1 else ""
     console.print(
         f"detprof {kind}: {what} x 2 modes x {settings.repeats} repeats on {escape(target.device.label)} "
-        f"with tracer {target.tracer.name}, results in {escape(str(out))}"
+        f"with tracer {target.tracer.name}{untraced}, results in {escape(str(out))}"
     )
-    with progress_bar(console, kind, len(plan), store.dir) as progress:
+    total = len(runs_to_measure(plan, target.tracer))
+    with progress_bar(console, kind, total, store.dir) as progress:
         run_planned(plan, settings, manifest, store, target, resume=resume, command=command, progress=progress)
     return store

@@ -17,6 +17,7 @@ import pandas as pd
 from detprof.determinism import MODES, Mode
 from detprof.errors import InputError
 from detprof.profiler.overhead import ModelOverhead, model_overheads
+from detprof.records import kernel_table_steps
 from detprof.store import ResultsStore
 from detprof.traces.kernel_table import SUMMARY_DTYPES, KernelTable, TraceFormat, conform
 from detprof.traces.kernel_tables import diff, kernel_stats, sum_per_kernel
@@ -104,7 +105,7 @@ def mode_kernels(store: ResultsStore, records: Sequence[Mapping[str, Any]], labe
     ok = [r for r in records if r.get("status") == "ok" and r.get("kernel_table")]
     if not ok:
         return None
-    steps = sum(int(r["steps"]) for r in ok)
+    steps = sum(kernel_table_steps(r) for r in ok)
     tables = [_run_table(store, r) for r in ok]
     fmt = tables[0].format
     if any(t.is_summary for t in tables):

@@ -1,11 +1,12 @@
 """GPU clocks, temperature, power and utilization, sampled in the background during a run.
 
-A deterministic/default ratio is only as good as the clocks both runs ran at: a GPU that
-hit its power cap or a thermal limit in one run and not the other produces a ratio that
-says nothing about determinism. The sampler records what NVML reports every
-``interval_s`` so that a noisy ratio can be explained, and flags the run as throttled.
-It costs a handful of NVML calls per sample (each a short ioctl that releases the GIL),
-timed by the sampler itself and stored in the summary so every record shows its own tax.
+A deterministic/default ratio is only as good as the clocks both runs ran at: a GPU whose
+clock fell under its power cap, or that hit a thermal limit, in one run and not the other
+produces a ratio that says nothing about determinism. The sampler records what NVML
+reports every ``interval_s`` so that a noisy ratio can be explained, and flags the run as
+throttled. It costs a handful of NVML calls per sample (each a short ioctl that releases
+the GIL), timed by the sampler itself and stored in the summary so every record shows its
+own tax.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ DEFAULT_INTERVAL_S = 0.2
 STOP_TIMEOUT_S = 5.0
 CLOCK_DROP_FRACTION = 0.9
 
+# NVML's clock-event bits (nvml.h, nvmlClocksEventReason*). Written out rather than read from
+# pynvml because the oldest nvidia-ml-py this project accepts lacks the newest names (0x200,
+# 0x400); tests/test_telemetry.py checks every number against the installed binding.
 REASON_BITS: dict[int, str] = {
     0x001: "gpu_idle",
     0x002: "applications_clocks_setting",
@@ -39,6 +43,7 @@ REASON_BITS: dict[int, str] = {
     0x400: "reliability",
 }
 BENIGN_REASONS = frozenset({"gpu_idle", "applications_clocks_setting"})
+OPERATING_POINT_REASONS = frozenset({"sw_power_cap"})
 _KNOWN_BITS = sum(REASON_BITS)
 
 
@@ -62,12 +67,23 @@ def _is_idle(sample: dict[str, Any]) -> bool:
     return "gpu_idle" in (sample["throttle_reasons"] or []) or sample["utilization_pct"] == 0
 
 
+def _limits_by_itself(reason: str) -> bool:
+    """Whether naming ``reason`` is enough to call a run throttled, with or without a clock drop."""
+    return reason not in BENIGN_REASONS and reason not in OPERATING_POINT_REASONS
+
+
 def summarize(samples: list[dict[str, Any]]) -> dict[str, Any]:
     """Ranges of every metric and one verdict: did anything but idleness slow the clock?
 
-    Throttled means a sample names a throttle reason other than idleness or a clock the
-    user pinned, or a busy sample's SM clock fell below 90% of the highest busy clock of
-    the run; with no samples there is no verdict (None).
+    A busy sample's SM clock below ``CLOCK_DROP_FRACTION`` of the run's highest busy clock
+    is throttling, whatever NVML says. Idleness and clocks the user pinned never are.
+    The power cap (``sw_power_cap``) is the board's normal operating point under load, not
+    a slowdown: a T4 sits at its 70 W cap for a whole run at a steady clock, so the cap
+    counts only through the clock drop above. Every other reason (thermal and hardware
+    slowdowns, the power brake, sync boost, board and reliability limits, bits newer than
+    this module) is throttling by itself: none is a steady state of a healthy board under
+    load, and a run slowed by one from its first sample shows no drop against its own peak,
+    so the reason is the only evidence. With no samples there is no verdict (None).
     """
 
     def values(key: str, which: list[dict[str, Any]] = samples) -> list[float]:
@@ -85,7 +101,7 @@ def summarize(samples: list[dict[str, Any]]) -> dict[str, Any]:
         "utilization_pct": _stats(values("utilization_pct")),
         "throttle_reasons": reasons,
         "low_clock_samples": low_clock,
-        "throttled": (bool(low_clock) or any(r not in BENIGN_REASONS for r in reasons)) if samples else None,
+        "throttled": (bool(low_clock) or any(map(_limits_by_itself, reasons))) if samples else None,
     }
 
 

@@ -5,12 +5,16 @@ nsys and nvprof are external programs that launch the worker; they record only b
 measured steps. The ``tf`` tracer is TensorFlow's own profiler, started and stopped inside
 the worker. TensorFlow's profiler and nsys/nvprof both use CUPTI, so a worker only ever
 runs under one of them.
+
+A tracer taxes every API call and launch, and a deterministic implementation often
+launches more kernels, so time measured under a tracer is biased against determinism:
+kernel time comes from traced steps, wall time never does (``profiler.study.measured_parts``).
 """
 
 from __future__ import annotations
 
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -21,24 +25,43 @@ TRACER_CHOICES = ("auto", "nsys", "nvprof", "tf", "none")
 InProcess = Literal["cuda-profiler-api", "tf-profiler", "none"]
 
 
+NSYS_API_TRACES = ("cudnn", "cublas")
+"""API traces nsys can add to ``cuda,nvtx`` on request (``--trace-api``); each taxes every call it records."""
+
+
 @dataclass(frozen=True)
 class Tracer:
     name: TracerName
     in_process: InProcess
     nvtx_steps: bool = False
+    api_traces: tuple[str, ...] = ()
+    """nsys only: the library API traces asked for (``NSYS_API_TRACES``), none by default."""
 
     @property
     def wraps_process(self) -> bool:
         """nsys and nvprof run the worker as their child and trace the whole process."""
         return self.name in ("nsys", "nvprof")
 
-    def command(self, worker: list[str], trace_base: Path) -> list[str]:
-        """The full command line that runs ``worker`` under this tracer."""
+    @property
+    def installed(self) -> bool:
+        """Whether the program this tracer runs is on PATH (an in-process tracer needs none)."""
+        return not self.wraps_process or shutil.which(self.name) is not None
+
+    def command(self, worker: list[str], trace_base: Path, *, require_installed: bool = True) -> list[str]:
+        """The full command line that runs ``worker`` under this tracer.
+
+        nsys gets ``--cuda-graph-trace=node`` always: XLA (and TensorFlow's own command
+        buffers) launch kernels through CUDA graphs, which nsys otherwise records as one
+        block per graph, so the kernel table would lose the kernels inside. Library API
+        traces (cuDNN, cuBLAS) only when asked. ``require_installed=False`` (a dry run)
+        writes the bare program name when it is not on PATH instead of refusing.
+        """
         if self.name == "nsys":
             return [
-                _executable("nsys"),
+                _executable("nsys", require_installed),
                 "profile",
-                "--trace=cuda,nvtx,cudnn,cublas",
+                f"--trace={','.join(('cuda', 'nvtx', *self.api_traces))}",
+                "--cuda-graph-trace=node",
                 "--capture-range=cudaProfilerApi",
                 "--capture-range-end=stop",
                 "--sample=none",
@@ -50,7 +73,7 @@ class Tracer:
             ]
         if self.name == "nvprof":
             return [
-                _executable("nvprof"),
+                _executable("nvprof", require_installed),
                 "--profile-from-start",
                 "off",
                 "--print-gpu-trace",
@@ -79,23 +102,38 @@ TRACERS: dict[TracerName, Tracer] = {
 }
 
 
-def _executable(name: str) -> str:
+def _executable(name: str, required: bool = True) -> str:
     path = shutil.which(name)
+    if path is None and not required:
+        return name
     if path is None:
         hint = "install Nsight Systems (nsys)" if name == "nsys" else "install the CUDA toolkit's nvprof"
         raise UsageError(f"tracer {name!r} is not installed (not on PATH): {hint}, or choose --tracer tf")
     return path
 
 
-def resolve_tracer(choice: str, gpu_present: bool) -> Tracer:
-    """``auto`` is nsys when it is installed and a GPU is present, else TensorFlow's profiler."""
+def resolve_tracer(
+    choice: str, gpu_present: bool, api_traces: tuple[str, ...] = (), *, require_installed: bool = True
+) -> Tracer:
+    """``auto`` is nsys when it is installed and a GPU is present, else TensorFlow's profiler.
+
+    ``require_installed=False`` (a dry run) accepts an nsys or nvprof that is not on PATH:
+    the plan then says so instead of refusing.
+    """
     if choice not in TRACER_CHOICES:
         raise UsageError(f"unknown tracer {choice!r}; choose one of {', '.join(TRACER_CHOICES)}")
+    unknown = [api for api in api_traces if api not in NSYS_API_TRACES]
+    if unknown:
+        raise UsageError(f"unknown --trace-api {unknown[0]!r}; choose from {', '.join(NSYS_API_TRACES)}")
     if choice == "auto":
-        return TRACERS["nsys"] if gpu_present and shutil.which("nsys") else TRACERS["tf"]
+        choice = "nsys" if gpu_present and shutil.which("nsys") else "tf"
     tracer = TRACERS[choice]  # type: ignore[index]
-    if tracer.name in ("nsys", "nvprof"):
-        _executable(tracer.name)
+    if tracer.wraps_process:
+        _executable(tracer.name, require_installed)
         if not gpu_present:
             raise UsageError(f"tracer {tracer.name!r} traces CUDA kernels, but no GPU is in use; choose --tracer tf")
+    if api_traces:
+        if tracer.name != "nsys":
+            raise UsageError(f"--trace-api is for --tracer nsys, not {tracer.name}")
+        tracer = replace(tracer, api_traces=tuple(dict.fromkeys(api_traces)))
     return tracer

@@ -6,9 +6,9 @@ other: a fresh process per run, or, in a lockstep session (a spec with ``runs``)
 process per mode that measures the runs of one repeat in turn, each written to its own
 result path. The spec names the workload's entry point (``module:function``,
 chosen by the package that owns it: a model training on synthetic data, one kernels_bench
-op case on random inputs). The worker excludes the warm-up steps where autotuning happens
-and traces only the measured steps. It always writes a result, also when the workload
-fails: a failure is a finding, not a crash.
+op case on random inputs). The worker excludes the warm-up steps where autotuning happens,
+times untraced steps for wall time and traces others for kernel time (``run``). It always
+writes a result, also when the workload fails: a failure is a finding, not a crash.
 
 A spec with ``call`` instead runs one function that needs TensorFlow but measures nothing
 (``launcher.call_in_worker``), and writes its answer, or the one-line usage error it raised.
@@ -100,42 +100,39 @@ class _Pacer:
 
     In a lockstep pair the coordinator steps the deterministic and the default worker in turn
     (A, B, A, B, ...), so that every pair of steps shares the machine's state. Per run the
-    worker says "ready" once warmed up and traced (or "failed"), then runs one step per
-    "step" line on its stdin and answers with the step's wall time (or "failed"), and says
-    "done" once the run's result is written (``launcher._step_in_lockstep``).
+    worker says "ready" once warmed up (or "failed"), then runs one step per "step" line on
+    its stdin and answers with the step's wall time (or "failed"); a "trace" line starts
+    its tracer and its settling step, answered by "traced"; it says "done" once the run's
+    result is written (``launcher._step_in_lockstep``).
     """
 
     def __init__(self, control_fd: int | None) -> None:
         self._control = None if control_fd is None else os.fdopen(control_fd, "w", buffering=1)
-        self._owed = "start"
+        self._owed = True
 
     def _say(self, line: str) -> None:
         if self._control is not None:
             self._control.write(f"{line}\n")
+        self._owed = False
 
     def begin(self) -> None:
-        self._owed = "start"
+        self._owed = True
 
-    def ready(self) -> None:
-        self._say("ready")
-        self._owed = ""
-
-    def wait_turn(self) -> bool:
-        """True when the next step should run; False when the coordinator has gone (its pipe closed)."""
+    def wait_for(self, command: str) -> bool:
+        """True when the coordinator says ``command`` next; False when it has gone (its pipe closed)."""
         if self._control is None:
             return True
-        self._owed = "step"
-        return sys.stdin.readline().strip() == "step"
+        self._owed = True
+        return sys.stdin.readline().strip() == command
 
-    def done(self, wall_ns: int) -> None:
-        self._say(str(wall_ns))
-        self._owed = ""
+    def answer(self, line: str) -> None:
+        """"ready", "traced", or a step's wall time in nanoseconds."""
+        self._say(line)
 
     def failed(self) -> None:
-        """The run failed: answer what the coordinator is waiting for (the start, or a step)."""
+        """The run failed: answer what the coordinator is waiting for (the start, a step, the tracer)."""
         if self._owed:
             self._say("failed")
-            self._owed = ""
 
     def written(self) -> None:
         self._say("done")
@@ -154,8 +151,31 @@ def entry_point(entry: str) -> Callable[..., Any]:
     return getattr(importlib.import_module(module), attr)
 
 
+def _timed_steps(step: Callable[[], None], count: int, pacer: _Pacer, tracer: _StepTracer | None) -> list[int]:
+    """``count`` steps, each timed and, under ``tracer``, marked as step ``i`` in the trace."""
+    wall_ns: list[int] = []
+    for i in range(count):
+        if not pacer.wait_for("step"):
+            break
+        with tracer.step(i) if tracer is not None else contextlib.nullcontext():
+            t0 = time.perf_counter_ns()
+            step()
+            wall_ns.append(time.perf_counter_ns() - t0)
+        pacer.answer(str(wall_ns[-1]))
+    return wall_ns
+
+
 def run(spec: dict[str, Any], pacer: _Pacer | None = None) -> dict[str, Any]:
-    """One measured run; ``pacer`` paces its steps (a lockstep session), else they run at once."""
+    """One measured run; ``pacer`` paces its steps (a lockstep session), else they run at once.
+
+    Two phases after the warm-up: ``wall_steps`` untraced steps, whose wall times are the
+    run's wall time, then, with the tracer on, a settling step (``settling_steps``) and ``traced_steps`` steps,
+    whose kernels are the run's kernel time. The settling step takes what starting a
+    capture costs (nsys beginning to record, NVTX loading, the profiler's first events); it
+    is timed by no one and lies outside every ``step i`` range, so the kernel table leaves
+    it out wherever the tracer marks steps. Wall time is never taken under a tracer: a
+    tracer taxes every launch, and deterministic kernels are often more launches.
+    """
     settings = DeterminismSettings(spec["mode"], int(spec["seed"]), bool(spec["xla"]))
     result: dict[str, Any] = {"settings": apply(settings), "versions": software_versions()}
     import tensorflow as tf
@@ -171,28 +191,27 @@ def run(spec: dict[str, Any], pacer: _Pacer | None = None) -> dict[str, Any]:
         result.update(facts)
         for _ in range(spec["warmup"]):
             step()
-        step_wall_ns: list[int] = []
         window_start = time.monotonic()
         if spec.get("cpu_core") is not None:
             pin_threads({int(spec["cpu_core"])})
             result["cpu_core"] = int(spec["cpu_core"])
-        tracer.start()
-        pacer.ready()
-        try:
-            for i in range(spec["steps"]):
-                if not pacer.wait_turn():
-                    break
-                with tracer.step(i):
-                    t0 = time.perf_counter_ns()
+        pacer.answer("ready")
+        wall_ns = _timed_steps(step, spec["wall_steps"], pacer, None)
+        traced_ns: list[int] = []
+        if spec["traced_steps"] and pacer.wait_for("trace"):
+            tracer.start()
+            try:
+                for _ in range(spec["settling_steps"]):
                     step()
-                    step_wall_ns.append(time.perf_counter_ns() - t0)
-                pacer.done(step_wall_ns[-1])
-        finally:
-            tracer.stop()
+                pacer.answer("traced")
+                traced_ns = _timed_steps(step, spec["traced_steps"], pacer, tracer)
+            finally:
+                tracer.stop()
         result.update(
             status="ok",
             reason=None,
-            step_wall_ns=step_wall_ns,
+            step_wall_ns=wall_ns or None,
+            traced_step_wall_ns=traced_ns or None,
             measured_window_monotonic=[window_start, time.monotonic()],
         )
     except (tf.errors.ResourceExhaustedError, MemoryError) as exc:

@@ -135,19 +135,24 @@ def _studies(report: Report) -> Table:
     rows: list[list[Any]] = []
     for s in report.sweeps:
         rows.append(
-            ["sweep", s.label, str(s.path), f"{s.started or '?'} .. {s.finished or '?'}", Cell(s.command, "code")]
+            [
+                "sweep",
+                s.label,
+                str(s.path),
+                f"{s.started or '?'} .. {s.finished or '?'}",
+                s.timing,
+                Cell(s.command, "code"),
+            ]
         )
     for c in report.calibrations:
-        rows.append(
-            ["calibration", c.label, str(c.path), f"{c.started or '?'} .. {c.finished or '?'}", Cell(c.command, "code")]
-        )
+        ran = f"{c.started or '?'} .. {c.finished or '?'}"
+        rows.append(["calibration", c.label, str(c.path), ran, f.DASH, Cell(c.command, "code")])
     for k in report.kernels:
-        rows.append(
-            ["kernels", k.label, str(k.path), f"{k.started or '?'} .. {k.finished or '?'}", Cell(k.command, "code")]
-        )
+        ran = f"{k.started or '?'} .. {k.finished or '?'}"
+        rows.append(["kernels", k.label, str(k.path), ran, k.timing, Cell(k.command, "code")])
     for st in report.stability:
-        rows.append(["stability", st.device, str(st.path), "", Cell(st.command, "code")])
-    return table(["Study", "Device", "Results", "Ran", "Command line"], rows)
+        rows.append(["stability", st.device, str(st.path), "", f.DASH, Cell(st.command, "code")])
+    return table(["Study", "Device", "Results", "Ran", "Which runs were traced", "Command line"], rows)
 
 
 def _devices(report: Report) -> Table:
@@ -299,6 +304,7 @@ def overhead(report: Report) -> dict[str, Any] | None:
                 "table": table(
                     ["Model", "Kernel time", "Wall time", "Repeats", "Note"], s.overhead_rows(), numeric=(1, 2, 3)
                 ),
+                "timing": s.timing,
             }
             for s in report.sweeps
         ],

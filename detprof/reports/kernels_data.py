@@ -66,6 +66,7 @@ class KernelsStudy:
     started: str | None
     finished: str | None
     warnings: list[str]
+    timing: str
 
 
 def _names(sign: str, names: list[str]) -> list[str]:

@@ -141,6 +141,7 @@ def render(report: Report) -> str:
     for s in report.sweeps:
         out += [f"### {md(s.label)}: {md(s.device.get('name') or '')}", ""]
         out += [table(["Model", "Kernel time", "Wall time", "Repeats", "Note"], s.overhead_rows()), ""]
+        out += [md(s.timing), ""]
     matched = [r for r in report.references if r.device is not None]
     if matched:
         out += [

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from detprof.records import environment_values
+from detprof.records import environment_values, measures
 
 
 def distinct(values: Iterable[Any]) -> list[str]:
@@ -36,6 +36,8 @@ class Provenance:
     started: str | None
     finished: str | None
     warnings: list[str]
+    timing: str
+    """Which runs were traced: where the study's wall and kernel times come from (``timing_note``)."""
 
     def study_fields(self, root: Path, manifest: Mapping[str, Any]) -> dict[str, Any]:
         """What every study of the report says about where it came from (its warnings are its own)."""
@@ -48,7 +50,37 @@ class Provenance:
             "versions": self.versions,
             "started": self.started,
             "finished": self.finished,
+            "timing": self.timing,
         }
+
+
+def timing_note(records: Sequence[Mapping[str, Any]]) -> str:
+    """Where wall and kernel time come from, in the words the report shows, from what each run measured.
+
+    A tracer taxes every launch and call it records, so wall time under it is biased against
+    determinism; records from before detprof kept them apart say so plainly.
+    """
+    ok = [r for r in records if r.get("status") == "ok"] or list(records)
+    traced = [r for r in ok if measures(r, "kernel") and r.get("tracer") not in (None, "none")]
+    tracers = ", ".join(distinct(r.get("tracer") for r in traced)) or "none"
+    if not traced:
+        return "Not traced (--tracer none): wall time only, from untraced steps."
+    if any("measures" not in r for r in ok):
+        return (
+            f"Wall time was measured under the tracer ({tracers}), by an older detprof: it taxes every launch, "
+            "so wall ratios may be biased against determinism; kernel time is unaffected."
+        )
+    untraced_runs = [r for r in ok if r.get("measures") == "wall"]
+    if untraced_runs:
+        return (
+            f"Kernel time from {len(traced)} runs traced by {tracers}; wall time from {len(untraced_runs)} "
+            "untraced runs beside them (a tracer taxes every launch). One settling step after the capture "
+            "started is in no measured step."
+        )
+    return (
+        f"Each run timed untraced steps first (wall time), then traced as many with {tracers} (kernel time); "
+        "one settling step after the tracer started is in no measured step."
+    )
 
 
 def _settings_warnings(label: str, records: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -95,4 +127,5 @@ def provenance(records: Sequence[Mapping[str, Any]], config: Mapping[str, Any]) 
         started=min(distinct(r.get("started_at") for r in records), default=None),
         finished=max(distinct(r.get("finished_at") for r in records), default=None),
         warnings=warnings,
+        timing=timing_note(records),
     )

@@ -113,6 +113,8 @@ class SweepStudy:
     finished: str | None
     clocks: list[ClockRow]
     warnings: list[str]
+    timing: str
+    """Which runs were traced (``provenance.timing_note``)."""
 
     def overhead_rows(self) -> list[list[Any]]:
         """Per model: kernel and wall overhead, repeats, and why a number is missing or doubtful."""

@@ -56,7 +56,7 @@ def print_summary(console: Console, summary: dict[str, Any]) -> None:
         console.print()
 
 
-@with_run_options("gpu", "force", "out", "resume")
+@with_run_options("gpu", "gpu_index", "force", "out", "resume")
 def stability(
     options: RunOptions,
     model: Annotated[str, typer.Option(help="Model from the registry (see `detprof models`).")] = "smallcnn",
@@ -79,7 +79,11 @@ def stability(
     lr: Annotated[float, typer.Option(help="Adam learning rate (paper: 4e-4).")] = 4e-4,
     seed: Annotated[int, typer.Option(help="Base seed: fixed sources use it, varying ones derive from it.")] = 0,
     jobs: Annotated[
-        int | None, typer.Option(help="Worker processes in parallel (default: usable cores, at most 4).")
+        int | None,
+        typer.Option(
+            help="Worker processes in parallel (default: usable cores, at most 4; on a GPU 1, "
+            "and at most one per 2 GiB of its free memory)."
+        ),
     ] = None,
     keep_weights: Annotated[bool, typer.Option(help="Also store every run's final weights (npz).")] = False,
 ) -> None:
@@ -88,7 +92,7 @@ def stability(
     from detprof.profiler.study import default_results_dir
     from detprof.stability import study
 
-    device = devices.choose_device(options.gpu, options.force)
+    device = devices.choose_device(options.gpu, options.force, gpu_index=options.gpu_index)
     config = study.StudyConfig(
         model=model,
         dataset=dataset,
@@ -105,7 +109,7 @@ def stability(
     outcome = study.run_study(
         config,
         out,
-        jobs=jobs if jobs is not None else study.default_jobs(),
+        jobs=jobs if jobs is not None else study.default_jobs(device),
         resume=options.resume,
         device=device,
         command=command_line(),

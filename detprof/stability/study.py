@@ -4,8 +4,11 @@ Runs are grouped by determinism mode, one process pool per mode, because a proce
 leave deterministic mode once in it; each worker serves many runs so TensorFlow starts a
 handful of times instead of once per run. When there are at least as many jobs as modes,
 the pools run side by side with the jobs split in proportion to their runs, so neither
-mode waits for the other; with fewer jobs the modes take turns. Every finished run is
-written to the store at once, so Ctrl-C or a crash loses only the runs in flight.
+mode waits for the other; with fewer jobs the modes take turns. On a GPU every worker
+sees the chosen card only, and one job runs by default: more must fit in its free memory,
+and then each worker grows its memory as it goes instead of taking it all at start
+(``gpu_env``). Every finished run is written to the store at once, so Ctrl-C or a crash
+loses only the runs in flight.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ from rich.console import Console
 from detprof.determinism import MODES, DeterminismSettings, Mode, quiet_tensorflow
 from detprof.errors import UsageError, first_line
 from detprof.models import registry
-from detprof.profiler.devices import DeviceChoice, usable_cpus
+from detprof.profiler.devices import DeviceChoice, Nvml, free_memory, usable_cpus
+from detprof.profiler.gpu_env import gpu_env
 from detprof.profiler.progress import progress_bar
 from detprof.records import StabilityRun, stability_run
 from detprof.stability import datasets, variant_metrics, worker
@@ -44,6 +48,12 @@ DEFAULT_BATCH_SIZE = 128
 DEFAULT_LR = 4e-4
 MAX_ATTEMPTS = 2
 """A run whose worker process died under it is retried once in a fresh pool, then recorded as failed."""
+GIB = 2**30
+GPU_BYTES_PER_JOB = 2 * GIB
+"""Free GPU memory each parallel worker needs, at the least: a TensorFlow process's CUDA context
+and cuDNN/cuBLAS workspaces alone take about a gigabyte before the model, its batches and its
+optimizer state. A floor, not a promise: a larger model may still run out, and is then recorded
+as out of memory."""
 
 
 def default_runs(model: str, dataset: str) -> int:
@@ -91,9 +101,43 @@ class StudyConfig:
         return canonical, variants
 
 
-def default_jobs() -> int:
-    """Usable cores, at most 4: each worker's TensorFlow already spreads its ops over every core."""
+def default_jobs(device: DeviceChoice | None = None) -> int:
+    """On a GPU one: the workers would share its memory and its compute, and one worker
+    keeps the GPU busy. On the CPU usable cores, at most 4: each worker's TensorFlow already
+    spreads its ops over every core."""
+    if device is not None and device.gpu is not None:
+        return 1
     return max(1, min(usable_cpus(), 4))
+
+
+def gpu_jobs_that_fit(free_bytes: int, per_job: int = GPU_BYTES_PER_JOB) -> int:
+    """How many workers one GPU holds: each needs ``per_job`` of the free memory; one always may try."""
+    return max(1, free_bytes // per_job)
+
+
+def refuse_jobs_over_memory(jobs: int, free_bytes: int | None, per_job: int = GPU_BYTES_PER_JOB) -> None:
+    """Refuse ``--jobs`` beyond what the GPU's free memory holds, saying how many fit.
+
+    Refused rather than reduced: the user asked for that many, and a study that silently
+    runs with fewer takes longer than planned. ``free_bytes`` None (NVML could not tell)
+    lets any number through; a worker that then runs out is recorded as out of memory.
+    """
+    if jobs <= 1 or free_bytes is None:
+        return
+    fit = gpu_jobs_that_fit(free_bytes, per_job)
+    if jobs > fit:
+        raise UsageError(
+            f"--jobs {jobs} does not fit on the GPU: {free_bytes / GIB:.1f} GiB free and each worker needs "
+            f"{per_job / GIB:.1f} GiB, so at most {fit} fit{'s' if fit == 1 else ''}; pass --jobs {fit}"
+        )
+
+
+def check_jobs(jobs: int, device: DeviceChoice, nvml: Nvml | None = None) -> None:
+    """``--jobs`` must be at least 1 and, on a GPU, fit in its free memory (on the CPU any number does)."""
+    if jobs < 1:
+        raise UsageError(f"--jobs must be at least 1 (got {jobs})")
+    if device.gpu is not None and jobs > 1:
+        refuse_jobs_over_memory(jobs, free_memory(device.gpu, nvml))
 
 
 def allocate_workers(pending: dict[Mode, int], jobs: int) -> list[dict[Mode, int]]:
@@ -170,13 +214,16 @@ def execute_runs(
     on_record: Callable[[dict[str, Any]], None],
     on_start: Callable[[list[PlannedRun]], None] = lambda _: None,
     tasks_per_worker: int | None = None,
-    hide_gpus: bool = False,
+    *,
+    device: DeviceChoice,
 ) -> None:
-    """Run everything, calling ``on_record`` with each finished run's record as it arrives.
+    """Run everything on ``device``, calling ``on_record`` with each finished run's record as it arrives.
 
     ``tasks_per_worker=1`` gives every run a fresh process (the baseline pooling is measured
-    against); the default keeps workers for the life of the pool.
+    against); the default keeps workers for the life of the pool. With more than one job the
+    workers share the GPU, so each grows its memory as it needs it (``gpu_env``).
     """
+    env = gpu_env(device, shares_gpu=jobs > 1)
     attempts: Counter[str] = Counter()
     for phase in allocate_workers(dict(Counter(r.mode for r in runs)), jobs):
         lanes = [
@@ -184,7 +231,7 @@ def execute_runs(
                 mode,
                 workers,
                 deque(r for r in runs if r.mode == mode),
-                (DeterminismSettings(mode), config.study_dir, hide_gpus),
+                (DeterminismSettings(mode), config.study_dir, env),
                 tasks_per_worker,
             )
             for mode, workers in phase.items()
@@ -268,8 +315,7 @@ def run_study(
     console: Console | None = None,
     tasks_per_worker: int | None = None,
 ) -> StudyOutcome:
-    if jobs < 1:
-        raise UsageError(f"--jobs must be at least 1 (got {jobs})")
+    check_jobs(jobs, device)
     config, variants = config.validated()
     with quiet_tensorflow():  # CIFAR comes through Keras, which loads TensorFlow here
         data = datasets.load(config.dataset)
@@ -298,7 +344,7 @@ def run_study(
             store.write_record(record)
             progress.on_done(record)
 
-        execute_runs(pending, train_config, jobs, store_record, show_running, tasks_per_worker, device.hide_gpus)
+        execute_runs(pending, train_config, jobs, store_record, show_running, tasks_per_worker, device=device)
     result = write_summary(store, config, variants, data, device)
     return StudyOutcome(store, result, store.dir / "summary.json", len(pending), len(planned) - len(pending))
 

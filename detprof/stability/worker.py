@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import traceback
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,14 +29,14 @@ LOGS_DIR = "logs"
 _context: dict[str, Any] = {}
 
 
-def initialize(settings: determinism.DeterminismSettings, study_dir: str, hide_gpus: bool) -> None:
-    """Pool initializer: quiet Ctrl-C, route TensorFlow's chatter to a log file, apply the mode.
+def initialize(settings: determinism.DeterminismSettings, study_dir: str, env: Mapping[str, str]) -> None:
+    """Pool initializer: quiet Ctrl-C, set the GPU environment, log TensorFlow's chatter to a file, apply the mode.
 
-    ``hide_gpus`` (results labelled ``cpu`` on a GPU machine) must act before TensorFlow loads.
+    ``env`` (``gpu_env``: which GPU, if any, and memory growth when workers share it) must
+    act before TensorFlow loads, which ``determinism.apply`` does.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if hide_gpus:
-        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    os.environ.update(env)
     log_path = Path(study_dir) / LOGS_DIR / f"worker-{settings.mode}-{os.getpid()}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -60,7 +62,11 @@ def _device_name() -> str:
 
 
 def execute(run: PlannedRun, config: training.TrainConfig) -> StabilityRun:
-    """Train one run; never raises, so one bad run cannot take the pool down."""
+    """Train one run; never raises, so one bad run cannot take the pool down.
+
+    Running out of memory is named as such ("out of memory: ..."), as in the sweep's worker,
+    so the reason says what to change: fewer --jobs or a smaller batch.
+    """
     identity = {"run_id": run.run_id, "variant": run.variant, "run": run.run_index, "mode": run.mode}
     context = {"pid": os.getpid(), **_context}
     try:
@@ -68,5 +74,15 @@ def execute(run: PlannedRun, config: training.TrainConfig) -> StabilityRun:
     except Exception as exc:
         traceback.print_exc()
         reason = first_line(exc, with_type=True)
+        if _out_of_memory(exc):
+            reason = f"out of memory: {reason}"
         return stability_run(**identity, seeds=run.seeds.as_dict(), status="failed", reason=reason, **context)
     return stability_run(**identity, seeds=run.seeds.as_dict(), status="ok", **context, **measured)
+
+
+def _out_of_memory(exc: Exception) -> bool:
+    """TensorFlow's out-of-memory error exists only once TensorFlow is loaded, so it is not imported here."""
+    if isinstance(exc, MemoryError):
+        return True
+    tf = sys.modules.get("tensorflow")
+    return tf is not None and isinstance(exc, tf.errors.ResourceExhaustedError)

@@ -49,10 +49,39 @@ def sweep(
             "this machine's noise floor, the smallest overhead it can resolve, which the report and check show."
         ),
     ] = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            help="Print the plan (each run's worker and tracer command line, the environment detprof sets) "
+            "and exit without running it; works with --force and a tracer that is not installed."
+        ),
+    ] = False,
 ) -> None:
     """Run each model in default and deterministic mode and report what determinism costs."""
     request = SweepRequest(split_models(models), options)
+    if dry_run:
+        print_sweep_plan(request, stability=stability, calibrate=calibrate)
+        return
     run_sweep(request, stability=stability, report=report, calibrate=calibrate)
+
+
+def print_sweep_plan(request: SweepRequest, *, stability: bool, calibrate: bool) -> None:
+    """What ``run_sweep`` would measure, as ``profiler.dry_run`` prints it."""
+    from detprof.profiler.dry_run import plan_lines
+
+    _refuse_calibrated_stability(calibrate, stability)
+    config, target = request.resolve(dry_run=True)
+    out = request.options.out or default_results_dir(target.device)
+    kind = "calibration" if calibrate else "sweep"
+    lines = plan_lines(kind, plan_runs(config, calibrate=calibrate), config, target, out)
+    if stability:
+        lines += ["", f"Then the stability study of each swept model that can learn it, into {out / 'stability'}."]
+    typer.echo("\n".join(lines))
+
+
+def _refuse_calibrated_stability(calibrate: bool, stability: bool) -> None:
+    if calibrate and stability:
+        raise UsageError("--calibrate measures the noise floor only: run --stability with the sweep itself")
 
 
 def run_sweep(request: SweepRequest, *, stability: bool = False, report: bool = True, calibrate: bool = False) -> Path:
@@ -61,8 +90,7 @@ def run_sweep(request: SweepRequest, *, stability: bool = False, report: bool = 
     out = request.options.out or default_results_dir(target.device)
     resume = request.options.resume
     console = Console(stderr=True)
-    if calibrate and stability:
-        raise UsageError("--calibrate measures the noise floor only: run --stability with the sweep itself")
+    _refuse_calibrated_stability(calibrate, stability)
     store = measure(
         "calibration" if calibrate else "sweep",
         plan_runs(config, calibrate=calibrate),
@@ -134,7 +162,7 @@ def run_stability_studies(
         outcome = study.run_study(
             config,
             out / "stability" / model,
-            jobs=study.default_jobs(),
+            jobs=study.default_jobs(device),
             resume=resume,
             device=device,
             command=command_line(),

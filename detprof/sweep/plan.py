@@ -44,10 +44,10 @@ class SweepRequest:
     models: tuple[str, ...] | None
     options: RunOptions
 
-    def resolve(self) -> tuple[SweepConfig, MeasurementTarget]:
+    def resolve(self, *, dry_run: bool = False) -> tuple[SweepConfig, MeasurementTarget]:
         """The device and tracer chosen and checked, and the configuration the sweep will run."""
         run = self.options
-        target = choose_target(run.gpu, run.force, run.tracer, run.preset, list(PRESETS))
+        target = choose_target(run, list(PRESETS), dry_run=dry_run)
         given = {
             "models": self.models,
             "steps": run.steps,

@@ -49,7 +49,11 @@ KERNEL_DTYPES: dict[str, str] = {
     "correlation_id": "Int64",
     **{c: "Int64" for c in DIM_COLUMNS},
     "op": "string",
+    "graph_node_id": "Int64",
 }
+"""``graph_node_id``: the CUDA graph node that launched the kernel (nsys with
+``--cuda-graph-trace=node``); null for a kernel launched on its own, or where the trace
+does not say."""
 
 MEMORY_DTYPES: dict[str, str] = {
     "kind": "string",
@@ -137,6 +141,9 @@ class KernelTable:
     devices: list[Device] = field(default_factory=list)
     summary: pd.DataFrame | None = None
     nvtx: pd.DataFrame | None = None
+    graph_launches: int | None = None
+    """CUDA graph launches (``cudaGraphLaunch``/``cuGraphLaunch`` calls) in the trace; None where
+    the trace records no API calls (``traces.graphs`` checks that their kernels are there)."""
 
     @property
     def is_summary(self) -> bool:
@@ -167,4 +174,4 @@ class KernelTable:
         if self.memory is not None:
             memory = self.memory[self.memory["device_id"] == device_id].reset_index(drop=True)
         devices = [d for d in self.devices if d.id == device_id]
-        return KernelTable(self.source, self.format, kernels, memory, devices, None, self.nvtx)
+        return KernelTable(self.source, self.format, kernels, memory, devices, None, self.nvtx, self.graph_launches)

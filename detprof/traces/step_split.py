@@ -8,6 +8,8 @@ times show what a mean hides: a slow first step, or one step of ten that autotun
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from detprof.traces.kernel_table import KernelTable
@@ -19,8 +21,8 @@ def step_range_name(index: int) -> str:
     return f"step {index}"
 
 
-def kernel_ns_by_step(table: KernelTable) -> list[int] | None:
-    """Total kernel time inside each ``step i`` range, in step order; None without such ranges."""
+def _step_of_kernels(table: KernelTable) -> tuple[np.ndarray, np.ndarray, int] | None:
+    """Each kernel's step index, whether it lies inside that step's range, and the number of steps."""
     if table.nvtx is None or table.is_summary:
         return None
     ranges = table.nvtx[table.nvtx["text"].astype(str).str.match(STEP_RANGE)]
@@ -32,5 +34,27 @@ def kernel_ns_by_step(table: KernelTable) -> list[int] | None:
     kernel_start = table.kernels["start_ns"].to_numpy(dtype=np.int64)
     step = np.searchsorted(starts, kernel_start, side="right") - 1
     inside = (step >= 0) & (kernel_start < ends[np.clip(step, 0, None)])
-    totals = np.bincount(step[inside], weights=table.kernels["dur_ns"].to_numpy()[inside], minlength=len(starts))
+    return step, inside, len(starts)
+
+
+def kernel_ns_by_step(table: KernelTable) -> list[int] | None:
+    """Total kernel time inside each ``step i`` range, in step order; None without such ranges."""
+    found = _step_of_kernels(table)
+    if found is None:
+        return None
+    step, inside, count = found
+    totals = np.bincount(step[inside], weights=table.kernels["dur_ns"].to_numpy()[inside], minlength=count)
     return [int(t) for t in totals]
+
+
+def within_steps(table: KernelTable) -> KernelTable | None:
+    """The table with only the kernels inside ``step i`` ranges; None where the trace marks no steps.
+
+    What a capture holds outside the measured steps (the worker's settling step right after
+    the tracer started, a stray launch before the first range) is not a step's work.
+    """
+    found = _step_of_kernels(table)
+    if found is None:
+        return None
+    _step, inside, _count = found
+    return replace(table, kernels=table.kernels[inside].reset_index(drop=True))

@@ -45,6 +45,9 @@ MEMCPY_TABLE = "CUPTI_ACTIVITY_KIND_MEMCPY"
 MEMSET_TABLE = "CUPTI_ACTIVITY_KIND_MEMSET"
 NVTX_TABLE = "NVTX_EVENTS"
 STRINGS_TABLE = "StringIds"
+API_TABLE = "CUPTI_ACTIVITY_KIND_RUNTIME"
+"""Runtime and driver API calls alike (``cudaLaunchKernel_v7000``, ``cuModuleGetLoadingMode``)."""
+GRAPH_LAUNCH_CALLS = ("cudaGraphLaunch%", "cuGraphLaunch%")
 GPU_TABLES = ("TARGET_INFO_GPU", "TARGET_INFO_CUDA_GPU")
 MEMCPY_ENUM = "ENUM_CUDA_MEMCPY_OPER"
 
@@ -61,6 +64,7 @@ _KERNEL_INT_COLUMNS = {
     "block_x": "blockX",
     "block_y": "blockY",
     "block_z": "blockZ",
+    "graph_node_id": "graphNodeId",
 }
 
 # copyKind values of CUPTI's CUpti_ActivityMemcpyKind, for exports without the ENUM tables
@@ -150,6 +154,7 @@ def _load(conn: sqlite3.Connection, uri: str, shown: str) -> KernelTable:
         memory=_memory(conn, tables),
         devices=_devices(conn, tables, kernels),
         nvtx=_nvtx(conn, tables),
+        graph_launches=_graph_launches(conn, tables),
     )
 
 
@@ -357,3 +362,20 @@ def _nvtx(conn: sqlite3.Connection, tables: set[str]) -> pd.DataFrame | None:
         f'WHERE e.eventType IN ({types}) AND e."end" IS NOT NULL ORDER BY e.start'
     ).fetchall()
     return range_table(rows)
+
+
+def _graph_launches(conn: sqlite3.Connection, tables: set[str]) -> int | None:
+    """How many CUDA graphs the process launched in the capture; None when no API call was recorded.
+
+    TensorFlow launches through the driver API (``cuGraphLaunch``), the runtime's users
+    through ``cudaGraphLaunch``; nsys records both in one table, names versioned
+    (``cudaGraphLaunch_v10000``).
+    """
+    if API_TABLE not in tables or STRINGS_TABLE not in tables:
+        return None
+    like = " OR ".join("s.value LIKE ?" for _ in GRAPH_LAUNCH_CALLS)
+    (count,) = conn.execute(
+        f"SELECT count(*) FROM {API_TABLE} AS r JOIN {STRINGS_TABLE} AS s ON s.id = r.nameId WHERE {like}",
+        GRAPH_LAUNCH_CALLS,
+    ).fetchone()
+    return int(count)

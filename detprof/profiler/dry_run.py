@@ -1,0 +1,128 @@
+"""``--dry-run``: a measured study's plan as it would run, printed instead of run.
+
+Every decision that shapes a measurement on a GPU (which card a worker sees, whether it
+shares it, what the tracer records and which runs are traced at all) is taken before a
+worker starts, so it can be shown without a GPU and reviewed before a sweep of hours. The
+command lines and environments come from the launcher that would run them, not from a
+copy of its logic. A tracer that is not installed here is named in the plan rather than
+refused; a GPU label forced on a machine without that GPU is planned as that GPU.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+from pathlib import Path
+
+from detprof.profiler.launcher import SETTLING_STEPS, WorkerLauncher
+from detprof.profiler.study import (
+    MeasurementTarget,
+    PlannedRun,
+    RunSettings,
+    lockstep_runs,
+    lockstep_sessions,
+    measured_parts,
+    mode_pairs,
+    runs_to_measure,
+    session_core,
+)
+from detprof.store import ResultsStore, StudyKind
+
+MEASURES_TEXT = {
+    "both": "wall time from {steps} untraced steps, then kernel time from {steps} traced steps",
+    "kernel": "kernel time from {steps} traced steps (wall time: its untraced run)",
+    "wall": "wall time from {steps} untraced steps (not traced)",
+}
+
+
+def plan_lines(
+    kind: StudyKind, plan: Sequence[PlannedRun], settings: RunSettings, target: MeasurementTarget, out: Path
+) -> list[str]:
+    """The plan, in the order it would run: device, tracer, timing, environment, then every run."""
+    launcher = WorkerLauncher(ResultsStore(out, kind), target.tracer, target.device, settings.run_timeout_s)
+    runs = runs_to_measure(plan, target.tracer)
+    lines = [f"detprof {kind} --dry-run: the plan, in order; nothing runs and nothing is written", ""]
+    lines += _setting_lines(target, settings)
+    lines += ["", "Environment detprof sets in every worker:"]
+    lines += [f"  {line}" for line in _env_lines(launcher, target)]
+    lines += ["", f"Runs ({len(runs)}):"]
+    if settings.pairing == "lockstep":
+        lines += _lockstep_lines(launcher, settings, runs)
+    else:
+        lines += _sequential_lines(launcher, settings, runs)
+    return lines
+
+
+def _setting_lines(target: MeasurementTarget, settings: RunSettings) -> list[str]:
+    device = target.device
+    if target.planned_gpu:
+        where = f"{device.label} (--force: no such GPU is detected here; planned as if it were)"
+    elif device.gpu is not None and not device.hide_gpus:
+        where = f"{device.label}: GPU {device.gpu.index} ({device.gpu.name}, {device.gpu.uuid or 'no UUID'})"
+    else:
+        where = f"{device.label} (CPU{', GPUs hidden' if device.hide_gpus else ''})"
+    tracer = target.tracer
+    installed = "" if tracer.installed else f"; NOT INSTALLED here ({tracer.name} is not on PATH): the run would refuse"
+    parts = measured_parts(tracer)
+    if parts == ("both",):
+        timing = f"each run times untraced steps (wall time), then traces as many with {tracer.name} (kernel time)"
+    elif parts == ("wall",):
+        timing = "untraced runs: wall time only, no kernel tables"
+    else:
+        timing = f"runs traced by {tracer.name} give kernel time; an untraced run beside each gives wall time"
+    settle = f"; {SETTLING_STEPS} untimed settling step after the tracer starts" if parts != ("wall",) else ""
+    pairing = {
+        "lockstep": "lockstep: two warm workers per repeat, one per mode, stepping in turn on one core",
+        "sequential": "sequential: one worker at a time, each with the device to itself",
+    }[settings.pairing]
+    xla = "on in both modes (--xla)" if settings.xla else "off in both modes"
+    return [
+        f"  device       {where}",
+        f"  tracer       {tracer.name}{installed}",
+        f"  timing       {timing}{settle}",
+        f"  pairing      {pairing}",
+        "  determinism  deterministic mode: tf.config.experimental.enable_op_determinism() in the worker, "
+        "before any op; seeds set in both modes",
+        f"  XLA          jit_compile pinned: {xla}",
+    ]
+
+
+def _env_lines(launcher: WorkerLauncher, target: MeasurementTarget) -> list[str]:
+    env = launcher.detprof_env()
+    if target.planned_gpu:
+        env["CUDA_VISIBLE_DEVICES"] = f"<UUID of the {target.device.label} GPU, read from NVML when it runs>"
+    return [f"{name}={value}" if value else f"{name}= (empty)" for name, value in sorted(env.items())]
+
+
+def _sequential_lines(launcher: WorkerLauncher, settings: RunSettings, runs: Sequence[PlannedRun]) -> list[str]:
+    lines = []
+    for number, run in enumerate(runs, start=1):
+        worker_run = settings.worker_run(run)
+        worker, full = launcher.commands(worker_run, run.workload, run.fields, require_installed=False)
+        tracer = launcher.tracer_of(worker_run)
+        lines.append(f"  {number}. {run.run_id}: {run.mode}, {_measures(run, settings)}")
+        lines.append(f"     worker: {shlex.join(worker)}")
+        if tracer.wraps_process:
+            lines.append(f"     tracer: {shlex.join(full[: len(full) - len(worker)])} <worker>")
+        elif tracer.name != "none":
+            lines.append(f"     tracer: {tracer.name}, started inside the worker after the untraced steps")
+    return lines
+
+
+def _lockstep_lines(launcher: WorkerLauncher, settings: RunSettings, runs: Sequence[PlannedRun]) -> list[str]:
+    lines = []
+    for n, session in enumerate(lockstep_sessions(mode_pairs(runs))):
+        paired = lockstep_runs(settings, session)
+        lines.append(f"  repeat {session[0][0].repeat}: two workers on core {session_core(n)}, one per side")
+        for side in (0, 1):
+            command = launcher.session_command([pair[side] for pair in paired])
+            lines.append(f"    {session[0][side].mode} worker: {shlex.join(command)}")
+            for pair in session:
+                run = pair[side]
+                lines.append(f"      {run.run_id}: {_measures(run, settings)}")
+    return lines
+
+
+def _measures(run: PlannedRun, settings: RunSettings) -> str:
+    text = MEASURES_TEXT[run.measures].format(steps=settings.steps)
+    return f"{text}, after {settings.warmup} warm-up steps"
