@@ -265,5 +265,5 @@ def test_dry_run_on_the_cpu_shows_the_lockstep_sessions(monkeypatch, capsys, tmp
     code, out, _ = dry_run(monkeypatch, capsys, tmp_path, "--gpu", "cpu", "--models", "smallcnn", "--repeats", "2")
     assert code == 0
     assert "lockstep" in out and "session.json" in out and "CUDA_VISIBLE_DEVICES" not in out
-    assert out.count("wall time from 100 untraced steps, then kernel time from 100 traced steps") == 4
+    assert out.count("wall time from 80 untraced steps, then kernel time from 80 traced steps") == 4
     assert not list(tmp_path.iterdir())

@@ -22,10 +22,12 @@ PRESETS: dict[str, dict[str, Any]] = {
     # the models of a repeat by one pair of workers. The worker process is a random effect, so
     # precision comes from the number of pairs and their steps: on 2 cores, A/A (`--calibrate`)
     # over 6 pairs resolved mediumcnn_k1 (the noisiest) to +/-1.6-4.9% with 40 steps and
-    # +/-1.4% with 100, every model within +/-1.6%, the sweep in 2 minutes.
+    # +/-1.4% with 100, every model within +/-1.6%. Each run takes its steps twice, untraced
+    # (wall time) and traced (kernel time): 100 of each took the sweep to 167-182 s against a
+    # 3-minute budget, so 80 of each.
     "cpu-small": {
         "models": ("smallcnn", "mediumcnn_k1", "mediumcnn_k3"),
-        "steps": 100,
+        "steps": 80,
         "warmup": 5,
         "repeats": 6,
         "batch_size": 32,
