@@ -1,37 +1,28 @@
 """The ``detprof`` command line.
 
 Commands are thin: they parse options, call the analyses and hand the results to a
-renderer. Command modules import nothing heavy at module level (TensorFlow, pandas and
-plotly load inside the commands that need them), so ``detprof parse`` of a SQLite or CSV
-trace starts fast. ``main`` is the one place that turns a ``DetprofError`` into a single
-line on stderr and its exit code.
+renderer. A command line imports only the module of the command it runs (all of them only
+for ``detprof --help`` or a command detprof does not know), and the analyses load what they
+need inside the command, so ``detprof parse`` of a SQLite or CSV trace does not pay for the
+sweep's, the report's or TensorFlow's imports. ``main`` is the one place that turns a
+``DetprofError`` into a single line on stderr and its exit code.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
+from collections.abc import Iterable
 from enum import Enum
 from pathlib import PurePath
-from typing import Annotated, Any
+from typing import Annotated, Any, NamedTuple
 
 import typer
 from typer.core import TyperArgument, TyperCommand, TyperOption
 
-from detprof import __version__, invocation
-from detprof.check.command import CHECK_HELP, baseline, check
+from detprof import invocation
 from detprof.errors import USAGE_EXIT, DetprofError
-from detprof.kernels_bench.command import HELP as KERNELS_HELP
-from detprof.kernels_bench.command import kernels
-from detprof.models.command import models
-from detprof.profiler.command import gpus
-from detprof.reports.command import HELP as REPORT_HELP
-from detprof.reports.command import report
-from detprof.stability.command import HELP as STABILITY_HELP
-from detprof.stability.command import stability
-from detprof.sweep.command import HELP as SWEEP_HELP
-from detprof.sweep.command import sweep
-from detprof.traces.command import DIFF_HELP, PARSE_HELP, diff, parse
 
 # Help reads like any other command line's: "--top INTEGER", "--format [table|json|csv]",
 # "Usage: detprof report [OPTIONS] RESULTS_DIRS...". Typer's own rendering (rich panels or
@@ -104,25 +95,14 @@ class HelpCommand(TyperCommand):
                 formatter.write_dl(options)
 
 
-app = typer.Typer(
-    name="detprof",
-    help="What deterministic training costs on your GPU, where the cost comes from, and what it buys.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-    rich_markup_mode=None,
-    # Click wraps help at 80 columns whatever the terminal; a wider one shows whole command summaries.
-    context_settings={"max_content_width": 120},
-)
-
-
 def _print_version(value: bool) -> None:
     if value:
+        from detprof import __version__
+
         typer.echo(f"detprof {__version__}")
         raise typer.Exit()
 
 
-@app.callback()
 def _root(
     version: Annotated[
         bool,
@@ -132,20 +112,64 @@ def _root(
     """Options of ``detprof`` itself; ``--version`` is eager, so it answers before any command is parsed."""
 
 
-_COMMANDS: tuple[tuple[str, Any, str], ...] = (
-    ("parse", parse, PARSE_HELP),
-    ("diff", diff, DIFF_HELP),
-    ("models", models, "List the models detprof can profile."),
-    ("gpus", gpus, "List the NVIDIA GPUs that NVML sees."),
-    ("sweep", sweep, SWEEP_HELP),
-    ("kernels", kernels, KERNELS_HELP),
-    ("stability", stability, STABILITY_HELP),
-    ("report", report, REPORT_HELP),
-    ("baseline", baseline, "Freeze a sweep's per-repeat overheads as the CI baseline (JSON)."),
-    ("check", check, CHECK_HELP),
-)
-for _name, _command, _help in _COMMANDS:
-    app.command(_name, help=_help, cls=HelpCommand)(_command)
+class _Command(NamedTuple):
+    module: str
+    function: str
+    help_constant: str | None = None
+    """The module's constant that holds the help text; without one, ``help`` is the text."""
+    help: str = ""
+
+
+_COMMANDS: dict[str, _Command] = {
+    "parse": _Command("detprof.traces.command", "parse", "PARSE_HELP"),
+    "diff": _Command("detprof.traces.command", "diff", "DIFF_HELP"),
+    "models": _Command("detprof.models.command", "models", help="List the models detprof can profile."),
+    "gpus": _Command("detprof.profiler.command", "gpus", help="List the NVIDIA GPUs that NVML sees."),
+    "sweep": _Command("detprof.sweep.command", "sweep", "HELP"),
+    "kernels": _Command("detprof.kernels_bench.command", "kernels", "HELP"),
+    "stability": _Command("detprof.stability.command", "stability", "HELP"),
+    "report": _Command("detprof.reports.command", "report", "HELP"),
+    "baseline": _Command(
+        "detprof.check.command", "baseline", help="Freeze a sweep's per-repeat overheads as the CI baseline (JSON)."
+    ),
+    "check": _Command("detprof.check.command", "check", "CHECK_HELP"),
+}
+"""Every command, in the order ``detprof --help`` lists them."""
+
+
+def build_app(commands: Iterable[str] = _COMMANDS) -> typer.Typer:
+    """The ``detprof`` application with these commands, importing only their modules.
+
+    The root callback keeps it a group however few commands it has, so ``detprof parse
+    ...`` parses, and its help reads, exactly as with all of them.
+    """
+    app = typer.Typer(
+        name="detprof",
+        help="What deterministic training costs on your GPU, where the cost comes from, and what it buys.",
+        no_args_is_help=True,
+        pretty_exceptions_enable=False,
+        add_completion=False,
+        rich_markup_mode=None,
+        # Click wraps help at 80 columns whatever the terminal; a wider one shows whole command summaries.
+        context_settings={"max_content_width": 120},
+    )
+    app.callback()(_root)
+    for name in commands:
+        spec = _COMMANDS[name]
+        module = importlib.import_module(spec.module)
+        text = getattr(module, spec.help_constant) if spec.help_constant else spec.help
+        app.command(name, help=text, cls=HelpCommand)(getattr(module, spec.function))
+    return app
+
+
+def _commands_for(args: list[str]) -> list[str]:
+    """The commands a command line needs: the one it names, or all (help, or a command detprof does not know).
+
+    ``detprof`` itself takes only flags (``--help``, ``--version``), so the first word that
+    is not an option names the command.
+    """
+    word = next((a for a in args if not a.startswith("-")), None)
+    return [word] if word in _COMMANDS else list(_COMMANDS)
 
 
 # EX_SOFTWARE (sysexits.h): a bug in detprof, never its input or measurement, so CI can tell
@@ -155,9 +179,11 @@ INTERNAL_EXIT = 70
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; every expected failure is one line on stderr and a documented exit code."""
-    invocation.remember(sys.argv[1:] if argv is None else argv)
+    args = sys.argv[1:] if argv is None else argv
+    invocation.remember(args)
     try:
-        code = app(args=argv, prog_name="detprof", standalone_mode=False)
+        app = build_app(_commands_for(args))
+        code = app(args=args, prog_name="detprof", standalone_mode=False)
     except typer.TyperException as exc:
         if type(exc).__name__ == "NoArgsIsHelpError":
             typer.echo(exc.format_message())

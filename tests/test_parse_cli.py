@@ -247,6 +247,33 @@ def test_parse_of_sqlite_does_not_import_tensorflow(trace) -> None:
     assert report["tensorflow_modules"] == [], "tensorflow was imported"
 
 
+NOT_FOR_PARSE = (
+    "rich",
+    "plotly",
+    "pyarrow.dataset",
+    "detprof.check",
+    "detprof.kernels_bench",
+    "detprof.models",
+    "detprof.profiler",
+    "detprof.reports",
+    "detprof.stability",
+    "detprof.sweep",
+)
+"""What ``detprof parse FILE --format json`` has no use for: the other commands, the report, rich tables."""
+
+
+def test_parse_json_imports_only_what_it_uses(trace) -> None:
+    """Start-up is most of a small trace's parse, so the imports of other commands stay out of it."""
+    path, _ = trace
+    done = run_script("without_tensorflow.py", "parse", path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["result"] == 0
+    unused = [m for m in report["modules"] if any(m == p or m.startswith(f"{p}.") for p in NOT_FOR_PARSE)]
+    assert unused == []
+    assert "detprof.traces.parsers.nsys_sqlite" in report["modules"]
+
+
 @pytest.mark.skipif(not SHARED_TRACES.is_dir(), reason="../shared/traces is absent")
 def test_parse_real_nvprof_trace_json(capsys) -> None:
     path = SHARED_TRACES / "nvprof-cfd-titanxp.gpu-trace.csv"

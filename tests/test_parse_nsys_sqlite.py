@@ -14,7 +14,7 @@ from fixtures_traces import SHARED_TRACES, Kernel, a100, write_nsys_sqlite
 from detprof.errors import InputError
 from detprof.traces.kernel_names import short_kernel_name
 from detprof.traces.kernel_table import KERNEL_DTYPES, MEMORY_DTYPES, NVTX_DTYPES, Device, conform
-from detprof.traces.kernel_tables import kernel_stats
+from detprof.traces.kernel_tables import kernel_stats, top_n
 from detprof.traces.parsers import load_trace, nsys_sqlite
 
 CLOVERLEAF = SHARED_TRACES / "nsys-2024.5-cloverleaf-4xA100.sqlite"
@@ -269,9 +269,62 @@ def test_kernel_name_ids_missing_or_null(tmp_path: Path) -> None:
     assert names == ["<string id 777>", _kernels()[1].name, "<unnamed>"]
 
 
-def _assert_input_error(path: Path, fragment: str) -> None:
+def test_names_are_categoricals_of_the_distinct_names(tmp_path: Path) -> None:
+    k = load_trace(write_nsys_sqlite(tmp_path / "names.sqlite", _kernels())).kernels
+    for column in ("name", "short_name"):
+        assert isinstance(k[column].dtype, pd.CategoricalDtype), column
+        assert list(k[column].cat.categories) == sorted({str(n) for n in k[column]}), column
+    assert len(k["name"].cat.categories) == 2
+
+
+def test_top_n_reads_only_the_columns_it_needs(tmp_path: Path) -> None:
+    """Start times, streams and grids are read on first use of ``kernels``, not for a top-N table."""
+    path = write_nsys_sqlite(tmp_path / "run.sqlite", _kernels(), gpus=[a100(0), a100(1)])
+    table = load_trace(path)
+    path.unlink()
+    head, other_ns = top_n(table, 1)
+    assert (head.loc[0, "short_name"], head.loc[0, "instances"], head.loc[0, "total_ns"]) == ("Kernel", 2, 2_000)
+    assert other_ns == 900 and (table.kernel_count, table.total_ns) == (4, 2_900)
+    assert [d.id for d in table.devices] == [0, 1]
+    with pytest.raises(InputError, match=r"run\.sqlite"):
+        table.launches("start_ns")
+
+
+def test_deferred_columns_line_up_with_the_rows_read_first(tmp_path: Path) -> None:
+    path = write_nsys_sqlite(tmp_path / "run.sqlite", _kernels())
+    table = load_trace(path)
+    k = table.kernels
+    assert list(k.columns) == list(KERNEL_DTYPES)
+    assert list(zip(k["dur_ns"], k["start_ns"], k["stream_id"], strict=True)) == [
+        (x.dur, x.start, x.stream) for x in _kernels()
+    ]
+    assert table.launches("start_ns")["start_ns"].tolist() == [x.start for x in _kernels()]
+
+
+def test_a_table_changed_after_loading_is_an_input_error(tmp_path: Path) -> None:
+    path = write_nsys_sqlite(tmp_path / "run.sqlite", _kernels())
+    table = load_trace(path)
+    with sqlite3.connect(path) as conn:
+        conn.execute("DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE rowid = 2")
+    conn.close()
+    with pytest.raises(InputError, match="changed"):
+        table.launches("start_ns")
+
+
+def test_a_converted_report_is_read_whole_before_its_export_goes(tmp_path: Path) -> None:
+    """``nsys export`` writes to a temporary folder that is gone once the parser returns."""
+    path = write_nsys_sqlite(tmp_path / "exported.sqlite", _kernels())
+    table = nsys_sqlite.load_nsys_sqlite(path, source="run.nsys-rep")
+    path.unlink()
+    assert table.source == "run.nsys-rep"
+    assert table.kernels["start_ns"].tolist() == [x.start for x in _kernels()]
+
+
+def _assert_input_error(path: Path, fragment: str, *, on_first_use: bool = False) -> None:
+    """``on_first_use``: the fault is in a launch column read only when ``kernels`` is first used."""
+    table = load_trace(path) if on_first_use else None
     with pytest.raises(InputError) as info:
-        load_trace(path)
+        load_trace(path) if table is None else table.kernels
     message = str(info.value)
     assert str(path) in message and fragment in message and "\n" not in message
 
@@ -293,12 +346,13 @@ def test_missing_string_table_is_an_input_error(tmp_path: Path) -> None:
     _assert_input_error(path, "StringIds")
 
 
-def test_non_integer_kernel_values_are_an_input_error(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("column", "on_first_use"), [("deviceId", False), ("streamId", True)])
+def test_non_integer_kernel_values_are_an_input_error(tmp_path: Path, column: str, on_first_use: bool) -> None:
     path = write_nsys_sqlite(tmp_path / "text.sqlite", _kernels())
     with sqlite3.connect(path) as conn:
-        conn.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET streamId = 'default stream'")
+        conn.execute(f"UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET {column} = 'default stream'")
     conn.close()
-    _assert_input_error(path, "CUPTI_ACTIVITY_KIND_KERNEL")
+    _assert_input_error(path, f"CUPTI_ACTIVITY_KIND_KERNEL.{column}", on_first_use=on_first_use)
 
 
 def _big_fixture(path: Path) -> Path:

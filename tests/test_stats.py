@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from detprof.traces.kernel_table import KERNEL_DTYPES, SUMMARY_DTYPES, KernelTable, conform
+from detprof.traces.kernel_table import KERNEL_DTYPES, SUMMARY_DTYPES, UNNAMED, KernelTable, conform
 from detprof.traces.kernel_tables import diff, kernel_stats, kernels_in_common, top_n
 
 
@@ -56,6 +56,26 @@ def test_top_n_reports_remainder_so_shares_add_up() -> None:
 def test_single_launch_has_null_std() -> None:
     stats = kernel_stats(launches([("only", 5)]))
     assert np.isnan(stats.loc[0, "std_ns"])
+
+
+def test_names_stay_categoricals_and_stats_group_by_their_codes() -> None:
+    """Categories no launch uses (a table cut to one device) give no row; each kernel keeps its first short name."""
+    table = launches([("b<int>", 5), ("a<int>", 3), ("b<int>", 7), ("c<int>", 1)])
+    assert isinstance(table.kernels["name"].dtype, pd.CategoricalDtype)
+    table.kernels = table.kernels[table.kernels["name"] != "c<int>"].reset_index(drop=True)
+    stats = kernel_stats(table)
+    assert stats[["name", "short_name", "instances", "total_ns"]].values.tolist() == [
+        ["b<int>", "b", 2, 12],
+        ["a<int>", "a", 1, 3],
+    ]
+
+
+def test_launches_without_a_name_are_one_kernel_of_their_own() -> None:
+    """A null name code is -1; taken as an index it would merge the launch into the last kernel."""
+    names = ["a", None, "z", None]
+    frame = pd.DataFrame({"name": names, "short_name": names, "dur_ns": [2, 3, 4, 5]})
+    stats = kernel_stats(KernelTable("test", "nsys-sqlite", kernels=conform(frame, KERNEL_DTYPES)))
+    assert dict(zip(stats["name"], stats["total_ns"], strict=True)) == {UNNAMED: 8, "z": 4, "a": 2}
 
 
 def test_group_by_short_name_merges_template_instances() -> None:

@@ -9,8 +9,9 @@ leave ``kernels`` empty. ``kernel_stats`` hides that difference from the analyse
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import pandas as pd
 
@@ -20,6 +21,8 @@ TraceFormat = Literal[
     "nvprof-trace-csv",
     "nvprof-summary-csv",
     "tf-xplane",
+    "kineto-json",
+    "kineto-cpu-json",
 ]
 
 DIM_COLUMNS = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
@@ -40,20 +43,25 @@ TIME_UNITS_NS: dict[str, float] = {
 (U+00B5) or the Greek mu (U+03BC) depending on the tool version, so both are accepted."""
 
 KERNEL_DTYPES: dict[str, str] = {
-    "name": "string",
-    "short_name": "string",
+    "name": "category",
+    "short_name": "category",
     "start_ns": "int64",
     "dur_ns": "int64",
     "device_id": "Int64",
     "stream_id": "Int64",
     "correlation_id": "Int64",
     **{c: "Int64" for c in DIM_COLUMNS},
-    "op": "string",
+    "op": "category",
     "graph_node_id": "Int64",
 }
-"""``graph_node_id``: the CUDA graph node that launched the kernel (nsys with
-``--cuda-graph-trace=node``); null for a kernel launched on its own, or where the trace
-does not say."""
+"""Names (``name``, ``short_name``, ``op``) are Categoricals: a trace repeats a few hundred
+names over millions of launches, so only the distinct names become Python strings and
+statistics group by the integer codes. ``graph_node_id``: the CUDA graph node that launched
+the kernel (nsys with ``--cuda-graph-trace=node``); null for a kernel launched on its own, or
+where the trace does not say."""
+
+UNNAMED = "<unnamed>"
+"""The name of a kernel whose trace records none, so that it still counts as one kernel."""
 
 MEMORY_DTYPES: dict[str, str] = {
     "kind": "string",
@@ -107,19 +115,15 @@ def conform(frame: pd.DataFrame, dtypes: dict[str, str]) -> pd.DataFrame:
     """Give a parser's frame exactly the schema's columns, order and dtypes.
 
     Columns a format does not have become all-null, so every consumer can rely on them
-    existing.
+    existing; they are filled from one scalar, not a list of a million nulls.
     """
     n = len(frame)
     out: dict[str, pd.Series] = {}
     for col, dtype in dtypes.items():
         if col in frame.columns:
-            series = frame[col]
-            if isinstance(series.dtype, pd.CategoricalDtype) and dtype == "string":
-                out[col] = series
-            else:
-                out[col] = series.astype(dtype)
+            out[col] = frame[col].astype(dtype)
         else:
-            out[col] = pd.Series(pd.array([pd.NA] * n, dtype=_nullable(dtype)), index=frame.index)
+            out[col] = pd.Series(None, index=frame.index, dtype=_nullable(dtype))
     index = pd.RangeIndex(n) if frame.index.equals(pd.RangeIndex(n)) else frame.index
     return pd.DataFrame(out, index=index, copy=False)
 
@@ -132,11 +136,38 @@ def empty(dtypes: dict[str, str]) -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype=d) for c, d in dtypes.items()})
 
 
+Completion = Callable[[pd.DataFrame], pd.DataFrame]
+"""Given the launch columns a parser read at once, the whole ``kernels`` table (``KernelTable.defer_columns``)."""
+
+
+class _Launches:
+    """``KernelTable.kernels``: the launch table, completed on first use when its parser deferred columns.
+
+    A descriptor-typed dataclass field, so that ``KernelTable(..., kernels=frame)`` and
+    ``dataclasses.replace(table, kernels=frame)`` work as with a plain field; a table set
+    that way is whole.
+    """
+
+    def __get__(self, table: KernelTable | None, owner: type) -> Any:
+        if table is None:
+            return None  # the field's default: __set__ makes it an empty table
+        frame = table.__dict__["_kernels"]
+        complete = table.__dict__.get("_complete")
+        if complete is not None:
+            frame = table.__dict__["_kernels"] = complete(frame)
+            del table.__dict__["_complete"]
+        return frame
+
+    def __set__(self, table: KernelTable, frame: pd.DataFrame | None) -> None:
+        table.__dict__["_kernels"] = empty(KERNEL_DTYPES) if frame is None else frame
+        table.__dict__.pop("_complete", None)
+
+
 @dataclass
 class KernelTable:
     source: str
     format: TraceFormat
-    kernels: pd.DataFrame = field(default_factory=lambda: empty(KERNEL_DTYPES))
+    kernels: pd.DataFrame = _Launches()
     memory: pd.DataFrame | None = None
     devices: list[Device] = field(default_factory=list)
     summary: pd.DataFrame | None = None
@@ -144,6 +175,21 @@ class KernelTable:
     graph_launches: int | None = None
     """CUDA graph launches (``cudaGraphLaunch``/``cuGraphLaunch`` calls) in the trace; None where
     the trace records no API calls (``traces.graphs`` checks that their kernels are there)."""
+
+    def defer_columns(self, complete: Completion) -> KernelTable:
+        """Leave the launch columns ``kernels`` lacks to ``complete``, run on its first use.
+
+        A parser whose format costs per column read (nsys SQLite) reads at once only what a
+        top-N table needs (``launches``), so ``detprof parse`` never pays for start times or
+        grid sizes.
+        """
+        self.__dict__["_complete"] = complete
+        return self
+
+    def launches(self, *columns: str) -> pd.DataFrame:
+        """These launch columns, reading deferred columns only when they are among them."""
+        frame = self.__dict__["_kernels"]
+        return frame[list(columns)] if set(columns) <= set(frame.columns) else self.kernels[list(columns)]
 
     @property
     def is_summary(self) -> bool:
@@ -153,13 +199,13 @@ class KernelTable:
     def kernel_count(self) -> int:
         if self.summary is not None:
             return int(self.summary["instances"].sum())
-        return len(self.kernels)
+        return len(self.launches("dur_ns"))
 
     @property
     def total_ns(self) -> int:
         if self.summary is not None:
             return int(self.summary["total_ns"].sum())
-        return int(self.kernels["dur_ns"].sum())
+        return int(self.launches("dur_ns")["dur_ns"].sum())
 
     @property
     def memory_ns(self) -> int | None:

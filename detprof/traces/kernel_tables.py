@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from detprof.traces.classify import classify
-from detprof.traces.kernel_table import SUMMARY_DTYPES, KernelTable, conform
+from detprof.traces.kernel_table import SUMMARY_DTYPES, UNNAMED, KernelTable, conform
 
 GroupBy = Literal["name", "short_name"]
 DiffStatus = Literal["added", "removed", "slower", "faster", "same"]
@@ -24,7 +24,10 @@ STAT_COLUMNS = ["instances", "total_ns", "avg_ns", "med_ns", "min_ns", "max_ns",
 
 def kernel_stats(table: KernelTable, by: GroupBy = "name") -> pd.DataFrame:
     """One row per kernel, ordered by total time (descending), with its share of all kernel time."""
-    stats = _merge_summary(table.summary, by) if table.summary is not None else _launch_stats(table.kernels, by)
+    if table.summary is not None:
+        stats = _merge_summary(table.summary, by)
+    else:
+        stats = _launch_stats(table.launches("name", "short_name", "dur_ns"), by)
     total = stats["total_ns"].sum()
     stats["pct"] = stats["total_ns"] / total * 100.0 if total else 0.0
     stats["category"] = [classify(str(n)) for n in stats["name"]]
@@ -33,33 +36,45 @@ def kernel_stats(table: KernelTable, by: GroupBy = "name") -> pd.DataFrame:
 
 
 def _launch_stats(kernels: pd.DataFrame, by: GroupBy) -> pd.DataFrame:
-    key = kernels[by]
-    if not isinstance(key.dtype, pd.CategoricalDtype):
-        key = key.astype("category")
-    dur = kernels["dur_ns"].to_numpy(dtype=np.int64)
-    grouped = pd.Series(dur).groupby(key.cat.codes.to_numpy(), sort=False)
-    agg = grouped.agg(["count", "sum", "mean", "median", "min", "max", "std"])
-    codes = agg.index.to_numpy()
-    names = key.cat.categories.to_numpy()[codes]
-    out = pd.DataFrame(
-        {
-            "name": names,
-            "instances": agg["count"].to_numpy(dtype=np.int64),
-            "total_ns": agg["sum"].to_numpy(dtype=np.int64),
-            "avg_ns": agg["mean"].to_numpy(dtype=np.float64),
-            "med_ns": agg["median"].to_numpy(dtype=np.float64),
-            "min_ns": agg["min"].to_numpy(dtype=np.float64),
-            "max_ns": agg["max"].to_numpy(dtype=np.float64),
-            "std_ns": agg["std"].to_numpy(dtype=np.float64),
-        }
+    """Statistics over launches, grouped by the integer codes of the (Categorical) names.
+
+    Only the distinct names are looked up as strings, so a million launches cost a
+    million integers, not a million Python strings.
+    """
+    key = _named(kernels[by])
+    short = key if by == "short_name" else _named(kernels["short_name"])
+    launches = pd.DataFrame(
+        {"dur": kernels["dur_ns"].to_numpy(dtype=np.int64), "short": short.cat.codes.to_numpy()}, copy=False
     )
-    if by == "name":
-        short = kernels["short_name"]
-        first_short = pd.Series(short.to_numpy()).groupby(key.cat.codes.to_numpy(), sort=False).first()
-        out["short_name"] = first_short.loc[codes].to_numpy()
-    else:
-        out["short_name"] = out["name"]
-    return out
+    agg = launches.groupby(key.cat.codes.to_numpy(), sort=False).agg(
+        instances=("dur", "count"),
+        total_ns=("dur", "sum"),
+        avg_ns=("dur", "mean"),
+        med_ns=("dur", "median"),
+        min_ns=("dur", "min"),
+        max_ns=("dur", "max"),
+        std_ns=("dur", "std"),
+        short=("short", "first"),
+    )
+    out = agg.drop(columns="short").astype(
+        {c: np.int64 if c in ("instances", "total_ns") else np.float64 for c in STAT_COLUMNS}
+    )
+    out.insert(0, "name", key.cat.categories.to_numpy(dtype=object)[agg.index.to_numpy()])
+    out["short_name"] = short.cat.categories.to_numpy(dtype=object)[agg["short"].to_numpy()]
+    return out.reset_index(drop=True)
+
+
+def _named(names: pd.Series) -> pd.Series:
+    """A name column as a Categorical without nulls: a launch without a name is one more kernel.
+
+    Null codes (-1) would otherwise index the last category and merge with that kernel.
+    """
+    names = names if isinstance(names.dtype, pd.CategoricalDtype) else names.astype("category")
+    if not names.hasnans:
+        return names
+    if UNNAMED not in names.cat.categories:
+        names = names.cat.add_categories([UNNAMED])
+    return names.fillna(UNNAMED)
 
 
 ADDITIVE_STATS = {

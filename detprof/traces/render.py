@@ -4,25 +4,26 @@ The JSON shape of ``parse`` is a documented interface (scripts consume it), so i
 built in one function, ``parse_document``, and tested key by key. JSON and CSV always
 carry full and short kernel names; a table labels its rows with short ones
 (``kernel_names.display_kernel_names``) unless asked for full names, because a demangled
-signature wraps one row over dozens of lines.
+signature wraps one row over dozens of lines. rich loads only for a table: JSON and CSV,
+what scripts ask for, start without it.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
 from detprof.formatting import OutputFormat, duration_ns, percent
 from detprof.store import json_safe
 from detprof.traces.kernel_names import display_kernel_names
 from detprof.traces.kernel_table import KernelTable
 from detprof.traces.kernel_tables import GroupBy, diff, kernels_in_common, top_n
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 WIDE_TABLE = 140
 SHORT_NAMES_NOTE = "--full-names shows whole kernel names"
@@ -80,6 +81,10 @@ def print_parse(table: KernelTable, top: int, by: GroupBy, fmt: OutputFormat, fu
     if fmt is OutputFormat.csv:
         pd.DataFrame(doc["kernels"], columns=KERNEL_FIELDS).to_csv(sys.stdout, index=False)
         return
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
     console = Console()
     devices = ", ".join(
         f"{d['id']}: {d['name'] or '?'}" + (f" (cc {d['compute_capability']})" if d["compute_capability"] else "")
@@ -138,6 +143,10 @@ def print_diff(
     if fmt is OutputFormat.csv:
         head.to_csv(sys.stdout, index=False)
         return
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
     console = Console()
     totals = (
         f"base {escape(base.source)}: {duration_ns(base.total_ns)}   "
@@ -198,6 +207,9 @@ def _print_one_sided(
     console: Console, table: pd.DataFrame, status: str, top: int, by: GroupBy, full_names: bool
 ) -> None:
     """The kernels of one side only, by their time on that side: all a diff can say without a common kernel."""
+    from rich.markup import escape
+    from rich.table import Table
+
     side = "base" if status == "removed" else "other"
     rows = table[table["status"] == status].sort_values(
         [f"total_ns_{side}", "name"], ascending=[False, True], kind="stable"

@@ -5,8 +5,9 @@ usage: without_tensorflow.py load_xplane PATH...
        without_tensorflow.py parse PATH
 
 Whatever the reader prints comes first; the last line of stdout is one JSON object:
-``{"result": ..., "tensorflow_modules": [...]}``, where ``result`` is each path's kernel
-count (the loaders) or the exit code of ``detprof parse PATH --format json``.
+``{"result": ..., "tensorflow_modules": [...], "modules": [...]}``, where ``result`` is each
+path's kernel count (the loaders) or the exit code of ``detprof parse PATH --format json``,
+and ``modules`` every module imported, so that a test can see what a command line pays for.
 """
 
 from __future__ import annotations
@@ -36,4 +37,4 @@ if __name__ == "__main__":
     result = run(sys.argv[1], sys.argv[2:])
     # tensorflow itself, its submodules and its companions (tensorflow_estimator, tensorflow_io...)
     loaded = sorted(m for m in sys.modules if m.startswith("tensorflow"))
-    print(json.dumps({"result": result, "tensorflow_modules": loaded}))
+    print(json.dumps({"result": result, "tensorflow_modules": loaded, "modules": sorted(sys.modules)}))

@@ -4,13 +4,16 @@ The export schema drifts between Nsight Systems releases and tables are created 
 (a run without memcpys has no MEMCPY table), so every table and column is looked up by
 name and anything optional may be absent.
 
-Kernel launches are the bulk of a file (millions in a long run) and must load within the
-time and memory budget of issue 2 (1M launches: <= 1 s, < 500 MB). So they are read with
+Kernel launches are the bulk of a file (millions in a long run) and must load within a
+time and memory budget (1M launches to a top-N table: <= 0.5 s, < 500 MB; the benchmark
+``benchmarks/bench_nsys_parse.py`` checks it). So they are read with
 the ADBC SQLite driver as Arrow batches, by parallel threads over rowid ranges (the driver
 releases the GIL), streamed into preallocated numpy arrays; the integer name ids become
 pandas Categoricals whose categories are only the strings used. No Python object is
-created per launch. The small tables (devices, memory, NVTX) go through the standard
-library.
+created per launch. SQLite's cost is per value read, so only the columns a top-N table and
+the device list need are read at once; the rest (start times, stream, grid, ...) are read on
+first use of ``KernelTable.kernels``. The small tables (devices, memory, NVTX) go through the
+standard library.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ from detprof.errors import InputError, first_line
 from detprof.traces.kernel_table import (
     KERNEL_DTYPES,
     MEMORY_DTYPES,
+    UNNAMED,
+    Completion,
     Device,
     KernelTable,
     conform,
@@ -90,7 +95,8 @@ _PARALLEL_MIN_ROWS = 200_000
 _MAX_READERS = 8
 _ADBC_BATCH_ROWS = "65536"
 _STRING_LOOKUP_CHUNK = 500
-_UNNAMED = "<unnamed>"
+_EAGER_DTYPES = {c: KERNEL_DTYPES[c] for c in ("name", "short_name", "dur_ns", "device_id")}
+"""The launch columns read with the file: a top-N table's and the device list's."""
 
 
 def reader_cpus() -> int:
@@ -99,7 +105,12 @@ def reader_cpus() -> int:
 
 
 def load_nsys_sqlite(path: Path, source: str | None = None) -> KernelTable:
-    """Read an export; ``source`` names the file the user gave when it was converted first."""
+    """Read an export; ``source`` names the file the user gave when it was converted first.
+
+    A converted export lives in a temporary folder that is gone once this returns, so all
+    its columns are read now; the user's own file stays, and the columns that only
+    ``KernelTable.kernels`` needs are read on its first use.
+    """
     shown = source or str(path)
     _check_not_truncated(path, shown)
     uri = "file:" + quote(str(path.resolve())) + "?mode=ro"
@@ -108,7 +119,7 @@ def load_nsys_sqlite(path: Path, source: str | None = None) -> KernelTable:
     except sqlite3.Error as exc:
         raise InputError(f"{shown}: cannot open SQLite file ({exc})") from None
     try:
-        return _load(conn, uri, shown)
+        return _load(conn, uri, shown, defer=source is None)
     except sqlite3.DatabaseError as exc:
         raise InputError(f"{shown}: corrupt or unreadable SQLite file ({exc})") from None
     finally:
@@ -135,7 +146,7 @@ def _check_not_truncated(path: Path, shown: str) -> None:
             raise InputError(f"{shown}: truncated SQLite file ({actual} bytes, its header says {expected})")
 
 
-def _load(conn: sqlite3.Connection, uri: str, shown: str) -> KernelTable:
+def _load(conn: sqlite3.Connection, uri: str, shown: str, *, defer: bool) -> KernelTable:
     tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     if KERNEL_TABLE not in tables:
         raise InputError(
@@ -144,10 +155,10 @@ def _load(conn: sqlite3.Connection, uri: str, shown: str) -> KernelTable:
         )
     if STRINGS_TABLE not in tables:
         raise InputError(f"{shown}: nsys export without a {STRINGS_TABLE} table; kernel names are unreadable")
-    kernels = _kernels(conn, uri, shown)
+    kernels, rest = _kernels(conn, uri, shown, defer=defer)
     if kernels.empty:
         raise InputError(f"{shown}: empty trace: {KERNEL_TABLE} has no rows")
-    return KernelTable(
+    table = KernelTable(
         source=shown,
         format="nsys-sqlite",
         kernels=kernels,
@@ -156,6 +167,7 @@ def _load(conn: sqlite3.Connection, uri: str, shown: str) -> KernelTable:
         nvtx=_nvtx(conn, tables),
         graph_launches=_graph_launches(conn, tables),
     )
+    return table if rest is None else table.defer_columns(rest)
 
 
 def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
@@ -168,7 +180,8 @@ class _IntColumn:
     null: np.ndarray
 
 
-def _kernels(conn: sqlite3.Connection, uri: str, shown: str) -> pd.DataFrame:
+def _kernels(conn: sqlite3.Connection, uri: str, shown: str, *, defer: bool) -> tuple[pd.DataFrame, Completion | None]:
+    """The launches, and with ``defer`` what completes them with the columns left unread."""
     cols = _columns(conn, KERNEL_TABLE)
     if not {"start", "end"} <= cols:
         raise InputError(f"{shown}: {KERNEL_TABLE} lacks start/end columns")
@@ -179,51 +192,97 @@ def _kernels(conn: sqlite3.Connection, uri: str, shown: str) -> pd.DataFrame:
     if "shortName" in cols:
         select["short_name"] = "shortName"
     select.update({dst: src for dst, src in _KERNEL_INT_COLUMNS.items() if src in cols})
-    data = _read_int_columns(conn, uri, KERNEL_TABLE, select, shown)
-
-    start, dur = data.pop("start_ns"), data.pop("dur_ns")
-    if start.null.any() or dur.null.any():
+    rows = _row_ranges(conn, KERNEL_TABLE)
+    now = {dst: src for dst, src in select.items() if dst in _EAGER_DTYPES or not defer}
+    data = _read_int_columns(uri, KERNEL_TABLE, now, rows, shown)
+    if data["dur_ns"].null.any():  # "end" - start is null where either is
         raise InputError(f"{shown}: {KERNEL_TABLE} has kernels without start or end time")
-    frame: dict[str, object] = {"start_ns": start.values, "dur_ns": dur.values}
-    frame["name"] = _names(conn, data.pop("name"))
-    frame["short_name"] = _names(conn, data.pop("short_name")) if "short_name" in data else frame["name"]
-    for field, column in data.items():
-        frame[field] = pd.arrays.IntegerArray(column.values, column.null)
-    frame["op"] = pd.array(pa.nulls(len(start.values), pa.large_string()), dtype="string")
-    return conform(pd.DataFrame(frame, copy=False), KERNEL_DTYPES)
+    names = {field: _names(conn, data.pop(field)) for field in ("name", "short_name") if field in data}
+    frame = pd.DataFrame({**names, **_int_arrays(data)}, copy=False)
+    if "short_name" not in frame.columns:
+        frame["short_name"] = frame["name"]
+    if not defer:
+        return conform(frame, KERNEL_DTYPES), None
+    later = {dst: src for dst, src in select.items() if dst not in now}
+
+    def complete(kernels: pd.DataFrame) -> pd.DataFrame:
+        rest = _int_arrays(_read_int_columns(uri, KERNEL_TABLE, later, rows, shown))
+        return conform(kernels.assign(**rest), KERNEL_DTYPES)
+
+    return conform(frame, _EAGER_DTYPES), complete
+
+
+def _int_arrays(data: dict[str, _IntColumn]) -> dict[str, object]:
+    """Integer columns as KernelTable columns: times as plain int64 (never null: checked on
+    ``"end" - start``), the others nullable."""
+    return {
+        field: column.values if field in ("start_ns", "dur_ns") else pd.arrays.IntegerArray(column.values, column.null)
+        for field, column in data.items()
+    }
+
+
+@dataclass(frozen=True)
+class _RowRanges:
+    """Rowid ranges ``[start, stop)`` of a table, one per reader, and where each one's rows go."""
+
+    bounds: list[tuple[int, int]]
+    offsets: list[int]
+
+
+def _row_ranges(conn: sqlite3.Connection, table: str) -> _RowRanges:
+    """Split a table into one rowid range per reader, counting each range's rows.
+
+    nsys writes rowids without gaps; then the ranges' widths are their counts and one
+    ``count(*)``, which SQLite answers from the b-tree without reading rows, confirms it.
+    min and max are asked apart: SQLite looks either one up in the b-tree only when it is
+    the query's one aggregate, and scans the whole table for both at once.
+    """
+    lo, hi = conn.execute(f"SELECT (SELECT min(rowid) FROM {table}), (SELECT max(rowid) FROM {table})").fetchone()
+    if lo is None:
+        return _RowRanges([], [0])
+    readers = max(1, min(reader_cpus(), _MAX_READERS, (hi - lo + 1) // _PARALLEL_MIN_ROWS))
+    edges = np.linspace(lo, hi + 1, readers + 1).astype(np.int64)
+    bounds = [(int(a), int(b)) for a, b in itertools.pairwise(edges)]
+    (total,) = conn.execute(f"SELECT count(*) FROM {table}").fetchone()
+    if total == hi - lo + 1:
+        counts = [b - a for a, b in bounds]
+    else:
+        query = f"SELECT count(*) FROM {table} WHERE rowid >= ? AND rowid < ?"
+        counts = [conn.execute(query, b).fetchone()[0] for b in bounds]
+    return _RowRanges(bounds, [0, *itertools.accumulate(counts)])
 
 
 def _read_int_columns(
-    conn: sqlite3.Connection, uri: str, table: str, select: dict[str, str], shown: str
+    uri: str, table: str, select: dict[str, str], rows: _RowRanges, shown: str
 ) -> dict[str, _IntColumn]:
-    """Integer expressions over all rows of ``table``, read by parallel rowid ranges.
+    """Integer expressions over the rows of ``table`` in ``rows``, read by parallel readers.
 
     Each reader streams its range batch by batch into its slice of preallocated arrays,
-    so peak memory is the result plus a few batches, however many rows there are.
+    so peak memory is the result plus a few batches, however many rows there are. A range
+    that no longer holds the rows counted for it means the file changed since, and then
+    rows read at different times would not line up.
     """
+    # The driver's own API, not its DB-API module: that one imports pyarrow.dataset, tens of
+    # milliseconds of every `detprof parse`.
     import adbc_driver_manager
-    import adbc_driver_sqlite.dbapi
+    import adbc_driver_sqlite
 
-    lo, hi = conn.execute(f"SELECT min(rowid), max(rowid) FROM {table}").fetchone()
-    bounds: list[tuple[int, int]] = []
-    if lo is not None:
-        readers = max(1, min(reader_cpus(), _MAX_READERS, (hi - lo + 1) // _PARALLEL_MIN_ROWS))
-        edges = np.linspace(lo, hi + 1, readers + 1).astype(np.int64)
-        bounds = [(int(a), int(b)) for a, b in itertools.pairwise(edges)]
-    counts = [
-        conn.execute(f"SELECT count(*) FROM {table} WHERE rowid >= ? AND rowid < ?", b).fetchone()[0] for b in bounds
-    ]
-    offsets = [0, *itertools.accumulate(counts)]
+    bounds, offsets = rows.bounds, rows.offsets
     out = {name: _IntColumn(np.zeros(offsets[-1], np.int64), np.zeros(offsets[-1], bool)) for name in select}
     exprs = ", ".join(f"{expr} AS {name}" for name, expr in select.items())
     query = f"SELECT {exprs} FROM {table} WHERE rowid >= {{}} AND rowid < {{}}"
 
     def read(part: int) -> None:
         at, stop = offsets[part], offsets[part + 1]
-        with adbc_driver_sqlite.dbapi.connect(uri) as adbc, adbc.cursor() as cur:
-            cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": _ADBC_BATCH_ROWS})
-            cur.execute(query.format(*bounds[part]))
-            for batch in cur.fetch_record_batch():
+        with (
+            adbc_driver_sqlite.connect(uri) as database,
+            adbc_driver_manager.AdbcConnection(database) as connection,
+            adbc_driver_manager.AdbcStatement(connection) as statement,
+        ):
+            statement.set_options(**{"adbc.sqlite.query.batch_rows": _ADBC_BATCH_ROWS})
+            statement.set_sql_query(query.format(*bounds[part]))
+            stream, _rows = statement.execute_query()
+            for batch in pa.RecordBatchReader.from_stream(stream):
                 n = batch.num_rows
                 if at + n > stop:
                     break
@@ -261,9 +320,9 @@ def _names(conn: sqlite3.Connection, ids: _IntColumn) -> pd.Categorical:
     values = [strings.get(i, f"<string id {i}>") for i in wanted]
     if ids.null.any():
         codes = np.where(codes < 0, len(values), codes)
-        values.append(_UNNAMED)
+        values.append(UNNAMED)
     categories, remap = np.unique(np.array(values, dtype=object), return_inverse=True)
-    return pd.Categorical.from_codes(remap[codes], categories=pd.Index(categories, dtype=object))
+    return pd.Categorical.from_codes(remap[codes], categories=pd.Index(categories, dtype="str"))
 
 
 def _strings(conn: sqlite3.Connection, wanted: list[int]) -> dict[int, str]:
@@ -369,13 +428,16 @@ def _graph_launches(conn: sqlite3.Connection, tables: set[str]) -> int | None:
 
     TensorFlow launches through the driver API (``cuGraphLaunch``), the runtime's users
     through ``cudaGraphLaunch``; nsys records both in one table, names versioned
-    (``cudaGraphLaunch_v10000``).
+    (``cudaGraphLaunch_v10000``). The API table has a row per call, a million for a million
+    launches, so the few matching name ids are looked up first: a join would look a string up
+    per call, and a trace without a graph launch needs no pass over the calls at all.
     """
     if API_TABLE not in tables or STRINGS_TABLE not in tables:
         return None
-    like = " OR ".join("s.value LIKE ?" for _ in GRAPH_LAUNCH_CALLS)
-    (count,) = conn.execute(
-        f"SELECT count(*) FROM {API_TABLE} AS r JOIN {STRINGS_TABLE} AS s ON s.id = r.nameId WHERE {like}",
-        GRAPH_LAUNCH_CALLS,
-    ).fetchone()
+    like = " OR ".join("value LIKE ?" for _ in GRAPH_LAUNCH_CALLS)
+    ids = [row[0] for row in conn.execute(f"SELECT id FROM {STRINGS_TABLE} WHERE {like}", GRAPH_LAUNCH_CALLS)]
+    if not ids:
+        return 0
+    marks = ", ".join("?" * len(ids))
+    (count,) = conn.execute(f"SELECT count(*) FROM {API_TABLE} WHERE nameId IN ({marks})", ids).fetchone()
     return int(count)
