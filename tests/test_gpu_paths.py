@@ -267,3 +267,25 @@ def test_dry_run_on_the_cpu_shows_the_lockstep_sessions(monkeypatch, capsys, tmp
     assert "lockstep" in out and "session.json" in out and "CUDA_VISIBLE_DEVICES" not in out
     assert out.count("wall time from 80 untraced steps, then kernel time from 80 traced steps") == 4
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.slow
+def test_runs_one_after_the_other_measure_wall_untraced_and_kernels_traced(tmp_path) -> None:
+    """The GPU's sequential design, run here with TensorFlow's profiler: each run its own worker."""
+    from detprof.profiler.devices import DeviceChoice
+    from detprof.profiler.study import MeasurementTarget, run_planned
+    from detprof.store import ResultsStore
+    from detprof.sweep.plan import SweepConfig, plan_runs
+
+    config = SweepConfig(
+        models=("smallcnn",), steps=3, warmup=1, repeats=1, batch_size=8, input_size=16, pairing="sequential"
+    )
+    target = MeasurementTarget(DeviceChoice("cpu", None), TRACERS["tf"], "cpu-small")
+    store = ResultsStore(tmp_path, "sweep")
+    records = run_planned(plan_runs(config), config, config.manifest(), store, target, resume=False, command="t")
+    assert [r["run_id"] for r in records] == ["smallcnn--deterministic--r0", "smallcnn--default--r0"]
+    for rec in records:
+        assert rec["status"] == "ok", rec["reason"]
+        assert "pairing" not in rec and rec["measures"] == "both"
+        assert len(rec["step_wall_ns"]) == len(rec["traced_step_wall_ns"]) == rec["kernel_table_steps"] == 3
+        assert len(rec["step_kernel_ns"]) == 3 and rec["kernel_ns_per_step"] > 0

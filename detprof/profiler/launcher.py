@@ -185,9 +185,11 @@ class WorkerLauncher:
         self, run: WorkerRun, workload: Workload, fields: Mapping[str, Any], *, require_installed: bool = True
     ) -> tuple[list[str], list[str]]:
         """A run of its own: the worker's command line, and the one that runs it (in its tracer, if traced)."""
-        worker = self._prepare(run, workload, fields, cpu_core=None, control_fd=None)
+        return self._commands(self._prepare(run, workload, fields, cpu_core=None, control_fd=None), require_installed)
+
+    def _commands(self, worker: _Worker, require_installed: bool = True) -> tuple[list[str], list[str]]:
         command = worker_command(worker.spec_path, worker.result_path)
-        if not run.traced:
+        if not worker.run.traced:
             return command, command
         return command, self.tracer.command(command, worker.trace_base, require_installed=require_installed)
 
@@ -201,7 +203,7 @@ class WorkerLauncher:
     def run(self, run: WorkerRun, workload: Workload, fields: Mapping[str, Any]) -> MeasuredRun:
         """Run one worker: ``workload`` says what it measures, ``fields`` identify the run in its record."""
         worker = self._prepare(run, workload, fields, cpu_core=None, control_fd=None)
-        command = self.commands(run, workload, fields)[1]
+        command = self._commands(worker)[1]
         worker.make_room()
         atomic_write_json(worker.spec_path, worker.spec)
         worker.start()
