@@ -1,25 +1,44 @@
-"""The one place that switches determinism on, and that records what is in effect.
+"""The one place that switches determinism on, per backend, and that records what is in effect.
 
-Determinism cannot be switched off again inside a process, so ``apply`` must run in a
-fresh worker before TensorFlow does any work. Seeds are set in both modes so that the only
-difference between a default and a deterministic run is the implementation TensorFlow
-chooses. Keras 3 resolves ``jit_compile="auto"`` to False when op determinism is on, which
-would silently compare XLA against non-XLA; ``jit_compile`` is therefore always pinned to
-the same explicit value in both modes.
+Determinism cannot be switched off again inside a process, and two of its switches are read
+only once, when the framework starts (JAX's ``XLA_FLAGS``; ``CUBLAS_WORKSPACE_CONFIG`` when
+CUDA initialises), so ``apply`` must run in a fresh worker before the framework does any
+work. Seeds are set in both modes so that the only difference between a default and a
+deterministic run is the implementation the framework chooses. The compiler is pinned to the
+same explicit choice in both modes: Keras 3 resolves ``jit_compile="auto"`` to False on
+TensorFlow when op determinism is on, which would silently compare XLA against non-XLA;
+PyTorch compiles only with ``--compile``; JAX always jits.
+
+Keras 3 runs the same models on TensorFlow, JAX and PyTorch; ``KERAS_BACKEND`` picks one and
+is read when Keras is first imported, so it is set here too, before that import.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import platform
+import random
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+from detprof.errors import UsageError
+
 Mode = Literal["default", "deterministic"]
 MODES: tuple[Mode, ...] = ("default", "deterministic")
+Backend = Literal["tensorflow", "jax", "torch"]
+BACKENDS: tuple[Backend, ...] = ("tensorflow", "jax", "torch")
+DEFAULT_BACKEND: Backend = "tensorflow"
+BACKEND_MODULES: dict[Backend, str] = {"tensorflow": "tensorflow", "jax": "jax", "torch": "torch"}
+"""The module each backend needs; its extra is ``detprof[<backend>]`` (TensorFlow is a core dependency)."""
+
+XLA_DETERMINISTIC_FLAG = "--xla_gpu_deterministic_ops"
+CUBLAS_WORKSPACE_ENV = "CUBLAS_WORKSPACE_CONFIG"
+CUBLAS_DETERMINISTIC_WORKSPACE = ":4096:8"
+"""cuBLAS is deterministic per stream only with a fixed workspace (PyTorch's reproducibility notes)."""
 
 
 @dataclass(frozen=True)
@@ -27,10 +46,33 @@ class DeterminismSettings:
     mode: Mode
     seed: int = 0
     xla: bool = False
+    """TensorFlow: ``jit_compile`` in both modes."""
+    backend: Backend = DEFAULT_BACKEND
+    compile: bool = False
+    """PyTorch: ``torch.compile`` (Keras' ``jit_compile`` on the torch backend) in both modes."""
 
     @property
     def deterministic(self) -> bool:
         return self.mode == "deterministic"
+
+    @property
+    def jit_compile(self) -> bool:
+        """What Keras' ``jit_compile`` is on this backend, the same in both modes."""
+        return {"tensorflow": self.xla, "jax": True, "torch": self.compile}[self.backend]
+
+
+def require_backend(backend: str) -> Backend:
+    """``backend`` when its framework is installed; one line naming the extra to install otherwise.
+
+    Checked in detprof's own process without importing the framework, so that a sweep on one
+    backend never pays for loading another.
+    """
+    if backend not in BACKENDS:
+        raise UsageError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    module = BACKEND_MODULES[backend]  # type: ignore[index]
+    if importlib.util.find_spec(module) is None:
+        raise UsageError(f"--backend {backend} needs {module}, not installed here: pip install 'detprof[{backend}]'")
+    return backend  # type: ignore[return-value]
 
 
 DEBUG_ENV = "DETPROF_DEBUG"
@@ -95,48 +137,199 @@ def _flush_stderr() -> None:
 
 
 def apply(settings: DeterminismSettings) -> dict[str, Any]:
-    """Switch the framework into ``settings.mode``; returns the effective settings.
+    """Switch ``settings.backend`` into ``settings.mode``; returns the settings in effect.
 
-    Runs in worker processes only, whose stderr is their log file: TensorFlow's warnings and
-    errors belong there, so it is not silenced, only kept from logging every info line.
+    Runs in worker processes only, before any framework is imported. Their stderr is their
+    log file: the framework's warnings and errors belong there, so it is not silenced, only
+    kept from logging every info line.
     """
+    os.environ["KERAS_BACKEND"] = settings.backend
+    if settings.backend != "tensorflow":
+        _without_tensorflow()
     os.environ.setdefault(TF_LOG_LEVEL_ENV, WORKER_TF_LOG_LEVEL)
-    import keras
-    import tensorflow as tf
-
-    keras.utils.set_random_seed(settings.seed)
-    if settings.deterministic:
-        tf.config.experimental.enable_op_determinism()
+    {"tensorflow": _apply_tensorflow, "jax": _apply_jax, "torch": _apply_torch}[settings.backend](settings)
+    _seed(settings)
     return effective_settings(settings)
 
 
+def _without_tensorflow() -> None:
+    """Keep TensorFlow out of a JAX or PyTorch worker.
+
+    Keras probes for TensorFlow (``keras.utils.set_random_seed`` seeds it whenever it is
+    installed), which would load it into every worker: seconds of start-up, its thread pools
+    and, on a GPU, its own claim on device memory. A ``None`` entry in ``sys.modules`` makes
+    that import fail as if TensorFlow were not installed, which Keras handles.
+    """
+    sys.modules.setdefault("tensorflow", None)  # type: ignore[arg-type]
+
+
+def _apply_tensorflow(settings: DeterminismSettings) -> None:
+    import tensorflow as tf
+
+    if settings.deterministic:
+        tf.config.experimental.enable_op_determinism()
+
+
+def _apply_jax(settings: DeterminismSettings) -> None:
+    """The flag goes into ``XLA_FLAGS`` beside the user's own flags, which are kept.
+
+    A deterministic flag the user set is removed in default mode: default mode is XLA's default.
+    """
+    os.environ["XLA_FLAGS"] = xla_flags(os.environ.get("XLA_FLAGS", ""), settings.deterministic)
+    import jax  # noqa: F401  (XLA reads the flags when JAX starts)
+
+
+def xla_flags(user_flags: str, deterministic: bool) -> str:
+    """``XLA_FLAGS`` for a run: the user's flags without detprof's switch, plus the switch when deterministic."""
+    kept = [flag for flag in user_flags.split() if flag.split("=", 1)[0] != XLA_DETERMINISTIC_FLAG]
+    if deterministic:
+        kept.append(f"{XLA_DETERMINISTIC_FLAG}=true")
+    return " ".join(kept)
+
+
+def _apply_torch(settings: DeterminismSettings) -> None:
+    """Deterministic mode as PyTorch's reproducibility notes say; default mode is PyTorch's defaults.
+
+    ``CUBLAS_WORKSPACE_CONFIG`` must be set before CUDA initialises, hence before the import;
+    a value the user set is kept (any ``:SIZE:COUNT`` value is deterministic).
+    """
+    if settings.deterministic:
+        os.environ.setdefault(CUBLAS_WORKSPACE_ENV, CUBLAS_DETERMINISTIC_WORKSPACE)
+    import torch
+
+    if settings.deterministic:
+        torch.use_deterministic_algorithms(True)
+        torch.backends.cudnn.deterministic = True
+        torch.backends.cudnn.benchmark = False
+
+
+def _seed(settings: DeterminismSettings) -> None:
+    """Keras' seeds (Python, NumPy, its global seed generator and the backend's) plus the backend's own.
+
+    JAX has no global seed: its randomness comes from explicit keys, which Keras' seed
+    generators derive from the seed set here.
+    """
+    import keras
+
+    keras.utils.set_random_seed(settings.seed)
+    random.seed(settings.seed)
+    if settings.backend == "torch":
+        import torch
+
+        torch.manual_seed(settings.seed)
+    elif settings.backend == "tensorflow":
+        import tensorflow as tf
+
+        tf.random.set_seed(settings.seed)
+
+
 def effective_settings(settings: DeterminismSettings) -> dict[str, Any]:
-    """What TensorFlow reports is in effect, not merely what was asked for."""
+    """What the framework itself reports is in effect, not merely what was asked for."""
+    effective = {"tensorflow": _tensorflow_effective, "jax": _jax_effective, "torch": _torch_effective}
+    return {**asdict(settings), "jit_compile": settings.jit_compile, **effective[settings.backend]()}
+
+
+def _tensorflow_effective() -> dict[str, Any]:
     from tensorflow.python.framework import config as tf_config
 
     return {
-        **asdict(settings),
         "op_determinism": bool(tf_config.is_op_determinism_enabled()),
-        "jit_compile": settings.xla,
         "cudnn_autotune": os.environ.get("TF_CUDNN_USE_AUTOTUNE", "1") not in ("0", "false", "False"),
         "deprecated_tf_deterministic_ops_env": os.environ.get("TF_DETERMINISTIC_OPS"),
     }
 
 
-def software_versions() -> dict[str, Any]:
+def _torch_effective() -> dict[str, Any]:
+    import torch
+
+    return {
+        "op_determinism": bool(torch.are_deterministic_algorithms_enabled()),
+        "deterministic_warn_only": bool(torch.is_deterministic_algorithms_warn_only_enabled()),
+        "cudnn_deterministic": bool(torch.backends.cudnn.deterministic),
+        "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
+        "cublas_workspace_config": os.environ.get(CUBLAS_WORKSPACE_ENV),
+    }
+
+
+XLA_DEBUG_OPTIONS_PATH = (3, 3)
+"""``CompileOptionsProto.executable_build_options`` (3), then ``ExecutableBuildOptionsProto.debug_options`` (3)."""
+XLA_GPU_DETERMINISTIC_OPS_FIELD = 148
+"""``DebugOptions.xla_gpu_deterministic_ops`` in XLA's xla.proto."""
+
+
+def _jax_effective() -> dict[str, Any]:
+    """The flag as XLA parsed it: the ``DebugOptions`` that XLA builds from ``XLA_FLAGS`` for every compilation.
+
+    jaxlib exposes those options only as a serialized ``CompileOptionsProto``, without the
+    message classes, so the one field is read from the wire format (a proto3 bool is written
+    only when true). An ``XLA_FLAGS`` typo would not pass: XLA aborts on unknown flags.
+    """
+    from google.protobuf import empty_pb2
+    from google.protobuf.unknown_fields import UnknownFieldSet
+    from jax._src.lib import _jax
+
+    def fields(wire: bytes) -> UnknownFieldSet:
+        message = empty_pb2.Empty()
+        message.ParseFromString(wire)
+        return UnknownFieldSet(message)
+
+    wire = _jax.CompileOptions().SerializeAsString()
+    for number in XLA_DEBUG_OPTIONS_PATH:
+        wire = next((f.data for f in fields(wire) if f.field_number == number), b"")
+    deterministic = any(f.field_number == XLA_GPU_DETERMINISTIC_OPS_FIELD and f.data for f in fields(wire))
+    return {"op_determinism": deterministic, "xla_flags": os.environ.get("XLA_FLAGS", "")}
+
+
+def software_versions(backend: Backend = DEFAULT_BACKEND) -> dict[str, Any]:
+    """detprof's, Python's, Keras' and the backend's versions, with what the backend was built for and sees."""
     import keras
-    import tensorflow as tf
 
     from detprof import __version__
 
+    common = {"detprof": __version__, "python": platform.python_version(), "keras": keras.__version__}
+    return {**common, **{"tensorflow": _tensorflow_versions, "jax": _jax_versions, "torch": _torch_versions}[backend]()}
+
+
+def _tensorflow_versions() -> dict[str, Any]:
+    import tensorflow as tf
+
     build = tf.sysconfig.get_build_info()
     return {
-        "detprof": __version__,
-        "python": platform.python_version(),
         "tensorflow": tf.__version__,
-        "keras": keras.__version__,
         "cuda_build": build.get("cuda_version"),
         "cudnn_build": build.get("cudnn_version"),
         "is_cuda_build": bool(build.get("is_cuda_build")),
         "gpus_visible": len(tf.config.list_physical_devices("GPU")),
+    }
+
+
+def _jax_versions() -> dict[str, Any]:
+    import jax
+    import jaxlib
+
+    gpus = [d for d in jax.devices() if d.platform == "gpu"]
+    return {
+        "jax": jax.__version__,
+        "jaxlib": jaxlib.__version__,
+        "is_cuda_build": any(b.startswith("cuda") for b in _jax_plugins()),
+        "gpus_visible": len(gpus),
+    }
+
+
+def _jax_plugins() -> list[str]:
+    from importlib.metadata import distributions
+
+    return [d.metadata["Name"] for d in distributions() if d.metadata["Name"].startswith(("jax-cuda", "jax_cuda"))]
+
+
+def _torch_versions() -> dict[str, Any]:
+    import torch
+
+    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    return {
+        "torch": torch.__version__,
+        "cuda_build": torch.version.cuda,
+        "cudnn_build": cudnn,
+        "is_cuda_build": torch.version.cuda is not None,
+        "gpus_visible": torch.cuda.device_count(),
     }
