@@ -57,10 +57,15 @@ class MeasuredRun(TypedDict):
     """Kernel time of each measured step, where the tracer split the window into steps."""
     trace_file: str | None
     telemetry: dict[str, Any] | None
+    backend: NotRequired[str]
+    """The Keras backend that ran it (``determinism.Backend``); records without it ran on TensorFlow."""
     measures: NotRequired[Literal["both", "kernel", "wall"]]
     """What the run measured (``launcher.Measures``); records without it measured both, wall time traced."""
     traced_step_wall_ns: NotRequired[list[int] | None]
     """Wall time of each traced step: what the tracer costs, next to ``step_wall_ns``; never an overhead."""
+    kernel_table_format: NotRequired[str]
+    """The trace format the kernel table was parsed from (``traces.kernel_table.TraceFormat``); older
+    records leave it to their tracer and ``kernel_table_kind``."""
     kernel_table_steps: NotRequired[int]
     """Steps the kernel table holds: the traced steps, plus the settling step where the tracer marks no steps."""
     cuda_graph_launches: NotRequired[int]
@@ -79,6 +84,8 @@ class MeasuredRun(TypedDict):
     """What a model workload reports about itself: input shape, classes, parameter count."""
     classes: NotRequired[int]
     parameters: NotRequired[int]
+    train_step: NotRequired[str]
+    """Which compiled training step the model workload ran (``profiler.workloads``), with its compile setting."""
     case: NotRequired[str]
     """What an op case (kernels_bench) is: its key, op, the layers it stands for, its shape and params."""
     op: NotRequired[str]
@@ -99,6 +106,8 @@ class StabilityRun(TypedDict):
     seeds: dict[str, Any]
     status: RunStatus
     reason: NotRequired[str | None]
+    backend: NotRequired[str]
+    """As for a measured run: the Keras backend that trained it; records without it trained on TensorFlow."""
     pid: NotRequired[int]
     determinism: NotRequired[dict[str, Any]]
     software: NotRequired[dict[str, Any]]
@@ -114,6 +123,8 @@ class StabilityRun(TypedDict):
     input_shape: NotRequired[list[int]]
     data_shape: NotRequired[list[int]]
     outputs: NotRequired[Literal["probabilities", "logits"]]
+    train_step: NotRequired[str]
+    """The compiled training step that trained it, e.g. "keras train_on_batch (jit_compile=True)"."""
     arrays: NotRequired[str]
     weights_file: NotRequired[str]
     train_seconds: NotRequired[float]
@@ -222,6 +233,11 @@ PER_STEP_FIELDS: dict[Metric, tuple[str, str]] = {
     "wall": ("step_wall_ns", "wall_ns_per_step"),
     "kernel": ("step_kernel_ns", "kernel_ns_per_step"),
 }
+
+
+def backend_of(record: Mapping[str, Any]) -> str:
+    """The backend a run (measured or stability) ran on: records written before there was a choice ran on TensorFlow."""
+    return str(record.get("backend") or "tensorflow")
 
 
 def measures(record: Mapping[str, Any], metric: Metric) -> bool:

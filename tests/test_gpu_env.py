@@ -20,6 +20,8 @@ from detprof.profiler.gpu_env import gpu_env
 from detprof.stability import study, training, worker
 from detprof.stability.variants import parse_variants, plan_runs
 
+GROWTH = {"TF_FORCE_GPU_ALLOW_GROWTH": "true", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+"""What a worker sharing its GPU is told: grow its memory (TensorFlow) and do not preallocate (JAX)."""
 A100_UUID = "GPU-aaaaaaaa-1111-2222-3333-444444444444"
 T4_UUID = "GPU-bbbbbbbb-1111-2222-3333-444444444444"
 
@@ -51,7 +53,7 @@ def test_a_chosen_gpu_is_pinned_by_uuid() -> None:
 
 def test_workers_sharing_a_gpu_grow_their_memory() -> None:
     device = choose_device(None, nvml=two_gpus(), environ={})
-    assert gpu_env(device, shares_gpu=True) == {"CUDA_VISIBLE_DEVICES": A100_UUID, "TF_FORCE_GPU_ALLOW_GROWTH": "true"}
+    assert gpu_env(device, shares_gpu=True) == {"CUDA_VISIBLE_DEVICES": A100_UUID} | GROWTH
 
 
 def test_without_a_uuid_the_nvml_index_is_pinned_in_pci_order() -> None:
@@ -60,14 +62,13 @@ def test_without_a_uuid_the_nvml_index_is_pinned_in_pci_order() -> None:
     assert gpu_env(device, shares_gpu=True) == {
         "CUDA_VISIBLE_DEVICES": "1",
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
-        "TF_FORCE_GPU_ALLOW_GROWTH": "true",
-    }
+    } | GROWTH
 
 
 def test_the_users_mig_instance_is_kept_not_replaced_by_a_whole_gpu() -> None:
     environ = {"CUDA_VISIBLE_DEVICES": "MIG-1234"}
     device = choose_device(None, nvml=two_gpus(), environ=environ)
-    assert gpu_env(device, shares_gpu=True) == {"CUDA_VISIBLE_DEVICES": "MIG-1234", "TF_FORCE_GPU_ALLOW_GROWTH": "true"}
+    assert gpu_env(device, shares_gpu=True) == {"CUDA_VISIBLE_DEVICES": "MIG-1234"} | GROWTH
     with pytest.raises(UsageError, match="cannot choose among MIG instances"):
         choose_device(None, nvml=two_gpus(), environ=environ, gpu_index="1")
 
@@ -146,7 +147,7 @@ def test_stability_workers_start_with_the_gpu_environment(monkeypatch, tmp_path:
     device = choose_device("t4", nvml=two_gpus(), environ={}, gpu_index="GPU-bbbb")
     study.execute_runs(runs, config, jobs, records.append, device=device)
     assert sorted(r["run_id"] for r in records) == sorted(r.run_id for r in runs)
-    expected = {"CUDA_VISIBLE_DEVICES": T4_UUID} | ({"TF_FORCE_GPU_ALLOW_GROWTH": "true"} if shared else {})
+    expected = {"CUDA_VISIBLE_DEVICES": T4_UUID} | (GROWTH if shared else {})
     assert RecordingPool.started and all(args[2] == expected for args in RecordingPool.started)
 
 

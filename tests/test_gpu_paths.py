@@ -237,7 +237,7 @@ def test_dry_run_plans_a_forced_gpu_label_with_a_tracer_that_is_not_installed(mo
     assert "NOT INSTALLED" in out and "t4 (--force" in out
     assert "--cuda-graph-trace=node" in out and "--trace=cuda,nvtx " in out
     assert "CUDA_VISIBLE_DEVICES=<UUID of the t4 GPU" in out
-    assert "jit_compile pinned: on in both modes" in out
+    assert "jit_compile (XLA) pinned: on in both modes (--xla)" in out
     runs = [line.split(":")[0].split(". ")[1] for line in out.splitlines() if line.startswith("  ") and ". " in line]
     assert runs[:4] == [
         "smallcnn--deterministic--r0",

@@ -75,16 +75,35 @@ def _setting_lines(target: MeasurementTarget, settings: RunSettings) -> list[str
         "lockstep": "lockstep: two warm workers per repeat, one per mode, stepping in turn on one core",
         "sequential": "sequential: one worker at a time, each with the device to itself",
     }[settings.pairing]
-    xla = "on in both modes (--xla)" if settings.xla else "off in both modes"
     return [
         f"  device       {where}",
+        f"  backend      {settings.backend} (KERAS_BACKEND, set in the worker before Keras loads)",
         f"  tracer       {tracer.name}{installed}",
         f"  timing       {timing}{settle}",
         f"  pairing      {pairing}",
-        "  determinism  deterministic mode: tf.config.experimental.enable_op_determinism() in the worker, "
-        "before any op; seeds set in both modes",
-        f"  XLA          jit_compile pinned: {xla}",
+        f"  determinism  deterministic mode: {DETERMINISM_SWITCHES[settings.backend]} in the worker, "
+        "before the framework does any work; seeds set in both modes",
+        f"  compiler     {_compiler(settings)}",
     ]
+
+
+DETERMINISM_SWITCHES = {
+    "tensorflow": "tf.config.experimental.enable_op_determinism()",
+    "jax": "XLA_FLAGS+=--xla_gpu_deterministic_ops=true (the user's other flags kept)",
+    "torch": "torch.use_deterministic_algorithms(True), cudnn.deterministic=True, cudnn.benchmark=False, "
+    "CUBLAS_WORKSPACE_CONFIG=:4096:8",
+}
+"""What ``determinism.apply`` switches per backend, as the plan shows it."""
+
+
+def _compiler(settings: RunSettings) -> str:
+    """The compile setting pinned in both modes, per backend (``DeterminismSettings.jit_compile``)."""
+    if settings.backend == "jax":
+        return "jax.jit in both modes (always)"
+    what = "torch.compile" if settings.backend == "torch" else "jit_compile (XLA)"
+    on = settings.compile if settings.backend == "torch" else settings.xla
+    flag = "--compile" if settings.backend == "torch" else "--xla"
+    return f"{what} pinned: {f'on in both modes ({flag})' if on else 'off in both modes'}"
 
 
 def _env_lines(launcher: WorkerLauncher, target: MeasurementTarget) -> list[str]:

@@ -6,8 +6,8 @@ on a machine with two models "GPU 0" is two different cards, and the label check
 telemetry would watch one card while the worker trains on the other. TensorFlow opens every
 GPU it can see, so an unpinned worker holds memory on cards it never uses, which other
 jobs (or our own parallel workers) need. And on the GPU it uses TensorFlow reserves nearly
-all the memory at start, so a second process sharing that GPU runs out of memory unless
-every one of them grows its allocation as it goes."""
+all the memory at start (JAX three quarters of it), so a second process sharing that GPU
+runs out of memory unless every one of them grows its allocation as it goes."""
 
 from __future__ import annotations
 
@@ -24,8 +24,9 @@ def gpu_env(device: DeviceChoice, *, shares_gpu: bool) -> dict[str, str]:
       does, so that index is still the card checked;
     - no GPU at all: nothing, the environment stays as the user left it.
 
-    ``shares_gpu`` (several workers run on the GPU at once) adds ``TF_FORCE_GPU_ALLOW_GROWTH=true``:
-    each worker then takes memory as it needs it instead of nearly all of it at start.
+    ``shares_gpu`` (several workers run on the GPU at once) adds ``TF_FORCE_GPU_ALLOW_GROWTH=true``
+    and ``XLA_PYTHON_CLIENT_PREALLOCATE=false`` (JAX takes 75% of the memory at start otherwise):
+    each worker then takes memory as it needs it. PyTorch's caching allocator grows by itself.
     """
     pinned = device.cuda_visible_devices
     if pinned is None:
@@ -37,4 +38,5 @@ def gpu_env(device: DeviceChoice, *, shares_gpu: bool) -> dict[str, str]:
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     if shares_gpu:
         env["TF_FORCE_GPU_ALLOW_GROWTH"] = "true"
+        env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
     return env

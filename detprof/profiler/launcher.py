@@ -1,4 +1,4 @@
-"""Launch worker processes: one measured run under a tracer, or one call that needs TensorFlow.
+"""Launch worker processes: one measured run under a tracer, or one call that needs a framework.
 
 Shared by the sweep (whole models) and kernels_bench (single ops): both need a fresh
 process per run, the tracer wrapped around it, GPU telemetry sampled meanwhile, the trace
@@ -83,6 +83,10 @@ class WorkerRun:
     steps: int
     warmup: int
     measures: Measures = "both"
+    backend: str = "tensorflow"
+    """The Keras backend the worker runs (``determinism.Backend``)."""
+    compile: bool = False
+    """torch only: ``torch.compile`` in both modes (``determinism.DeterminismSettings.compile``)."""
 
     @property
     def traced(self) -> bool:
@@ -285,6 +289,8 @@ class WorkerLauncher:
             "mode": run.mode,
             "seed": run.seed,
             "xla": run.xla,
+            "backend": run.backend,
+            "compile": run.compile,
             "wall_steps": run.wall_steps,
             "traced_steps": run.traced_steps,
             "settling_steps": SETTLING_STEPS,
@@ -362,6 +368,7 @@ class WorkerLauncher:
         record = measured_run(
             run_id=run.run_id,
             mode=run.mode,
+            backend=run.backend,
             steps=run.steps,
             warmup=run.warmup,
             measures=run.measures,
@@ -420,6 +427,7 @@ class WorkerLauncher:
         return found | {
             "kernel_table": self.store.write_table(run_id, frame),
             "kernel_table_kind": "summary" if table.is_summary else "launches",
+            "kernel_table_format": table.format,
             "kernel_table_steps": table_steps,
             "kernel_count": table.kernel_count,
             "kernel_ns_per_step": table.total_ns / table_steps,

@@ -58,6 +58,17 @@ ResumeOption = Annotated[bool, typer.Option(help="Continue the study in --out, s
 RunTimeoutOption = Annotated[
     float | None, typer.Option(help="Seconds after which a run is stopped and recorded as failed.")
 ]
+BackendOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Keras backend that runs the models: tensorflow | jax | torch (default tensorflow). "
+        "jax and torch need the extras detprof[jax] / detprof[torch]."
+    ),
+]
+CompileOption = Annotated[
+    bool,
+    typer.Option(help="torch: run the training step under torch.compile in both modes (default off, as in eager)."),
+]
 ModelsOption = Annotated[str | None, typer.Option(help="Comma-separated model names (see `detprof models`).")]
 
 
@@ -66,6 +77,8 @@ class RunOptions:
     """The shared options as one value: what a command that measures was given (``None``: not given)."""
 
     preset: str | None = None
+    backend: str | None = None
+    compile: bool = False
     gpu: str | None = None
     gpu_index: str | None = None
     force: bool = False
@@ -85,6 +98,8 @@ class RunOptions:
 
 OPTION_TYPES: dict[str, Any] = {
     "preset": PresetOption,
+    "backend": BackendOption,
+    "compile": CompileOption,
     "gpu": GpuOption,
     "gpu_index": GpuIndexOption,
     "force": ForceOption,

@@ -21,7 +21,7 @@ from typing import Any, Literal, TypeVar
 from rich.console import Console
 from rich.markup import escape
 
-from detprof.determinism import MODES, Mode
+from detprof.determinism import DEFAULT_BACKEND, MODES, Backend, Mode, require_backend
 from detprof.errors import UsageError
 from detprof.profiler import devices
 from detprof.profiler.devices import DeviceChoice, usable_core_ids
@@ -52,6 +52,10 @@ class RunSettings:
     repeats: int = 3
     batch_size: int = 64
     input_size: int | None = None
+    backend: str = DEFAULT_BACKEND
+    """The Keras backend every run uses (``--backend``)."""
+    compile: bool = False
+    """torch: ``torch.compile`` in both modes (``--compile``)."""
     tracer: str = "tf"
     trace_api: str | None = None
     """nsys's library API traces asked for (``--trace-api``), comma-separated; None: none."""
@@ -86,7 +90,17 @@ class RunSettings:
         return config
 
     def worker_run(self, run: PlannedRun) -> WorkerRun:
-        return WorkerRun(run.run_id, run.mode, self.seed, self.xla, self.steps, self.warmup, run.measures)
+        return WorkerRun(
+            run.run_id,
+            run.mode,
+            self.seed,
+            self.xla,
+            self.steps,
+            self.warmup,
+            run.measures,
+            backend=self.backend,
+            compile=self.compile,
+        )
 
 
 @dataclass(frozen=True)
@@ -95,6 +109,7 @@ class MeasurementTarget:
     tracer: Tracer
     preset: str
     planned_gpu: bool = False
+    backend: Backend = DEFAULT_BACKEND
     """A dry run's GPU label forced on a machine without that GPU: planned as that GPU."""
 
     @property
@@ -109,6 +124,8 @@ class MeasurementTarget:
         """The ``RunSettings`` fields that come from the target and the options, whatever is measured."""
         return {
             "pairing": self.pairing,
+            "backend": self.backend,
+            "compile": options.compile,
             "tracer": self.tracer.name,
             "trace_api": ",".join(self.tracer.api_traces) or None,
             "xla": bool(options.xla),
@@ -125,6 +142,7 @@ def choose_target(options: RunOptions, presets: Sequence[str], *, dry_run: bool 
     A dry run plans a GPU label forced on a machine without that GPU as that GPU, and a
     tracer that is not installed as the one asked for: the plan then says so.
     """
+    backend = chosen_backend(options)
     device = devices.choose_device(options.gpu, options.force, gpu_index=options.gpu_index)
     planned_gpu = dry_run and device.forced and device.gpu is None and device.label != devices.CPU_LABEL
     on_gpu = planned_gpu or (device.gpu is not None and not device.hide_gpus)
@@ -132,15 +150,36 @@ def choose_target(options: RunOptions, presets: Sequence[str], *, dry_run: bool 
     if preset_name not in presets:
         raise UsageError(f"unknown preset {preset_name!r}; choose one of {', '.join(presets)}")
     apis = tuple(a.strip().lower() for a in (options.trace_api or "").split(",") if a.strip())
-    chosen = resolve_tracer(options.tracer or "auto", on_gpu, apis, require_installed=not dry_run)
+    chosen = resolve_tracer(options.tracer or "auto", on_gpu, apis, backend=backend, require_installed=not dry_run)
     if chosen.name == "nvprof" and not planned_gpu:
         devices.refuse_nvprof(device.gpu)
-    return MeasurementTarget(device, chosen, preset_name, planned_gpu)
+    return MeasurementTarget(device, chosen, preset_name, planned_gpu, backend)
 
 
-def default_results_dir(device: DeviceChoice) -> Path:
-    """``results/<date>-<device>``: the sweep, kernels and stability of one day and device pair up."""
-    return Path("results") / f"{dt.date.today().isoformat()}-{device.label}"
+def chosen_backend(options: RunOptions) -> Backend:
+    """The backend asked for, installed, and with a compiler switch it has (one line otherwise).
+
+    ``--xla`` is TensorFlow's ``jit_compile``; JAX always compiles with XLA; PyTorch compiles
+    with ``--compile``. A switch a backend does not have would be silently ignored, and the
+    study would not measure what its user asked for.
+    """
+    backend = require_backend(options.backend or DEFAULT_BACKEND)
+    if options.xla and backend != "tensorflow":
+        what = "JAX always compiles with XLA" if backend == "jax" else "PyTorch compiles with --compile"
+        raise UsageError(f"--xla is TensorFlow's jit_compile; {what}")
+    if options.compile and backend != "torch":
+        raise UsageError(f"--compile is torch.compile, for --backend torch; {backend} {_COMPILER[backend]}")
+    return backend
+
+
+_COMPILER = {"tensorflow": "compiles with --xla", "jax": "always compiles with XLA"}
+
+
+def default_results_dir(device: DeviceChoice, backend: str = DEFAULT_BACKEND) -> Path:
+    """``results/<date>-<device>[-<backend>]``: the sweep, kernels and stability of one day, device and
+    backend pair up; TensorFlow's folders keep the name they had before there was a choice."""
+    suffix = "" if backend == DEFAULT_BACKEND else f"-{backend}"
+    return Path("results") / f"{dt.date.today().isoformat()}-{device.label}{suffix}"
 
 
 def preset_values(preset: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:

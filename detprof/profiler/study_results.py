@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
 
 import pandas as pd
 
@@ -29,7 +29,8 @@ TRACE_FORMATS: dict[tuple[str, str], TraceFormat] = {
     ("nvprof", "summary"): "nvprof-summary-csv",
     ("tf", "launches"): "tf-xplane",
 }
-"""(record's tracer, its ``kernel_table_kind``) -> the format its kernel table was parsed from."""
+"""(record's tracer, its ``kernel_table_kind``) -> the format its kernel table was parsed from, for
+records written before they said so themselves (``kernel_table_format``)."""
 
 
 @dataclass
@@ -73,6 +74,8 @@ class ModelSummary:
 
 
 def _trace_format(store: ResultsStore, record: Mapping[str, Any]) -> TraceFormat:
+    if record.get("kernel_table_format") in get_args(TraceFormat):
+        return record["kernel_table_format"]
     key = (str(record.get("tracer")), str(record.get("kernel_table_kind")))
     if key not in TRACE_FORMATS:
         raise InputError(

@@ -2,9 +2,11 @@
 
 nsys and nvprof are external programs that launch the worker; they record only between
 ``cudaProfilerStart`` and ``cudaProfilerStop``, which the worker calls around the
-measured steps. The ``tf`` tracer is TensorFlow's own profiler, started and stopped inside
-the worker. TensorFlow's profiler and nsys/nvprof both use CUPTI, so a worker only ever
-runs under one of them.
+measured steps, and they trace every backend alike. ``tf``, ``jax`` and ``torch`` are the
+frameworks' own profilers (TensorFlow's and ``jax.profiler``, both writing XSpace, and
+``torch.profiler``, writing Kineto JSON), started and stopped inside the worker; each traces
+only its own framework, and on a CPU it is the only tracer there is. They and nsys/nvprof
+all use CUPTI on a GPU, so a worker only ever runs under one of them.
 
 A tracer taxes every API call and launch, and a deterministic implementation often
 launches more kernels, so time measured under a tracer is biased against determinism:
@@ -20,9 +22,11 @@ from typing import Literal
 
 from detprof.errors import UsageError
 
-TracerName = Literal["nsys", "nvprof", "tf", "none"]
-TRACER_CHOICES = ("auto", "nsys", "nvprof", "tf", "none")
-InProcess = Literal["cuda-profiler-api", "tf-profiler", "none"]
+TracerName = Literal["nsys", "nvprof", "tf", "jax", "torch", "none"]
+TRACER_CHOICES = ("auto", "nsys", "nvprof", "tf", "jax", "torch", "none")
+InProcess = Literal["cuda-profiler-api", "tf-profiler", "jax-profiler", "torch-profiler", "none"]
+FRAMEWORK_TRACERS: dict[str, TracerName] = {"tensorflow": "tf", "jax": "jax", "torch": "torch"}
+"""Each backend's own profiler: what ``auto`` picks without a GPU (or without nsys)."""
 
 
 NSYS_API_TRACES = ("cudnn", "cublas")
@@ -90,6 +94,8 @@ class Tracer:
             "nsys": trace_base.with_name(trace_base.name + ".sqlite"),
             "nvprof": trace_base.with_name(trace_base.name + ".csv"),
             "tf": trace_base.with_name(trace_base.name + ".tfprof"),
+            "jax": trace_base.with_name(trace_base.name + ".jaxprof"),
+            "torch": trace_base.with_name(trace_base.name + ".pt.trace.json"),
             "none": None,
         }[self.name]
 
@@ -98,6 +104,8 @@ TRACERS: dict[TracerName, Tracer] = {
     "nsys": Tracer("nsys", "cuda-profiler-api", nvtx_steps=True),
     "nvprof": Tracer("nvprof", "cuda-profiler-api"),
     "tf": Tracer("tf", "tf-profiler"),
+    "jax": Tracer("jax", "jax-profiler"),
+    "torch": Tracer("torch", "torch-profiler"),
     "none": Tracer("none", "none"),
 }
 
@@ -108,30 +116,39 @@ def _executable(name: str, required: bool = True) -> str:
         return name
     if path is None:
         hint = "install Nsight Systems (nsys)" if name == "nsys" else "install the CUDA toolkit's nvprof"
-        raise UsageError(f"tracer {name!r} is not installed (not on PATH): {hint}, or choose --tracer tf")
+        raise UsageError(f"tracer {name!r} is not installed (not on PATH): {hint}, or choose --tracer auto")
     return path
 
 
 def resolve_tracer(
-    choice: str, gpu_present: bool, api_traces: tuple[str, ...] = (), *, require_installed: bool = True
+    choice: str,
+    gpu_present: bool,
+    api_traces: tuple[str, ...] = (),
+    *,
+    backend: str = "tensorflow",
+    require_installed: bool = True,
 ) -> Tracer:
-    """``auto`` is nsys when it is installed and a GPU is present, else TensorFlow's profiler.
+    """``auto`` is nsys when it is installed and a GPU is present, else the backend's own profiler.
 
-    ``require_installed=False`` (a dry run) accepts an nsys or nvprof that is not on PATH:
-    the plan then says so instead of refusing.
+    A framework's profiler traces that framework only, so ``--tracer tf`` with ``--backend
+    torch`` is refused rather than run to an empty trace. ``require_installed=False`` (a dry
+    run) accepts an nsys or nvprof that is not on PATH: the plan then says so instead of refusing.
     """
     if choice not in TRACER_CHOICES:
         raise UsageError(f"unknown tracer {choice!r}; choose one of {', '.join(TRACER_CHOICES)}")
     unknown = [api for api in api_traces if api not in NSYS_API_TRACES]
     if unknown:
         raise UsageError(f"unknown --trace-api {unknown[0]!r}; choose from {', '.join(NSYS_API_TRACES)}")
+    own = FRAMEWORK_TRACERS[backend]
     if choice == "auto":
-        choice = "nsys" if gpu_present and shutil.which("nsys") else "tf"
+        choice = "nsys" if gpu_present and shutil.which("nsys") else own
+    if choice in FRAMEWORK_TRACERS.values() and choice != own:
+        raise UsageError(f"--tracer {choice} profiles another framework than --backend {backend}: use --tracer {own}")
     tracer = TRACERS[choice]  # type: ignore[index]
     if tracer.wraps_process:
         _executable(tracer.name, require_installed)
         if not gpu_present:
-            raise UsageError(f"tracer {tracer.name!r} traces CUDA kernels, but no GPU is in use; choose --tracer tf")
+            raise UsageError(f"tracer {tracer.name!r} traces CUDA kernels, but no GPU is in use; choose --tracer {own}")
     if api_traces:
         if tracer.name != "nsys":
             raise UsageError(f"--trace-api is for --tracer nsys, not {tracer.name}")

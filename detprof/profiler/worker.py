@@ -10,7 +10,7 @@ op case on random inputs). The worker excludes the warm-up steps where autotunin
 times untraced steps for wall time and traces others for kernel time (``run``). It always
 writes a result, also when the workload fails: a failure is a finding, not a crash.
 
-A spec with ``call`` instead runs one function that needs TensorFlow but measures nothing
+A spec with ``call`` instead runs one function that needs a framework but measures nothing
 (``launcher.call_in_worker``), and writes its answer, or the one-line usage error it raised.
 """
 
@@ -36,13 +36,13 @@ _REASON_CHARS = 500
 
 
 def classify_failure(exc: BaseException, deterministic: bool) -> tuple[str, str]:
-    """``("unsupported", reason)`` only for TensorFlow refusing to run an op deterministically.
+    """``("unsupported", reason)`` only for the framework refusing to run an op deterministically.
 
     "unsupported" is reported as "not supported under determinism", so it must not cover an
     op that fails in both modes (a depth-wise MaxPoolGrad raises UnimplementedError either
-    way) nor any other crash of a deterministic run. TensorFlow's and XLA's refusals all
-    say so in words ("... does not have a deterministic implementation", "Determinism is
-    not yet supported for ..."); everything else is "failed".
+    way) nor any other crash of a deterministic run. TensorFlow's, XLA's and PyTorch's
+    refusals all say so in words ("... does not have a deterministic implementation",
+    "Determinism is not yet supported for ..."); everything else is "failed".
     """
     reason = first_line(exc, with_type=True)[:_REASON_CHARS]
     if deterministic and "determinis" in str(exc).lower():
@@ -51,19 +51,39 @@ def classify_failure(exc: BaseException, deterministic: bool) -> tuple[str, str]
 
 
 class _StepTracer:
-    """The in-process half of a tracer: what to switch on and off around the measured steps."""
+    """The in-process half of a tracer: what to switch on and off around the measured steps.
+
+    Each framework's profiler marks step ``i`` with its own annotation named ``step i``
+    (``step_range_name``), which its trace keeps beside the ops, so that the parsers split
+    kernel time into steps the same way for every backend; under nsys an NVTX range does.
+    """
 
     def __init__(self, in_process: str, trace_path: str | None, nvtx_steps: bool) -> None:
         self.in_process = in_process
         self.trace_path = trace_path
         self.nvtx_steps = nvtx_steps
         self._cuda = None
+        self._torch: Any = None
 
     def start(self) -> None:
         if self.in_process == "tf-profiler":
             import tensorflow as tf
 
             tf.profiler.experimental.start(self.trace_path)
+        elif self.in_process == "jax-profiler":
+            import jax
+
+            options = jax.profiler.ProfileOptions()
+            options.python_tracer_level = 0  # every Python call traced would tax the traced steps for nothing
+            jax.profiler.start_trace(self.trace_path, profiler_options=options)
+        elif self.in_process == "torch-profiler":
+            import torch
+
+            activities = [torch.profiler.ProfilerActivity.CPU]
+            if torch.cuda.is_available():
+                activities.append(torch.profiler.ProfilerActivity.CUDA)
+            self._torch = torch.profiler.profile(activities=activities)
+            self._torch.start()
         elif self.in_process == "cuda-profiler-api":
             from detprof.profiler.cuda_profiler_api import CudaProfilerRange
 
@@ -75,21 +95,39 @@ class _StepTracer:
             import tensorflow as tf
 
             tf.profiler.experimental.stop()
+        elif self.in_process == "jax-profiler":
+            import jax
+
+            jax.profiler.stop_trace()
+        elif self._torch is not None:
+            self._torch.stop()
+            self._torch.export_chrome_trace(self.trace_path)
         elif self._cuda is not None:
             self._cuda.stop()
 
     @contextlib.contextmanager
     def step(self, index: int) -> Iterator[None]:
-        """Mark step ``index`` in the trace (NVTX range under nsys, a TraceMe under TF's profiler)."""
+        """Mark step ``index`` in the trace (NVTX range under nsys, the framework's annotation under its profiler)."""
+        name = step_range_name(index)
         if self.nvtx_steps:
             import nvtx
 
-            with nvtx.annotate(step_range_name(index), domain="detprof"):
+            with nvtx.annotate(name, domain="detprof"):
                 yield
         elif self.in_process == "tf-profiler":
             import tensorflow as tf
 
-            with tf.profiler.experimental.Trace(step_range_name(index)):
+            with tf.profiler.experimental.Trace(name):
+                yield
+        elif self.in_process == "jax-profiler":
+            import jax
+
+            with jax.profiler.TraceAnnotation(name):
+                yield
+        elif self.in_process == "torch-profiler":
+            import torch
+
+            with torch.profiler.record_function(name):
                 yield
         else:
             yield
@@ -176,13 +214,11 @@ def run(spec: dict[str, Any], pacer: _Pacer | None = None) -> dict[str, Any]:
     it out wherever the tracer marks steps. Wall time is never taken under a tracer: a
     tracer taxes every launch, and deterministic kernels are often more launches.
     """
-    settings = DeterminismSettings(spec["mode"], int(spec["seed"]), bool(spec["xla"]))
-    result: dict[str, Any] = {"settings": apply(settings), "versions": software_versions()}
-    import tensorflow as tf
-
-    if spec.get("cpu_threads"):
-        tf.config.threading.set_intra_op_parallelism_threads(int(spec["cpu_threads"]))
-        tf.config.threading.set_inter_op_parallelism_threads(1)
+    settings = DeterminismSettings(
+        spec["mode"], int(spec["seed"]), bool(spec["xla"]), spec.get("backend", "tensorflow"), bool(spec.get("compile"))
+    )
+    result: dict[str, Any] = {"settings": apply(settings), "versions": software_versions(settings.backend)}
+    if spec.get("cpu_threads") and _limit_threads(settings.backend, int(spec["cpu_threads"])):
         result["cpu_threads"] = int(spec["cpu_threads"])
     tracer = _StepTracer(spec["in_process"], spec.get("trace_path"), bool(spec.get("nvtx_steps")))
     pacer = pacer or _Pacer(None)
@@ -214,15 +250,50 @@ def run(spec: dict[str, Any], pacer: _Pacer | None = None) -> dict[str, Any]:
             traced_step_wall_ns=traced_ns or None,
             measured_window_monotonic=[window_start, time.monotonic()],
         )
-    except (tf.errors.ResourceExhaustedError, MemoryError) as exc:
-        pacer.failed()
-        result.update(status="failed", reason=f"out of memory: {first_line(exc, with_type=True)[:_REASON_CHARS]}")
     except Exception as exc:
         pacer.failed()
         traceback.print_exc()
         status, reason = classify_failure(exc, settings.deterministic)
+        if out_of_memory(exc):
+            status, reason = "failed", f"out of memory: {reason}"
         result.update(status=status, reason=reason)
     return result
+
+
+def _limit_threads(backend: str, threads: int) -> bool:
+    """Give the framework ``threads`` compute threads (a lockstep pair's one core each); False where it cannot.
+
+    XLA:CPU sizes its thread pool when JAX starts and offers no switch afterwards, so a JAX
+    worker keeps its pool; pinned to one core, its threads take turns on it.
+    """
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(1)
+        return True
+    if backend == "torch":
+        import torch
+
+        torch.set_num_threads(threads)
+        torch.set_num_interop_threads(1)
+        return True
+    return False
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` is the device (or host) running out of memory, in whichever framework raised it.
+
+    Each framework's error type exists only once it is loaded, so none is imported here.
+    """
+    if isinstance(exc, MemoryError):
+        return True
+    tf, torch = sys.modules.get("tensorflow"), sys.modules.get("torch")
+    if tf is not None and isinstance(exc, tf.errors.ResourceExhaustedError):
+        return True
+    if torch is not None and isinstance(exc, torch.OutOfMemoryError):
+        return True
+    return type(exc).__name__ == "XlaRuntimeError" and "RESOURCE_EXHAUSTED" in str(exc)
 
 
 def session(runs: list[dict[str, Any]]) -> int:
@@ -233,14 +304,14 @@ def session(runs: list[dict[str, Any]]) -> int:
     session is cleared in between, so layer names (and the kernel names built from them) are
     the same as in a process of their own.
     """
-    import keras
-
     pacer = _Pacer(runs[0]["control_fd"])
     cpus = os.sched_getaffinity(0)
     for spec in runs:
         _log_to(Path(spec["log_path"]))
         pin_threads(cpus)
-        keras.backend.clear_session()
+        keras = sys.modules.get("keras")
+        if keras is not None:  # Keras is first imported by the first run, once its backend is chosen
+            keras.backend.clear_session()
         pacer.begin()
         atomic_write_json(Path(spec["result_path"]), run(spec, pacer))
         pacer.written()

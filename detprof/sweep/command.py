@@ -71,7 +71,7 @@ def print_sweep_plan(request: SweepRequest, *, stability: bool, calibrate: bool)
 
     _refuse_calibrated_stability(calibrate, stability)
     config, target = request.resolve(dry_run=True)
-    out = request.options.out or default_results_dir(target.device)
+    out = request.options.out or default_results_dir(target.device, target.backend)
     kind = "calibration" if calibrate else "sweep"
     lines = plan_lines(kind, plan_runs(config, calibrate=calibrate), config, target, out)
     if stability:
@@ -87,7 +87,7 @@ def _refuse_calibrated_stability(calibrate: bool, stability: bool) -> None:
 def run_sweep(request: SweepRequest, *, stability: bool = False, report: bool = True, calibrate: bool = False) -> Path:
     """Measure, print the per-model table, then the stability studies and the report; returns the results folder."""
     config, target = request.resolve()
-    out = request.options.out or default_results_dir(target.device)
+    out = request.options.out or default_results_dir(target.device, target.backend)
     resume = request.options.resume
     console = Console(stderr=True)
     _refuse_calibrated_stability(calibrate, stability)

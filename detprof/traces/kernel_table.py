@@ -21,6 +21,7 @@ TraceFormat = Literal[
     "nvprof-trace-csv",
     "nvprof-summary-csv",
     "tf-xplane",
+    "jax-xplane",
     "kineto-json",
     "kineto-cpu-json",
 ]

@@ -1,7 +1,8 @@
-"""TensorFlow profiler traces (XSpace protobufs, ``*.xplane.pb``) -> KernelTable.
+"""TensorFlow and JAX profiler traces (XSpace protobufs, ``*.xplane.pb``) -> KernelTable.
 
-``tf.profiler.experimental.start/stop`` and the TensorBoard callback write one XSpace per
-host into ``<logdir>/plugins/profile/<run>/<host>.xplane.pb``. An XSpace holds planes
+``tf.profiler.experimental.start/stop``, the TensorBoard callback and
+``jax.profiler.start_trace/stop_trace`` write one XSpace per host into
+``<logdir>/plugins/profile/<run>/<host>.xplane.pb``. An XSpace holds planes
 (``/host:CPU``, ``/device:GPU:N``), each with lines (threads, CUDA streams, derived
 views) of events whose names and stat names live in per-plane metadata tables.
 
@@ -21,12 +22,25 @@ What counts as a kernel:
   ``MemoryAllocation``) whose time encloses or is not op work. The python thread
   (eager dispatch) and tf.data threads (input pipeline) are not the training step's
   compute and are left out. The op type is the kernel ``name``, the op name its ``op``.
-- CPU runs compiled with XLA (``jit_compile=True``) have no TF op events: the compiled
-  program runs as XLA:CPU thunks (``convolution.3``, ``transpose_copy_fusion.7``) on the
-  same Eigen threads, inside ``ThunkExecutor::Execute``, each followed by a tiny
-  ``end: <name>`` marker. Those thunks count as kernels too: the instruction kind
-  (``convolution``) is the ``name``, the instruction (``convolution.3``) the ``op``; the
-  TF ops that launch a cluster (``_XlaRun``) enclose that time and are left out.
+- CPU runs compiled with XLA (TF's ``jit_compile=True``, every JAX program) run as XLA:CPU
+  thunks, one event per executed HLO instruction (``convolution.3``,
+  ``transpose_copy_fusion.7``, ``wrapped_reduce-window``) carrying ``hlo_op`` (the
+  instruction) and ``hlo_module`` stats. That stat, not the event name, marks them: the
+  same threads carry ``ThunkExecutor::Execute``, ``end: <name>`` markers and thread-pool
+  bookkeeping, and thunks run on whichever thread is free: TF's ``tf_Compute``/Eigen
+  threads, JAX's ``tf_XLAPjRtCpuClient`` and ``tf_XLAEigen`` threads, and the python
+  thread itself for small programs (without an enclosing executor event). The
+  instruction without its ``.N`` instance suffix (``convolution``) is the ``name`` and
+  ``short_name``, so that a diff lines up programs whose instances got other numbers;
+  the instruction itself (``convolution.3``) is the ``op``. The TF ops that launch a
+  cluster (``_XlaRun``) enclose that time and are left out.
+- Host ops nest only where a thunk runs others synchronously (a ``while`` thunk and its
+  body on the same thread): each row then holds its self time, its duration less that
+  of the ops nested in it on the same line, so no time counts twice. Ops on different
+  threads run concurrently and all count, as CPU time does.
+- Traces written by JAX (a ``/host:metadata`` plane with a ``jax_version`` stat) are
+  format ``jax-xplane``, TensorFlow's ``tf-xplane``: the rows are parsed alike, but a
+  JAX table's names are HLO instructions, never TF op types.
 
 Times are ``line.timestamp_ns + event.offset_ps / 1000`` and ``duration_ps / 1000``,
 truncated to whole nanoseconds.
@@ -55,6 +69,7 @@ from detprof.traces.kernel_table import (
     MEMORY_DTYPES,
     Device,
     KernelTable,
+    TraceFormat,
     conform,
     range_table,
 )
@@ -71,14 +86,14 @@ _STEP_MARKER = re.compile(STEP_RANGE)
 # A TF op event name, modelled on TensorFlow's own test (tsl/profiler/utils/tf_op_utils.cc).
 _TF_OP = re.compile(r"^(?P<op>[A-Za-z0-9.][A-Za-z0-9_.\\/>-]*):(?P<type>[A-Z_][A-Za-z0-9_]*)$")
 _MEMORY_EVENT = re.compile(r"^Mem(?:cpy|set)")
-_XLA_EXECUTOR = "ThunkExecutor::Execute"
-_XLA_BOOKKEEPING = ("end: ", "ThreadpoolListener::", "ThunkExecutor::", "ExecutorState::", "MemoryAllocation")
 _XLA_LAUNCH_OPS = frozenset({"_XlaRun", "_XlaCompile", "XlaLaunch", "XlaLaunchV2"})
 _XLA_INSTANCE_SUFFIX = re.compile(r"\.\d+$")
 _COPY_DIRECTION = re.compile(r"^Memcpy([A-Z])2([A-Z])$")
 _GRID = re.compile(r"grid:(\d+),(\d+),(\d+)")
 _BLOCK = re.compile(r"block:(\d+),(\d+),(\d+)")
 _SIZE = re.compile(r"size:(\d+)")
+_METADATA_PLANE = "/host:metadata"
+_JAX_VERSION_STAT = "jax_version"
 _TF_RUN_NAME = re.compile(r"^\d{4}_\d{2}_\d{2}_\d{2}_\d{2}_\d{2}$")
 # tf.profiler writes <logdir>/plugins/profile; Keras' TensorBoard callback one level down
 # (<logdir>/train/plugins/profile). Deeper folders are other experiments, not this one.
@@ -93,6 +108,7 @@ _WANTED_STATS = (
     "annotation",
     "memcpy_details",
     "memset_details",
+    "hlo_op",
 )
 
 
@@ -105,12 +121,18 @@ class NotXSpaceError(InputError):
 
 
 def load_xplane(path: Path) -> KernelTable:
-    """Read an ``.xplane.pb`` file, a ``plugins/profile/<run>`` folder or a TensorBoard log folder."""
+    """Read an ``.xplane.pb`` file, a ``plugins/profile/<run>`` folder or a profiler log folder.
+
+    A log folder is what ``tf.profiler.experimental.start`` or ``jax.profiler.start_trace``
+    was given (or a TensorBoard callback's); its newest run is read.
+    """
     path = Path(path)
     files = xplane_files(path)
     pb2 = _xplane_pb2()
     spaces = [(file, _read_space(file, pb2)) for file in files]
     several = len(spaces) > 1
+
+    trace_format: TraceFormat = "jax-xplane" if any(_written_by_jax(space) for _, space in spaces) else "tf-xplane"
 
     gpu = _Collected()
     base = 0
@@ -119,17 +141,18 @@ def load_xplane(path: Path) -> KernelTable:
     if gpu.kernels:
         for _, space in spaces:
             _collect_steps(space, gpu)
-        return _table(path, gpu, ops_are_kernels=False)
+        return _table(path, gpu, trace_format, ops_are_kernels=False)
 
     cpu = _Collected()
     for index, (file, space) in enumerate(spaces):
         _collect_cpu_ops(space, _host_label(file, space) if several else "", index, cpu)
         _collect_steps(space, cpu)
     if cpu.kernels:
-        return _table(path, cpu, ops_are_kernels=True)
+        return _table(path, cpu, trace_format, ops_are_kernels=True)
     raise InputError(
-        f"{path}: TensorFlow profile holds no GPU kernels and no TF op or XLA events on tf_Compute/Eigen "
-        "threads (an empty or eager-only profile: profile model.fit or a tf.function)"
+        f"{path}: profile holds no GPU kernels and no TF op or XLA events (no TF ops on tf_Compute/Eigen "
+        "threads, no XLA:CPU ops with an hlo_op stat): an empty or eager-only profile; profile model.fit, "
+        "a tf.function or a jitted JAX function"
     )
 
 
@@ -208,6 +231,12 @@ def _read_space(file: Path, pb2: ModuleType) -> Any:
     if not any(p.name.startswith(("/host:", "/device:")) for p in space.planes):
         raise NotXSpaceError(f"{file}: not a TensorFlow profiler trace (no host or device planes in the XSpace)")
     return space
+
+
+def _written_by_jax(space: Any) -> bool:
+    """JAX's profiler records its version in a metadata plane; TensorFlow's never does."""
+    metadata = (plane for plane in space.planes if plane.name == _METADATA_PLANE)
+    return any(_JAX_VERSION_STAT in _Stats(plane).plane_values(plane) for plane in metadata)
 
 
 def _host_label(file: Path, space: Any) -> str:
@@ -349,53 +378,74 @@ def _int_or_none(value: object) -> int | None:
     return None
 
 
-def _cpu_op(name: str, in_xla_executor: bool) -> tuple[str, str] | None:
+def _host_op(name: str, hlo_op: object, tf_op_thread: bool) -> tuple[str, str] | None:
     """(kernel name, op) of a host event that is op work, or None for bookkeeping.
 
-    TF ops are ``op_name:OpType``; XLA:CPU thunks (``convolution.3``) count only inside a
-    ``ThunkExecutor::Execute`` event, grouped by instruction kind with the instance as op.
-    The ops that launch an XLA cluster enclose its thunks' time and are left out.
+    An XLA:CPU thunk is recognised by its ``hlo_op`` stat, on any thread; a TF op by its
+    ``op_name:OpType`` name, on the executor threads only (tf.data threads run the input
+    pipeline, not the step). The ops that launch an XLA cluster enclose its thunks' time
+    and are left out.
     """
+    if isinstance(hlo_op, str) and hlo_op:
+        return _XLA_INSTANCE_SUFFIX.sub("", hlo_op), hlo_op
+    if not tf_op_thread:
+        return None
     match = _TF_OP.match(name)
-    if match is not None:
-        return None if match.group("type") in _XLA_LAUNCH_OPS else (match.group("type"), match.group("op"))
-    if in_xla_executor and not name.startswith(_XLA_BOOKKEEPING) and " " not in name:
-        return _XLA_INSTANCE_SUFFIX.sub("", name), name
-    return None
+    if match is None or match.group("type") in _XLA_LAUNCH_OPS:
+        return None
+    return match.group("type"), match.group("op")
 
 
 def _collect_cpu_ops(space: Any, host: str, device_id: int, out: _Collected) -> None:
     for plane in space.planes:
         if plane.name != _HOST_PLANE:
             continue
+        stats = _Stats(plane)
         found = False
-        metadata = plane.event_metadata
         for line in plane.lines:
-            if not _OP_THREAD.match(line.name):
-                continue
-            line_ps = line.timestamp_ns * 1000
-            executor_end_ps = -1
-            for event in sorted(line.events, key=lambda e: e.offset_ps):
-                name = metadata[event.metadata_id].name
-                if name == _XLA_EXECUTOR:
-                    executor_end_ps = max(executor_end_ps, event.offset_ps + event.duration_ps)
-                    continue
-                op = _cpu_op(name, event.offset_ps < executor_end_ps)
-                if op is None:
-                    continue
-                found = True
-                out.kernels.append(
-                    {
-                        "name": op[0],
-                        "start_ns": (line_ps + event.offset_ps) // 1000,
-                        "dur_ns": event.duration_ps // 1000,
-                        "device_id": device_id,
-                        "stream_id": line.id,
-                        "op": op[1],
-                    }
-                )
+            rows = _line_ops(plane, line, stats, device_id)
+            found = found or bool(rows)
+            out.kernels.extend(rows)
         if found:
             out.devices.append(Device(id=device_id, name=host + plane.name))
+
+
+def _line_ops(plane: Any, line: Any, stats: _Stats, device_id: int) -> list[dict[str, object]]:
+    """One thread's op rows, each timed by its self time (its duration less the ops nested in it).
+
+    Events on one thread nest properly, so a stack of the enclosing ops finds each op's
+    direct parent; of two ops that start together, the longer sorts first, as the parent.
+    """
+    metadata = plane.event_metadata
+    tf_op_thread = _OP_THREAD.match(line.name) is not None
+    line_ps = line.timestamp_ns * 1000
+    rows: list[dict[str, object]] = []
+    self_ps: list[int] = []
+    open_ops: list[tuple[int, int]] = []  # (end_ps, row index) of the ops enclosing the current one
+    for event in sorted(line.events, key=lambda e: (e.offset_ps, -e.duration_ps)):
+        op = _host_op(metadata[event.metadata_id].name, stats.of(event.stats).get("hlo_op"), tf_op_thread)
+        if op is None:
+            continue
+        start_ps, end_ps = event.offset_ps, event.offset_ps + event.duration_ps
+        while open_ops and open_ops[-1][0] <= start_ps:
+            open_ops.pop()
+        if open_ops:
+            parent_end_ps, parent = open_ops[-1]
+            self_ps[parent] -= min(end_ps, parent_end_ps) - start_ps
+        open_ops.append((end_ps, len(rows)))
+        self_ps.append(event.duration_ps)
+        rows.append(
+            {
+                "name": op[0],
+                "start_ns": (line_ps + start_ps) // 1000,
+                "device_id": device_id,
+                "stream_id": line.id,
+                "op": op[1],
+            }
+        )
+    for row, duration_ps in zip(rows, self_ps, strict=True):
+        row["dur_ns"] = duration_ps // 1000
+    return rows
 
 
 def _collect_steps(space: Any, out: _Collected) -> None:
@@ -417,7 +467,7 @@ def _collect_steps(space: Any, out: _Collected) -> None:
                     out.steps.append({"text": name, "start_ns": start, "end_ns": start + event.duration_ps // 1000})
 
 
-def _table(path: Path, collected: _Collected, *, ops_are_kernels: bool) -> KernelTable:
+def _table(path: Path, collected: _Collected, trace_format: TraceFormat, *, ops_are_kernels: bool) -> KernelTable:
     kernels = pd.DataFrame(collected.kernels)
     names = kernels["name"].astype("category")
     if ops_are_kernels:
@@ -438,7 +488,7 @@ def _table(path: Path, collected: _Collected, *, ops_are_kernels: bool) -> Kerne
         steps = range_table(collected.steps)
     return KernelTable(
         source=str(path),
-        format="tf-xplane",
+        format=trace_format,
         kernels=conform(kernels, KERNEL_DTYPES),
         memory=memory,
         devices=sorted(collected.devices, key=lambda d: d.id),

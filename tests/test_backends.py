@@ -1,0 +1,168 @@
+"""Keras 3 on TensorFlow, JAX and PyTorch: one determinism switch per backend, its tracer, and real CPU sweeps.
+
+What each framework reports in effect is read in a fresh process per case (determinism is
+switched before the framework starts and cannot be switched back), and a JAX or PyTorch
+worker must not load TensorFlow.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from detprof import determinism
+from detprof.cli import main
+from detprof.errors import UsageError
+from detprof.profiler.devices import DeviceChoice
+from detprof.profiler.options import RunOptions
+from detprof.profiler.study import chosen_backend, default_results_dir
+from detprof.profiler.tracers import resolve_tracer
+from detprof.store import ResultsStore
+
+PROBE = """
+import json, sys
+from detprof import determinism
+settings = determinism.DeterminismSettings({mode!r}, 7, backend={backend!r})
+effective = determinism.apply(settings)
+from detprof.profiler.workloads import model_training
+step, facts = model_training({{"model": "smallcnn", "input_shape": [16, 16, 3], "classes": 10, "batch_size": 4,
+                               "seed": 7, "mode": {mode!r}, "xla": False, "backend": {backend!r}}})
+step()
+loaded = [m for m in ("tensorflow", "jax", "torch") if sys.modules.get(m) is not None]
+print(json.dumps({{"effective": effective, "versions": determinism.software_versions({backend!r}),
+                  "facts": facts, "loaded": loaded}}))
+"""
+
+
+def probe(backend: str, mode: str, env: dict[str, str] | None = None) -> dict:
+    """Apply ``mode`` on ``backend`` in a fresh process, take one training step, and say what is in effect."""
+    import os
+
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE.format(backend=backend, mode=mode)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", **(env or {})},
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+@pytest.mark.parametrize("mode", ["default", "deterministic"])
+def test_each_backend_reports_determinism_in_effect_exactly_in_deterministic_mode(backend: str, mode: str) -> None:
+    found = probe(backend, mode)
+    effective = found["effective"]
+    assert effective["backend"] == backend and effective["mode"] == mode
+    assert effective["op_determinism"] is (mode == "deterministic")
+    assert found["versions"][backend] and found["versions"]["keras"]
+    # A JAX or PyTorch worker never loads TensorFlow, whatever Keras probes for.
+    assert "tensorflow" not in found["loaded"] and backend in found["loaded"]
+    if backend == "torch":
+        assert effective["cudnn_deterministic"] is (mode == "deterministic")
+        assert effective["cudnn_benchmark"] is False
+        assert (effective["cublas_workspace_config"] == ":4096:8") is (mode == "deterministic")
+        assert effective["jit_compile"] is False
+        assert found["facts"]["train_step"] == "keras train_on_batch (jit_compile=False)"
+    else:
+        assert effective["jit_compile"] is True
+        assert found["facts"]["train_step"] == "keras train_on_batch (jit_compile=True)"
+
+
+@pytest.mark.slow
+def test_jax_keeps_the_users_xla_flags_and_default_mode_drops_a_deterministic_flag_they_set() -> None:
+    user = "--xla_cpu_enable_fast_math=false --xla_gpu_deterministic_ops=true"
+    default = probe("jax", "default", {"XLA_FLAGS": user})["effective"]
+    assert default["op_determinism"] is False
+    assert default["xla_flags"] == "--xla_cpu_enable_fast_math=false"
+    deterministic = probe("jax", "deterministic", {"XLA_FLAGS": "--xla_cpu_enable_fast_math=false"})["effective"]
+    assert deterministic["op_determinism"] is True
+    assert deterministic["xla_flags"] == "--xla_cpu_enable_fast_math=false --xla_gpu_deterministic_ops=true"
+
+
+def test_xla_flags_replace_only_detprofs_switch() -> None:
+    flags = "--xla_dump_to=/tmp/x --xla_gpu_deterministic_ops=false"
+    assert determinism.xla_flags(flags, True) == "--xla_dump_to=/tmp/x --xla_gpu_deterministic_ops=true"
+    assert determinism.xla_flags(flags, False) == "--xla_dump_to=/tmp/x"
+    assert determinism.xla_flags("", False) == ""
+
+
+def test_an_unknown_or_missing_backend_is_one_line_naming_the_extra(monkeypatch) -> None:
+    with pytest.raises(UsageError, match="unknown backend 'mxnet'; choose one of tensorflow, jax, torch"):
+        determinism.require_backend("mxnet")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
+    missing = r"--backend torch needs torch, not installed here: pip install 'detprof\[torch\]'"
+    with pytest.raises(UsageError, match=missing):
+        determinism.require_backend("torch")
+
+
+def test_compiler_switches_belong_to_their_backend() -> None:
+    assert chosen_backend(RunOptions(backend="jax")) == "jax"
+    with pytest.raises(UsageError, match="JAX always compiles with XLA"):
+        chosen_backend(RunOptions(backend="jax", xla=True))
+    with pytest.raises(UsageError, match="PyTorch compiles with --compile"):
+        chosen_backend(RunOptions(backend="torch", xla=True))
+    with pytest.raises(UsageError, match=r"--compile is torch\.compile"):
+        chosen_backend(RunOptions(compile=True))
+    assert determinism.DeterminismSettings("default", backend="torch", compile=True).jit_compile is True
+
+
+def test_each_backend_is_traced_by_its_own_profiler_on_a_cpu() -> None:
+    for backend, name in (("tensorflow", "tf"), ("jax", "jax"), ("torch", "torch")):
+        assert resolve_tracer("auto", False, backend=backend).name == name
+    other = "--tracer tf profiles another framework than --backend torch: use --tracer torch"
+    with pytest.raises(UsageError, match=other):
+        resolve_tracer("tf", False, backend="torch")
+
+
+def test_results_of_each_backend_go_to_their_own_folder() -> None:
+    cpu = DeviceChoice(label="cpu", gpu=None)
+    assert default_results_dir(cpu).name.endswith("-cpu")
+    assert default_results_dir(cpu, "torch").name.endswith("-cpu-torch")
+
+
+def test_sweep_refuses_a_backend_it_cannot_run_before_any_worker(tmp_path, capsys) -> None:
+    code = main(["sweep", "--backend", "mxnet", "--models", "smallcnn", "--out", str(tmp_path / "r")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "unknown backend 'mxnet'" in err
+    assert not (tmp_path / "r").exists()
+
+
+def test_dry_run_shows_the_backends_switch_and_compiler(capsys) -> None:
+    assert main(["sweep", "--dry-run", "--backend", "jax", "--models", "smallcnn", "--gpu", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "backend      jax" in out and "tracer       jax" in out
+    assert "XLA_FLAGS+=--xla_gpu_deterministic_ops=true" in out and "jax.jit in both modes" in out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_sweep_traces_kernels_in_both_modes_on_each_backend(backend: str, tmp_path) -> None:
+    out = tmp_path / backend
+    args = ["--steps", "3", "--warmup", "1", "--batch-size", "8", "--input-size", "16", "--repeats", "2"]
+    code = main(["sweep", "--backend", backend, "--models", "smallcnn", *args, "--out", str(out), "--no-report"])
+    assert code == 0
+    store = ResultsStore(out, "sweep")
+    assert store.manifest()["config"]["backend"] == backend
+    recs = list(store.records())
+    assert len(recs) == 4
+    for rec in recs:
+        assert rec["status"] == "ok", rec["reason"]
+        assert rec["backend"] == backend and rec["tracer"] == {"jax": "jax", "torch": "torch"}[backend]
+        assert rec["settings"]["op_determinism"] is (rec["mode"] == "deterministic")
+        assert rec["kernel_count"] > 0 and rec["kernel_ns_per_step"] > 0
+        assert len(rec["step_kernel_ns"]) == 3 and all(ns > 0 for ns in rec["step_kernel_ns"])
+        assert rec["kernel_table_format"] == {"jax": "jax-xplane", "torch": "kineto-cpu-json"}[backend]
+        assert "tensorflow" not in rec["versions"]
+        table = store.read_table(rec["kernel_table"])
+        assert table["dur_ns"].sum() == pytest.approx(rec["kernel_ns_per_step"] * 3)
+    # The report reads every backend's tables the same way.
+    assert main(["report", str(out), "-o", str(tmp_path / "r.html")]) == 0
+    assert Path(tmp_path / "r.html").stat().st_size > 0
