@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from fixtures_kineto import simple_gpu_trace
 from fixtures_traces import (
     NVPROF_TRACE_HEADER,
     SHARED_TRACES,
@@ -68,6 +69,14 @@ def _stats_csv(path: Path) -> Path:
     return path
 
 
+def _kineto_json(path: Path) -> Path:
+    return simple_gpu_trace(path)
+
+
+def _kineto_gzip(path: Path) -> Path:
+    return simple_gpu_trace(path, compress=True)
+
+
 @pytest.mark.parametrize(
     ("writer", "misleading_name", "fmt", "kernels"),
     [
@@ -75,8 +84,19 @@ def _stats_csv(path: Path) -> Path:
         (_stats_csv, "report.sqlite", "nsys-stats-csv", 2),
         (_nvprof, "trace.xplane.pb", "nvprof-trace-csv", 1),
         (_sqlite, "trace.nsys-rep", "nsys-sqlite", 2),
+        (_kineto_json, "kernels.csv", "kineto-json", 2),
+        (_kineto_gzip, "report.sqlite", "kineto-json", 2),
+        (_kineto_gzip, "trace.pt.trace.json", "kineto-json", 2),
     ],
-    ids=["sqlite-as-csv", "stats-csv-as-sqlite", "nvprof-as-pb", "sqlite-as-nsys-rep"],
+    ids=[
+        "sqlite-as-csv",
+        "stats-csv-as-sqlite",
+        "nvprof-as-pb",
+        "sqlite-as-nsys-rep",
+        "kineto-json-as-csv",
+        "kineto-gzip-as-sqlite",
+        "kineto-gzip-without-gz",
+    ],
 )
 def test_format_comes_from_content_not_name(
     tmp_path: Path, writer: Callable[[Path], Path], misleading_name: str, fmt: str, kernels: int
@@ -187,7 +207,29 @@ def test_parse_cli_says_it_in_one_line_with_exit_3(
 def test_directory_without_profile(tmp_path: Path) -> None:
     (tmp_path / "logs").mkdir()
     (tmp_path / "logs" / "events.txt").write_text("not a profile")
-    assert "no TensorFlow profile" in _input_error(tmp_path / "logs")
+    message = _input_error(tmp_path / "logs")
+    assert "no TensorFlow profile" in message and "no PyTorch profiler trace" in message
+
+
+def test_a_folder_of_pytorch_profiler_traces(tmp_path: Path) -> None:
+    trace = simple_gpu_trace(tmp_path / "worker0.1700000000000.pt.trace.json.gz", compress=True)
+    table = load_trace(tmp_path)
+    assert (table.format, table.source, table.kernel_count) == ("kineto-json", str(trace), 2)
+
+
+def test_a_folder_with_an_xspace_stays_a_tensorflow_profile(tmp_path: Path) -> None:
+    """TensorFlow's log folders keep their meaning even with a PyTorch trace beside the XSpace."""
+    from detprof.traces.parsers.tf_xplane import _xplane_pb2
+
+    space = _xplane_pb2().XSpace()
+    space.planes.add(name="/host:CPU").lines.add(name="python")
+    (tmp_path / "host.xplane.pb").write_bytes(space.SerializeToString())
+    simple_gpu_trace(tmp_path / "worker0.pt.trace.json")
+    assert "holds no GPU kernels" in _input_error(tmp_path)
+
+
+def test_known_formats_name_pytorch_profiler_json() -> None:
+    assert "PyTorch profiler JSON" in KNOWN_FORMATS
 
 
 def _binary_report(path: Path) -> Path:

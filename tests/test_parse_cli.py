@@ -238,6 +238,26 @@ def test_usage_errors_are_exit_2(trace, capsys) -> None:
         assert len(err.strip().splitlines()) == 1
 
 
+def test_device_check_reads_no_deferred_column(trace, capsys, monkeypatch) -> None:
+    """``--device`` with a device that ran nothing fails on the columns read with the file, not a full read."""
+    import detprof.traces.parsers as parsers
+
+    path, _ = trace
+    real_load = parsers.load_trace
+    completed: list[int] = []
+
+    def load_counting_completions(*args, **kwargs):
+        table = real_load(*args, **kwargs)
+        complete = table.__dict__["_complete"]
+        table.defer_columns(lambda frame: completed.append(len(frame)) or complete(frame))
+        return table
+
+    monkeypatch.setattr(parsers, "load_trace", load_counting_completions)
+    code, _, err = run(["parse", str(path), "--device", "9"], capsys)
+    assert code == 2 and "devices with kernels: [0, 1]" in err
+    assert completed == []
+
+
 def test_parse_of_sqlite_does_not_import_tensorflow(trace) -> None:
     path, _ = trace
     done = run_script("without_tensorflow.py", "parse", path)

@@ -11,7 +11,7 @@ from detprof.errors import UsageError
 from detprof.formatting import OutputFormat
 
 PARSE_HELP = (
-    "Parse a kernel trace (nsys, nvprof, TensorFlow profiler) and show its top kernels.\n\n"
+    "Parse a kernel trace (nsys, nvprof, TensorFlow profiler, PyTorch profiler JSON) and show its top kernels.\n\n"
     "The table labels kernels by short name (with abbreviated template arguments where several "
     "share one); --full-names shows whole demangled names. JSON and CSV always carry both."
 )
@@ -28,23 +28,35 @@ ByOption = Annotated[str, typer.Option(help="Group kernels by full name or short
 FullNamesOption = Annotated[
     bool, typer.Option("--full-names", help="Table: show whole demangled kernel names instead of short ones.")
 ]
+RankOption = Annotated[
+    int | None,
+    typer.Option(
+        min=0,
+        help="PyTorch profiler trace folder with one file per rank: the rank to read (default: the only one).",
+    ),
+]
 
 
 def parse(
     trace: Annotated[
-        Path, typer.Argument(help="nsys .sqlite/.nsys-rep, nsys stats CSV, nvprof CSV, .xplane.pb or log dir")
+        Path,
+        typer.Argument(
+            help="nsys .sqlite/.nsys-rep, nsys stats CSV, nvprof CSV, .xplane.pb or log dir, "
+            "PyTorch profiler .json/.json.gz or trace dir"
+        ),
     ],
     top: Annotated[int, typer.Option(min=1, help="How many kernels to list.")] = 20,
     by: ByOption = "name",
     device: Annotated[str, typer.Option(help="'all' or one device id.")] = "all",
     fmt: Annotated[OutputFormat, typer.Option("--format", help="table|json|csv")] = OutputFormat.table,
     full_names: FullNamesOption = False,
+    rank: RankOption = None,
 ) -> None:
     from detprof.traces import render as output
     from detprof.traces.parsers import load_trace
 
     group = _group_by(by)
-    table = load_trace(trace)
+    table = load_trace(trace, rank=rank)
     if device != "all":
         if table.is_summary:
             raise UsageError(f"{trace}: a summary-only trace has no per-device kernels; use --device all")
@@ -52,7 +64,7 @@ def parse(
             device_id = int(device)
         except ValueError as exc:
             raise UsageError(f"--device must be 'all' or an integer device id, not {device!r}") from exc
-        present = sorted({int(d) for d in table.kernels["device_id"].dropna().unique()})
+        present = sorted({int(d) for d in table.launches("device_id")["device_id"].dropna().unique()})
         if device_id not in present:
             raise UsageError(f"{trace}: no kernels on device {device_id}; devices with kernels: {present}")
         table = table.on_device(device_id)
@@ -66,12 +78,16 @@ def diff(
     by: ByOption = "name",
     fmt: Annotated[OutputFormat, typer.Option("--format", help="table|json|csv")] = OutputFormat.table,
     full_names: FullNamesOption = False,
+    rank: Annotated[
+        int | None, typer.Option(min=0, help="PyTorch profiler trace folders: the rank to read in both.")
+    ] = None,
 ) -> None:
     from detprof.traces import render as output
     from detprof.traces.parsers import load_trace
 
     group = _group_by(by)
-    output.print_diff(load_trace(base), load_trace(other), top=top, fmt=fmt, by=group, full_names=full_names)
+    tables = load_trace(base, rank=rank), load_trace(other, rank=rank)
+    output.print_diff(*tables, top=top, fmt=fmt, by=group, full_names=full_names)
 
 
 def _group_by(by: str) -> str:

@@ -2,7 +2,9 @@
 
 The format is recognised from the file's content, never its name: users rename exports,
 and CI artifacts arrive as ``trace.bin``. Each parser is imported only in its branch so
-that reading a SQLite or CSV trace never pays for importing TensorFlow.
+that reading a SQLite or CSV trace never pays for importing TensorFlow. A folder is a
+TensorFlow profile when it holds XSpace files, else a folder of PyTorch profiler traces
+(one per rank, as ``tensorboard_trace_handler`` writes them).
 """
 
 from __future__ import annotations
@@ -14,26 +16,29 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from detprof.errors import InputError, last_line
+from detprof.errors import InputError, UsageError, last_line
 from detprof.traces.kernel_table import KernelTable
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
+GZIP_MAGIC = b"\x1f\x8b"
 # Nsight Systems reports are a proprietary container with no documented signature, so a
 # binary file that is neither SQLite nor text is taken for one only by its suffix.
 NSYS_REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
 _SNIFF_BYTES = 64 * 1024
-KNOWN_FORMATS = "nsys .sqlite/.nsys-rep, nsys stats CSV, nvprof CSV, TensorFlow .xplane.pb or profile log dir"
+KNOWN_FORMATS = (
+    "nsys .sqlite/.nsys-rep, nsys stats CSV, nvprof CSV, TensorFlow .xplane.pb or profile log dir, "
+    "PyTorch profiler JSON (.json/.json.gz or trace dir)"
+)
 _NON_TEXT = re.compile(r"[\x00-\x08\x0b\x0e-\x1f]")
 
 
-def load_trace(path: str | Path) -> KernelTable:
+def load_trace(path: str | Path, rank: int | None = None) -> KernelTable:
+    """Read any trace detprof knows; ``rank`` picks one rank's file of a PyTorch profiler trace folder."""
     trace = Path(path)
     if not trace.exists():
         raise InputError(f"{trace}: no such file or directory")
     if trace.is_dir():
-        from detprof.traces.parsers.tf_xplane import load_xplane
-
-        return load_xplane(trace)
+        return _load_folder(trace, rank)
     try:
         with trace.open("rb") as fh:
             head = fh.read(_SNIFF_BYTES)
@@ -41,11 +46,15 @@ def load_trace(path: str | Path) -> KernelTable:
         raise InputError(f"{trace}: cannot read ({exc.strerror or exc})") from None
     if not head:
         raise InputError(f"{trace}: empty file")
+    text = _as_text(head)
+    if head.startswith(GZIP_MAGIC) or (text is not None and text.lstrip().startswith(("{", "["))):
+        return _load_kineto(trace, rank)
+    if rank is not None:
+        raise UsageError(f"--rank picks one rank of a PyTorch profiler trace; {trace} is not one")
     if head.startswith(SQLITE_MAGIC):
         from detprof.traces.parsers.nsys_sqlite import load_nsys_sqlite
 
         return load_nsys_sqlite(trace)
-    text = _as_text(head)
     if text is not None:
         return _load_text(trace, text)
     if trace.suffix.lower() in NSYS_REPORT_SUFFIXES:
@@ -58,6 +67,31 @@ def load_trace(path: str | Path) -> KernelTable:
         # The XSpace parser was the last guess, so its "not an XSpace" would wrongly suggest the
         # file was meant to be one.
         raise InputError(_not_a_trace(trace, "binary, but neither SQLite nor a TensorFlow XSpace protobuf")) from None
+
+
+def _load_kineto(trace: Path, rank: int | None) -> KernelTable:
+    from detprof.traces.parsers.kineto_json import NotKinetoError, load_kineto
+
+    try:
+        return load_kineto(trace, rank)
+    except NotKinetoError as exc:
+        raise InputError(_not_a_trace(trace, exc.what)) from None
+
+
+def _load_folder(folder: Path, rank: int | None) -> KernelTable:
+    """A TensorFlow profile (XSpace files) as before; else the folder's PyTorch profiler traces."""
+    from detprof.traces.parsers.kineto_json import load_kineto, trace_files
+    from detprof.traces.parsers.tf_xplane import load_xplane, xplane_files
+
+    try:
+        xplane_files(folder)
+    except InputError as no_xspace:
+        if not trace_files(folder):
+            raise InputError(f"{no_xspace}; no PyTorch profiler trace (*.json, *.json.gz) either") from None
+        return load_kineto(folder, rank)
+    if rank is not None:
+        raise UsageError(f"--rank picks one rank of a PyTorch profiler trace folder; {folder} is a TensorFlow profile")
+    return load_xplane(folder)
 
 
 def _not_a_trace(trace: Path, what: str) -> str:
