@@ -52,3 +52,13 @@ def test_long_arguments_are_cut_in_the_middle_to_the_width(width: int) -> None:
     assert all(len(label) <= width for label in labels) and len(set(labels)) == 2
     assert all(label.startswith("k<a") and "…" in label for label in labels)
     assert [label[-3:] for label in labels] == [" 0>", " 1>"]
+
+
+def test_a_long_name_without_template_arguments_is_cut_in_the_middle_too() -> None:
+    """ROCm's Tensile kernels are hundreds of characters of one identifier; two of them stay apart."""
+    tensile = "Cijk_Alik_Bljk_SB_Bias_AS_SAV_UserArgs_MT64x16x32_MI16x16x1_" + "SN_LDSB0_AFC1_" * 20 + "WG64_4_1"
+    other = tensile.replace("MT64x16x32", "MT64x16x16")[:-1] + "2"
+    labels = display_kernel_names([tensile, other])
+    assert all(len(label) <= DISPLAY_CHARS for label in labels)
+    assert labels[0].startswith("Cijk_Alik_Bljk") and labels[0].endswith("WG64_4_1")
+    assert labels[0] != labels[1]

@@ -127,12 +127,17 @@ def display_kernel_names(names: Sequence[str], max_chars: int = DISPLAY_CHARS) -
     parameter lists), which wraps a table row over dozens of lines. The short name alone
     is what nsys shows, but many kernels of one table often share it (every Eigen kernel
     is ``EigenMetaKernel``), so those get their template arguments, abbreviated; any that
-    still read the same are numbered ``#1``, ``#2`` in table order. Full names stay in the
-    data; this is only how a table labels its rows.
+    still read the same are numbered ``#1``, ``#2`` in table order. A short name that is long
+    by itself (ROCm's Tensile kernels, ``Cijk_Alik_Bljk_..._WG64_4_1``, run to 400 characters
+    without a template) is cut in the middle like the rest. Full names stay in the data; this
+    is only how a table labels its rows.
     """
     shorts = [short_kernel_name(n) for n in names]
     shared = Counter(shorts)
-    labels = [s if shared[s] == 1 else _abbreviated(n, s, max_chars) for n, s in zip(names, shorts, strict=True)]
+    labels = [
+        _cut_middle(s, max_chars) if shared[s] == 1 else _abbreviated(n, s, max_chars)
+        for n, s in zip(names, shorts, strict=True)
+    ]
     repeated = Counter(labels)
     seen: Counter[str] = Counter()
     out: list[str] = []
