@@ -4,6 +4,12 @@ The check's tests need sweeps whose true overhead is known: each model's per-rep
 det/default ratios are chosen by the test, the default time drifts from repeat to repeat
 (as a real GPU's does) and the deterministic time is exactly ratio x default, so the
 expected log ratios are ln(ratio) whatever the drift.
+
+``backend`` (tensorflow, jax or torch) writes what a sweep on that Keras backend writes: the
+record's ``backend`` field, its framework's versions and the settings it reports in effect
+(``determinism.effective_settings``), and the backend in the configuration. Left out, the
+records are those of a sweep from before there was a choice: no ``backend`` anywhere, which
+readers take for TensorFlow.
 """
 
 from __future__ import annotations
@@ -36,11 +42,34 @@ VERSIONS: dict[str, Any] = {
     "cuda_build": "12.5.1",
     "cudnn_build": "9",
 }
+BACKEND_VERSIONS: dict[str, dict[str, Any]] = {
+    "tensorflow": VERSIONS,
+    "jax": {
+        "detprof": "0.1.0",
+        "python": "3.11.9",
+        "keras": "3.15.0",
+        "jax": "0.4.38",
+        "jaxlib": "0.4.38",
+        "is_cuda_build": True,
+        "gpus_visible": 1,
+    },
+    "torch": {
+        "detprof": "0.1.0",
+        "python": "3.11.9",
+        "keras": "3.15.0",
+        "torch": "2.6.0",
+        "cuda_build": "12.4",
+        "cudnn_build": 90100,
+        "is_cuda_build": True,
+        "gpus_visible": 1,
+    },
+}
+"""What ``determinism.software_versions`` reports on each backend."""
 STEPS = 20
 
 
-def config(models: Sequence[str], repeats: int, **overrides: Any) -> dict[str, Any]:
-    base = {
+def config(models: Sequence[str], repeats: int, backend: str | None = None, **overrides: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
         "models": list(models),
         "modes": ["default", "deterministic"],
         "steps": STEPS,
@@ -55,20 +84,31 @@ def config(models: Sequence[str], repeats: int, **overrides: Any) -> dict[str, A
         "seed": 0,
         "preset": "paper",
     }
+    if backend is not None:
+        base |= {"backend": backend, "compile": False}
     base.update(overrides)
     return base
 
 
-def settings(mode: str) -> dict[str, Any]:
-    return {
-        "mode": mode,
-        "seed": 0,
-        "xla": False,
-        "op_determinism": mode == "deterministic",
-        "jit_compile": False,
-        "cudnn_autotune": True,
-        "deprecated_tf_deterministic_ops_env": None,
-    }
+def settings(mode: str, backend: str | None = None) -> dict[str, Any]:
+    """What the worker's framework reports in effect; without a backend, as TensorFlow runs reported it before."""
+    deterministic = mode == "deterministic"
+    tensorflow = {"jit_compile": False, "cudnn_autotune": True, "deprecated_tf_deterministic_ops_env": None}
+    common = {"mode": mode, "seed": 0, "xla": False, "op_determinism": deterministic}
+    if backend is None:
+        return common | tensorflow
+    own = {
+        "tensorflow": tensorflow,
+        "jax": {"jit_compile": True, "xla_flags": "--xla_gpu_deterministic_ops=true" if deterministic else ""},
+        "torch": {
+            "jit_compile": False,
+            "deterministic_warn_only": False,
+            "cudnn_deterministic": deterministic,
+            "cudnn_benchmark": False,
+            "cublas_workspace_config": ":4096:8" if deterministic else None,
+        },
+    }[backend]
+    return common | {"backend": backend, "compile": False} | own
 
 
 def noisy_overheads(median: float, sigma: float, repeats: int, seed: int) -> list[float]:
@@ -86,6 +126,7 @@ def records(
     versions: Mapping[str, Any] | None = None,
     failed: Mapping[str, str] | None = None,
     unsupported: Mapping[str, str] | None = None,
+    backend: str | None = None,
 ) -> list[MeasuredRun]:
     """One record per (model, mode, repeat); ``failed``/``unsupported`` map a run_id to its reason."""
     failed = failed or {}
@@ -101,7 +142,9 @@ def records(
                 "deterministic": (default_wall * ratio, default_kernel * kernel_ratios[repeat]),
             }
             for mode, (wall, kernel) in times.items():
-                out.append(_record(model, mode, repeat, wall, kernel, tracer, device, versions, failed, unsupported))
+                out.append(
+                    _record(model, mode, repeat, wall, kernel, tracer, device, versions, failed, unsupported, backend)
+                )
     return out
 
 
@@ -116,8 +159,10 @@ def _record(
     versions: Mapping[str, Any] | None,
     failed: Mapping[str, str],
     unsupported: Mapping[str, str],
+    backend: str | None,
 ) -> MeasuredRun:
     run_id = f"{model}--{mode}--r{repeat}"
+    on_backend = {} if backend is None else {"backend": backend}
     status, reason = "ok", None
     if run_id in failed:
         status, reason = "failed", failed[run_id]
@@ -141,12 +186,13 @@ def _record(
         step_wall_ns=[round(wall)] * STEPS if ok else None,
         kernel_ns_per_step=kernel if traced else None,
         kernel_count=1200 if traced else None,
-        settings=settings(mode),
-        versions=dict(versions or VERSIONS),
+        settings=settings(mode, backend),
+        versions=dict(versions or BACKEND_VERSIONS[backend or "tensorflow"]),
         device=dict(device or DEVICE),
         started_at="2025-01-01T00:00:00+00:00",
         finished_at="2025-01-01T00:00:10+00:00",
         duration_s=10.0,
+        **on_backend,
     )
 
 

@@ -210,6 +210,29 @@ def test_first_screen_answers_for_every_model(browser: Any, report: Path, tmp_pa
     page.close()
 
 
+def test_first_screen_shows_each_models_backends_side_by_side(browser: Any, tmp_path: Path) -> None:
+    """Three Keras backends on one GPU at 1440x900: each model's backends in adjacent rows, every row with its
+    backend and verdict on the first screen, and the table within the page's width."""
+    from test_report_backends import BACKENDS, sweep_of
+
+    dirs = [sweep_of(tmp_path / b, b, old=b == "tensorflow") for b in ("torch", "tensorflow", "jax")]
+    target = tmp_path / "report.html"
+    assert main(["report", *map(str, dirs), "-o", str(target)]) == 0
+    page, errors, outside = open_report(browser, target, viewport=(1440, 900))
+    assert errors == [] and outside == []
+    rows = page.locator("#answer table.answer tbody tr").all()
+    shown = [tuple(row.locator("td code").all_inner_texts()) for row in rows]
+    assert shown == [(m, b) for m in ("resnet50", "vgg16") for b in BACKENDS]
+    for row in rows:
+        box = row.bounding_box()
+        assert box is not None and box["y"] + box["height"] < 900
+        assert row.locator(".verdict").inner_text() in ("cheap", "expensive")
+    table, section = page.locator("#answer table.answer").bounding_box(), page.locator("#answer").bounding_box()
+    assert table is not None and section is not None
+    assert table["x"] + table["width"] <= section["x"] + section["width"] + 1
+    page.close()
+
+
 def test_console_table_and_report_give_one_attribution(
     results: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

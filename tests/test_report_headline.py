@@ -21,7 +21,7 @@ import synthetic_sweep as synth
 
 from detprof.cli import main
 from detprof.intervals import CHEAP_OVERHEAD, Overhead, paired_t, repeats_to_read
-from detprof.records import measured_run
+from detprof.records import measured_run, stability_run
 from detprof.reports.command import render_report
 from detprof.reports.tradeoff import learned_threshold, learning_of
 from detprof.reports.verdict import verdict
@@ -42,11 +42,30 @@ def sweep(root: Path, ratios: dict[str, list[float]], device: dict[str, Any] | N
 
 
 def stability(
-    root: Path, model: str, device: str, *, accuracy: float, churn_impl: float, classes: int | None = 10
+    root: Path,
+    model: str,
+    device: str,
+    *,
+    accuracy: float,
+    churn_impl: float,
+    classes: int | None = 10,
+    backend: str | None = None,
 ) -> None:
-    """A stability summary in the study's format: algo+impl, algo, impl, control with 3 runs each."""
+    """A stability summary in the study's format: algo+impl, algo, impl, control with 3 runs each.
+
+    With a ``backend``, one run record of that backend beside it (what tells the report which
+    backend trained); without, no records: a study from before there was a choice.
+    """
     store = ResultsStore(root / "stability" / model, "stability")
     store.open({"model": model, "device": device}, f"detprof stability --model {model}", resume=False)
+    if backend is not None:
+        store.write_record(
+            dict(
+                stability_run(
+                    run_id="r0", variant="control", run=0, mode="default", seeds={}, status="ok", backend=backend
+                )
+            )
+        )
     variants = []
     for name, varies, std, churn in (
         ("algo+impl", ["init", "shuffle", "impl"], 0.012, 0.09),
@@ -81,8 +100,11 @@ def stability(
     store.write_json("summary.json", summary)
 
 
-def calibration(root: Path, ratios: dict[str, list[float]], device: dict[str, Any] | None = None) -> None:
-    """A/A runs: arm b over arm a by the given ratios, both deterministic."""
+def calibration(
+    root: Path, ratios: dict[str, list[float]], device: dict[str, Any] | None = None, backend: str | None = None
+) -> None:
+    """A/A runs: arm b over arm a by the given ratios, both deterministic (on ``backend``, where given)."""
+    on_backend = {} if backend is None else {"backend": backend}
     store = ResultsStore(root, "calibration")
     store.open({"models": list(ratios)}, "detprof sweep --calibrate (synthetic)", resume=False)
     for model, per_repeat in ratios.items():
@@ -102,12 +124,13 @@ def calibration(root: Path, ratios: dict[str, list[float]], device: dict[str, An
                         tracer="nsys",
                         step_wall_ns=[round(40e6 * scale)] * synth.STEPS,
                         kernel_ns_per_step=25e6 * scale,
-                        settings=synth.settings("deterministic"),
-                        versions=dict(synth.VERSIONS),
+                        settings=synth.settings("deterministic", backend),
+                        versions=dict(synth.BACKEND_VERSIONS[backend or "tensorflow"]),
                         device=dict(device or synth.DEVICE),
                         started_at="2025-01-01T00:00:00+00:00",
                         finished_at="2025-01-01T00:00:10+00:00",
                         duration_s=10.0,
+                        **on_backend,
                     )
                 )
 

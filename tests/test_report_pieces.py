@@ -136,19 +136,26 @@ def test_noise_of_without_the_variants_it_needs() -> None:
     assert noise.churn_impl is None and noise.std_drop is None and noise.std_drop_se is None
 
 
-def test_pair_joins_on_model_and_device_label() -> None:
+def test_pair_joins_on_model_device_label_and_backend() -> None:
     costs = {
-        ("resnet18", "t4"): Cost(Overhead(1.05, 1.02, 1.08, (0.04, 0.05, 0.06)), "kernel"),
-        ("resnet18", "v100"): Cost(Overhead(1.6, 1.5, 1.7, (0.45, 0.47, 0.49)), "kernel"),
-        ("vgg19", "t4"): Cost(Overhead(1.9, 1.8, 2.0, (0.6, 0.65, 0.7)), "wall"),
+        ("resnet18", "t4", "tensorflow"): Cost(Overhead(1.05, 1.02, 1.08, (0.04, 0.05, 0.06)), "kernel"),
+        ("resnet18", "v100", "tensorflow"): Cost(Overhead(1.6, 1.5, 1.7, (0.45, 0.47, 0.49)), "kernel"),
+        ("vgg19", "t4", "tensorflow"): Cost(Overhead(1.9, 1.8, 2.0, (0.6, 0.65, 0.7)), "wall"),
+        ("vgg19", "t4", "torch"): Cost(Overhead(1.02, 1.01, 1.03, (0.01, 0.02, 0.03)), "kernel"),
     }
     noisy = Noise(0.05, 0.002, 0.001, "cifar10")
     points = pair(
-        costs, [("resnet18", "t4", noisy), ("resnet18", "a100", noisy), ("vgg19", "t4", Noise(0.001, None, None, "x"))]
+        costs,
+        [
+            (("resnet18", "t4", "tensorflow"), noisy),
+            (("resnet18", "a100", "tensorflow"), noisy),
+            (("resnet18", "t4", "jax"), noisy),
+            (("vgg19", "t4", "tensorflow"), Noise(0.001, None, None, "x")),
+        ],
     )
-    assert [(p.model, p.device, p.quadrant) for p in points] == [
-        ("resnet18", "t4", "cheap and worth it"),
-        ("vgg19", "t4", "expensive and buys little"),
+    assert [(p.model, p.device, p.backend, p.quadrant) for p in points] == [
+        ("resnet18", "t4", "tensorflow", "cheap and worth it"),
+        ("vgg19", "t4", "tensorflow", "expensive and buys little"),
     ]
     assert "5.0% of test predictions" in points[0].reading
     assert "wall time by +90%" in points[1].reading

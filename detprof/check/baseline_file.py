@@ -6,11 +6,19 @@ is one line naming the file and the field. A newer schema is refused rather than
 understood.
 
 The fingerprint records what makes two overhead measurements comparable: the GPU, its
-driver, the CUDA and cuDNN TensorFlow was built against, TensorFlow, Keras and detprof,
-the determinism settings in effect in each mode, and a hash of the measurement
-configuration. The hash leaves out the repeat count (it changes only the precision, which
-the interval accounts for), the model list (models are matched one by one, and a missing
-one is reported) and the preset name (its values are in the configuration already).
+driver, the Keras backend and its framework's versions (TensorFlow; JAX and jaxlib;
+PyTorch: null for the frameworks that did not run), the CUDA and cuDNN the framework was
+built against, Keras and detprof, the determinism settings in effect in each mode, and a
+hash of the measurement configuration. The hash leaves out the repeat count (it changes
+only the precision, which the interval accounts for), the model list (models are matched
+one by one, and a missing one is reported) and the preset name (its values are in the
+configuration already).
+
+The backend is not one more field to wave through: the same model on another framework is
+another measurement, so ``check`` refuses a baseline of another backend in one line, with
+or without ``--allow-env-change``, and ``baseline`` refuses results that hold sweeps of
+several backends (a baseline is of one backend: build one per backend). Baselines written
+before there was a choice lack the new fields and read as TensorFlow's (``ADDED_LATER``).
 """
 
 from __future__ import annotations
@@ -23,8 +31,10 @@ from pathlib import Path
 from typing import Any
 
 from detprof.check.regression import ModelSample, SweepSamples, baseline_models, samples_from_records
+from detprof.determinism import DEFAULT_BACKEND
 from detprof.errors import InputError
-from detprof.records import environment_values, finite_number
+from detprof.records import backend_of, environment_values, finite_number
+from detprof.reports.provenance import backend_order, framework
 from detprof.store import ResultsStore, atomic_write_bytes, config_hash, find_studies
 
 SCHEMA_VERSION = 1
@@ -35,14 +45,23 @@ FINGERPRINT_FIELDS: tuple[str, ...] = (
     "gpu_label",
     "driver",
     "cuda_driver",
+    "backend",
     "cuda",
     "cudnn",
     "tensorflow",
+    "jax",
+    "jaxlib",
+    "torch",
     "keras",
     "detprof",
     "determinism",
     "config_hash",
 )
+ADDED_LATER: dict[str, Any] = {"backend": DEFAULT_BACKEND, "jax": None, "jaxlib": None, "torch": None}
+"""Fingerprint fields a baseline written before there was a backend choice lacks, and what they were then."""
+LATER_DEFAULTS: dict[str, Any] = {"backend": DEFAULT_BACKEND, "compile": False}
+"""Configuration and settings keys added with the backend choice, and the value older sweeps ran with: hashed and
+compared only when they differ from it, so that a baseline written before them stays comparable."""
 _SOURCES: dict[str, tuple[str, str]] = {
     "gpu_name": ("device", "name"),
     "gpu_label": ("device", "label"),
@@ -51,6 +70,9 @@ _SOURCES: dict[str, tuple[str, str]] = {
     "cuda": ("versions", "cuda_build"),
     "cudnn": ("versions", "cudnn_build"),
     "tensorflow": ("versions", "tensorflow"),
+    "jax": ("versions", "jax"),
+    "jaxlib": ("versions", "jaxlib"),
+    "torch": ("versions", "torch"),
     "keras": ("versions", "keras"),
     "detprof": ("versions", "detprof"),
 }
@@ -73,7 +95,8 @@ class SweepResults:
 
 
 def read_sweep(path: Path) -> SweepResults:
-    """The sweep in a results directory (or its ``sweep/`` folder), refusing one without repeats."""
+    """The sweep in a results directory (or its ``sweep/`` folder), refusing one without repeats or of several
+    backends."""
     stores = [s for s in find_studies(Path(path)) if s.kind == "sweep"]
     if not stores:
         raise InputError(f"{path}: holds no sweep results (run detprof sweep --out {path})")
@@ -82,6 +105,7 @@ def read_sweep(path: Path) -> SweepResults:
     records = list(store.records())
     if not records:
         raise InputError(f"{path}: the sweep has no run records yet")
+    _refuse_several_backends(path, stores, records)
     repeats = (manifest.get("config") or {}).get("repeats")
     if isinstance(repeats, int) and repeats < 2:
         raise InputError(
@@ -91,8 +115,28 @@ def read_sweep(path: Path) -> SweepResults:
     return SweepResults(Path(path), manifest, records)
 
 
+def _refuse_several_backends(path: Path, stores: Iterable[ResultsStore], records: Iterable[Mapping[str, Any]]) -> None:
+    """One line where the sweeps found (or the runs of the one read) ran on more than one Keras backend.
+
+    A baseline is the overhead of one backend, and a check compares it with the same
+    backend: which of several sweeps was meant cannot be guessed.
+    """
+    found = {str(s.root): (s.manifest().get("config") or {}).get("backend") or DEFAULT_BACKEND for s in stores}
+    backends = backend_order([*found.values(), *(backend_of(r) for r in records)])
+    if len(backends) > 1:
+        folders = ", ".join(f"{root} ({backend})" for root, backend in found.items())
+        raise InputError(
+            f"{path}: holds sweeps of several Keras backends ({', '.join(backends)}): a baseline and its check are "
+            f"of one backend; give one backend's results directory ({folders})"
+        )
+
+
+def _without_later_defaults(values: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in values.items() if not (k in LATER_DEFAULTS and v == LATER_DEFAULTS[k])}
+
+
 def measurement_config_hash(config: Mapping[str, Any]) -> str:
-    return config_hash({k: v for k, v in config.items() if k not in UNHASHED_CONFIG_KEYS})
+    return config_hash({k: v for k, v in _without_later_defaults(config).items() if k not in UNHASHED_CONFIG_KEYS})
 
 
 def fingerprint(config: Mapping[str, Any], records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
@@ -101,15 +145,18 @@ def fingerprint(config: Mapping[str, Any], records: Iterable[Mapping[str, Any]])
     result: dict[str, Any] = {}
     for name, (section, key) in _SOURCES.items():
         result[name] = _uniform(environment_values(ok, section, key))
+    result["backend"] = _uniform(backend_of(r) for r in ok)
     result["determinism"] = {
         mode: _uniform(_settings(r) for r in ok if r.get("mode") == mode) for mode in ("default", "deterministic")
     }
     result["config_hash"] = measurement_config_hash(config)
-    return result
+    return {name: result[name] for name in FINGERPRINT_FIELDS}
 
 
 def _settings(record: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in (record.get("settings") or {}).items() if k != "mode"}
+    """What the framework reported in effect, less the mode (it differs by design) and the backend (its own field)."""
+    settings = _without_later_defaults(record.get("settings") or {})
+    return {k: v for k, v in settings.items() if k not in ("mode", "backend")}
 
 
 def _uniform(values: Iterable[Any]) -> Any:
@@ -138,7 +185,7 @@ def _show(value: Any) -> str:
 
 def fingerprint_differences(baseline: Mapping[str, Any], current: Mapping[str, Any]) -> list[FieldDifference]:
     """Every fingerprint field that differs, nested settings named by their dotted path."""
-    flat_b, flat_c = _flatten(baseline), _flatten(current)
+    flat_b, flat_c = _flatten(ADDED_LATER | dict(baseline)), _flatten(ADDED_LATER | dict(current))
     fields = [f for f in FINGERPRINT_FIELDS if f not in ("determinism",)]
     order = fields + sorted(k for k in set(flat_b) | set(flat_c) if k.startswith("determinism."))
     return [
@@ -160,6 +207,23 @@ class EnvironmentCheck:
 
 def check_environment(baseline: Mapping[str, Any], current: Mapping[str, Any], *, allow: bool) -> EnvironmentCheck:
     return EnvironmentCheck(tuple(fingerprint_differences(baseline, current)), allow)
+
+
+def refuse_other_backend(baseline: Baseline, results: Path, backend: Any) -> None:
+    """One line when ``results`` ran on another Keras backend than the baseline, whatever --allow-env-change says."""
+    if backend != baseline.backend:
+        raise InputError(
+            f"{results} ran on the {backend} backend, the baseline {baseline.path} on {baseline.backend}: overheads "
+            "of different Keras backends are never comparable (--allow-env-change does not apply); check a "
+            f"{baseline.backend} sweep (detprof check --run runs one), or build a baseline from {results}"
+        )
+
+
+def describe_backend(fp: Mapping[str, Any]) -> str:
+    """The fingerprint's backend and its framework's version: "torch (PyTorch 2.5.1)"."""
+    backend = str(fp.get("backend") or DEFAULT_BACKEND)
+    versions = {k: [str(v)] for k, v in fp.items() if isinstance(v, str | int) and not isinstance(v, bool)}
+    return f"{backend} ({framework(backend, versions)})"
 
 
 def _flatten(obj: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -207,6 +271,11 @@ class Baseline:
     @property
     def config(self) -> dict[str, Any]:
         return self.document["config"]
+
+    @property
+    def backend(self) -> str:
+        """The Keras backend the baseline's sweep ran; a baseline written before there was a choice: TensorFlow."""
+        return str(self.fingerprint.get("backend") or DEFAULT_BACKEND)
 
     @property
     def unsupported(self) -> dict[str, str]:
@@ -274,8 +343,10 @@ def validate(document: Any, path: Path) -> None:
     if not isinstance(fp, dict):
         raise bad("fingerprint must be an object")
     for name in FINGERPRINT_FIELDS:
-        if name not in fp:
+        if name not in fp and name not in ADDED_LATER:
             raise bad(f"fingerprint.{name} is missing")
+    if not isinstance(fp.get("backend", DEFAULT_BACKEND), str):
+        raise bad("fingerprint.backend must be a string (a baseline is of one Keras backend)")
     if not isinstance(fp["config_hash"], str):
         raise bad("fingerprint.config_hash must be a string")
     if not isinstance(document.get("config"), dict):

@@ -7,7 +7,9 @@ Imports happen inside the commands so that ``detprof --help`` stays fast.
 
 ``check --run`` measures afresh with the baseline's own sweep configuration unless an
 option overrides it: re-measuring what the baseline measured is the only comparison that
-needs no ``--allow-env-change``.
+needs no ``--allow-env-change``. It always runs the baseline's Keras backend: a check
+compares a backend with itself, so results of another backend are refused in one line
+(exit 3), and so is ``--backend`` naming another.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ if TYPE_CHECKING:
     from detprof.check.regression import Comparison
 
 REGRESSION_EXIT = 1
+FLAGS = ("force", "compile")
+"""The on/off options ``check --run`` passes on: given when on (off is also what not giving them means)."""
 
 CHECK_HELP = (
     "Compare each model's determinism overhead with a baseline; fail on a regression.\n\n"
@@ -36,6 +40,8 @@ CHECK_HELP = (
     "with several models, Holm's step-down controls the family-wise error. REGRESSED: lower bound "
     "above 1 + threshold. IMPROVED: upper bound below 1/(1 + threshold). INCONCLUSIVE: point estimate "
     "beyond the threshold, interval across it.\n\n"
+    "A baseline is of one Keras backend: results of another backend are refused (exit 3; --allow-env-change "
+    "does not apply), and --run runs the baseline's backend.\n\n"
     "Exit codes: 0 no regression (inconclusive and missing models warn); 1 a regression (or, with "
     "--strict, an inconclusive or missing model); 2 usage error; 3 not comparable (fingerprint differs; "
     "--allow-env-change overrides with a warning), unusable input, an output that cannot be written, or a "
@@ -49,8 +55,11 @@ def baseline(
         "detprof-baseline.json"
     ),
 ) -> None:
-    """Save a sweep's per-repeat overheads and environment as the reference for detprof check."""
-    from detprof.check.baseline_file import build_baseline, read_sweep, write_baseline
+    """Save a sweep's per-repeat overheads and environment as the reference for detprof check.
+
+    One backend's sweep: results holding sweeps of several Keras backends are refused; build one baseline per backend.
+    """
+    from detprof.check.baseline_file import build_baseline, describe_backend, read_sweep, write_baseline
 
     document = build_baseline(read_sweep(results))
     write_baseline(output, document)
@@ -58,7 +67,7 @@ def baseline(
     repeats = sorted({entry["repeats"] for entry in document["models"].values()})
     typer.echo(
         f"baseline: {len(document['models'])} model(s), {'/'.join(map(str, repeats))} repeats, "
-        f"GPU {fp['gpu_name'] or fp['gpu_label']}, TensorFlow {fp['tensorflow']}, "
+        f"GPU {fp['gpu_name'] or fp['gpu_label']}, backend {describe_backend(fp)}, "
         f"config {fp['config_hash']} -> {output}"
     )
     for model, reason in document["unsupported"].items():
@@ -99,16 +108,23 @@ def check(
     models: ModelsOption = None,
 ) -> None:
     """Compare each model's determinism overhead with the baseline's (help: CHECK_HELP)."""
-    from detprof.check.baseline_file import check_environment, fingerprint, read_baseline, read_sweep
+    from detprof.check.baseline_file import (
+        check_environment,
+        fingerprint,
+        read_baseline,
+        read_sweep,
+        refuse_other_backend,
+    )
     from detprof.check.regression import compare
 
     if baseline_file is None:
         raise UsageError("detprof check needs --baseline FILE (written by detprof baseline)")
     if (current is None) == (not run):
         raise UsageError("give exactly one of --current RESULTS_DIR or --run")
-    given = {"out": out, "models": models} | {n: getattr(options, n) for n in CHECK_RUN if n != "force"}
-    if not run and (options.force or any(v is not None for v in given.values())):
-        used = sorted(k.replace("_", "-") for k, v in given.items() if v is not None) or ["force"]
+    given = {"out": out, "models": models} | {n: getattr(options, n) for n in CHECK_RUN if n not in FLAGS}
+    flags = [n for n in FLAGS if getattr(options, n)]
+    if not run and (flags or any(v is not None for v in given.values())):
+        used = sorted([*(k.replace("_", "-") for k, v in given.items() if v is not None), *flags])
         raise UsageError(f"--{', --'.join(used)} only apply with --run")
     if not threshold > 0:
         raise UsageError(f"--threshold must be a positive fraction (0.10 = 10%), not {threshold}")
@@ -116,9 +132,16 @@ def check(
         raise UsageError(f"--confidence must lie between 0.5 and 1 (exclusive), not {confidence}")
 
     reference = read_baseline(baseline_file)
+    if run and options.backend not in (None, reference.backend):
+        raise InputError(
+            f"--backend {options.backend}: the baseline {baseline_file} ran on {reference.backend}, and overheads "
+            "of different Keras backends are never comparable; check --run runs the baseline's backend by itself"
+        )
     results_dir = current if current is not None else _run_sweep(reference, options, models, out)
     sweep = read_sweep(results_dir)
-    env = check_environment(reference.fingerprint, fingerprint(sweep.config, sweep.records), allow=allow_env_change)
+    measured = fingerprint(sweep.config, sweep.records)
+    refuse_other_backend(reference, results_dir, measured["backend"])
+    env = check_environment(reference.fingerprint, measured, allow=allow_env_change)
     title = f"detprof check: {baseline_file} vs {results_dir}"
     if not env.comparable:
         _report(None, env, strict=strict, title=title, junit=junit, github=github)
@@ -244,7 +267,8 @@ def _write(path: Path, data: bytes) -> None:
 
 
 def _run_sweep(reference: Baseline, given: RunOptions, models: str | None, out: Path | None) -> Path:
-    """The sweep with the baseline's configuration, the options given overriding it; returns its results folder."""
+    """The sweep with the baseline's configuration and backend, the options given overriding the configuration;
+    returns its results folder."""
     import dataclasses
     import datetime as dt
 
@@ -252,12 +276,15 @@ def _run_sweep(reference: Baseline, given: RunOptions, models: str | None, out: 
     from detprof.sweep.plan import SweepRequest, split_models
 
     config = reference.config
-    baseline = {"gpu": config.get("gpu_label")} | {n: config.get(n) for n in CHECK_RUN if n not in ("gpu", "force")}
+    fixed = ("gpu", "backend", *FLAGS)
+    baseline = {"gpu": config.get("gpu_label")} | {n: config.get(n) for n in CHECK_RUN if n not in fixed}
     overrides = {n: getattr(given, n) for n in baseline if getattr(given, n) is not None}
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     options = dataclasses.replace(
         given,
         **(baseline | overrides),
+        backend=reference.backend,
+        compile=bool(config.get("compile")) or given.compile,
         preset=config.get("preset"),
         out=out or Path("results") / f"check-{stamp}",
         resume=False,

@@ -3,7 +3,9 @@
 Plotly draws text (tick labels, hover text, legends) as its own small HTML dialect, so a
 kernel name such as ``Kernel<float>&`` would lose its ``<float>`` as an unknown tag.
 Every string that comes from results goes through ``text`` (``html.escape``): plotly
-decodes the entities back and shows the name literally.
+decodes the entities back and shows the name literally. A device is named as the report
+names it (``Report.where``: its label, and its Keras backend where the report names backends),
+which the caller passes in as ``shown``.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from plotly.subplots import make_subplots
 from detprof.determinism import MODES
 from detprof.intervals import CHEAP_OVERHEAD, Overhead
 from detprof.reports.published import ReferenceRow
-from detprof.reports.report_data import KernelSizePoint, StabilityStudy, SweepStudy
+from detprof.reports.report_data import KernelSizePoint, StabilityStudy, SweepStudy, Where
 from detprof.reports.tradeoff import NOISY_CHURN, TradeoffPoint
 from detprof.traces.classify import CATEGORIES
 
@@ -80,7 +82,7 @@ def _ratio_range(overheads: Sequence[Overhead | None]) -> list[float]:
     return [0, top]
 
 
-def overhead_figure(sweep: SweepStudy) -> go.Figure:
+def overhead_figure(sweep: SweepStudy, shown: str) -> go.Figure:
     models = [text(m.model) for m in sweep.models]
     fig = go.Figure()
     for metric, color in (("kernel", "#1f77b4"), ("wall", "#ff7f0e")):
@@ -113,9 +115,48 @@ def overhead_figure(sweep: SweepStudy) -> go.Figure:
         template=TEMPLATE,
         height=HEIGHT,
         barmode="group",
-        title=f"Overhead of determinism on {text(sweep.label)} (deterministic / default, 95% CI)",
+        title=f"Overhead of determinism on {text(shown)} (deterministic / default, 95% CI)",
         yaxis={"title": "ratio (x)", "range": _ratio_range([o for m in sweep.models for o in (m.kernel, m.wall)])},
         legend={"orientation": "h", "y": -0.25},
+        margin={"t": 60, "b": 40},
+    )
+    return fig
+
+
+def backends_figure(shown: str, sweeps: Sequence[SweepStudy]) -> go.Figure:
+    """One device's headline overhead per model, one bar per Keras backend: the backends side by side.
+
+    Each bar is the overhead its row in the first screen reads its verdict from (kernel time
+    where traced, else wall time); the hover text says which.
+    """
+    models = list(dict.fromkeys(m.model for s in sweeps for m in s.models))
+    fig = go.Figure()
+    overheads: list[Overhead | None] = []
+    for sweep in sweeps:
+        costs = {m.model: m for m in sweep.models}
+        values = [costs[m].headline if m in costs else None for m in models]
+        overheads += values
+        hover = [
+            f"{text(m)} on {text(sweep.backend)}<br>"
+            + ("not measured" if o is None else f"{costs[m].headline_metric} time: {_interval(o)}")
+            for m, o in zip(models, values, strict=True)
+        ]
+        fig.add_bar(
+            name=text(sweep.backend),
+            x=[text(m) for m in models],
+            y=[None if o is None else o.ratio for o in values],
+            error_y=_errors(values),
+            hovertext=hover,
+            hoverinfo="text",
+        )
+    fig.add_hline(y=1, line_dash="dot", line_color="#555", annotation_text="no overhead")
+    fig.update_layout(
+        template=TEMPLATE,
+        height=HEIGHT,
+        barmode="group",
+        title=f"Overhead of determinism on {text(shown)}, per Keras backend (deterministic / default, 95% CI)",
+        yaxis={"title": "ratio (x)", "range": _ratio_range(overheads)},
+        legend={"orientation": "h", "y": -0.25, "title": {"text": "backend: "}},
         margin={"t": 60, "b": 40},
     )
     return fig
@@ -179,7 +220,7 @@ def kernel_size_figure(points: Sequence[KernelSizePoint], references: Sequence[R
     return fig
 
 
-def category_figure(sweep: SweepStudy) -> go.Figure:
+def category_figure(sweep: SweepStudy, shown: str) -> go.Figure:
     """Kernel time per step by category, one stacked bar per model and mode."""
     costs = [m for m in sweep.models if m.categories]
     x = [
@@ -205,14 +246,14 @@ def category_figure(sweep: SweepStudy) -> go.Figure:
         template=TEMPLATE,
         height=HEIGHT + 60,
         barmode="stack",
-        title=f"Kernel time per step by kind of work on {text(sweep.label)}",
+        title=f"Kernel time per step by kind of work on {text(shown)}",
         yaxis={"title": "ms per step"},
         legend={"orientation": "h", "y": -0.3},
     )
     return fig
 
 
-def per_class_figure(study: StabilityStudy) -> go.Figure | None:
+def per_class_figure(study: StabilityStudy, shown: str) -> go.Figure | None:
     """Std of each class's accuracy across runs, per variant; None when no variant has one."""
     fig = go.Figure()
     for v in study.variants:
@@ -234,7 +275,7 @@ def per_class_figure(study: StabilityStudy) -> go.Figure | None:
         template=TEMPLATE,
         height=HEIGHT - 40,
         barmode="group",
-        title=f"Per-class accuracy std across runs: {text(study.model)} on {text(study.dataset)}, {text(study.device)}",
+        title=f"Per-class accuracy std across runs: {text(study.model)} on {text(study.dataset)}, {text(shown)}",
         xaxis={"title": "class", "type": "category"},
         yaxis={"title": "std of class accuracy"},
         legend={"orientation": "h", "y": -0.25},
@@ -251,9 +292,9 @@ QUADRANT_CORNERS = (
 POINT_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#7f7f7f")
 
 
-def _label(p: TradeoffPoint) -> str:
+def _label(p: TradeoffPoint, where: Where) -> str:
     """One point's name, in the legend and its hover text (never drawn on the plot, so never overlapping)."""
-    return f"{text(p.model)} on {text(p.device)}"
+    return f"{text(p.model)} on {text(where(p.device, p.backend))}"
 
 
 def _marker(p: TradeoffPoint, index: int) -> dict[str, Any]:
@@ -263,7 +304,7 @@ def _marker(p: TradeoffPoint, index: int) -> dict[str, Any]:
     return {"color": color, "size": 12, "symbol": "circle" if settled else "circle-open", "line": {"width": 2}}
 
 
-def _churn_panel(fig: go.Figure, points: Sequence[tuple[int, TradeoffPoint]], col: int) -> None:
+def _churn_panel(fig: go.Figure, points: Sequence[tuple[int, TradeoffPoint]], names: Sequence[str], col: int) -> None:
     """Cost against churn under ``impl``, with the two threshold lines and the quadrants named."""
     for index, p in points:
         fig.add_scatter(
@@ -272,9 +313,9 @@ def _churn_panel(fig: go.Figure, points: Sequence[tuple[int, TradeoffPoint]], co
             error_x=_errors([p.cost.overhead]),
             mode="markers",
             marker=_marker(p, index),
-            name=_label(p),
-            legendgroup=_label(p),
-            hovertext=[f"{_label(p)}<br>{_interval(p.cost.overhead)}<br>{text(p.quadrant or '')}"],
+            name=names[index],
+            legendgroup=names[index],
+            hovertext=[f"{names[index]}<br>{_interval(p.cost.overhead)}<br>{text(p.quadrant or '')}"],
             hoverinfo="text",
             showlegend=True,
             row=1,
@@ -300,7 +341,9 @@ def _churn_panel(fig: go.Figure, points: Sequence[tuple[int, TradeoffPoint]], co
     fig.update_yaxes(title_text="churn under impl (%)", range=[-0.14 * top, 1.1 * top], row=1, col=col)
 
 
-def _drop_panel(fig: go.Figure, points: Sequence[tuple[int, TradeoffPoint]], col: int, legend: bool) -> None:
+def _drop_panel(
+    fig: go.Figure, points: Sequence[tuple[int, TradeoffPoint]], names: Sequence[str], col: int, legend: bool
+) -> None:
     for index, p in points:
         se = p.noise.std_drop_se
         fig.add_scatter(
@@ -310,10 +353,10 @@ def _drop_panel(fig: go.Figure, points: Sequence[tuple[int, TradeoffPoint]], col
             error_y={"type": "data", "array": [None if se is None else se * 100]},
             mode="markers",
             marker=_marker(p, index),
-            name=_label(p),
-            legendgroup=_label(p),
+            name=names[index],
+            legendgroup=names[index],
             hovertext=[
-                f"{_label(p)}<br>{_interval(p.cost.overhead)}<br>std drop {(p.noise.std_drop or 0) * 100:+.2f} pp"
+                f"{names[index]}<br>{_interval(p.cost.overhead)}<br>std drop {(p.noise.std_drop or 0) * 100:+.2f} pp"
             ],
             hoverinfo="text",
             showlegend=legend,
@@ -336,7 +379,7 @@ def _cost_range(points: Sequence[TradeoffPoint]) -> list[float]:
     return [max(0.0, low - pad), high + pad]
 
 
-def tradeoff_figure(points: Sequence[TradeoffPoint]) -> go.Figure | None:
+def tradeoff_figure(points: Sequence[TradeoffPoint], where: Where) -> go.Figure | None:
     """Cost against churn under ``impl`` and against the accuracy-std drop; a panel only where there is data.
 
     One trace per point, named in the legend (model on device) and in its hover text, with
@@ -344,6 +387,7 @@ def tradeoff_figure(points: Sequence[TradeoffPoint]) -> go.Figure | None:
     collide however close the points are.
     """
     numbered = list(enumerate(points))
+    names = [_label(p, where) for p in points]
     churn = [(i, p) for i, p in numbered if p.noise.churn_impl is not None]
     drop = [(i, p) for i, p in numbered if p.noise.std_drop is not None]
     panels = [
@@ -359,9 +403,9 @@ def tradeoff_figure(points: Sequence[TradeoffPoint]) -> go.Figure | None:
     fig = make_subplots(rows=1, cols=len(panels), subplot_titles=[t for t, _, _ in panels], horizontal_spacing=0.12)
     for col, (_, kind, mine) in enumerate(panels, start=1):
         if kind == "churn":
-            _churn_panel(fig, mine, col)
+            _churn_panel(fig, mine, names, col)
         else:
-            _drop_panel(fig, mine, col, legend=not churn)
+            _drop_panel(fig, mine, names, col, legend=not churn)
     fig.update_xaxes(title_text="overhead of determinism (x)", range=_cost_range(points))
     fig.update_layout(
         template=TEMPLATE,

@@ -1,13 +1,13 @@
 """The report's answer, first: per model and device, what determinism costs, what it buys, and the verdict.
 
-One ``HeadlineRow`` per (device label, model) of every sweep: the kernel-time and
-wall-time overheads with their 95% CIs, the verdict read from the headline metric
-(``verdict.verdict``), what the stability study of the same model and label measured
-(when its models learned), the machine's noise floor where a calibration ran, and the
-caveats that change how the row reads. The HTML's first screen, the Markdown and
-``--format json`` all render these rows, so the three say the same thing.
+One ``HeadlineRow`` per (device label, model, Keras backend) of every sweep: the kernel-time
+and wall-time overheads with their 95% CIs, the verdict read from the headline metric
+(``verdict.verdict``), what the stability study of the same model, label and backend
+measured (when its models learned), the machine's noise floor where a calibration of that
+backend ran, and the caveats that change how the row reads. The HTML's first screen, the
+Markdown and ``--format json`` all render these rows, so the three say the same thing.
 
-On a CPU (device label ``cpu``, or a device record with no GPU in it) the numbers are TF
+On a CPU (device label ``cpu``, or a device record with no GPU in it) the numbers are CPU
 op times: they do not predict what determinism costs on a GPU, where it swaps cuDNN's
 fastest, atomics-based algorithms for deterministic ones. ``cpu_notes`` says so and holds
 the published GPU figures up as the reference instead.
@@ -19,7 +19,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from detprof.determinism import DEFAULT_BACKEND
 from detprof.intervals import CHEAP_OVERHEAD, Metric, Overhead
+from detprof.reports.provenance import framework_name
 from detprof.reports.published import PUBLISHED, SOURCE
 from detprof.reports.tradeoff import NOISY_CHURN, QUADRANT_ADVICE, Learning, Noise, Quadrant
 from detprof.reports.verdict import Verdict
@@ -27,7 +29,8 @@ from detprof.reports.verdict import Verdict
 CALIBRATE_HINT = "detprof sweep --calibrate measures it (deterministic against itself)"
 GPU_LIKE_FIELDS = ("compute_capability", "sm_count", "cuda_driver", "uuid")
 CPU_CAVEAT = "CPU op time: does not predict the GPU cost (see the published GPU figures)."
-CPU_CHURN = "churn under impl is a property of TensorFlow's CPU kernels"
+CPU_CHURN = "'s CPU kernels (deterministic with the default threads), not of the model."
+"""How the caveat on a CPU's churn ends, whichever framework's kernels it names (``caveats``)."""
 LEFT_OUT = "Stability study left out"
 """What the caveats that a report-level note repeats say (``shown_caveats`` drops them under it)."""
 
@@ -57,6 +60,10 @@ class HeadlineRow:
     device_name: str
     on_cpu: bool
     model: str
+    backend: str
+    """The Keras backend the sweep ran (``records.backend_of``)."""
+    framework_version: str | None
+    """The version of its framework (``versions[backend]``: torch 2.5.1), "/"-joined where runs differed."""
     kernel: Overhead | None
     wall: Overhead | None
     metric: Metric
@@ -75,14 +82,21 @@ class HeadlineRow:
         return self.stability if self.stability is not None and self.stability.used else None
 
 
-def advice(v: Verdict, q: Quadrant | None, stability: StabilityReading | None, model: str) -> str:
-    """What to do, in a few words, consistent with the verdict (never more sure of the cost than it is)."""
+def advice(
+    v: Verdict, q: Quadrant | None, stability: StabilityReading | None, model: str, backend: str = DEFAULT_BACKEND
+) -> str:
+    """What to do, in a few words, consistent with the verdict (never more sure of the cost than it is).
+
+    The command it suggests names the row's backend unless it is the default, so that the
+    study it runs is the one this row pairs with.
+    """
     if v.reading is None:
         return "no overhead measured: see the notes"
     if q is not None and q != "not settled":
         return QUADRANT_ADVICE[q]
     if stability is None:
-        what = f"no stability study: `detprof stability --model {model}` measures what it buys"
+        flag = "" if backend == DEFAULT_BACKEND else f" --backend {backend}"
+        what = f"no stability study: `detprof stability --model {model}{flag}` measures what it buys"
     elif not stability.used:
         what = "its stability study did not learn: what it buys is unknown"
     elif q is None or stability.noise.churn_impl is None:
@@ -104,6 +118,7 @@ def caveats(
     noise_floor: float | None,
     stability: StabilityReading | None,
     notes: Iterable[str] = (),
+    backend: str = DEFAULT_BACKEND,
 ) -> list[str]:
     """The caveats of one row, most important first; each a sentence a reader can act on."""
     out = [n for n in notes if n]
@@ -133,18 +148,20 @@ def caveats(
         and stability.noise.churn_impl is not None
         and stability.noise.churn_impl < NOISY_CHURN
     ):
-        out.append(
-            f"{stability.noise.churn_impl:.2%} {CPU_CHURN} (deterministic with the default threads), not of the model."
-        )
+        churn = stability.noise.churn_impl
+        out.append(f"{churn:.2%} churn under impl is a property of {framework_name(backend)}{CPU_CHURN}")
     return out
 
 
 def shown_caveats(row: HeadlineRow, *, cpu_note: bool, left_out_note: bool) -> list[str]:
     """A row's caveats under the headline, less those a report-level note already says for every row."""
+    said_for_cpu = (CPU_CAVEAT,) if cpu_note else ()
     return [
         c
         for c in row.caveats
-        if not (cpu_note and (c == CPU_CAVEAT or CPU_CHURN in c)) and not (left_out_note and c.startswith(LEFT_OUT))
+        if c not in said_for_cpu
+        and not (cpu_note and c.endswith(CPU_CHURN))
+        and not (left_out_note and c.startswith(LEFT_OUT))
     ]
 
 
@@ -159,14 +176,18 @@ def cpu_notes(rows: Sequence[HeadlineRow]) -> list[str]:
         f"The published GPU figures ({SOURCE}) are the reference; run detprof sweep --gpu LABEL on the GPU "
         "you train on for your number."
     ]
-    churn = [
-        r.used_stability.noise.churn_impl
+    quiet = [
+        r.backend
         for r in rows
-        if r.on_cpu and r.used_stability is not None and r.used_stability.noise.churn_impl is not None
+        if r.on_cpu
+        and r.used_stability is not None
+        and r.used_stability.noise.churn_impl is not None
+        and r.used_stability.noise.churn_impl < NOISY_CHURN
     ]
-    if churn and min(churn) < NOISY_CHURN:
+    if quiet:
+        frameworks = " and ".join(dict.fromkeys(framework_name(b) for b in quiet))
         notes.append(
-            "Churn under impl near 0% on a CPU is TensorFlow's CPU kernels being deterministic with the default "
+            f"Churn under impl near 0% on a CPU is {frameworks}'s CPU kernels being deterministic with the default "
             "thread settings, not a property of the model: on a GPU the same model can churn."
         )
     return notes
@@ -207,11 +228,13 @@ def row_json(r: HeadlineRow) -> dict[str, Any]:
     return {
         "device": r.device,
         "model": r.model,
+        "backend": r.backend,
         "overhead": {"kernel": _interval(r.kernel), "wall": _interval(r.wall)},
         "verdict": v.reading,
         "noise_floor": r.noise_floor,
         "stability": _stability_json(r.stability),
         "device_name": r.device_name,
+        "framework_version": r.framework_version,
         "on_cpu": r.on_cpu,
         "metric": r.metric,
         "verdict_text": v.text,

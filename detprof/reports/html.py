@@ -7,6 +7,10 @@ figure after the first is a bare div and script.
 
 The page opens with the answer (``answer``: per model and device, cost, verdict, what it
 buys, noise floor, caveats), then the evidence, and ends with what ran (``provenance``).
+Where the results hold several Keras backends, the answer has a backend column with each
+model's backends in adjacent rows, the overhead section opens with the backends side by
+side per device, and every other section names the device with its backend
+(``Report.where``).
 The markup lives in ``templates/report.html.j2`` (and its macros); this module only turns
 the ``Report`` into what the page shows: formatted numbers, table rows and figures. Jinja2
 renders with autoescape on, so everything that comes from results (kernel names above all:
@@ -17,7 +21,7 @@ handed to the templates is plotly's own output, as ``Markup``.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, Literal
 
@@ -31,8 +35,9 @@ from detprof.intervals import CHEAP_OVERHEAD
 from detprof.reports import figures
 from detprof.reports.gpu_clocks import by_mode
 from detprof.reports.headline import HeadlineRow, published_reference, shown_caveats
+from detprof.reports.provenance import backend_order
 from detprof.reports.published import SOURCE
-from detprof.reports.report_data import SECTIONS, ModelCost, Report, StabilityStudy
+from detprof.reports.report_data import SECTIONS, ModelCost, Report, StabilityStudy, SweepStudy
 from detprof.reports.tradeoff import NOISY_CHURN
 
 PlotlyJs = Literal["embed", "cdn"]
@@ -87,19 +92,33 @@ class Cell:
 
 @dataclass(frozen=True)
 class Table:
-    """Headers and rows for the ``table`` macro; the columns in ``numeric`` are right-aligned."""
+    """Headers and rows for the ``table`` macro; the columns in ``numeric`` are right-aligned.
+
+    ``classes`` gives a column's cells a CSS class, so that a column keeps its look (kept on
+    one line, given room) wherever other columns come and go.
+    """
 
     headers: Sequence[str]
     rows: list[list[Cell]]
     numeric: frozenset[int] = frozenset()
+    classes: dict[int, str] = field(default_factory=dict)
+
+    def cell_class(self, column: int) -> str:
+        return " ".join(c for c in ("num" if column in self.numeric else "", self.classes.get(column, "")) if c)
 
 
-def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], numeric: Iterable[int] = ()) -> Table:
+def table(
+    headers: Sequence[str],
+    rows: Iterable[Sequence[Any]],
+    numeric: Iterable[int] = (),
+    classes: dict[int, str] | None = None,
+) -> Table:
     """Plain values become text cells, so row-building code only names the cells that need markup."""
     return Table(
         list(headers),
         [[c if isinstance(c, Cell) else Cell(c) for c in row] for row in rows],
         frozenset(numeric),
+        dict(classes or {}),
     )
 
 
@@ -138,6 +157,7 @@ def _studies(report: Report) -> Table:
             [
                 "sweep",
                 s.label,
+                s.backend,
                 str(s.path),
                 f"{s.started or '?'} .. {s.finished or '?'}",
                 s.timing,
@@ -146,13 +166,13 @@ def _studies(report: Report) -> Table:
         )
     for c in report.calibrations:
         ran = f"{c.started or '?'} .. {c.finished or '?'}"
-        rows.append(["calibration", c.label, str(c.path), ran, f.DASH, Cell(c.command, "code")])
+        rows.append(["calibration", c.label, c.backend, str(c.path), ran, f.DASH, Cell(c.command, "code")])
     for k in report.kernels:
         ran = f"{k.started or '?'} .. {k.finished or '?'}"
-        rows.append(["kernels", k.label, str(k.path), ran, k.timing, Cell(k.command, "code")])
+        rows.append(["kernels", k.label, k.backend, str(k.path), ran, k.timing, Cell(k.command, "code")])
     for st in report.stability:
-        rows.append(["stability", st.device, str(st.path), "", f.DASH, Cell(st.command, "code")])
-    return table(["Study", "Device", "Results", "Ran", "Which runs were traced", "Command line"], rows)
+        rows.append(["stability", st.device, st.backend, str(st.path), "", f.DASH, Cell(st.command, "code")])
+    return table(["Study", "Device", "Backend", "Results", "Ran", "Which runs were traced", "Command line"], rows)
 
 
 def _devices(report: Report) -> Table:
@@ -173,58 +193,107 @@ def _devices(report: Report) -> Table:
     )
 
 
-def _settings(report: Report) -> Table:
-    return table(
-        [
-            "Study",
-            "Mode",
-            "op determinism",
-            "jit_compile (XLA, pinned)",
-            "cuDNN autotune",
-            "TF_DETERMINISTIC_OPS",
-            "Seed",
-        ],
-        [
-            [
-                name,
-                mode,
-                s.get("op_determinism"),
-                s.get("jit_compile"),
-                s.get("cudnn_autotune"),
-                s.get("deprecated_tf_deterministic_ops_env") or "unset",
-                s.get("seed"),
-            ]
-            for name, mode, s in report.settings
-        ],
-    )
+SETTINGS_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
+    "tensorflow": (
+        ("op determinism", "op_determinism"),
+        ("jit_compile (XLA, pinned)", "jit_compile"),
+        ("cuDNN autotune", "cudnn_autotune"),
+        ("TF_DETERMINISTIC_OPS", "deprecated_tf_deterministic_ops_env"),
+    ),
+    "jax": (
+        ("op determinism (xla_gpu_deterministic_ops)", "op_determinism"),
+        ("XLA_FLAGS", "xla_flags"),
+    ),
+    "torch": (
+        ("op determinism (use_deterministic_algorithms)", "op_determinism"),
+        ("warn only", "deterministic_warn_only"),
+        ("cudnn.deterministic", "cudnn_deterministic"),
+        ("cudnn.benchmark", "cudnn_benchmark"),
+        ("CUBLAS_WORKSPACE_CONFIG", "cublas_workspace_config"),
+        ("torch.compile (pinned)", "jit_compile"),
+    ),
+}
+"""What each framework reports in effect (``determinism.effective_settings``), one table per backend."""
+OTHER_SETTINGS = (("op determinism", "op_determinism"), ("jit_compile (pinned)", "jit_compile"))
+UNSET_WHEN_EMPTY = frozenset({"deprecated_tf_deterministic_ops_env", "xla_flags", "cublas_workspace_config"})
+"""Environment variables: empty reads as unset."""
+SETTINGS_NOTES = {
+    "tensorflow": "jit_compile is pinned to the same explicit value in both modes: Keras would otherwise turn XLA "
+    "off under op determinism and compare XLA against non-XLA.",
+    "jax": "JAX compiles every step with XLA in both modes; op determinism is XLA's own flag, as XLA parsed it.",
+    "torch": "torch.compile is on in both modes or in neither (--compile); deterministic mode also fixes cuBLAS's "
+    "workspace, as PyTorch's reproducibility notes require.",
+}
+
+
+def _setting(settings: dict[str, Any], key: str) -> Any:
+    value = settings.get(key)
+    return (value or "unset") if key in UNSET_WHEN_EMPTY else value
+
+
+def _settings(report: Report) -> list[dict[str, Any]]:
+    """One table per backend, each with the switches its framework has."""
+    tables = []
+    for backend in backend_order(b for _, b, _, _ in report.settings):
+        columns = SETTINGS_COLUMNS.get(backend, OTHER_SETTINGS)
+        rows = [
+            [name, mode, *(_setting(s, key) for _, key in columns), s.get("seed")]
+            for name, b, mode, s in report.settings
+            if b == backend
+        ]
+        tables.append(
+            {
+                "title": f": {backend} ({report.framework(backend)})" if report.names_backend else "",
+                "table": table(["Study", "Mode", *(h for h, _ in columns), "Seed"], rows),
+                "note": SETTINGS_NOTES.get(backend, ""),
+            }
+        )
+    return tables
+
+
+def _versions(report: Report) -> Table | None:
+    """Package -> version, one column per backend where the report names backends."""
+    per_backend = report.versions
+    packages = list(dict.fromkeys(k for versions in per_backend.values() for k in versions))
+    if not packages:
+        return None
+
+    def shown(values: list[str] | None) -> str:
+        if not values:
+            return f.DASH
+        return ", ".join(values) + (" (differs between runs)" if len(values) > 1 else "")
+
+    headers = ["Package", *per_backend] if report.names_backend else ["Package", "Version"]
+    rows = [[k, *(shown(versions.get(k)) for versions in per_backend.values())] for k in packages]
+    return table(headers, rows)
 
 
 def provenance(report: Report) -> dict[str, Any]:
-    """What ran, on what, with which software and settings, and the commands that rerun it: the page's end."""
-    versions = [
-        [k, ", ".join(v) + (" (differs between runs)" if len(v) > 1 else "")] for k, v in report.versions.items()
-    ]
+    """What ran, on what, with which backend, software and settings, and the commands that rerun it: the page's end."""
     return {
         "generated_at": report.generated_at,
         "sources": ", ".join(str(p) for p in report.sources),
+        "backends": report.backend_line(),
         "studies": _studies(report),
         "devices": _devices(report),
-        "versions": table(["Package", "Version"], versions) if versions else None,
-        "settings": _settings(report) if report.settings else None,
+        "versions": _versions(report),
+        "settings": _settings(report),
         "commands": "\n".join(report.commands),
     }
 
 
-ANSWER_HEADERS = (
-    "Model on device",
-    "Costs: kernel time (det / default, 95% CI)",
-    "Costs: wall time",
-    "Verdict",
-    "Buys: churn under impl",
-    "Buys: accuracy std drop",
-    "Noise floor",
-    "What to do",
+ANSWER_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("Model on device", ""),
+    ("Costs: kernel time (det / default, 95% CI)", ""),
+    ("Costs: wall time", ""),
+    ("Verdict", "wide"),
+    ("Buys: churn under impl", "nowrap"),
+    ("Buys: accuracy std drop", "nowrap"),
+    ("Noise floor", "nowrap"),
+    ("What to do", "wide"),
 )
+"""The first screen's columns and the CSS class of their cells; ``BACKEND_COLUMN`` goes second where named."""
+BACKEND_COLUMN = ("Backend", "nowrap")
 
 
 def _buys(r: HeadlineRow) -> tuple[Cell, Cell]:
@@ -249,12 +318,15 @@ def _floor(r: HeadlineRow) -> Cell:
     return Cell("not run")
 
 
-def answer_row(r: HeadlineRow) -> list[Any]:
+def answer_row(r: HeadlineRow, named: bool = False) -> list[Any]:
+    """One row of the first screen; ``named``: with the backend (and its framework's version) second."""
     churn, drop = _buys(r)
     v = r.verdict
     metric_note = f"from {r.metric} time, n={v.repeats}" if v.reading is not None else ""
+    backend = [Cell(r.backend, "code", note=r.framework_version or "")] if named else []
     return [
         Cell(r.model, "code", note=r.device + (f" ({r.device_name})" if r.device_name else "")),
+        *backend,
         f.ratio(r.kernel),
         f.ratio(r.wall),
         Cell(v.text, "verdict", tone=(v.reading or "none").replace(" ", "-"), note=metric_note),
@@ -271,12 +343,24 @@ def answer(report: Report) -> dict[str, Any] | None:
         return None
     cpu = any(r.on_cpu for r in report.headline)
     notes = [
-        (f"{r.model} on {r.device}", shown_caveats(r, cpu_note=bool(report.cpu_notes), left_out_note=True))
+        (
+            f"{r.model} on {report.where(r.device, r.backend)}",
+            shown_caveats(r, cpu_note=bool(report.cpu_notes), left_out_note=True),
+        )
         for r in report.headline
     ]
+    named = report.names_backend
+    columns = [ANSWER_COLUMNS[0], *([BACKEND_COLUMN] if named else []), *ANSWER_COLUMNS[1:]]
+    first_cost = 2 if named else 1
     return {
         "cheap": f"{CHEAP_OVERHEAD:.2f}",
-        "table": table(ANSWER_HEADERS, [answer_row(r) for r in report.headline], numeric=(1, 2)),
+        "backends": named,
+        "table": table(
+            [h for h, _ in columns],
+            [answer_row(r, named) for r in report.headline],
+            numeric=(first_cost, first_cost + 1),
+            classes={i: cls for i, (_, cls) in enumerate(columns) if cls},
+        ),
         "row_notes": [(who, cs) for who, cs in notes if cs],
         "cpu_notes": report.cpu_notes,
         "notes": report.notes,
@@ -292,15 +376,56 @@ def _agrees(value: bool | None) -> Cell:
     return Cell("yes" if value else "no", "agree")
 
 
+def _device_title(label: str, shown: str, device: dict[str, Any]) -> str:
+    return shown + (f": {device['name']}" if device.get("name") else "")
+
+
+def _backends_side_by_side(report: Report) -> list[dict[str, Any]]:
+    """Per device label measured on several backends: one figure and one table, a column per backend."""
+    by_label: dict[str, dict[str, SweepStudy]] = {}
+    for s in report.sweeps:
+        by_label.setdefault(s.label, {}).setdefault(s.backend, s)
+    blocks = []
+    for label, by_backend in by_label.items():
+        if len(by_backend) < 2:
+            continue
+        sweeps = [by_backend[b] for b in backend_order(by_backend)]
+        models = list(dict.fromkeys(m.model for s in sweeps for m in s.models))
+        costs = [{m.model: m for m in s.models} for s in sweeps]
+        rows = [[Cell(model, "code"), *(_headline_cell(c.get(model)) for c in costs)] for model in models]
+        blocks.append(
+            {
+                "title": _device_title(label, label, sweeps[0].device),
+                "figure": figures.backends_figure(label, sweeps),
+                "table": table(
+                    ["Model", *(f"{s.backend} ({report.framework(s.backend)})" for s in sweeps)],
+                    rows,
+                    numeric=range(1, len(sweeps) + 1),
+                ),
+            }
+        )
+    return blocks
+
+
+def _headline_cell(m: ModelCost | None) -> Cell:
+    """The overhead a row's verdict reads (kernel time where traced, else wall time), saying which."""
+    if m is None:
+        return Cell(f.DASH, note="not swept")
+    if m.headline is None:
+        return Cell(f.DASH, note="not supported" if m.unsupported_reason else "no result")
+    return Cell(f.ratio(m.headline), note=f"{m.headline_metric} time")
+
+
 def overhead(report: Report) -> dict[str, Any] | None:
     """``None`` when the section is left out (``report.absent`` says why), so no figure is built for it."""
     if "overhead" in report.absent:
         return None
     return {
+        "backends": _backends_side_by_side(report),
         "sweeps": [
             {
-                "title": s.label + (f": {s.device['name']}" if s.device.get("name") else ""),
-                "figure": figures.overhead_figure(s),
+                "title": _device_title(s.label, report.where(s.label, s.backend), s.device),
+                "figure": figures.overhead_figure(s, report.where(s.label, s.backend)),
                 "table": table(
                     ["Model", "Kernel time", "Wall time", "Repeats", "Note"], s.overhead_rows(), numeric=(1, 2, 3)
                 ),
@@ -345,7 +470,7 @@ def kernel_size(report: Report) -> dict[str, Any]:
         else None,
         "benches": [
             {
-                "title": k.label + (f": {k.device['name']}" if k.device.get("name") else ""),
+                "title": _device_title(k.label, report.where(k.label, k.backend), k.device),
                 "metric": k.metric,
                 "table": table(
                     [
@@ -456,8 +581,10 @@ def cost(report: Report) -> dict[str, Any] | None:
     return {
         "sweeps": [
             {
-                "label": s.label,
-                "figure": figures.category_figure(s) if any(m.categories for m in s.models) else None,
+                "label": report.where(s.label, s.backend),
+                "figure": figures.category_figure(s, report.where(s.label, s.backend))
+                if any(m.categories for m in s.models)
+                else None,
                 "models": [model_details(m) for m in s.models],
             }
             for s in report.sweeps
@@ -495,8 +622,8 @@ def _subgroups(study: StabilityStudy) -> Table | None:
     )
 
 
-def stability_study(study: StabilityStudy) -> dict[str, Any]:
-    """``per_class`` is ``None`` when no variant has the 2+ successful runs a spread needs."""
+def stability_study(study: StabilityStudy, shown: str) -> dict[str, Any]:
+    """``per_class`` is ``None`` when no variant has the 2+ successful runs a spread needs; ``shown``: its device."""
     rows = [
         [
             v.get("variant"),
@@ -532,13 +659,13 @@ def stability_study(study: StabilityStudy) -> dict[str, Any]:
     return {
         "model": study.model,
         "dataset": study.dataset,
-        "device": study.device,
+        "device": shown,
         "did_not_learn": None if learning.learned is not False else learning.line(),
         "runs_ok": study.runs_ok,
         "runs_failed": study.runs_failed,
         "variants": table(headers, rows, numeric=tuple(range(4, 12))),
         "checks": [_check(v) for v in study.variants if (v.get("determinism_check") or {}).get("applicable")],
-        "per_class": figures.per_class_figure(study),
+        "per_class": figures.per_class_figure(study, shown),
         "subgroups": _subgroups(study),
     }
 
@@ -546,9 +673,13 @@ def stability_study(study: StabilityStudy) -> dict[str, Any]:
 def stability(report: Report) -> dict[str, Any] | None:
     if "stability" in report.absent:
         return None
+
+    def shown(study: StabilityStudy) -> dict[str, Any]:
+        return stability_study(study, report.where(study.device, study.backend))
+
     return {
-        "studies": [stability_study(study) for study in report.stability if study.learned],
-        "not_learned": [stability_study(study) for study in report.stability if not study.learned],
+        "studies": [shown(study) for study in report.stability if study.learned],
+        "not_learned": [shown(study) for study in report.stability if not study.learned],
     }
 
 
@@ -559,7 +690,7 @@ def tradeoff(report: Report) -> dict[str, Any] | None:
     rows = [
         [
             Cell(p.model, "code"),
-            p.device,
+            report.where(p.device, p.backend),
             f"{f.ratio(p.cost.overhead)} ({p.cost.metric})",
             f.percent(p.noise.churn_impl, 2),
             (f"{p.noise.std_drop * 100:+.2f} pp" if p.noise.std_drop is not None else f.DASH)
@@ -571,7 +702,7 @@ def tradeoff(report: Report) -> dict[str, Any] | None:
     return {
         "cheap": f"{CHEAP_OVERHEAD:.2f}",
         "noisy": f"{NOISY_CHURN:.0%}",
-        "figure": figures.tradeoff_figure(report.tradeoff),
+        "figure": figures.tradeoff_figure(report.tradeoff, report.where),
         "table": table(["Model", "Device", "Overhead", "Churn under impl", "Accuracy std drop", "Reading"], rows),
     }
 
@@ -580,7 +711,7 @@ def conditions(report: Report) -> dict[str, Any]:
     return {
         "clocks": [
             {
-                "label": s.label,
+                "label": report.where(s.label, s.backend),
                 "table": table(
                     [
                         "Model",

@@ -1,9 +1,10 @@
 """``detprof report --format json``: the report's headline numbers for scripts and notebooks.
 
 The same ``headline.HeadlineRow`` values as the HTML's first screen and the Markdown, one
-object per model and device under ``models`` (``headline.row_json``: device, model,
-overhead {kernel, wall: {ratio, lo, hi, n}}, verdict, noise_floor, stability, then the
-verdict's text, repeats needed, caveats, ...), with the report-level notes beside them.
+object per model, device and Keras backend under ``models`` (``headline.row_json``: device,
+model, backend, overhead {kernel, wall: {ratio, lo, hi, n}}, verdict, noise_floor,
+stability, then the verdict's text, repeats needed, caveats, ...), with the report-level
+notes beside them and every backend under ``backends`` with its framework's version.
 Undefined numbers are null (``store.json_safe``), never NaN.
 """
 
@@ -27,10 +28,17 @@ def document(report: Report) -> dict:
         "generated_at": report.generated_at,
         "sources": [str(p) for p in report.sources],
         "thresholds": {"cheap_overhead": CHEAP_OVERHEAD, "noisy_churn": NOISY_CHURN},
+        "backends": {b: report.framework(b) for b in report.backends},
         "models": [row_json(r) for r in report.headline],
         "notes": [*report.cpu_notes, *report.notes],
         "stability_not_learned": [
-            {"model": s.model, "device": s.device, "dataset": s.dataset, "reason": s.learning.line()}
+            {
+                "model": s.model,
+                "device": s.device,
+                "backend": s.backend,
+                "dataset": s.dataset,
+                "reason": s.learning.line(),
+            }
             for s in report.stability
             if not s.learned
         ],

@@ -57,6 +57,7 @@ class KernelsStudy:
     path: Path
     label: str
     device: dict[str, Any]
+    backend: str
     command: str
     metric: str
     rows: list[OpRow]

@@ -4,7 +4,10 @@ Only the numbers a reviewer acts on, the answer first: the same headline rows as
 first screen (cost, verdict, what it buys, noise floor, what to do) with the same caveats
 and notes, then overheads per model and device, the published figures they can be held
 against, one sentence per model on where the cost comes from, the stability headline, the
-trade-off readings and the warnings. GitHub renders inline
+trade-off readings and the warnings. Where the results hold several Keras backends (or one
+that is not TensorFlow), the headline table has a backend column, with each model's
+backends in adjacent rows, and each device with backends side by side gets a table of its
+own; the last section always says which backend(s) ran. GitHub renders inline
 HTML, so text from results (kernel names with ``<``, ``>``, ``&``) is backslash-escaped
 and a ``|`` cannot end a table cell early.
 """
@@ -18,8 +21,9 @@ from typing import Any
 from detprof import formatting as f
 from detprof.intervals import CHEAP_OVERHEAD
 from detprof.reports.headline import HeadlineRow, published_reference, shown_caveats
+from detprof.reports.provenance import backend_order
 from detprof.reports.published import PUBLISHED_GPUS, SOURCE
-from detprof.reports.report_data import SECTIONS, Report
+from detprof.reports.report_data import SECTIONS, ModelCost, Report
 from detprof.reports.tradeoff import NOISY_CHURN
 
 _SPECIAL = re.compile(r"([\\`*_\[\]<>|&~])")
@@ -80,6 +84,7 @@ def answer(report: Report) -> list[str]:
         "otherwise not settled.",
         "",
     ]
+    named = report.names_backend
     rows = []
     for r in report.headline:
         churn, drop = _buys(r)
@@ -88,6 +93,7 @@ def answer(report: Report) -> list[str]:
             [
                 r.device,
                 r.model,
+                *([r.backend] if named else []),
                 f.ratio(r.kernel),
                 f.ratio(r.wall),
                 strong(v.text) if v.reading is not None else v.text,
@@ -100,6 +106,7 @@ def answer(report: Report) -> list[str]:
     headers = [
         "Device",
         "Model",
+        *(["Backend"] if named else []),
         "Kernel time",
         "Wall time",
         "Verdict",
@@ -114,7 +121,7 @@ def answer(report: Report) -> list[str]:
     for r in report.headline:
         lines = shown_caveats(r, cpu_note=cpu, left_out_note=True)
         if lines:
-            notes.append(Markup(f"**{md(r.model)}** on {md(r.device)}: {md(' '.join(lines))}"))
+            notes.append(Markup(f"**{md(r.model)}** on {md(report.where(r.device, r.backend))}: {md(' '.join(lines))}"))
     out += [f"- {md(n)}" for n in notes]
     if notes:
         out.append("")
@@ -128,6 +135,32 @@ def answer(report: Report) -> list[str]:
     return out
 
 
+def backends_side_by_side(report: Report) -> list[str]:
+    """Per device label swept on several backends: one table, a column per backend, of the overhead verdicts read."""
+    by_label: dict[str, dict[str, dict[str, ModelCost]]] = {}
+    for s in report.sweeps:
+        by_label.setdefault(s.label, {}).setdefault(s.backend, {m.model: m for m in s.models})
+    out = []
+    for label, by_backend in by_label.items():
+        if len(by_backend) < 2:
+            continue
+        backends = backend_order(by_backend)
+        models = list(dict.fromkeys(m for b in backends for m in by_backend[b]))
+        rows = [[model, *(_headline(by_backend[b].get(model)) for b in backends)] for model in models]
+        out += [f"### Keras backends side by side on {md(label)}", ""]
+        out += [table(["Model", *(f"{b} ({report.framework(b)})" for b in backends)], rows), ""]
+    return out
+
+
+def _headline(m: ModelCost | None) -> str:
+    """The overhead a verdict reads (kernel time where traced, else wall time), saying which."""
+    if m is None:
+        return "not swept"
+    if m.headline is None:
+        return "not supported" if m.unsupported_reason else "no result"
+    return f"{f.ratio(m.headline)} ({m.headline_metric})"
+
+
 def render(report: Report) -> str:
     out = [
         "# detprof: what deterministic training costs, and what it buys",
@@ -138,8 +171,9 @@ def render(report: Report) -> str:
     ]
     if "overhead" in report.absent:
         out += [_absent(report.absent["overhead"]), ""]
+    out += backends_side_by_side(report)
     for s in report.sweeps:
-        out += [f"### {md(s.label)}: {md(s.device.get('name') or '')}", ""]
+        out += [f"### {md(report.where(s.label, s.backend))}: {md(s.device.get('name') or '')}", ""]
         out += [table(["Model", "Kernel time", "Wall time", "Repeats", "Note"], s.overhead_rows()), ""]
         out += [md(s.timing), ""]
     matched = [r for r in report.references if r.device is not None]
@@ -161,7 +195,7 @@ def render(report: Report) -> str:
         out += [_absent(report.absent["cost"]), ""]
     else:
         out += [
-            f"- **{md(m.model)}** on {md(s.label)}: {md(m.attribution or m.no_kernels or '')}"
+            f"- **{md(m.model)}** on {md(report.where(s.label, s.backend))}: {md(m.attribution or m.no_kernels or '')}"
             for s in report.sweeps
             for m in s.models
         ]
@@ -170,7 +204,7 @@ def render(report: Report) -> str:
     if "stability" in report.absent:
         out += [_absent(report.absent["stability"]), ""]
     for st in report.stability:
-        out += [f"### {md(st.model)} on {md(st.dataset)}, {md(st.device)}", ""]
+        out += [f"### {md(st.model)} on {md(st.dataset)}, {md(report.where(st.device, st.backend))}", ""]
         if not st.learned:
             out += [f"**Did not learn**, left out of the verdicts: {md(st.learning.line())}.", ""]
         rows = [
@@ -200,7 +234,7 @@ def render(report: Report) -> str:
                 [
                     [
                         p.model,
-                        p.device,
+                        report.where(p.device, p.backend),
                         f.ratio(p.cost.overhead),
                         f.percent(p.noise.churn_impl, 2),
                         p.reading,
@@ -214,5 +248,7 @@ def render(report: Report) -> str:
     out += [f"- {md(w)}" for w in report.warnings] or ["None."]
     out += ["", f"## {SECTIONS['provenance']}", ""]
     out += [f"Generated {md(report.generated_at)} from {md(', '.join(str(p) for p in report.sources))}.", ""]
+    if report.backend_line():
+        out += [md(report.backend_line()), ""]
     out += ["```sh", *report.commands, "```", ""]
     return "\n".join(out)

@@ -4,7 +4,8 @@ Sweep and kernels_bench records carry the same fields (device, software versions
 effective determinism settings, start and end times). A ratio is only meaningful if both
 modes ran on the same device with the same software, with determinism on in exactly the
 deterministic runs and XLA pinned to the same value in both: anything else becomes a
-warning in the report rather than a silent mix.
+warning in the report rather than a silent mix. Each study ran one Keras backend
+(``records.backend_of``); the report keys everything it shows by it as well.
 """
 
 from __future__ import annotations
@@ -15,7 +16,28 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from detprof.records import environment_values, measures
+from detprof.determinism import BACKENDS
+from detprof.records import backend_of, environment_values, measures
+
+FRAMEWORKS: dict[str, str] = {"tensorflow": "TensorFlow", "jax": "JAX", "torch": "PyTorch"}
+"""Each Keras backend's framework as readers know it; its version is ``versions[backend]``
+(``determinism.software_versions``), the rest (jaxlib, CUDA builds) is in the software table."""
+
+
+def framework_name(backend: str) -> str:
+    return FRAMEWORKS.get(backend, backend)
+
+
+def framework(backend: str, versions: Mapping[str, Sequence[str]]) -> str:
+    """The framework a backend ran and its version, as one phrase: "PyTorch 2.5.1" (several: "JAX 0.4.35/0.4.36")."""
+    found = versions.get(backend)
+    return f"{framework_name(backend)} {'/'.join(found)}" if found else framework_name(backend)
+
+
+def backend_order(backends: Iterable[str]) -> list[str]:
+    """Distinct backends in detprof's order (tensorflow, jax, torch), so that every table lists them alike."""
+    known = list(BACKENDS)
+    return sorted(dict.fromkeys(backends), key=lambda b: (known.index(b) if b in known else len(known), b))
 
 
 def distinct(values: Iterable[Any]) -> list[str]:
@@ -30,6 +52,8 @@ def _env(records: Sequence[Mapping[str, Any]], section: str, key: str) -> list[s
 class Provenance:
     label: str
     device: dict[str, Any]
+    backend: str
+    """The Keras backend its runs ran (the first, should they differ: a warning says so)."""
     versions: dict[str, list[str]]
     settings: dict[str, dict[str, Any]]
     """mode -> the effective settings of its first run."""
@@ -45,6 +69,7 @@ class Provenance:
             "path": root,
             "label": self.label,
             "device": self.device,
+            "backend": self.backend,
             "command": str(manifest.get("command") or ""),
             "settings": self.settings,
             "versions": self.versions,
@@ -115,6 +140,10 @@ def provenance(records: Sequence[Mapping[str, Any]], config: Mapping[str, Any]) 
     if len(heaps) > 1:
         warnings.append(f"{label}: runs had different malloc settings ({'; '.join(heaps)}): step times may not compare")
     warnings += _settings_warnings(label, records)
+    ok = [r for r in records if r.get("status") == "ok"] or list(records)
+    backends = distinct(backend_of(r) for r in ok)
+    if len(backends) > 1:
+        warnings.append(f"{label}: runs ran on different Keras backends ({', '.join(backends)}): ratios mix frameworks")
     settings: dict[str, dict[str, Any]] = {}
     for rec in records:
         if rec.get("settings"):
@@ -122,6 +151,7 @@ def provenance(records: Sequence[Mapping[str, Any]], config: Mapping[str, Any]) 
     return Provenance(
         label=label,
         device=device,
+        backend=backends[0],
         versions=versions,
         settings=settings,
         started=min(distinct(r.get("started_at") for r in records), default=None),

@@ -7,13 +7,15 @@ agrees with theirs, but the answer only means something on the same GPU model, s
 figure is compared only with a device whose label or name spells the same GPU (with the
 sweep's own label matcher: ``v100`` matches ``Tesla V100-SXM2-16GB``, never ``a100``).
 Their "relative GPU time" is total kernel time, so it is compared with the kernel-time
-ratio, never with wall time.
+ratio, never with wall time. They measured TensorFlow; a device measured on several Keras
+backends is held against them once per backend, each row naming its own.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from detprof.intervals import Overhead
 from detprof.profiler.devices import label_matches
@@ -119,16 +121,23 @@ def compare(figure: PublishedFigure, device: str, kernel: Mapping[str, Overhead]
     return ReferenceRow(figure, device, measured, None if None in reached else all(reached))
 
 
-def reference_rows(devices: Iterable[tuple[str, str | None, Mapping[str, Overhead]]]) -> list[ReferenceRow]:
-    """Every published figure, next to each measured device of the same GPU (or alone when none is).
+class MeasuredDevice(NamedTuple):
+    """One sweep's device: what matches it to a published GPU, and its kernel-time overhead per model."""
 
-    ``devices`` holds (label, full name, kernel-time overhead per model) per measured device.
-    """
-    devices = list(devices)
+    label: str
+    name: str | None
+    kernel: Mapping[str, Overhead]
+    shown: str | None = None
+    """How the report names it, where that is more than its label (the label and its backend)."""
+
+
+def reference_rows(devices: Iterable[MeasuredDevice]) -> list[ReferenceRow]:
+    """Every published figure, next to each measured device of the same GPU (or alone when none is)."""
+    measured = [MeasuredDevice(*d) for d in devices]
     rows: list[ReferenceRow] = []
     for figure in PUBLISHED:
-        matched = [(label, kernel) for label, name, kernel in devices if published_gpu(label, name) == figure.gpu]
+        matched = [d for d in measured if published_gpu(d.label, d.name) == figure.gpu]
         if not matched:
             rows.append(ReferenceRow(figure, None, f"no {figure.gpu.upper()} measured", None))
-        rows.extend(compare(figure, label, kernel) for label, kernel in matched)
+        rows.extend(compare(figure, d.shown or d.label, d.kernel) for d in matched)
     return rows

@@ -9,6 +9,13 @@ the one line that says why.
 ``Report.headline`` is the answer the report opens with (``headline.HeadlineRow``: cost,
 verdict, what it buys, noise floor, caveats per model and device); the sections after it
 are the evidence, and what ran (provenance) comes last.
+
+Each study ran one Keras backend (tensorflow, jax or torch), and the same model on the same
+device is a different measurement on each: everything keyed by (model, device) is keyed by
+(model, device, backend) too, a stability study pairs only with a sweep of its backend, and
+a noise floor only with its backend's calibration. Where the report holds several backends
+(or one that is not TensorFlow) it names the backend beside every device (``Report.where``);
+a TensorFlow-only report reads as it did before there was a choice.
 """
 
 from __future__ import annotations
@@ -22,12 +29,13 @@ from typing import Any
 
 import pandas as pd
 
-from detprof.determinism import MODES
+from detprof.determinism import DEFAULT_BACKEND, MODES
 from detprof.errors import InputError
 from detprof.formatting import ratio
 from detprof.intervals import Metric, Overhead, headline, inconclusive_reason
 from detprof.profiler.overhead import ModelOverhead, model_overheads, noise_floors
 from detprof.profiler.study_results import summarize_model
+from detprof.records import backend_of
 from detprof.reports import kernels_data
 from detprof.reports.attribution import attribution
 from detprof.reports.gpu_clocks import ClockRow, clock_rows, throttle_warnings
@@ -40,9 +48,9 @@ from detprof.reports.headline import (
     cpu_notes,
     is_cpu,
 )
-from detprof.reports.provenance import provenance
-from detprof.reports.published import ReferenceRow, reference_rows
-from detprof.reports.tradeoff import Cost, Learning, TradeoffPoint, learning_of, noise_of, pair, reading
+from detprof.reports.provenance import backend_order, framework, provenance
+from detprof.reports.published import MeasuredDevice, ReferenceRow, reference_rows
+from detprof.reports.tradeoff import Cost, Learning, StudyKey, TradeoffPoint, learning_of, noise_of, pair, reading
 from detprof.reports.verdict import verdict
 from detprof.store import ResultsStore, find_studies
 
@@ -60,6 +68,18 @@ SECTIONS: dict[str, str] = {
     "conditions": "Conditions and warnings",
     "provenance": "What ran, and how to reproduce it",
 }
+Where = Callable[[str, str], str]
+"""(device label, backend) -> how the report names that device: ``Report.where``."""
+
+
+def names_backend(backends: Sequence[str]) -> bool:
+    """Whether a report names the backend beside every device: it holds several, or one that is not TensorFlow."""
+    return list(backends) not in ([], [DEFAULT_BACKEND])
+
+
+def where(label: str, backend: str, *, named: bool) -> str:
+    """A device label, with the backend that ran on it where the report names backends: ``t4 (torch)``."""
+    return f"{label} ({backend})" if named else label
 
 
 @dataclass
@@ -104,6 +124,7 @@ class SweepStudy:
     path: Path
     label: str
     device: dict[str, Any]
+    backend: str
     command: str
     config: dict[str, Any]
     models: list[ModelCost]
@@ -132,6 +153,7 @@ class StabilityStudy:
     model: str
     dataset: str
     device: str
+    backend: str
     device_info: dict[str, Any]
     command: str
     config: dict[str, Any]
@@ -160,6 +182,7 @@ class CalibrationStudy:
     path: Path
     label: str
     device: dict[str, Any]
+    backend: str
     command: str
     floors: dict[str, float | None]
     versions: dict[str, list[str]]
@@ -171,6 +194,7 @@ class CalibrationStudy:
 @dataclass(frozen=True)
 class KernelSizePoint:
     device: str
+    """How the report names the device (``Report.where``): its label, and its backend where backends are named."""
     kernel_size: int
     overhead: Overhead
     metric: str
@@ -209,27 +233,61 @@ class Report:
         return found
 
     @property
-    def versions(self) -> dict[str, list[str]]:
-        """Package -> every version any study ran with (more than one is worth a look)."""
-        found: dict[str, list[str]] = {}
-        sources = [s.versions for s in [*self.sweeps, *self.kernels, *self.calibrations]]
-        sources += [{k: [str(v)] for k, v in st.software.items()} for st in self.stability]
-        for versions in sources:
-            for key, values in versions.items():
-                known = found.setdefault(key, [])
-                known += [v for v in values if v not in known]
-        return found
+    def backends(self) -> list[str]:
+        """Every Keras backend a study here ran, in detprof's order (tensorflow, jax, torch)."""
+        studies = [*self.sweeps, *self.kernels, *self.calibrations, *self.stability]
+        return backend_order(s.backend for s in studies)
 
     @property
-    def settings(self) -> list[tuple[str, str, dict[str, Any]]]:
-        """(study, mode, effective determinism settings) for every study and mode."""
-        sources: list[tuple[str, dict[str, dict[str, Any]]]] = [
-            *((f"sweep {s.label}", s.settings) for s in self.sweeps),
-            *((f"kernels {k.label}", k.settings) for k in self.kernels),
-            *((f"calibration {c.label}", c.settings) for c in self.calibrations),
-            *((f"stability {st.model} {st.device}", st.determinism) for st in self.stability),
+    def names_backend(self) -> bool:
+        return names_backend(self.backends)
+
+    def where(self, label: str, backend: str) -> str:
+        """How every section names a device: ``t4``, or ``t4 (torch)`` where the report names backends."""
+        return where(label, backend, named=self.names_backend)
+
+    @property
+    def versions(self) -> dict[str, dict[str, list[str]]]:
+        """Backend -> package -> every version its studies ran with (more than one is worth a look)."""
+        found: dict[str, dict[str, list[str]]] = {}
+        sources = [(s.backend, s.versions) for s in [*self.sweeps, *self.kernels, *self.calibrations]]
+        sources += [(st.backend, {k: [str(v)] for k, v in st.software.items()}) for st in self.stability]
+        for backend, versions in sources:
+            packages = found.setdefault(backend, {})
+            for key, values in versions.items():
+                known = packages.setdefault(key, [])
+                known += [v for v in values if v not in known]
+        return {b: found[b] for b in backend_order(found)}
+
+    def framework(self, backend: str) -> str:
+        """The backend's framework and the version(s) its studies ran: "PyTorch 2.5.1"."""
+        return framework(backend, self.versions.get(backend, {}))
+
+    def backend_line(self) -> str:
+        """Which Keras backend(s) ran, with their framework's and Keras' versions: what ran always says it."""
+        parts = []
+        for backend in self.backends:
+            keras = self.versions.get(backend, {}).get("keras")
+            parts.append(f"{backend} ({self.framework(backend)}" + (f", Keras {'/'.join(keras)})" if keras else ")"))
+        if not parts:
+            return ""
+        return f"Keras {'backends' if len(parts) > 1 else 'backend'}: {'; '.join(parts)}."
+
+    @property
+    def settings(self) -> list[tuple[str, str, str, dict[str, Any]]]:
+        """(study, backend, mode, effective determinism settings) for every study and mode."""
+        sources: list[tuple[str, str, dict[str, dict[str, Any]]]] = [
+            *((f"sweep {s.label}", s.backend, s.settings) for s in self.sweeps),
+            *((f"kernels {k.label}", k.backend, k.settings) for k in self.kernels),
+            *((f"calibration {c.label}", c.backend, c.settings) for c in self.calibrations),
+            *((f"stability {st.model} {st.device}", st.backend, st.determinism) for st in self.stability),
         ]
-        return [(name, mode, settings[mode]) for name, settings in sources for mode in MODES if mode in settings]
+        return [
+            (name, backend, mode, settings[mode])
+            for name, backend, settings in sources
+            for mode in MODES
+            if mode in settings
+        ]
 
     @property
     def commands(self) -> list[str]:
@@ -327,6 +385,7 @@ def load_stability(store: ResultsStore) -> StabilityStudy | str:
         model=str(summary.get("model")),
         dataset=str(summary.get("dataset")),
         device=str(summary.get("device")),
+        backend=_stability_backend(store, summary),
         device_info=dict(summary.get("device_info") or {}),
         command=str(manifest.get("command") or ""),
         config=dict(summary.get("config") or {}),
@@ -337,6 +396,14 @@ def load_stability(store: ResultsStore) -> StabilityStudy | str:
         software=dict(summary.get("software") or {}),
         determinism=dict(summary.get("determinism") or {}),
     )
+
+
+def _stability_backend(store: ResultsStore, summary: Mapping[str, Any]) -> str:
+    """What its runs trained on (``records.backend_of``), else what its summary says; older studies: TensorFlow."""
+    first = next(store.records(), None)
+    if first is not None:
+        return backend_of(first)
+    return str(summary.get("backend") or (summary.get("config") or {}).get("backend") or DEFAULT_BACKEND)
 
 
 def load_calibration(store: ResultsStore) -> CalibrationStudy | None:
@@ -350,6 +417,7 @@ def load_calibration(store: ResultsStore) -> CalibrationStudy | None:
         path=store.root,
         label=where.label,
         device=where.device,
+        backend=where.backend,
         command=str(manifest.get("command") or ""),
         floors=noise_floors(records),
         versions=where.versions,
@@ -360,91 +428,126 @@ def load_calibration(store: ResultsStore) -> CalibrationStudy | None:
 
 
 def kernel_size_points(
-    sweeps: Iterable[SweepStudy], benches: Iterable[kernels_data.KernelsStudy] = ()
+    sweeps: Iterable[SweepStudy], benches: Iterable[kernels_data.KernelsStudy] = (), named: bool = False
 ) -> list[KernelSizePoint]:
-    """The medium CNN's overhead per kernel size (the paper's Figure 8b), per device and source."""
+    """The medium CNN's overhead per kernel size (the paper's Figure 8b), per device, backend and source."""
     points = []
     for sweep in sweeps:
+        shown = where(sweep.label, sweep.backend, named=named)
         for m in sweep.models:
             match = kernels_data.MEDIUM_CNN.match(m.model)
             if match and m.headline is not None:
-                points.append(KernelSizePoint(sweep.label, int(match.group(1)), m.headline, m.headline_metric, "sweep"))
+                points.append(KernelSizePoint(shown, int(match.group(1)), m.headline, m.headline_metric, "sweep"))
     for bench in benches:
+        shown = where(bench.label, bench.backend, named=named)
         for total in bench.totals:
             if total.kernel_size is not None and total.overhead is not None:
-                points.append(
-                    KernelSizePoint(bench.label, total.kernel_size, total.overhead, bench.metric, "kernels_bench")
-                )
+                points.append(KernelSizePoint(shown, total.kernel_size, total.overhead, bench.metric, "kernels_bench"))
     return sorted(points, key=lambda p: (p.device, p.source, p.kernel_size))
 
 
-def _costs(sweeps: Sequence[SweepStudy]) -> dict[tuple[str, str], Cost]:
-    costs: dict[tuple[str, str], Cost] = {}
+def _costs(sweeps: Sequence[SweepStudy]) -> dict[StudyKey, Cost]:
+    costs: dict[StudyKey, Cost] = {}
     for sweep in sweeps:
         for m in sweep.models:
             if m.headline is not None:
-                costs.setdefault((m.model, sweep.label), Cost(m.headline, m.headline_metric))
+                costs.setdefault((m.model, sweep.label, sweep.backend), Cost(m.headline, m.headline_metric))
     return costs
 
 
 def tradeoff_points(sweeps: Sequence[SweepStudy], studies: Sequence[StabilityStudy]) -> list[TradeoffPoint]:
-    """Cost against benefit for every model with a stability study on its label whose models learned."""
-    learned = [(s.model, s.device, noise_of(s.variants, s.dataset)) for s in studies if s.learned]
+    """Cost against benefit for every model with a stability study on its label and backend whose models learned."""
+    learned = [((s.model, s.device, s.backend), noise_of(s.variants, s.dataset)) for s in studies if s.learned]
     return pair(_costs(sweeps), learned)
+
+
+@dataclass(frozen=True)
+class _Evidence:
+    """What the report knows beside the sweeps, each keyed by (model, device label, backend)."""
+
+    studies: dict[StudyKey, StabilityStudy]
+    floors: dict[StudyKey, float | None]
+    calibrated: set[tuple[str, str]]
+    """(device label, backend) of every calibration: a floor of another backend says nothing of this one."""
+
+    @classmethod
+    def of(cls, studies: Sequence[StabilityStudy], calibrations: Sequence[CalibrationStudy]) -> _Evidence:
+        floors: dict[StudyKey, float | None] = {}
+        for c in calibrations:
+            for model, floor in c.floors.items():
+                floors.setdefault((model, c.label, c.backend), floor)
+        by_key = {(s.model, s.device, s.backend): s for s in studies}
+        return cls(by_key, floors, {(c.label, c.backend) for c in calibrations})
+
+
+def _headline_row(sweep: SweepStudy, m: ModelCost, evidence: _Evidence) -> HeadlineRow:
+    key = (m.model, sweep.label, sweep.backend)
+    on_cpu = is_cpu(sweep.label, sweep.device)
+    v = verdict(m.headline)
+    study = evidence.studies.get(key)
+    stability = None
+    if study is not None:
+        stability = StabilityReading(study.dataset, study.learning, noise_of(study.variants, study.dataset))
+    q = None
+    if stability is not None and stability.used and m.headline is not None:
+        q = reading(Cost(m.headline, m.headline_metric), stability.noise)[0]
+    floor = evidence.floors.get(key)
+    notes = [m.failure_note]
+    if m.warning and not v.why:
+        notes.append(f"Wide interval: {m.warning}.")
+    return HeadlineRow(
+        device=sweep.label,
+        device_name=str(sweep.device.get("name") or ""),
+        on_cpu=on_cpu,
+        model=m.model,
+        backend=sweep.backend,
+        framework_version="/".join(sweep.versions.get(sweep.backend, [])) or None,
+        kernel=m.kernel,
+        wall=m.wall,
+        metric=m.headline_metric,
+        verdict=v,
+        noise_floor=floor,
+        calibrated=(sweep.label, sweep.backend) in evidence.calibrated,
+        stability=stability,
+        quadrant=q,
+        advice=advice(v, q, stability, m.model, sweep.backend),
+        attribution=m.attribution,
+        caveats=caveats(
+            v,
+            m.headline,
+            on_cpu=on_cpu,
+            noise_floor=floor,
+            stability=stability,
+            notes=notes,
+            backend=sweep.backend,
+        ),
+    )
+
+
+def side_by_side(rows: Sequence[HeadlineRow]) -> list[HeadlineRow]:
+    """Each model's rows together, and within them each device's backends next to each other (tensorflow, jax,
+    torch): what a reader comparing backends looks for first. Models and devices keep the order they came in."""
+    models = list(dict.fromkeys(r.model for r in rows))
+    devices = list(dict.fromkeys(r.device for r in rows))
+    backends = backend_order(r.backend for r in rows)
+    return sorted(rows, key=lambda r: (models.index(r.model), devices.index(r.device), backends.index(r.backend)))
 
 
 def headline_rows(
     sweeps: Sequence[SweepStudy], studies: Sequence[StabilityStudy], calibrations: Sequence[CalibrationStudy]
 ) -> list[HeadlineRow]:
-    """One row per (device label, model) of every sweep, in the order the sweeps asked for them."""
-    by_key = {(s.model, s.device): s for s in studies}
-    floors: dict[tuple[str, str], float | None] = {}
-    calibrated: set[str] = set()
-    for c in calibrations:
-        calibrated.add(c.label)
-        for model, floor in c.floors.items():
-            floors.setdefault((model, c.label), floor)
+    """One row per (device label, model, backend) of every sweep, in the order the sweeps asked for them;
+    with several backends, grouped by model (``side_by_side``)."""
+    evidence = _Evidence.of(studies, calibrations)
     rows: list[HeadlineRow] = []
-    seen: set[tuple[str, str]] = set()
+    seen: set[StudyKey] = set()
     for sweep in sweeps:
-        on_cpu = is_cpu(sweep.label, sweep.device)
         for m in sweep.models:
-            key = (m.model, sweep.label)
-            if key in seen:
-                continue
-            seen.add(key)
-            v = verdict(m.headline)
-            study = by_key.get(key)
-            stability = None
-            if study is not None:
-                stability = StabilityReading(study.dataset, study.learning, noise_of(study.variants, study.dataset))
-            q = None
-            if stability is not None and stability.used and m.headline is not None:
-                q = reading(Cost(m.headline, m.headline_metric), stability.noise)[0]
-            floor = floors.get(key)
-            notes = [m.failure_note]
-            if m.warning and not v.why:
-                notes.append(f"Wide interval: {m.warning}.")
-            rows.append(
-                HeadlineRow(
-                    device=sweep.label,
-                    device_name=str(sweep.device.get("name") or ""),
-                    on_cpu=on_cpu,
-                    model=m.model,
-                    kernel=m.kernel,
-                    wall=m.wall,
-                    metric=m.headline_metric,
-                    verdict=v,
-                    noise_floor=floor,
-                    calibrated=sweep.label in calibrated,
-                    stability=stability,
-                    quadrant=q,
-                    advice=advice(v, q, stability, m.model),
-                    attribution=m.attribution,
-                    caveats=caveats(v, m.headline, on_cpu=on_cpu, noise_floor=floor, stability=stability, notes=notes),
-                )
-            )
-    return rows
+            key = (m.model, sweep.label, sweep.backend)
+            if key not in seen:
+                seen.add(key)
+                rows.append(_headline_row(sweep, m, evidence))
+    return side_by_side(rows) if len({s.backend for s in sweeps}) > 1 else rows
 
 
 def report_notes(report: Report) -> list[str]:
@@ -455,11 +558,13 @@ def report_notes(report: Report) -> list[str]:
         if learning.learned is False:
             notes.append(
                 f"Left out of the verdicts and the cost-versus-benefit plot: the stability study of {s.model} "
-                f"on {s.dataset} ({s.device}) did not learn: {learning.line()}."
+                f"on {s.dataset} ({report.where(s.device, s.backend)}) did not learn: {learning.line()}."
             )
-    labels = sorted({r.device for r in report.headline})
-    uncalibrated = [label for label in labels if label not in {c.label for c in report.calibrations}]
-    if labels and uncalibrated:
+    order = report.backends
+    swept = sorted({(r.device, r.backend) for r in report.headline}, key=lambda d: (d[0], order.index(d[1])))
+    calibrated = {(c.label, c.backend) for c in report.calibrations}
+    uncalibrated = [report.where(*device) for device in swept if device not in calibrated]
+    if uncalibrated:
         notes.append(
             f"No noise floor for {', '.join(uncalibrated)}: no calibration ran; {CALIBRATE_HINT}, "
             "the smallest overhead this machine can tell from none."
@@ -492,18 +597,22 @@ def _absent(report: Report) -> dict[str, str]:
             "No stability study among the inputs: `detprof stability` (or `detprof sweep --stability`) measures it."
         )
     if not report.tradeoff:
-        swept = sorted({f"{m.model} on {s.label}" for s in report.sweeps for m in s.models if m.headline})
-        studied = sorted({f"{s.model} on {s.device}" for s in report.stability if s.learned})
-        left_out = sorted({f"{s.model} on {s.device}" for s in report.stability if not s.learned})
+        at = report.where
+        swept = sorted(
+            {f"{m.model} on {at(s.label, s.backend)}" for s in report.sweeps for m in s.models if m.headline}
+        )
+        studied = sorted({f"{s.model} on {at(s.device, s.backend)}" for s in report.stability if s.learned})
+        left_out = sorted({f"{s.model} on {at(s.device, s.backend)}" for s in report.stability if not s.learned})
+        same = "device label and backend" if report.names_backend else "device label"
         line = (
-            "No model has both an overhead and a stability study whose models learned on the same device label "
+            f"No model has both an overhead and a stability study whose models learned on the same {same} "
             f"(overheads: {', '.join(swept) or 'none'}; stability: {', '.join(studied) or 'none'}"
         )
         if left_out:
             line += f"; left out, did not learn: {', '.join(left_out)}"
         absent["tradeoff"] = line + ")."
     if not any(s.clocks for s in report.sweeps):
-        labels = ", ".join(s.label for s in report.sweeps) or "no sweep"
+        labels = ", ".join(report.where(s.label, s.backend) for s in report.sweeps) or "no sweep"
         absent["telemetry"] = f"No GPU telemetry: the sweeps ran without a GPU to sample ({labels})."
     return absent
 
@@ -523,6 +632,27 @@ LOADERS: dict[str, Callable[[ResultsStore], Any]] = {
 """The studies whose loader gives the study, or None while it holds no runs yet."""
 
 
+def _named(lines: Iterable[str], label: str, shown: str) -> list[str]:
+    """A study's warnings, which start with its device label, naming the device as the report does."""
+    if shown == label:
+        return list(lines)
+    return [f"{shown}: {line.removeprefix(f'{label}: ')}" for line in lines]
+
+
+def _warnings(report: Report, loading: Sequence[str]) -> list[str]:
+    """What loading the studies found, then each study's own warnings, every device named as the report names it."""
+    warnings = list(loading)
+    for study in [*report.sweeps, *report.kernels]:
+        warnings += _named(study.warnings, study.label, report.where(study.label, study.backend))
+    for s in report.stability:
+        warnings += [
+            f"{report.where(s.device, s.backend)}: stability {s.model}: {f['run_id']} failed: {f['reason']}"
+            for v in s.variants
+            for f in v.get("failures", [])
+        ]
+    return warnings
+
+
 def build_report(paths: Sequence[Path]) -> Report:
     """Read every study under ``paths``; InputError when a path holds no results or unreadable ones."""
     if not paths:
@@ -530,7 +660,7 @@ def build_report(paths: Sequence[Path]) -> Report:
     stability: list[StabilityStudy] = []
     found: dict[str, list[Any]] = {kind: [] for kind in LOADERS}
     sweeps, kernels, calibrations = found["sweep"], found["kernels"], found["calibration"]
-    warnings: list[str] = []
+    loading: list[str] = []
     seen: set[Path] = set()
     for path in paths:
         for store in _studies(Path(path)):
@@ -541,28 +671,15 @@ def build_report(paths: Sequence[Path]) -> Report:
             if store.kind == "stability":
                 loaded = load_stability(store)
                 if isinstance(loaded, str):
-                    warnings.append(loaded)
+                    loading.append(loaded)
                 else:
                     stability.append(loaded)
                 continue
             study = LOADERS[store.kind](store)
             if study is None:
-                warnings.append(f"{store.dir} holds no runs yet")
+                loading.append(f"{store.dir} holds no runs yet")
             else:
                 found[store.kind].append(study)
-    for sweep in sweeps:
-        warnings += sweep.warnings
-    for study in kernels:
-        warnings += study.warnings
-    for s in stability:
-        warnings += [
-            f"{s.device}: stability {s.model}: {f['run_id']} failed: {f['reason']}"
-            for v in s.variants
-            for f in v.get("failures", [])
-        ]
-    devices = [
-        (s.label, s.device.get("name"), {m.model: m.kernel for m in s.models if m.kernel is not None}) for s in sweeps
-    ]
     report = Report(
         generated_at=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         sources=[Path(p) for p in paths],
@@ -573,12 +690,23 @@ def build_report(paths: Sequence[Path]) -> Report:
         headline=headline_rows(sweeps, stability, calibrations),
         cpu_notes=[],
         notes=[],
-        kernel_size=kernel_size_points(sweeps, kernels),
-        references=reference_rows(devices),
+        kernel_size=[],
+        references=[],
         tradeoff=tradeoff_points(sweeps, stability),
-        warnings=warnings,
+        warnings=[],
         absent={},
     )
+    report.kernel_size = kernel_size_points(sweeps, kernels, named=report.names_backend)
+    report.references = reference_rows(
+        MeasuredDevice(
+            s.label,
+            s.device.get("name"),
+            {m.model: m.kernel for m in s.models if m.kernel is not None},
+            report.where(s.label, s.backend),
+        )
+        for s in sweeps
+    )
+    report.warnings = _warnings(report, loading)
     report.absent = _absent(report)
     report.cpu_notes = cpu_notes(report.headline)
     report.notes = report_notes(report)

@@ -2,7 +2,8 @@
 
 The cost comes from a sweep (det/default kernel time, or wall time where no kernel time
 was traced); the benefit from a stability study of the same model on the same device
-label: the implementation noise that determinism removes. Two measures of that noise:
+label and Keras backend (each framework has its own kernels, so its own noise): the
+implementation noise that determinism removes. Two measures of that noise:
 
 - churn under ``impl``: with every seed fixed and only the implementation free to vary,
   the fraction of test predictions that differ between two runs. That noise is exactly
@@ -135,6 +136,7 @@ def learning_of(variants: Sequence[Mapping[str, Any]], classes: Any) -> Learning
 class TradeoffPoint:
     model: str
     device: str
+    backend: str
     cost: Cost
     noise: Noise
     quadrant: Quadrant | None
@@ -189,13 +191,17 @@ def reading(cost: Cost, noise: Noise) -> tuple[Quadrant | None, str]:
     return q, f"{q}: {spent} and {removes}; {QUADRANT_ADVICE[q]}"
 
 
-def pair(costs: Mapping[tuple[str, str], Cost], noises: Iterable[tuple[str, str, Noise]]) -> list[TradeoffPoint]:
-    """Join costs keyed by (model, device label) with stability studies of the same model and label."""
+StudyKey = tuple[str, str, str]
+"""(model, device label, Keras backend): what a sweep's cost and a stability study's noise are joined on."""
+
+
+def pair(costs: Mapping[StudyKey, Cost], noises: Iterable[tuple[StudyKey, Noise]]) -> list[TradeoffPoint]:
+    """Join costs with stability studies of the same model, device label and backend."""
     points = []
-    for model, device, noise in noises:
-        cost = costs.get((model, device))
+    for key, noise in noises:
+        cost = costs.get(key)
         if cost is None:
             continue
         q, text = reading(cost, noise)
-        points.append(TradeoffPoint(model, device, cost, noise, q, text))
+        points.append(TradeoffPoint(*key, cost, noise, q, text))
     return points
