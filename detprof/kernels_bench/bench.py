@@ -3,7 +3,8 @@
 The same measured-study flow as the sweep (``profiler.study``), one op at a time: a fresh
 process per run, the two modes back to back in each repeat, one atomic record per run,
 ``--resume``. A case that fails (out of memory, no deterministic implementation) is
-recorded with its reason and the bench goes on.
+recorded with its reason and the bench goes on. ``--backend`` picks the suite: TensorFlow's
+ops (``cases``, ``ops``) or PyTorch's (``torch_cases``, ``torch_ops``).
 """
 
 from __future__ import annotations
@@ -12,11 +13,23 @@ from dataclasses import dataclass
 from typing import Any
 
 from detprof.errors import UsageError
-from detprof.kernels_bench.cases import CONV_OPS, SUITES, OpCase
+from detprof.kernels_bench import cases as tensorflow_cases
+from detprof.kernels_bench import torch_cases
+from detprof.kernels_bench.cases import CONV_OPS, OpCase
 from detprof.profiler.launcher import Workload
 from detprof.profiler.study import PlannedRun, RunSettings, interleaved
 
-OP_WORKLOAD = "detprof.kernels_bench.ops:op_benchmark"
+BACKEND_SUITES: dict[str, dict[str, tuple[str, ...]]] = {
+    "tensorflow": tensorflow_cases.SUITES,
+    "torch": torch_cases.SUITES,
+}
+
+
+def suites(backend: str) -> dict[str, tuple[str, ...]]:
+    """The op suites of ``backend``; one line for a backend that has none."""
+    if backend not in BACKEND_SUITES:
+        raise UsageError(f"detprof kernels has op suites for {' and '.join(BACKEND_SUITES)}, not for {backend}")
+    return BACKEND_SUITES[backend]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -28,9 +41,12 @@ class KernelsConfig(RunSettings):
     def __post_init__(self) -> None:
         if not self.ops:
             raise UsageError("no ops to measure: check --suite and --ops")
-        unknown = [op for op in self.ops if op not in SUITES["all"]]
+        valid = suites(self.backend)["all"]
+        unknown = [op for op in self.ops if op not in valid]
         if unknown:
-            raise UsageError(f"unknown op {unknown[0]!r}; valid ops: {', '.join(SUITES['all'])}")
+            raise UsageError(f"unknown op {unknown[0]!r}; valid ops: {', '.join(valid)}")
+        if self.compile:
+            raise UsageError("--compile: detprof kernels times PyTorch's ops eagerly, one by one; the sweep compiles")
         for k in self.kernel_sizes:
             if k < 1 or k % 2 == 0:
                 raise UsageError(f"--kernel-sizes: '{k}' is not a positive odd integer")
@@ -60,7 +76,7 @@ def plan_runs(cases: list[OpCase], repeats: int, batch_size: int) -> list[Planne
             label=f"{case.key} {mode} r{repeat}",
             mode=mode,
             repeat=repeat,
-            workload=Workload(OP_WORKLOAD, {"op": case.op, "params": case.params}),
+            workload=Workload(case.workload, {"op": case.op, "params": case.params}),
             fields={
                 "case": case.key,
                 "op": case.op,
@@ -75,15 +91,32 @@ def plan_runs(cases: list[OpCase], repeats: int, batch_size: int) -> list[Planne
     ]
 
 
-def select_ops(suite: str, named: tuple[str, ...] | None, *, strict: bool) -> tuple[str, ...]:
-    """The suite's ops, narrowed to ``named``; ``strict`` refuses a named op outside the suite."""
-    if suite not in SUITES:
-        raise UsageError(f"unknown suite {suite!r}; choose one of {', '.join(SUITES)}")
+def select_ops(
+    by_name: dict[str, tuple[str, ...]], suite: str, named: tuple[str, ...] | None, *, strict: bool
+) -> tuple[str, ...]:
+    """The ops of suite ``suite`` of ``by_name`` (a backend's ``suites``), narrowed to ``named``;
+    ``strict`` refuses a named op outside the suite."""
+    if suite not in by_name:
+        raise UsageError(f"unknown suite {suite!r}; choose one of {', '.join(by_name)}")
     if named is None:
-        return SUITES[suite]
+        return by_name[suite]
     for op in named:
-        if op not in SUITES["all"]:
-            raise UsageError(f"unknown op {op!r}; valid ops: {', '.join(SUITES['all'])}")
-        if strict and op not in SUITES[suite]:
-            raise UsageError(f"op {op!r} is not in suite {suite!r}; its ops: {', '.join(SUITES[suite])}")
-    return tuple(op for op in SUITES[suite] if op in named)
+        if op not in by_name["all"]:
+            raise UsageError(f"unknown op {op!r}; valid ops: {', '.join(by_name['all'])}")
+        if strict and op not in by_name[suite]:
+            raise UsageError(f"op {op!r} is not in suite {suite!r}; its ops: {', '.join(by_name[suite])}")
+    return tuple(op for op in by_name[suite] if op in named)
+
+
+def derive(config: KernelsConfig) -> list[OpCase]:
+    """The cases of ``config``'s ops on its backend, shapes derived without loading a framework here."""
+    request: dict[str, Any] = {
+        "ops": list(config.ops),
+        "kernel_sizes": list(config.kernel_sizes),
+        "batch_size": config.batch_size,
+        "input_size": config.input_size,
+        "max_shapes": config.max_shapes,
+    }
+    if config.backend == "torch":
+        return torch_cases.derive_cases(**request)
+    return tensorflow_cases.derive_in_subprocess(**request)

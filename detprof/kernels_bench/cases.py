@@ -31,7 +31,7 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from detprof.errors import UsageError, first_line
 from detprof.profiler.launcher import call_in_worker
@@ -64,6 +64,9 @@ LOGITS_MODELS = ("mediumcnn_k3", "efficientnetb0")
 @dataclass(frozen=True)
 class OpCase:
     """One op at one shape; ``layers`` are every model layer that has this very shape."""
+
+    workload: ClassVar[str] = "detprof.kernels_bench.ops:op_benchmark"
+    """The worker's entry point that builds and runs the op (``module:function``): TensorFlow's ops here."""
 
     op: str
     model: str

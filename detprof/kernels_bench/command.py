@@ -1,8 +1,9 @@
 """``detprof kernels``: options, presets, the progress bar and the op x shape table.
 
 With no options on a machine without a GPU the bench is the ``cpu-small`` preset with
-TensorFlow's profiler as tracer. Options given explicitly always win over the preset's
-values. Imports nothing heavy at module level: ``detprof --help`` must not start
+the backend's own profiler as tracer. ``--backend`` picks the op suite (TensorFlow's by
+default, or PyTorch's) and its presets. Options given explicitly always win over the
+preset's values. Imports nothing heavy at module level: ``detprof --help`` must not start
 TensorFlow; the shapes are derived (which builds Keras models) only once every option
 has been checked, and in a child process.
 """
@@ -19,9 +20,8 @@ from rich.table import Table
 from detprof.errors import UsageError
 from detprof.formatting import duration_ns, ratio
 from detprof.invocation import command_line
-from detprof.kernels_bench.bench import KernelsConfig, plan_runs, select_ops
-from detprof.kernels_bench.cases import SUITES, derive_in_subprocess
-from detprof.kernels_bench.presets import PRESETS
+from detprof.kernels_bench.bench import BACKEND_SUITES, KernelsConfig, derive, plan_runs, select_ops, suites
+from detprof.kernels_bench.presets import BACKEND_PRESETS, PRESETS
 from detprof.profiler.options import MEASURED_STUDY, RunOptions, with_run_options
 from detprof.profiler.study import choose_target, default_results_dir, measure, preset_values
 from detprof.store import ResultsStore
@@ -69,7 +69,11 @@ def kernels(
     options: RunOptions,
     suite: Annotated[str | None, typer.Option(help="conv | ops | all (default: all).")] = None,
     ops: Annotated[
-        str | None, typer.Option(help=f"Comma-separated ops of the suite: {', '.join(SUITES['all'])}.")
+        str | None,
+        typer.Option(
+            help="Comma-separated ops of the suite. "
+            + " ".join(f"{backend}: {', '.join(by_name['all'])}." for backend, by_name in BACKEND_SUITES.items())
+        ),
     ] = None,
     kernel_sizes: Annotated[
         str | None, typer.Option(help="Conv suite: mediumcnn kernel sizes, positive odd integers (paper: 1,3,5,7).")
@@ -85,9 +89,10 @@ def kernels(
 ) -> None:
     """Run each op at each model layer's shape in default and deterministic mode; report what changes."""
     target = choose_target(options, list(PRESETS), dry_run=dry_run)
-    preset = PRESETS[target.preset]
+    available = suites(target.backend)
+    preset = BACKEND_PRESETS[target.backend][target.preset]
     named = _split("--ops", ops)
-    selected = select_ops(suite or preset["suite"], named or preset["ops"], strict=named is not None)
+    selected = select_ops(available, suite or preset["suite"], named or preset["ops"], strict=named is not None)
     given: dict[str, Any] = {
         "kernel_sizes": parse_kernel_sizes(kernel_sizes),
         "steps": options.steps,
@@ -102,14 +107,8 @@ def kernels(
             raise UsageError(f"--max-shapes must be at least 0, not {max_shapes}")
         values["max_shapes"] = max_shapes or None
     config = KernelsConfig(ops=selected, **values, **target.settings(options))
-    cases = derive_in_subprocess(
-        ops=list(config.ops),
-        kernel_sizes=list(config.kernel_sizes),
-        batch_size=config.batch_size,
-        input_size=config.input_size,
-        max_shapes=config.max_shapes,
-    )
-    out = options.out or default_results_dir(target.device)
+    cases = derive(config)
+    out = options.out or default_results_dir(target.device, target.backend)
     plan = plan_runs(cases, config.repeats, config.batch_size)
     if dry_run:
         from detprof.profiler.dry_run import plan_lines

@@ -1,4 +1,8 @@
-"""kernels_bench's presets, in one place: what ``detprof kernels`` runs when an option is not given."""
+"""kernels_bench's presets, in one place: what ``detprof kernels`` runs when an option is not given.
+
+Each backend has the same presets by name (``choose_target`` picks one by device), each with
+its own suite's ops.
+"""
 
 from __future__ import annotations
 
@@ -34,3 +38,23 @@ PRESETS: dict[str, dict[str, Any]] = {
         "max_shapes": 1,
     },
 }
+
+TORCH_PRESETS: dict[str, dict[str, Any]] = {
+    "paper": PRESETS["paper"],
+    # The whole suite: 16 cases x 2 modes x 3 repeats, with the ops at their full sizes (up to
+    # 0.6 s a step on one core), so 3 steps per phase: about 3 minutes of CPU time on 2 cores.
+    # On a CPU PyTorch's lists change little (max_unpool2d refuses); what shows is the memory
+    # that determinism fills before use (+aten::fill_) and the cases that stay the same.
+    "cpu-small": {
+        "suite": "all",
+        "ops": None,
+        "kernel_sizes": (3,),
+        "steps": 3,
+        "warmup": 1,
+        "repeats": 3,
+        "batch_size": 8,
+        "input_size": 32,
+        "max_shapes": 1,
+    },
+}
+BACKEND_PRESETS: dict[str, dict[str, dict[str, Any]]] = {"tensorflow": PRESETS, "torch": TORCH_PRESETS}

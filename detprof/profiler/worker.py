@@ -276,7 +276,8 @@ def _limit_threads(backend: str, threads: int) -> bool:
         import torch
 
         torch.set_num_threads(threads)
-        torch.set_num_interop_threads(1)
+        if torch.get_num_interop_threads() != 1:  # settable once per process; a session's later runs keep it
+            torch.set_num_interop_threads(1)
         return True
     return False
 
