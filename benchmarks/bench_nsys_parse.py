@@ -271,7 +271,7 @@ def _top_naive(path: Path, sql: str) -> Top:
     return list(zip(stats["name"], stats["count"].tolist(), stats["sum"].tolist(), strict=True))
 
 
-def _peak_rss_mb() -> float:
+def peak_rss_mb() -> float:
     """This process's own high-water RSS.
 
     Not ``ru_maxrss``: Linux carries that over from the parent across fork/exec, so the
@@ -301,16 +301,17 @@ def measure(approach: str, path: Path) -> dict[str, object]:
     start = time.perf_counter()
     top = run(path)
     seconds = time.perf_counter() - start
-    return {"seconds": seconds, "top": top, "peak_mb": _peak_rss_mb()}
+    return {"seconds": seconds, "top": top, "peak_mb": peak_rss_mb()}
 
 
 def _root() -> Path:
     return Path(__file__).resolve().parents[1]
 
 
-def _in_subprocess(approach: str, path: Path) -> dict[str, object]:
+def measure_in_subprocess(module: str, approach: str, path: Path) -> dict[str, object]:
+    """``module``'s ``measure(approach, path)`` in a fresh interpreter (``--measure``), so its peak RSS is its own."""
     done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.bench_nsys_parse", "--measure", approach, str(path)],
+        [sys.executable, "-m", module, "--measure", approach, str(path)],
         cwd=_root(),
         capture_output=True,
         text=True,
@@ -319,7 +320,7 @@ def _in_subprocess(approach: str, path: Path) -> dict[str, object]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _cli_env(pycache: Path) -> dict[str, str]:
+def cli_env(pycache: Path) -> dict[str, str]:
     """The environment of a user's ``detprof``: byte-code cached, as an installed package has it.
 
     A shell with ``PYTHONDONTWRITEBYTECODE`` (CI images, this dev container) would otherwise
@@ -329,7 +330,7 @@ def _cli_env(pycache: Path) -> dict[str, str]:
     return env | {"PYTHONPYCACHEPREFIX": str(pycache)}
 
 
-def _cli(path: Path, env: dict[str, str]) -> dict[str, object]:
+def run_cli(path: Path, env: dict[str, str]) -> dict[str, object]:
     """The whole command as a user runs it: interpreter start-up, imports, parse and JSON output."""
     start = time.perf_counter()
     done = subprocess.run(
@@ -341,25 +342,30 @@ def _cli(path: Path, env: dict[str, str]) -> dict[str, object]:
         check=True,
     )
     seconds = time.perf_counter() - start
-    kernels = json.loads(done.stdout)["kernels"]
-    return {"seconds": seconds, "top": [(k["name"], k["instances"], k["total_ns"]) for k in kernels]}
+    doc = json.loads(done.stdout)
+    return {
+        "seconds": seconds,
+        "top": [(k["name"], k["instances"], k["total_ns"]) for k in doc["kernels"]],
+        "kernel_count": doc["kernel_count"],
+        "total_ns": doc["total_ns"],
+    }
 
 
 def _run(approach: str, path: Path, small: Path, env: dict[str, str]) -> dict[str, object]:
     if approach == "cli":
-        return _cli(path, env)
+        return run_cli(path, env)
     if approach == "cli-small":
-        return _cli(small, env)
-    return _in_subprocess(approach, path)
+        return run_cli(small, env)
+    return measure_in_subprocess("benchmarks.bench_nsys_parse", approach, path)
 
 
-def _load() -> str:
+def load_average() -> str:
     return ", ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
 def main() -> int:
     print(f"== nsys SQLite parse: {N_KERNELS:,} kernels, {N_NAMES} kernel names of ~90 characters, top-{TOP} table ==")
-    print(f"machine: {os.cpu_count()} CPUs, load average {_load()} (timings assume an otherwise idle machine)")
+    print(f"machine: {os.cpu_count()} CPUs, load average {load_average()} (timings assume an otherwise idle machine)")
     runs: dict[str, list[dict[str, object]]] = {a: [] for a in APPROACHES}
     with tempfile.TemporaryDirectory(prefix="detprof-bench-") as tmp:
         path, small = Path(tmp) / "bench.sqlite", Path(tmp) / "small.sqlite"
@@ -368,12 +374,12 @@ def main() -> int:
         write_trace(small, n_kernels=SMALL_KERNELS)
         size_mb = path.stat().st_size / 2**20
         print(f"generated {path.name}: {size_mb:.0f} MB in {time.perf_counter() - start:.1f} s")
-        env = _cli_env(Path(tmp) / "pycache")
-        _cli(small, env)  # fills the byte-code cache, as installing detprof does
+        env = cli_env(Path(tmp) / "pycache")
+        run_cli(small, env)  # fills the byte-code cache, as installing detprof does
         for _ in range(ROUNDS):
             for approach in APPROACHES:
                 runs[approach].append(_run(approach, path, small, env))
-    print(f"load average after the runs: {_load()}")
+    print(f"load average after the runs: {load_average()}")
 
     median = {a: statistics.median(r["seconds"] for r in results) for a, results in runs.items()}
     for approach, label in APPROACHES.items():
