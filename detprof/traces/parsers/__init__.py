@@ -18,9 +18,8 @@ from pathlib import Path
 
 from detprof.errors import InputError, UsageError, last_line
 from detprof.traces.kernel_table import KernelTable
+from detprof.traces.parsers.signatures import GZIP_MAGIC, SQLITE_MAGIC
 
-SQLITE_MAGIC = b"SQLite format 3\x00"
-GZIP_MAGIC = b"\x1f\x8b"
 # Nsight Systems reports are a proprietary container with no documented signature, so a
 # binary file that is neither SQLite nor text is taken for one only by its suffix.
 NSYS_REPORT_SUFFIXES = (".nsys-rep", ".qdrep")

@@ -68,7 +68,7 @@ from detprof.traces.kernel_table import (
     conform,
     range_table,
 )
-from detprof.traces.parsers import GZIP_MAGIC
+from detprof.traces.parsers.signatures import GZIP_MAGIC
 from detprof.traces.step_split import STEP_RANGE, step_range_name
 
 UTF8_BOM = b"\xef\xbb\xbf"
