@@ -15,6 +15,8 @@ is read when Keras is first imported, so it is set here too, before that import.
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.machinery
 import importlib.util
 import os
 import platform
@@ -144,23 +146,56 @@ def apply(settings: DeterminismSettings) -> dict[str, Any]:
     kept from logging every info line.
     """
     os.environ["KERAS_BACKEND"] = settings.backend
-    if settings.backend != "tensorflow":
-        _without_tensorflow()
+    _without_other_frameworks(settings.backend)
     os.environ.setdefault(TF_LOG_LEVEL_ENV, WORKER_TF_LOG_LEVEL)
     {"tensorflow": _apply_tensorflow, "jax": _apply_jax, "torch": _apply_torch}[settings.backend](settings)
     _seed(settings)
     return effective_settings(settings)
 
 
-def _without_tensorflow() -> None:
-    """Keep TensorFlow out of a JAX or PyTorch worker.
+class _NotInThisWorker(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Imports of ``modules`` (and their submodules) fail as if they were not installed.
+
+    The failure comes when the module would load, not when it is looked up: torch asks
+    ``importlib.util.find_spec`` about other frameworks at import and must get an answer.
+    """
+
+    def __init__(self, modules: tuple[str, ...]) -> None:
+        self.modules = modules
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> importlib.machinery.ModuleSpec | None:
+        return importlib.machinery.ModuleSpec(name, self) if name.split(".", 1)[0] in self.modules else None
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> None:
+        raise ModuleNotFoundError(f"No module named {spec.name!r} (kept out of a detprof worker of another backend)")
+
+    def exec_module(self, module: object) -> None:
+        """Never reached: ``create_module`` refuses first."""
+
+
+def _without_other_frameworks(backend: Backend) -> None:
+    """Keep the frameworks this worker does not run out of it.
 
     Keras probes for TensorFlow (``keras.utils.set_random_seed`` seeds it whenever it is
-    installed), which would load it into every worker: seconds of start-up, its thread pools
-    and, on a GPU, its own claim on device memory. A ``None`` entry in ``sys.modules`` makes
-    that import fail as if TensorFlow were not installed, which Keras handles.
+    installed) and for JAX (its checkpoint callback), which would load them into every
+    worker: seconds of start-up, their thread pools and, on a GPU, their own claim on device
+    memory. An import finder that answers "not installed" makes Keras take the path it takes
+    where they are not installed. A ``None`` entry in ``sys.modules`` would not do: Keras
+    tests ``"tensorflow" in sys.modules`` (its preprocessing layers ask whether they run in a
+    tf.data graph) and would take TensorFlow for loaded.
     """
-    sys.modules.setdefault("tensorflow", None)  # type: ignore[arg-type]
+    others = tuple(BACKEND_MODULES[b] for b in BLOCKED_IN[backend])
+    if others:
+        sys.meta_path.insert(0, _NotInThisWorker(others))
+
+
+BLOCKED_IN: dict[Backend, tuple[Backend, ...]] = {
+    "tensorflow": (),
+    "jax": ("tensorflow",),
+    "torch": ("tensorflow", "jax"),
+}
+"""Which frameworks a worker of each backend keeps out. TensorFlow's own modules import JAX where
+it is installed (``tf.lite``), and Keras on JAX reaches into torch's types, so those stay."""
 
 
 def _apply_tensorflow(settings: DeterminismSettings) -> None:
@@ -327,7 +362,7 @@ def _torch_versions() -> dict[str, Any]:
 
     cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
     return {
-        "torch": torch.__version__,
+        "torch": str(torch.__version__),
         "cuda_build": torch.version.cuda,
         "cudnn_build": cudnn,
         "is_cuda_build": torch.version.cuda is not None,

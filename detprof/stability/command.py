@@ -1,6 +1,7 @@
 """``detprof stability``: train many copies under chosen noise sources and show what the noise does.
 
-Imports nothing heavy at module level: ``detprof --help`` must not start TensorFlow.
+Imports nothing heavy at module level: ``detprof --help`` must not start TensorFlow, and a
+JAX or PyTorch study must never start it at all.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def print_summary(console: Console, summary: dict[str, Any]) -> None:
         console.print()
 
 
-@with_run_options("gpu", "gpu_index", "force", "out", "resume")
+@with_run_options("backend", "gpu", "gpu_index", "force", "out", "resume")
 def stability(
     options: RunOptions,
     model: Annotated[str, typer.Option(help="Model from the registry (see `detprof models`).")] = "smallcnn",
@@ -88,10 +89,12 @@ def stability(
     keep_weights: Annotated[bool, typer.Option(help="Also store every run's final weights (npz).")] = False,
 ) -> None:
     """Train many copies of a model under chosen noise sources and measure what the noise does."""
+    from detprof.determinism import DEFAULT_BACKEND, require_backend
     from detprof.profiler import devices
     from detprof.profiler.study import default_results_dir
     from detprof.stability import study
 
+    backend = require_backend(options.backend or DEFAULT_BACKEND)
     device = devices.choose_device(options.gpu, options.force, gpu_index=options.gpu_index)
     config = study.StudyConfig(
         model=model,
@@ -103,8 +106,9 @@ def stability(
         lr=lr,
         seed=seed,
         keep_weights=keep_weights,
+        backend=backend,
     )
-    out = options.out or default_results_dir(device)
+    out = options.out or default_results_dir(device, backend)
     err = Console(stderr=True)
     outcome = study.run_study(
         config,

@@ -1,19 +1,22 @@
 """A stability study: plan the runs, execute them in pooled workers, summarize from the store.
 
 Runs are grouped by determinism mode, one process pool per mode, because a process cannot
-leave deterministic mode once in it; each worker serves many runs so TensorFlow starts a
-handful of times instead of once per run. When there are at least as many jobs as modes,
-the pools run side by side with the jobs split in proportion to their runs, so neither
-mode waits for the other; with fewer jobs the modes take turns. On a GPU every worker
-sees the chosen card only, and one job runs by default: more must fit in its free memory,
-and then each worker grows its memory as it goes instead of taking it all at start
-(``gpu_env``). Every finished run is written to the store at once, so Ctrl-C or a crash
-loses only the runs in flight.
+leave deterministic mode once in it; each worker serves many runs so the framework starts a
+handful of times instead of once per run. Every worker runs the study's Keras backend
+(``--backend``); no process of the study loads a framework the study does not use. When
+there are at least as many jobs as modes, the pools run side by side with the jobs split
+in proportion to their runs, so neither mode waits for the other; with fewer jobs the
+modes take turns. On a GPU every worker sees the chosen card only, and one job runs by
+default: more must fit in its free memory, and then each worker grows its memory as it
+goes instead of taking it all at start (``gpu_env``). Every finished run is written to the
+store at once, so Ctrl-C or a crash loses only the runs in flight.
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import os
+import sys
 from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -25,7 +28,7 @@ from typing import Any
 
 from rich.console import Console
 
-from detprof.determinism import MODES, DeterminismSettings, Mode, quiet_tensorflow
+from detprof.determinism import DEFAULT_BACKEND, MODES, Mode, quiet_tensorflow, require_backend
 from detprof.errors import UsageError, first_line
 from detprof.models import registry
 from detprof.profiler.devices import DeviceChoice, Nvml, free_memory, usable_cpus
@@ -48,6 +51,7 @@ DEFAULT_BATCH_SIZE = 128
 DEFAULT_LR = 4e-4
 MAX_ATTEMPTS = 2
 """A run whose worker process died under it is retried once in a fresh pool, then recorded as failed."""
+KERAS_BACKEND_ENV = "KERAS_BACKEND"
 GIB = 2**30
 GPU_BYTES_PER_JOB = 2 * GIB
 """Free GPU memory each parallel worker needs, at the least: a TensorFlow process's CUDA context
@@ -74,9 +78,12 @@ class StudyConfig:
     lr: float = DEFAULT_LR
     seed: int = 0
     keep_weights: bool = False
+    backend: str = DEFAULT_BACKEND
+    """The Keras backend every worker trains on (``--backend``)."""
 
     def validated(self) -> tuple[StudyConfig, list[Variant]]:
-        """Every name and number checked, names made canonical, before anything is trained."""
+        """Every name and number checked, names made canonical, before anything is trained (or any worker started)."""
+        backend = require_backend(self.backend)
         if self.runs < 2:
             raise UsageError(f"--runs must be at least 2 (got {self.runs}): a spread needs two runs")
         if self.epochs < 1:
@@ -97,8 +104,17 @@ class StudyConfig:
             self.lr,
             self.seed,
             self.keep_weights,
+            backend,
         )
         return canonical, variants
+
+    def manifest(self) -> dict[str, Any]:
+        """What a resumed study must match. TensorFlow's leaves the backend out, as studies did before
+        there was a choice, so that those still resume; any other backend is named."""
+        config = asdict(self)
+        if self.backend == DEFAULT_BACKEND:
+            config.pop("backend")
+        return config
 
 
 def default_jobs(device: DeviceChoice | None = None) -> int:
@@ -231,7 +247,7 @@ def execute_runs(
                 mode,
                 workers,
                 deque(r for r in runs if r.mode == mode),
-                (DeterminismSettings(mode), config.study_dir, env),
+                (config.settings(mode), config.study_dir, env),
                 tasks_per_worker,
             )
             for mode, workers in phase.items()
@@ -250,9 +266,9 @@ def execute_runs(
                         broken = any(isinstance(f.exception(), BrokenProcessPool) for f in finished)
                         for f in finished:
                             if not isinstance(f.exception(), BrokenProcessPool):
-                                on_record(_record_of(f, lane.in_flight.pop(f)))
+                                on_record(_record_of(f, lane.in_flight.pop(f), config.backend))
                         if broken:
-                            _recover(lane, attempts, on_record)
+                            _recover(lane, attempts, on_record, config.backend)
                         lane.fill(config)
             except BaseException:
                 for lane in lanes:
@@ -262,14 +278,15 @@ def execute_runs(
                 lane.stop(cancel=False)
 
 
-def _record_of(future: Future[dict[str, Any]], run: PlannedRun) -> dict[str, Any]:
+def _record_of(future: Future[dict[str, Any]], run: PlannedRun, backend: str) -> dict[str, Any]:
     exc = future.exception()
     if exc is None:
         return future.result()
-    return _failed(run, first_line(exc, with_type=True))
+    return _failed(run, first_line(exc, with_type=True), backend)
 
 
-def _failed(run: PlannedRun, reason: str) -> StabilityRun:
+def _failed(run: PlannedRun, reason: str, backend: str) -> StabilityRun:
+    """A run whose worker could not report it: the parent writes its record, backend included."""
     return stability_run(
         run_id=run.run_id,
         variant=run.variant,
@@ -278,10 +295,11 @@ def _failed(run: PlannedRun, reason: str) -> StabilityRun:
         seeds=run.seeds.as_dict(),
         status="failed",
         reason=reason,
+        backend=backend,
     )
 
 
-def _recover(lane: _Lane, attempts: Counter[str], on_record: Callable[[dict[str, Any]], None]) -> None:
+def _recover(lane: _Lane, attempts: Counter[str], on_record: Callable[[dict[str, Any]], None], backend: str) -> None:
     """A worker died: every run in flight in that pool is retried once in a fresh pool, then failed."""
     stranded = list(lane.in_flight.values())
     lane.in_flight.clear()
@@ -289,7 +307,7 @@ def _recover(lane: _Lane, attempts: Counter[str], on_record: Callable[[dict[str,
     for run in reversed(stranded):
         attempts[run.run_id] += 1
         if attempts[run.run_id] >= MAX_ATTEMPTS:
-            on_record(_failed(run, "the worker process died while running it (crash or out of memory)"))
+            on_record(_failed(run, "the worker process died while running it (crash or out of memory)", backend))
         else:
             lane.queue.appendleft(run)
     lane.start()
@@ -317,10 +335,9 @@ def run_study(
 ) -> StudyOutcome:
     check_jobs(jobs, device)
     config, variants = config.validated()
-    with quiet_tensorflow():  # CIFAR comes through Keras, which loads TensorFlow here
-        data = datasets.load(config.dataset)
+    data = load_in_parent(config.dataset, config.backend)
     store = ResultsStore(out, "stability")
-    store.open({**asdict(config), "device": device.label}, command, resume=resume)
+    store.open({**config.manifest(), "device": device.label}, command, resume=resume)
     planned = plan_runs(variants, config.runs, config.seed)
     pending = [r for r in planned if not store.is_done(r.run_id)]
     train_config = TrainConfig(
@@ -331,6 +348,7 @@ def run_study(
         config.lr,
         config.keep_weights,
         str(store.dir),
+        config.backend,
     )
     console = console or Console()
     with progress_bar(console, f"stability of {config.model}", len(planned), store.dir) as progress:
@@ -347,6 +365,28 @@ def run_study(
         execute_runs(pending, train_config, jobs, store_record, show_running, tasks_per_worker, device=device)
     result = write_summary(store, config, variants, data, device)
     return StudyOutcome(store, result, store.dir / "summary.json", len(pending), len(planned) - len(pending))
+
+
+def load_in_parent(name: str, backend: str) -> datasets.Dataset:
+    """The dataset, loaded in detprof's own process to validate it and to score the study.
+
+    CIFAR comes through Keras, which imports its backend with it: on TensorFlow quietly, and
+    otherwise the study's own backend, so that a JAX or PyTorch study never loads TensorFlow.
+    Keras reads ``KERAS_BACKEND`` at its first import only, so it is set for that import and
+    restored after; the workers set their own.
+    """
+    if backend == DEFAULT_BACKEND or "keras" in sys.modules:
+        with quiet_tensorflow():
+            return datasets.load(name)
+    previous = os.environ.get(KERAS_BACKEND_ENV)
+    os.environ[KERAS_BACKEND_ENV] = backend
+    try:
+        return datasets.load(name)
+    finally:
+        if previous is None:
+            os.environ.pop(KERAS_BACKEND_ENV)
+        else:
+            os.environ[KERAS_BACKEND_ENV] = previous
 
 
 def write_summary(
@@ -366,7 +406,8 @@ def write_summary(
         "dataset": config.dataset,
         "device": device.label,
         "device_info": device.as_record(),
-        "tensorflow_device": first.get("device_name"),
+        "backend": config.backend,
+        "backend_device": first.get("device_name"),
         "classes": data.classes,
         "train_examples": len(data.x_train),
         "test_examples": len(data.x_test),

@@ -7,8 +7,10 @@ picks the one weight moved by an ulp. Nothing else draws randomness, so a run is
 function of its seeds and, with determinism on, of nothing else.
 
 A worker reuses one compiled model for all its runs: weights, optimizer state and seed
-generators are reset to exactly what a freshly built model would hold, which saves
-TensorFlow start-up and tracing per run without changing a single bit of the result.
+generators are reset to exactly what a freshly built model would hold, which saves the
+framework's start-up and the step's tracing or compilation per run without changing a
+single bit of the result. Only Keras APIs touch the model, so the same code trains on
+TensorFlow, JAX and PyTorch, whichever backend the worker was started with.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from scipy.special import log_softmax, softmax
 
+from detprof.determinism import DEFAULT_BACKEND, DeterminismSettings, Mode
 from detprof.models import registry
 from detprof.stability import datasets, metrics
 from detprof.stability.variants import PlannedRun, RunSeeds
@@ -34,6 +37,7 @@ if TYPE_CHECKING:
 ARRAYS_DIR = "arrays"
 WEIGHTS_DIR = "weights"
 MIN_EVAL_BATCH = 256
+ACCURACY = "accuracy"
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,17 @@ class TrainConfig:
     lr: float
     keep_weights: bool
     study_dir: str
+    backend: str = DEFAULT_BACKEND
+    """The Keras backend the workers run; each picks it when it starts (``determinism.apply``)."""
+
+    def settings(self, mode: Mode) -> DeterminismSettings:
+        """What the workers of ``mode`` apply before their framework starts."""
+        return DeterminismSettings(mode, backend=self.backend)  # type: ignore[arg-type]
+
+    @property
+    def jit_compile(self) -> bool:
+        """Keras' ``jit_compile`` for the step: the backend's own setting, the same in both modes."""
+        return self.settings("deterministic").jit_compile
 
 
 class TrainingDiverged(RuntimeError):
@@ -87,8 +102,14 @@ def all_layers(model: keras.Model) -> list[keras.layers.Layer]:
 def seed_stochastic_layers(model: keras.Model, seed: int) -> list[str]:
     """Reset every layer's seed generator (Dropout and kin) from the dropout seed; returns their names.
 
-    Without this their masks would follow the init seed, which built them.
+    Without this their masks would follow the init seed, which built them. The global seeds
+    are set from it too: Keras on PyTorch runs a layer built without a seed through
+    torch's own dropout, which draws from torch's global generator and not from the layer's
+    seed generator. Nothing else in a run draws from the global generators.
     """
+    import keras
+
+    keras.utils.set_random_seed(seed)
     seeded = []
     for index, layer in enumerate(all_layers(model)):
         generator = getattr(layer, "seed_generator", None)
@@ -125,6 +146,27 @@ def ends_in_softmax(model: keras.Model) -> bool:
     return getattr(activation, "__name__", "") == "softmax"
 
 
+def on_data(model: keras.Model, data_shape: tuple[int, int, int]) -> keras.Model:
+    """``model`` taking the dataset's images: resized (bilinear) in front when the model was built at another size.
+
+    The resize is part of the compiled step, batch by batch, so a large dataset upsampled
+    for a big model never sits in memory twice; it has no weights, so the model's own
+    variables stay the only ones trained. It is ``keras.ops.image.resize`` in a plain layer,
+    not the ``Resizing`` preprocessing layer: that one asks TensorFlow whether it runs in a
+    tf.data graph, which fails in a JAX or PyTorch worker, where TensorFlow is kept out.
+    """
+    import keras
+
+    height, width, _ = model.inputs[0].shape[1:]
+    if (height, width) == data_shape[:2]:
+        return model
+    inputs = keras.Input(shape=data_shape)
+    resized = keras.layers.Lambda(
+        lambda x: keras.ops.image.resize(x, (height, width), interpolation="bilinear"), name="resize"
+    )(inputs)
+    return keras.Model(inputs, model(resized), name=f"{model.name}_on_data")
+
+
 def penultimate_output(model: keras.Model) -> keras.KerasTensor:
     """The layer named "penultimate", else whatever feeds the last layer that has weights (the classifier)."""
     names = {layer.name for layer in model.layers}
@@ -135,47 +177,44 @@ def penultimate_output(model: keras.Model) -> keras.KerasTensor:
 
 
 class Trainer:
-    """A model compiled once per worker; ``reset`` makes it what a fresh build would be."""
+    """A model compiled once per worker; ``reset`` makes it what a fresh build would be.
 
-    def __init__(self, model_name: str, data_shape: tuple[int, int, int], classes: int, lr: float) -> None:
+    The same code on every backend: Keras' own compiled step (``train_on_batch``, and
+    ``predict_on_batch`` on a model that shares the weights and outputs the penultimate
+    features too), with ``jit_compile`` pinned by the caller to the same value in both modes.
+    Keras' ``"auto"`` would not do: on TensorFlow it resolves differently with op determinism
+    on, which would compare XLA against non-XLA.
+    """
+
+    def __init__(
+        self, model_name: str, data_shape: tuple[int, int, int], classes: int, lr: float, jit_compile: bool
+    ) -> None:
         import keras
-        import tensorflow as tf
 
         self.spec = registry.get(model_name)
         self.classes = classes
         self.input_shape, self.model = self._build(data_shape)
         self.outputs_probabilities = ends_in_softmax(self.model)
-        features = keras.Model(self.model.inputs, [penultimate_output(self.model), self.model.outputs[0]])
-        self.optimizer = keras.optimizers.Adam(learning_rate=lr)
-        self.optimizer.build(self.model.trainable_variables)
-        self._optimizer_initial = [v.numpy() for v in self.optimizer.variables]
-        loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=not self.outputs_probabilities)
-        model, optimizer, target = self.model, self.optimizer, self.input_shape[:2]
-        resize = data_shape != self.input_shape
-        x_spec = tf.TensorSpec((None, *data_shape), tf.float32)
+        self.training = on_data(self.model, data_shape)
+        self.features = on_data(
+            keras.Model(self.model.input, [penultimate_output(self.model), self.model.outputs[0]]), data_shape
+        )
+        optimizer = keras.optimizers.Adam(learning_rate=lr)
+        optimizer.build(self.model.trainable_variables)
+        self._optimizer_initial = [keras.ops.convert_to_numpy(v) for v in optimizer.variables]
+        self.training.compile(
+            optimizer=optimizer,
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=not self.outputs_probabilities),
+            metrics=[keras.metrics.SparseCategoricalAccuracy(name=ACCURACY)],
+            jit_compile=jit_compile,
+        )
+        self.features.jit_compile = jit_compile
+        self.optimizer = optimizer
 
-        def prepare(x: tf.Tensor) -> tf.Tensor:
-            return tf.image.resize(x, target, method="bilinear") if resize else x
-
-        @tf.function(input_signature=[x_spec, tf.TensorSpec((None,), tf.int32)], jit_compile=False)
-        def train_step(x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-            with tf.GradientTape() as tape:
-                out = model(prepare(x), training=True)
-                loss = loss_fn(y, out)
-                total = (loss + tf.add_n(model.losses)) if model.losses else loss
-            grads = tape.gradient(total, model.trainable_variables)
-            optimizer.apply(grads, model.trainable_variables)
-            predicted = tf.argmax(out, axis=1, output_type=tf.int32)
-            correct = tf.reduce_sum(tf.cast(tf.equal(predicted, y), tf.int32))
-            return loss, correct
-
-        @tf.function(input_signature=[x_spec], jit_compile=False)
-        def infer(x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-            feats, out = features(prepare(x), training=False)
-            return tf.reshape(feats, (tf.shape(feats)[0], -1)), out
-
-        self.train_step = train_step
-        self.infer_step = infer
+    @property
+    def step_name(self) -> str:
+        """What trains, for the record: Keras may refuse XLA for a model and fall back, so this is what it kept."""
+        return f"keras train_on_batch (jit_compile={self.training.jit_compile})"
 
     def _build(self, data_shape: tuple[int, int, int]) -> tuple[tuple[int, int, int], keras.Model]:
         errors = []
@@ -192,7 +231,7 @@ class Trainer:
         keras.utils.set_random_seed(seeds.init)
         fresh = self.spec.build(self.input_shape, self.classes)
         for target, source in zip(self.model.weights, fresh.weights, strict=True):
-            target.assign(source)
+            target.assign(source.value)
         for variable, initial in zip(self.optimizer.variables, self._optimizer_initial, strict=True):
             variable.assign(initial)
         seeded = seed_stochastic_layers(self.model, seeds.dropout)
@@ -201,12 +240,22 @@ class Trainer:
             applied["bitflip"] = flip_one_weight(self.model, seeds.bitflip)
         return applied
 
+    def train_step(self, x: np.ndarray, y: np.ndarray) -> tuple[float, int]:
+        """One optimizer step: the batch's mean loss and how many of its examples the model got right.
+
+        Keras resets its metrics at every ``train_on_batch``, so the accuracy it returns is this
+        batch's alone; times the batch size it is the count of hits (exact: a float32 ratio of
+        two integers under 2**24 rounds back to the numerator).
+        """
+        logs = self.training.train_on_batch(x, y, return_dict=True)
+        return float(logs["loss"]), round(float(logs[ACCURACY]) * len(y))
+
     def infer(self, x: np.ndarray, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
         feats, outs = [], []
         for start in range(0, len(x), batch_size):
-            f, o = self.infer_step(x[start : start + batch_size])
-            feats.append(f.numpy())
-            outs.append(o.numpy())
+            f, o = self.features.predict_on_batch(x[start : start + batch_size])
+            feats.append(f.reshape(len(f), -1))
+            outs.append(o)
         return np.concatenate(feats), np.concatenate(outs)
 
     def probabilities_and_loss(self, outputs: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
@@ -221,15 +270,17 @@ class Trainer:
 
 
 @functools.lru_cache(maxsize=1)
-def trainer_for(model_name: str, data_shape: tuple[int, int, int], classes: int, lr: float) -> Trainer:
-    return Trainer(model_name, data_shape, classes, lr)
+def trainer_for(
+    model_name: str, data_shape: tuple[int, int, int], classes: int, lr: float, jit_compile: bool
+) -> Trainer:
+    return Trainer(model_name, data_shape, classes, lr, jit_compile)
 
 
 def train(run: PlannedRun, config: TrainConfig) -> dict[str, Any]:
     """Train one run and store its arrays; returns the run's record (without status)."""
     started = time.perf_counter()
     data = load_dataset(config.dataset)
-    trainer = trainer_for(config.model, data.input_shape, data.classes, config.lr)
+    trainer = trainer_for(config.model, data.input_shape, data.classes, config.lr, config.jit_compile)
     applied = trainer.reset(run.seeds)
     shuffle_rng = np.random.default_rng(run.seeds.shuffle)
     augment_rng = np.random.default_rng(run.seeds.augment)
@@ -244,8 +295,8 @@ def train(run: PlannedRun, config: TrainConfig) -> dict[str, Any]:
         for start in range(0, n, config.batch_size):
             batch = slice(start, start + config.batch_size)
             loss, hits = trainer.train_step(x[batch], y[batch])
-            loss_sum += float(loss) * len(y[batch])
-            correct += int(hits)
+            loss_sum += loss * len(y[batch])
+            correct += hits
         if not np.isfinite(loss_sum):
             raise TrainingDiverged(f"training loss is not finite at epoch {epoch}")
         features, outputs = trainer.infer(data.x_test, eval_batch)
@@ -285,6 +336,7 @@ def train(run: PlannedRun, config: TrainConfig) -> dict[str, Any]:
         "data_shape": list(data.input_shape),
         "outputs": "probabilities" if trainer.outputs_probabilities else "logits",
         "arrays": arrays_rel,
+        "train_step": trainer.step_name,
         **applied,
     }
     if config.keep_weights:

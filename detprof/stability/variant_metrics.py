@@ -17,6 +17,7 @@ import pandas as pd
 
 from detprof.errors import InputError
 from detprof.intervals import bootstrap_spread
+from detprof.records import backend_of
 from detprof.stability import metrics
 from detprof.stability.datasets import Dataset
 from detprof.stability.variants import SEEDED_SOURCES, SOURCES, Variant
@@ -97,6 +98,7 @@ def runs_table(records: Sequence[dict[str, Any]], model: str, dataset: str, devi
             "model": model,
             "dataset": dataset,
             "device": device,
+            "backend": backend_of(r),
         }
         row |= {f"seed_{s}": r["seeds"].get(s) for s in SEEDED_SOURCES}
         row |= {

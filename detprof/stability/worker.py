@@ -1,20 +1,22 @@
 """What runs inside a stability worker process.
 
-A worker serves one determinism mode for its whole life: the mode is applied in the pool
-initializer, before TensorFlow does any work, because op determinism cannot be switched
-off again inside a process. Runs then execute one after another in the same process. Any
-exception in a run becomes a "failed" record with its reason, so the worker and the
-study go on. Ctrl-C is left to the parent, which stops the pool; a worker interrupted
-mid-run would otherwise report a half-finished run as failed.
+A worker serves one backend and one determinism mode for its whole life: both are applied
+in the pool initializer, before the framework does any work, because Keras picks its
+backend when it is imported and determinism cannot be switched off again inside a
+process. Runs then execute one after another in the same process. Any exception in a run
+becomes a "failed" record with its reason, so the worker and the study go on. Ctrl-C is
+left to the parent, which stops the pool; a worker interrupted mid-run would otherwise
+report a half-finished run as failed.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +32,10 @@ _context: dict[str, Any] = {}
 
 
 def initialize(settings: determinism.DeterminismSettings, study_dir: str, env: Mapping[str, str]) -> None:
-    """Pool initializer: quiet Ctrl-C, set the GPU environment, log TensorFlow's chatter to a file, apply the mode.
+    """Pool initializer: quiet Ctrl-C, set the GPU environment, log the framework's chatter to a file, apply the mode.
 
     ``env`` (``gpu_env``: which GPU, if any, and memory growth when workers share it) must
-    act before TensorFlow loads, which ``determinism.apply`` does.
+    act before the framework loads, which ``determinism.apply`` does.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.environ.update(env)
@@ -45,20 +47,54 @@ def initialize(settings: determinism.DeterminismSettings, study_dir: str, env: M
     os.close(log_fd)
     effective = determinism.apply(settings)
     _context.update(
+        backend=settings.backend,
         determinism=effective,
-        software=determinism.software_versions(),
-        device_name=_device_name(),
+        software=determinism.software_versions(settings.backend),
+        device_name=DEVICE_NAMES[settings.backend](),
         log=str(log_path.relative_to(study_dir)),
     )
 
 
-def _device_name() -> str:
+def _tensorflow_device() -> str:
     import tensorflow as tf
 
     gpus = tf.config.list_physical_devices("GPU")
     if not gpus:
         return "cpu"
     return str(tf.config.experimental.get_device_details(gpus[0]).get("device_name", gpus[0].name))
+
+
+def _jax_device() -> str:
+    import jax
+
+    device = jax.devices()[0]
+    return "cpu" if device.platform == "cpu" else str(device.device_kind)
+
+
+def _torch_device() -> str:
+    """Keras on PyTorch trains on the first visible GPU when there is one."""
+    import torch
+
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+
+
+DEVICE_NAMES: dict[str, Callable[[], str]] = {
+    "tensorflow": _tensorflow_device,
+    "jax": _jax_device,
+    "torch": _torch_device,
+}
+"""The device each backend trains on, as the framework names it; each imports only its own framework."""
+
+
+def loaded_frameworks() -> dict[str, str]:
+    """Every deep-learning framework this process has imported, with its version.
+
+    Read after each run, when whatever the run needed is loaded: a JAX or PyTorch worker
+    must show its own framework alone (TensorFlow's start-up, thread pools and GPU memory
+    would be paid for nothing).
+    """
+    modules = (sys.modules.get(name) for name in determinism.BACKEND_MODULES.values())
+    return {module.__name__: str(getattr(module, "__version__", "")) for module in modules if module is not None}
 
 
 def execute(run: PlannedRun, config: training.TrainConfig) -> StabilityRun:
@@ -68,7 +104,6 @@ def execute(run: PlannedRun, config: training.TrainConfig) -> StabilityRun:
     so the reason says what to change: fewer --jobs or a smaller batch.
     """
     identity = {"run_id": run.run_id, "variant": run.variant, "run": run.run_index, "mode": run.mode}
-    context = {"pid": os.getpid(), **_context}
     try:
         measured = training.train(run, config)
     except Exception as exc:
@@ -76,13 +111,36 @@ def execute(run: PlannedRun, config: training.TrainConfig) -> StabilityRun:
         reason = first_line(exc, with_type=True)
         if _out_of_memory(exc):
             reason = f"out of memory: {reason}"
-        return stability_run(**identity, seeds=run.seeds.as_dict(), status="failed", reason=reason, **context)
-    return stability_run(**identity, seeds=run.seeds.as_dict(), status="ok", **context, **measured)
+        return _plain(
+            stability_run(**identity, seeds=run.seeds.as_dict(), status="failed", reason=reason, **_worker_fields())
+        )
+    return _plain(stability_run(**identity, seeds=run.seeds.as_dict(), status="ok", **_worker_fields(), **measured))
+
+
+def _plain(record: StabilityRun) -> StabilityRun:
+    """The record as the store will write it (JSON, anything else as its text), before it goes to the parent.
+
+    A framework's own type in it (PyTorch's version string is one) would make unpickling it
+    import that framework into detprof's own process, which trains nothing.
+    """
+    return json.loads(json.dumps(record, default=str))  # type: ignore[no-any-return]
+
+
+def _worker_fields() -> dict[str, Any]:
+    """What the worker adds to each record; ``software`` is completed after the run, once it loaded all it needed."""
+    fields = {"pid": os.getpid(), **_context}
+    if "software" in fields:
+        fields["software"] = {**loaded_frameworks(), **fields["software"]}
+    return fields
 
 
 def _out_of_memory(exc: Exception) -> bool:
-    """TensorFlow's out-of-memory error exists only once TensorFlow is loaded, so it is not imported here."""
+    """Each framework's out-of-memory error, from the frameworks loaded: importing one to ask would load it."""
     if isinstance(exc, MemoryError):
         return True
-    tf = sys.modules.get("tensorflow")
-    return tf is not None and isinstance(exc, tf.errors.ResourceExhaustedError)
+    tf, jax, torch = (sys.modules.get(name) for name in ("tensorflow", "jax", "torch"))
+    if tf is not None and isinstance(exc, tf.errors.ResourceExhaustedError):
+        return True
+    if torch is not None and isinstance(exc, torch.OutOfMemoryError):
+        return True
+    return jax is not None and isinstance(exc, jax.errors.JaxRuntimeError) and "RESOURCE_EXHAUSTED" in str(exc)

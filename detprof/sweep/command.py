@@ -118,7 +118,7 @@ def run_sweep(request: SweepRequest, *, stability: bool = False, report: bool = 
                 f"embedded digits study in its budget (preset {target.preset}): run `detprof stability --model "
                 "NAME --dataset ...` for them"
             )
-        run_stability_studies(models, out, target.device, resume=resume, console=console)
+        run_stability_studies(models, out, target.device, backend=target.backend, resume=resume, console=console)
     if report:
         from detprof.reports.command import write_report
 
@@ -147,7 +147,7 @@ def print_noise_floor(store: ResultsStore) -> None:
 
 
 def run_stability_studies(
-    models: tuple[str, ...], out: Path, device: DeviceChoice, *, resume: bool, console: Console
+    models: tuple[str, ...], out: Path, device: DeviceChoice, *, backend: str, resume: bool, console: Console
 ) -> None:
     """The stability side for the report's overhead-versus-variance pairing, one study per model.
 
@@ -158,7 +158,7 @@ def run_stability_studies(
     from detprof.stability import study
 
     for model in models:
-        config = study.StudyConfig(model=model, runs=study.EMBEDDED_RUNS)
+        config = study.StudyConfig(model=model, runs=study.EMBEDDED_RUNS, backend=backend)
         outcome = study.run_study(
             config,
             out / "stability" / model,
