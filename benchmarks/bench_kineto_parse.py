@@ -51,6 +51,7 @@ from benchmarks.bench_nsys_parse import (
     load_average,
     measure_in_subprocess,
     peak_rss_mb,
+    print_checks,
     run_cli,
 )
 from detprof.errors import last_line
@@ -411,9 +412,7 @@ def main() -> int:
         checks["detprof and HTA agree on kernel count, total and per-kernel time"] = all(
             _agrees(ours, r) for r in runs["hta"]
         )
-    for label, ok in checks.items():
-        print(f"{'PASS' if ok else 'FAIL'}  {label}")
-    return 0 if all(checks.values()) else 1
+    return print_checks(checks)
 
 
 if __name__ == "__main__":

@@ -405,6 +405,11 @@ def main() -> int:
         f"peak RSS {peak:.0f} MB < {TARGET_PEAK_MB:.0f} MB": peak < TARGET_PEAK_MB,
         f"top-{TOP} identical in-process, from the CLI and in the naive tables": same,
     }
+    return print_checks(checks)
+
+
+def print_checks(checks: dict[str, bool]) -> int:
+    """One PASS/FAIL line per target; the benchmark's exit code (non-zero when any target is missed)."""
     for label, ok in checks.items():
         print(f"{'PASS' if ok else 'FAIL'}  {label}")
     return 0 if all(checks.values()) else 1

@@ -110,17 +110,12 @@ def overhead_figure(sweep: SweepStudy, shown: str) -> go.Figure:
                 yanchor="bottom",
                 font={"color": "#b00020"},
             )
-    fig.add_hline(y=1, line_dash="dot", line_color="#555", annotation_text="no overhead")
-    fig.update_layout(
-        template=TEMPLATE,
-        height=HEIGHT,
-        barmode="group",
-        title=f"Overhead of determinism on {text(shown)} (deterministic / default, 95% CI)",
-        yaxis={"title": "ratio (x)", "range": _ratio_range([o for m in sweep.models for o in (m.kernel, m.wall)])},
+    return _grouped_overheads(
+        fig,
+        f"Overhead of determinism on {text(shown)} (deterministic / default, 95% CI)",
+        [o for m in sweep.models for o in (m.kernel, m.wall)],
         legend={"orientation": "h", "y": -0.25},
-        margin={"t": 60, "b": 40},
     )
-    return fig
 
 
 def backends_figure(shown: str, sweeps: Sequence[SweepStudy]) -> go.Figure:
@@ -149,14 +144,26 @@ def backends_figure(shown: str, sweeps: Sequence[SweepStudy]) -> go.Figure:
             hovertext=hover,
             hoverinfo="text",
         )
+    return _grouped_overheads(
+        fig,
+        f"Overhead of determinism on {text(shown)}, per Keras backend (deterministic / default, 95% CI)",
+        overheads,
+        legend={"orientation": "h", "y": -0.25, "title": {"text": "backend: "}},
+    )
+
+
+def _grouped_overheads(
+    fig: go.Figure, title: str, overheads: Sequence[Overhead | None], *, legend: dict[str, Any]
+) -> go.Figure:
+    """The frame every grouped overhead bar chart shares: the no-overhead line, a ratio axis that fits ``overheads``."""
     fig.add_hline(y=1, line_dash="dot", line_color="#555", annotation_text="no overhead")
     fig.update_layout(
         template=TEMPLATE,
         height=HEIGHT,
         barmode="group",
-        title=f"Overhead of determinism on {text(shown)}, per Keras backend (deterministic / default, 95% CI)",
+        title=title,
         yaxis={"title": "ratio (x)", "range": _ratio_range(overheads)},
-        legend={"orientation": "h", "y": -0.25, "title": {"text": "backend: "}},
+        legend=legend,
         margin={"t": 60, "b": 40},
     )
     return fig
