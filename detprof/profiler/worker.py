@@ -289,12 +289,12 @@ def out_of_memory(exc: BaseException) -> bool:
     """
     if isinstance(exc, MemoryError):
         return True
-    tf, torch = sys.modules.get("tensorflow"), sys.modules.get("torch")
+    tf, jax, torch = (sys.modules.get(name) for name in ("tensorflow", "jax", "torch"))
     if tf is not None and isinstance(exc, tf.errors.ResourceExhaustedError):
         return True
     if torch is not None and isinstance(exc, torch.OutOfMemoryError):
         return True
-    return type(exc).__name__ == "XlaRuntimeError" and "RESOURCE_EXHAUSTED" in str(exc)
+    return jax is not None and isinstance(exc, jax.errors.JaxRuntimeError) and "RESOURCE_EXHAUSTED" in str(exc)
 
 
 def session(runs: list[dict[str, Any]]) -> int:

@@ -22,6 +22,7 @@ from typing import Any
 
 from detprof import determinism
 from detprof.errors import first_line
+from detprof.profiler.worker import out_of_memory
 from detprof.records import StabilityRun, stability_run
 from detprof.stability import training
 from detprof.stability.variants import PlannedRun
@@ -109,7 +110,7 @@ def execute(run: PlannedRun, config: training.TrainConfig) -> StabilityRun:
     except Exception as exc:
         traceback.print_exc()
         reason = first_line(exc, with_type=True)
-        if _out_of_memory(exc):
+        if out_of_memory(exc):
             reason = f"out of memory: {reason}"
         return _plain(
             stability_run(**identity, seeds=run.seeds.as_dict(), status="failed", reason=reason, **_worker_fields())
@@ -132,15 +133,3 @@ def _worker_fields() -> dict[str, Any]:
     if "software" in fields:
         fields["software"] = {**loaded_frameworks(), **fields["software"]}
     return fields
-
-
-def _out_of_memory(exc: Exception) -> bool:
-    """Each framework's out-of-memory error, from the frameworks loaded: importing one to ask would load it."""
-    if isinstance(exc, MemoryError):
-        return True
-    tf, jax, torch = (sys.modules.get(name) for name in ("tensorflow", "jax", "torch"))
-    if tf is not None and isinstance(exc, tf.errors.ResourceExhaustedError):
-        return True
-    if torch is not None and isinstance(exc, torch.OutOfMemoryError):
-        return True
-    return jax is not None and isinstance(exc, jax.errors.JaxRuntimeError) and "RESOURCE_EXHAUSTED" in str(exc)
