@@ -22,7 +22,7 @@ import os
 import platform
 import random
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
@@ -41,6 +41,20 @@ XLA_DETERMINISTIC_FLAG = "--xla_gpu_deterministic_ops"
 CUBLAS_WORKSPACE_ENV = "CUBLAS_WORKSPACE_CONFIG"
 CUBLAS_DETERMINISTIC_WORKSPACE = ":4096:8"
 """cuBLAS is deterministic per stream only with a fixed workspace (PyTorch's reproducibility notes)."""
+
+
+BEFORE_THE_CHOICE: dict[str, Any] = {"backend": DEFAULT_BACKEND, "compile": False}
+"""Settings that came with the backend choice, at the value every run had before there was one."""
+
+
+def as_before_the_choice(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` without the settings that are at their value from before the backend choice.
+
+    A study's configuration and a run's settings leave them out there, so that results
+    measured before the choice (a sweep to ``--resume``, a stability study, a CI baseline)
+    still match the same measurement made now.
+    """
+    return {k: v for k, v in values.items() if not (k in BEFORE_THE_CHOICE and v == BEFORE_THE_CHOICE[k])}
 
 
 @dataclass(frozen=True)

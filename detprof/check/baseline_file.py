@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from detprof.check.regression import ModelSample, SweepSamples, baseline_models, samples_from_records
-from detprof.determinism import DEFAULT_BACKEND
+from detprof.determinism import DEFAULT_BACKEND, as_before_the_choice
 from detprof.errors import InputError
 from detprof.records import backend_of, environment_values, finite_number
 from detprof.reports.provenance import backend_order, framework
@@ -59,9 +59,6 @@ FINGERPRINT_FIELDS: tuple[str, ...] = (
 )
 ADDED_LATER: dict[str, Any] = {"backend": DEFAULT_BACKEND, "jax": None, "jaxlib": None, "torch": None}
 """Fingerprint fields a baseline written before there was a backend choice lacks, and what they were then."""
-LATER_DEFAULTS: dict[str, Any] = {"backend": DEFAULT_BACKEND, "compile": False}
-"""Configuration and settings keys added with the backend choice, and the value older sweeps ran with: hashed and
-compared only when they differ from it, so that a baseline written before them stays comparable."""
 _SOURCES: dict[str, tuple[str, str]] = {
     "gpu_name": ("device", "name"),
     "gpu_label": ("device", "label"),
@@ -131,12 +128,8 @@ def _refuse_several_backends(path: Path, stores: Iterable[ResultsStore], records
         )
 
 
-def _without_later_defaults(values: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in values.items() if not (k in LATER_DEFAULTS and v == LATER_DEFAULTS[k])}
-
-
 def measurement_config_hash(config: Mapping[str, Any]) -> str:
-    return config_hash({k: v for k, v in _without_later_defaults(config).items() if k not in UNHASHED_CONFIG_KEYS})
+    return config_hash({k: v for k, v in as_before_the_choice(config).items() if k not in UNHASHED_CONFIG_KEYS})
 
 
 def fingerprint(config: Mapping[str, Any], records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
@@ -155,7 +148,7 @@ def fingerprint(config: Mapping[str, Any], records: Iterable[Mapping[str, Any]])
 
 def _settings(record: Mapping[str, Any]) -> dict[str, Any]:
     """What the framework reported in effect, less the mode (it differs by design) and the backend (its own field)."""
-    settings = _without_later_defaults(record.get("settings") or {})
+    settings = as_before_the_choice(record.get("settings") or {})
     return {k: v for k, v in settings.items() if k not in ("mode", "backend")}
 
 

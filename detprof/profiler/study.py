@@ -21,7 +21,7 @@ from typing import Any, Literal, TypeVar
 from rich.console import Console
 from rich.markup import escape
 
-from detprof.determinism import DEFAULT_BACKEND, MODES, Backend, Mode, require_backend
+from detprof.determinism import DEFAULT_BACKEND, MODES, Backend, Mode, as_before_the_choice, require_backend
 from detprof.errors import UsageError
 from detprof.profiler import devices
 from detprof.profiler.devices import DeviceChoice, usable_core_ids
@@ -83,8 +83,12 @@ class RunSettings:
             raise UsageError(f"--run-timeout must be positive, not {self.run_timeout_s}")
 
     def manifest(self) -> dict[str, Any]:
-        """What identifies the measurement (a resumed study must match it exactly); not the timeout."""
-        config = asdict(self)
+        """What identifies the measurement (a resumed study must match it exactly); not the timeout.
+
+        TensorFlow without ``--compile`` is written as before there was a backend choice
+        (``determinism.as_before_the_choice``), so that a sweep measured then still resumes.
+        """
+        config = as_before_the_choice(asdict(self))
         config.pop("run_timeout_s")
         config["modes"] = list(MODES)
         return config

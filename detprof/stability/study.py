@@ -28,7 +28,7 @@ from typing import Any
 
 from rich.console import Console
 
-from detprof.determinism import DEFAULT_BACKEND, MODES, Mode, quiet_tensorflow, require_backend
+from detprof.determinism import DEFAULT_BACKEND, MODES, Mode, as_before_the_choice, quiet_tensorflow, require_backend
 from detprof.errors import UsageError, first_line
 from detprof.models import registry
 from detprof.profiler.devices import DeviceChoice, Nvml, free_memory, usable_cpus
@@ -111,10 +111,7 @@ class StudyConfig:
     def manifest(self) -> dict[str, Any]:
         """What a resumed study must match. TensorFlow's leaves the backend out, as studies did before
         there was a choice, so that those still resume; any other backend is named."""
-        config = asdict(self)
-        if self.backend == DEFAULT_BACKEND:
-            config.pop("backend")
-        return config
+        return as_before_the_choice(asdict(self))
 
 
 def default_jobs(device: DeviceChoice | None = None) -> int:
