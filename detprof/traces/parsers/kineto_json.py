@@ -68,6 +68,7 @@ from detprof.traces.kernel_table import (
     conform,
     range_table,
 )
+from detprof.traces.parsers.nesting import self_times
 from detprof.traces.parsers.signatures import GZIP_MAGIC
 from detprof.traces.step_split import STEP_RANGE, step_range_name
 
@@ -634,7 +635,7 @@ def _cpu_table(source: str, trace: _Trace, events: _Events) -> KernelTable:
     pids, _ = pd.factorize(pd.Series([e.pid for e in ops], dtype=object))
     tids, _ = pd.factorize(pd.Series([e.tid for e in ops], dtype=object))
     thread = pids.astype(np.int64) * (int(tids.max()) + 1) + tids
-    self_ns, outermost = _self_times(thread, start, end)
+    self_ns, outermost = self_times(thread, start, end)
     names = np.array([e.name for e in ops], dtype=object)
     frame = pd.DataFrame(
         {
@@ -657,33 +658,3 @@ def _cpu_table(source: str, trace: _Trace, events: _Events) -> KernelTable:
         devices=[Device(id=0, name=host)],
         nvtx=_cpu_ranges(steps).table() if steps else None,
     )
-
-
-def _self_times(thread: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Each op's duration less that of the ops nested directly in it on its thread, and its outermost op.
-
-    Ops sorted by thread, start and longest first nest like a call stack: an op's parent is
-    the innermost open op it starts in. A child that outlasts its parent (timestamps are
-    rounded) only takes the part inside the parent, so self times never go negative and
-    add up to the time the thread spent in ops.
-    """
-    order = np.lexsort((-end, start, thread)).tolist()
-    ends = end.tolist()
-    self_ns = (end - start).tolist()
-    outermost = list(range(len(ends)))
-    threads, starts = thread.tolist(), start.tolist()
-    stack: list[int] = []
-    current = None
-    for i in order:
-        if threads[i] != current:
-            stack.clear()
-            current = threads[i]
-        begin = starts[i]
-        while stack and ends[stack[-1]] <= begin:
-            stack.pop()
-        if stack:
-            parent = stack[-1]
-            self_ns[parent] -= min(ends[i], ends[parent]) - begin
-            outermost[i] = outermost[parent]
-        stack.append(i)
-    return np.maximum(np.array(self_ns, dtype=np.int64), 0), np.array(outermost, dtype=np.int64)

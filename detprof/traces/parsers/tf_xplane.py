@@ -59,6 +59,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from detprof.errors import InputError
@@ -73,6 +74,7 @@ from detprof.traces.kernel_table import (
     conform,
     range_table,
 )
+from detprof.traces.parsers.nesting import self_times
 from detprof.traces.step_split import STEP_RANGE
 
 _PB2_MODULE = "tensorflow.tsl.profiler.protobuf.xplane_pb2"
@@ -411,39 +413,31 @@ def _collect_cpu_ops(space: Any, host: str, device_id: int, out: _Collected) -> 
 
 
 def _line_ops(plane: Any, line: Any, stats: _Stats, device_id: int) -> list[dict[str, object]]:
-    """One thread's op rows, each timed by its self time (its duration less the ops nested in it).
-
-    Events on one thread nest properly, so a stack of the enclosing ops finds each op's
-    direct parent; of two ops that start together, the longer sorts first, as the parent.
-    """
+    """One thread's op rows, each timed by its self time (its duration less the ops nested in it, ``nesting``)."""
     metadata = plane.event_metadata
     tf_op_thread = _OP_THREAD.match(line.name) is not None
     line_ps = line.timestamp_ns * 1000
     rows: list[dict[str, object]] = []
-    self_ps: list[int] = []
-    open_ops: list[tuple[int, int]] = []  # (end_ps, row index) of the ops enclosing the current one
-    for event in sorted(line.events, key=lambda e: (e.offset_ps, -e.duration_ps)):
+    spans_ps: list[tuple[int, int]] = []
+    for event in sorted(line.events, key=lambda e: (e.offset_ps, -e.duration_ps)):  # rows in start order
         op = _host_op(metadata[event.metadata_id].name, stats.of(event.stats).get("hlo_op"), tf_op_thread)
         if op is None:
             continue
-        start_ps, end_ps = event.offset_ps, event.offset_ps + event.duration_ps
-        while open_ops and open_ops[-1][0] <= start_ps:
-            open_ops.pop()
-        if open_ops:
-            parent_end_ps, parent = open_ops[-1]
-            self_ps[parent] -= min(end_ps, parent_end_ps) - start_ps
-        open_ops.append((end_ps, len(rows)))
-        self_ps.append(event.duration_ps)
+        spans_ps.append((event.offset_ps, event.offset_ps + event.duration_ps))
         rows.append(
             {
                 "name": op[0],
-                "start_ns": (line_ps + start_ps) // 1000,
+                "start_ns": (line_ps + event.offset_ps) // 1000,
                 "device_id": device_id,
                 "stream_id": line.id,
                 "op": op[1],
             }
         )
-    for row, duration_ps in zip(rows, self_ps, strict=True):
+    if not rows:
+        return rows
+    start_ps, end_ps = np.array(spans_ps, dtype=np.int64).T
+    self_ps, _outermost = self_times(np.zeros(len(rows), dtype=np.int64), start_ps, end_ps)
+    for row, duration_ps in zip(rows, self_ps.tolist(), strict=True):
         row["dur_ns"] = duration_ps // 1000
     return rows
 
