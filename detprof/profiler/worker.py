@@ -214,9 +214,7 @@ def run(spec: dict[str, Any], pacer: _Pacer | None = None) -> dict[str, Any]:
     it out wherever the tracer marks steps. Wall time is never taken under a tracer: a
     tracer taxes every launch, and deterministic kernels are often more launches.
     """
-    settings = DeterminismSettings(
-        spec["mode"], int(spec["seed"]), bool(spec["xla"]), spec.get("backend", "tensorflow"), bool(spec.get("compile"))
-    )
+    settings = settings_of(spec)
     result: dict[str, Any] = {"settings": apply(settings), "versions": software_versions(settings.backend)}
     if spec.get("cpu_threads") and _limit_threads(settings.backend, int(spec["cpu_threads"])):
         result["cpu_threads"] = int(spec["cpu_threads"])
@@ -258,6 +256,13 @@ def run(spec: dict[str, Any], pacer: _Pacer | None = None) -> dict[str, Any]:
             status, reason = "failed", f"out of memory: {reason}"
         result.update(status=status, reason=reason)
     return result
+
+
+def settings_of(spec: dict[str, Any]) -> DeterminismSettings:
+    """The determinism settings a run's spec asks for (specs written before the backend choice: TensorFlow)."""
+    return DeterminismSettings(
+        spec["mode"], int(spec["seed"]), bool(spec["xla"]), spec.get("backend", "tensorflow"), bool(spec.get("compile"))
+    )
 
 
 def _limit_threads(backend: str, threads: int) -> bool:

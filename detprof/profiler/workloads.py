@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from detprof.determinism import DeterminismSettings
+from detprof.profiler.worker import settings_of
 
 if TYPE_CHECKING:
     import keras
@@ -36,9 +36,7 @@ def model_training(spec: dict[str, Any]) -> tuple[Step, dict[str, Any]]:
     rng = np.random.default_rng(int(spec["seed"]))
     x = rng.standard_normal((spec["batch_size"], *shape), dtype=np.float32)
     y = rng.integers(0, classes, size=spec["batch_size"]).astype(np.int32)
-    settings = DeterminismSettings(
-        spec["mode"], int(spec["seed"]), bool(spec["xla"]), spec.get("backend", "tensorflow"), bool(spec.get("compile"))
-    )
+    settings = settings_of(spec)
     build = _tensorflow_step if keras.backend.backend() == "tensorflow" else _keras_step
     step, train_step = build(model, x, y, settings.jit_compile)
     facts = {"input_shape": list(shape), "classes": classes, "parameters": int(model.count_params())}
