@@ -15,7 +15,7 @@ from detprof.errors import InputError
 from detprof.traces.kernel_names import short_kernel_name
 from detprof.traces.kernel_table import KERNEL_DTYPES, MEMORY_DTYPES, NVTX_DTYPES, Device, conform
 from detprof.traces.kernel_tables import kernel_stats, top_n
-from detprof.traces.parsers import load_trace, nsys_sqlite
+from detprof.traces.parsers import load_trace, nsys_sqlite, sqlite_columns
 
 CLOVERLEAF = SHARED_TRACES / "nsys-2024.5-cloverleaf-4xA100.sqlite"
 needs_cloverleaf = pytest.mark.skipif(not CLOVERLEAF.exists(), reason=f"real trace not present: {CLOVERLEAF}")
@@ -241,8 +241,8 @@ def test_parallel_readers_keep_every_row_in_order(tmp_path: Path, monkeypatch: p
     with sqlite3.connect(path) as conn:
         conn.execute("DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE rowid % 7 = 3 OR rowid BETWEEN 1000 AND 1400")
     conn.close()
-    monkeypatch.setattr(nsys_sqlite, "_PARALLEL_MIN_ROWS", 100)
-    monkeypatch.setattr(nsys_sqlite, "reader_cpus", lambda: 4)
+    monkeypatch.setattr(sqlite_columns, "PARALLEL_MIN_ROWS", 100)
+    monkeypatch.setattr(sqlite_columns, "reader_cpus", lambda: 4)
 
     expected = _sql(
         path,

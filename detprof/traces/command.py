@@ -52,11 +52,13 @@ def parse(
     full_names: FullNamesOption = False,
     rank: RankOption = None,
 ) -> None:
-    from detprof.traces import render as output
     from detprof.traces.parsers import load_trace
 
     group = _group_by(by)
     table = load_trace(trace, rank=rank)
+    # The renderer (and pandas with it) after the trace: an nsys export is read while pandas loads.
+    from detprof.traces import render as output
+
     if device != "all":
         if table.is_summary:
             raise UsageError(f"{trace}: a summary-only trace has no per-device kernels; use --device all")
@@ -82,11 +84,12 @@ def diff(
         int | None, typer.Option(min=0, help="PyTorch profiler trace folders: the rank to read in both.")
     ] = None,
 ) -> None:
-    from detprof.traces import render as output
     from detprof.traces.parsers import load_trace
 
     group = _group_by(by)
     tables = load_trace(base, rank=rank), load_trace(other, rank=rank)
+    from detprof.traces import render as output
+
     output.print_diff(*tables, top=top, fmt=fmt, by=group, full_names=full_names)
 
 

@@ -2,7 +2,8 @@
 
 The format is recognised from the file's content, never its name: users rename exports,
 and CI artifacts arrive as ``trace.bin``. Each parser is imported only in its branch so
-that reading a SQLite or CSV trace never pays for importing TensorFlow. A folder is a
+that reading a SQLite or CSV trace never pays for importing TensorFlow, and nothing here
+imports pandas: the SQLite parser starts reading before it does. A folder is a
 TensorFlow profile when it holds XSpace files, else a folder of PyTorch profiler traces
 (one per rank, as ``tensorboard_trace_handler`` writes them).
 """
@@ -15,10 +16,13 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from detprof.errors import InputError, UsageError, last_line
-from detprof.traces.kernel_table import KernelTable
 from detprof.traces.parsers.signatures import GZIP_MAGIC, SQLITE_MAGIC
+
+if TYPE_CHECKING:
+    from detprof.traces.kernel_table import KernelTable
 
 # Nsight Systems reports are a proprietary container with no documented signature, so a
 # binary file that is neither SQLite nor text is taken for one only by its suffix.
