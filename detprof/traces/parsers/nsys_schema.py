@@ -1,4 +1,4 @@
-"""The nsys SQLite export's tables and columns, as detprof reads them.
+"""The nsys SQLite export's tables and columns, as detprof reads them, and the launches' read in progress.
 
 The export schema drifts between Nsight Systems releases and tables are created lazily
 (a run without memcpys has no MEMCPY table), so every table and column is looked up by
@@ -10,6 +10,9 @@ one that builds the tables (``nsys_sqlite_tables``).
 from __future__ import annotations
 
 import sqlite3
+from dataclasses import dataclass
+
+from detprof.traces.parsers.sqlite_columns import ColumnRead, RowRanges
 
 KERNEL_TABLE = "CUPTI_ACTIVITY_KIND_KERNEL"
 MEMCPY_TABLE = "CUPTI_ACTIVITY_KIND_MEMCPY"
@@ -51,3 +54,22 @@ def columns(conn: sqlite3.Connection, table: str) -> set[str]:
 def first(present: set[str], *candidates: str) -> str | None:
     """The first of ``candidates`` (one column's names across releases) that the table has."""
     return next((c for c in candidates if c in present), None)
+
+
+@dataclass(frozen=True)
+class LaunchRead:
+    """The kernel table's launches: every column there is to read, and the eager ones being read."""
+
+    uri: str
+    tables: frozenset[str]
+    select: dict[str, str]
+    """KernelTable column -> SQL expression, for every launch column the file has."""
+    rows: RowRanges
+    eager: ColumnRead
+    """Reading the columns a top-N table needs (all of ``select`` when nothing is deferred)."""
+    defer: bool
+
+    @property
+    def later(self) -> dict[str, str]:
+        """The columns left for ``KernelTable.kernels`` to read on first use."""
+        return {dst: src for dst, src in self.select.items() if self.defer and dst not in EAGER_KERNEL_COLUMNS}

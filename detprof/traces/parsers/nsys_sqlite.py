@@ -15,43 +15,23 @@ are read on first use of ``KernelTable.kernels``.
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from detprof.errors import InputError
-from detprof.traces.parsers import sqlite_columns
 from detprof.traces.parsers.nsys_schema import (
     EAGER_KERNEL_COLUMNS,
     KERNEL_INT_COLUMNS,
     KERNEL_TABLE,
     STRINGS_TABLE,
+    LaunchRead,
     columns,
 )
-from detprof.traces.parsers.sqlite_columns import ColumnRead, RowRanges
+from detprof.traces.parsers.sqlite_columns import row_ranges, start_reading
 
 if TYPE_CHECKING:
     from detprof.traces.kernel_table import KernelTable
-
-
-@dataclass(frozen=True)
-class LaunchRead:
-    """The kernel table's launches: every column there is to read, and the eager ones being read."""
-
-    uri: str
-    tables: frozenset[str]
-    select: dict[str, str]
-    """KernelTable column -> SQL expression, for every launch column the file has."""
-    rows: RowRanges
-    eager: ColumnRead
-    """Reading the columns a top-N table needs (all of ``select`` when nothing is deferred)."""
-    defer: bool
-
-    @property
-    def later(self) -> dict[str, str]:
-        """The columns left for ``KernelTable.kernels`` to read on first use."""
-        return {dst: src for dst, src in self.select.items() if self.defer and dst not in EAGER_KERNEL_COLUMNS}
 
 
 def load_nsys_sqlite(path: Path, source: str | None = None) -> KernelTable:
@@ -71,9 +51,9 @@ def load_nsys_sqlite(path: Path, source: str | None = None) -> KernelTable:
     try:
         launches = _start_launch_read(conn, uri, shown, defer=source is None)
         # pandas is imported here, while the readers work through the launches.
-        from detprof.traces.parsers import nsys_sqlite_tables
+        from detprof.traces.parsers.nsys_sqlite_tables import kernel_table
 
-        return nsys_sqlite_tables.kernel_table(conn, launches, shown)
+        return kernel_table(conn, launches, shown)
     except sqlite3.DatabaseError as exc:
         raise InputError(f"{shown}: corrupt or unreadable SQLite file ({exc})") from None
     finally:
@@ -120,7 +100,7 @@ def _start_launch_read(conn: sqlite3.Connection, uri: str, shown: str, *, defer:
     if "shortName" in cols:
         select["short_name"] = "shortName"
     select.update({dst: src for dst, src in KERNEL_INT_COLUMNS.items() if src in cols})
-    rows = sqlite_columns.row_ranges(conn, KERNEL_TABLE)
+    rows = row_ranges(conn, KERNEL_TABLE)
     now = {dst: src for dst, src in select.items() if dst in EAGER_KERNEL_COLUMNS or not defer}
-    eager = sqlite_columns.start_reading(uri, KERNEL_TABLE, now, rows, shown)
+    eager = start_reading(uri, KERNEL_TABLE, now, rows, shown)
     return LaunchRead(uri, tables, select, rows, eager, defer)

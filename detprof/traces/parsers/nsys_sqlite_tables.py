@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 import sqlite3
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -27,7 +26,6 @@ from detprof.traces.kernel_table import (
     empty,
     range_table,
 )
-from detprof.traces.parsers import sqlite_columns
 from detprof.traces.parsers.nsys_schema import (
     API_TABLE,
     EAGER_KERNEL_COLUMNS,
@@ -40,13 +38,11 @@ from detprof.traces.parsers.nsys_schema import (
     NVTX_RANGE_EVENT_TYPES,
     NVTX_TABLE,
     STRINGS_TABLE,
+    LaunchRead,
     columns,
     first,
 )
-from detprof.traces.parsers.sqlite_columns import IntColumn
-
-if TYPE_CHECKING:
-    from detprof.traces.parsers.nsys_sqlite import LaunchRead
+from detprof.traces.parsers.sqlite_columns import IntColumn, read_int_columns
 
 # copyKind values of CUPTI's CUpti_ActivityMemcpyKind, for exports without the ENUM tables
 # (before 2022); the spelling is nvprof's, so kinds compare across trace formats.
@@ -91,7 +87,7 @@ def kernel_table(conn: sqlite3.Connection, launches: LaunchRead, shown: str) -> 
         return table
 
     def complete(kernels: pd.DataFrame) -> pd.DataFrame:
-        rest = sqlite_columns.read_int_columns(launches.uri, KERNEL_TABLE, later, launches.rows, shown)
+        rest = read_int_columns(launches.uri, KERNEL_TABLE, later, launches.rows, shown)
         return conform(kernels.assign(**_int_arrays(rest)), KERNEL_DTYPES)
 
     return table.defer_columns(complete)
