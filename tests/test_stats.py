@@ -53,6 +53,27 @@ def test_top_n_reports_remainder_so_shares_add_up() -> None:
     assert head["pct"].sum() + other / sum(d for _, d in rows) * 100 == pytest.approx(100)
 
 
+@pytest.mark.parametrize("by", ["name", "short_name"])
+def test_top_n_is_the_head_of_kernel_stats(by: str) -> None:
+    """Ranked on totals first, the chosen kernels' rows are kernel_stats' rows: ties broken by name, unnamed
+    launches one kernel of their own, shares of every kernel's time, short names merged."""
+    rng = np.random.default_rng(7)
+    names = [f"kernel_{i}<float>" for i in range(40)]
+    rows = [(names[int(i)], int(d)) for i, d in zip(rng.integers(0, 40, 2000), rng.integers(1, 50, 2000), strict=True)]
+    rows += [("tie_b<int>", 10_000), ("tie_a<int>", 10_000), ("tie_c<int>", 10_000)]
+    short = {n: f"s{int(n.split('_')[1].split('<')[0]) % 7}" for n in names}
+    table = launches(rows, short)
+    table.kernels.loc[[3, 17, 29], "name"] = None
+    for column in ("name", "short_name"):  # codes in reverse name order: ranking by code is not by name
+        names_here = table.kernels[column].cat.categories
+        table.kernels[column] = table.kernels[column].cat.reorder_categories(names_here[::-1])
+    for n in (1, 3, 10, 50):
+        head, other = top_n(table, n, by)
+        stats = kernel_stats(table, by)
+        pd.testing.assert_frame_equal(head, stats.head(n).reset_index(drop=True))
+        assert other == int(stats["total_ns"].iloc[n:].sum())
+
+
 def test_single_launch_has_null_std() -> None:
     stats = kernel_stats(launches([("only", 5)]))
     assert np.isnan(stats.loc[0, "std_ns"])
