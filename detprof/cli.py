@@ -15,7 +15,6 @@ import os
 import sys
 from collections.abc import Iterable
 from enum import Enum
-from pathlib import PurePath
 from typing import Annotated, Any, NamedTuple
 
 import typer
@@ -26,33 +25,33 @@ from detprof.errors import USAGE_EXIT, DetprofError
 
 # Help reads like any other command line's: "--top INTEGER", "--format [table|json|csv]",
 # "Usage: detprof report [OPTIONS] RESULTS_DIRS...". Typer's own rendering (rich panels or
-# plain) labels every value with a Python type in angle brackets (``--help <bool>``,
-# ``<list[Path]>``) and every required argument in braces, so the plain renderer is used
-# and ``HelpCommand`` names values the way Click always has (an option without a metavar of
-# its own gets one when help is shown; flags get none). It works from the parameters Typer
-# built off each command's signature, so commands whose options come from
-# ``profiler.options.with_run_options`` read the same as the others.
-# bool before int: a bool is an int to ``issubclass``.
-_SCALAR_METAVARS: tuple[tuple[type, str], ...] = ((bool, "BOOLEAN"), (int, "INTEGER"), (float, "FLOAT"), (str, "TEXT"))
+# plain) labels every value with a Python type in angle brackets (``--top <int range>``,
+# ``<str>``) and every required argument in braces, so the plain renderer is used and
+# ``HelpCommand`` names values the way Click always has, from the Click type Typer gave each
+# parameter (an option without a metavar of its own gets one when help is shown; flags get
+# none). It works from the parameters Typer built off each command's signature, so commands
+# whose options come from ``profiler.options.with_run_options`` read the same as the others.
+_METAVARS_BY_TYPE_NAME = {
+    "int": "INTEGER",
+    "int range": "INTEGER",
+    "float": "FLOAT",
+    "float range": "FLOAT",
+    "boolean": "BOOLEAN",
+    "str": "TEXT",
+    "text": "TEXT",
+    "file": "FILE",
+    "filename": "FILE",
+    "directory": "DIRECTORY",
+    "path": "PATH",
+}
 
 
 def _value_metavar(param: TyperArgument | TyperOption) -> str:
     """The Click-style name of what a parameter takes: INTEGER, PATH, [a|b|c], ..."""
-    desc = param.type_descriptor
-    if desc.is_choice:
-        choices = (str(c.value) if isinstance(c, Enum) else str(c) for c in desc.choices or ())
-        return f"[{'|'.join(choices)}]"
-    if desc.is_path:
-        return "FILE" if desc.is_file else "PATH"
-    annotation = desc.annotation
-    args = getattr(annotation, "__args__", None)
-    if desc.is_list and args:
-        annotation = args[0]
-    if not isinstance(annotation, type):
-        return "VALUE"
-    if issubclass(annotation, PurePath):
-        return "PATH"
-    return next((name for kind, name in _SCALAR_METAVARS if issubclass(annotation, kind)), "VALUE")
+    choices = getattr(param.type, "choices", None)
+    if choices:
+        return f"[{'|'.join(str(c.value) if isinstance(c, Enum) else str(c) for c in choices)}]"
+    return _METAVARS_BY_TYPE_NAME.get(param.type.name, "VALUE")
 
 
 def _argument_name(param: TyperArgument) -> str:
@@ -133,6 +132,7 @@ _COMMANDS: dict[str, _Command] = {
         "detprof.check.command", "baseline", help="Freeze a sweep's per-repeat overheads as the CI baseline (JSON)."
     ),
     "check": _Command("detprof.check.command", "check", "CHECK_HELP"),
+    "doctor": _Command("detprof.doctor.command", "doctor", "HELP"),
 }
 """Every command, in the order ``detprof --help`` lists them."""
 

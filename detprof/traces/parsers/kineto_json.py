@@ -34,22 +34,20 @@ autograd's threads launch (in a real ROCm trace the GPU range covers 53,920 of 1
 
 Decoding is the cost of a large trace (a 345 MB file with 200,000 kernels and 1.2 million
 events: msgspec 1.4 s, the standard library 7.4 s), so the JSON is decoded by msgspec into
-classes that declare only the fields used, with the garbage collector off meanwhile: it
-would otherwise walk the millions of new objects again and again. A ``.gz`` file is
+classes that declare only the fields used, with the garbage collector off meanwhile
+(``load_trace`` pauses it): it would otherwise walk the millions of new objects again and again. A ``.gz`` file is
 decompressed whole in memory with ``gzip.decompress`` (0.7 s for that file; zlib directly
 is no faster, and msgspec needs the whole document anyway).
 """
 
 from __future__ import annotations
 
-import gc
 import gzip
 import itertools
 import re
 import zlib
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -151,35 +149,18 @@ def load_kineto(path: Path, rank: int | None = None) -> KernelTable:
     """Read a trace file, or the trace of one rank (by default the only one) in a folder of them."""
     path = Path(path)
     file = rank_file(path, rank) if path.is_dir() else path
-    with _gc_paused():
-        trace = _read_trace(file)
-        if file == path and rank is not None:
-            _check_rank(file, trace, rank)
-        events = _group(trace.traceEvents or [])
-        if events.kernels:
-            return _gpu_table(str(file), trace, events)
-        if events.cpu_ops:
-            return _cpu_table(str(file), trace, events)
+    trace = _read_trace(file)
+    if file == path and rank is not None:
+        _check_rank(file, trace, rank)
+    events = _group(trace.traceEvents or [])
+    if events.kernels:
+        return _gpu_table(str(file), trace, events)
+    if events.cpu_ops:
+        return _cpu_table(str(file), trace, events)
     raise InputError(
         f"{file}: PyTorch profiler trace without GPU kernels or CPU ops (no `kernel` or `cpu_op` events); "
         "profile the training steps themselves"
     )
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """The garbage collector off while the trace's millions of objects are made and read.
-
-    Every few hundred new containers it would walk all tracked objects again (the event list
-    alone holds millions), which doubled the time of a large trace; none of them form cycles.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def looks_like_kineto(head: bytes) -> bool:
