@@ -1,18 +1,26 @@
-"""detprof: what deterministic training costs, where the cost comes from, and what it buys."""
+"""detprof: what deterministic training costs, where the cost comes from, and what it buys.
+
+A training program marks what detprof measures with ``detprof.measure()`` and ``detprof.step()``
+(``detprof.api``); both are looked up when first used, so ``import detprof`` stays as cheap as it
+was for a program that never runs under detprof.
+"""
+
+from typing import Any
+
+_API = ("measure", "step")
 
 
-def __getattr__(name: str) -> str:
-    """``__version__``, looked up when first asked for: ``importlib.metadata`` costs every command
-    line tens of milliseconds of start-up, and only ``--version`` and run records need it."""
-    if name != "__version__":
+def __getattr__(name: str) -> Any:
+    """``__version__`` (``detprof.version``) and the measured-window API (``detprof.api``), loaded when asked for."""
+    if name == "__version__":
+        from detprof.version import detprof_version
+
+        found: Any = detprof_version()
+    elif name in _API:
+        from detprof import api
+
+        found = getattr(api, name)
+    else:
         raise AttributeError(f"module 'detprof' has no attribute {name!r}")
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        # pyproject.toml is the one place the version is written; the installed metadata carries it,
-        # so `detprof --version`, pip and every run record's "detprof" version always agree.
-        found = version("detprof")
-    except PackageNotFoundError:  # a source tree put on sys.path by hand, never installed
-        found = "0+unknown"
-    globals()["__version__"] = found
+    globals()[name] = found
     return found

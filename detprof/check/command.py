@@ -121,6 +121,8 @@ def check(
         raise UsageError("detprof check needs --baseline FILE (written by detprof baseline)")
     if (current is None) == (not run):
         raise UsageError("give exactly one of --current RESULTS_DIR or --run")
+    if len(options.gpus) > 1:
+        raise UsageError("a check compares one GPU type with its baseline: give --gpu once (with --ray too)")
     given = {"out": out, "models": models} | {n: getattr(options, n) for n in CHECK_RUN if n not in FLAGS}
     flags = [n for n in FLAGS if getattr(options, n)]
     if not run and (flags or any(v is not None for v in given.values())):

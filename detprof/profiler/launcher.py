@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
 import json
 import os
 import shlex
@@ -32,6 +33,7 @@ from detprof.profiler.devices import DeviceChoice
 from detprof.profiler.gpu_env import gpu_env
 from detprof.profiler.telemetry import NoTelemetry, TelemetrySampler
 from detprof.profiler.tracers import TRACERS, Tracer
+from detprof.profiler.worker import DRIVER_PIPE_ENV
 from detprof.records import MeasuredRun, measured_run
 from detprof.store import ResultsStore, atomic_write_json
 from detprof.traces.graphs import cuda_graph_use
@@ -122,6 +124,19 @@ def worker_command(spec_path: Path, result_path: Path | None = None) -> list[str
     ]
 
 
+@functools.cache
+def driver_lifeline() -> tuple[dict[str, str], tuple[int, ...]]:
+    """What a worker needs to end with this process: the variable that names the lifeline, and its fd to pass.
+
+    The lifeline is a pipe made once per driver process. The worker inherits only its read
+    end and watches it (``worker.end_with_driver``); the write end stays in this process,
+    never written to and never inherited (``os.pipe`` fds are not), so it closes only when
+    this process ends, and every worker's read then returns end-of-file.
+    """
+    read_end, _write_end = os.pipe()
+    return {DRIVER_PIPE_ENV: f"{read_end}:{os.fstat(read_end).st_ino}"}, (read_end,)
+
+
 def call_in_worker(entry: str, request: Mapping[str, Any], what: str, *, hide_gpus: bool = True) -> Any:
     """``entry(request)`` in a fresh worker process that sees no GPU; its answer, or its error as it was.
 
@@ -132,14 +147,20 @@ def call_in_worker(entry: str, request: Mapping[str, Any], what: str, *, hide_gp
     """
     import tempfile
 
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    lifeline_env, lifeline_fds = driver_lifeline()
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", **lifeline_env}
     if hide_gpus:
         env["CUDA_VISIBLE_DEVICES"] = ""
     with tempfile.TemporaryDirectory(prefix="detprof-call-") as tmp:
         spec_path, result_path = Path(tmp) / "spec.json", Path(tmp) / "result.json"
         atomic_write_json(spec_path, {"call": entry, "request": dict(request)})
         proc = subprocess.run(
-            worker_command(spec_path, result_path), capture_output=True, text=True, env=env, check=False
+            worker_command(spec_path, result_path),
+            capture_output=True,
+            text=True,
+            env=env,
+            pass_fds=lifeline_fds,
+            check=False,
         )
         answer = json.loads(result_path.read_text()) if result_path.is_file() else None
     if proc.returncode == USAGE_EXIT and answer is not None:
@@ -178,7 +199,8 @@ class WorkerLauncher:
         return env | {"PYTHONUNBUFFERED": "1"} | gpu_env(self.device, shares_gpu=False)
 
     def worker_env(self) -> dict[str, str]:
-        return dict(os.environ) | self.detprof_env()
+        """The worker's whole environment: this process's, what detprof sets, and the lifeline it ends with."""
+        return dict(os.environ) | self.detprof_env() | driver_lifeline()[0]
 
     def timing_env(self) -> dict[str, str]:
         """The heap settings the workers run with, as they take effect (a user's own value wins)."""
@@ -320,7 +342,7 @@ class WorkerLauncher:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                pass_fds=() if control_write is None else (control_write,),
+                pass_fds=driver_lifeline()[1] + (() if control_write is None else (control_write,)),
             )
 
     @contextlib.contextmanager
@@ -398,13 +420,16 @@ class WorkerLauncher:
             }
         return json.loads(result_path.read_text())
 
-    def _kernels(self, run_id: str, trace_path: Path | None, steps: int) -> dict[str, Any]:
+    def _kernels(
+        self, run_id: str, trace_path: Path | None, steps: int, settling: int = SETTLING_STEPS
+    ) -> dict[str, Any]:
         """The record's kernel fields from the trace; ``{"failure": reason}`` when it is unusable.
 
         Where the tracer marks steps (nsys's NVTX ranges, TensorFlow's step events), only
         the kernels inside the ``steps`` measured steps count, so the settling step after the
-        capture started is left out; nvprof marks none, and its table keeps the settling
-        step (``kernel_table_steps`` says so, and per-step figures divide by it).
+        capture started is left out; nvprof marks none, and its table keeps the ``settling``
+        step (``kernel_table_steps`` says so, and per-step figures divide by it). A program's
+        window (``profiler.program_run``) has no settling step.
         """
         if trace_path is None:
             return {}
@@ -416,7 +441,7 @@ class WorkerLauncher:
         except DetprofError as exc:
             return found | {"failure": f"trace unusable: {exc}"}
         measured = within_steps(table)
-        table_steps = steps if measured is not None else steps + SETTLING_STEPS
+        table_steps = steps if measured is not None else steps + settling
         table = measured if measured is not None else table
         if table.kernel_count == 0:
             return found | {"failure": "the measured window holds no kernels"}

@@ -17,12 +17,17 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
+from detprof.errors import UsageError
+
 PresetOption = Annotated[
     str | None, typer.Option(help="paper | cpu-small (default: cpu-small without a GPU, else paper).")
 ]
 GpuOption = Annotated[
-    str | None,
-    typer.Option(help="GPU label for the results (t4, v100, a100, ..., or cpu); checked against the device."),
+    list[str] | None,
+    typer.Option(
+        help="GPU label for the results (t4, v100, a100, ..., or cpu); checked against the device. "
+        "With --ray, once per GPU type of the fleet (--gpu t4 --gpu a100)."
+    ),
 ]
 GpuIndexOption = Annotated[
     str | None,
@@ -69,7 +74,45 @@ CompileOption = Annotated[
     bool,
     typer.Option(help="torch: run the training step under torch.compile in both modes (default off, as in eager)."),
 ]
-ModelsOption = Annotated[str | None, typer.Option(help="Comma-separated model names (see `detprof models`).")]
+ModelsOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Comma-separated models: names from `detprof models`, or your own: FILE.py:FUNCTION, "
+        "package.module:FUNCTION (a function returning a keras.Model) or FILE.keras (a saved model)."
+    ),
+]
+InputShapeOption = Annotated[
+    str | None,
+    typer.Option(
+        help="HxWxC: the input shape your own model factories that take (input_shape, classes) are built at "
+        "(default: --data's images, else 32x32x3)."
+    ),
+]
+ClassesOption = Annotated[
+    int | None,
+    typer.Option(help="Classes the models are built for (default: the preset's, else --data's labels, else 10)."),
+]
+DataOption = Annotated[
+    str | None,
+    typer.Option(
+        help="npz:PATH: train on a real batch from this file instead of synthetic data: x_train/y_train "
+        "(as stability --dataset npz:PATH), or an array per input and output of your model, by name."
+    ),
+]
+RayOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Run on a Ray cluster (auto, HOST:PORT or ray://HOST:10001): each --gpu type on the nodes of that "
+        "Ray accelerator type, results brought home into --out (docs/fleet.md). Needs detprof[ray]."
+    ),
+]
+MaxTraceMbOption = Annotated[
+    float | None,
+    typer.Option(
+        help="--ray: traces up to this size (MB) come home with their runs; larger ones stay on the node, "
+        "their path recorded (default 64)."
+    ),
+]
 
 
 @dataclass(frozen=True)
@@ -94,6 +137,13 @@ class RunOptions:
     out: Path | None = None
     resume: bool = False
     run_timeout: float | None = None
+    input_shape: str | None = None
+    classes: int | None = None
+    data: str | None = None
+    ray: str | None = None
+    max_trace_mb: float | None = None
+    gpus: tuple[str, ...] = ()
+    """Every ``--gpu`` given: one label, or with ``--ray`` the GPU types of a fleet (``gpu`` is then None)."""
 
 
 OPTION_TYPES: dict[str, Any] = {
@@ -115,8 +165,17 @@ OPTION_TYPES: dict[str, Any] = {
     "out": OutOption,
     "resume": ResumeOption,
     "run_timeout": RunTimeoutOption,
+    "input_shape": InputShapeOption,
+    "classes": ClassesOption,
+    "data": DataOption,
+    "ray": RayOption,
+    "max_trace_mb": MaxTraceMbOption,
 }
-MEASURED_STUDY = tuple(OPTION_TYPES)
+FLEET = ("ray", "max_trace_mb")
+"""What runs a study on a Ray cluster (``detprof.fleet``): the sweep and ``check --run`` take these."""
+MODEL_INPUTS = ("input_shape", "classes", "data")
+"""How the sweep's models are built and fed (``sweep.plan``): the sweep and ``check --run`` take these."""
+MEASURED_STUDY = tuple(n for n in OPTION_TYPES if n not in FLEET + MODEL_INPUTS)
 """What the sweep and kernels_bench both take."""
 CHECK_RUN = tuple(n for n in OPTION_TYPES if n not in ("preset", "out", "resume"))
 """What ``check --run`` may override of the baseline's sweep."""
@@ -143,10 +202,25 @@ def with_run_options(*names: str) -> Callable[[Command], Command]:
 
         @functools.wraps(command)
         def wrapper(**given: Any) -> None:
-            command(options=RunOptions(**{n: given.pop(n) for n in names}), **given)
+            shared = {n: given.pop(n) for n in names}
+            if "gpu" in shared:
+                shared |= gpu_labels(shared["gpu"], fleet=shared.get("ray") is not None)
+            command(options=RunOptions(**shared), **given)
 
         wrapper.__signature__ = own.replace(parameters=params + shared)  # type: ignore[attr-defined]
         wrapper.__annotations__ = {p.name: p.annotation for p in params + shared} | {"return": None}
         return wrapper  # type: ignore[return-value]
 
     return decorate
+
+
+def gpu_labels(given: list[str] | None, *, fleet: bool) -> dict[str, Any]:
+    """``--gpu`` as ``RunOptions`` holds it: the one label as ``gpu``, and every label given as ``gpus``.
+
+    One machine measures one device, so a second ``--gpu`` is a mistake there; a fleet
+    (``--ray``) measures every GPU type given, each on its own nodes.
+    """
+    labels = tuple(given or ())
+    if len(labels) > 1 and not fleet:
+        raise UsageError(f"--gpu is given once ({', '.join(labels)} given): several GPU types need --ray (a fleet)")
+    return {"gpu": labels[0] if len(labels) == 1 else None, "gpus": labels}

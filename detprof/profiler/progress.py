@@ -39,6 +39,8 @@ class RunProgress:
     total: int = 0
     title: str = ""
     done_count: int = field(default=0)
+    failed_count: int = field(default=0)
+    """Runs of this invocation that did not end ok (a fleet's display shows them per GPU type)."""
 
     def on_start(self, label: str, completed: int) -> None:
         """``label``: the run (or runs) in flight; ``completed``: runs finished so far, earlier ones included."""
@@ -50,6 +52,7 @@ class RunProgress:
         self.done_count += 1
         status = str(record.get("status"))
         failed = f": {escape(str(record.get('reason')))}" if status != "ok" else ""
+        self.failed_count += status != "ok"
         if self.bar is None:
             return
         assert self.task is not None
@@ -65,8 +68,15 @@ class RunProgress:
 @contextmanager
 def progress_bar(console: Console, title: str, total: int, results_dir: Path) -> Iterator[RunProgress]:
     """Show ``title``'s progress over ``total`` runs; Ctrl-C: exit 130, completed runs kept in ``results_dir``."""
+    with progress_bars(console, {title: total}, results_dir) as bars:
+        yield bars[title]
+
+
+@contextmanager
+def progress_bars(console: Console, totals: Mapping[str, int], results_dir: Path) -> Iterator[dict[str, RunProgress]]:
+    """One line per title (a fleet's GPU types: ``sweep t4``, ``sweep a100``), each over its total, in one display."""
     columns = (
-        TextColumn(f"[bold]{escape(title)}[/]"),
+        TextColumn("[bold]{task.fields[title]}[/]"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
@@ -76,11 +86,15 @@ def progress_bar(console: Console, title: str, total: int, results_dir: Path) ->
     )
     # Off a terminal the bar is not drawn (rich would print nothing until the end): one line per run instead.
     with Progress(*columns, console=console, transient=False, disable=not console.is_terminal) as bar:
-        progress = RunProgress(bar, bar.add_task("starting", total=total), total, title)
+        bars = {
+            title: RunProgress(bar, bar.add_task("starting", total=total, title=escape(title)), total, title)
+            for title, total in totals.items()
+        }
         try:
-            yield progress
+            yield bars
         except KeyboardInterrupt:
             bar.stop()
             console.print(f"interrupted: every completed run is kept in {escape(str(results_dir))}; --resume continues")
             raise typer.Exit(INTERRUPTED_EXIT) from None
-        bar.update(progress.task, completed=total, description="done")  # type: ignore[arg-type]
+        for progress in bars.values():
+            bar.update(progress.task, completed=progress.total, description="done")  # type: ignore[arg-type]

@@ -27,6 +27,7 @@ from detprof.profiler import devices
 from detprof.profiler.devices import DeviceChoice, usable_core_ids
 from detprof.profiler.launcher import Measures, PairedRun, WorkerLauncher, WorkerRun, Workload
 from detprof.profiler.options import RunOptions
+from detprof.profiler.program_run import ProgramLauncher
 from detprof.profiler.progress import RunProgress, progress_bar
 from detprof.profiler.tracers import Tracer, resolve_tracer
 from detprof.records import MeasuredRun
@@ -115,6 +116,9 @@ class MeasurementTarget:
     planned_gpu: bool = False
     backend: Backend = DEFAULT_BACKEND
     """A dry run's GPU label forced on a machine without that GPU: planned as that GPU."""
+    program: bool = False
+    """A training program detprof did not write (``sweep --command``): run whole by ``program_run.ProgramLauncher``,
+    one process at a time (detprof cannot step it), each run either traced or timed (``measured_parts``)."""
 
     @property
     def on_gpu(self) -> bool:
@@ -122,7 +126,8 @@ class MeasurementTarget:
 
     @property
     def pairing(self) -> Pairing:
-        return "lockstep" if not self.on_gpu and self.tracer.in_process != "cuda-profiler-api" else "sequential"
+        steppable = not self.program and self.tracer.in_process != "cuda-profiler-api"
+        return "lockstep" if not self.on_gpu and steppable else "sequential"
 
     def settings(self, options: RunOptions) -> dict[str, Any]:
         """The ``RunSettings`` fields that come from the target and the options, whatever is measured."""
@@ -208,26 +213,29 @@ UNTRACED_SUFFIX = "--untraced"
 """Run id suffix of the untraced run that measures wall time beside a run traced by nsys or nvprof."""
 
 
-def measured_parts(tracer: Tracer) -> tuple[Measures, ...]:
+def measured_parts(tracer: Tracer, *, whole_runs: bool = False) -> tuple[Measures, ...]:
     """What the runs of each planned run measure: wall time is never taken under a tracer.
 
     An in-process tracer (TensorFlow's profiler) is switched on inside the worker, so one run
     times untraced steps first and traces the next ones (``worker.run``). nsys and nvprof
     wrap the whole process, and tax every API call and launch in it (more so for a
     deterministic implementation that launches more kernels): their runs give kernel time
-    only, and an untraced run of the same workload and mode gives the wall time.
+    only, and an untraced run of the same workload and mode gives the wall time. So do the
+    runs of a program detprof did not write (``whole_runs``) under any tracer: its steps are
+    its own, and detprof cannot run some untraced before tracing others.
     """
     if tracer.name == "none":
         return ("wall",)
-    if tracer.wraps_process:
+    if tracer.wraps_process or whole_runs:
         return ("kernel", "wall")
     return ("both",)
 
 
-def runs_to_measure(plan: Sequence[PlannedRun], tracer: Tracer) -> list[PlannedRun]:
+def runs_to_measure(plan: Sequence[PlannedRun], tracer: Tracer, *, whole_runs: bool = False) -> list[PlannedRun]:
     """The plan as it runs under ``tracer``: each pair of modes traced, then, where the tracer
-    wraps the process, the same pair untraced (``measured_parts``), in the same mode order."""
-    parts = measured_parts(tracer)
+    wraps the process (or the runs are a program's, ``whole_runs``), the same pair untraced
+    (``measured_parts``), in the same mode order."""
+    parts = measured_parts(tracer, whole_runs=whole_runs)
     if len(parts) == 1:
         return [replace(run, measures=parts[0]) for run in plan]
     runs: list[PlannedRun] = []
@@ -272,9 +280,10 @@ def run_planned(
     """Run every planned run not already complete; returns the records of this invocation."""
     progress = progress or RunProgress()
     store.open(manifest, command, resume=resume)
-    launcher = WorkerLauncher(store, target.tracer, target.device, settings.run_timeout_s)
+    launcher_type = ProgramLauncher if target.program else WorkerLauncher
+    launcher = launcher_type(store, target.tracer, target.device, settings.run_timeout_s)
     records: list[MeasuredRun] = []
-    plan = runs_to_measure(plan, target.tracer)
+    plan = runs_to_measure(plan, target.tracer, whole_runs=target.program)
     if settings.pairing == "lockstep":
         return _run_lockstep_pairs(plan, settings, store, launcher, progress)
     todo = [run for run in plan if not store.is_done(run.run_id)]
@@ -367,12 +376,13 @@ def measure(
 ) -> ResultsStore:
     """``run_planned`` as a command runs it: a line saying what runs where, then the progress display."""
     store = ResultsStore(out, kind)
-    untraced = " (and untraced runs for wall time)" if len(measured_parts(target.tracer)) > 1 else ""
+    parts = measured_parts(target.tracer, whole_runs=target.program)
+    untraced = " (and untraced runs for wall time)" if len(parts) > 1 else ""
     console.print(
         f"detprof {kind}: {what} x 2 modes x {settings.repeats} repeats on {escape(target.device.label)} "
         f"with tracer {target.tracer.name}{untraced}, results in {escape(str(out))}"
     )
-    total = len(runs_to_measure(plan, target.tracer))
+    total = len(runs_to_measure(plan, target.tracer, whole_runs=target.program))
     with progress_bar(console, kind, total, store.dir) as progress:
         run_planned(plan, settings, manifest, store, target, resume=resume, command=command, progress=progress)
     return store

@@ -15,7 +15,9 @@ kernel time comes from traced steps, wall time never does (``profiler.study.meas
 
 from __future__ import annotations
 
+import re
 import shutil
+import subprocess
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
@@ -28,6 +30,10 @@ InProcess = Literal["cuda-profiler-api", "tf-profiler", "jax-profiler", "torch-p
 FRAMEWORK_TRACERS: dict[str, TracerName] = {"tensorflow": "tf", "jax": "jax", "torch": "torch"}
 """Each backend's own profiler: what ``auto`` picks without a GPU (or without nsys)."""
 
+
+_VERSION = re.compile(r"[Vv]ersion\s+(\d[\w.]*)")
+"""The version in ``nsys --version`` ("NVIDIA Nsight Systems version 2025.3.1.90-253135822870v0", whose
+build suffix is left out) and ``nvprof --version`` ("Release version 12.4.131 (21)")."""
 
 NSYS_API_TRACES = ("cudnn", "cublas")
 """API traces nsys can add to ``cuda,nvtx`` on request (``--trace-api``); each taxes every call it records."""
@@ -50,6 +56,22 @@ class Tracer:
     def installed(self) -> bool:
         """Whether the program this tracer runs is on PATH (an in-process tracer needs none)."""
         return not self.wraps_process or shutil.which(self.name) is not None
+
+    def version(self) -> str | None:
+        """The version the installed program reports (``nsys --version``, ``nvprof --version``).
+
+        None for an in-process tracer, a program not on PATH, or one that does not answer: a
+        broken install (nsys without its libraries) is as unusable as a missing one.
+        """
+        path = shutil.which(self.name) if self.wraps_process else None
+        if path is None:
+            return None
+        try:
+            answer = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60, check=False)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        found = _VERSION.search(answer.stdout + answer.stderr) if answer.returncode == 0 else None
+        return found[1] if found else None
 
     def command(self, worker: list[str], trace_base: Path, *, require_installed: bool = True) -> list[str]:
         """The full command line that runs ``worker`` under this tracer.

@@ -1,69 +1,147 @@
-"""What a worker measures: one training step of a registry model, on whichever Keras backend the worker runs.
+"""What a worker measures: one training step of a model, on whichever Keras backend the worker runs.
 
 A workload turns the worker's spec into a zero-argument ``step`` that runs one step to
 completion (synchronously, so that wall time per step is real), plus facts to record.
-kernels_bench contributes its own op workloads through the same shape. The workload is the
-same on every backend (the registry model, one synthetic batch, SGD, sparse cross-entropy);
-only the compiled step is each backend's own, and the record says which it was.
+kernels_bench contributes its own op workloads through the same shape. A registry model
+trains on one synthetic batch (content does not change kernel time) with SGD and sparse
+cross-entropy; a model of your own (``models.own``) trains with the loss and optimizer it is
+compiled with, else the same; ``--data`` feeds a real batch instead (``models.npz_data``).
+Only the compiled step is each backend's own, and the record says which it was.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from detprof.profiler.worker import settings_of
 
 if TYPE_CHECKING:
     import keras
-    import numpy as np
 
 Step = Callable[[], None]
+Batch = Any
+"""One array, or a dict of arrays by input (or output) name for a model with several."""
 LEARNING_RATE = 0.01
 
 
 def model_training(spec: dict[str, Any]) -> tuple[Step, dict[str, Any]]:
-    """One SGD step on synthetic data of the model's input shape (content does not change kernel time)."""
+    """One training step of the model the spec names, on its batch; facts about what was run."""
     import keras
     import numpy as np
 
     from detprof.models import registry
+    from detprof.models.own import DEFAULT_CLASSES, DEFAULT_INPUT_SHAPE, OwnModel
+    from detprof.models.own_build import build, ends_in_softmax
 
-    model_spec = registry.get(spec["model"])
-    shape = tuple(spec["input_shape"] or model_spec.input_shape)
-    classes = int(spec["classes"] or model_spec.classes)
-    model = model_spec.build(shape, classes)
-    rng = np.random.default_rng(int(spec["seed"]))
-    x = rng.standard_normal((spec["batch_size"], *shape), dtype=np.float32)
-    y = rng.integers(0, classes, size=spec["batch_size"]).astype(np.int32)
+    own = spec.get("own_model")
+    if own is None:
+        model_spec = registry.get(spec["model"])
+        shape = tuple(spec["input_shape"] or model_spec.input_shape)
+        classes = int(spec["classes"] or model_spec.classes)
+        model = model_spec.build(shape, classes)
+        from_logits = True
+    else:
+        shape = tuple(spec["input_shape"] or DEFAULT_INPUT_SHAPE)
+        classes = int(spec["classes"] or DEFAULT_CLASSES)
+        model = build(OwnModel.from_record(own), shape, classes)
+        from_logits = not ends_in_softmax(model)
+    x, y = _batch(model, spec, classes)
+    compiled = own is not None and getattr(model, "compiled", False) and getattr(model, "loss", None) is not None
+    if compiled:
+        loss, optimizer = model.loss, model.optimizer
+    else:
+        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=from_logits)
+        optimizer = keras.optimizers.SGD(learning_rate=LEARNING_RATE)
     settings = settings_of(spec)
-    build = _tensorflow_step if keras.backend.backend() == "tensorflow" else _keras_step
-    step, train_step = build(model, x, y, settings.jit_compile)
-    facts = {"input_shape": list(shape), "classes": classes, "parameters": int(model.count_params())}
-    return step, facts | {"train_step": train_step}
+    if keras.backend.backend() == "tensorflow":
+        step, train_step = _tensorflow_step(model, x, y, settings.jit_compile, loss, optimizer, compiled)
+    else:
+        step, train_step = _keras_step(model, x, y, settings.jit_compile, loss, optimizer)
+    facts: dict[str, Any] = {"parameters": int(model.count_params()), "train_step": train_step}
+    if not isinstance(x, dict):
+        facts["input_shape"] = [int(d) for d in x.shape[1:]]
+    if not isinstance(y, list) and np.issubdtype(y.dtype, np.integer) and _output_classes(model) is not None:
+        facts["classes"] = _output_classes(model)
+    return step, facts
 
 
-def _tensorflow_step(model: keras.Model, x: np.ndarray, y: np.ndarray, jit_compile: bool) -> tuple[Step, str]:
+def _output_classes(model: keras.Model) -> int | None:
+    last = model.outputs[0].shape[-1] if len(model.outputs) == 1 else None
+    return None if last is None else int(last)
+
+
+def _batch(model: keras.Model, spec: Mapping[str, Any], classes: int) -> tuple[Batch, Batch]:
+    """The spec's real batch (``--data``), else a synthetic one: normal inputs, uniform labels per output."""
+    import numpy as np
+
+    feed = spec.get("data")
+    if feed is not None:
+        return _real_batch(model, feed, int(spec["batch_size"]))
+    rng = np.random.default_rng(int(spec["seed"]))
+    (tensor,) = model.inputs
+    x = rng.standard_normal((spec["batch_size"], *tensor.shape[1:]), dtype=np.float32)
+    labels = (spec["batch_size"], *model.outputs[0].shape[1:-1])
+    return x, rng.integers(0, _output_classes(model) or classes, size=labels).astype(np.int32)
+
+
+def _real_batch(model: keras.Model, feed: Mapping[str, Any], batch_size: int) -> tuple[Batch, Batch]:
+    """``batch_size`` leading rows of the arrays ``feed`` names, shaped and typed as the model takes them."""
+    import numpy as np
+
+    from detprof.models.npz_data import leading_rows, scaled
+    from detprof.models.own import example_shape
+
+    path = feed["path"]
+    tensors = {t.name: t for t in model.inputs}
+    xs = {}
+    for (name, array), tensor in zip(feed["inputs"], model.inputs, strict=True):
+        tensor = tensors.get(name, tensor)
+        values = leading_rows(path, array, batch_size)
+        shape = example_shape(values.shape, tensor.shape[1:]) or values.shape[1:]
+        values = values.reshape((len(values), *shape))
+        dtype = np.dtype(str(tensor.dtype))
+        xs[tensor.name] = scaled(values).astype(dtype) if np.issubdtype(dtype, np.floating) else values.astype(dtype)
+    ys = {}
+    for name, array in feed["targets"]:
+        values = leading_rows(path, array, batch_size)
+        ys[name] = values.astype(np.int32) if np.issubdtype(values.dtype, np.integer) else values.astype(np.float32)
+    x = next(iter(xs.values())) if len(xs) == 1 else xs
+    y = next(iter(ys.values())) if len(ys) == 1 else [ys[name] for name in model.output_names]
+    return x, y
+
+
+def _tensorflow_step(
+    model: keras.Model,
+    x: Batch,
+    y: Batch,
+    jit_compile: bool,
+    loss: Any,
+    optimizer: keras.optimizers.Optimizer,
+    compiled: bool,
+) -> tuple[Step, str]:
     """Our own ``tf.function``, not Keras's ``train_on_batch``.
 
     Keras 3 turns ``jit_compile=True`` into False on TensorFlow whenever op determinism is on
     (``model_supports_jit``), which would compare XLA in default mode against no XLA in
-    deterministic mode. Here ``jit_compile`` is exactly the same value in both modes.
+    deterministic mode. Here ``jit_compile`` is exactly the same value in both modes. A
+    model compiled with its own loss computes it as its ``fit`` would (``compute_loss``:
+    the compiled loss, its weights, and the model's added losses).
     """
-    import keras
     import tensorflow as tf
 
-    optimizer = keras.optimizers.SGD(learning_rate=LEARNING_RATE)
-    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-    x_t, y_t = tf.constant(x), tf.constant(y)
+    x_t, y_t = tf.nest.map_structure(tf.constant, x), tf.nest.map_structure(tf.constant, y)
+
+    def loss_of(y: Any, y_pred: Any) -> tf.Tensor:
+        return model.compute_loss(y=y, y_pred=y_pred) if compiled else loss(y, y_pred)
 
     @tf.function(jit_compile=jit_compile)
-    def train_step(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+    def train_step(x: Any, y: Any) -> tf.Tensor:
         with tf.GradientTape() as tape:
-            loss = loss_fn(y, model(x, training=True))
-        grads = tape.gradient(loss, model.trainable_variables)
+            value = loss_of(y, model(x, training=True))
+        grads = tape.gradient(value, model.trainable_variables)
         optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
-        return loss
+        return value
 
     def step() -> None:
         train_step(x_t, y_t).numpy()
@@ -71,22 +149,23 @@ def _tensorflow_step(model: keras.Model, x: np.ndarray, y: np.ndarray, jit_compi
     return step, f"tf.function (jit_compile={jit_compile})"
 
 
-def _keras_step(model: keras.Model, x: np.ndarray, y: np.ndarray, jit_compile: bool) -> tuple[Step, str]:
+def _keras_step(
+    model: keras.Model, x: Batch, y: Batch, jit_compile: bool, loss: Any, optimizer: keras.optimizers.Optimizer
+) -> tuple[Step, str]:
     """Keras' own compiled step (``train_on_batch``) on JAX and PyTorch: their idiomatic training step.
 
     ``jit_compile`` is pinned in both modes: always on for JAX (``jax.jit``), ``torch.compile``
     only when asked for. The batch is converted to backend tensors once, on the backend's
     device, so a step does not copy it from the host; ``train_on_batch`` returns the loss as
-    a Python float, so the step has finished when it returns.
+    a Python float, so the step has finished when it returns. A model of your own that was
+    compiled keeps its loss (and loss weights) and optimizer; only its metrics are left out.
     """
     import keras
 
-    model.compile(
-        optimizer=keras.optimizers.SGD(learning_rate=LEARNING_RATE),
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        jit_compile=jit_compile,
-    )
-    x_t, y_t = keras.ops.convert_to_tensor(x), keras.ops.convert_to_tensor(y)
+    loss_weights = model.get_compile_config().get("loss_weights") if getattr(model, "compiled", False) else None
+    model.compile(optimizer=optimizer, loss=loss, loss_weights=loss_weights, jit_compile=jit_compile)
+    x_t = keras.tree.map_structure(keras.ops.convert_to_tensor, x)
+    y_t = keras.tree.map_structure(keras.ops.convert_to_tensor, y)
 
     def step() -> None:
         model.train_on_batch(x_t, y_t)

@@ -79,6 +79,21 @@ class Provenance:
         }
 
 
+WHOLE_PROCESS = (
+    "measured as a whole process: the program opens no detprof.measure() window, so its wall time includes "
+    "its start-up, imports and everything else it did, and nothing in it was traced"
+)
+
+
+def whole_process_programs(records: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The programs (``sweep --command``) whose runs were timed as whole processes rather than in a measured window."""
+    return distinct(
+        r.get("model")
+        for r in records
+        if r.get("status") == "ok" and (r.get("program") or {}).get("measured_window") == "process"
+    )
+
+
 def timing_note(records: Sequence[Mapping[str, Any]]) -> str:
     """Where wall and kernel time come from, in the words the report shows, from what each run measured.
 
@@ -96,11 +111,15 @@ def timing_note(records: Sequence[Mapping[str, Any]]) -> str:
             "so wall ratios may be biased against determinism; kernel time is unaffected."
         )
     untraced_runs = [r for r in ok if r.get("measures") == "wall"]
+    steps = (
+        "A program's steps are those it marked inside its measured window."
+        if any("program" in r for r in ok)
+        else "One settling step after the capture started is in no measured step."
+    )
     if untraced_runs:
         return (
             f"Kernel time from {len(traced)} runs traced by {tracers}; wall time from {len(untraced_runs)} "
-            "untraced runs beside them (a tracer taxes every launch). One settling step after the capture "
-            "started is in no measured step."
+            f"untraced runs beside them (a tracer taxes every launch). {steps}"
         )
     return (
         f"Each run timed untraced steps first (wall time), then traced as many with {tracers} (kernel time); "
@@ -140,6 +159,7 @@ def provenance(records: Sequence[Mapping[str, Any]], config: Mapping[str, Any]) 
     if len(heaps) > 1:
         warnings.append(f"{label}: runs had different malloc settings ({'; '.join(heaps)}): step times may not compare")
     warnings += _settings_warnings(label, records)
+    warnings += [f"{label}: {name}: {WHOLE_PROCESS}" for name in whole_process_programs(records)]
     ok = [r for r in records if r.get("status") == "ok"] or list(records)
     backends = distinct(backend_of(r) for r in ok)
     if len(backends) > 1:

@@ -48,7 +48,7 @@ from detprof.reports.headline import (
     cpu_notes,
     is_cpu,
 )
-from detprof.reports.provenance import backend_order, framework, provenance
+from detprof.reports.provenance import WHOLE_PROCESS, backend_order, framework, provenance, whole_process_programs
 from detprof.reports.published import MeasuredDevice, ReferenceRow, reference_rows
 from detprof.reports.tradeoff import Cost, Learning, StudyKey, TradeoffPoint, learning_of, noise_of, pair, reading
 from detprof.reports.verdict import verdict
@@ -306,6 +306,8 @@ class Report:
 def _no_kernels_reason(overhead: ModelOverhead, records: Sequence[Mapping[str, Any]]) -> str:
     if overhead.unsupported_reason:
         return str(overhead.failure_note())
+    if whole_process_programs(records):
+        return WHOLE_PROCESS
     tracers = {r.get("tracer") for r in records}
     if tracers == {"none"}:
         return "traced with --tracer none: overheads from wall time only, no kernel tables"

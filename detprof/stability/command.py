@@ -6,17 +6,23 @@ JAX or PyTorch study must never start it at all.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from detprof.errors import UsageError
 from detprof.formatting import number, plus_minus
 from detprof.invocation import command_line
 from detprof.profiler.options import RunOptions, with_run_options
 from detprof.stability.variants import DEFAULT_VARIANTS, NAMED_VARIANTS
+
+if TYPE_CHECKING:
+    from detprof.profiler.devices import DeviceChoice
 
 HELP = "Train many copies under chosen noise sources and measure what the noise does to the models."
 
@@ -57,10 +63,16 @@ def print_summary(console: Console, summary: dict[str, Any]) -> None:
         console.print()
 
 
-@with_run_options("backend", "gpu", "gpu_index", "force", "out", "resume")
+@with_run_options("backend", "gpu", "gpu_index", "force", "out", "resume", "ray")
 def stability(
     options: RunOptions,
-    model: Annotated[str, typer.Option(help="Model from the registry (see `detprof models`).")] = "smallcnn",
+    model: Annotated[
+        str,
+        typer.Option(
+            help="A registry model (see `detprof models`), or your own: FILE.py:FUNCTION, package.module:FUNCTION "
+            "(a function returning a keras.Model) or FILE.keras (a saved model, re-initialised from each run's seed)."
+        ),
+    ] = "smallcnn",
     dataset: Annotated[
         str,
         typer.Option(
@@ -87,15 +99,20 @@ def stability(
         ),
     ] = None,
     keep_weights: Annotated[bool, typer.Option(help="Also store every run's final weights (npz).")] = False,
+    keep_saved_weights: Annotated[
+        bool,
+        typer.Option(
+            help="--model FILE.keras: start every run from the saved weights instead of fresh ones drawn from the "
+            "run's init seed (init then no longer varies)."
+        ),
+    ] = False,
 ) -> None:
     """Train many copies of a model under chosen noise sources and measure what the noise does."""
     from detprof.determinism import DEFAULT_BACKEND, require_backend
-    from detprof.profiler import devices
     from detprof.profiler.study import default_results_dir
     from detprof.stability import study
 
     backend = require_backend(options.backend or DEFAULT_BACKEND)
-    device = devices.choose_device(options.gpu, options.force, gpu_index=options.gpu_index)
     config = study.StudyConfig(
         model=model,
         dataset=dataset,
@@ -107,18 +124,20 @@ def stability(
         seed=seed,
         keep_weights=keep_weights,
         backend=backend,
+        keep_saved_weights=keep_saved_weights,
     )
-    out = options.out or default_results_dir(device, backend)
     err = Console(stderr=True)
-    outcome = study.run_study(
-        config,
-        out,
-        jobs=jobs if jobs is not None else study.default_jobs(device),
-        resume=options.resume,
-        device=device,
-        command=command_line(),
-        console=err,
-    )
+    with _device_and_executor(options, jobs, err) as (device, execute):
+        outcome = study.run_study(
+            config,
+            options.out or default_results_dir(device, backend),
+            jobs=jobs if jobs is not None else study.default_jobs(device),
+            resume=options.resume,
+            device=device,
+            command=command_line(),
+            console=err,
+            execute=execute,
+        )
     print_summary(Console(), outcome.summary)
     failed = outcome.summary["runs_failed"]
     note = f" ({failed} failed: rerun with --resume to retry them)" if failed else ""
@@ -126,3 +145,21 @@ def stability(
         f"{outcome.ran} runs trained, {outcome.skipped} already done{note}; "
         f"results in {escape(str(outcome.store.dir))} (summary.json, tables/*.parquet)"
     )
+
+
+@contextmanager
+def _device_and_executor(
+    options: RunOptions, jobs: int | None, err: Console
+) -> Iterator[tuple[DeviceChoice, Callable[..., None] | None]]:
+    """This machine's device and pools; with ``--ray``, the device a GPU type's nodes train as, and the fleet."""
+    if options.ray is None:
+        from detprof.profiler import devices
+
+        yield devices.choose_device(options.gpu, options.force, gpu_index=options.gpu_index), None
+        return
+    from detprof.stability.on_fleet import stability_fleet
+
+    if jobs is not None:
+        raise UsageError("--jobs is this machine's pool; on a fleet each node trains one run per GPU at a time")
+    with stability_fleet(options, err) as found:
+        yield found

@@ -11,16 +11,15 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from detprof.errors import InputError, UsageError, first_line
+from detprof.models.npz_data import NPZ_PREFIX, npz_path, read_arrays, scaled
 
 NAMES: tuple[str, ...] = ("digits", "cifar10", "cifar100", "synthetic", "npz:PATH")
-NPZ_PREFIX = "npz:"
 NPZ_REQUIRED = ("x_train", "y_train", "x_test", "y_test")
 
 CIFAR_ORIGINS = {
@@ -55,16 +54,10 @@ class Dataset:
 
 def canonical_name(name: str) -> str:
     """Validate ``--dataset`` without loading anything heavy."""
-    text = name.strip()
-    if text.lower().startswith(NPZ_PREFIX):
-        raw = text[len(NPZ_PREFIX) :].strip()
-        if not raw:
-            raise UsageError("--dataset npz:PATH needs a path after 'npz:'")
-        path = Path(raw).expanduser()
-        if not path.is_file():
-            raise InputError(f"{path}: no such file (--dataset npz:PATH)")
-        return f"{NPZ_PREFIX}{path.resolve()}"
-    key = text.lower()
+    path = npz_path(name, "--dataset")
+    if path is not None:
+        return f"{NPZ_PREFIX}{path}"
+    key = name.strip().lower()
     if key not in ("digits", "cifar10", "cifar100", "synthetic"):
         raise UsageError(f"unknown dataset {name!r}; valid datasets: {', '.join(NAMES)}")
     return key
@@ -144,9 +137,9 @@ def load_cifar(key: str) -> Dataset:
         ) from exc
     return Dataset(
         key,
-        _scaled(x_train),
+        scaled(x_train),
         y_train.reshape(-1).astype(np.int32),
-        _scaled(x_test),
+        scaled(x_test),
         y_test.reshape(-1).astype(np.int32),
         classes=10 if key == "cifar10" else 100,
         flip_preserves_label=True,
@@ -154,15 +147,10 @@ def load_cifar(key: str) -> Dataset:
 
 
 def load_npz(path: Path) -> Dataset:
-    try:
-        with np.load(path, allow_pickle=False) as archive:
-            missing = [k for k in NPZ_REQUIRED if k not in archive.files]
-            if missing:
-                needs = ", ".join(NPZ_REQUIRED)
-                raise InputError(f"{path}: missing array(s) {', '.join(missing)} (needs {needs})")
-            arrays = {k: archive[k] for k in archive.files}
-    except (OSError, ValueError, zipfile.BadZipFile) as exc:
-        raise InputError(f"{path}: not a readable .npz archive ({first_line(exc)})") from exc
+    arrays = read_arrays(path)
+    missing = [k for k in NPZ_REQUIRED if k not in arrays]
+    if missing:
+        raise InputError(f"{path}: missing array(s) {', '.join(missing)} (needs {', '.join(NPZ_REQUIRED)})")
     x_train = _images(path, "x_train", arrays["x_train"])
     x_test = _images(path, "x_test", arrays["x_test"])
     y_train = _labels(path, "y_train", arrays["y_train"], len(x_train))
@@ -185,10 +173,10 @@ def _images(path: Path, key: str, x: np.ndarray) -> np.ndarray:
         raise InputError(f"{path}: {key} must be a non-empty (N,H,W) or (N,H,W,C) image array, got {x.shape}")
     if not (np.issubdtype(x.dtype, np.integer) or np.issubdtype(x.dtype, np.floating)):
         raise InputError(f"{path}: {key} must be numeric, got {x.dtype}")
-    scaled = _scaled(x)
-    if not np.isfinite(scaled).all():
+    values = scaled(x)
+    if not np.isfinite(values).all():
         raise InputError(f"{path}: {key} contains NaN or infinite values")
-    return scaled
+    return values
 
 
 def _labels(path: Path, key: str, y: np.ndarray, n: int) -> np.ndarray:
@@ -212,13 +200,6 @@ def _groups(path: Path, groups: np.ndarray, n: int) -> np.ndarray:
     if not (np.issubdtype(groups.dtype, np.integer) or np.issubdtype(groups.dtype, np.str_)):
         raise InputError(f"{path}: groups_test must hold integer or string group labels, got {groups.dtype}")
     return groups
-
-
-def _scaled(x: np.ndarray) -> np.ndarray:
-    """uint8 pixels to [0, 1]; anything else is taken as already scaled."""
-    if x.dtype == np.uint8:
-        return (x.astype(np.float32) / 255.0).astype(np.float32)
-    return x.astype(np.float32)
 
 
 def candidate_input_shapes(shape: tuple[int, int, int]) -> list[tuple[int, int, int]]:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +30,10 @@ from rich.console import Console
 
 from detprof.determinism import DEFAULT_BACKEND, MODES, Mode, as_before_the_choice, quiet_tensorflow, require_backend
 from detprof.errors import UsageError, first_line
-from detprof.models import registry
+from detprof.models import own, registry
 from detprof.profiler.devices import DeviceChoice, Nvml, free_memory, usable_cpus
 from detprof.profiler.gpu_env import gpu_env
+from detprof.profiler.launcher import call_in_worker
 from detprof.profiler.progress import progress_bar
 from detprof.records import StabilityRun, stability_run
 from detprof.stability import datasets, variant_metrics, worker
@@ -80,6 +81,15 @@ class StudyConfig:
     keep_weights: bool = False
     backend: str = DEFAULT_BACKEND
     """The Keras backend every worker trains on (``--backend``)."""
+    keep_saved_weights: bool = False
+    """A saved model of your own (``FILE.keras``) starts every run from its saved weights (``--keep-saved-weights``)."""
+    own_model: own.OwnModel | None = None
+    """``model`` is your own: its spec as ``validated`` parsed it and ``run_study`` inspected it (its file's hash)."""
+
+    @property
+    def label(self) -> str:
+        """The model's name in the summary and the tables: the registry name, or your function's or file's name."""
+        return self.model if self.own_model is None else self.own_model.label
 
     def validated(self) -> tuple[StudyConfig, list[Variant]]:
         """Every name and number checked, names made canonical, before anything is trained (or any worker started)."""
@@ -93,9 +103,11 @@ class StudyConfig:
         if not self.lr > 0:
             raise UsageError(f"--lr must be positive (got {self.lr})")
         variants = parse_variants(",".join(self.variants))
-        spec = registry.get(self.model)
+        mine = own.parse(self.model) if own.is_own(self.model) else None
+        if self.keep_saved_weights and (mine is None or mine.kind != "saved"):
+            raise UsageError("--keep-saved-weights applies to a saved model of your own (--model FILE.keras)")
         canonical = StudyConfig(
-            spec.name,
+            registry.get(self.model).name if mine is None else mine.given,
             datasets.canonical_name(self.dataset),
             tuple(v.name for v in variants),
             self.runs,
@@ -105,13 +117,21 @@ class StudyConfig:
             self.seed,
             self.keep_weights,
             backend,
+            self.keep_saved_weights,
+            mine,
         )
         return canonical, variants
 
     def manifest(self) -> dict[str, Any]:
         """What a resumed study must match. TensorFlow's leaves the backend out, as studies did before
-        there was a choice, so that those still resume; any other backend is named."""
-        return as_before_the_choice(asdict(self))
+        there was a choice, so that those still resume; any other backend is named. A model of your
+        own adds its spec, so that a study of a changed model does not resume into the old one's."""
+        config = as_before_the_choice(asdict(self))
+        if not self.keep_saved_weights:
+            config.pop("keep_saved_weights")
+        if self.own_model is None:
+            config.pop("own_model")
+        return config
 
 
 def default_jobs(device: DeviceChoice | None = None) -> int:
@@ -329,16 +349,21 @@ def run_study(
     command: str,
     console: Console | None = None,
     tasks_per_worker: int | None = None,
+    execute: Callable[..., None] | None = None,
 ) -> StudyOutcome:
+    """Train every planned run not already done, by ``execute`` (``execute_runs``'s signature; default it:
+    this machine's pools), then summarize; a fleet's executor spreads the runs over its nodes."""
     check_jobs(jobs, device)
     config, variants = config.validated()
     data = load_in_parent(config.dataset, config.backend)
+    if config.own_model is not None:
+        config = replace(config, own_model=inspected_for(config.own_model, data, config.backend))
     store = ResultsStore(out, "stability")
     store.open({**config.manifest(), "device": device.label}, command, resume=resume)
     planned = plan_runs(variants, config.runs, config.seed)
     pending = [r for r in planned if not store.is_done(r.run_id)]
     train_config = TrainConfig(
-        config.model,
+        config.label,
         config.dataset,
         config.epochs,
         config.batch_size,
@@ -346,9 +371,11 @@ def run_study(
         config.keep_weights,
         str(store.dir),
         config.backend,
+        config.own_model,
+        config.keep_saved_weights,
     )
     console = console or Console()
-    with progress_bar(console, f"stability of {config.model}", len(planned), store.dir) as progress:
+    with progress_bar(console, f"stability of {config.label}", len(planned), store.dir) as progress:
         progress.on_start("starting", len(planned) - len(pending))
 
         def show_running(running: list[PlannedRun]) -> None:
@@ -359,9 +386,42 @@ def run_study(
             store.write_record(record)
             progress.on_done(record)
 
-        execute_runs(pending, train_config, jobs, store_record, show_running, tasks_per_worker, device=device)
+        run_all = execute or execute_runs
+        run_all(pending, train_config, jobs, store_record, show_running, tasks_per_worker, device=device)
     result = write_summary(store, config, variants, data, device)
     return StudyOutcome(store, result, store.dir / "summary.json", len(pending), len(planned) - len(pending))
+
+
+def inspected_for(model: own.OwnModel, data: datasets.Dataset, backend: str) -> own.OwnModel:
+    """Your model loaded once in a worker before any run, and checked against the dataset in one line.
+
+    A study trains a classifier of images: one input whose channels are the images' (its
+    height and width may differ: the images are resized in the step, as for a registry
+    model), one output with a score per class of the dataset. A factory that takes
+    ``(input_shape, classes)`` is built for the dataset's. Every model trains with the
+    study's protocol (Adam at ``--lr``, sparse cross-entropy), compiled or not, so that the
+    variants compare like with like.
+    """
+    (item,) = own.inspect_with(
+        call_in_worker, [model], backend=backend, input_shape=data.input_shape, classes=data.classes
+    )
+    if len(item.inputs) != 1 or len(item.outputs) != 1:
+        raise UsageError(
+            f"{item.label} has {len(item.inputs)} input(s) and {len(item.outputs)} output(s): a stability study "
+            "trains an image classifier, one input and one output"
+        )
+    shape, outputs = item.inputs[0].shape, item.outputs[0].shape
+    if len(shape) != len(data.input_shape) or shape[-1] != data.input_shape[-1]:
+        raise UsageError(
+            f"{item.label} takes {own.shape_text(shape)} inputs; {data.name} holds "
+            f"{own.shape_text(data.input_shape)} images (the channels must match)"
+        )
+    if not outputs or outputs[-1] != data.classes:
+        raise UsageError(
+            f"{item.label} outputs {own.shape_text(outputs)} scores; {data.name} has {data.classes} classes "
+            "(a factory that takes (input_shape, classes) is built for them)"
+        )
+    return item.model
 
 
 def load_in_parent(name: str, backend: str) -> datasets.Dataset:
@@ -399,7 +459,7 @@ def write_summary(
     first = ok[0] if ok else {}
     result = {
         "kind": "stability",
-        "model": config.model,
+        "model": config.label,
         "dataset": config.dataset,
         "device": device.label,
         "device_info": device.as_record(),
@@ -417,7 +477,7 @@ def write_summary(
         "software": first.get("software"),
         "tables": {
             "runs": store.write_table(
-                "runs", variant_metrics.runs_table(records, config.model, config.dataset, device.label)
+                "runs", variant_metrics.runs_table(records, config.label, config.dataset, device.label)
             ),
             "curves": store.write_table("curves", variant_metrics.curves_table(records)),
             "per_class": store.write_table("per_class", variant_metrics.per_class_table(records)),
@@ -427,6 +487,8 @@ def write_summary(
             for v in variants
         ],
     }
+    if config.own_model is not None:
+        result["model_spec"] = config.own_model.as_record()
     safe = json_safe(result)
     store.write_json("summary.json", safe)
     return safe

@@ -27,6 +27,8 @@ from scipy.special import log_softmax, softmax
 
 from detprof.determinism import DEFAULT_BACKEND, DeterminismSettings, Mode
 from detprof.models import registry
+from detprof.models.own import OwnModel
+from detprof.models.own_build import OwnBuilder, ends_in_softmax
 from detprof.stability import datasets, metrics
 from detprof.stability.variants import PlannedRun, RunSeeds
 from detprof.store import atomic_write_bytes, json_safe
@@ -51,6 +53,10 @@ class TrainConfig:
     study_dir: str
     backend: str = DEFAULT_BACKEND
     """The Keras backend the workers run; each picks it when it starts (``determinism.apply``)."""
+    own_model: OwnModel | None = None
+    """``model`` is your own (its label): the spec the workers build it from (``models.own_build``)."""
+    keep_saved_weights: bool = False
+    """A saved model of your own starts every run from its saved weights instead of fresh ones from ``init``."""
 
     def settings(self, mode: Mode) -> DeterminismSettings:
         """What the workers of ``mode`` apply before their framework starts."""
@@ -140,12 +146,6 @@ def flip_one_weight(model: keras.Model, seed: int) -> dict[str, Any]:
     return {"variable": variable.path, "index": index, "before": float(before), "after": float(flat[index])}
 
 
-def ends_in_softmax(model: keras.Model) -> bool:
-    """Keras applications end in a softmax; detprof's own models output logits."""
-    activation = getattr(model.layers[-1], "activation", None)
-    return getattr(activation, "__name__", "") == "softmax"
-
-
 def on_data(model: keras.Model, data_shape: tuple[int, int, int]) -> keras.Model:
     """``model`` taking the dataset's images: resized (bilinear) in front when the model was built at another size.
 
@@ -187,11 +187,20 @@ class Trainer:
     """
 
     def __init__(
-        self, model_name: str, data_shape: tuple[int, int, int], classes: int, lr: float, jit_compile: bool
+        self,
+        model_name: str,
+        data_shape: tuple[int, int, int],
+        classes: int,
+        lr: float,
+        jit_compile: bool,
+        own_model: OwnModel | None = None,
+        keep_saved_weights: bool = False,
     ) -> None:
         import keras
 
-        self.spec = registry.get(model_name)
+        self.spec: registry.ModelSpec | OwnBuilder = (
+            registry.get(model_name) if own_model is None else OwnBuilder(own_model, keep_saved_weights)
+        )
         self.classes = classes
         self.input_shape, self.model = self._build(data_shape)
         self.outputs_probabilities = ends_in_softmax(self.model)
@@ -217,12 +226,15 @@ class Trainer:
         return f"keras train_on_batch (jit_compile={self.training.jit_compile})"
 
     def _build(self, data_shape: tuple[int, int, int]) -> tuple[tuple[int, int, int], keras.Model]:
+        """The model at the first candidate shape it accepts; the shape is the model's own (yours may fix it)."""
         errors = []
         for shape in datasets.candidate_input_shapes(data_shape):
             try:
-                return shape, self.spec.build(shape, self.classes)
+                model = self.spec.build(shape, self.classes)
             except ValueError as exc:
                 errors.append(f"{shape}: {exc}")
+                continue
+            return tuple(model.inputs[0].shape[1:]), model
         raise ValueError(f"{self.spec.name} cannot be built for {data_shape} images: {'; '.join(errors)}")
 
     def reset(self, seeds: RunSeeds) -> dict[str, Any]:
@@ -271,16 +283,30 @@ class Trainer:
 
 @functools.lru_cache(maxsize=1)
 def trainer_for(
-    model_name: str, data_shape: tuple[int, int, int], classes: int, lr: float, jit_compile: bool
+    model_name: str,
+    data_shape: tuple[int, int, int],
+    classes: int,
+    lr: float,
+    jit_compile: bool,
+    own_model: OwnModel | None = None,
+    keep_saved_weights: bool = False,
 ) -> Trainer:
-    return Trainer(model_name, data_shape, classes, lr, jit_compile)
+    return Trainer(model_name, data_shape, classes, lr, jit_compile, own_model, keep_saved_weights)
 
 
 def train(run: PlannedRun, config: TrainConfig) -> dict[str, Any]:
     """Train one run and store its arrays; returns the run's record (without status)."""
     started = time.perf_counter()
     data = load_dataset(config.dataset)
-    trainer = trainer_for(config.model, data.input_shape, data.classes, config.lr, config.jit_compile)
+    trainer = trainer_for(
+        config.model,
+        data.input_shape,
+        data.classes,
+        config.lr,
+        config.jit_compile,
+        config.own_model,
+        config.keep_saved_weights,
+    )
     applied = trainer.reset(run.seeds)
     shuffle_rng = np.random.default_rng(run.seeds.shuffle)
     augment_rng = np.random.default_rng(run.seeds.augment)

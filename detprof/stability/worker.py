@@ -12,6 +12,7 @@ report a half-finished run as failed.
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import signal
 import sys
@@ -22,7 +23,7 @@ from typing import Any
 
 from detprof import determinism
 from detprof.errors import first_line
-from detprof.profiler.worker import out_of_memory
+from detprof.profiler.worker import end_with_driver, out_of_memory
 from detprof.records import StabilityRun, stability_run
 from detprof.stability import training
 from detprof.stability.variants import PlannedRun
@@ -33,11 +34,18 @@ _context: dict[str, Any] = {}
 
 
 def initialize(settings: determinism.DeterminismSettings, study_dir: str, env: Mapping[str, str]) -> None:
-    """Pool initializer: quiet Ctrl-C, set the GPU environment, log the framework's chatter to a file, apply the mode.
+    """Pool initializer: end with the driver, quiet Ctrl-C, set the GPU environment, log the framework's
+    chatter to a file, apply the mode.
 
     ``env`` (``gpu_env``: which GPU, if any, and memory growth when workers share it) must
-    act before the framework loads, which ``determinism.apply`` does.
+    act before the framework loads, which ``determinism.apply`` does. A pool's worker would
+    outlive a killed driver, blocked on its task queue or training on: it watches the pipe
+    that ``multiprocessing`` gives every child it spawns from its parent, whose other end
+    closes when the parent dies (``parent_process().sentinel``).
     """
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        end_with_driver(parent.sentinel)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.environ.update(env)
     log_path = Path(study_dir) / LOGS_DIR / f"worker-{settings.mode}-{os.getpid()}.log"

@@ -8,8 +8,9 @@ command does once its options are read; ``detprof check --run`` calls it too.
 
 from __future__ import annotations
 
+from dataclasses import fields, replace
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -19,18 +20,35 @@ from rich.table import Table
 from detprof.errors import UsageError
 from detprof.formatting import ratio
 from detprof.invocation import command_line
+from detprof.models.own import is_own
 from detprof.profiler.devices import DeviceChoice
-from detprof.profiler.options import MEASURED_STUDY, ModelsOption, RunOptions, with_run_options
+from detprof.profiler.options import FLEET, MEASURED_STUDY, MODEL_INPUTS, ModelsOption, RunOptions, with_run_options
 from detprof.profiler.study import default_results_dir, measure
 from detprof.store import ResultsStore
 from detprof.sweep.plan import SweepRequest, plan_runs, split_models
-from detprof.sweep.presets import STABILITY_MODELS
+from detprof.sweep.presets import PRESETS, STABILITY_MODELS
+
+if TYPE_CHECKING:
+    from detprof.profiler.program_plan import ProgramRequest
 
 HELP = "Run each model in default and deterministic mode; report the overhead."
 FAILURE_NOTE_CHARS = 160
+ProgramOption = Annotated[
+    str | None,
+    typer.Option(
+        "--command",
+        help="Instead of models, sweep any training program: its command line (split like a shell's, never run "
+        "through one), run once per mode and repeat; mark its steps with detprof.measure()/step(). Needs --name.",
+    ),
+]
+NameOption = Annotated[str | None, typer.Option(help="--command: the name its results go under, as a model's.")]
+PROGRAM_OPTIONS = frozenset(
+    ("backend", "gpu", "gpus", "gpu_index", "force", "tracer", "trace_api", "repeats", "out", "resume", "run_timeout")
+)
+"""The shared options that apply to a program (``--command``); it decides its own steps, data and model."""
 
 
-@with_run_options(*MEASURED_STUDY)
+@with_run_options(*MEASURED_STUDY, *MODEL_INPUTS, *FLEET)
 def sweep(
     options: RunOptions,
     models: ModelsOption = None,
@@ -56,10 +74,23 @@ def sweep(
             "and exit without running it; works with --force and a tracer that is not installed."
         ),
     ] = False,
+    program: ProgramOption = None,
+    name: NameOption = None,
 ) -> None:
     """Run each model in default and deterministic mode and report what determinism costs."""
+    if name is not None and program is None:
+        raise UsageError("--name names the program of --command: give both, or neither for models")
+    if program is not None:
+        from detprof.profiler.program_plan import ProgramRequest
+
+        asked = {"--models": models is not None, "--stability": stability, "--calibrate": calibrate}
+        refuse_for_programs(options, [flag for flag, given in (asked | {"--dry-run": dry_run}).items() if given])
+        run_program_sweep(ProgramRequest(program, name, options), report=report)
+        return
     request = SweepRequest(split_models(models), options)
     if dry_run:
+        if options.ray is not None:
+            raise UsageError("--dry-run prints one machine's plan: leave out --ray (a fleet runs the same plan)")
         print_sweep_plan(request, stability=stability, calibrate=calibrate)
         return
     run_sweep(request, stability=stability, report=report, calibrate=calibrate)
@@ -86,6 +117,8 @@ def _refuse_calibrated_stability(calibrate: bool, stability: bool) -> None:
 
 def run_sweep(request: SweepRequest, *, stability: bool = False, report: bool = True, calibrate: bool = False) -> Path:
     """Measure, print the per-model table, then the stability studies and the report; returns the results folder."""
+    if request.options.ray is not None:
+        return run_fleet_sweep(request, stability=stability, report=report, calibrate=calibrate)
     config, target = request.resolve()
     out = request.options.out or default_results_dir(target.device, target.backend)
     resume = request.options.resume
@@ -110,7 +143,8 @@ def run_sweep(request: SweepRequest, *, stability: bool = False, report: bool = 
     console.print(f"results: {escape(str(store.dir))}")
     if stability:
         studied = STABILITY_MODELS.get(target.preset)
-        models = config.models if studied is None else tuple(m for m in config.models if m in studied)
+        registry_models = tuple(m for m in config.models if not is_own(m))
+        models = registry_models if studied is None else tuple(m for m in registry_models if m in studied)
         skipped = [m for m in config.models if m not in models]
         if skipped:
             console.print(
@@ -119,6 +153,92 @@ def run_sweep(request: SweepRequest, *, stability: bool = False, report: bool = 
                 "NAME --dataset ...` for them"
             )
         run_stability_studies(models, out, target.device, backend=target.backend, resume=resume, console=console)
+    if report:
+        from detprof.reports.command import write_report
+
+        console.print(f"report: {escape(str(write_report(out, out / 'report.html')))}")
+    return out
+
+
+def refuse_for_programs(options: RunOptions, flags: list[str]) -> None:
+    """One line naming every option given that a program (``--command``) cannot take."""
+    given = [
+        f"--{field.name.replace('_', '-')}"
+        for field in fields(options)
+        if field.name not in PROGRAM_OPTIONS and getattr(options, field.name) not in (None, False, ())
+    ]
+    if flags or given:
+        raise UsageError(
+            f"{', '.join([*flags, *given])}: not with --command, which runs a program as it is (it decides its "
+            "own model, data and steps; see README, 'Any training program')"
+        )
+
+
+def run_program_sweep(request: ProgramRequest, *, report: bool) -> Path:
+    """A training program (``--command``) measured as a model named ``--name``: the same table, store and report."""
+    from detprof.profiler.program_plan import plan_program_runs
+
+    settings, target = request.resolve(list(PRESETS))
+    out = request.options.out or default_results_dir(target.device, target.backend)
+    console = Console(stderr=True)
+    store = measure(
+        "sweep",
+        plan_program_runs(settings),
+        settings,
+        settings.manifest(),
+        target,
+        out,
+        what=f"program {settings.name}",
+        resume=request.options.resume,
+        command=command_line(),
+        console=console,
+    )
+    print_summary(store)
+    console.print(f"results: {escape(str(store.dir))}")
+    if report:
+        from detprof.reports.command import write_report
+
+        console.print(f"report: {escape(str(write_report(out, out / 'report.html')))}")
+    return out
+
+
+def run_fleet_sweep(request: SweepRequest, *, stability: bool, report: bool, calibrate: bool) -> Path:
+    """The sweep across GPU types on a Ray cluster (``--ray``): one study per type in ``OUT/<label>``, one report.
+
+    Every option is checked here first, as a dry run of each type would check it, so that a
+    mistake is one line before anything connects; each type's nodes then resolve the rest.
+    """
+    from functools import partial
+
+    from detprof.fleet.study import FleetOptions, measure_on_fleet, print_lost
+
+    if stability:
+        raise UsageError("--stability runs on one machine; on a fleet, run `detprof stability --ray` beside the sweep")
+    fleet = FleetOptions.of(request.options)
+    requests = {
+        label: SweepRequest(request.models, fleet.label_options(request.options, label)) for label in fleet.labels
+    }
+    for labelled in requests.values():
+        SweepRequest(labelled.models, replace(labelled.options, force=True)).resolve(dry_run=True)
+    out = request.options.out or fleet.results_dir()
+    console = Console(stderr=True)
+    models = requests[fleet.labels[0]].models
+    what = "each model" if models is None else f"{len(models)} model{'' if len(models) == 1 else 's'}"
+    outcome = measure_on_fleet(
+        "calibration" if calibrate else "sweep",
+        {label: labelled.resolve for label, labelled in requests.items()},
+        partial(plan_runs, calibrate=calibrate),
+        fleet,
+        out,
+        what=f"{what} on {', '.join(fleet.labels)}",
+        command=command_line(),
+        console=console,
+    )
+    print_lost(console, outcome.lost)
+    for label, study in outcome.studies.items():
+        Console().print(f"[bold]{escape(label)}[/] ({escape(str(study.store.dir))})")
+        (print_noise_floor if calibrate else print_summary)(study.store)
+    console.print(f"results: {escape(str(out))}")
     if report:
         from detprof.reports.command import write_report
 

@@ -1,0 +1,129 @@
+"""``detprof.measure()`` and ``detprof.step()``: the part of a training program that detprof measures.
+
+    import detprof
+
+    with detprof.measure():
+        for batch in batches:
+            detprof.step()
+            train_step(batch)
+
+A program detprof did not write is measured as a whole process unless it says which part is
+its training: the steps inside ``measure()``. Each ``step()`` begins a step, which ends at
+the next ``step()`` or where the window closes; what runs inside the window before the first
+``step()`` (building the model, a first compiled step) is in no step. Wall time is each
+step's, and under a tracer only the window is traced, each step marked in the trace the way
+detprof's own worker marks its steps (``profiler.worker._StepTracer``: the framework's
+profiler and its step annotations on a CPU, ``cudaProfilerStart``/``Stop`` and NVTX ranges
+under nsys), so per-step time and the kernel tables read the same as for a model.
+
+Run outside detprof (no ``program_files.SPEC_ENV``), both do nothing and cost next to nothing,
+so the program runs unchanged. One window per process: a second ``measure()`` is a mistake
+that would make the steps of two windows one measurement, so it raises under detprof.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from detprof.profiler.program_files import TRACED_MODULES, Window, read_spec
+
+
+class _MeasuredWindow:
+    """The open window: its steps' wall times, and the tracer (with the open step's mark) when the run traces."""
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        self.path = Path(spec["window_path"])
+        self.failure = _untraceable(spec)
+        self.tracer = None
+        if spec["in_process"] != "none" and self.failure is None:
+            from detprof.profiler.worker import _StepTracer
+
+            self.tracer = _StepTracer(spec["in_process"], spec["trace_path"], spec["nvtx_steps"])
+        self.step_wall_ns: list[int] = []
+        self.step_mark: contextlib.AbstractContextManager[None] | None = None
+        self.step_started: int | None = None
+        self.started: tuple[float, int] = (0.0, 0)
+        self.is_open = False
+
+    def open(self) -> None:
+        if self.tracer is not None:
+            self.tracer.start()
+        self.started = (time.monotonic(), time.perf_counter_ns())
+        self.is_open = True
+
+    def next_step(self) -> None:
+        self._end_step()
+        if self.tracer is not None:
+            self.step_mark = self.tracer.step(len(self.step_wall_ns))
+            self.step_mark.__enter__()
+        self.step_started = time.perf_counter_ns()
+
+    def _end_step(self) -> None:
+        if self.step_started is None:
+            return
+        self.step_wall_ns.append(time.perf_counter_ns() - self.step_started)
+        self.step_started = None
+        if self.step_mark is not None:
+            self.step_mark.__exit__(None, None, None)
+            self.step_mark = None
+
+    def close(self) -> None:
+        """End the open step and the tracer, and write the window for detprof."""
+        from detprof.store import atomic_write_json
+
+        self._end_step()
+        self.is_open = False
+        ended = (time.monotonic(), time.perf_counter_ns())
+        if self.tracer is not None:
+            self.tracer.stop()
+        marked = len(self.step_wall_ns)
+        steps = self.step_wall_ns if marked else [ended[1] - self.started[1]]
+        window = Window(steps, marked, (self.started[0], ended[0]), self.failure)
+        atomic_write_json(self.path, window.as_json())
+
+
+def _untraceable(spec: dict[str, Any]) -> str | None:
+    """Why the run's tracer cannot trace this program: its framework's profiler traces a framework it did not load.
+
+    Starting that profiler would load the framework into the program (seconds, and a second
+    framework's threads beside the measured steps) to trace nothing.
+    """
+    module = TRACED_MODULES.get(spec["in_process"])
+    if module is None or module in sys.modules:
+        return None
+    loaded = [m for m in TRACED_MODULES.values() if m in sys.modules]
+    hint = f"sweep it with --backend {loaded[0]}" if loaded else "sweep it with --tracer none"
+    return f"--tracer traces {module}, which the program had not loaded when its window opened: {hint}"
+
+
+_opened: list[_MeasuredWindow] = []
+"""The window this process opened, once it has: one per process."""
+
+
+@contextlib.contextmanager
+def measure() -> Iterator[None]:
+    """The program's measured window: its steps (``step()``) are what detprof times and traces."""
+    spec = read_spec()
+    if spec is None:
+        yield
+        return
+    if _opened:
+        raise RuntimeError("detprof.measure() opens one measured window per process, and this one has opened it")
+    window = _MeasuredWindow(spec)
+    _opened.append(window)
+    window.open()
+    try:
+        yield
+    finally:
+        window.close()
+
+
+def step() -> None:
+    """Begin the next measured step (ending the one before); outside a window, or outside detprof, nothing."""
+    if _opened and _opened[0].is_open:
+        _opened[0].next_step()

@@ -1,0 +1,88 @@
+"""``detprof doctor``: the readiness checklist, one line per check, and exit 0 (ready) or 1 (not).
+
+Not being ready is the answer the command exists to give, not a usage or input error, so it
+is exit 1 (as ``detprof check`` exits 1 for a regression), with the reason in the lines that
+say ``missing`` or ``failed`` and how to fix each. A label that is no label stays exit 2.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from detprof.formatting import OutputFormat
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from detprof.doctor.checks import Readiness
+
+HELP = (
+    "Check that this machine is ready to measure: the GPU (NVML), driver and CUDA, nsys, each Keras backend, "
+    "its determinism switch, and a 5-step smoke run that must be traced. Exit 0 ready, 1 not."
+)
+NOT_READY_EXIT = 1
+STATUS_STYLES = {"ok": "green", "missing": "red", "failed": "red", "skipped": "dim"}
+
+
+def doctor(
+    gpu: Annotated[
+        str | None,
+        typer.Option(help="GPU label to check for (t4, v100, a100, ..., or cpu); default this machine's device."),
+    ] = None,
+    backend: Annotated[
+        str | None,
+        typer.Option(help="Keras backends to check, comma-separated (default: every one installed)."),
+    ] = None,
+    force: Annotated[
+        bool,
+        typer.Option(help="Show the GPU checks without enforcing them (a CPU node standing in for a GPU label)."),
+    ] = False,
+    smoke: Annotated[
+        bool, typer.Option(help="Run the smoke runs (the checks that need a framework running come from them).")
+    ] = True,
+    fmt: Annotated[OutputFormat, typer.Option("--format", help="table: the checklist; json or csv for machines.")] = (
+        OutputFormat.table
+    ),
+) -> None:
+    """The checklist for ``--gpu`` (default: this machine's own device, ``cpu`` without a GPU); exit 1 if not ready."""
+    from rich.console import Console
+
+    from detprof.doctor.checks import readiness
+
+    backends = None if backend is None else [b.strip().lower() for b in backend.split(",") if b.strip()]
+    with Console(stderr=True).status("checking this machine (the smoke runs take a few seconds each)"):
+        result = readiness(gpu, backends, force=force, smoke=smoke)
+    if fmt is OutputFormat.json:
+        typer.echo(json.dumps(result.to_dict(), indent=2))
+    elif fmt is OutputFormat.csv:
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(["check", "status", "required", "detail", "fix"])
+        writer.writerows([c.name, c.status, c.required, c.detail, c.fix] for c in result.checks)
+    else:
+        _print_checklist(Console(), result)
+    if not result.ready:
+        raise typer.Exit(NOT_READY_EXIT)
+
+
+def _print_checklist(console: Console, result: Readiness) -> None:
+    """One line per check: its status, name and finding, then how to fix it where it is not ok."""
+    from rich.markup import escape
+
+    width = max(len(check.name) for check in result.checks)
+    for check in result.checks:
+        optional = " (optional)" if not check.required and check.status != "ok" else ""
+        fix = f"; [bold]fix:[/bold] {escape(check.fix)}" if check.fix and check.status != "ok" else ""
+        console.print(
+            f"[{STATUS_STYLES[check.status]}]{check.status:<8}[/] {escape(check.name):<{width}}  "
+            f"{escape(check.detail)}{optional}{fix}",
+            soft_wrap=True,
+            highlight=False,
+        )
+    forced = " (forced: GPU checks shown, not enforced)" if result.forced else ""
+    verdict = "[green]ready[/]" if result.ready else "[red]not ready[/]"
+    console.print(f"detprof doctor: {verdict} for {escape(result.target)}{forced}", highlight=False)

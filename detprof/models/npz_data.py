@@ -1,0 +1,98 @@
+"""Arrays from a user's ``.npz`` file: the whole archive for a stability study, one batch for a sweep.
+
+``stability --dataset npz:PATH`` and ``sweep --data npz:PATH`` read the same file the same way:
+the option's ``npz:`` prefix, the error lines, uint8 pixels scaled to [0, 1]. A sweep needs only
+``batch_size`` examples of a file that may hold a whole dataset, so its parent reads the arrays'
+headers (names, shapes, dtypes) and its workers read the leading rows alone, never the rest.
+numpy only: the parent process validates the file without a framework.
+"""
+
+from __future__ import annotations
+
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from detprof.errors import InputError, UsageError, first_line
+
+NPZ_PREFIX = "npz:"
+NPY_SUFFIX = ".npy"
+
+
+def npz_path(text: str, option: str) -> Path | None:
+    """The file ``npz:PATH`` names, made absolute; None when ``text`` is not an ``npz:`` value."""
+    if not text.strip().lower().startswith(NPZ_PREFIX):
+        return None
+    raw = text.strip()[len(NPZ_PREFIX) :].strip()
+    if not raw:
+        raise UsageError(f"{option} npz:PATH needs a path after 'npz:'")
+    path = Path(raw).expanduser()
+    if not path.is_file():
+        raise InputError(f"{path}: no such file ({option} npz:PATH)")
+    return path.resolve()
+
+
+def read_arrays(path: Path) -> dict[str, np.ndarray]:
+    """Every array of the archive, loaded; one line when it is not a readable ``.npz``."""
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            return {k: archive[k] for k in archive.files}
+    except (OSError, ValueError, zipfile.BadZipFile) as exc:
+        raise InputError(f"{path}: not a readable .npz archive ({first_line(exc)})") from exc
+
+
+@dataclass(frozen=True)
+class ArrayHeader:
+    shape: tuple[int, ...]
+    dtype: str
+
+
+def headers(path: Path) -> dict[str, ArrayHeader]:
+    """Each array's shape and dtype, read from its ``.npy`` header without loading its data."""
+    found = {}
+    try:
+        with zipfile.ZipFile(path) as archive:
+            for member in archive.namelist():
+                if member.endswith(NPY_SUFFIX):
+                    with archive.open(member) as stream:
+                        shape, _, dtype = _read_header(stream)
+                    found[member[: -len(NPY_SUFFIX)]] = ArrayHeader(tuple(shape), dtype.str)
+    except (OSError, ValueError, zipfile.BadZipFile) as exc:
+        raise InputError(f"{path}: not a readable .npz archive ({first_line(exc)})") from exc
+    if not found:
+        raise InputError(f"{path}: not a readable .npz archive (it holds no arrays)")
+    return found
+
+
+def _read_header(stream: zipfile.ZipExtFile) -> tuple[tuple[int, ...], bool, np.dtype]:
+    version = np.lib.format.read_magic(stream)
+    if version == (1, 0):
+        return np.lib.format.read_array_header_1_0(stream)
+    return np.lib.format.read_array_header_2_0(stream)
+
+
+def leading_rows(path: Path, name: str, rows: int) -> np.ndarray:
+    """The first ``rows`` entries along the first axis of array ``name``, reading only those bytes.
+
+    A Fortran-ordered array stores its first rows scattered over the whole file, so it is
+    loaded whole and sliced.
+    """
+    with zipfile.ZipFile(path) as archive, archive.open(name + NPY_SUFFIX) as stream:
+        shape, fortran_order, dtype = _read_header(stream)
+        if dtype.hasobject:
+            raise InputError(f"{path}: array {name!r} holds Python objects, not numbers")
+        count = min(rows, shape[0]) if shape else 0
+        if fortran_order:
+            return np.load(path, allow_pickle=False)[name][:count]
+        row_items = int(np.prod(shape[1:], dtype=np.int64))
+        data = stream.read(count * row_items * dtype.itemsize)
+    return np.frombuffer(data, dtype=dtype).reshape((count, *shape[1:])).copy()
+
+
+def scaled(x: np.ndarray) -> np.ndarray:
+    """uint8 pixels to [0, 1]; anything else is taken as already scaled."""
+    if x.dtype == np.uint8:
+        return (x.astype(np.float32) / 255.0).astype(np.float32)
+    return x.astype(np.float32)

@@ -1,0 +1,359 @@
+"""Your own model, as ``--models``/``--model`` name it: a factory function in a file or a module, or a saved ``.keras``.
+
+The paper's zoo is a reference; what a user needs to know is what determinism costs for their
+model. Everything here runs in detprof's own process, which never imports TensorFlow: a spec
+is parsed and its file checked here, the model itself is loaded and looked at once in a
+worker (``own_build.inspect``, called through ``inspect_with``), and what that worker reports
+(inputs, outputs, loss) decides here, in one line, before any run starts, whether the model
+can train on synthetic data or on the ``--data`` given. The spec travels to the workers as
+plain JSON (``OwnModel.as_record``), and every run's record keeps it with the file's hash,
+so that ``check`` can tell when the model itself changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import zipfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from detprof.errors import InputError, UsageError
+from detprof.models.npz_data import ArrayHeader, leading_rows
+
+Kind = Literal["factory", "saved"]
+KERAS_SUFFIX = ".keras"
+PY_SUFFIX = ".py"
+KERAS_ARCHIVE_CONFIG = "config.json"
+DEFAULT_INPUT_SHAPE: tuple[int, ...] = (32, 32, 3)
+DEFAULT_CLASSES = 10
+SPARSE_CLASSIFICATION_LOSS = "sparse_categorical_crossentropy"
+SINGLE_INPUT_ARRAY = "x_train"
+SINGLE_TARGET_ARRAY = "y_train"
+INSPECT_ENTRY = "detprof.models.own_build:inspect"
+SPEC_FORMS = "FILE.py:FUNCTION, package.module:FUNCTION or FILE.keras"
+REGISTRY_SOURCE = "registry"
+"""``model_source`` of a registry model: its code is detprof's own, versioned with detprof."""
+
+Call = Callable[[str, Mapping[str, Any], str], Any]
+"""``launcher.call_in_worker``'s shape: ``entry(request)`` in a fresh worker, its answer, errors as one line."""
+
+
+@dataclass(frozen=True)
+class OwnModel:
+    """A user's model: where it comes from, the label it goes by, and the hash of its file."""
+
+    given: str
+    """The spec as typed: what the manifest keeps, so that ``check --run`` and ``--resume`` name it again."""
+    kind: Kind
+    label: str
+    """The function's name, or the ``.keras`` file's name without its suffix: the model in records and reports."""
+    path: str | None = None
+    """The file, absolute: the ``.py`` or ``.keras`` given, or a module's source once inspected."""
+    module: str | None = None
+    function: str | None = None
+    search_path: str | None = None
+    """The folder a module is imported from besides ``PYTHONPATH``: the current one when it was given."""
+    sha256: str | None = None
+
+    def as_record(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> OwnModel:
+        return cls(**{f.name: record.get(f.name) for f in fields(cls)})
+
+    @property
+    def source(self) -> str:
+        """What ``check`` compares to tell whether the model changed: the hash of its file."""
+        return f"sha256:{self.sha256}"
+
+
+def is_own(name: str) -> bool:
+    """A spec of a model of your own rather than a registry name: it names a function or a ``.keras`` file."""
+    text = name.strip()
+    return ":" in text or text.lower().endswith(KERAS_SUFFIX)
+
+
+def parse(name: str) -> OwnModel:
+    """The spec checked as far as it can be without loading it: the file exists, the names are names."""
+    text = name.strip()
+    if text.lower().endswith(KERAS_SUFFIX):
+        path = _existing_file(text, "a saved Keras model")
+        _refuse_non_keras_archive(path)
+        return OwnModel(text, "saved", safe_label(path.stem), path=str(path), sha256=file_sha256(path))
+    where, _, function = text.rpartition(":")
+    if not where or not function.isidentifier():
+        raise UsageError(f"{text!r}: not a model name (see `detprof models`) nor a model of your own ({SPEC_FORMS})")
+    if where.lower().endswith(PY_SUFFIX):
+        path = _existing_file(where, "a model factory")
+        return OwnModel(text, "factory", function, path=str(path), function=function, sha256=file_sha256(path))
+    if not all(part.isidentifier() for part in where.split(".")):
+        raise UsageError(f"{text!r}: {where!r} is neither a .py file nor a module name (package.module:FUNCTION)")
+    return OwnModel(text, "factory", function, module=where, function=function, search_path=os.getcwd())
+
+
+def _existing_file(text: str, what: str) -> Path:
+    path = Path(text).expanduser()
+    if not path.is_file():
+        raise InputError(f"{path}: no such file ({what}, --models {SPEC_FORMS})")
+    return path.resolve()
+
+
+def _refuse_non_keras_archive(path: Path) -> None:
+    """A ``.keras`` file is a zip archive holding the model's ``config.json``: anything else is refused here."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            holds_config = KERAS_ARCHIVE_CONFIG in archive.namelist()
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise InputError(f"{path}: not a saved Keras model (not a .keras archive: {exc})") from exc
+    if not holds_config:
+        raise InputError(f"{path}: not a saved Keras model (the archive has no {KERAS_ARCHIVE_CONFIG})")
+
+
+def safe_label(stem: str) -> str:
+    """A file name as a label: it names run ids and files, so nothing but letters, digits, ``_``, ``.`` and ``-``."""
+    return re.sub(r"[^\w.-]+", "_", stem).strip("_") or "model"
+
+
+def file_sha256(path: str | Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def refuse_duplicate_labels(labels: Sequence[str], given: Sequence[str]) -> None:
+    """Two models under one label would pool their runs in records, reports and ``check``."""
+    seen: dict[str, str] = {}
+    for label, spec in zip(labels, given, strict=True):
+        if label in seen:
+            raise UsageError(
+                f"{seen[label]} and {spec} both go by the name {label!r}: rename one (the function or the file)"
+            )
+        seen[label] = spec
+
+
+def parse_input_shape(text: str | None) -> tuple[int, ...] | None:
+    """``--input-shape HxWxC`` (any rank: ``20`` for a vector of 20 features)."""
+    if text is None:
+        return None
+    parts = text.strip().lower().split("x")
+    if not all(p.strip().isdigit() and int(p) > 0 for p in parts):
+        raise UsageError(f"--input-shape must be positive sizes joined by x, like 32x32x3 (HxWxC), not {text!r}")
+    return tuple(int(p) for p in parts)
+
+
+def shape_text(shape: Sequence[int | None]) -> str:
+    return "x".join("?" if d is None else str(d) for d in shape)
+
+
+@dataclass(frozen=True)
+class TensorFacts:
+    name: str
+    shape: tuple[int | None, ...]
+    """Without the batch axis; None where the model takes any size."""
+    dtype: str
+
+    @classmethod
+    def from_answer(cls, answer: Mapping[str, Any]) -> TensorFacts:
+        return cls(str(answer["name"]), tuple(answer["shape"]), str(answer["dtype"]))
+
+
+@dataclass(frozen=True)
+class Inspected:
+    """What a worker saw of a user's model, once, before any run."""
+
+    model: OwnModel
+    takes_arguments: bool
+    """Built as ``FUNCTION(input_shape, classes)``; otherwise it fixes its own input."""
+    inputs: tuple[TensorFacts, ...]
+    outputs: tuple[TensorFacts, ...]
+    loss: str | None
+    """The loss it is compiled with (its function's name); None: not compiled, so SGD and sparse cross-entropy."""
+    parameters: int
+
+    @classmethod
+    def from_answer(cls, model: OwnModel, answer: Mapping[str, Any]) -> Inspected:
+        """``model`` as ``own_build.describe`` found it, its file and hash filled in (a module's come from there)."""
+        return cls(
+            replace(model, path=answer["path"], sha256=answer["sha256"]),
+            bool(answer["takes_arguments"]),
+            tuple(TensorFacts.from_answer(t) for t in answer["inputs"]),
+            tuple(TensorFacts.from_answer(t) for t in answer["outputs"]),
+            answer["loss"],
+            int(answer["parameters"]),
+        )
+
+    @property
+    def label(self) -> str:
+        return self.model.label
+
+    @property
+    def compiled(self) -> bool:
+        return self.loss is not None
+
+    @property
+    def sparse_classifier(self) -> bool:
+        """One output trained against integer labels: synthetic labels fit it."""
+        return len(self.outputs) == 1 and self.loss in (None, SPARSE_CLASSIFICATION_LOSS)
+
+    @property
+    def classes(self) -> int | None:
+        last = self.outputs[0].shape[-1] if self.sparse_classifier and self.outputs[0].shape else None
+        return None if last is None else int(last)
+
+
+def inspect_with(
+    call: Call, models: Sequence[OwnModel], *, backend: str, input_shape: Sequence[int], classes: int
+) -> list[Inspected]:
+    """Load each model once in a worker of ``backend`` (``call`` is ``launcher.call_in_worker``).
+
+    A factory that takes ``(input_shape, classes)`` is built with these. A module's file
+    and hash come back from the worker that imported it: this process never imports it.
+    """
+    if not models:
+        return []
+    request = {
+        "models": [m.as_record() for m in models],
+        "backend": backend,
+        "input_shape": list(input_shape),
+        "classes": classes,
+    }
+    answers = call(INSPECT_ENTRY, request, f"loading {', '.join(m.given for m in models)}")
+    return [Inspected.from_answer(model, answer) for model, answer in zip(models, answers, strict=True)]
+
+
+def refuse_synthetic(item: Inspected) -> None:
+    """One line when synthetic data cannot train ``item``, saying what it needs instead."""
+    need = "pass --data npz:PATH with a batch for it (an array per input and output, by name)"
+    if len(item.inputs) != 1 or len(item.outputs) != 1:
+        names = ", ".join(t.name for t in item.inputs)
+        compile_too = "" if item.compiled else ", and compile it with its loss and optimizer"
+        raise UsageError(
+            f"{item.label} has {len(item.inputs)} input(s) ({names}) and {len(item.outputs)} output(s): "
+            f"synthetic data fits one input and one classifier output; {need}{compile_too}"
+        )
+    (tensor,) = item.inputs
+    if None in tensor.shape:
+        raise UsageError(f"{item.label}'s input {tensor.name} has no fixed shape ({shape_text(tensor.shape)}): {need}")
+    if not tensor.dtype.startswith(("float", "bfloat")):
+        raise UsageError(f"{item.label}'s input {tensor.name} takes {tensor.dtype} values, not images: {need}")
+    if not item.sparse_classifier:
+        raise UsageError(
+            f"{item.label} is compiled with the loss {item.loss}, not {SPARSE_CLASSIFICATION_LOSS}: synthetic class "
+            f"labels would not fit it; {need}"
+        )
+    if item.classes is None or item.classes < 2:
+        shape = shape_text(item.outputs[0].shape)
+        raise UsageError(f"{item.label}'s output ({shape}) is not a score per class: {need}")
+
+
+def data_feed(item: Inspected, path: Path, arrays: Mapping[str, ArrayHeader], batch_size: int) -> dict[str, Any]:
+    """Which array of ``path`` feeds each input and target of ``item`` (the worker reads ``batch_size`` rows).
+
+    An array named as the input or output it feeds; a model with one input and one output
+    also takes ``x_train`` and ``y_train``, the arrays of ``stability --dataset npz:PATH``.
+    """
+    if not item.compiled and not item.sparse_classifier:
+        raise UsageError(
+            f"{item.label} has {len(item.outputs)} outputs and is not compiled: compile it with its loss and "
+            "optimizer (detprof trains a model that is not compiled as a classifier)"
+        )
+    inputs = [
+        [t.name, _array_for(item, t, "input", SINGLE_INPUT_ARRAY if len(item.inputs) == 1 else None, path, arrays)]
+        for t in item.inputs
+    ]
+    targets = [
+        [t.name, _array_for(item, t, "output", SINGLE_TARGET_ARRAY if len(item.outputs) == 1 else None, path, arrays)]
+        for t in item.outputs
+    ]
+    for _, name in inputs + targets:
+        refuse_short(path, name, arrays[name], batch_size)
+    for tensor, (_, name) in zip(item.inputs, inputs, strict=True):
+        if example_shape(arrays[name].shape, tensor.shape) is None:
+            raise UsageError(
+                f"{path}: array {name} holds {shape_text(arrays[name].shape[1:])} examples; {item.label}'s input "
+                f"{tensor.name} takes {shape_text(tensor.shape)}"
+            )
+    if item.sparse_classifier and item.classes is not None:
+        found = label_classes(path, arrays, targets[0][1])
+        if found is not None and found > item.classes:
+            raise UsageError(
+                f"{path}: array {targets[0][1]} holds labels up to {found - 1}; "
+                f"{item.label} scores {item.classes} classes"
+            )
+    return {"path": str(path), "inputs": inputs, "targets": targets}
+
+
+def _array_for(
+    item: Inspected,
+    tensor: TensorFacts,
+    role: str,
+    single: str | None,
+    path: Path,
+    arrays: Mapping[str, ArrayHeader],
+) -> str:
+    for name in (tensor.name, single):
+        if name is not None and name in arrays:
+            return name
+    wanted = " or ".join(repr(n) for n in (tensor.name, single) if n)
+    raise UsageError(
+        f"{path}: no array {wanted} for {item.label}'s {role} {tensor.name} (it holds {', '.join(sorted(arrays))})"
+    )
+
+
+def refuse_short(path: Path, name: str, header: ArrayHeader, batch_size: int) -> None:
+    rows = header.shape[0] if header.shape else 0
+    if rows < batch_size:
+        raise UsageError(f"{path}: array {name} holds {rows} examples, fewer than the batch size {batch_size}")
+
+
+def example_shape(array_shape: Sequence[int], model_shape: Sequence[int | None]) -> tuple[int, ...] | None:
+    """An array's example shape as the model takes it, or None when it does not fit.
+
+    Grey images without a channel axis, (N, H, W), feed a model that takes (H, W, 1), as
+    ``stability --dataset npz:PATH`` reads them.
+    """
+    shape = tuple(int(d) for d in array_shape[1:])
+    if len(shape) == len(model_shape) - 1 and model_shape[-1] == 1:
+        shape = (*shape, 1)
+    if len(shape) != len(model_shape) or any(m is not None and m != d for d, m in zip(shape, model_shape, strict=True)):
+        return None
+    return shape
+
+
+def image_shape(path: Path, arrays: Mapping[str, ArrayHeader]) -> tuple[int, ...]:
+    """The shape of one ``x_train`` example, grey images given a channel axis (as the stability study reads them)."""
+    if SINGLE_INPUT_ARRAY not in arrays:
+        raise UsageError(f"{path}: no array {SINGLE_INPUT_ARRAY} (it holds {', '.join(sorted(arrays))})")
+    shape = tuple(int(d) for d in arrays[SINGLE_INPUT_ARRAY].shape[1:])
+    return (*shape, 1) if len(shape) == 2 else shape
+
+
+def label_classes(path: Path, arrays: Mapping[str, ArrayHeader], name: str = SINGLE_TARGET_ARRAY) -> int | None:
+    """How many classes an array of integer labels names (its largest plus one); None when it holds no such labels."""
+    header = arrays.get(name)
+    if header is None or not np.issubdtype(np.dtype(header.dtype), np.integer) or not header.shape:
+        return None
+    labels = leading_rows(path, name, header.shape[0])
+    return int(labels.max()) + 1 if labels.size else None
+
+
+def classifier_feed(path: Path, arrays: Mapping[str, ArrayHeader], batch_size: int, classes: int) -> dict[str, Any]:
+    """``x_train`` and ``y_train`` feeding a registry model: images and integer labels under ``classes``."""
+    image_shape(path, arrays)
+    found = label_classes(path, arrays)
+    if found is None:
+        raise UsageError(f"{path}: a registry model trains on integer class labels in {SINGLE_TARGET_ARRAY}")
+    if found > classes:
+        raise UsageError(f"{path}: {SINGLE_TARGET_ARRAY} holds labels up to {found - 1}: pass --classes {found}")
+    for name in (SINGLE_INPUT_ARRAY, SINGLE_TARGET_ARRAY):
+        refuse_short(path, name, arrays[name], batch_size)
+    return {
+        "path": str(path),
+        "inputs": [[SINGLE_INPUT_ARRAY, SINGLE_INPUT_ARRAY]],
+        "targets": [[SINGLE_TARGET_ARRAY, SINGLE_TARGET_ARRAY]],
+    }

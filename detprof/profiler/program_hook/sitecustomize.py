@@ -1,0 +1,145 @@
+"""Run by every Python process of a program that ``detprof sweep --command`` runs: determinism in effect, checked.
+
+Python imports ``sitecustomize`` at start-up from the first folder on its path that has one,
+and detprof puts this folder first on the program's ``PYTHONPATH``. It does two things, then
+runs the ``sitecustomize`` that the program would have run without detprof, if any:
+
+- In deterministic mode it switches PyTorch on as soon as the program has imported torch
+  (``determinism.switch_torch_on``): torch has no environment variable for it, unlike
+  TensorFlow and JAX, which ``determinism.program_environment`` switches.
+- After each framework's import and again at exit it writes what the frameworks this process
+  loaded report in effect (``determinism.in_effect_here``) to a file of its own in
+  ``IN_EFFECT_DIR_ENV``, which detprof reads into the run's record: a deterministic run
+  whose frameworks did not all report determinism is failed, not measured. The write after the
+  import leaves a file when the process later ends without running ``atexit`` handlers.
+
+The program's interpreter may not have detprof installed, so ``determinism.py`` is loaded by
+its path, under a name of its own, and nothing else of detprof is imported. Nothing here may
+break the program: a failure is written to the process's file, or to its stderr when there is
+no file to write (the run then fails with it), and the program goes on.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+HOOK_DIR = Path(__file__).resolve().parent
+DETERMINISM_FILE = HOOK_DIR.parents[1] / "determinism.py"
+DETERMINISM_MODULE = "_detprof_program_determinism"
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs callbacks once a top-level module has been imported, before the import returns to the program."""
+
+    def __init__(self) -> None:
+        self.callbacks: dict[str, list[Callable[[], None]]] = {}
+
+    def add(self, module: str, callback: Callable[[], None]) -> None:
+        self.callbacks.setdefault(module, []).append(callback)
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        callbacks = self.callbacks.pop(name, None)
+        if callbacks is None:
+            return None
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            spec = None if finder is self or find is None else find(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+            spec.loader = _Then(spec.loader, callbacks)
+        return spec
+
+
+class _Then(importlib.abc.Loader):
+    """``loader``, then ``callbacks`` once the module has run; everything else asked of it goes to ``loader``."""
+
+    def __init__(self, loader: Any, callbacks: list[Callable[[], None]]) -> None:
+        self.loader = loader
+        self.callbacks = callbacks
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.loader, name)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        self.loader.exec_module(module)
+        for callback in self.callbacks:
+            callback()
+
+
+def _load_determinism() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(DETERMINISM_MODULE, DETERMINISM_FILE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[DETERMINISM_MODULE] = module  # dataclasses look their module up while the file runs
+    spec.loader.exec_module(module)
+    return module
+
+
+def _writer(out_dir: Path, read: Callable[[], dict[str, Any]]) -> Callable[[], None]:
+    """Write ``read()`` (or why it failed) to this process's file, replacing what an earlier call wrote."""
+
+    def write() -> None:
+        try:
+            found = read()
+        except Exception as exc:  # any framework's failure: recorded, never raised into the program
+            found = {"error": f"{type(exc).__name__}: {exc}"}
+        path = out_dir / f"{os.getpid()}.json"
+        tmp = path.with_name(f".{path.name}.tmp")
+        try:
+            tmp.write_text(json.dumps(found | {"argv": sys.argv}, default=str))
+            os.replace(tmp, path)
+        except OSError:
+            pass  # the folder went away: detprof then finds no report and fails the run for it
+
+    return write
+
+
+def _install() -> None:
+    try:
+        determinism = _load_determinism()
+    except Exception as exc:  # the run then has no report of what was in effect, and fails for it
+        print(f"detprof: cannot load {DETERMINISM_FILE}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return
+    mode = os.environ.get(determinism.PROGRAM_MODE_ENV)
+    out_dir = os.environ.get(determinism.IN_EFFECT_DIR_ENV)
+    if not mode or not out_dir:
+        return
+    write = _writer(Path(out_dir), determinism.in_effect_here)
+    after_import = _AfterImport()
+    if mode == "deterministic":
+        after_import.add("torch", determinism.switch_torch_on)
+    for module in determinism.BACKEND_MODULES.values():
+        after_import.add(module, write)
+    sys.meta_path.insert(0, after_import)
+    atexit.register(write)
+
+
+def _chain_to_the_programs_own() -> None:
+    """Run the ``sitecustomize`` later on the path, which the program would have run without detprof."""
+    path = [entry for entry in sys.path if Path(entry or ".").resolve() != HOOK_DIR]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", path)
+    if spec is None or spec.loader is None:
+        return
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["sitecustomize"] = module
+    spec.loader.exec_module(module)
+
+
+_install()
+_chain_to_the_programs_own()

@@ -1,0 +1,219 @@
+"""Run a training program detprof did not write, once per run of the plan, and record what it measured.
+
+``ProgramLauncher`` is the ``WorkerLauncher`` of programs: the same store, tracer, device,
+telemetry, trace parsing (``_kernels``) and atomic record. What differs is the process and
+what it leaves behind. The process is the user's command, split with ``shlex`` and never run
+through a shell, in its mode's environment (``determinism.program_environment``) with the
+``sitecustomize`` hook first on ``PYTHONPATH``; its stdout goes to the run's log, its stderr
+to a file of its own, whose tail the record keeps. It leaves its exit status, the hook's
+reports of what was in effect (a deterministic run without determinism in effect is failed,
+not measured) and, if it opened one, the measured window ``detprof.measure()`` wrote
+(``program_files``).
+
+A program cannot time untraced steps and then trace others as detprof's worker does, so each
+of its runs either traces (kernel time) or is timed untraced (wall time; ``study.measured_parts``).
+Without a window its wall time is its whole process, start-up included, and there is nothing
+for a tracer to trace: once a run has shown that the program opens no window, its traced runs
+are recorded as failed with that reason instead of being run.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from detprof.determinism import Mode, program_environment
+from detprof.errors import last_line
+from detprof.profiler.launcher import WorkerLauncher, WorkerRun, Workload, _now, _wait, _Worker
+from detprof.profiler.program_files import SPEC_ENV, InEffect, MeasuredWindow, Window, in_effect, read_window
+from detprof.profiler.worker import classify_failure
+from detprof.records import MeasuredRun, measured_run
+from detprof.store import atomic_write_json
+from detprof.version import detprof_version
+
+HOOK_DIR = Path(__file__).resolve().parent / "program_hook"
+"""The folder put first on the program's ``PYTHONPATH``: its ``sitecustomize`` is the hook."""
+STDERR_TAIL_LINES = 20
+STDERR_TAIL_CHARS = 2000
+REASON_CHARS = 500
+NO_WINDOW = (
+    "nothing to trace: the program opens no measured window (detprof.measure()), and the tracer records only "
+    "inside one; its untraced runs time its whole process"
+)
+
+
+def _argv_of(workload: Workload) -> list[str]:
+    """The program's command line, as ``program_plan`` put it into the run's workload."""
+    return [str(arg) for arg in workload.spec["argv"]]
+
+
+class ProgramLauncher(WorkerLauncher):
+    def program_env(self, mode: Mode, spec_path: Path, in_effect_dir: Path) -> dict[str, str]:
+        """The program's whole environment: a worker's (``worker_env``), switched to ``mode``, with the hook first."""
+        env = program_environment(mode, self.worker_env(), str(in_effect_dir))
+        path = [str(HOOK_DIR), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])]
+        return env | {SPEC_ENV: str(spec_path), "PYTHONPATH": os.pathsep.join(path)}
+
+    def program_command(self, run: WorkerRun, argv: list[str], trace_base: Path) -> list[str]:
+        """The command line that runs the program: inside nsys or nvprof when they trace the run."""
+        return self.tracer.command(argv, trace_base) if run.traced and self.tracer.wraps_process else argv
+
+    def run(self, run: WorkerRun, workload: Workload, fields: Mapping[str, Any]) -> MeasuredRun:
+        worker = self._prepare(run, workload, fields, cpu_core=None, control_fd=None)
+        argv = _argv_of(workload)
+        tracer = self.tracer_of(run)
+        worker.spec = {
+            "run_id": run.run_id,
+            "mode": run.mode,
+            "in_process": tracer.in_process,
+            "nvtx_steps": tracer.nvtx_steps,
+            "trace_path": str(worker.trace_path) if worker.trace_path else None,
+            "window_path": str(worker.result_path),
+        }
+        in_effect_dir = worker.spec_path.with_name(f"{run.run_id}.in-effect")
+        stderr_path = worker.log_path.with_name(f"{run.run_id}.stderr.log")
+        worker.make_room()
+        shutil.rmtree(in_effect_dir, ignore_errors=True)
+        in_effect_dir.mkdir()
+        worker.start()
+        if run.traced and self._opens_no_window():
+            return self._record(worker, argv, None, None, in_effect_dir, stderr_path)
+        atomic_write_json(worker.spec_path, worker.spec)
+        worker.command = self.program_command(run, argv, worker.trace_base)
+        env = self.program_env(run.mode, worker.spec_path, in_effect_dir)
+        with self.sampler_factory() as worker.sampler:
+            started = time.monotonic_ns()
+            outcome = _run_process(worker.command, env, worker.log_path, stderr_path, self.timeout_s)
+            process_ns = time.monotonic_ns() - started
+        return self._record(worker, argv, outcome, process_ns, in_effect_dir, stderr_path)
+
+    def _opens_no_window(self) -> bool:
+        """Whether a run of this study has shown that the program finishes without opening a measured window."""
+        return any(
+            program.get("measured_window") == "process" and program.get("exit_status") == 0
+            for program in (record.get("program") or {} for record in self.store.records())
+        )
+
+    def _record(
+        self,
+        worker: _Worker,
+        argv: list[str],
+        outcome: str | int | None,
+        process_ns: int | None,
+        in_effect_dir: Path,
+        stderr_path: Path,
+    ) -> MeasuredRun:
+        """The run's record, written atomically; ``outcome`` None: the run was not started (``NO_WINDOW``)."""
+        run = worker.run
+        window = read_window(worker.result_path)
+        effect = in_effect(in_effect_dir, run.mode)
+        stderr = _tail(stderr_path)
+        status, reason = self._status(run, outcome, window, effect, stderr)
+        measured: dict[str, Any] = {}
+        steps = 0
+        if status == "ok" and run.measures == "wall":
+            assert process_ns is not None
+            measured["step_wall_ns"] = window.step_wall_ns if window is not None else [process_ns]
+            steps = len(measured["step_wall_ns"])
+        elif status == "ok" and window is not None:
+            steps = len(window.step_wall_ns)
+            measured = {"traced_step_wall_ns": window.step_wall_ns}
+            measured |= self._kernels(run.run_id, worker.trace_path, steps, settling=0)
+            if "failure" in measured:
+                status, reason = "failed", measured.pop("failure")
+        measured_window: MeasuredWindow = "api" if window is not None else "process"
+        span = window.monotonic if window is not None else None
+        record = measured_run(
+            run_id=run.run_id,
+            mode=run.mode,
+            backend=_backend(run.backend, effect),
+            status=status,
+            reason=reason,
+            steps=steps,
+            warmup=0,
+            measures=run.measures,
+            tracer=self.tracer_of(run).name,
+            device=self.device.as_record(),
+            command=shlex.join(worker.command or argv),
+            log=str(worker.log_path.relative_to(self.store.dir)),
+            started_at=worker.started,
+            finished_at=_now(),
+            duration_s=round(time.monotonic() - worker.t0, 3),
+            worker_env=self.timing_env(),
+            telemetry=None if worker.sampler is None else worker.sampler.result(window=span),
+            settings=effect.settings(run.mode) if effect.processes else None,
+            versions=effect.versions | {"detprof": detprof_version()},
+            program={
+                "command": shlex.join(argv),
+                "exit_status": outcome if isinstance(outcome, int) else None,
+                "stderr_tail": stderr,
+                "stderr_log": str(stderr_path.relative_to(self.store.dir)),
+                "measured_window": measured_window,
+                "marked_steps": None if window is None else window.marked_steps,
+                "processes": effect.processes,
+            },
+            **worker.fields,
+            **measured,
+        )
+        self.store.write_record(record)
+        worker.spec_path.unlink(missing_ok=True)
+        worker.result_path.unlink(missing_ok=True)
+        shutil.rmtree(in_effect_dir, ignore_errors=True)
+        return record
+
+    def _status(
+        self, run: WorkerRun, outcome: str | int | None, window: Window | None, effect: InEffect, stderr: str
+    ) -> tuple[str, str | None]:
+        """ok, or failed (unsupported: the framework refused to run deterministically) and the one-line reason."""
+        if outcome is None:
+            return "failed", NO_WINDOW
+        if outcome == "timeout":
+            return "failed", f"timed out after {self.timeout_s:g} s (--run-timeout)"
+        if isinstance(outcome, str):
+            return "failed", outcome
+        if outcome != 0:
+            last = last_line(stderr) or "nothing on stderr"
+            status, _ = classify_failure(RuntimeError(last), run.mode == "deterministic")
+            return status, f"exit code {outcome}: {last}"[:REASON_CHARS]
+        if effect.problem is not None:
+            return "failed", effect.problem
+        if window is not None and window.failure is not None:
+            return "failed", window.failure
+        if run.traced and window is None:
+            return "failed", NO_WINDOW
+        return "ok", None
+
+
+def _run_process(
+    command: list[str], env: dict[str, str], log_path: Path, stderr_path: Path, timeout_s: float | None
+) -> str | int:
+    """The program's exit status, "timeout" (its process group killed), or why it could not start."""
+    with open(log_path, "wb") as out, open(stderr_path, "wb") as err:
+        try:
+            proc = subprocess.Popen(
+                command, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True
+            )
+        except OSError as exc:
+            return f"cannot start {command[0]}: {exc.strerror or exc}"
+    return _wait(proc, timeout_s)
+
+
+def _tail(path: Path) -> str:
+    """The last lines of the program's stderr, where its error is when it failed."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-STDERR_TAIL_LINES:])[-STDERR_TAIL_CHARS:]
+
+
+def _backend(asked: str, effect: InEffect) -> str:
+    """The framework the program trained with: the one it loaded, else ``--backend`` (also when it loaded several)."""
+    loaded = list(effect.frameworks)
+    return asked if asked in loaded or not loaded else loaded[0]

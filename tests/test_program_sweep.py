@@ -1,0 +1,334 @@
+"""``detprof sweep --command``: real training programs (PyTorch, Keras on TensorFlow) swept as black boxes.
+
+Each program is a real script written into a temporary folder and run by a real interpreter:
+the venv's (detprof importable) or the one the venv was made from (no detprof, no framework),
+so that the ``sitecustomize`` hook is shown to work where detprof is not installed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from detprof.cli import main
+from detprof.determinism import program_environment
+from detprof.errors import INPUT_EXIT, USAGE_EXIT
+from detprof.profiler.launcher import STEADY_HEAP_ENV
+from detprof.profiler.options import RunOptions
+from detprof.profiler.program_files import in_effect
+from detprof.profiler.program_plan import ProgramRequest, plan_program_runs
+from detprof.profiler.program_run import HOOK_DIR, NO_WINDOW
+from detprof.store import ResultsStore
+from detprof.sweep.presets import PRESETS
+
+STEPS = 3
+TORCH_TRAIN = """
+import sys
+
+import torch
+
+import detprof
+
+torch.set_num_threads(1)
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+x, y = torch.randn(32, 16), torch.randint(0, 4, (32,))
+
+
+def train_step():
+    optimizer.zero_grad()
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    optimizer.step()
+
+
+train_step()
+with detprof.measure():
+    for _ in range(int(sys.argv[1])):
+        detprof.step()
+        train_step()
+"""
+KERAS_FIT = """
+import keras
+import numpy as np
+
+keras.utils.set_random_seed(0)  # TensorFlow refuses random ops without a seed under determinism
+x, y = np.random.rand(64, 8).astype("float32"), np.random.randint(0, 2, 64)
+model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(2)])
+model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+model.fit(x, y, batch_size=32, epochs=1, verbose=0)
+"""
+TORCH_SWITCHED_OFF = """
+import torch
+
+torch.use_deterministic_algorithms(False)
+"""
+NEEDS_USER_SITECUSTOMIZE = """
+import os
+import sys
+
+sys.exit(0 if os.environ.get("USER_SITECUSTOMIZE_RAN") == "1" else 4)
+"""
+USER_SITECUSTOMIZE = """
+import os
+
+os.environ["USER_SITECUSTOMIZE_RAN"] = "1"
+"""
+TWO_WINDOWS = """
+import sys
+
+import detprof
+
+print("opening the first window", file=sys.stderr)
+with detprof.measure():
+    detprof.step()
+with detprof.measure():
+    detprof.step()
+"""
+OUTSIDE_DETPROF = """
+import sys
+
+import detprof
+
+with detprof.measure():
+    for _ in range(2):
+        detprof.step()
+print([m for m in ("numpy", "detprof.store", "detprof.profiler.worker") if m in sys.modules])
+"""
+BASE_PYTHON = Path(sys.base_prefix) / "bin" / "python3"
+
+
+def script(folder: Path, name: str, text: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text(text)
+    return path
+
+
+def sweep(out: Path, command: list[str | Path], name: str, *options: str) -> int:
+    """``detprof sweep --command`` as a user types it, in this process."""
+    line = shlex.join(str(part) for part in command)
+    return main(["sweep", "--command", line, "--name", name, "--gpu", "cpu", "--out", str(out), *options])
+
+
+def records(out: Path) -> dict[str, dict[str, Any]]:
+    return {r["run_id"]: r for r in ResultsStore(out, "sweep").records()}
+
+
+def base_python() -> Path:
+    """The interpreter the venv was made from, where neither detprof nor any framework is installed."""
+    if not BASE_PYTHON.is_file():
+        pytest.skip(f"no base interpreter at {BASE_PYTHON}")
+    found = subprocess.run([BASE_PYTHON, "-c", "import detprof"], capture_output=True, cwd="/", check=False)
+    if found.returncode == 0:
+        pytest.skip(f"{BASE_PYTHON} has detprof installed")
+    return BASE_PYTHON
+
+
+@pytest.fixture(scope="module")
+def torch_sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A PyTorch program with a measured window, traced by torch.profiler: each mode traced, then untraced."""
+    folder = tmp_path_factory.mktemp("torch-program")
+    train = script(folder, "train.py", TORCH_TRAIN)
+    out = folder / "res"
+    options = ("--backend", "torch", "--tracer", "torch", "--repeats", "1", "--no-report")
+    assert sweep(out, [sys.executable, train, STEPS], "mlp", *options) == 0
+    return out
+
+
+@pytest.mark.slow
+def test_every_run_is_a_process_of_its_own_with_determinism_verified(torch_sweep: Path) -> None:
+    recs = records(torch_sweep)
+    assert len(recs) == 4
+    for rec in recs.values():
+        assert rec["status"] == "ok", rec["reason"]
+        assert (rec["model"], rec["backend"], rec["tracer"] != "none") == ("mlp", "torch", rec["measures"] == "kernel")
+        deterministic = rec["mode"] == "deterministic"
+        torch_state = rec["settings"]["frameworks"]["torch"]
+        assert rec["settings"]["op_determinism"] is deterministic is torch_state["op_determinism"]
+        assert (torch_state["cudnn_deterministic"], torch_state["cudnn_benchmark"]) == (deterministic, False)
+        assert rec["versions"]["torch"].startswith("2.") and "keras" not in rec["versions"]
+        program = rec["program"]
+        assert program["exit_status"] == 0 and program["processes"] == 1
+        assert (program["measured_window"], program["marked_steps"]) == ("api", STEPS)
+        assert program["command"] == shlex.join([sys.executable, str(torch_sweep.parent / "train.py"), str(STEPS)])
+        assert rec["worker_env"] == STEADY_HEAP_ENV and "pairing" not in rec
+    manifest = json.loads((torch_sweep / "sweep" / "manifest.json").read_text())["config"]
+    assert manifest["program"]["name"] == "mlp" and manifest["pairing"] == "sequential"
+    assert "steps" not in manifest and "batch_size" not in manifest
+
+
+@pytest.mark.slow
+def test_the_window_steps_are_timed_untraced_and_traced_apart(torch_sweep: Path) -> None:
+    """Wall time from the untraced runs' marked steps; kernel time from the traced runs' steps, split per step."""
+    recs = records(torch_sweep)
+    for run_id, rec in recs.items():
+        if rec["measures"] == "wall":
+            assert run_id.endswith("--untraced")
+            assert rec["steps"] == STEPS and len(rec["step_wall_ns"]) == STEPS and rec["kernel_table"] is None
+        else:
+            assert rec["step_wall_ns"] is None and len(rec["traced_step_wall_ns"]) == STEPS
+            assert rec["kernel_table_steps"] == STEPS and len(rec["step_kernel_ns"]) == STEPS
+            table = ResultsStore(torch_sweep, "sweep").read_table(rec["kernel_table"])
+            assert table["dur_ns"].sum() == pytest.approx(rec["kernel_ns_per_step"] * STEPS)
+            assert any(name.startswith("aten::") for name in table["name"].astype(str))
+
+
+@pytest.fixture(scope="module")
+def keras_sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Keras program on TensorFlow that opens no window: timed as a whole process, two repeats, the report."""
+    folder = tmp_path_factory.mktemp("keras-program")
+    train = script(folder, "fit.py", KERAS_FIT)
+    out = folder / "res"
+    assert sweep(out, [sys.executable, train], "fit", "--tracer", "none", "--repeats", "2") == 0
+    return out
+
+
+@pytest.mark.slow
+def test_tensorflow_is_switched_through_its_environment(keras_sweep: Path) -> None:
+    for rec in records(keras_sweep).values():
+        assert rec["status"] == "ok", rec["reason"]
+        tensorflow = rec["settings"]["frameworks"]["tensorflow"]
+        assert tensorflow["op_determinism"] is (rec["mode"] == "deterministic") is rec["settings"]["op_determinism"]
+        assert rec["backend"] == "tensorflow" and rec["versions"]["keras"]
+
+
+@pytest.mark.slow
+def test_without_a_window_the_whole_process_is_timed_and_the_report_says_so(keras_sweep: Path) -> None:
+    for rec in records(keras_sweep).values():
+        assert (rec["program"]["measured_window"], rec["program"]["marked_steps"]) == ("process", None)
+        [process_ns] = rec["step_wall_ns"]
+        assert 0 < process_ns / 1e9 <= rec["duration_s"]
+    html = (keras_sweep / "report.html").read_text()
+    assert "fit: measured as a whole process" in html
+
+
+@pytest.mark.slow
+def test_baseline_and_check_read_the_program_as_a_model(
+    keras_sweep: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    baseline = tmp_path / "baseline.json"
+    assert main(["baseline", str(keras_sweep), "-o", str(baseline)]) == 0
+    assert list(json.loads(baseline.read_text())["models"]) == ["fit"]
+    assert main(["check", "--baseline", str(baseline), "--current", str(keras_sweep)]) == 0
+    assert "fit" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_determinism_the_program_switched_off_is_found_out(tmp_path: Path) -> None:
+    """The hook reports what was in effect at the end, not what detprof asked for: such a run is failed."""
+    switched_off = script(tmp_path, "off.py", TORCH_SWITCHED_OFF)
+    reports = tmp_path / "in-effect"
+    reports.mkdir()
+    env = program_environment("deterministic", os.environ, str(reports)) | {"PYTHONPATH": str(HOOK_DIR)}
+    ran = subprocess.run([sys.executable, switched_off], env=env, capture_output=True, text=True, check=False)
+    assert ran.returncode == 0, ran.stderr
+    found = in_effect(reports, "deterministic")
+    assert found.problem == "determinism was not in effect in torch in deterministic mode"
+    assert found.op_determinism is False and found.frameworks["torch"][0]["cudnn_deterministic"] is True
+
+
+def test_the_hook_chains_to_the_users_sitecustomize_where_detprof_is_not_installed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A program in an interpreter without detprof: the hook runs, then the user's own sitecustomize.
+
+    It loads no framework, so a deterministic run cannot be verified; it opens no window, so
+    once a run has shown that, its traced runs are recorded as failed without running it.
+    """
+    python = base_python()
+    site = script(tmp_path / "site", "sitecustomize.py", USER_SITECUSTOMIZE).parent
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    program = script(tmp_path, "plain.py", NEEDS_USER_SITECUSTOMIZE)
+    assert sweep(tmp_path / "res", [python, program], "plain", "--tracer", "tf", "--repeats", "1", "--no-report") == 0
+    recs = records(tmp_path / "res")
+    wall = recs["plain--default--r0--untraced"]
+    assert wall["status"] == "ok" and wall["program"]["exit_status"] == 0
+    assert wall["program"]["processes"] == 1 and wall["settings"]["op_determinism"] is None
+    assert wall["versions"]["python"] and len(wall["step_wall_ns"]) == 1
+    not_verified = "determinism not verified: the program loaded none of TensorFlow, JAX and PyTorch"
+    assert recs["plain--deterministic--r0"]["reason"] == not_verified
+    assert recs["plain--deterministic--r0--untraced"]["reason"] == not_verified
+    skipped = recs["plain--default--r0"]
+    assert (skipped["status"], skipped["reason"], skipped["program"]["exit_status"]) == ("failed", NO_WINDOW, None)
+
+
+def test_a_program_that_fails_is_a_failed_run_with_its_stderr_and_the_sweep_goes_on(tmp_path: Path) -> None:
+    program = script(tmp_path, "two_windows.py", TWO_WINDOWS)
+    options = ("--tracer", "none", "--repeats", "1", "--no-report")
+    assert sweep(tmp_path / "res", [sys.executable, program], "twice", *options) == 0
+    recs = records(tmp_path / "res")
+    assert set(recs) == {"twice--deterministic--r0", "twice--default--r0"}
+    for rec in recs.values():
+        assert rec["status"] == "failed" and rec["program"]["exit_status"] == 1
+        assert rec["reason"].startswith("exit code 1: RuntimeError: detprof.measure() opens one measured window")
+        assert rec["program"]["stderr_tail"].startswith("opening the first window\nTraceback")
+
+
+def test_the_api_does_nothing_outside_detprof_and_loads_nothing_heavy(tmp_path: Path) -> None:
+    program = script(tmp_path, "outside.py", OUTSIDE_DETPROF)
+    ran = subprocess.run([sys.executable, program], capture_output=True, text=True, check=False)
+    assert (ran.returncode, ran.stdout.strip()) == (0, "[]"), ran.stderr
+
+
+def test_a_repeat_runs_both_modes_in_turn_their_order_alternating() -> None:
+    options = RunOptions(gpu="cpu", tracer="none", repeats=3)
+    settings, target = ProgramRequest(f"{sys.executable} -c pass", "p", options).resolve(list(PRESETS))
+    assert target.program and target.pairing == "sequential"
+    assert [run.run_id for run in plan_program_runs(settings)] == [
+        "p--deterministic--r0",
+        "p--default--r0",
+        "p--default--r1",
+        "p--deterministic--r1",
+        "p--deterministic--r2",
+        "p--default--r2",
+    ]
+
+
+def test_each_mode_gets_every_frameworks_switch_and_default_mode_none() -> None:
+    user = {"XLA_FLAGS": "--xla_dump_to=/tmp/x --xla_gpu_deterministic_ops=true", "TF_DETERMINISTIC_OPS": "1"}
+    deterministic = program_environment("deterministic", user, "/tmp/in-effect")
+    assert deterministic["TF_DETERMINISTIC_OPS"] == "1" and deterministic["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+    assert deterministic["XLA_FLAGS"] == "--xla_dump_to=/tmp/x --xla_gpu_deterministic_ops=true"
+    assert (deterministic["DETPROF_PROGRAM_MODE"], deterministic["DETPROF_IN_EFFECT_DIR"]) == (
+        "deterministic",
+        "/tmp/in-effect",
+    )
+    default = program_environment("default", user, "/tmp/in-effect")
+    assert "TF_DETERMINISTIC_OPS" not in default and default["XLA_FLAGS"] == "--xla_dump_to=/tmp/x"
+    assert default["DETPROF_PROGRAM_MODE"] == "default"
+
+
+@pytest.mark.parametrize(
+    ("command", "extra", "code", "message"),
+    [
+        ("no-such-trainer --epochs 1", (), USAGE_EXIT, "program 'no-such-trainer' not found"),
+        ("PYTHON does-not-exist.py", (), INPUT_EXIT, "the script does-not-exist.py does not exist"),
+        ("PYTHON 'unbalanced", (), USAGE_EXIT, "cannot be split into arguments"),
+        ("PYTHON -c pass", ("--models", "smallcnn", "--steps", "3"), USAGE_EXIT, "--models, --steps: not with"),
+        ("PYTHON -c pass", ("--name", "a/b"), USAGE_EXIT, "--name 'a/b'"),
+    ],
+)
+def test_bad_input_is_one_line_before_any_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str, extra: tuple[str, ...], code: int, message: str
+) -> None:
+    name = () if "--name" in extra else ("--name", "p")
+    command = command.replace("PYTHON", sys.executable)
+    assert main(["sweep", "--command", command, *name, *extra, "--out", str(tmp_path / "res")]) == code
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
+    assert not (tmp_path / "res").exists()
+
+
+def test_command_and_name_go_together(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sweep", "--command", f"{sys.executable} -c pass", "--out", str(tmp_path)]) == USAGE_EXIT
+    assert "--command needs --name" in capsys.readouterr().err
+    assert main(["sweep", "--name", "p", "--out", str(tmp_path)]) == USAGE_EXIT
+    assert "--name names the program of --command" in capsys.readouterr().err
