@@ -12,7 +12,7 @@ its training: the steps inside ``measure()``. Each ``step()`` begins a step, whi
 the next ``step()`` or where the window closes; what runs inside the window before the first
 ``step()`` (building the model, a first compiled step) is in no step. Wall time is each
 step's, and under a tracer only the window is traced, each step marked in the trace the way
-detprof's own worker marks its steps (``profiler.worker._StepTracer``: the framework's
+detprof's own worker marks its steps (``profiler.worker.StepTracer``: the framework's
 profiler and its step annotations on a CPU, ``cudaProfilerStart``/``Stop`` and NVTX ranges
 under nsys), so per-step time and the kernel tables read the same as for a model.
 
@@ -41,9 +41,9 @@ class _MeasuredWindow:
         self.failure = _untraceable(spec)
         self.tracer = None
         if spec["in_process"] != "none" and self.failure is None:
-            from detprof.profiler.worker import _StepTracer
+            from detprof.profiler.worker import StepTracer
 
-            self.tracer = _StepTracer(spec["in_process"], spec["trace_path"], spec["nvtx_steps"])
+            self.tracer = StepTracer(spec["in_process"], spec["trace_path"], spec["nvtx_steps"])
         self.step_wall_ns: list[int] = []
         self.step_mark: contextlib.AbstractContextManager[None] | None = None
         self.step_started: int | None = None

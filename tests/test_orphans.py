@@ -142,6 +142,24 @@ def test_a_killed_stability_study_takes_its_pool_with_it(tmp_path: Path) -> None
     assert logs_saying(tmp_path / "out" / "stability" / "logs", DRIVER_GONE)
 
 
+def test_a_killed_program_sweep_takes_the_program_with_it(tmp_path: Path) -> None:
+    """A training program run by ``sweep --command`` ends with detprof through its sitecustomize hook."""
+    program = tmp_path / "train_forever.py"
+    program.write_text("import time\nwhile True:\n    time.sleep(0.1)\n")
+    driver = detprof(
+        "sweep", "--command", f"{sys.executable} {program}", "--name", "forever", "--tracer", "none",
+        "--repeats", "1", "--no-report", "--out", tmp_path / "out",
+        log=tmp_path / "driver.log",
+    )  # fmt: skip
+    try:
+        programs = wait_for(children(driver.pid, "train_forever.py"), STARTUP_S, "program")
+        time.sleep(1.0)  # past the interpreter's start-up, where the hook starts watching
+        kill_and_expect_gone(driver, programs)
+    finally:
+        driver.kill()
+    assert logs_saying(tmp_path / "out" / "sweep" / "logs", "detprof program: its driver process is gone")
+
+
 def test_a_worker_behind_a_wrapper_ends_with_the_driver_not_the_wrapper(tmp_path: Path) -> None:
     """The worker's parent is a wrapper process (as under nsys); it still ends when the driver dies, and then so
     does the wrapper."""

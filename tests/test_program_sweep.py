@@ -219,6 +219,15 @@ def test_baseline_and_check_read_the_program_as_a_model(
     assert list(json.loads(baseline.read_text())["models"]) == ["fit"]
     assert main(["check", "--baseline", str(baseline), "--current", str(keras_sweep)]) == 0
     assert "fit" in capsys.readouterr().out
+    rerun = tmp_path / "rerun"
+    main(["check", "--baseline", str(baseline), "--run", "--repeats", "1", "--out", str(rerun)])
+    again = records(rerun)
+    assert set(again) == {"fit--deterministic--r0", "fit--default--r0"}
+    first = next(iter(records(keras_sweep).values()))
+    assert {rec["program"]["command"] for rec in again.values()} == {first["program"]["command"]}
+    assert all(rec["status"] == "ok" for rec in again.values())
+    assert main(["check", "--baseline", str(baseline), "--run", "--steps", "5"]) == 2
+    assert "--steps: not with --command" in capsys.readouterr().err
 
 
 @pytest.mark.slow

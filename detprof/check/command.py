@@ -278,6 +278,8 @@ def _run_sweep(reference: Baseline, given: RunOptions, models: str | None, out: 
     from detprof.sweep.plan import SweepRequest, split_models
 
     config = reference.config
+    if config.get("program") is not None:
+        return _run_program_sweep(reference, given, models, out)
     fixed = ("gpu", "backend", *FLAGS)
     baseline = {"gpu": config.get("gpu_label")} | {n: config.get(n) for n in CHECK_RUN if n not in fixed}
     overrides = {n: getattr(given, n) for n in baseline if getattr(given, n) is not None}
@@ -292,3 +294,31 @@ def _run_sweep(reference: Baseline, given: RunOptions, models: str | None, out: 
         resume=False,
     )
     return run_sweep(SweepRequest(split_models(models) or tuple(config.get("models") or ()) or None, options))
+
+
+def _run_program_sweep(reference: Baseline, given: RunOptions, models: str | None, out: Path | None) -> Path:
+    """The baseline's training program (``sweep --command``) measured again as it was: its command, name,
+    backend, tracer and repeats, the options given that a program takes overriding them."""
+    import dataclasses
+    import datetime as dt
+
+    from detprof.profiler.program_plan import ProgramRequest
+    from detprof.sweep.command import PROGRAM_OPTIONS, refuse_for_programs, run_program_sweep
+
+    config = reference.config
+    program = config["program"]
+    if models:
+        raise UsageError(f"--models: the baseline measured the program {program['name']!r}, not models")
+    refuse_for_programs(given, [])
+    baseline = {"gpu": config.get("gpu_label")} | {n: config.get(n) for n in PROGRAM_OPTIONS if n in config}
+    baseline.pop("backend", None)
+    overrides = {n: getattr(given, n) for n in baseline if getattr(given, n, None) is not None}
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    options = dataclasses.replace(
+        given,
+        **(baseline | overrides),
+        backend=reference.backend,
+        out=out or Path("results") / f"check-{stamp}",
+        resume=False,
+    )
+    return run_program_sweep(ProgramRequest(program["command"], program["name"], options), report=False)

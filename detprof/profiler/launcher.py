@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import functools
 import json
 import os
 import shlex
@@ -31,9 +30,9 @@ from detprof.determinism import Mode
 from detprof.errors import USAGE_EXIT, DetprofError, InputError, UsageError, last_line
 from detprof.profiler.devices import DeviceChoice
 from detprof.profiler.gpu_env import gpu_env
+from detprof.profiler.lifeline import driver_lifeline
 from detprof.profiler.telemetry import NoTelemetry, TelemetrySampler
 from detprof.profiler.tracers import TRACERS, Tracer
-from detprof.profiler.worker import DRIVER_PIPE_ENV
 from detprof.records import MeasuredRun, measured_run
 from detprof.store import ResultsStore, atomic_write_json
 from detprof.traces.graphs import cuda_graph_use
@@ -124,19 +123,6 @@ def worker_command(spec_path: Path, result_path: Path | None = None) -> list[str
     ]
 
 
-@functools.cache
-def driver_lifeline() -> tuple[dict[str, str], tuple[int, ...]]:
-    """What a worker needs to end with this process: the variable that names the lifeline, and its fd to pass.
-
-    The lifeline is a pipe made once per driver process. The worker inherits only its read
-    end and watches it (``worker.end_with_driver``); the write end stays in this process,
-    never written to and never inherited (``os.pipe`` fds are not), so it closes only when
-    this process ends, and every worker's read then returns end-of-file.
-    """
-    read_end, _write_end = os.pipe()
-    return {DRIVER_PIPE_ENV: f"{read_end}:{os.fstat(read_end).st_ino}"}, (read_end,)
-
-
 def call_in_worker(entry: str, request: Mapping[str, Any], what: str, *, hide_gpus: bool = True) -> Any:
     """``entry(request)`` in a fresh worker process that sees no GPU; its answer, or its error as it was.
 
@@ -170,7 +156,7 @@ def call_in_worker(entry: str, request: Mapping[str, Any], what: str, *, hide_gp
     return answer["answer"]
 
 
-def _now() -> str:
+def utc_now() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
@@ -213,7 +199,7 @@ class WorkerLauncher:
         """A run of its own: the worker's command line, and the one that runs it (in its tracer, if traced)."""
         return self._commands(self._prepare(run, workload, fields, cpu_core=None, control_fd=None), require_installed)
 
-    def _commands(self, worker: _Worker, require_installed: bool = True) -> tuple[list[str], list[str]]:
+    def _commands(self, worker: WorkerProcess, require_installed: bool = True) -> tuple[list[str], list[str]]:
         command = worker_command(worker.spec_path, worker.result_path)
         if not worker.run.traced:
             return command, command
@@ -236,7 +222,7 @@ class WorkerLauncher:
         with self.sampler_factory() as worker.sampler:
             proc = self._spawn(command, worker.log_path, control_write=None)
             worker.command = command
-            outcome = _wait(proc, self.timeout_s)
+            outcome = wait_for_exit(proc, self.timeout_s)
         return self._finish(worker, outcome)
 
     def run_pairs(self, pairs: Sequence[tuple[PairedRun, PairedRun]], *, cpu_core: int) -> Iterator[MeasuredRun]:
@@ -296,7 +282,7 @@ class WorkerLauncher:
         *,
         cpu_core: int | None,
         control_fd: int | None,
-    ) -> _Worker:
+    ) -> WorkerProcess:
         """A run's spec and the paths of its spec, result, log and trace; nothing is written yet."""
         work = self.store.dir / "work"
         trace_base = self.store.dir / "traces" / run.run_id
@@ -327,7 +313,7 @@ class WorkerLauncher:
             "log_path": str(log_path),
         }
         spec_path = work / f"{run.run_id}.spec.json"
-        return _Worker(run, dict(fields), spec, spec_path, result_path, log_path, trace_base, trace_path)
+        return WorkerProcess(run, dict(fields), spec, spec_path, result_path, log_path, trace_base, trace_path)
 
     def tracer_of(self, run: WorkerRun) -> Tracer:
         """The tracer around ``run``: none for the untraced runs that measure wall time."""
@@ -346,7 +332,7 @@ class WorkerLauncher:
             )
 
     @contextlib.contextmanager
-    def _session(self, runs: Sequence[PairedRun], cpu_core: int) -> Iterator[list[_Worker]]:
+    def _session(self, runs: Sequence[PairedRun], cpu_core: int) -> Iterator[list[WorkerProcess]]:
         """One worker process that measures ``runs`` in order, paced over a control pipe."""
         if self.tracer.wraps_process:
             raise UsageError(f"tracer {self.tracer.name} wraps a process and cannot trace lockstep pairs")
@@ -378,9 +364,9 @@ class WorkerLauncher:
                     proc.stdin.close()
             spec_path.unlink(missing_ok=True)
 
-    def _finish(self, worker: _Worker, outcome: str | int) -> MeasuredRun:
+    def _finish(self, worker: WorkerProcess, outcome: str | int) -> MeasuredRun:
         run = worker.run
-        finished, duration = _now(), round(time.monotonic() - worker.t0, 3)
+        finished, duration = utc_now(), round(time.monotonic() - worker.t0, 3)
         result = self._worker_result(worker.result_path, outcome, worker.log_path)
         window = result.pop("measured_window_monotonic", None)
         traced_steps = len(result.get("traced_step_wall_ns") or []) or run.traced_steps
@@ -465,7 +451,7 @@ PairedRun = tuple[WorkerRun, Workload, Mapping[str, Any]]
 
 
 @dataclass
-class _Worker:
+class WorkerProcess:
     """One run of a worker process: what it runs, where its outputs go, and, once started, its process."""
 
     run: WorkerRun
@@ -485,7 +471,7 @@ class _Worker:
     t0: float = 0.0
 
     def start(self) -> None:
-        self.started, self.t0 = _now(), time.monotonic()
+        self.started, self.t0 = utc_now(), time.monotonic()
 
     def make_room(self) -> None:
         """The folders the run writes to, and no result left from an earlier attempt."""
@@ -501,7 +487,7 @@ class _Worker:
         return self.proc.wait()
 
 
-def _step_in_lockstep(workers: list[_Worker], wall_steps: int, traced_steps: int) -> None:
+def _step_in_lockstep(workers: list[WorkerProcess], wall_steps: int, traced_steps: int) -> None:
     """Wait until each is warm, then one step each in turn, always in the same order (A, B, A, B, ...).
 
     The same order keeps the pair symmetric: each step follows a step of the other worker on
@@ -530,7 +516,9 @@ def _step_in_lockstep(workers: list[_Worker], wall_steps: int, traced_steps: int
             pass
 
 
-def _in_turn(alive: list[_Worker], command: str, times: int, accepted: Callable[[str], bool]) -> list[_Worker]:
+def _in_turn(
+    alive: list[WorkerProcess], command: str, times: int, accepted: Callable[[str], bool]
+) -> list[WorkerProcess]:
     """``command`` to each worker in turn, ``times`` rounds; the workers whose answers were all accepted."""
     alive = list(alive)
     for _round in range(times):
@@ -549,7 +537,7 @@ def _in_turn(alive: list[_Worker], command: str, times: int, accepted: Callable[
     return alive
 
 
-def _answer(worker: _Worker) -> str:
+def _answer(worker: WorkerProcess) -> str:
     """The worker's next line on its control pipe; "" once it has gone."""
     assert worker.control is not None
     try:
@@ -573,7 +561,7 @@ def _watchdog(
     return (None if timeout_s is None else threading.Timer(timeout_s, expire)), expired
 
 
-def _wait(proc: subprocess.Popen[bytes], timeout: float | None) -> str | int:
+def wait_for_exit(proc: subprocess.Popen[bytes], timeout: float | None) -> str | int:
     try:
         return proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:

@@ -30,7 +30,8 @@ from typing import Any
 
 from detprof.determinism import Mode, program_environment
 from detprof.errors import last_line
-from detprof.profiler.launcher import WorkerLauncher, WorkerRun, Workload, _now, _wait, _Worker
+from detprof.profiler.launcher import WorkerLauncher, WorkerProcess, WorkerRun, Workload, utc_now, wait_for_exit
+from detprof.profiler.lifeline import driver_lifeline
 from detprof.profiler.program_files import SPEC_ENV, InEffect, MeasuredWindow, Window, in_effect, read_window
 from detprof.profiler.worker import classify_failure
 from detprof.records import MeasuredRun, measured_run
@@ -102,7 +103,7 @@ class ProgramLauncher(WorkerLauncher):
 
     def _record(
         self,
-        worker: _Worker,
+        worker: WorkerProcess,
         argv: list[str],
         outcome: str | int | None,
         process_ns: int | None,
@@ -143,7 +144,7 @@ class ProgramLauncher(WorkerLauncher):
             command=shlex.join(worker.command or argv),
             log=str(worker.log_path.relative_to(self.store.dir)),
             started_at=worker.started,
-            finished_at=_now(),
+            finished_at=utc_now(),
             duration_s=round(time.monotonic() - worker.t0, 3),
             worker_env=self.timing_env(),
             telemetry=None if worker.sampler is None else worker.sampler.result(window=span),
@@ -197,11 +198,17 @@ def _run_process(
     with open(log_path, "wb") as out, open(stderr_path, "wb") as err:
         try:
             proc = subprocess.Popen(
-                command, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True
+                command,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
+                pass_fds=driver_lifeline()[1],
             )
         except OSError as exc:
             return f"cannot start {command[0]}: {exc.strerror or exc}"
-    return _wait(proc, timeout_s)
+    return wait_for_exit(proc, timeout_s)
 
 
 def _tail(path: Path) -> str:

@@ -20,62 +20,20 @@ import contextlib
 import importlib
 import json
 import os
-import stat
 import sys
-import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from detprof.determinism import DeterminismSettings, apply, software_versions
 from detprof.errors import USAGE_EXIT, UsageError, first_line
+from detprof.profiler.lifeline import end_with_driver, inherited_lifeline
 from detprof.store import atomic_write_json
 from detprof.traces.step_split import step_range_name
 
 _REASON_CHARS = 500
-
-DRIVER_PIPE_ENV = "DETPROF_DRIVER_PIPE"
-"""``FD:INODE``: the read end of the driver's lifeline pipe (``launcher.driver_lifeline``) that the worker inherits."""
-DRIVER_GONE_EXIT = 1
-
-
-def end_with_driver(fd: int) -> None:
-    """Exit this process as soon as the driver that started it is gone, however it ended.
-
-    ``fd`` is the read end of a pipe whose write end only the driver holds and never writes
-    to, so a read blocks until the kernel closes that end as the driver dies, SIGKILL
-    included, and then returns end-of-file. A worker left running would go on measuring
-    beside the ``--resume`` started meanwhile, and on a GPU keep its device memory. Unlike a
-    parent-death signal, the pipe reaches the worker through a process that wraps it and
-    passes its open files on (under nsys the worker's parent is nsys, not the driver); a
-    wrapper that closed it leaves the worker without a lifeline (``_inherited_lifeline``).
-    """
-
-    def watch() -> None:
-        while os.read(fd, 1):
-            pass
-        os.write(2, b"detprof worker: its driver process is gone; exiting\n")
-        os._exit(DRIVER_GONE_EXIT)
-
-    threading.Thread(target=watch, name="detprof-driver-lifeline", daemon=True).start()
-
-
-def _inherited_lifeline(environ: Mapping[str, str]) -> int | None:
-    """The lifeline's fd when this process holds that very pipe (its inode matches), else None.
-
-    A wrapper that closed the fd, or opened something else under its number, must not make
-    the worker read a file that ends at once and exit for nothing.
-    """
-    fd, _, inode = environ.get(DRIVER_PIPE_ENV, "").partition(":")
-    if not (fd.isdigit() and inode.isdigit()):
-        return None
-    try:
-        found = os.fstat(int(fd))
-    except OSError:
-        return None
-    return int(fd) if stat.S_ISFIFO(found.st_mode) and found.st_ino == int(inode) else None
 
 
 def classify_failure(exc: BaseException, deterministic: bool) -> tuple[str, str]:
@@ -93,7 +51,7 @@ def classify_failure(exc: BaseException, deterministic: bool) -> tuple[str, str]
     return "failed", reason
 
 
-class _StepTracer:
+class StepTracer:
     """The in-process half of a tracer: what to switch on and off around the measured steps.
 
     Each framework's profiler marks step ``i`` with its own annotation named ``step i``
@@ -207,7 +165,7 @@ class _Pacer:
         return sys.stdin.readline().strip() == command
 
     def answer(self, line: str) -> None:
-        """"ready", "traced", or a step's wall time in nanoseconds."""
+        """ "ready", "traced", or a step's wall time in nanoseconds."""
         self._say(line)
 
     def failed(self) -> None:
@@ -232,7 +190,7 @@ def entry_point(entry: str) -> Callable[..., Any]:
     return getattr(importlib.import_module(module), attr)
 
 
-def _timed_steps(step: Callable[[], None], count: int, pacer: _Pacer, tracer: _StepTracer | None) -> list[int]:
+def _timed_steps(step: Callable[[], None], count: int, pacer: _Pacer, tracer: StepTracer | None) -> list[int]:
     """``count`` steps, each timed and, under ``tracer``, marked as step ``i`` in the trace."""
     wall_ns: list[int] = []
     for i in range(count):
@@ -261,7 +219,7 @@ def run(spec: dict[str, Any], pacer: _Pacer | None = None) -> dict[str, Any]:
     result: dict[str, Any] = {"settings": apply(settings), "versions": software_versions(settings.backend)}
     if spec.get("cpu_threads") and _limit_threads(settings.backend, int(spec["cpu_threads"])):
         result["cpu_threads"] = int(spec["cpu_threads"])
-    tracer = _StepTracer(spec["in_process"], spec.get("trace_path"), bool(spec.get("nvtx_steps")))
+    tracer = StepTracer(spec["in_process"], spec.get("trace_path"), bool(spec.get("nvtx_steps")))
     pacer = pacer or _Pacer(None)
     try:
         step, facts = entry_point(spec["workload"])(spec)
@@ -388,7 +346,7 @@ def call(spec: dict[str, Any], result_path: Path) -> int:
 
 
 def main(argv: list[str]) -> int:
-    lifeline = _inherited_lifeline(os.environ)
+    lifeline = inherited_lifeline(os.environ)
     if lifeline is not None:
         end_with_driver(lifeline)
     spec = json.loads(Path(argv[0]).read_text())

@@ -23,7 +23,8 @@ from typing import Any
 
 from detprof import determinism
 from detprof.errors import first_line
-from detprof.profiler.worker import end_with_driver, out_of_memory
+from detprof.profiler.lifeline import end_with_driver
+from detprof.profiler.worker import out_of_memory
 from detprof.records import StabilityRun, stability_run
 from detprof.stability import training
 from detprof.stability.variants import PlannedRun

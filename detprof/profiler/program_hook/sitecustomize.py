@@ -1,9 +1,11 @@
 """Run by every Python process of a program that ``detprof sweep --command`` runs: determinism in effect, checked.
 
 Python imports ``sitecustomize`` at start-up from the first folder on its path that has one,
-and detprof puts this folder first on the program's ``PYTHONPATH``. It does two things, then
+and detprof puts this folder first on the program's ``PYTHONPATH``. It does three things, then
 runs the ``sitecustomize`` that the program would have run without detprof, if any:
 
+- It ends the process with the detprof that started it (``profiler.lifeline``), so that a
+  killed ``detprof sweep`` leaves no program measuring beside its ``--resume``.
 - In deterministic mode it switches PyTorch on as soon as the program has imported torch
   (``determinism.switch_torch_on``): torch has no environment variable for it, unlike
   TensorFlow and JAX, which ``determinism.program_environment`` switches.
@@ -13,8 +15,9 @@ runs the ``sitecustomize`` that the program would have run without detprof, if a
   whose frameworks did not all report determinism is failed, not measured. The write after the
   import leaves a file when the process later ends without running ``atexit`` handlers.
 
-The program's interpreter may not have detprof installed, so ``determinism.py`` is loaded by
-its path, under a name of its own, and nothing else of detprof is imported. Nothing here may
+The program's interpreter may not have detprof installed, so ``determinism.py`` and
+``lifeline.py`` are loaded by their paths, under names of their own, and nothing else of
+detprof is imported. Nothing here may
 break the program: a failure is written to the process's file, or to its stderr when there is
 no file to write (the run then fails with it), and the program goes on.
 """
@@ -36,6 +39,8 @@ from typing import Any
 HOOK_DIR = Path(__file__).resolve().parent
 DETERMINISM_FILE = HOOK_DIR.parents[1] / "determinism.py"
 DETERMINISM_MODULE = "_detprof_program_determinism"
+LIFELINE_FILE = HOOK_DIR.parent / "lifeline.py"
+LIFELINE_MODULE = "_detprof_program_lifeline"
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
@@ -82,13 +87,26 @@ class _Then(importlib.abc.Loader):
             callback()
 
 
-def _load_determinism() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(DETERMINISM_MODULE, DETERMINISM_FILE)
+def _load(name: str, file: Path) -> ModuleType:
+    """One of detprof's standard-library-only modules, by its path, under a name of its own."""
+    spec = importlib.util.spec_from_file_location(name, file)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules[DETERMINISM_MODULE] = module  # dataclasses look their module up while the file runs
+    sys.modules[name] = module  # dataclasses look their module up while the file runs
     spec.loader.exec_module(module)
     return module
+
+
+def _end_with_detprof() -> None:
+    """The program ends with the detprof that runs it, however detprof ended (``profiler.lifeline``)."""
+    try:
+        lifeline = _load(LIFELINE_MODULE, LIFELINE_FILE)
+    except Exception as exc:  # the program then only outlives a killed detprof, as it would without the hook
+        print(f"detprof: cannot load {LIFELINE_FILE}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return
+    fd = lifeline.inherited_lifeline(os.environ)
+    if fd is not None:
+        lifeline.end_with_driver(fd, "detprof program")
 
 
 def _writer(out_dir: Path, read: Callable[[], dict[str, Any]]) -> Callable[[], None]:
@@ -112,7 +130,7 @@ def _writer(out_dir: Path, read: Callable[[], dict[str, Any]]) -> Callable[[], N
 
 def _install() -> None:
     try:
-        determinism = _load_determinism()
+        determinism = _load(DETERMINISM_MODULE, DETERMINISM_FILE)
     except Exception as exc:  # the run then has no report of what was in effect, and fails for it
         print(f"detprof: cannot load {DETERMINISM_FILE}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return
@@ -141,5 +159,6 @@ def _chain_to_the_programs_own() -> None:
     spec.loader.exec_module(module)
 
 
+_end_with_detprof()
 _install()
 _chain_to_the_programs_own()
