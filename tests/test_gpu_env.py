@@ -59,10 +59,14 @@ def test_workers_sharing_a_gpu_grow_their_memory() -> None:
 def test_without_a_uuid_the_nvml_index_is_pinned_in_pci_order() -> None:
     device = DeviceChoice(label="t4", gpu=GpuInfo(index=1, name="Tesla T4"))
     assert gpu_env(device, shares_gpu=False) == {"CUDA_VISIBLE_DEVICES": "1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
-    assert gpu_env(device, shares_gpu=True) == {
-        "CUDA_VISIBLE_DEVICES": "1",
-        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
-    } | GROWTH
+    assert (
+        gpu_env(device, shares_gpu=True)
+        == {
+            "CUDA_VISIBLE_DEVICES": "1",
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        }
+        | GROWTH
+    )
 
 
 def test_the_users_mig_instance_is_kept_not_replaced_by_a_whole_gpu() -> None:
