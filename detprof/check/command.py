@@ -271,9 +271,6 @@ def _write(path: Path, data: bytes) -> None:
 def _run_sweep(reference: Baseline, given: RunOptions, models: str | None, out: Path | None) -> Path:
     """The sweep with the baseline's configuration and backend, the options given overriding the configuration;
     returns its results folder."""
-    import dataclasses
-    import datetime as dt
-
     from detprof.sweep.command import run_sweep
     from detprof.sweep.plan import SweepRequest, split_models
 
@@ -281,17 +278,13 @@ def _run_sweep(reference: Baseline, given: RunOptions, models: str | None, out: 
     if config.get("program") is not None:
         return _run_program_sweep(reference, given, models, out)
     fixed = ("gpu", "backend", *FLAGS)
-    baseline = {"gpu": config.get("gpu_label")} | {n: config.get(n) for n in CHECK_RUN if n not in fixed}
-    overrides = {n: getattr(given, n) for n in baseline if getattr(given, n) is not None}
-    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-    options = dataclasses.replace(
+    options = _replayed(
+        reference,
         given,
-        **(baseline | overrides),
-        backend=reference.backend,
+        [n for n in CHECK_RUN if n not in fixed],
+        out,
         compile=bool(config.get("compile")) or given.compile,
         preset=config.get("preset"),
-        out=out or Path("results") / f"check-{stamp}",
-        resume=False,
     )
     return run_sweep(SweepRequest(split_models(models) or tuple(config.get("models") or ()) or None, options))
 
@@ -299,26 +292,32 @@ def _run_sweep(reference: Baseline, given: RunOptions, models: str | None, out: 
 def _run_program_sweep(reference: Baseline, given: RunOptions, models: str | None, out: Path | None) -> Path:
     """The baseline's training program (``sweep --command``) measured again as it was: its command, name,
     backend, tracer and repeats, the options given that a program takes overriding them."""
-    import dataclasses
-    import datetime as dt
-
     from detprof.profiler.program_plan import ProgramRequest
     from detprof.sweep.command import PROGRAM_OPTIONS, refuse_for_programs, run_program_sweep
 
-    config = reference.config
-    program = config["program"]
+    program = reference.config["program"]
     if models:
         raise UsageError(f"--models: the baseline measured the program {program['name']!r}, not models")
     refuse_for_programs(given, [])
-    baseline = {"gpu": config.get("gpu_label")} | {n: config.get(n) for n in PROGRAM_OPTIONS if n in config}
-    baseline.pop("backend", None)
-    overrides = {n: getattr(given, n) for n in baseline if getattr(given, n, None) is not None}
+    options = _replayed(reference, given, [n for n in PROGRAM_OPTIONS if n != "backend"], out)
+    return run_program_sweep(ProgramRequest(program["command"], program["name"], options), report=False)
+
+
+def _replayed(reference: Baseline, given: RunOptions, names: list[str], out: Path | None, **fixed: Any) -> RunOptions:
+    """The options the baseline was measured with: its GPU label and its configuration's values of ``names``, each
+    overridden by an option given; its backend, ``fixed``, and a results folder of its own unless ``out``."""
+    import dataclasses
+    import datetime as dt
+
+    config = reference.config
+    baseline = {"gpu": config.get("gpu_label")} | {n: config[n] for n in names if n in config}
+    overrides = {n: getattr(given, n) for n in baseline if getattr(given, n) is not None}
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-    options = dataclasses.replace(
+    return dataclasses.replace(
         given,
         **(baseline | overrides),
         backend=reference.backend,
         out=out or Path("results") / f"check-{stamp}",
         resume=False,
+        **fixed,
     )
-    return run_program_sweep(ProgramRequest(program["command"], program["name"], options), report=False)
