@@ -45,6 +45,11 @@ def ratio(o: Overhead | None) -> str:
     return f"{o.ratio:.3f}x [{o.ci_low:.3f}, {o.ci_high:.3f}]"
 
 
+def floor(value: float | None) -> str:
+    """A noise floor, the smallest overhead a machine resolves: ``+/-3.4%``."""
+    return DASH if value is None else f"+/-{value:.1%}"
+
+
 def duration_ns(value: Any) -> str:
     """Nanoseconds in the unit that keeps 3-4 significant digits."""
     v = finite(value)

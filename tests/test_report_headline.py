@@ -312,6 +312,36 @@ def test_noise_floor_from_a_calibration(tmp_path: Path) -> None:
     assert "detprof sweep --calibrate (synthetic)" in page[page.index('<section id="provenance">') :]
 
 
+def test_a_calibration_alone_shows_its_noise_floor_first(tmp_path: Path) -> None:
+    """A results folder from ``sweep --calibrate`` alone: the first screen is its A/A table, in every format."""
+    root = tmp_path / "res"
+    calibration(root, {"resnet50": [1.01, 0.99, 1.02, 0.98]})
+    aa = paired_t(math.log(r) for r in [1.01, 0.99, 1.02, 0.98])  # type: ignore[arg-type]
+    from detprof.formatting import floor, ratio
+    from detprof.intervals import noise_floor
+    from detprof.reports.markdown import md
+
+    shown = floor(noise_floor(aa))
+    page = answer_section(render_report([root], "html", "cdn"))
+    assert "only a calibration" in page and "Noise floor: deterministic against itself" in page
+    assert "resnet50" in page and html.escape(ratio(aa)) in page and shown in page
+    md_text = md_answer(render_report([root], "md"))
+    assert "only a calibration" in md_text and f"| t4 | resnet50 | {md(ratio(aa))} |" in md_text and shown in md_text
+    (row,) = json.loads(render_report([root], "json"))["noise_floors"]
+    assert row["model"] == "resnet50" and row["device"] == "t4"
+    assert row["noise_floor"] == pytest.approx(noise_floor(aa))
+    assert row["aa"]["kernel"]["ratio"] == pytest.approx(aa.ratio) and row["aa"]["kernel"]["n"] == 4
+
+
+def test_beside_a_sweep_the_noise_floor_table_is_under_conditions(tmp_path: Path) -> None:
+    root = sweep(tmp_path / "res", {"resnet50": EXPENSIVE})
+    calibration(root, {"resnet50": [1.01, 0.99, 1.02, 0.98]})
+    page = render_report([root], "html", "cdn")
+    conditions = page[page.index('<section id="conditions">') : page.index('<section id="provenance">')]
+    assert "Noise floor: deterministic against itself" in conditions
+    assert "Noise floor: deterministic against itself" not in answer_section(page)
+
+
 def test_without_calibration_says_none_ran(tmp_path: Path) -> None:
     root = sweep(tmp_path / "res", {"resnet50": EXPENSIVE})
     page = answer_section(render_report([root], "html", "cdn"))

@@ -180,6 +180,7 @@ def _print_noise_floor(results_dir: Path) -> None:
     A change of overhead smaller than the floor is within what an A/A measurement here
     produces by itself: a reader of the verdicts should know the floor.
     """
+    from detprof.formatting import floor
     from detprof.profiler.overhead import noise_floors
     from detprof.store import find_studies
 
@@ -188,7 +189,7 @@ def _print_noise_floor(results_dir: Path) -> None:
         typer.echo("noise floor: not measured here (run `detprof sweep --calibrate --out` into the same folder)")
         return
     floors = noise_floors(calibrations[0].records())
-    shown = ", ".join(f"{m} +/-{f:.1%}" if f is not None else f"{m} -" for m, f in sorted(floors.items()))
+    shown = ", ".join(f"{model} {floor(value)}" for model, value in sorted(floors.items()))
     typer.echo(f"noise floor (A/A, {calibrations[0].dir}): {shown}")
 
 

@@ -198,7 +198,7 @@ def published_reference() -> list[list[str]]:
     return [[f.gpu.upper(), f.subject, f.published] for f in PUBLISHED]
 
 
-def _interval(o: Overhead | None) -> dict[str, Any] | None:
+def interval_json(o: Overhead | None) -> dict[str, Any] | None:
     if o is None:
         return None
     lo = o.ci_low if o.has_interval else None
@@ -229,7 +229,7 @@ def row_json(r: HeadlineRow) -> dict[str, Any]:
         "device": r.device,
         "model": r.model,
         "backend": r.backend,
-        "overhead": {"kernel": _interval(r.kernel), "wall": _interval(r.wall)},
+        "overhead": {"kernel": interval_json(r.kernel), "wall": interval_json(r.wall)},
         "verdict": v.reading,
         "noise_floor": r.noise_floor,
         "stability": _stability_json(r.stability),

@@ -37,7 +37,15 @@ from detprof.reports.gpu_clocks import by_mode
 from detprof.reports.headline import HeadlineRow, published_reference, shown_caveats
 from detprof.reports.provenance import backend_order
 from detprof.reports.published import SOURCE
-from detprof.reports.report_data import SECTIONS, ModelCost, Report, StabilityStudy, SweepStudy
+from detprof.reports.report_data import (
+    NOISE_FLOOR_LEAD,
+    NOISE_FLOOR_TITLE,
+    SECTIONS,
+    ModelCost,
+    Report,
+    StabilityStudy,
+    SweepStudy,
+)
 from detprof.reports.tradeoff import NOISY_CHURN
 
 PlotlyJs = Literal["embed", "cdn"]
@@ -312,7 +320,7 @@ def _buys(r: HeadlineRow) -> tuple[Cell, Cell]:
 
 def _floor(r: HeadlineRow) -> Cell:
     if r.noise_floor is not None:
-        return Cell(f"+/-{r.noise_floor:.1%}")
+        return Cell(f.floor(r.noise_floor))
     if r.calibrated:
         return Cell(f.DASH, note="not in the calibration")
     return Cell("not run")
@@ -707,6 +715,21 @@ def tradeoff(report: Report) -> dict[str, Any] | None:
     }
 
 
+def noise_floor(report: Report) -> dict[str, Any] | None:
+    """The calibrations' A/A table: on the first screen when it is all the inputs hold, else under conditions."""
+    if not report.calibrations:
+        return None
+    return {
+        "title": NOISE_FLOOR_TITLE,
+        "lead": NOISE_FLOOR_LEAD,
+        "table": table(
+            ["Device", "Model", "Kernel time", "Wall time", "Smallest resolvable overhead"],
+            [[r.device, r.model, f.ratio(r.kernel), f.ratio(r.wall), f.floor(r.floor)] for r in report.noise_floors],
+            numeric=(2, 3, 4),
+        ),
+    }
+
+
 def conditions(report: Report) -> dict[str, Any]:
     return {
         "clocks": [
@@ -762,5 +785,6 @@ def render(report: Report, plotlyjs: PlotlyJs = "embed") -> str:
             stability=stability(report),
             tradeoff=tradeoff(report),
             conditions=conditions(report),
+            noise_floor=noise_floor(report),
         )
     )

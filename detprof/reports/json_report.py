@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 
 from detprof.intervals import CHEAP_OVERHEAD
-from detprof.reports.headline import row_json
+from detprof.reports.headline import interval_json, row_json
 from detprof.reports.published import PUBLISHED, SOURCE
 from detprof.reports.report_data import Report
 from detprof.reports.tradeoff import NOISY_CHURN
@@ -48,6 +48,15 @@ def document(report: Report) -> dict:
                 {"gpu": f.gpu, "subject": f.subject, "kind": f.kind, "low": f.low, "high": f.high} for f in PUBLISHED
             ],
         },
+        "noise_floors": [
+            {
+                "device": r.device,
+                "model": r.model,
+                "aa": {"kernel": interval_json(r.kernel), "wall": interval_json(r.wall)},
+                "noise_floor": r.floor,
+            }
+            for r in report.noise_floors
+        ],
         "warnings": report.warnings,
     }
 

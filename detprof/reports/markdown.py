@@ -23,7 +23,7 @@ from detprof.intervals import CHEAP_OVERHEAD
 from detprof.reports.headline import HeadlineRow, published_reference, shown_caveats
 from detprof.reports.provenance import backend_order
 from detprof.reports.published import PUBLISHED_GPUS, SOURCE
-from detprof.reports.report_data import SECTIONS, ModelCost, Report
+from detprof.reports.report_data import NOISE_FLOOR_LEAD, NOISE_FLOOR_TITLE, SECTIONS, ModelCost, Report
 from detprof.reports.tradeoff import NOISY_CHURN
 
 _SPECIAL = re.compile(r"([\\`*_\[\]<>|&~])")
@@ -70,7 +70,7 @@ def _buys(r: HeadlineRow) -> tuple[str, str]:
 
 def _floor(r: HeadlineRow) -> str:
     if r.noise_floor is not None:
-        return f"+/-{r.noise_floor:.1%}"
+        return f.floor(r.noise_floor)
     return "not in the calibration" if r.calibrated else "not run"
 
 
@@ -78,7 +78,7 @@ def answer(report: Report) -> list[str]:
     """The same rows, verdicts, caveats and notes as the HTML's first screen."""
     out = [f"## {SECTIONS['answer']}", ""]
     if "answer" in report.absent:
-        return [*out, _absent(report.absent["answer"]), ""]
+        return [*out, _absent(report.absent["answer"]), "", *noise_floor(report)]
     out += [
         f"Cheap: the whole 95% CI of the overhead is at or below {CHEAP_OVERHEAD:.2f}x; expensive: above it; "
         "otherwise not settled.",
@@ -133,6 +133,15 @@ def answer(report: Report) -> list[str]:
             "",
         ]
     return out
+
+
+def noise_floor(report: Report) -> list[str]:
+    """The calibrations' A/A table, as the HTML shows it."""
+    if not report.calibrations:
+        return []
+    rows = [[r.device, r.model, f.ratio(r.kernel), f.ratio(r.wall), f.floor(r.floor)] for r in report.noise_floors]
+    headers = ["Device", "Model", "Kernel time", "Wall time", "Smallest resolvable overhead"]
+    return [f"### {NOISE_FLOOR_TITLE}", "", NOISE_FLOOR_LEAD, "", table(headers, rows), ""]
 
 
 def backends_side_by_side(report: Report) -> list[str]:
@@ -244,6 +253,8 @@ def render(report: Report) -> str:
             ),
             "",
         ]
+    if "answer" not in report.absent:
+        out += noise_floor(report)
     out += ["## Warnings", ""]
     out += [f"- {md(w)}" for w in report.warnings] or ["None."]
     out += ["", f"## {SECTIONS['provenance']}", ""]

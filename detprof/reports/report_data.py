@@ -68,6 +68,11 @@ SECTIONS: dict[str, str] = {
     "conditions": "Conditions and warnings",
     "provenance": "What ran, and how to reproduce it",
 }
+NOISE_FLOOR_TITLE = "Noise floor: deterministic against itself (A/A)"
+NOISE_FLOOR_LEAD = (
+    "Two deterministic arms of the same model, paired by repeat (true ratio 1.00, 95% CI): an overhead closer to "
+    "1.00 than the smallest resolvable one cannot be told from none on this device."
+)
 Where = Callable[[str, str], str]
 """(device label, backend) -> how the report names that device: ``Report.where``."""
 
@@ -184,11 +189,25 @@ class CalibrationStudy:
     device: dict[str, Any]
     backend: str
     command: str
+    models: dict[str, ModelOverhead]
+    """Per model, the A/A ratio of each metric (both arms deterministic: the true ratio is 1)."""
     floors: dict[str, float | None]
     versions: dict[str, list[str]]
     settings: dict[str, dict[str, Any]]
     started: str | None
     finished: str | None
+
+
+@dataclass(frozen=True)
+class NoiseFloorRow:
+    """One model's A/A result on one device: how far from 1.0 a ratio must be to be told from none there."""
+
+    device: str
+    """How the report names the device (``Report.where``)."""
+    model: str
+    kernel: Overhead | None
+    wall: Overhead | None
+    floor: float | None
 
 
 @dataclass(frozen=True)
@@ -245,6 +264,15 @@ class Report:
     def where(self, label: str, backend: str) -> str:
         """How every section names a device: ``t4``, or ``t4 (torch)`` where the report names backends."""
         return where(label, backend, named=self.names_backend)
+
+    @property
+    def noise_floors(self) -> list[NoiseFloorRow]:
+        """Every calibration's A/A results, model by model: the same rows in every format."""
+        return [
+            NoiseFloorRow(self.where(c.label, c.backend), model, o.kernel, o.wall, c.floors.get(model))
+            for c in self.calibrations
+            for model, o in c.models.items()
+        ]
 
     @property
     def versions(self) -> dict[str, dict[str, list[str]]]:
@@ -421,6 +449,7 @@ def load_calibration(store: ResultsStore) -> CalibrationStudy | None:
         device=where.device,
         backend=where.backend,
         command=str(manifest.get("command") or ""),
+        models=model_overheads(records),
         floors=noise_floors(records),
         versions=where.versions,
         settings=where.settings,
@@ -578,6 +607,11 @@ def _absent(report: Report) -> dict[str, str]:
     absent: dict[str, str] = {}
     if not report.sweeps:
         absent["answer"] = "No sweep results among the inputs: `detprof sweep` measures what determinism costs."
+        if report.calibrations:
+            absent["answer"] = (
+                "No sweep results among the inputs, only a calibration: this machine's noise floor is below, "
+                "and `detprof sweep` measures what determinism costs."
+            )
         absent["overhead"] = "No sweep results among the inputs: `detprof sweep` measures the overhead."
         absent["cost"] = "No sweep results among the inputs, so no kernel tables."
     elif not any(m.top for s in report.sweeps for m in s.models):

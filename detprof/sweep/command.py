@@ -18,7 +18,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from detprof.errors import UsageError
-from detprof.formatting import ratio
+from detprof.formatting import floor, ratio
 from detprof.invocation import command_line
 from detprof.models.own import is_own
 from detprof.profiler.devices import DeviceChoice
@@ -256,13 +256,7 @@ def print_noise_floor(store: ResultsStore) -> None:
     for col in ("Model", "Kernel time", "Wall time", "Smallest resolvable overhead"):
         table.add_column(col, overflow="fold")
     for model, overhead in model_overheads(records).items():
-        floor = floors.get(model)
-        table.add_row(
-            model,
-            ratio(overhead.kernel),
-            ratio(overhead.wall),
-            "-" if floor is None else f"+/-{floor:.1%}",
-        )
+        table.add_row(model, ratio(overhead.kernel), ratio(overhead.wall), floor(floors.get(model)))
     Console().print(table)
 
 
