@@ -49,7 +49,7 @@ def test_attribution_names_category_library_count_and_share() -> None:
     net = sum(det.values()) - sum(base.values())
     expected = (
         f"{conv_growth / net:.0%} of the added kernel time (net +{net / sum(base.values()):.1%}) "
-        "is in two cuDNN convolution backward-filter kernels. Largest: "
+        "is in two cuDNN convolution backward-filter kernels. Largest of them: "
     )
     assert sentence.startswith(expected)
     assert sentence.endswith("(+500 ns/step, slower).")
@@ -61,7 +61,7 @@ def test_attribution_says_new_when_every_kernel_is_new() -> None:
     det = {WGRAD_0: 1000, SGEMM: 1000, WGRAD_1: 500}
     sentence = attribute(diff(summary_table(base), summary_table(det)))
     assert sentence.startswith(
-        "100% of the added kernel time (net +25.0%) is in one new cuDNN convolution backward-filter kernel. Largest: "
+        "100% of the added kernel time (net +25.0%) is in one new cuDNN convolution backward-filter kernel. It is "
     )
     assert sentence.endswith("(+500 ns/step, new).")
 
@@ -72,8 +72,21 @@ def test_attribution_when_others_got_faster_says_more_than_all() -> None:
     sentence = attribute(diff(summary_table(base), summary_table(det)))
     assert sentence.startswith(f"More than all of the added kernel time ({600 / 200:.0%} of the net +10.0%)")
     assert "one slower cuDNN convolution backward-filter kernel" in sentence
-    assert "; other kernels got faster. Largest: void cudnn::detail::wgrad_alg0_engine<float" in sentence
+    assert "; other kernels got faster. It is void cudnn::detail::wgrad_alg0_engine<float" in sentence
     assert sentence.endswith("... (+600 ns/step, slower).")
+
+
+def test_attribution_names_the_largest_kernel_of_its_group_and_the_largest_overall_apart() -> None:
+    """Eleven small elementwise increases outweigh one large convolution: each named for what it is."""
+    elementwise = {f"{EIGEN}_{i}": 1000 for i in range(11)}
+    base = {WGRAD_0: 10_000, **elementwise}
+    det = {WGRAD_0: 12_000, **{name: 1000 + 200 + 10 * i for i, name in enumerate(elementwise)}}
+    result = attribution(diff(summary_table(base), summary_table(det)))
+    assert "is in 11 slower Eigen elementwise kernels." in result.sentence
+    assert f"Largest of them: {EIGEN[:57]}... (+300 ns/step, slower)." in result.sentence
+    assert result.sentence.endswith(
+        f"The largest single increase is outside them: {WGRAD_0[:57]}... (+2 us/step, slower)."
+    )
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,9 @@ pooled: ``profiler.study_results.summarize_model``). When the net change is an i
 at least ``NEGLIGIBLE_CHANGE``, it names the one kind of work (kernel category) whose
 kernels grew most, how many kernels that is, the library they come from when they share
 one, whether they are new or merely slower, their share of the net added kernel time, and
-the single kernel that grew most. The share is of the *net* change, so it can exceed 100%
+the one of them that grew most; when the single largest increase is a kernel of another
+kind, it says that too, so that the kernel named never seems to belong to a group it is
+not in. The share is of the *net* change, so it can exceed 100%
 when other kernels got faster at the same time; the sentence says so instead of hiding it.
 Otherwise it says that determinism added no kernel time, by how much the total moved, and,
 when some kernel did grow, that its growth was outweighed by kernels that got faster (so a
@@ -40,6 +42,7 @@ CATEGORY_WORDS: dict[str, str] = {
     "softmax/loss": "softmax/loss",
     "optimizer update": "optimizer-update",
     "memory": "data-movement",
+    "communication": "communication",
     "other": "uncategorized",
 }
 LIBRARIES: tuple[tuple[str, re.Pattern[str]], ...] = (
@@ -93,11 +96,20 @@ class Attribution:
 
 
 def _top(grown: pd.DataFrame) -> tuple[str, float, str] | None:
-    if grown.empty:
-        return None
+    return None if grown.empty else _largest(grown)
+
+
+def _largest(grown: pd.DataFrame) -> tuple[str, float, str]:
+    """The kernel that grew most (by name on ties): its short name, growth per step and status."""
     row = grown.sort_values(["delta_ns", "name"], ascending=[False, True]).iloc[0]
     name = str(row["short_name"]) if pd.notna(row["short_name"]) and str(row["short_name"]) else str(row["name"])
     return _short(name), float(row["delta_ns"]), str(row["status"])
+
+
+def _named(kernel: tuple[str, float, str]) -> str:
+    """A kernel, how much it grew per step, and whether it is new or slower."""
+    name, delta, status = kernel
+    return f"{name} ({signed_ns(delta)}/step, {STATUS_WORDS.get(status, status)})"
 
 
 def attribution(kernel_diff: pd.DataFrame) -> Attribution:
@@ -109,16 +121,13 @@ def attribution(kernel_diff: pd.DataFrame) -> Attribution:
     top_name, top_delta = (top[0], top[1]) if top else (None, None)
     if base <= 0:
         return Attribution("There is no default-mode kernel time to compare against.", 0, net, False, None, None)
-    largest = ""
-    if top is not None:
-        largest = f"{top[0]} ({signed_ns(top[1])}/step, {STATUS_WORDS.get(top[2], top[2])})"
     if net <= 0 or net < NEGLIGIBLE_CHANGE * base:
         moved = f"kernel time per step changed by {net / base:+.1%} ({signed_ns(net)})"
         if net > 0:
             moved += f", under the {NEGLIGIBLE_CHANGE:.0%} that counts as unchanged"
         sentence = f"Determinism added no kernel time here: {moved}."
         if top is not None and net <= 0:
-            sentence += f" The largest single increase, {largest}, was outweighed by kernels that got faster."
+            sentence += f" The largest single increase, {_named(top)}, was outweighed by kernels that got faster."
         return Attribution(sentence, base, net, False, top_name, top_delta)
     by_category = grown.groupby("category", sort=False)["delta_ns"].sum().sort_values(ascending=False)
     category = str(by_category.index[0])
@@ -137,7 +146,10 @@ def attribution(kernel_diff: pd.DataFrame) -> Attribution:
         )
     else:
         sentence = f"{share:.0%} of the added kernel time (net +{net / base:.1%}) is in {where}."
-    sentence += f" Largest: {largest}."
+    group_top = _largest(kernels)
+    sentence += f" {'It is' if len(kernels) == 1 else 'Largest of them:'} {_named(group_top)}."
+    if top is not None and group_top[0] != top[0]:
+        sentence += f" The largest single increase is outside them: {_named(top)}."
     return Attribution(sentence, base, net, True, top_name, top_delta)
 
 
