@@ -234,7 +234,7 @@ def test_a100_top_kernel_is_the_nccl_send_recv(capsys: pytest.CaptureFixture[str
         42,
         130_655_000,
     )
-    assert top["category"] == "memory"
+    assert top["category"] == "communication"
 
 
 @needs(A100)
@@ -316,6 +316,8 @@ def test_diff_names_the_changed_kernels(capsys: pytest.CaptureFixture[str]) -> N
     ]
     assert {k["status"] for k in out["kernels"]} >= {"added", "removed", "slower"}
     assert out["kernels_in_common"] == len(base.keys() & other.keys())
+    nccl = {k["category"] for k in out["kernels"] if k["name"].startswith("ncclKernel_")}
+    assert nccl == {"communication"}
 
 
 @needs(A100, V100)

@@ -42,6 +42,7 @@ CATEGORY_COLORS = dict(
             "#8c564b",
             "#e377c2",
             "#7f7f7f",
+            "#17becf",
             "#bcbd22",
         ),
         strict=True,

@@ -8,9 +8,13 @@ gets wrong:
 
 - Names are matched without their trailing argument list: cuDNN signatures carry
   argument types such as ``cudnn::reduced_divisor`` that would look like reductions.
-- Collective and host transfers, optimizer updates, softmax/loss, normalization and
-  pooling come first, because their kernels also contain generic words ("reduce",
-  "gemm", "backward").
+- Communication comes first: NCCL and RCCL kernels (``ncclKernel_AllReduce_...``,
+  ``ncclDevKernel_SendRecv``), gloo and c10d collectives, XLA's collective ops
+  (``all-reduce``, ``reduce-scatter``, ...) and TensorFlow's Send/Recv and collective ops.
+  People who train on several GPUs read computation, communication and memory apart (as
+  HTA does), and collective names contain generic words ("Reduce", "Sum").
+- Host transfers, optimizer updates, softmax/loss, normalization and pooling come next,
+  because their kernels also contain generic words ("reduce", "gemm", "backward").
 - Convolution backward-filter before backward-data before forward, and all three before
   gemm: cuDNN/CUTLASS conv kernels are implicit GEMMs (``sm80_xmma_dgrad_implicit_gemm``).
   cuDNN's FFT and Winograd helper kernels serve every direction; without more context they
@@ -21,8 +25,7 @@ gets wrong:
   or activation epilogue of a matrix multiply.
 - "memory" means kernels that move or lay out bytes without arithmetic: memcpy/memset,
   layout transposes (``SwapDimension1And2InTensor3``, ``nchwToNhwcKernel``, ``Transpose``),
-  concat/slice/gather/broadcast, variable reads, send/recv and NCCL collectives (the time
-  is communication, not compute). A transpose is data movement even though it runs as a
+  concat/slice/gather/broadcast and variable reads. A transpose is data movement even though it runs as a
   kernel, and it is exactly the cost a layout change adds.
 - Scatter-add and segment sums (``ScatterNd``, ``UnsortedSegmentSum``) and scans combine
   many values into fewer: reduction. They are the ops TensorFlow makes deterministic by
@@ -82,6 +85,7 @@ CATEGORIES: tuple[str, ...] = (
     "softmax/loss",
     "optimizer update",
     "memory",
+    "communication",
     "other",
 )
 
@@ -155,9 +159,12 @@ movement and ``aten::addmm`` as nothing)."""
 _RULES: tuple[tuple[str, str], ...] = (
     *_ATEN_RULES,
     (
-        "memory",
-        r"memcpy|memset|\[CUDA mem|redzone|nccl|" + _op_types("_?Send", "_?Recv", "_HostSend", "_HostRecv"),
+        "communication",
+        r"(?<![a-z])[nr]ccl|(?<![a-z])gloo|c10d::|record_param_comms|(?<![a-z])all[-_]?(?:reduce|gather|to[-_]?all)|"
+        r"reduce[-_]?scatter|collective[-_]?permute|"
+        + _op_types("_?Send", "_?Recv", "_HostSend", "_HostRecv", r"Collective\w*", r"Nccl\w*"),
     ),
+    ("memory", r"memcpy|memset|\[CUDA mem|redzone"),
     (
         "optimizer update",
         r"apply_?adam|adam_?(?:update|kernel|functor)|adamw|ResourceApply|SparseApply|"
