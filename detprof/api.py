@@ -12,11 +12,11 @@ its training: the steps inside ``measure()``. Each ``step()`` begins a step, whi
 the next ``step()`` or where the window closes; what runs inside the window before the first
 ``step()`` (building the model, a first compiled step) is in no step. Wall time is each
 step's, and under a tracer only the window is traced, each step marked in the trace the way
-detprof's own worker marks its steps (``profiler.worker.StepTracer``: the framework's
-profiler and its step annotations on a CPU, ``cudaProfilerStart``/``Stop`` and NVTX ranges
-under nsys), so per-step time and the kernel tables read the same as for a model.
+detprof's own worker marks its steps (the tracer's ``capture``: the framework's profiler and
+its step annotations on a CPU, ``cudaProfilerStart``/``Stop`` and NVTX ranges under nsys), so
+per-step time and the kernel tables read the same as for a model.
 
-Run outside detprof (no ``program_files.SPEC_ENV``), both do nothing and cost next to nothing,
+Run outside detprof (no ``program.files.SPEC_ENV``), both do nothing and cost next to nothing,
 so the program runs unchanged. One window per process: a second ``measure()`` is a mistake
 that would make the steps of two windows one measurement, so it raises under detprof.
 """
@@ -24,26 +24,32 @@ that would make the steps of two windows one measurement, so it raises under det
 from __future__ import annotations
 
 import contextlib
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-from detprof.profiler.program_files import TRACED_MODULES, Window, read_spec
+from detprof.profiler.program.files import ProgramSpec, Window, read_spec
+
+if TYPE_CHECKING:
+    from detprof.backends import Backend
+    from detprof.profiler.tracers import Capture
 
 
 class _MeasuredWindow:
     """The open window: its steps' wall times, and the tracer (with the open step's mark) when the run traces."""
 
-    def __init__(self, spec: dict[str, Any]) -> None:
-        self.path = Path(spec["window_path"])
-        self.failure = _untraceable(spec)
-        self.tracer = None
-        if spec["in_process"] != "none" and self.failure is None:
-            from detprof.profiler.worker import StepTracer
+    def __init__(self, spec: ProgramSpec) -> None:
+        self.path = Path(spec.window_path)
+        self.failure: str | None = None
+        self.tracer: Capture | None = None
+        if spec.trace_path is not None:
+            from detprof.profiler.tracers import TRACERS
 
-            self.tracer = StepTracer(spec["in_process"], spec["trace_path"], spec["nvtx_steps"])
+            tracer = TRACERS[spec.tracer]
+            self.failure = _untraceable(tracer.framework)
+            if self.failure is None:
+                self.tracer = tracer.capture(spec.trace_path)
         self.step_wall_ns: list[int] = []
         self.step_mark: contextlib.AbstractContextManager[None] | None = None
         self.step_started: int | None = None
@@ -87,18 +93,19 @@ class _MeasuredWindow:
         atomic_write_json(self.path, window.as_json())
 
 
-def _untraceable(spec: dict[str, Any]) -> str | None:
+def _untraceable(framework: Backend | None) -> str | None:
     """Why the run's tracer cannot trace this program: its framework's profiler traces a framework it did not load.
 
     Starting that profiler would load the framework into the program (seconds, and a second
     framework's threads beside the measured steps) to trace nothing.
     """
-    module = TRACED_MODULES.get(spec["in_process"])
-    if module is None or module in sys.modules:
+    if framework is None or framework.loaded():
         return None
-    loaded = [m for m in TRACED_MODULES.values() if m in sys.modules]
-    hint = f"sweep it with --backend {loaded[0]}" if loaded else "sweep it with --tracer none"
-    return f"--tracer traces {module}, which the program had not loaded when its window opened: {hint}"
+    from detprof.backends import loaded as loaded_backends
+
+    loaded = loaded_backends()
+    hint = f"sweep it with --backend {loaded[0].name}" if loaded else "sweep it with --tracer none"
+    return f"--tracer traces {framework.module}, which the program had not loaded when its window opened: {hint}"
 
 
 _opened: list[_MeasuredWindow] = []

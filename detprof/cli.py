@@ -30,7 +30,7 @@ from detprof.errors import USAGE_EXIT, DetprofError
 # ``HelpCommand`` names values the way Click always has, from the Click type Typer gave each
 # parameter (an option without a metavar of its own gets one when help is shown; flags get
 # none). It works from the parameters Typer built off each command's signature, so commands
-# whose options come from ``profiler.options.with_run_options`` read the same as the others.
+# whose options come from ``options.with_run_options`` read the same as the others.
 _METAVARS_BY_TYPE_NAME = {
     "int": "INTEGER",
     "int range": "INTEGER",

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal, NotRequired, TypedDict
 
+import detprof.backends as backends
 from detprof.errors import InputError
 from detprof.intervals import Metric
 
@@ -82,7 +83,7 @@ class MeasuredRun(TypedDict):
     batch_size: NotRequired[int]
     """The batch a model or op case ran at; a program (``program``) decides its own."""
     program: NotRequired[dict[str, Any]]
-    """A training program detprof did not write (``sweep --command``, ``profiler.program_run``): its ``command``,
+    """A training program detprof did not write (``sweep --command``, ``profiler.program.run``): its ``command``,
     ``exit_status``, ``stderr_tail`` and ``stderr_log``, ``measured_window`` ("api": the steps inside
     ``detprof.measure()``, ``marked_steps`` of them marked by ``detprof.step()``; "process": the whole process),
     and how many of its Python ``processes`` reported what was in effect (``settings.frameworks``)."""
@@ -253,7 +254,7 @@ PER_STEP_FIELDS: dict[Metric, tuple[str, str]] = {
 
 def backend_of(record: Mapping[str, Any]) -> str:
     """The backend a run (measured or stability) ran on: records written before there was a choice ran on TensorFlow."""
-    return str(record.get("backend") or "tensorflow")
+    return str(record.get("backend") or backends.DEFAULT)
 
 
 def measures(record: Mapping[str, Any], metric: Metric) -> bool:

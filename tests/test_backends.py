@@ -19,7 +19,7 @@ from detprof import determinism
 from detprof.cli import main
 from detprof.errors import UsageError
 from detprof.profiler.devices import DeviceChoice
-from detprof.profiler.options import RunOptions
+from detprof.options import RunOptions
 from detprof.profiler.study import chosen_backend, default_results_dir
 from detprof.profiler.tracers import resolve_tracer
 from detprof.store import ResultsStore

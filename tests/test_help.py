@@ -43,7 +43,7 @@ def test_help_of_options_arguments_and_flags(capsys) -> None:
     report = help_of(capsys, "report")
     assert "Usage: detprof report [OPTIONS] RESULTS_DIRS...\n" in report
     assert re.search(r"^  -o, --output PATH ", report, re.M)
-    sweep = help_of(capsys, "sweep")  # options declared through profiler.options.with_run_options
+    sweep = help_of(capsys, "sweep")  # options declared through options.with_run_options
     for line in ("--gpu TEXT", "--steps INTEGER", "--run-timeout FLOAT", "--out PATH", "--xla / --no-xla"):
         assert re.search(rf"^  {re.escape(line)} ", sweep, re.M), line
     assert re.search(r"^  --version +Print detprof's version", help_of(capsys), re.M)

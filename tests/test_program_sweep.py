@@ -21,10 +21,10 @@ from detprof.cli import main
 from detprof.determinism import program_environment
 from detprof.errors import INPUT_EXIT, USAGE_EXIT
 from detprof.profiler.launcher import STEADY_HEAP_ENV
-from detprof.profiler.options import RunOptions
-from detprof.profiler.program_files import in_effect
-from detprof.profiler.program_plan import ProgramRequest, plan_program_runs
-from detprof.profiler.program_run import HOOK_DIR, NO_WINDOW
+from detprof.options import RunOptions
+from detprof.profiler.program.files import in_effect
+from detprof.profiler.program.plan import ProgramRequest, plan_program_runs
+from detprof.profiler.program.run import HOOK_DIR, NO_WINDOW
 from detprof.store import ResultsStore
 from detprof.sweep.presets import PRESETS
 

@@ -36,8 +36,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from detprof import backends
 from detprof.check.regression import ModelSample, SweepSamples, baseline_models, samples_from_records
-from detprof.determinism import DEFAULT_BACKEND, as_before_the_choice
+from detprof.determinism import as_before_the_choice
 from detprof.errors import InputError
 from detprof.models.own import REGISTRY_SOURCE, OwnModel
 from detprof.records import backend_of, environment_values, finite_number
@@ -49,6 +50,8 @@ KIND = "detprof-baseline"
 UNHASHED_CONFIG_KEYS = frozenset({"repeats", "models", "preset", "own_models"})
 """``own_models`` holds your own models' specs, file paths included: their hashes are the fingerprint's
 ``model_source``, and the paths may differ between the checkout that built the baseline and the one checked."""
+FRAMEWORK_VERSIONS: tuple[str, ...] = tuple(key for b in backends.all_backends() for key in b.version_keys)
+"""Every backend's framework packages (``Backend.version_keys``): tensorflow, jax, jaxlib, torch."""
 FINGERPRINT_FIELDS: tuple[str, ...] = (
     "gpu_name",
     "gpu_label",
@@ -57,10 +60,7 @@ FINGERPRINT_FIELDS: tuple[str, ...] = (
     "backend",
     "cuda",
     "cudnn",
-    "tensorflow",
-    "jax",
-    "jaxlib",
-    "torch",
+    *FRAMEWORK_VERSIONS,
     "keras",
     "detprof",
     "determinism",
@@ -70,10 +70,8 @@ FINGERPRINT_FIELDS: tuple[str, ...] = (
 NESTED_FIELDS = ("determinism", "model_source")
 """Fingerprint fields that map names to values, compared (and named in a difference) key by key."""
 ADDED_LATER: dict[str, Any] = {
-    "backend": DEFAULT_BACKEND,
-    "jax": None,
-    "jaxlib": None,
-    "torch": None,
+    "backend": backends.DEFAULT,
+    **{key: None for key in FRAMEWORK_VERSIONS if key not in backends.get(backends.DEFAULT).version_keys},
     "model_source": {},
 }
 """Fingerprint fields a baseline written before there was a backend choice (or models of your own) lacks,
@@ -85,10 +83,7 @@ _SOURCES: dict[str, tuple[str, str]] = {
     "cuda_driver": ("device", "cuda_driver"),
     "cuda": ("versions", "cuda_build"),
     "cudnn": ("versions", "cudnn_build"),
-    "tensorflow": ("versions", "tensorflow"),
-    "jax": ("versions", "jax"),
-    "jaxlib": ("versions", "jaxlib"),
-    "torch": ("versions", "torch"),
+    **{key: ("versions", key) for key in FRAMEWORK_VERSIONS},
     "keras": ("versions", "keras"),
     "detprof": ("versions", "detprof"),
 }
@@ -137,12 +132,12 @@ def _refuse_several_backends(path: Path, stores: Iterable[ResultsStore], records
     A baseline is the overhead of one backend, and a check compares it with the same
     backend: which of several sweeps was meant cannot be guessed.
     """
-    found = {str(s.root): (s.manifest().get("config") or {}).get("backend") or DEFAULT_BACKEND for s in stores}
-    backends = backend_order([*found.values(), *(backend_of(r) for r in records)])
-    if len(backends) > 1:
+    found = {str(s.root): (s.manifest().get("config") or {}).get("backend") or backends.DEFAULT for s in stores}
+    ran_on = backend_order([*found.values(), *(backend_of(r) for r in records)])
+    if len(ran_on) > 1:
         folders = ", ".join(f"{root} ({backend})" for root, backend in found.items())
         raise InputError(
-            f"{path}: holds sweeps of several Keras backends ({', '.join(backends)}): a baseline and its check are "
+            f"{path}: holds sweeps of several Keras backends ({', '.join(ran_on)}): a baseline and its check are "
             f"of one backend; give one backend's results directory ({folders})"
         )
 
@@ -252,7 +247,7 @@ def refuse_other_backend(baseline: Baseline, results: Path, backend: Any) -> Non
 
 def describe_backend(fp: Mapping[str, Any]) -> str:
     """The fingerprint's backend and its framework's version: "torch (PyTorch 2.5.1)"."""
-    backend = str(fp.get("backend") or DEFAULT_BACKEND)
+    backend = str(fp.get("backend") or backends.DEFAULT)
     versions = {k: [str(v)] for k, v in fp.items() if isinstance(v, str | int) and not isinstance(v, bool)}
     return f"{backend} ({framework(backend, versions)})"
 
@@ -306,7 +301,7 @@ class Baseline:
     @property
     def backend(self) -> str:
         """The Keras backend the baseline's sweep ran; a baseline written before there was a choice: TensorFlow."""
-        return str(self.fingerprint.get("backend") or DEFAULT_BACKEND)
+        return str(self.fingerprint.get("backend") or backends.DEFAULT)
 
     @property
     def unsupported(self) -> dict[str, str]:
@@ -376,7 +371,7 @@ def validate(document: Any, path: Path) -> None:
     for name in FINGERPRINT_FIELDS:
         if name not in fp and name not in ADDED_LATER:
             raise bad(f"fingerprint.{name} is missing")
-    if not isinstance(fp.get("backend", DEFAULT_BACKEND), str):
+    if not isinstance(fp.get("backend", backends.DEFAULT), str):
         raise bad("fingerprint.backend must be a string (a baseline is of one Keras backend)")
     if not isinstance(fp["config_hash"], str):
         raise bad("fingerprint.config_hash must be a string")

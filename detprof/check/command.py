@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from detprof.errors import INPUT_EXIT, InputError, UsageError
-from detprof.profiler.options import CHECK_RUN, ModelsOption, RunOptions, with_run_options
+from detprof.options import CHECK_RUN, ModelsOption, RunOptions, with_run_options
 from detprof.store import atomic_write_bytes
 
 if TYPE_CHECKING:
@@ -293,7 +293,7 @@ def _run_sweep(reference: Baseline, given: RunOptions, models: str | None, out: 
 def _run_program_sweep(reference: Baseline, given: RunOptions, models: str | None, out: Path | None) -> Path:
     """The baseline's training program (``sweep --command``) measured again as it was: its command, name,
     backend, tracer and repeats, the options given that a program takes overriding them."""
-    from detprof.profiler.program_plan import ProgramRequest
+    from detprof.profiler.program.plan import ProgramRequest
     from detprof.sweep.command import PROGRAM_OPTIONS, refuse_for_programs, run_program_sweep
 
     program = reference.config["program"]

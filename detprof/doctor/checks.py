@@ -22,7 +22,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Literal
 
-from detprof.determinism import BACKEND_MODULES, BACKENDS, MODES, Backend, backend_installed, require_backend
+from detprof.backends import NAMES, REGISTRY, require
+from detprof.determinism import MODES
 from detprof.errors import DetprofError, UsageError
 from detprof.profiler import devices
 from detprof.profiler.tracers import TRACERS, Tracer
@@ -37,11 +38,6 @@ SMOKE_BATCH = 8
 """A smoke run is the smallest model for a few steps: it must start, train and be traced, not measure."""
 
 NSYS_FIX = "install the Nsight Systems CLI (nsight-systems-cli, NVIDIA devtools apt repository) or use detprof's image"
-CUDA_FRAMEWORK_FIX: dict[Backend, str] = {
-    "tensorflow": "install TensorFlow's CUDA build: pip install 'tensorflow[and-cuda]'",
-    "jax": "install JAX's CUDA plugin: pip install 'jax[cuda12]'",
-    "torch": "install a CUDA wheel of PyTorch (https://pytorch.org/get-started/locally/)",
-}
 
 
 @dataclass(frozen=True)
@@ -113,10 +109,10 @@ def readiness(
 
 def _backends(backends: Sequence[str] | None) -> list[str]:
     if backends is None:
-        return [backend for backend in BACKENDS if backend_installed(backend)]
-    unknown = [b for b in backends if b not in BACKENDS]
+        return [backend.name for backend in REGISTRY.values() if backend.installed()]
+    unknown = [b for b in backends if b not in NAMES]
     if unknown:
-        raise UsageError(f"unknown backend {unknown[0]!r}; choose one of {', '.join(BACKENDS)}")
+        raise UsageError(f"unknown backend {unknown[0]!r}; choose one of {', '.join(NAMES)}")
     return list(dict.fromkeys(backends))
 
 
@@ -191,7 +187,7 @@ def _backend_checks(
     """The backend installed; then, from its smoke run (unless ``unrun`` says why not), the
     framework, its determinism switch and the trace."""
     try:
-        require_backend(backend)
+        require(backend)
     except UsageError as exc:
         return [Check(backend, "missing", str(exc))]
     names = (backend, f"determinism ({backend})", f"smoke run ({backend})")
@@ -229,7 +225,7 @@ def smoke_run(backend: str, gpu: str | None, force: bool) -> SmokeRun:
     The results go to a temporary folder, removed when every run is ok (a smoke run measures
     nothing worth keeping) and kept otherwise, for the workers' logs that say what went wrong.
     """
-    from detprof.profiler.options import RunOptions
+    from detprof.options import RunOptions
     from detprof.profiler.study import run_planned
     from detprof.store import ResultsStore
     from detprof.sweep.plan import SweepRequest, plan_runs
@@ -255,7 +251,7 @@ def smoke_run(backend: str, gpu: str | None, force: bool) -> SmokeRun:
 
 def _installed_version(backend: str) -> str:
     """``tensorflow 2.21.0``, read from the installed package without importing it."""
-    module = BACKEND_MODULES[backend]  # type: ignore[index]
+    module = REGISTRY[backend].module
     try:
         return f"{module} {metadata.version(module)}"
     except metadata.PackageNotFoundError:
@@ -272,7 +268,7 @@ def _framework_check(backend: str, records: list[dict[str, Any]], uses_gpu: bool
     seen = int(versions.get("gpus_visible") or 0)
     detail = f"{backend} {versions.get(backend, '?')} ({build or 'CPU build'}), sees {seen} GPU{'s' * (seen != 1)}"
     if uses_gpu and seen == 0:
-        return Check(backend, "failed", detail, CUDA_FRAMEWORK_FIX[backend])  # type: ignore[index]
+        return Check(backend, "failed", detail, REGISTRY[backend].cuda_build)
     return Check(backend, "ok", detail)
 
 

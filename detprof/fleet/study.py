@@ -23,23 +23,17 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from detprof.determinism import DEFAULT_BACKEND
+from detprof import backends
 from detprof.errors import UsageError
 from detprof.fleet.cluster import FleetNode, connected, nodes_of_types
 from detprof.fleet.executor import FleetExecutor, Unit
 from detprof.fleet.node_types import ray_accelerator_type
 from detprof.fleet.readiness import ReadyFleet, Resolve, check_nodes
 from detprof.fleet.transfer import MB, Bundle, collect, deliver, scratch_store
-from detprof.profiler.options import RunOptions
+from detprof.options import RunOptions
+from detprof.profiler.plan import MeasurementTarget, PlannedRun, RunSettings, mode_pairs, runs_to_measure
 from detprof.profiler.progress import RunProgress, progress_bars
-from detprof.profiler.study import (
-    MeasurementTarget,
-    PlannedRun,
-    RunSettings,
-    mode_pairs,
-    run_planned,
-    runs_to_measure,
-)
+from detprof.profiler.study import run_planned
 from detprof.records import MeasuredRun, measured_run
 from detprof.store import ResultsStore, StudyKind
 
@@ -76,7 +70,7 @@ class FleetOptions:
         return cls(
             options.ray,
             labels,
-            options.backend or DEFAULT_BACKEND,
+            options.backend or backends.DEFAULT,
             options.force,
             options.resume,
             int(max_trace_mb * MB),
@@ -88,7 +82,7 @@ class FleetOptions:
 
     def results_dir(self) -> Path:
         """``results/<date>-<label>-<label>...[-<backend>]``, as one machine's folder is named by its device."""
-        suffix = "" if self.backend == DEFAULT_BACKEND else f"-{self.backend}"
+        suffix = "" if self.backend == backends.DEFAULT else f"-{self.backend}"
         return Path("results") / f"{dt.date.today().isoformat()}-{'-'.join(self.labels)}{suffix}"
 
 

@@ -12,16 +12,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from detprof import backends
 from detprof.errors import UsageError
 from detprof.kernels_bench import cases as tensorflow_cases
 from detprof.kernels_bench import torch_cases
 from detprof.kernels_bench.cases import CONV_OPS, OpCase
-from detprof.profiler.launcher import Workload
-from detprof.profiler.study import PlannedRun, RunSettings, interleaved
+from detprof.profiler.plan import PlannedRun, RunSettings, Workload, interleaved
 
 BACKEND_SUITES: dict[str, dict[str, tuple[str, ...]]] = {
-    "tensorflow": tensorflow_cases.SUITES,
-    "torch": torch_cases.SUITES,
+    backends.TENSORFLOW: tensorflow_cases.SUITES,
+    backends.TORCH: torch_cases.SUITES,
 }
 
 
@@ -117,6 +117,6 @@ def derive(config: KernelsConfig) -> list[OpCase]:
         "input_size": config.input_size,
         "max_shapes": config.max_shapes,
     }
-    if config.backend == "torch":
+    if config.backend == backends.TORCH:
         return torch_cases.derive_cases(**request)
     return tensorflow_cases.derive_in_subprocess(**request)

@@ -22,8 +22,9 @@ from detprof.formatting import duration_ns, ratio
 from detprof.invocation import command_line
 from detprof.kernels_bench.bench import BACKEND_SUITES, KernelsConfig, derive, plan_runs, select_ops, suites
 from detprof.kernels_bench.presets import BACKEND_PRESETS, PRESETS
-from detprof.profiler.options import MEASURED_STUDY, RunOptions, with_run_options
-from detprof.profiler.study import choose_target, default_results_dir, measure, preset_values
+from detprof.options import MEASURED_STUDY, RunOptions, with_run_options
+from detprof.profiler.plan import choose_target, default_results_dir, preset_values
+from detprof.profiler.study import measure
 from detprof.store import ResultsStore
 
 if TYPE_CHECKING:
@@ -106,7 +107,7 @@ def kernels(
         if max_shapes < 0:
             raise UsageError(f"--max-shapes must be at least 0, not {max_shapes}")
         values["max_shapes"] = max_shapes or None
-    config = KernelsConfig(ops=selected, **values, **target.settings(options))
+    config = KernelsConfig.for_target(target, options, ops=selected, **values)
     cases = derive(config)
     out = options.out or default_results_dir(target.device, target.backend)
     plan = plan_runs(cases, config.repeats, config.batch_size)

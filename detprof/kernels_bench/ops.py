@@ -16,7 +16,10 @@ no op events of eager execution on the CPU) and waits for the device before retu
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from detprof.profiler.worker_spec import WorkerSpec
 
 Step = Callable[[], None]
 Params = dict[str, Any]
@@ -201,12 +204,13 @@ BUILDERS: dict[str, Builder] = {
 }
 
 
-def op_benchmark(spec: dict[str, Any]) -> tuple[Step, dict[str, Any]]:
-    """The worker's workload for ``"workload": "op"``: ``spec`` holds ``op`` and its ``params``."""
+def op_benchmark(worker: WorkerSpec) -> tuple[Step, dict[str, Any]]:
+    """The worker's workload for one op case: the spec's ``params`` hold ``op`` and its ``params``."""
     import tensorflow as tf
 
-    run = BUILDERS[spec["op"]](spec["params"], _Inputs(int(spec["seed"])))
-    compute = tf.function(run, jit_compile=bool(spec["xla"]))
+    spec = worker.params
+    run = BUILDERS[spec["op"]](spec["params"], _Inputs(worker.determinism.seed))
+    compute = tf.function(run, jit_compile=worker.determinism.jit_compile)
     on_gpu = bool(tf.config.list_logical_devices("GPU"))
 
     def step() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from detprof import backends
 from detprof.kernels_bench.cases import CONV_OPS
 
 PRESETS: dict[str, dict[str, Any]] = {
@@ -57,4 +58,4 @@ TORCH_PRESETS: dict[str, dict[str, Any]] = {
         "max_shapes": 1,
     },
 }
-BACKEND_PRESETS: dict[str, dict[str, dict[str, Any]]] = {"tensorflow": PRESETS, "torch": TORCH_PRESETS}
+BACKEND_PRESETS: dict[str, dict[str, dict[str, Any]]] = {backends.TENSORFLOW: PRESETS, backends.TORCH: TORCH_PRESETS}

@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
+    from detprof.profiler.worker_spec import WorkerSpec
+
 Step = Callable[[], None]
 Params = dict[str, Any]
 
@@ -219,16 +221,17 @@ BUILDERS: dict[str, Builder] = {
 }
 
 
-def op_benchmark(spec: dict[str, Any]) -> tuple[Step, dict[str, Any]]:
-    """The worker's workload for a PyTorch op case: ``spec`` holds ``op`` and its ``params``.
+def op_benchmark(worker: WorkerSpec) -> tuple[Step, dict[str, Any]]:
+    """The worker's workload for a PyTorch op case: the spec's ``params`` hold ``op`` and its ``params``.
 
     Runs where the worker has already switched PyTorch into the run's mode; the op is built
     (and any refusal at build time raised) here, so that a refusal is the run's finding.
     """
     import torch
 
+    spec = worker.params
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    compute = BUILDERS[spec["op"]](spec["params"], _Inputs(int(spec["seed"]), device))
+    compute = BUILDERS[spec["op"]](spec["params"], _Inputs(worker.determinism.seed, device))
     on_gpu = device == "cuda"
 
     def step() -> None:

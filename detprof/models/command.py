@@ -46,7 +46,7 @@ def models(
     all_models: Annotated[bool, typer.Option("--all", help="Also list every other keras.applications model.")] = False,
 ) -> None:
     """List the models detprof can profile: name, family, parameters, default input shape."""
-    from detprof.determinism import quiet_tensorflow
+    from detprof.backends.tensorflow import quiet_tensorflow
     from detprof.models import registry
 
     with quiet_tensorflow():

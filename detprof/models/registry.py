@@ -86,7 +86,7 @@ def _other_keras_applications() -> dict[str, ModelSpec]:
     Reached in detprof's own process when ``--model`` is not one of ours (sweep, kernels and
     stability validate names before starting workers), hence the quiet import.
     """
-    from detprof.determinism import quiet_tensorflow
+    from detprof.backends.tensorflow import quiet_tensorflow
 
     with quiet_tensorflow():
         import keras

@@ -1,1 +1,1 @@
-"""Tracers, trace parsers, the KernelTable schema, analyses over it, and the sweep driver."""
+"""Running measured studies: the plan, the launcher and its worker processes, lockstep pairs, tracers, devices."""

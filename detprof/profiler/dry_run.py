@@ -14,12 +14,12 @@ import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
+from detprof import backends
 from detprof.profiler.launcher import SETTLING_STEPS, WorkerLauncher
-from detprof.profiler.study import (
+from detprof.profiler.plan import (
     MeasurementTarget,
     PlannedRun,
     RunSettings,
-    lockstep_runs,
     lockstep_sessions,
     measured_parts,
     mode_pairs,
@@ -39,7 +39,7 @@ def plan_lines(
     kind: StudyKind, plan: Sequence[PlannedRun], settings: RunSettings, target: MeasurementTarget, out: Path
 ) -> list[str]:
     """The plan, in the order it would run: device, tracer, timing, environment, then every run."""
-    launcher = WorkerLauncher(ResultsStore(out, kind), target.tracer, target.device, settings.run_timeout_s)
+    launcher = WorkerLauncher(ResultsStore(out, kind), target.tracer, target.device, settings)
     runs = runs_to_measure(plan, target.tracer)
     lines = [f"detprof {kind} --dry-run: the plan, in order; nothing runs and nothing is written", ""]
     lines += _setting_lines(target, settings)
@@ -75,39 +75,21 @@ def _setting_lines(target: MeasurementTarget, settings: RunSettings) -> list[str
         "lockstep": "lockstep: two warm workers per repeat, one per mode, stepping in turn on one core",
         "sequential": "sequential: one worker at a time, each with the device to itself",
     }[settings.pairing]
+    backend = backends.get(settings.backend)
     return [
         f"  device       {where}",
         f"  backend      {settings.backend} (KERAS_BACKEND, set in the worker before Keras loads)",
         f"  tracer       {tracer.name}{installed}",
         f"  timing       {timing}{settle}",
         f"  pairing      {pairing}",
-        f"  determinism  deterministic mode: {DETERMINISM_SWITCHES[settings.backend]} in the worker, "
+        f"  determinism  deterministic mode: {backend.switch_words} in the worker, "
         "before the framework does any work; seeds set in both modes",
-        f"  compiler     {_compiler(settings)}",
+        f"  compiler     {backend.compiler_words(settings.xla, settings.compile)}",
     ]
 
 
-DETERMINISM_SWITCHES = {
-    "tensorflow": "tf.config.experimental.enable_op_determinism()",
-    "jax": "XLA_FLAGS+=--xla_gpu_deterministic_ops=true (the user's other flags kept)",
-    "torch": "torch.use_deterministic_algorithms(True), cudnn.deterministic=True, cudnn.benchmark=False, "
-    "CUBLAS_WORKSPACE_CONFIG=:4096:8",
-}
-"""What ``determinism.apply`` switches per backend, as the plan shows it."""
-
-
-def _compiler(settings: RunSettings) -> str:
-    """The compile setting pinned in both modes, per backend (``DeterminismSettings.jit_compile``)."""
-    if settings.backend == "jax":
-        return "jax.jit in both modes (always)"
-    what = "torch.compile" if settings.backend == "torch" else "jit_compile (XLA)"
-    on = settings.compile if settings.backend == "torch" else settings.xla
-    flag = "--compile" if settings.backend == "torch" else "--xla"
-    return f"{what} pinned: {f'on in both modes ({flag})' if on else 'off in both modes'}"
-
-
 def _env_lines(launcher: WorkerLauncher, target: MeasurementTarget) -> list[str]:
-    env = launcher.detprof_env()
+    env = launcher.environment.detprof_env()
     if target.planned_gpu:
         env["CUDA_VISIBLE_DEVICES"] = f"<UUID of the {target.device.label} GPU, read from NVML when it runs>"
     return [f"{name}={value}" if value else f"{name}= (empty)" for name, value in sorted(env.items())]
@@ -116,9 +98,8 @@ def _env_lines(launcher: WorkerLauncher, target: MeasurementTarget) -> list[str]
 def _sequential_lines(launcher: WorkerLauncher, settings: RunSettings, runs: Sequence[PlannedRun]) -> list[str]:
     lines = []
     for number, run in enumerate(runs, start=1):
-        worker_run = settings.worker_run(run)
-        worker, full = launcher.commands(worker_run, run.workload, run.fields, require_installed=False)
-        tracer = launcher.tracer_of(worker_run)
+        worker, full = launcher.commands(run, require_installed=False)
+        tracer = launcher.tracer_of(run)
         lines.append(f"  {number}. {run.run_id}: {run.mode}, {_measures(run, settings)}")
         lines.append(f"     worker: {shlex.join(worker)}")
         if tracer.wraps_process:
@@ -131,10 +112,9 @@ def _sequential_lines(launcher: WorkerLauncher, settings: RunSettings, runs: Seq
 def _lockstep_lines(launcher: WorkerLauncher, settings: RunSettings, runs: Sequence[PlannedRun]) -> list[str]:
     lines = []
     for n, session in enumerate(lockstep_sessions(mode_pairs(runs))):
-        paired = lockstep_runs(settings, session)
         lines.append(f"  repeat {session[0][0].repeat}: two workers on core {session_core(n)}, one per side")
         for side in (0, 1):
-            command = launcher.session_command([pair[side] for pair in paired])
+            command = launcher.session_command([pair[side] for pair in session])
             lines.append(f"    {session[0][side].mode} worker: {shlex.join(command)}")
             for pair in session:
                 run = pair[side]

@@ -1,12 +1,17 @@
-"""How each kernel tracer wraps a worker process and where its trace lands.
+"""The kernel tracers, each with both of its halves: the command it wraps a worker in, and what runs in the worker.
 
 nsys and nvprof are external programs that launch the worker; they record only between
-``cudaProfilerStart`` and ``cudaProfilerStop``, which the worker calls around the
-measured steps, and they trace every backend alike. ``tf``, ``jax`` and ``torch`` are the
-frameworks' own profilers (TensorFlow's and ``jax.profiler``, both writing XSpace, and
-``torch.profiler``, writing Kineto JSON), started and stopped inside the worker; each traces
-only its own framework, and on a CPU it is the only tracer there is. They and nsys/nvprof
-all use CUPTI on a GPU, so a worker only ever runs under one of them.
+``cudaProfilerStart`` and ``cudaProfilerStop``, which the worker calls around the measured
+steps (``capture``), and they trace every backend alike. The frameworks' own profilers
+(TensorFlow's and ``jax.profiler``, both writing XSpace, and ``torch.profiler``, writing
+Kineto JSON) are started and stopped inside the worker by their backend
+(``Backend.start_profiler``); each traces only its own framework, and on a CPU it is the only
+tracer there is. They and nsys/nvprof all use CUPTI on a GPU, so a worker only ever runs
+under one of them.
+
+Every tracer marks measured step ``i`` with a range named ``step i`` (``step_range_name``):
+nsys an NVTX range, the framework profilers their own annotation, so that the parsers split
+kernel time into steps the same way whatever traced it.
 
 A tracer taxes every API call and launch, and a deterministic implementation often
 launches more kernels, so time measured under a tracer is biased against determinism:
@@ -15,21 +20,18 @@ kernel time comes from traced steps, wall time never does (``profiler.study.meas
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shutil
 import subprocess
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Protocol
 
+import detprof.backends as backends
+from detprof.backends.base import StopProfiler
 from detprof.errors import UsageError
-
-TracerName = Literal["nsys", "nvprof", "tf", "jax", "torch", "none"]
-TRACER_CHOICES = ("auto", "nsys", "nvprof", "tf", "jax", "torch", "none")
-InProcess = Literal["cuda-profiler-api", "tf-profiler", "jax-profiler", "torch-profiler", "none"]
-FRAMEWORK_TRACERS: dict[str, TracerName] = {"tensorflow": "tf", "jax": "jax", "torch": "torch"}
-"""Each backend's own profiler: what ``auto`` picks without a GPU (or without nsys)."""
-
+from detprof.traces.step_split import step_range_name
 
 _VERSION = re.compile(r"[Vv]ersion\s+(\d[\w.]*)")
 """The version in ``nsys --version`` ("NVIDIA Nsight Systems version 2025.3.1.90-253135822870v0", whose
@@ -39,31 +41,140 @@ NSYS_API_TRACES = ("cudnn", "cublas")
 """API traces nsys can add to ``cuda,nvtx`` on request (``--trace-api``); each taxes every call it records."""
 
 
+class Capture(Protocol):
+    """A tracer's half inside the worker: on around the traced steps, and each of them marked."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def step(self, index: int) -> contextlib.AbstractContextManager[None]: ...
+
+
+class _NoCapture:
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+    def step(self, index: int) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
+
+
+class _CudaProfilerRange(_NoCapture):
+    """``cudaProfilerStart``/``Stop`` for nsys and nvprof; nsys's steps as NVTX ranges (nvprof reads none)."""
+
+    def __init__(self, nvtx_steps: bool) -> None:
+        from detprof.profiler.cuda_profiler_api import CudaProfilerRange
+
+        self.range = CudaProfilerRange()
+        self.nvtx_steps = nvtx_steps
+
+    def start(self) -> None:
+        self.range.start()
+
+    def stop(self) -> None:
+        self.range.stop()
+
+    def step(self, index: int) -> contextlib.AbstractContextManager[None]:
+        if not self.nvtx_steps:
+            return contextlib.nullcontext()
+        import nvtx
+
+        return nvtx.annotate(step_range_name(index), domain="detprof")
+
+
+class _FrameworkProfile(_NoCapture):
+    def __init__(self, backend: backends.Backend, trace_path: str) -> None:
+        self.backend = backend
+        self.trace_path = trace_path
+        self._stop: StopProfiler | None = None
+
+    def start(self) -> None:
+        self._stop = self.backend.start_profiler(self.trace_path)
+
+    def stop(self) -> None:
+        if self._stop is not None:
+            self._stop()
+
+    def step(self, index: int) -> contextlib.AbstractContextManager[None]:
+        return self.backend.step_mark(step_range_name(index))
+
+
 @dataclass(frozen=True)
 class Tracer:
-    name: TracerName
-    in_process: InProcess
-    nvtx_steps: bool = False
-    api_traces: tuple[str, ...] = ()
-    """nsys only: the library API traces asked for (``NSYS_API_TRACES``), none by default."""
+    """No tracer: untraced runs, which measure wall time only."""
 
-    @property
-    def wraps_process(self) -> bool:
-        """nsys and nvprof run the worker as their child and trace the whole process."""
-        return self.name in ("nsys", "nvprof")
+    name: str = "none"
+    wraps_process: ClassVar[bool] = False
+    """nsys and nvprof run the worker as their child and trace the whole process."""
 
     @property
     def installed(self) -> bool:
         """Whether the program this tracer runs is on PATH (an in-process tracer needs none)."""
-        return not self.wraps_process or shutil.which(self.name) is not None
+        return True
+
+    @property
+    def framework(self) -> backends.Backend | None:
+        """The framework whose own profiler this is; a program must have loaded it for it to trace anything."""
+        return None
+
+    @property
+    def trace_api(self) -> str | None:
+        """The library API traces it adds, as ``--trace-api`` names them (nsys only); None: none."""
+        return None
 
     def version(self) -> str | None:
-        """The version the installed program reports (``nsys --version``, ``nvprof --version``).
+        """The version the installed program reports; None for an in-process tracer."""
+        return None
 
-        None for an in-process tracer, a program not on PATH, or one that does not answer: a
-        broken install (nsys without its libraries) is as unusable as a missing one.
-        """
-        path = shutil.which(self.name) if self.wraps_process else None
+    def command(self, worker: list[str], trace_base: Path, *, require_installed: bool = True) -> list[str]:
+        """The full command line that runs ``worker`` under this tracer."""
+        return worker
+
+    def trace_path(self, trace_base: Path) -> Path | None:
+        """Where the trace is once the worker has exited (``None``: nothing is traced)."""
+        return None
+
+    def capture(self, trace_path: str | None) -> Capture:
+        """What the worker switches on around its traced steps."""
+        return _NoCapture()
+
+
+@dataclass(frozen=True)
+class FrameworkProfiler(Tracer):
+    """A backend's own profiler (``--tracer tf | jax | torch``), started inside the worker."""
+
+    backend: str = backends.DEFAULT
+
+    @property
+    def framework(self) -> backends.Backend:
+        return backends.get(self.backend)
+
+    def trace_path(self, trace_base: Path) -> Path:
+        return trace_base.with_name(trace_base.name + self.framework.trace_suffix)
+
+    def capture(self, trace_path: str | None) -> Capture:
+        return _FrameworkProfile(self.framework, str(trace_path))
+
+
+@dataclass(frozen=True)
+class ProcessTracer(Tracer):
+    """An external program that runs the worker as its child: nsys or nvprof."""
+
+    wraps_process: ClassVar[bool] = True
+    install_hint: ClassVar[str]
+    trace_extension: ClassVar[str]
+
+    @property
+    def installed(self) -> bool:
+        return shutil.which(self.name) is not None
+
+    def version(self) -> str | None:
+        """``nsys --version`` / ``nvprof --version``; None for one not on PATH, or one that does not answer
+        (a broken install, such as nsys without its libraries, is as unusable as a missing one)."""
+        path = shutil.which(self.name)
         if path is None:
             return None
         try:
@@ -73,73 +184,87 @@ class Tracer:
         found = _VERSION.search(answer.stdout + answer.stderr) if answer.returncode == 0 else None
         return found[1] if found else None
 
+    def trace_path(self, trace_base: Path) -> Path:
+        return trace_base.with_name(trace_base.name + self.trace_extension)
+
+    def executable(self, required: bool = True) -> str:
+        """The program's path; ``required=False`` (a dry run) gives the bare name when it is not on PATH."""
+        path = shutil.which(self.name)
+        if path is None and not required:
+            return self.name
+        if path is None:
+            raise UsageError(
+                f"tracer {self.name!r} is not installed (not on PATH): {self.install_hint}, or choose --tracer auto"
+            )
+        return path
+
+
+@dataclass(frozen=True)
+class Nsys(ProcessTracer):
+    name: str = "nsys"
+    api_traces: tuple[str, ...] = ()
+    """The library API traces asked for (``NSYS_API_TRACES``), none by default."""
+    install_hint: ClassVar[str] = "install Nsight Systems (nsys)"
+    trace_extension: ClassVar[str] = ".sqlite"
+
+    @property
+    def trace_api(self) -> str | None:
+        return ",".join(self.api_traces) or None
+
     def command(self, worker: list[str], trace_base: Path, *, require_installed: bool = True) -> list[str]:
-        """The full command line that runs ``worker`` under this tracer.
+        """``--cuda-graph-trace=node`` always: XLA (and TensorFlow's own command buffers) launch kernels through
+        CUDA graphs, which nsys otherwise records as one block per graph, so the kernel table would lose the
+        kernels inside. Library API traces (cuDNN, cuBLAS) only when asked."""
+        return [
+            self.executable(require_installed),
+            "profile",
+            f"--trace={','.join(('cuda', 'nvtx', *self.api_traces))}",
+            "--cuda-graph-trace=node",
+            "--capture-range=cudaProfilerApi",
+            "--capture-range-end=stop",
+            "--sample=none",
+            "--cpuctxsw=none",
+            "--export=sqlite",
+            "--force-overwrite=true",
+            f"--output={trace_base}",
+            *worker,
+        ]
 
-        nsys gets ``--cuda-graph-trace=node`` always: XLA (and TensorFlow's own command
-        buffers) launch kernels through CUDA graphs, which nsys otherwise records as one
-        block per graph, so the kernel table would lose the kernels inside. Library API
-        traces (cuDNN, cuBLAS) only when asked. ``require_installed=False`` (a dry run)
-        writes the bare program name when it is not on PATH instead of refusing.
-        """
-        if self.name == "nsys":
-            return [
-                _executable("nsys", require_installed),
-                "profile",
-                f"--trace={','.join(('cuda', 'nvtx', *self.api_traces))}",
-                "--cuda-graph-trace=node",
-                "--capture-range=cudaProfilerApi",
-                "--capture-range-end=stop",
-                "--sample=none",
-                "--cpuctxsw=none",
-                "--export=sqlite",
-                "--force-overwrite=true",
-                f"--output={trace_base}",
-                *worker,
-            ]
-        if self.name == "nvprof":
-            return [
-                _executable("nvprof", require_installed),
-                "--profile-from-start",
-                "off",
-                "--print-gpu-trace",
-                "--csv",
-                "--log-file",
-                str(self.trace_path(trace_base)),
-                *worker,
-            ]
-        return worker
-
-    def trace_path(self, trace_base: Path) -> Path | None:
-        """Where the trace is once the worker has exited (``None``: nothing is traced)."""
-        return {
-            "nsys": trace_base.with_name(trace_base.name + ".sqlite"),
-            "nvprof": trace_base.with_name(trace_base.name + ".csv"),
-            "tf": trace_base.with_name(trace_base.name + ".tfprof"),
-            "jax": trace_base.with_name(trace_base.name + ".jaxprof"),
-            "torch": trace_base.with_name(trace_base.name + ".pt.trace.json"),
-            "none": None,
-        }[self.name]
+    def capture(self, trace_path: str | None) -> Capture:
+        return _CudaProfilerRange(nvtx_steps=True)
 
 
-TRACERS: dict[TracerName, Tracer] = {
-    "nsys": Tracer("nsys", "cuda-profiler-api", nvtx_steps=True),
-    "nvprof": Tracer("nvprof", "cuda-profiler-api"),
-    "tf": Tracer("tf", "tf-profiler"),
-    "jax": Tracer("jax", "jax-profiler"),
-    "torch": Tracer("torch", "torch-profiler"),
-    "none": Tracer("none", "none"),
+@dataclass(frozen=True)
+class Nvprof(ProcessTracer):
+    name: str = "nvprof"
+    install_hint: ClassVar[str] = "install the CUDA toolkit's nvprof"
+    trace_extension: ClassVar[str] = ".csv"
+
+    def command(self, worker: list[str], trace_base: Path, *, require_installed: bool = True) -> list[str]:
+        return [
+            self.executable(require_installed),
+            "--profile-from-start",
+            "off",
+            "--print-gpu-trace",
+            "--csv",
+            "--log-file",
+            str(self.trace_path(trace_base)),
+            *worker,
+        ]
+
+    def capture(self, trace_path: str | None) -> Capture:
+        return _CudaProfilerRange(nvtx_steps=False)
+
+
+NO_TRACER = Tracer()
+TRACERS: dict[str, Tracer] = {
+    "nsys": Nsys(),
+    "nvprof": Nvprof(),
+    **{b.tracer: FrameworkProfiler(b.tracer, b.name) for b in backends.all_backends()},
+    NO_TRACER.name: NO_TRACER,
 }
-
-
-def _executable(name: str, required: bool = True) -> str:
-    path = shutil.which(name)
-    if path is None and not required:
-        return name
-    if path is None:
-        hint = "install Nsight Systems (nsys)" if name == "nsys" else "install the CUDA toolkit's nvprof"
-        raise UsageError(f"tracer {name!r} is not installed (not on PATH): {hint}, or choose --tracer auto")
-    return path
+"""Every tracer by its ``--tracer`` name: the worker finds its half by the name in its spec."""
+TRACER_CHOICES = ("auto", *TRACERS)
 
 
 def resolve_tracer(
@@ -147,7 +272,7 @@ def resolve_tracer(
     gpu_present: bool,
     api_traces: tuple[str, ...] = (),
     *,
-    backend: str = "tensorflow",
+    backend: str = backends.DEFAULT,
     require_installed: bool = True,
 ) -> Tracer:
     """``auto`` is nsys when it is installed and a GPU is present, else the backend's own profiler.
@@ -161,18 +286,18 @@ def resolve_tracer(
     unknown = [api for api in api_traces if api not in NSYS_API_TRACES]
     if unknown:
         raise UsageError(f"unknown --trace-api {unknown[0]!r}; choose from {', '.join(NSYS_API_TRACES)}")
-    own = FRAMEWORK_TRACERS[backend]
+    own = backends.get(backend).tracer
     if choice == "auto":
-        choice = "nsys" if gpu_present and shutil.which("nsys") else own
-    if choice in FRAMEWORK_TRACERS.values() and choice != own:
+        choice = "nsys" if gpu_present and TRACERS["nsys"].installed else own
+    tracer = TRACERS[choice]
+    if tracer.framework is not None and tracer.name != own:
         raise UsageError(f"--tracer {choice} profiles another framework than --backend {backend}: use --tracer {own}")
-    tracer = TRACERS[choice]  # type: ignore[index]
-    if tracer.wraps_process:
-        _executable(tracer.name, require_installed)
+    if isinstance(tracer, ProcessTracer):
+        tracer.executable(require_installed)
         if not gpu_present:
             raise UsageError(f"tracer {tracer.name!r} traces CUDA kernels, but no GPU is in use; choose --tracer {own}")
     if api_traces:
-        if tracer.name != "nsys":
+        if not isinstance(tracer, Nsys):
             raise UsageError(f"--trace-api is for --tracer nsys, not {tracer.name}")
         tracer = replace(tracer, api_traces=tuple(dict.fromkeys(api_traces)))
     return tracer

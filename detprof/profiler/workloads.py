@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from detprof.profiler.worker import settings_of
+from detprof import backends
+from detprof.profiler.worker_spec import WorkerSpec
 
 if TYPE_CHECKING:
     import keras
@@ -25,8 +26,9 @@ Batch = Any
 LEARNING_RATE = 0.01
 
 
-def model_training(spec: dict[str, Any]) -> tuple[Step, dict[str, Any]]:
+def model_training(worker: WorkerSpec) -> tuple[Step, dict[str, Any]]:
     """One training step of the model the spec names, on its batch; facts about what was run."""
+    spec, settings = worker.params, worker.determinism
     import keras
     import numpy as np
 
@@ -46,15 +48,14 @@ def model_training(spec: dict[str, Any]) -> tuple[Step, dict[str, Any]]:
         classes = int(spec["classes"] or DEFAULT_CLASSES)
         model = build(OwnModel.from_record(own), shape, classes)
         from_logits = not ends_in_softmax(model)
-    x, y = _batch(model, spec, classes)
+    x, y = _batch(model, spec, classes, settings.seed)
     compiled = own is not None and getattr(model, "compiled", False) and getattr(model, "loss", None) is not None
     if compiled:
         loss, optimizer = model.loss, model.optimizer
     else:
         loss = keras.losses.SparseCategoricalCrossentropy(from_logits=from_logits)
         optimizer = keras.optimizers.SGD(learning_rate=LEARNING_RATE)
-    settings = settings_of(spec)
-    if keras.backend.backend() == "tensorflow":
+    if settings.backend == backends.TENSORFLOW:
         step, train_step = _tensorflow_step(model, x, y, settings.jit_compile, loss, optimizer, compiled)
     else:
         step, train_step = _keras_step(model, x, y, settings.jit_compile, loss, optimizer)
@@ -71,14 +72,14 @@ def _output_classes(model: keras.Model) -> int | None:
     return None if last is None else int(last)
 
 
-def _batch(model: keras.Model, spec: Mapping[str, Any], classes: int) -> tuple[Batch, Batch]:
+def _batch(model: keras.Model, spec: Mapping[str, Any], classes: int, seed: int) -> tuple[Batch, Batch]:
     """The spec's real batch (``--data``), else a synthetic one: normal inputs, uniform labels per output."""
     import numpy as np
 
     feed = spec.get("data")
     if feed is not None:
         return _real_batch(model, feed, int(spec["batch_size"]))
-    rng = np.random.default_rng(int(spec["seed"]))
+    rng = np.random.default_rng(seed)
     (tensor,) = model.inputs
     x = rng.standard_normal((spec["batch_size"], *tensor.shape[1:]), dtype=np.float32)
     labels = (spec["batch_size"], *model.outputs[0].shape[1:-1])

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from detprof.determinism import DEFAULT_BACKEND
+from detprof import backends
 from detprof.intervals import CHEAP_OVERHEAD, Metric, Overhead
 from detprof.reports.provenance import framework_name
 from detprof.reports.published import PUBLISHED, SOURCE
@@ -83,7 +83,7 @@ class HeadlineRow:
 
 
 def advice(
-    v: Verdict, q: Quadrant | None, stability: StabilityReading | None, model: str, backend: str = DEFAULT_BACKEND
+    v: Verdict, q: Quadrant | None, stability: StabilityReading | None, model: str, backend: str = backends.DEFAULT
 ) -> str:
     """What to do, in a few words, consistent with the verdict (never more sure of the cost than it is).
 
@@ -95,7 +95,7 @@ def advice(
     if q is not None and q != "not settled":
         return QUADRANT_ADVICE[q]
     if stability is None:
-        flag = "" if backend == DEFAULT_BACKEND else f" --backend {backend}"
+        flag = "" if backend == backends.DEFAULT else f" --backend {backend}"
         what = f"no stability study: `detprof stability --model {model}{flag}` measures what it buys"
     elif not stability.used:
         what = "its stability study did not learn: what it buys is unknown"
@@ -118,7 +118,7 @@ def caveats(
     noise_floor: float | None,
     stability: StabilityReading | None,
     notes: Iterable[str] = (),
-    backend: str = DEFAULT_BACKEND,
+    backend: str = backends.DEFAULT,
 ) -> list[str]:
     """The caveats of one row, most important first; each a sentence a reader can act on."""
     out = [n for n in notes if n]

@@ -29,6 +29,7 @@ import pandas as pd
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
 
+from detprof import backends
 from detprof import formatting as f
 from detprof.determinism import MODES
 from detprof.intervals import CHEAP_OVERHEAD
@@ -201,51 +202,24 @@ def _devices(report: Report) -> Table:
     )
 
 
-SETTINGS_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
-    "tensorflow": (
-        ("op determinism", "op_determinism"),
-        ("jit_compile (XLA, pinned)", "jit_compile"),
-        ("cuDNN autotune", "cudnn_autotune"),
-        ("TF_DETERMINISTIC_OPS", "deprecated_tf_deterministic_ops_env"),
-    ),
-    "jax": (
-        ("op determinism (xla_gpu_deterministic_ops)", "op_determinism"),
-        ("XLA_FLAGS", "xla_flags"),
-    ),
-    "torch": (
-        ("op determinism (use_deterministic_algorithms)", "op_determinism"),
-        ("warn only", "deterministic_warn_only"),
-        ("cudnn.deterministic", "cudnn_deterministic"),
-        ("cudnn.benchmark", "cudnn_benchmark"),
-        ("CUBLAS_WORKSPACE_CONFIG", "cublas_workspace_config"),
-        ("torch.compile (pinned)", "jit_compile"),
-    ),
-}
-"""What each framework reports in effect (``determinism.effective_settings``), one table per backend."""
 OTHER_SETTINGS = (("op determinism", "op_determinism"), ("jit_compile (pinned)", "jit_compile"))
-UNSET_WHEN_EMPTY = frozenset({"deprecated_tf_deterministic_ops_env", "xla_flags", "cublas_workspace_config"})
-"""Environment variables: empty reads as unset."""
-SETTINGS_NOTES = {
-    "tensorflow": "jit_compile is pinned to the same explicit value in both modes: Keras would otherwise turn XLA "
-    "off under op determinism and compare XLA against non-XLA.",
-    "jax": "JAX compiles every step with XLA in both modes; op determinism is XLA's own flag, as XLA parsed it.",
-    "torch": "torch.compile is on in both modes or in neither (--compile); deterministic mode also fixes cuBLAS's "
-    "workspace, as PyTorch's reproducibility notes require.",
-}
+"""The settings shown for a backend detprof does not know (results of a newer detprof)."""
 
 
-def _setting(settings: dict[str, Any], key: str) -> Any:
+def _setting(settings: dict[str, Any], key: str, environment: frozenset[str]) -> Any:
     value = settings.get(key)
-    return (value or "unset") if key in UNSET_WHEN_EMPTY else value
+    return (value or "unset") if key in environment else value
 
 
 def _settings(report: Report) -> list[dict[str, Any]]:
     """One table per backend, each with the switches its framework has."""
     tables = []
     for backend in backend_order(b for _, b, _, _ in report.settings):
-        columns = SETTINGS_COLUMNS.get(backend, OTHER_SETTINGS)
+        known = backends.REGISTRY.get(backend)
+        columns = known.in_effect_columns if known else OTHER_SETTINGS
+        environment = known.environment_keys if known else frozenset()
         rows = [
-            [name, mode, *(_setting(s, key) for _, key in columns), s.get("seed")]
+            [name, mode, *(_setting(s, key, environment) for _, key in columns), s.get("seed")]
             for name, b, mode, s in report.settings
             if b == backend
         ]
@@ -253,7 +227,7 @@ def _settings(report: Report) -> list[dict[str, Any]]:
             {
                 "title": f": {backend} ({report.framework(backend)})" if report.names_backend else "",
                 "table": table(["Study", "Mode", *(h for h, _ in columns), "Seed"], rows),
-                "note": SETTINGS_NOTES.get(backend, ""),
+                "note": known.settings_note if known else "",
             }
         )
     return tables

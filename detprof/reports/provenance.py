@@ -16,16 +16,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from detprof.determinism import BACKENDS
+from detprof import backends
 from detprof.records import backend_of, environment_values, measures
-
-FRAMEWORKS: dict[str, str] = {"tensorflow": "TensorFlow", "jax": "JAX", "torch": "PyTorch"}
-"""Each Keras backend's framework as readers know it; its version is ``versions[backend]``
-(``determinism.software_versions``), the rest (jaxlib, CUDA builds) is in the software table."""
 
 
 def framework_name(backend: str) -> str:
-    return FRAMEWORKS.get(backend, backend)
+    """The framework as readers know it (``Backend.framework``); its version is ``versions[backend]``
+    (``determinism.software_versions``), the rest (jaxlib, CUDA builds) is in the software table."""
+    known = backends.REGISTRY.get(backend)
+    return known.framework if known else backend
 
 
 def framework(backend: str, versions: Mapping[str, Sequence[str]]) -> str:
@@ -34,10 +33,10 @@ def framework(backend: str, versions: Mapping[str, Sequence[str]]) -> str:
     return f"{framework_name(backend)} {'/'.join(found)}" if found else framework_name(backend)
 
 
-def backend_order(backends: Iterable[str]) -> list[str]:
-    """Distinct backends in detprof's order (tensorflow, jax, torch), so that every table lists them alike."""
-    known = list(BACKENDS)
-    return sorted(dict.fromkeys(backends), key=lambda b: (known.index(b) if b in known else len(known), b))
+def backend_order(names: Iterable[str]) -> list[str]:
+    """Distinct backends in detprof's order (its registry's), so that every table lists them alike."""
+    known = list(backends.NAMES)
+    return sorted(dict.fromkeys(names), key=lambda b: (known.index(b) if b in known else len(known), b))
 
 
 def distinct(values: Iterable[Any]) -> list[str]:
@@ -161,9 +160,9 @@ def provenance(records: Sequence[Mapping[str, Any]], config: Mapping[str, Any]) 
     warnings += _settings_warnings(label, records)
     warnings += [f"{label}: {name}: {WHOLE_PROCESS}" for name in whole_process_programs(records)]
     ok = [r for r in records if r.get("status") == "ok"] or list(records)
-    backends = distinct(backend_of(r) for r in ok)
-    if len(backends) > 1:
-        warnings.append(f"{label}: runs ran on different Keras backends ({', '.join(backends)}): ratios mix frameworks")
+    ran_on = distinct(backend_of(r) for r in ok)
+    if len(ran_on) > 1:
+        warnings.append(f"{label}: runs ran on different Keras backends ({', '.join(ran_on)}): ratios mix frameworks")
     settings: dict[str, dict[str, Any]] = {}
     for rec in records:
         if rec.get("settings"):
@@ -171,7 +170,7 @@ def provenance(records: Sequence[Mapping[str, Any]], config: Mapping[str, Any]) 
     return Provenance(
         label=label,
         device=device,
-        backend=backends[0],
+        backend=ran_on[0],
         versions=versions,
         settings=settings,
         started=min(distinct(r.get("started_at") for r in records), default=None),

@@ -29,7 +29,8 @@ from typing import Any
 
 import pandas as pd
 
-from detprof.determinism import DEFAULT_BACKEND, MODES
+from detprof import backends
+from detprof.determinism import MODES
 from detprof.errors import InputError
 from detprof.formatting import ratio
 from detprof.intervals import Metric, Overhead, headline, inconclusive_reason
@@ -77,9 +78,9 @@ Where = Callable[[str, str], str]
 """(device label, backend) -> how the report names that device: ``Report.where``."""
 
 
-def names_backend(backends: Sequence[str]) -> bool:
+def names_backend(names: Sequence[str]) -> bool:
     """Whether a report names the backend beside every device: it holds several, or one that is not TensorFlow."""
-    return list(backends) not in ([], [DEFAULT_BACKEND])
+    return list(names) not in ([], [backends.DEFAULT])
 
 
 def where(label: str, backend: str, *, named: bool) -> str:
@@ -433,7 +434,7 @@ def _stability_backend(store: ResultsStore, summary: Mapping[str, Any]) -> str:
     first = next(store.records(), None)
     if first is not None:
         return backend_of(first)
-    return str(summary.get("backend") or (summary.get("config") or {}).get("backend") or DEFAULT_BACKEND)
+    return str(summary.get("backend") or (summary.get("config") or {}).get("backend") or backends.DEFAULT)
 
 
 def load_calibration(store: ResultsStore) -> CalibrationStudy | None:
@@ -560,8 +561,8 @@ def side_by_side(rows: Sequence[HeadlineRow]) -> list[HeadlineRow]:
     torch): what a reader comparing backends looks for first. Models and devices keep the order they came in."""
     models = list(dict.fromkeys(r.model for r in rows))
     devices = list(dict.fromkeys(r.device for r in rows))
-    backends = backend_order(r.backend for r in rows)
-    return sorted(rows, key=lambda r: (models.index(r.model), devices.index(r.device), backends.index(r.backend)))
+    order = backend_order(r.backend for r in rows)
+    return sorted(rows, key=lambda r: (models.index(r.model), devices.index(r.device), order.index(r.backend)))
 
 
 def headline_rows(

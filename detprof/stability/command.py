@@ -18,7 +18,7 @@ from rich.table import Table
 from detprof.errors import UsageError
 from detprof.formatting import number, plus_minus
 from detprof.invocation import command_line
-from detprof.profiler.options import RunOptions, with_run_options
+from detprof.options import RunOptions, with_run_options
 from detprof.stability.variants import DEFAULT_VARIANTS, NAMED_VARIANTS
 
 if TYPE_CHECKING:
@@ -108,11 +108,11 @@ def stability(
     ] = False,
 ) -> None:
     """Train many copies of a model under chosen noise sources and measure what the noise does."""
-    from detprof.determinism import DEFAULT_BACKEND, require_backend
-    from detprof.profiler.study import default_results_dir
+    from detprof import backends
+    from detprof.profiler.plan import default_results_dir
     from detprof.stability import study
 
-    backend = require_backend(options.backend or DEFAULT_BACKEND)
+    backend = backends.require(options.backend or backends.DEFAULT).name
     config = study.StudyConfig(
         model=model,
         dataset=dataset,

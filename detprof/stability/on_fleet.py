@@ -24,8 +24,8 @@ from detprof.fleet.cluster import FleetNode
 from detprof.fleet.executor import FleetExecutor, Unit
 from detprof.fleet.study import FleetOptions, print_lost, ready_fleet
 from detprof.fleet.transfer import Bundle, collect, scratch_store, write_files
+from detprof.options import RunOptions
 from detprof.profiler.devices import DeviceChoice, choose_device
-from detprof.profiler.options import RunOptions
 from detprof.stability.study import _failed, execute_runs
 from detprof.stability.training import TrainConfig
 from detprof.stability.variants import PlannedRun

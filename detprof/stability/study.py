@@ -28,7 +28,9 @@ from typing import Any
 
 from rich.console import Console
 
-from detprof.determinism import DEFAULT_BACKEND, MODES, Mode, as_before_the_choice, quiet_tensorflow, require_backend
+from detprof import backends
+from detprof.backends.tensorflow import quiet_tensorflow
+from detprof.determinism import MODES, Mode, as_before_the_choice
 from detprof.errors import UsageError, first_line
 from detprof.models import own, registry
 from detprof.profiler.devices import DeviceChoice, Nvml, free_memory, usable_cpus
@@ -79,7 +81,7 @@ class StudyConfig:
     lr: float = DEFAULT_LR
     seed: int = 0
     keep_weights: bool = False
-    backend: str = DEFAULT_BACKEND
+    backend: str = backends.DEFAULT
     """The Keras backend every worker trains on (``--backend``)."""
     keep_saved_weights: bool = False
     """A saved model of your own (``FILE.keras``) starts every run from its saved weights (``--keep-saved-weights``)."""
@@ -93,7 +95,7 @@ class StudyConfig:
 
     def validated(self) -> tuple[StudyConfig, list[Variant]]:
         """Every name and number checked, names made canonical, before anything is trained (or any worker started)."""
-        backend = require_backend(self.backend)
+        backend = backends.require(self.backend).name
         if self.runs < 2:
             raise UsageError(f"--runs must be at least 2 (got {self.runs}): a spread needs two runs")
         if self.epochs < 1:
@@ -432,7 +434,7 @@ def load_in_parent(name: str, backend: str) -> datasets.Dataset:
     Keras reads ``KERAS_BACKEND`` at its first import only, so it is set for that import and
     restored after; the workers set their own.
     """
-    if backend == DEFAULT_BACKEND or "keras" in sys.modules:
+    if backend == backends.TENSORFLOW or "keras" in sys.modules:
         with quiet_tensorflow():
             return datasets.load(name)
     previous = os.environ.get(KERAS_BACKEND_ENV)

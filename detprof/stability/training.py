@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from scipy.special import log_softmax, softmax
 
-from detprof.determinism import DEFAULT_BACKEND, DeterminismSettings, Mode
+from detprof import backends
+from detprof.determinism import DeterminismSettings, Mode
 from detprof.models import registry
 from detprof.models.own import OwnModel
 from detprof.models.own_build import OwnBuilder, ends_in_softmax
@@ -51,7 +52,7 @@ class TrainConfig:
     lr: float
     keep_weights: bool
     study_dir: str
-    backend: str = DEFAULT_BACKEND
+    backend: str = backends.DEFAULT
     """The Keras backend the workers run; each picks it when it starts (``determinism.apply``)."""
     own_model: OwnModel | None = None
     """``model`` is your own (its label): the spec the workers build it from (``models.own_build``)."""

@@ -17,14 +17,13 @@ import os
 import signal
 import sys
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from detprof import determinism
+from detprof import backends, determinism
 from detprof.errors import first_line
 from detprof.profiler.lifeline import end_with_driver
-from detprof.profiler.worker import out_of_memory
 from detprof.records import StabilityRun, stability_run
 from detprof.stability import training
 from detprof.stability.variants import PlannedRun
@@ -60,40 +59,9 @@ def initialize(settings: determinism.DeterminismSettings, study_dir: str, env: M
         backend=settings.backend,
         determinism=effective,
         software=determinism.software_versions(settings.backend),
-        device_name=DEVICE_NAMES[settings.backend](),
+        device_name=backends.get(settings.backend).device_name(),
         log=str(log_path.relative_to(study_dir)),
     )
-
-
-def _tensorflow_device() -> str:
-    import tensorflow as tf
-
-    gpus = tf.config.list_physical_devices("GPU")
-    if not gpus:
-        return "cpu"
-    return str(tf.config.experimental.get_device_details(gpus[0]).get("device_name", gpus[0].name))
-
-
-def _jax_device() -> str:
-    import jax
-
-    device = jax.devices()[0]
-    return "cpu" if device.platform == "cpu" else str(device.device_kind)
-
-
-def _torch_device() -> str:
-    """Keras on PyTorch trains on the first visible GPU when there is one."""
-    import torch
-
-    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
-
-
-DEVICE_NAMES: dict[str, Callable[[], str]] = {
-    "tensorflow": _tensorflow_device,
-    "jax": _jax_device,
-    "torch": _torch_device,
-}
-"""The device each backend trains on, as the framework names it; each imports only its own framework."""
 
 
 def loaded_frameworks() -> dict[str, str]:
@@ -103,8 +71,8 @@ def loaded_frameworks() -> dict[str, str]:
     must show its own framework alone (TensorFlow's start-up, thread pools and GPU memory
     would be paid for nothing).
     """
-    modules = (sys.modules.get(name) for name in determinism.BACKEND_MODULES.values())
-    return {module.__name__: str(getattr(module, "__version__", "")) for module in modules if module is not None}
+    modules = (sys.modules[backend.module] for backend in backends.loaded())
+    return {module.__name__: str(getattr(module, "__version__", "")) for module in modules}
 
 
 def execute(run: PlannedRun, config: training.TrainConfig) -> StabilityRun:
@@ -119,7 +87,7 @@ def execute(run: PlannedRun, config: training.TrainConfig) -> StabilityRun:
     except Exception as exc:
         traceback.print_exc()
         reason = first_line(exc, with_type=True)
-        if out_of_memory(exc):
+        if backends.out_of_memory(exc):
             reason = f"out of memory: {reason}"
         return _plain(
             stability_run(**identity, seeds=run.seeds.as_dict(), status="failed", reason=reason, **_worker_fields())

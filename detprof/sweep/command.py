@@ -21,15 +21,16 @@ from detprof.errors import UsageError
 from detprof.formatting import floor, ratio
 from detprof.invocation import command_line
 from detprof.models.own import is_own
+from detprof.options import FLEET, MEASURED_STUDY, MODEL_INPUTS, ModelsOption, RunOptions, with_run_options
 from detprof.profiler.devices import DeviceChoice
-from detprof.profiler.options import FLEET, MEASURED_STUDY, MODEL_INPUTS, ModelsOption, RunOptions, with_run_options
-from detprof.profiler.study import default_results_dir, measure
+from detprof.profiler.plan import default_results_dir
+from detprof.profiler.study import measure
 from detprof.store import ResultsStore
 from detprof.sweep.plan import SweepRequest, plan_runs, split_models
 from detprof.sweep.presets import PRESETS, STABILITY_MODELS
 
 if TYPE_CHECKING:
-    from detprof.profiler.program_plan import ProgramRequest
+    from detprof.profiler.program.plan import ProgramRequest
 
 HELP = "Run each model in default and deterministic mode; report the overhead."
 FAILURE_NOTE_CHARS = 160
@@ -81,7 +82,7 @@ def sweep(
     if name is not None and program is None:
         raise UsageError("--name names the program of --command: give both, or neither for models")
     if program is not None:
-        from detprof.profiler.program_plan import ProgramRequest
+        from detprof.profiler.program.plan import ProgramRequest
 
         asked = {"--models": models is not None, "--stability": stability, "--calibrate": calibrate}
         refuse_for_programs(options, [flag for flag, given in (asked | {"--dry-run": dry_run}).items() if given])
@@ -176,7 +177,7 @@ def refuse_for_programs(options: RunOptions, flags: list[str]) -> None:
 
 def run_program_sweep(request: ProgramRequest, *, report: bool) -> Path:
     """A training program (``--command``) measured as a model named ``--name``: the same table, store and report."""
-    from detprof.profiler.program_plan import plan_program_runs
+    from detprof.profiler.program.plan import plan_program_runs
 
     settings, target = request.resolve(list(PRESETS))
     out = request.options.out or default_results_dir(target.device, target.backend)

@@ -21,9 +21,17 @@ from detprof.determinism import Mode
 from detprof.errors import UsageError
 from detprof.models import own, registry
 from detprof.models.npz_data import ArrayHeader, headers, npz_path
-from detprof.profiler.launcher import Workload, call_in_worker
-from detprof.profiler.options import RunOptions
-from detprof.profiler.study import MeasurementTarget, PlannedRun, RunSettings, choose_target, interleaved, preset_values
+from detprof.options import RunOptions
+from detprof.profiler.launcher import call_in_worker
+from detprof.profiler.plan import (
+    MeasurementTarget,
+    PlannedRun,
+    RunSettings,
+    Workload,
+    choose_target,
+    interleaved,
+    preset_values,
+)
 from detprof.sweep.presets import PRESETS
 
 MODEL_WORKLOAD = "detprof.profiler.workloads:model_training"
@@ -114,11 +122,8 @@ class SweepRequest:
         if data is not None:
             values["input_size"] = None
         shape = own.parse_input_shape(run.input_shape)
-        config = SweepConfig(
-            **values,
-            input_shape=None if shape is None else own.shape_text(shape),
-            data=run.data,
-            **target.settings(run),
+        config = SweepConfig.for_target(
+            target, run, **values, input_shape=None if shape is None else own.shape_text(shape), data=run.data
         )
         return replace(config, plans=model_plans(config, data, target.backend)), target
 

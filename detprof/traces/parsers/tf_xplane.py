@@ -62,6 +62,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from detprof.backends.tensorflow import TensorFlow, quiet_tensorflow
 from detprof.errors import InputError
 from detprof.traces.kernel_names import short_kernel_name
 from detprof.traces.kernel_table import (
@@ -197,7 +198,7 @@ def _xplane_pb2() -> ModuleType:
     loaded = sys.modules.get(_PB2_MODULE)
     if loaded is not None:
         return loaded
-    spec = importlib.util.find_spec("tensorflow")
+    spec = importlib.util.find_spec(TensorFlow.module)
     if spec is None:
         raise InputError("reading TensorFlow profiler traces needs the tensorflow package (pip install tensorflow)")
     for location in spec.submodule_search_locations or ():
@@ -208,8 +209,6 @@ def _xplane_pb2() -> ModuleType:
                 module = importlib.util.module_from_spec(file_spec)
                 file_spec.loader.exec_module(module)
                 return module
-    from detprof.determinism import quiet_tensorflow
-
     with quiet_tensorflow():  # the slow way loads TensorFlow, chatter and all
         return importlib.import_module(_PB2_MODULE)
 

@@ -2,8 +2,8 @@
 
 ``detprof sweep --command "python train.py --epochs 1" --name NAME`` measures the program the
 way it measures a model named NAME: each repeat runs it once per mode, the modes interleaved
-and their order alternating by repeat (``study.interleaved``), each run a process of its own
-(``program_run.ProgramLauncher``), and the records go to the same store, so the report,
+and their order alternating by repeat (``plan.interleaved``), each run a process of its own
+(``program.run.ProgramLauncher``), and the records go to the same store, so the report,
 ``baseline`` and ``check`` read it as that model. Everything that can be wrong with the command
 is said in one line before any run starts.
 """
@@ -19,9 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from detprof.errors import InputError, UsageError
-from detprof.profiler.launcher import Workload
-from detprof.profiler.options import RunOptions
-from detprof.profiler.study import MeasurementTarget, PlannedRun, RunSettings, choose_target, interleaved
+from detprof.options import RunOptions
+from detprof.profiler.plan import MeasurementTarget, PlannedRun, RunSettings, Workload, choose_target, interleaved
 
 PROGRAM_WORKLOAD = "program"
 """A program's ``Workload.entry``: no worker entry point runs it, ``ProgramLauncher`` runs its ``argv``."""
@@ -80,13 +79,12 @@ class ProgramRequest:
     options: RunOptions
 
     def resolve(self, presets: Sequence[str]) -> tuple[ProgramSettings, MeasurementTarget]:
-        """The command and name checked, the device and tracer chosen (``study.choose_target``), the settings."""
+        """The command and name checked, the device and tracer chosen (``plan.choose_target``), the settings."""
         argv = program_argv(self.command)
         name = program_name(self.name)
         target = replace(choose_target(self.options, presets), program=True)
-        settings = target.settings(self.options)
         given = {"repeats": self.options.repeats} if self.options.repeats is not None else {}
-        return ProgramSettings(name=name, command=tuple(argv), **given, **settings), target
+        return ProgramSettings.for_target(target, self.options, name=name, command=tuple(argv), **given), target
 
 
 def plan_program_runs(settings: ProgramSettings) -> list[PlannedRun]:

@@ -1,18 +1,18 @@
 """The files a program run exchanges with detprof, and what detprof reads off them.
 
-A program that ``detprof sweep --command`` runs gets the path of its run's spec in
-``SPEC_ENV``: ``detprof.measure()`` reads there whether and how to trace, and writes the
-measured window back (``Window``). Its ``sitecustomize`` hook writes, per Python process,
-what the frameworks it loaded report in effect (``determinism.in_effect_here``), which
-``in_effect`` reads back and checks against the run's mode. Imported inside the program by
-``detprof.api``, so this module stays light: the standard library and ``determinism`` only.
+A program that ``detprof sweep --command`` runs gets the path of its run's spec
+(``ProgramSpec``) in ``SPEC_ENV``: ``detprof.measure()`` reads there whether and how to trace,
+and writes the measured window back (``Window``). Its ``sitecustomize`` hook writes, per Python
+process, what the frameworks it loaded report in effect (``backends.program.in_effect_here``),
+which ``in_effect`` reads back and checks against the run's mode. Imported inside the program
+by ``detprof.api``, so this module stays light: the standard library and ``determinism`` only.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -22,14 +22,28 @@ SPEC_ENV = "DETPROF_PROGRAM_SPEC"
 MeasuredWindow = Literal["api", "process"]
 """``api``: the steps inside ``detprof.measure()``; ``process``: the program opened no window, so
 its whole process (start-up and imports included) is what was timed."""
-TRACED_MODULES: dict[str, str] = {"tf-profiler": "tensorflow", "jax-profiler": "jax", "torch-profiler": "torch"}
-"""The framework each in-process tracer traces, which the program must have loaded itself."""
 
 
-def read_spec() -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class ProgramSpec:
+    """One run of a program, as ``ProgramLauncher`` writes it and ``detprof.measure()`` reads it."""
+
+    run_id: str
+    mode: Mode
+    tracer: str
+    """``profiler.tracers.TRACERS`` name of the run's tracer, whose in-process half the window runs."""
+    trace_path: str | None
+    window_path: str
+    """Where the window is written (``Window``)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def read_spec() -> ProgramSpec | None:
     """This run's spec, or None when the process does not run under ``detprof sweep --command``."""
     path = os.environ.get(SPEC_ENV)
-    return json.loads(Path(path).read_text()) if path else None
+    return ProgramSpec(**json.loads(Path(path).read_text())) if path else None
 
 
 @dataclass(frozen=True)
@@ -68,7 +82,7 @@ class InEffect:
     """What the program's processes reported in effect, merged, and what is wrong with it for the run's mode."""
 
     frameworks: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    """Framework (``determinism.Backend``) -> what each process that loaded it reported."""
+    """Backend name -> what each process that loaded its framework reported."""
     versions: dict[str, str] = field(default_factory=dict)
     processes: int = 0
     problem: str | None = None

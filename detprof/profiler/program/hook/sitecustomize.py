@@ -6,18 +6,18 @@ runs the ``sitecustomize`` that the program would have run without detprof, if a
 
 - It ends the process with the detprof that started it (``profiler.lifeline``), so that a
   killed ``detprof sweep`` leaves no program measuring beside its ``--resume``.
-- In deterministic mode it switches PyTorch on as soon as the program has imported torch
-  (``determinism.switch_torch_on``): torch has no environment variable for it, unlike
-  TensorFlow and JAX, which ``determinism.program_environment`` switches.
+- In deterministic mode it switches on, as soon as the program has imported it, each
+  framework that has no environment variable for it (``Backend.switched_after_import``:
+  PyTorch), unlike TensorFlow and JAX, which ``backends.program.program_environment`` switches.
 - After each framework's import and again at exit it writes what the frameworks this process
-  loaded report in effect (``determinism.in_effect_here``) to a file of its own in
+  loaded report in effect (``backends.program.in_effect_here``) to a file of its own in
   ``IN_EFFECT_DIR_ENV``, which detprof reads into the run's record: a deterministic run
   whose frameworks did not all report determinism is failed, not measured. The write after the
   import leaves a file when the process later ends without running ``atexit`` handlers.
 
-The program's interpreter may not have detprof installed, so ``determinism.py`` and
+The program's interpreter may not have detprof installed, so the ``backends`` package and
 ``lifeline.py`` are loaded by their paths, under names of their own, and nothing else of
-detprof is imported. Nothing here may
+detprof is imported (both import only the standard library). Nothing here may
 break the program: a failure is written to the process's file, or to its stderr when there is
 no file to write (the run then fails with it), and the program goes on.
 """
@@ -37,9 +37,9 @@ from types import ModuleType
 from typing import Any
 
 HOOK_DIR = Path(__file__).resolve().parent
-DETERMINISM_FILE = HOOK_DIR.parents[1] / "determinism.py"
-DETERMINISM_MODULE = "_detprof_program_determinism"
-LIFELINE_FILE = HOOK_DIR.parent / "lifeline.py"
+BACKENDS_DIR = HOOK_DIR.parents[2] / "backends"
+BACKENDS_PACKAGE = "_detprof_program_backends"
+LIFELINE_FILE = HOOK_DIR.parents[1] / "lifeline.py"
 LIFELINE_MODULE = "_detprof_program_lifeline"
 
 
@@ -87,9 +87,10 @@ class _Then(importlib.abc.Loader):
             callback()
 
 
-def _load(name: str, file: Path) -> ModuleType:
-    """One of detprof's standard-library-only modules, by its path, under a name of its own."""
-    spec = importlib.util.spec_from_file_location(name, file)
+def _load(name: str, file: Path, *, package: bool = False) -> ModuleType:
+    """One of detprof's standard-library-only modules (or packages), by its path, under a name of its own."""
+    locations = [str(file.parent)] if package else None
+    spec = importlib.util.spec_from_file_location(name, file, submodule_search_locations=locations)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses look their module up while the file runs
@@ -130,20 +131,21 @@ def _writer(out_dir: Path, read: Callable[[], dict[str, Any]]) -> Callable[[], N
 
 def _install() -> None:
     try:
-        determinism = _load(DETERMINISM_MODULE, DETERMINISM_FILE)
+        backends = _load(BACKENDS_PACKAGE, BACKENDS_DIR / "__init__.py", package=True)
+        program = importlib.import_module(f"{BACKENDS_PACKAGE}.program")
     except Exception as exc:  # the run then has no report of what was in effect, and fails for it
-        print(f"detprof: cannot load {DETERMINISM_FILE}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"detprof: cannot load {BACKENDS_DIR}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return
-    mode = os.environ.get(determinism.PROGRAM_MODE_ENV)
-    out_dir = os.environ.get(determinism.IN_EFFECT_DIR_ENV)
+    mode = os.environ.get(program.PROGRAM_MODE_ENV)
+    out_dir = os.environ.get(program.IN_EFFECT_DIR_ENV)
     if not mode or not out_dir:
         return
-    write = _writer(Path(out_dir), determinism.in_effect_here)
+    write = _writer(Path(out_dir), program.in_effect_here)
     after_import = _AfterImport()
-    if mode == "deterministic":
-        after_import.add("torch", determinism.switch_torch_on)
-    for module in determinism.BACKEND_MODULES.values():
-        after_import.add(module, write)
+    for backend in backends.REGISTRY.values():
+        if mode == program.DETERMINISTIC and backend.switched_after_import:
+            after_import.add(backend.module, backend.switch_on)
+        after_import.add(backend.module, write)
     sys.meta_path.insert(0, after_import)
     atexit.register(write)
 

@@ -1,17 +1,17 @@
 """Run a training program detprof did not write, once per run of the plan, and record what it measured.
 
 ``ProgramLauncher`` is the ``WorkerLauncher`` of programs: the same store, tracer, device,
-telemetry, trace parsing (``_kernels``) and atomic record. What differs is the process and
+telemetry, trace parsing (``trace_fields``) and record. What differs is the process and
 what it leaves behind. The process is the user's command, split with ``shlex`` and never run
-through a shell, in its mode's environment (``determinism.program_environment``) with the
+through a shell, in its mode's environment (``backends.program.program_environment``) with the
 ``sitecustomize`` hook first on ``PYTHONPATH``; its stdout goes to the run's log, its stderr
 to a file of its own, whose tail the record keeps. It leaves its exit status, the hook's
 reports of what was in effect (a deterministic run without determinism in effect is failed,
 not measured) and, if it opened one, the measured window ``detprof.measure()`` wrote
-(``program_files``).
+(``program.files``).
 
 A program cannot time untraced steps and then trace others as detprof's worker does, so each
-of its runs either traces (kernel time) or is timed untraced (wall time; ``study.measured_parts``).
+of its runs either traces (kernel time) or is timed untraced (wall time; ``plan.measured_parts``).
 Without a window its wall time is its whole process, start-up included, and there is nothing
 for a tracer to trace: once a run has shown that the program opens no window, its traced runs
 are recorded as failed with that reason instead of being run.
@@ -22,23 +22,24 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
-import subprocess
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from detprof.determinism import Mode, program_environment
+from detprof.backends.program import program_environment
+from detprof.determinism import Mode
 from detprof.errors import last_line
-from detprof.profiler.launcher import WorkerLauncher, WorkerProcess, WorkerRun, Workload, utc_now, wait_for_exit
-from detprof.profiler.lifeline import driver_lifeline
-from detprof.profiler.program_files import SPEC_ENV, InEffect, MeasuredWindow, Window, in_effect, read_window
+from detprof.profiler.launcher import WorkerLauncher, WorkerProcess
+from detprof.profiler.plan import PlannedRun
+from detprof.profiler.process import Outcome, spawn, timeout_reason, wait_for_exit
+from detprof.profiler.program.files import SPEC_ENV, InEffect, ProgramSpec, Window, in_effect, read_window
+from detprof.profiler.trace_fields import FAILURE, kernel_fields
 from detprof.profiler.worker import classify_failure
-from detprof.records import MeasuredRun, measured_run
+from detprof.records import MeasuredRun
 from detprof.store import atomic_write_json
 from detprof.version import detprof_version
 
-HOOK_DIR = Path(__file__).resolve().parent / "program_hook"
+HOOK_DIR = Path(__file__).resolve().parent / "hook"
 """The folder put first on the program's ``PYTHONPATH``: its ``sitecustomize`` is the hook."""
 STDERR_TAIL_LINES = 20
 STDERR_TAIL_CHARS = 2000
@@ -49,34 +50,32 @@ NO_WINDOW = (
 )
 
 
-def _argv_of(workload: Workload) -> list[str]:
-    """The program's command line, as ``program_plan`` put it into the run's workload."""
-    return [str(arg) for arg in workload.spec["argv"]]
+def _argv_of(run: PlannedRun) -> list[str]:
+    """The program's command line, as ``program.plan`` put it into the run's workload."""
+    return [str(arg) for arg in run.workload.params["argv"]]
 
 
 class ProgramLauncher(WorkerLauncher):
+    """A ``WorkerLauncher`` whose process is the user's program: the same paths, environment and record."""
+
     def program_env(self, mode: Mode, spec_path: Path, in_effect_dir: Path) -> dict[str, str]:
-        """The program's whole environment: a worker's (``worker_env``), switched to ``mode``, with the hook first."""
-        env = program_environment(mode, self.worker_env(), str(in_effect_dir))
+        """The program's whole environment: a worker's, switched to ``mode``, with the hook first on its path."""
+        env = program_environment(mode, self.environment.worker_env(), str(in_effect_dir))
         path = [str(HOOK_DIR), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])]
         return env | {SPEC_ENV: str(spec_path), "PYTHONPATH": os.pathsep.join(path)}
 
-    def program_command(self, run: WorkerRun, argv: list[str], trace_base: Path) -> list[str]:
-        """The command line that runs the program: inside nsys or nvprof when they trace the run."""
-        return self.tracer.command(argv, trace_base) if run.traced and self.tracer.wraps_process else argv
+    def program_spec(self, worker: WorkerProcess) -> ProgramSpec:
+        return ProgramSpec(
+            run_id=worker.run.run_id,
+            mode=worker.run.mode,
+            tracer=self.tracer_of(worker.run).name,
+            trace_path=str(worker.trace_path) if worker.trace_path else None,
+            window_path=str(worker.result_path),
+        )
 
-    def run(self, run: WorkerRun, workload: Workload, fields: Mapping[str, Any]) -> MeasuredRun:
-        worker = self._prepare(run, workload, fields, cpu_core=None, control_fd=None)
-        argv = _argv_of(workload)
-        tracer = self.tracer_of(run)
-        worker.spec = {
-            "run_id": run.run_id,
-            "mode": run.mode,
-            "in_process": tracer.in_process,
-            "nvtx_steps": tracer.nvtx_steps,
-            "trace_path": str(worker.trace_path) if worker.trace_path else None,
-            "window_path": str(worker.result_path),
-        }
+    def run(self, run: PlannedRun) -> MeasuredRun:
+        worker = self.worker_of(run)
+        argv = _argv_of(run)
         in_effect_dir = worker.spec_path.with_name(f"{run.run_id}.in-effect")
         stderr_path = worker.log_path.with_name(f"{run.run_id}.stderr.log")
         worker.make_room()
@@ -85,8 +84,8 @@ class ProgramLauncher(WorkerLauncher):
         worker.start()
         if run.traced and self._opens_no_window():
             return self._record(worker, argv, None, None, in_effect_dir, stderr_path)
-        atomic_write_json(worker.spec_path, worker.spec)
-        worker.command = self.program_command(run, argv, worker.trace_base)
+        atomic_write_json(worker.spec_path, self.program_spec(worker).to_json())
+        worker.command = self.tracer_of(run).command(argv, worker.trace_base)
         env = self.program_env(run.mode, worker.spec_path, in_effect_dir)
         with self.sampler_factory() as worker.sampler:
             started = time.monotonic_ns()
@@ -105,12 +104,13 @@ class ProgramLauncher(WorkerLauncher):
         self,
         worker: WorkerProcess,
         argv: list[str],
-        outcome: str | int | None,
+        outcome: Outcome | None,
         process_ns: int | None,
         in_effect_dir: Path,
         stderr_path: Path,
     ) -> MeasuredRun:
         """The run's record, written atomically; ``outcome`` None: the run was not started (``NO_WINDOW``)."""
+        worker.end()
         run = worker.run
         window = read_window(worker.result_path)
         effect = in_effect(in_effect_dir, run.mode)
@@ -125,28 +125,18 @@ class ProgramLauncher(WorkerLauncher):
         elif status == "ok" and window is not None:
             steps = len(window.step_wall_ns)
             measured = {"traced_step_wall_ns": window.step_wall_ns}
-            measured |= self._kernels(run.run_id, worker.trace_path, steps, settling=0)
-            if "failure" in measured:
-                status, reason = "failed", measured.pop("failure")
-        measured_window: MeasuredWindow = "api" if window is not None else "process"
+            measured |= kernel_fields(self.store, run.run_id, worker.trace_path, steps, settling=0)
+            if FAILURE in measured:
+                status, reason = "failed", measured.pop(FAILURE)
+        worker.command = worker.command or argv
         span = window.monotonic if window is not None else None
-        record = measured_run(
-            run_id=run.run_id,
-            mode=run.mode,
-            backend=_backend(run.backend, effect),
+        record = self.file_record(
+            worker,
+            backend=_backend(self.settings.backend, effect),
             status=status,
             reason=reason,
             steps=steps,
             warmup=0,
-            measures=run.measures,
-            tracer=self.tracer_of(run).name,
-            device=self.device.as_record(),
-            command=shlex.join(worker.command or argv),
-            log=str(worker.log_path.relative_to(self.store.dir)),
-            started_at=worker.started,
-            finished_at=utc_now(),
-            duration_s=round(time.monotonic() - worker.t0, 3),
-            worker_env=self.timing_env(),
             telemetry=None if worker.sampler is None else worker.sampler.result(window=span),
             settings=effect.settings(run.mode) if effect.processes else None,
             versions=effect.versions | {"detprof": detprof_version()},
@@ -155,27 +145,24 @@ class ProgramLauncher(WorkerLauncher):
                 "exit_status": outcome if isinstance(outcome, int) else None,
                 "stderr_tail": stderr,
                 "stderr_log": str(stderr_path.relative_to(self.store.dir)),
-                "measured_window": measured_window,
+                "measured_window": "api" if window is not None else "process",
                 "marked_steps": None if window is None else window.marked_steps,
                 "processes": effect.processes,
             },
             **worker.fields,
             **measured,
         )
-        self.store.write_record(record)
-        worker.spec_path.unlink(missing_ok=True)
-        worker.result_path.unlink(missing_ok=True)
         shutil.rmtree(in_effect_dir, ignore_errors=True)
         return record
 
     def _status(
-        self, run: WorkerRun, outcome: str | int | None, window: Window | None, effect: InEffect, stderr: str
+        self, run: PlannedRun, outcome: Outcome | None, window: Window | None, effect: InEffect, stderr: str
     ) -> tuple[str, str | None]:
         """ok, or failed (unsupported: the framework refused to run deterministically) and the one-line reason."""
         if outcome is None:
             return "failed", NO_WINDOW
         if outcome == "timeout":
-            return "failed", f"timed out after {self.timeout_s:g} s (--run-timeout)"
+            return "failed", timeout_reason(self.timeout_s)
         if isinstance(outcome, str):
             return "failed", outcome
         if outcome != 0:
@@ -193,21 +180,12 @@ class ProgramLauncher(WorkerLauncher):
 
 def _run_process(
     command: list[str], env: dict[str, str], log_path: Path, stderr_path: Path, timeout_s: float | None
-) -> str | int:
+) -> Outcome:
     """The program's exit status, "timeout" (its process group killed), or why it could not start."""
-    with open(log_path, "wb") as out, open(stderr_path, "wb") as err:
-        try:
-            proc = subprocess.Popen(
-                command,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                start_new_session=True,
-                pass_fds=driver_lifeline()[1],
-            )
-        except OSError as exc:
-            return f"cannot start {command[0]}: {exc.strerror or exc}"
+    try:
+        proc = spawn(command, env, log_path, stderr=stderr_path)
+    except OSError as exc:
+        return f"cannot start {command[0]}: {exc.strerror or exc}"
     return wait_for_exit(proc, timeout_s)
 
 

@@ -1,0 +1,55 @@
+"""The Keras backends detprof runs, registered in one place: ``get(name)`` is everything detprof knows of one.
+
+A fourth framework is one module beside these and one line in ``REGISTRY``. The order of the
+registry is the order every table and listing uses; the first is the default. Only the
+standard library is imported here and by the backend modules (``base``), so that naming a
+backend never loads a framework.
+"""
+
+from __future__ import annotations
+
+from .base import Backend
+from .jax import Jax
+from .tensorflow import TensorFlow
+from .torch import Torch
+
+REGISTRY: dict[str, Backend] = {backend.name: backend for backend in (TensorFlow(), Jax(), Torch())}
+NAMES: tuple[str, ...] = tuple(REGISTRY)
+TENSORFLOW, JAX, TORCH = TensorFlow.name, Jax.name, Torch.name
+DEFAULT = TENSORFLOW
+"""The backend of every run from before there was a choice, and of ``--backend`` left out."""
+
+
+def get(name: str) -> Backend:
+    """The backend called ``name``; KeyError for a name detprof does not know (``require`` says it in one line)."""
+    return REGISTRY[name]
+
+
+def all_backends() -> tuple[Backend, ...]:
+    return tuple(REGISTRY.values())
+
+
+def loaded() -> list[Backend]:
+    """The backends whose framework this process has imported."""
+    return [backend for backend in REGISTRY.values() if backend.loaded()]
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` is the device (or host) running out of memory, in whichever loaded framework raised it."""
+    return isinstance(exc, MemoryError) or any(backend.out_of_memory(exc) for backend in loaded())
+
+
+def require(name: str) -> Backend:
+    """``name``'s backend when its framework is installed; one line naming the extra to install otherwise.
+
+    Checked in detprof's own process without importing the framework, so that a sweep on one
+    backend never pays for loading another.
+    """
+    from detprof.errors import UsageError
+
+    if name not in REGISTRY:
+        raise UsageError(f"unknown backend {name!r}; choose one of {', '.join(REGISTRY)}")
+    backend = REGISTRY[name]
+    if not backend.installed():
+        raise UsageError(f"--backend {name} needs {backend.module}, not installed here: pip install 'detprof[{name}]'")
+    return backend

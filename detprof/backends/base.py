@@ -1,0 +1,134 @@
+"""The shape every framework detprof runs takes: one ``Backend`` subclass per Keras backend.
+
+What detprof knows of a framework (how deterministic mode is switched on and read back, its
+versions, the device it trains on, its threads, its out-of-memory error, its profiler, and
+how a plan or a report words all that) lives in its subclass and nowhere else, so that a
+fourth framework is one module and one line of the registry (``backends/__init__``).
+
+Every module of this package imports only the standard library at module level, and other
+modules of the package only relatively: each framework is imported inside the methods that
+need it, and the ``sitecustomize`` hook of a program run loads the package by its path into
+the program's own interpreter, which may not have detprof installed (``backends.program``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import sys
+from collections.abc import Callable, Iterator, MutableMapping
+from typing import Any, ClassVar
+
+StopProfiler = Callable[[], None]
+"""What ``Backend.start_profiler`` returns: the call that stops the capture and writes the trace."""
+
+
+class Backend:
+    """A Keras backend: its framework, how determinism is switched in it, and how it is measured and described."""
+
+    name: ClassVar[str]
+    """``KERAS_BACKEND`` and ``--backend``: the name results, records and reports use."""
+    module: ClassVar[str]
+    """The framework's top-level module; its extra is ``detprof[<name>]``."""
+    framework: ClassVar[str]
+    """The framework as readers know it: "PyTorch"."""
+    tracer: ClassVar[str]
+    """``--tracer`` of the framework's own profiler."""
+    trace_suffix: ClassVar[str]
+    """What the own profiler's trace is named after the run id."""
+    keeps_out: ClassVar[tuple[str, ...]] = ()
+    """Modules kept out of this backend's workers (``determinism.apply``): frameworks Keras would load
+    for nothing. TensorFlow's modules import JAX where it is installed, and Keras on JAX reaches into
+    torch's types, so those must stay importable where they are used."""
+    version_keys: ClassVar[tuple[str, ...]]
+    """The packages of ``versions`` a CI baseline compares (``check.baseline_file``)."""
+    cuda_build: ClassVar[str]
+    """How to install the framework's CUDA build (``detprof doctor``'s fix)."""
+    switch_words: ClassVar[str]
+    """What deterministic mode switches, as a plan shows it (``sweep --dry-run``)."""
+    in_effect_columns: ClassVar[tuple[tuple[str, str], ...]]
+    """(heading, key of ``in_effect``): the settings a report shows for this backend's runs."""
+    environment_keys: ClassVar[frozenset[str]] = frozenset()
+    """Keys of ``in_effect`` that are environment variables: empty reads as unset."""
+    settings_note: ClassVar[str]
+    """One sentence under that table: what is pinned alike in both modes."""
+    switched_after_import: ClassVar[bool] = False
+    """Whether a program's deterministic mode needs ``switch_on`` once it imports the framework (no
+    environment variable switches it: ``backends.program``)."""
+
+    def installed(self) -> bool:
+        """Whether the framework is installed, found without importing it."""
+        return importlib.util.find_spec(self.module) is not None
+
+    def loaded(self) -> bool:
+        return self.module in sys.modules
+
+    # The compiler: pinned to one explicit choice in both modes.
+
+    def jit_compile(self, xla: bool, compile: bool) -> bool:
+        """What Keras' ``jit_compile`` is here for ``--xla`` and ``--compile``, the same in both modes."""
+        raise NotImplementedError
+
+    def compile_refusal(self, xla: bool, compile: bool) -> str | None:
+        """One line when ``--xla`` or ``--compile`` asks for a switch this backend does not have, else None.
+
+        A switch a backend lacks would be silently ignored, and the study would not measure what
+        its user asked for.
+        """
+        raise NotImplementedError
+
+    def compiler_words(self, xla: bool, compile: bool) -> str:
+        """The compile setting pinned in both modes, as a plan shows it."""
+        raise NotImplementedError
+
+    # Determinism: switched before the framework does any work, read back from the framework.
+
+    def switch(self, deterministic: bool) -> None:
+        """Put a fresh process (the framework not yet imported) into one mode, then import the framework."""
+        raise NotImplementedError
+
+    def switch_on(self) -> None:
+        """The switches that only work once the framework is imported (``switched_after_import``)."""
+
+    def program_environment(self, env: MutableMapping[str, str], deterministic: bool) -> None:
+        """Set (or, in default mode, take out) the environment variables that switch a program's framework."""
+
+    def seed(self, seed: int) -> None:
+        """The framework's own global seed, beside Keras' (``keras.utils.set_random_seed``)."""
+
+    def in_effect(self) -> dict[str, Any]:
+        """What the framework itself reports in effect: ``op_determinism`` and its other switches."""
+        raise NotImplementedError
+
+    def versions(self) -> dict[str, Any]:
+        """The framework's version, what it was built for (CUDA, cuDNN) and how many GPUs it sees."""
+        raise NotImplementedError
+
+    # What a worker needs of the framework.
+
+    def limit_threads(self, threads: int) -> bool:
+        """Give the framework ``threads`` compute threads (a lockstep pair's one core each); False where it cannot."""
+        return False
+
+    def out_of_memory(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is this framework's out-of-memory error; asked only once the framework is loaded."""
+        return False
+
+    def device_name(self) -> str:
+        """The device Keras trains on here, as the framework names it ("cpu" without a GPU)."""
+        raise NotImplementedError
+
+    # The framework's own profiler, the tracer on a CPU.
+
+    def start_profiler(self, trace_path: str) -> StopProfiler:
+        """Start capturing into ``trace_path``; returns what stops the capture and writes the trace."""
+        raise NotImplementedError
+
+    def step_mark(self, name: str) -> contextlib.AbstractContextManager[None]:
+        """A range named ``name`` around one step in the profiler's trace (``traces.step_split`` reads it)."""
+        raise NotImplementedError
+
+
+@contextlib.contextmanager
+def no_mark() -> Iterator[None]:
+    yield

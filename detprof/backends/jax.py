@@ -1,0 +1,132 @@
+"""JAX: XLA's deterministic-ops flag, read back as XLA parsed it, and ``jax.profiler`` (XSpace)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import MutableMapping
+from typing import Any
+
+from .base import Backend, StopProfiler
+
+XLA_FLAGS_ENV = "XLA_FLAGS"
+DETERMINISTIC_FLAG = "--xla_gpu_deterministic_ops"
+DEBUG_OPTIONS_PATH = (3, 3)
+"""``CompileOptionsProto.executable_build_options`` (3), then ``ExecutableBuildOptionsProto.debug_options`` (3)."""
+GPU_DETERMINISTIC_OPS_FIELD = 148
+"""``DebugOptions.xla_gpu_deterministic_ops`` in XLA's xla.proto."""
+
+
+def xla_flags(user_flags: str, deterministic: bool) -> str:
+    """``XLA_FLAGS`` for a run: the user's flags without detprof's switch, plus the switch when deterministic.
+
+    A deterministic flag the user set is removed in default mode: default mode is XLA's default.
+    """
+    kept = [flag for flag in user_flags.split() if flag.split("=", 1)[0] != DETERMINISTIC_FLAG]
+    if deterministic:
+        kept.append(f"{DETERMINISTIC_FLAG}=true")
+    return " ".join(kept)
+
+
+class Jax(Backend):
+    name = "jax"
+    module = "jax"
+    framework = "JAX"
+    tracer = "jax"
+    trace_suffix = ".jaxprof"
+    keeps_out = ("tensorflow",)
+    version_keys = ("jax", "jaxlib")
+    cuda_build = "install JAX's CUDA plugin: pip install 'jax[cuda12]'"
+    switch_words = "XLA_FLAGS+=--xla_gpu_deterministic_ops=true (the user's other flags kept)"
+    in_effect_columns = (
+        ("op determinism (xla_gpu_deterministic_ops)", "op_determinism"),
+        ("XLA_FLAGS", "xla_flags"),
+    )
+    environment_keys = frozenset({"xla_flags"})
+    settings_note = (
+        "JAX compiles every step with XLA in both modes; op determinism is XLA's own flag, as XLA parsed it."
+    )
+
+    def jit_compile(self, xla: bool, compile: bool) -> bool:
+        return True
+
+    def compile_refusal(self, xla: bool, compile: bool) -> str | None:
+        if xla:
+            return "--xla is TensorFlow's jit_compile; JAX always compiles with XLA"
+        if compile:
+            return "--compile is torch.compile, for --backend torch; jax always compiles with XLA"
+        return None
+
+    def compiler_words(self, xla: bool, compile: bool) -> str:
+        return "jax.jit in both modes (always)"
+
+    def switch(self, deterministic: bool) -> None:
+        """The flag goes into ``XLA_FLAGS`` beside the user's own flags, which XLA reads when JAX starts."""
+        self.program_environment(os.environ, deterministic)
+        import jax  # noqa: F401
+
+    def program_environment(self, env: MutableMapping[str, str], deterministic: bool) -> None:
+        flags = xla_flags(env.pop(XLA_FLAGS_ENV, ""), deterministic)
+        if flags:
+            env[XLA_FLAGS_ENV] = flags
+
+    def in_effect(self) -> dict[str, Any]:
+        """The flag as XLA parsed it: the ``DebugOptions`` that XLA builds from ``XLA_FLAGS`` for every compilation.
+
+        jaxlib exposes those options only as a serialized ``CompileOptionsProto``, without the
+        message classes, so the one field is read from the wire format (a proto3 bool is written
+        only when true). An ``XLA_FLAGS`` typo would not pass: XLA aborts on unknown flags.
+        """
+        from google.protobuf import empty_pb2
+        from google.protobuf.unknown_fields import UnknownFieldSet
+        from jax._src.lib import _jax
+
+        def fields(wire: bytes) -> UnknownFieldSet:
+            message = empty_pb2.Empty()
+            message.ParseFromString(wire)
+            return UnknownFieldSet(message)
+
+        wire = _jax.CompileOptions().SerializeAsString()
+        for number in DEBUG_OPTIONS_PATH:
+            wire = next((f.data for f in fields(wire) if f.field_number == number), b"")
+        deterministic = any(f.field_number == GPU_DETERMINISTIC_OPS_FIELD and f.data for f in fields(wire))
+        return {"op_determinism": deterministic, "xla_flags": os.environ.get(XLA_FLAGS_ENV, "")}
+
+    def versions(self) -> dict[str, Any]:
+        from importlib.metadata import distributions
+
+        import jax
+        import jaxlib
+
+        plugins = [str(d.metadata["Name"] or "") for d in distributions()]
+        return {
+            "jax": jax.__version__,
+            "jaxlib": jaxlib.__version__,
+            "is_cuda_build": any(name.startswith(("jax-cuda", "jax_cuda")) for name in plugins),
+            "gpus_visible": len([d for d in jax.devices() if d.platform == "gpu"]),
+        }
+
+    def out_of_memory(self, exc: BaseException) -> bool:
+        jax = sys.modules.get(self.module)
+        return jax is not None and isinstance(exc, jax.errors.JaxRuntimeError) and "RESOURCE_EXHAUSTED" in str(exc)
+
+    def device_name(self) -> str:
+        import jax
+
+        device = jax.devices()[0]
+        return "cpu" if device.platform == "cpu" else str(device.device_kind)
+
+    def start_profiler(self, trace_path: str) -> StopProfiler:
+        """Python calls are not traced: every one of them would tax the traced steps for nothing."""
+        import jax
+
+        options = jax.profiler.ProfileOptions()
+        options.python_tracer_level = 0
+        jax.profiler.start_trace(trace_path, profiler_options=options)
+        return jax.profiler.stop_trace
+
+    def step_mark(self, name: str) -> contextlib.AbstractContextManager[None]:
+        import jax
+
+        return jax.profiler.TraceAnnotation(name)

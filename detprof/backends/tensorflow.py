@@ -1,0 +1,176 @@
+"""TensorFlow: op determinism, its own ``tf.function`` step, and its profiler (XSpace)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator, MutableMapping
+from typing import Any
+
+from .base import Backend, StopProfiler
+
+DEBUG_ENV = "DETPROF_DEBUG"
+"""Set (non-empty) to see everything: tracebacks of internal errors and TensorFlow's own log lines."""
+LOG_LEVEL_ENV = "TF_CPP_MIN_LOG_LEVEL"
+WORKER_LOG_LEVEL = "2"
+"""Workers log TensorFlow's warnings and errors to their log files unless their launcher asked for less."""
+DETERMINISTIC_OPS_ENV = "TF_DETERMINISTIC_OPS"
+AUTOTUNE_ENV = "TF_CUDNN_USE_AUTOTUNE"
+
+
+class TensorFlow(Backend):
+    name = "tensorflow"
+    module = "tensorflow"
+    framework = "TensorFlow"
+    tracer = "tf"
+    trace_suffix = ".tfprof"
+    version_keys = ("tensorflow",)
+    cuda_build = "install TensorFlow's CUDA build: pip install 'tensorflow[and-cuda]'"
+    switch_words = "tf.config.experimental.enable_op_determinism()"
+    in_effect_columns = (
+        ("op determinism", "op_determinism"),
+        ("jit_compile (XLA, pinned)", "jit_compile"),
+        ("cuDNN autotune", "cudnn_autotune"),
+        ("TF_DETERMINISTIC_OPS", "deprecated_tf_deterministic_ops_env"),
+    )
+    environment_keys = frozenset({"deprecated_tf_deterministic_ops_env"})
+    settings_note = (
+        "jit_compile is pinned to the same explicit value in both modes: Keras would otherwise turn XLA "
+        "off under op determinism and compare XLA against non-XLA."
+    )
+
+    def jit_compile(self, xla: bool, compile: bool) -> bool:
+        return xla
+
+    def compile_refusal(self, xla: bool, compile: bool) -> str | None:
+        if compile:
+            return "--compile is torch.compile, for --backend torch; tensorflow compiles with --xla"
+        return None
+
+    def compiler_words(self, xla: bool, compile: bool) -> str:
+        return f"jit_compile (XLA) pinned: {'on in both modes (--xla)' if xla else 'off in both modes'}"
+
+    def switch(self, deterministic: bool) -> None:
+        """Its stderr is the worker's log file: warnings and errors belong there, not every info line."""
+        os.environ.setdefault(LOG_LEVEL_ENV, WORKER_LOG_LEVEL)
+        import tensorflow as tf
+
+        if deterministic:
+            tf.config.experimental.enable_op_determinism()
+
+    def program_environment(self, env: MutableMapping[str, str], deterministic: bool) -> None:
+        """``TF_DETERMINISTIC_OPS``: TensorFlow 2.21 still honours it (``is_op_determinism_enabled()`` is then True)."""
+        env.pop(DETERMINISTIC_OPS_ENV, None)
+        if deterministic:
+            env[DETERMINISTIC_OPS_ENV] = "1"
+
+    def seed(self, seed: int) -> None:
+        import tensorflow as tf
+
+        tf.random.set_seed(seed)
+
+    def in_effect(self) -> dict[str, Any]:
+        from tensorflow.python.framework import config as tf_config
+
+        return {
+            "op_determinism": bool(tf_config.is_op_determinism_enabled()),
+            "cudnn_autotune": os.environ.get(AUTOTUNE_ENV, "1") not in ("0", "false", "False"),
+            "deprecated_tf_deterministic_ops_env": os.environ.get(DETERMINISTIC_OPS_ENV),
+        }
+
+    def versions(self) -> dict[str, Any]:
+        import tensorflow as tf
+
+        build = tf.sysconfig.get_build_info()
+        return {
+            "tensorflow": tf.__version__,
+            "cuda_build": build.get("cuda_version"),
+            "cudnn_build": build.get("cudnn_version"),
+            "is_cuda_build": bool(build.get("is_cuda_build")),
+            "gpus_visible": len(tf.config.list_physical_devices("GPU")),
+        }
+
+    def limit_threads(self, threads: int) -> bool:
+        import tensorflow as tf
+
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(1)
+        return True
+
+    def out_of_memory(self, exc: BaseException) -> bool:
+        tf = sys.modules.get(self.module)
+        return tf is not None and isinstance(exc, tf.errors.ResourceExhaustedError)
+
+    def device_name(self) -> str:
+        import tensorflow as tf
+
+        gpus = tf.config.list_physical_devices("GPU")
+        if not gpus:
+            return "cpu"
+        return str(tf.config.experimental.get_device_details(gpus[0]).get("device_name", gpus[0].name))
+
+    def start_profiler(self, trace_path: str) -> StopProfiler:
+        import tensorflow as tf
+
+        tf.profiler.experimental.start(trace_path)
+        return tf.profiler.experimental.stop
+
+    def step_mark(self, name: str) -> contextlib.AbstractContextManager[None]:
+        import tensorflow as tf
+
+        return tf.profiler.experimental.Trace(name)
+
+
+def debugging() -> bool:
+    """Whether the user asked to see what detprof normally hides (the same test as the CLI's traceback switch)."""
+    return bool(os.environ.get(DEBUG_ENV))
+
+
+@contextlib.contextmanager
+def quiet_tensorflow() -> Iterator[None]:
+    """Import TensorFlow (or Keras) in this block to keep TensorFlow's C++ log lines off the user's terminal.
+
+    The one way detprof's own process loads TensorFlow. Its C++ side writes straight to fd 2
+    (oneDNN notices, "Could not find cuda drivers", "failed call to cuInit"), which would bury
+    detprof's output and its one-line errors. Two things are needed, because neither is
+    enough alone: ``TF_CPP_MIN_LOG_LEVEL=3``, which TensorFlow reads once while it loads and
+    which then also hides lines it logs later (cuInit fails at the first op, not at import);
+    and fd 2 pointed at /dev/null for the block, because absl prints what is logged before
+    its own initialization whatever the level says. The variable is restored afterwards so
+    that worker processes started later still log to their log files.
+    ``TF_ENABLE_ONEDNN_OPTS`` is left alone: it changes the numerics, not just the logging.
+
+    Python exceptions raised in the block still propagate; detprof's main reports them once
+    fd 2 is back. Once TensorFlow is loaded (every worker has loaded it in
+    ``determinism.apply``) the block does nothing: the start-up chatter is over, and hiding
+    fd 2 would hide only detprof's own output. With ``DETPROF_DEBUG=1`` nothing is silenced.
+    """
+    if debugging() or TensorFlow.module in sys.modules:
+        yield
+        return
+    previous = os.environ.get(LOG_LEVEL_ENV)
+    os.environ[LOG_LEVEL_ENV] = "3"
+    _flush_stderr()
+    saved = os.dup(2)
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, 2)
+        finally:
+            os.close(devnull)
+        yield
+    finally:
+        _flush_stderr()
+        os.dup2(saved, 2)
+        os.close(saved)
+        if previous is None:
+            os.environ.pop(LOG_LEVEL_ENV, None)
+        else:
+            os.environ[LOG_LEVEL_ENV] = previous
+
+
+def _flush_stderr() -> None:
+    """Whatever Python buffered goes out on the fd 2 it was written under, not after the switch."""
+    if sys.stderr is not None:
+        sys.stderr.flush()

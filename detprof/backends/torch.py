@@ -1,0 +1,149 @@
+"""PyTorch: deterministic algorithms as its reproducibility notes say, and ``torch.profiler`` (Kineto JSON)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import MutableMapping
+from typing import Any
+
+from .base import Backend, StopProfiler
+
+CUBLAS_WORKSPACE_ENV = "CUBLAS_WORKSPACE_CONFIG"
+CUBLAS_DETERMINISTIC_WORKSPACE = ":4096:8"
+"""cuBLAS is deterministic per stream only with a fixed workspace (PyTorch's reproducibility notes)."""
+
+
+class Torch(Backend):
+    name = "torch"
+    module = "torch"
+    framework = "PyTorch"
+    tracer = "torch"
+    trace_suffix = ".pt.trace.json"
+    keeps_out = ("tensorflow", "jax")
+    version_keys = ("torch",)
+    cuda_build = "install a CUDA wheel of PyTorch (https://pytorch.org/get-started/locally/)"
+    switch_words = (
+        "torch.use_deterministic_algorithms(True), cudnn.deterministic=True, cudnn.benchmark=False, "
+        f"{CUBLAS_WORKSPACE_ENV}={CUBLAS_DETERMINISTIC_WORKSPACE}"
+    )
+    in_effect_columns = (
+        ("op determinism (use_deterministic_algorithms)", "op_determinism"),
+        ("warn only", "deterministic_warn_only"),
+        ("cudnn.deterministic", "cudnn_deterministic"),
+        ("cudnn.benchmark", "cudnn_benchmark"),
+        ("CUBLAS_WORKSPACE_CONFIG", "cublas_workspace_config"),
+        ("torch.compile (pinned)", "jit_compile"),
+    )
+    environment_keys = frozenset({"cublas_workspace_config"})
+    settings_note = (
+        "torch.compile is on in both modes or in neither (--compile); deterministic mode also fixes cuBLAS's "
+        "workspace, as PyTorch's reproducibility notes require."
+    )
+    switched_after_import = True
+
+    def jit_compile(self, xla: bool, compile: bool) -> bool:
+        return compile
+
+    def compile_refusal(self, xla: bool, compile: bool) -> str | None:
+        if xla:
+            return "--xla is TensorFlow's jit_compile; PyTorch compiles with --compile"
+        return None
+
+    def compiler_words(self, xla: bool, compile: bool) -> str:
+        return f"torch.compile pinned: {'on in both modes (--compile)' if compile else 'off in both modes'}"
+
+    def switch(self, deterministic: bool) -> None:
+        """Deterministic mode as PyTorch's reproducibility notes say; default mode is PyTorch's defaults.
+
+        ``CUBLAS_WORKSPACE_CONFIG`` must be set before CUDA initialises, hence before the
+        import. torch is imported in default mode too, as the deterministic worker imports it.
+        """
+        self.program_environment(os.environ, deterministic)
+        import torch  # noqa: F401
+
+        if deterministic:
+            self.switch_on()
+
+    def switch_on(self) -> None:
+        """Deterministic algorithms, cuDNN deterministic, no cuDNN benchmark: in a worker, and in a program
+        as soon as it has imported torch, which has no environment variable for them."""
+        import torch
+
+        torch.use_deterministic_algorithms(True)
+        torch.backends.cudnn.deterministic = True
+        torch.backends.cudnn.benchmark = False
+
+    def program_environment(self, env: MutableMapping[str, str], deterministic: bool) -> None:
+        """The fixed cuBLAS workspace; a value the user set is kept (any ``:SIZE:COUNT`` value is deterministic)."""
+        if deterministic:
+            env.setdefault(CUBLAS_WORKSPACE_ENV, CUBLAS_DETERMINISTIC_WORKSPACE)
+
+    def seed(self, seed: int) -> None:
+        import torch
+
+        torch.manual_seed(seed)
+
+    def in_effect(self) -> dict[str, Any]:
+        import torch
+
+        return {
+            "op_determinism": bool(torch.are_deterministic_algorithms_enabled()),
+            "deterministic_warn_only": bool(torch.is_deterministic_algorithms_warn_only_enabled()),
+            "cudnn_deterministic": bool(torch.backends.cudnn.deterministic),
+            "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
+            "cublas_workspace_config": os.environ.get(CUBLAS_WORKSPACE_ENV),
+        }
+
+    def versions(self) -> dict[str, Any]:
+        import torch
+
+        cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+        return {
+            "torch": str(torch.__version__),
+            "cuda_build": torch.version.cuda,
+            "cudnn_build": cudnn,
+            "is_cuda_build": torch.version.cuda is not None,
+            "gpus_visible": torch.cuda.device_count(),
+        }
+
+    def limit_threads(self, threads: int) -> bool:
+        """Inter-op threads are settable once per process: a lockstep session's later runs keep the setting."""
+        import torch
+
+        torch.set_num_threads(threads)
+        if torch.get_num_interop_threads() != 1:
+            torch.set_num_interop_threads(1)
+        return True
+
+    def out_of_memory(self, exc: BaseException) -> bool:
+        torch = sys.modules.get(self.module)
+        return torch is not None and isinstance(exc, torch.OutOfMemoryError)
+
+    def device_name(self) -> str:
+        """Keras on PyTorch trains on the first visible GPU when there is one."""
+        import torch
+
+        return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+
+    def start_profiler(self, trace_path: str) -> StopProfiler:
+        """CPU activities always, CUDA activities (CUPTI) where a GPU is visible."""
+        import torch
+
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if torch.cuda.is_available():
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        profile = torch.profiler.profile(activities=activities)
+        profile.start()
+
+        def stop() -> None:
+            profile.stop()
+            profile.export_chrome_trace(trace_path)
+
+        return stop
+
+    def step_mark(self, name: str) -> contextlib.AbstractContextManager[None]:
+        import torch
+
+        return torch.profiler.record_function(name)

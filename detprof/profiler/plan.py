@@ -1,0 +1,287 @@
+"""What a measured study runs: its settings, its device and tracer, and its runs in the order they run.
+
+A measured study runs one worker per (workload, mode, repeat): a fresh process per run
+(determinism cannot be switched off inside a process, and cuDNN's autotune cache must not
+carry from one mode into the other), the two modes back to back in each repeat so that
+drift and thermals hit both alike. The sweep plans models, kernels_bench op cases and
+``sweep --command`` a program; everything else (settings checks, device and tracer choice,
+the order of the runs and how they pair) is decided here, before anything runs, so that
+``--dry-run`` shows exactly what ``profiler.study`` would run.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal, Self, TypeVar
+
+from detprof import backends
+from detprof.determinism import MODES, DeterminismSettings, Mode, as_before_the_choice
+from detprof.errors import UsageError
+from detprof.options import RunOptions
+from detprof.profiler import devices
+from detprof.profiler.devices import DeviceChoice, usable_core_ids
+from detprof.profiler.tracers import Tracer, resolve_tracer
+
+RUN_ORDER: tuple[Mode, ...] = ("deterministic", "default")
+Unit = TypeVar("Unit")
+Pairing = Literal["lockstep", "sequential"]
+"""``lockstep``: a repeat is two warm workers, one per mode, stepped in turn (A, B, A, B, ...), so each
+pair of steps shares the machine's state; used on a CPU, where both fit and load from other work
+is the main noise. ``sequential``: a repeat is one worker per mode, one after the other, each with
+the device to itself; used on a GPU, where device memory may not hold two processes of a large
+model and kernel time is stable. Either way the repeat is the paired unit of the interval: the
+worker process is a random effect, so the interval comes from the spread between repeats."""
+Measures = Literal["both", "kernel", "wall"]
+"""What a run measures: wall time from untraced steps, kernel time from traced ones, or both
+(an in-process tracer: untraced steps first, then traced ones). A tracer that wraps the
+process (nsys, nvprof) taxes all of it, so its runs measure kernels only and an untraced
+run beside each measures the wall time (``measured_parts``)."""
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What a measured worker runs: ``entry`` (``module:function``) builds the step from its spec's ``params``."""
+
+    entry: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSettings:
+    """How every run of a measured study is measured; the sweep and kernels_bench add what they measure."""
+
+    steps: int = 100
+    warmup: int = 10
+    repeats: int = 3
+    batch_size: int = 64
+    input_size: int | None = None
+    backend: str = backends.DEFAULT
+    """The Keras backend every run uses (``--backend``)."""
+    compile: bool = False
+    """torch: ``torch.compile`` in both modes (``--compile``)."""
+    tracer: str = "tf"
+    trace_api: str | None = None
+    """nsys's library API traces asked for (``--trace-api``), comma-separated; None: none."""
+    xla: bool = False
+    gpu_label: str = "cpu"
+    seed: int = 0
+    preset: str | None = None
+    pairing: Pairing = "sequential"
+    """How the two modes of a repeat are paired: see ``Pairing``."""
+    run_timeout_s: float | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        """One line per bad value, before any worker starts."""
+        for name, value, least in (
+            ("--steps", self.steps, 1),
+            ("--repeats", self.repeats, 1),
+            ("--batch-size", self.batch_size, 1),
+            ("--warmup", self.warmup, 0),
+        ):
+            if value < least:
+                raise UsageError(f"{name} must be at least {least}, not {value}")
+        if self.input_size is not None and self.input_size < 8:
+            raise UsageError(f"--input-size must be at least 8, not {self.input_size}")
+        if self.run_timeout_s is not None and self.run_timeout_s <= 0:
+            raise UsageError(f"--run-timeout must be positive, not {self.run_timeout_s}")
+
+    def manifest(self) -> dict[str, Any]:
+        """What identifies the measurement (a resumed study must match it exactly); not the timeout.
+
+        TensorFlow without ``--compile`` is written as before there was a backend choice
+        (``determinism.as_before_the_choice``), so that a sweep measured then still resumes.
+        """
+        config = as_before_the_choice(asdict(self))
+        config.pop("run_timeout_s")
+        config["modes"] = list(MODES)
+        return config
+
+    @classmethod
+    def for_target(cls, target: MeasurementTarget, options: RunOptions, **measured: Any) -> Self:
+        """The settings of a study on ``target``: what comes from the target and the options, whatever is
+        measured, plus ``measured`` (the steps, repeats, models or ops of the command that measures)."""
+        return cls(
+            **measured,
+            pairing=target.pairing,
+            backend=target.backend,
+            compile=options.compile,
+            tracer=target.tracer.name,
+            trace_api=target.tracer.trace_api,
+            xla=bool(options.xla),
+            gpu_label=target.device.label,
+            seed=options.seed or 0,
+            preset=target.preset,
+            run_timeout_s=options.run_timeout,
+        )
+
+    def determinism(self, mode: Mode) -> DeterminismSettings:
+        """What a run of ``mode`` switches (``determinism.apply``)."""
+        return DeterminismSettings(mode, self.seed, self.xla, self.backend, self.compile)
+
+
+@dataclass(frozen=True)
+class MeasurementTarget:
+    device: DeviceChoice
+    tracer: Tracer
+    preset: str
+    planned_gpu: bool = False
+    backend: str = backends.DEFAULT
+    """A dry run's GPU label forced on a machine without that GPU: planned as that GPU."""
+    program: bool = False
+    """A training program detprof did not write (``sweep --command``): run whole by ``program.run.ProgramLauncher``,
+    one process at a time (detprof cannot step it), each run either traced or timed (``measured_parts``)."""
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.planned_gpu or (self.device.gpu is not None and not self.device.hide_gpus)
+
+    @property
+    def pairing(self) -> Pairing:
+        steppable = not self.program and not self.tracer.wraps_process
+        return "lockstep" if not self.on_gpu and steppable else "sequential"
+
+
+def choose_target(options: RunOptions, presets: Sequence[str], *, dry_run: bool = False) -> MeasurementTarget:
+    """The device (label checked), the tracer it allows, and the preset that fits it.
+
+    A dry run plans a GPU label forced on a machine without that GPU as that GPU, and a
+    tracer that is not installed as the one asked for: the plan then says so.
+    """
+    backend = chosen_backend(options)
+    device = devices.choose_device(options.gpu, options.force, gpu_index=options.gpu_index)
+    planned_gpu = dry_run and device.forced and device.gpu is None and device.label != devices.CPU_LABEL
+    on_gpu = planned_gpu or (device.gpu is not None and not device.hide_gpus)
+    preset_name = options.preset or ("paper" if on_gpu else "cpu-small")
+    if preset_name not in presets:
+        raise UsageError(f"unknown preset {preset_name!r}; choose one of {', '.join(presets)}")
+    apis = tuple(a.strip().lower() for a in (options.trace_api or "").split(",") if a.strip())
+    chosen = resolve_tracer(options.tracer or "auto", on_gpu, apis, backend=backend, require_installed=not dry_run)
+    if chosen.name == "nvprof" and not planned_gpu:
+        devices.refuse_nvprof(device.gpu)
+    return MeasurementTarget(device, chosen, preset_name, planned_gpu, backend)
+
+
+def chosen_backend(options: RunOptions) -> str:
+    """The backend asked for, installed, and with a compiler switch it has (one line otherwise)."""
+    backend = backends.require(options.backend or backends.DEFAULT)
+    refusal = backend.compile_refusal(bool(options.xla), options.compile)
+    if refusal is not None:
+        raise UsageError(refusal)
+    return backend.name
+
+
+def default_results_dir(device: DeviceChoice, backend: str = backends.DEFAULT) -> Path:
+    """``results/<date>-<device>[-<backend>]``: the sweep, kernels and stability of one day, device and
+    backend pair up; TensorFlow's folders keep the name they had before there was a choice."""
+    suffix = "" if backend == backends.DEFAULT else f"-{backend}"
+    return Path("results") / f"{dt.date.today().isoformat()}-{device.label}{suffix}"
+
+
+def preset_values(preset: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
+    """The preset's values, each replaced by the option given explicitly (``None``: not given)."""
+    return {**preset, **{k: v for k, v in given.items() if v is not None}}
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """One worker of a measured study: what it runs, and the fields that identify it in its record."""
+
+    run_id: str
+    label: str
+    mode: Mode
+    repeat: int
+    workload: Workload
+    fields: dict[str, Any]
+    measures: Measures = "both"
+
+    @property
+    def traced(self) -> bool:
+        return self.measures != "wall"
+
+    def wall_steps(self, steps: int) -> int:
+        """Untraced steps timed for wall time, of a study's ``steps``."""
+        return 0 if self.measures == "kernel" else steps
+
+    def traced_steps(self, steps: int) -> int:
+        """Steps under the tracer, whose kernels are the run's kernel time."""
+        return steps if self.traced else 0
+
+
+UNTRACED_SUFFIX = "--untraced"
+"""Run id suffix of the untraced run that measures wall time beside a run traced by nsys or nvprof."""
+
+
+def measured_parts(tracer: Tracer, *, whole_runs: bool = False) -> tuple[Measures, ...]:
+    """What the runs of each planned run measure: wall time is never taken under a tracer.
+
+    An in-process tracer (TensorFlow's profiler) is switched on inside the worker, so one run
+    times untraced steps first and traces the next ones (``worker.run``). nsys and nvprof
+    wrap the whole process, and tax every API call and launch in it (more so for a
+    deterministic implementation that launches more kernels): their runs give kernel time
+    only, and an untraced run of the same workload and mode gives the wall time. So do the
+    runs of a program detprof did not write (``whole_runs``) under any tracer: its steps are
+    its own, and detprof cannot run some untraced before tracing others.
+    """
+    if tracer.name == "none":
+        return ("wall",)
+    if tracer.wraps_process or whole_runs:
+        return ("kernel", "wall")
+    return ("both",)
+
+
+def runs_to_measure(plan: Sequence[PlannedRun], tracer: Tracer, *, whole_runs: bool = False) -> list[PlannedRun]:
+    """The plan as it runs under ``tracer``: each pair of modes traced, then, where the tracer
+    wraps the process (or the runs are a program's, ``whole_runs``), the same pair untraced
+    (``measured_parts``), in the same mode order."""
+    parts = measured_parts(tracer, whole_runs=whole_runs)
+    if len(parts) == 1:
+        return [replace(run, measures=parts[0]) for run in plan]
+    runs: list[PlannedRun] = []
+    for i in range(0, len(plan), 2):
+        pair = plan[i : i + 2]
+        runs += [replace(run, measures="kernel") for run in pair]
+        runs += [
+            replace(run, run_id=run.run_id + UNTRACED_SUFFIX, label=f"{run.label} untraced", measures="wall")
+            for run in pair
+        ]
+    return runs
+
+
+def mode_order(repeat: int) -> tuple[Mode, ...]:
+    """The order of the two modes in ``repeat``: ``RUN_ORDER`` in even repeats, reversed in odd ones.
+
+    Whichever worker starts and steps first is not quite the same as the second: in A/A
+    lockstep pairs on 2 cores, the second came out 0.5-1.5% slower (all three cpu-small
+    models, two calibrations), enough to push an A/A interval off 1.00. Counterbalanced,
+    that order effect falls on both modes equally and lands in the interval as spread
+    between repeats instead of as a bias. The same holds for runs one after the other.
+    """
+    return RUN_ORDER if repeat % 2 == 0 else RUN_ORDER[::-1]
+
+
+def interleaved(units: Sequence[Unit], repeats: int) -> list[tuple[int, Unit, Mode]]:
+    """Repeat by repeat, unit by unit, the two modes back to back in ``mode_order`` (D, N, ..., N, D, ...)."""
+    return [(repeat, unit, mode) for repeat in range(repeats) for unit in units for mode in mode_order(repeat)]
+
+
+ModePair = tuple[PlannedRun, PlannedRun]
+
+
+def mode_pairs(plan: Sequence[PlannedRun]) -> list[ModePair]:
+    """The plan's runs two by two: the two modes (or arms) of one unit and repeat."""
+    return [(plan[i], plan[i + 1]) for i in range(0, len(plan) - 1, 2)]
+
+
+def lockstep_sessions(pairs: Sequence[ModePair]) -> list[list[ModePair]]:
+    """The pairs of each repeat, which one pair of workers measures in turn."""
+    return [list(group) for _repeat, group in itertools.groupby(pairs, key=lambda pair: pair[0].repeat)]
+
+
+def session_core(index: int) -> int:
+    """The core the ``index``-th session's workers are pinned to: the usable cores in turn."""
+    cores = sorted(usable_core_ids())
+    return cores[index % len(cores)]

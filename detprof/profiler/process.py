@@ -1,0 +1,152 @@
+"""Worker processes: their environment, starting them, and ending them (on exit, on a timeout, or killed).
+
+Every process detprof measures in (a worker, a program) gets the same environment
+(``WorkerEnvironment``), runs in a session of its own so that its whole group can be killed,
+and watches detprof's lifeline, so that it ends with the driver however the driver ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from detprof.errors import last_line
+from detprof.profiler.devices import DeviceChoice
+from detprof.profiler.gpu_env import gpu_env
+from detprof.profiler.lifeline import driver_lifeline
+
+STEADY_HEAP_ENV: dict[str, str] = {
+    "MALLOC_MMAP_THRESHOLD_": str(1 << 30),
+    "MALLOC_TRIM_THRESHOLD_": str((1 << 32) - 1),
+    "MALLOC_TOP_PAD_": str(1 << 28),
+}
+"""glibc malloc settings under which a worker's tensors reuse heap memory from step to step.
+
+By default glibc hands buffers over 128 KiB (up to 32 MiB as its threshold adapts) to
+mmap and gives freed memory back to the kernel, so each step page-faults its large
+tensors afresh, and how much it does depends on the process: the same model ran 20-40%
+slower in one worker than in the other of a lockstep pair for a whole run, and
+mediumcnn_k3's A/A interval over 6 pairs was +/-3-12%. Kept on the heap, every step after
+the warm-up touches memory it already has: +/-0.9-1.7% (README, "How the measurement
+concludes"). Both modes get the same settings; a user's own value wins (``setdefault``).
+
+Address-space randomization stays on. Turned off, it steadied the step times while the heap
+still moved, but it fixes each mode's layout by its command line (the two modes' run ids
+differ in length), a bias between the modes that no A/A test can see. With the heap kept,
+randomized layouts cost little (A/A over 6 pairs, all within +/-2.2%) and are a random
+effect the interval over pairs covers (Mytkowicz et al., "Producing wrong data without
+doing anything obviously wrong", ASPLOS 2009).
+"""
+TF_LOG_LEVEL = {"TF_CPP_MIN_LOG_LEVEL": "2"}
+"""TensorFlow's warnings and errors in the worker's log, not every info line."""
+Outcome = str | int
+"""How a process ended: its exit status, "timeout", or why it could not start."""
+
+
+@dataclass(frozen=True)
+class WorkerEnvironment:
+    """What detprof sets in the environment of every process it measures in."""
+
+    device: DeviceChoice
+
+    def detprof_env(self) -> dict[str, str]:
+        """As it takes effect: a user's own logging and heap settings win; the GPU pinning always comes from
+        ``gpu_env``."""
+        env = {name: os.environ.get(name, value) for name, value in (TF_LOG_LEVEL | STEADY_HEAP_ENV).items()}
+        return env | {"PYTHONUNBUFFERED": "1"} | gpu_env(self.device, shares_gpu=False)
+
+    def worker_env(self) -> dict[str, str]:
+        """The whole environment: this process's, what detprof sets, and the lifeline it ends with."""
+        return dict(os.environ) | self.detprof_env() | driver_lifeline()[0]
+
+    def timing_env(self) -> dict[str, str]:
+        """The heap settings the processes run with, as they take effect: each record keeps them."""
+        env = self.detprof_env()
+        return {name: env[name] for name in STEADY_HEAP_ENV}
+
+
+def worker_command(spec_path: Path, result_path: Path | None = None) -> list[str]:
+    """The worker's command line; a session's spec names each run's result path itself."""
+    return [
+        sys.executable,
+        "-m",
+        "detprof.profiler.worker",
+        str(spec_path),
+        *([str(result_path)] if result_path else []),
+    ]
+
+
+def spawn(
+    command: list[str],
+    env: dict[str, str],
+    stdout: Path,
+    *,
+    stderr: Path | None = None,
+    control_write: int | None = None,
+) -> subprocess.Popen[bytes]:
+    """``command`` in a session of its own, its output to files, the lifeline (and a control pipe) passed on.
+
+    A lockstep worker (``control_write``) reads the coordinator's commands on its stdin.
+    """
+    with open(stdout, "wb") as out, open(stderr or os.devnull, "wb") as err:
+        return subprocess.Popen(
+            command,
+            env=env,
+            stdin=subprocess.DEVNULL if control_write is None else subprocess.PIPE,
+            stdout=out,
+            stderr=subprocess.STDOUT if stderr is None else err,
+            start_new_session=True,
+            pass_fds=driver_lifeline()[1] + (() if control_write is None else (control_write,)),
+        )
+
+
+def timeout_reason(timeout_s: float | None) -> str:
+    return f"timed out after {timeout_s:g} s (--run-timeout)"
+
+
+def wait_for_exit(proc: subprocess.Popen[bytes], timeout: float | None) -> Outcome:
+    """The exit status, or "timeout" once ``timeout`` passed (the process group killed)."""
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_group(proc)
+        return "timeout"
+    except BaseException:
+        kill_group(proc)
+        raise
+
+
+def kill_group(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def watchdog(
+    timeout_s: float | None, procs: Sequence[subprocess.Popen[bytes] | None]
+) -> tuple[threading.Timer | None, threading.Event]:
+    """A timer (None without a timeout) that kills ``procs`` when it fires, and the event it sets."""
+    expired = threading.Event()
+
+    def expire() -> None:
+        expired.set()
+        for proc in procs:
+            if proc is not None:
+                kill_group(proc)
+
+    return (None if timeout_s is None else threading.Timer(timeout_s, expire)), expired
+
+
+def last_log_line(log_path: Path) -> str:
+    try:
+        line = last_line(log_path.read_text(errors="replace"))
+    except OSError:
+        return "no output"
+    return line[:300] or "no output"

@@ -1,0 +1,55 @@
+"""A run's trace, parsed into the kernel fields of its record (or the reason it is unusable).
+
+Where the tracer marks steps (nsys's NVTX ranges, the frameworks' step annotations), only
+the kernels inside the measured steps count, so the settling step after the capture started
+is left out; nvprof marks none, and its table keeps the settling step (``kernel_table_steps``
+says so, and per-step figures divide by it). A program's window (``profiler.program.run``)
+has no settling step.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from detprof.errors import DetprofError
+from detprof.store import ResultsStore
+from detprof.traces.graphs import cuda_graph_use
+from detprof.traces.step_split import kernel_ns_by_step, within_steps
+
+FAILURE = "failure"
+"""The key of the reason a trace is unusable, which fails the run."""
+
+
+def kernel_fields(
+    store: ResultsStore, run_id: str, trace_path: Path | None, steps: int, settling: int
+) -> dict[str, Any]:
+    """The record's kernel fields from the trace; ``{FAILURE: reason}`` (beside the trace file) when it is unusable."""
+    if trace_path is None:
+        return {}
+    from detprof.traces.parsers import load_trace
+
+    found: dict[str, Any] = {"trace_file": str(trace_path.relative_to(store.dir))}
+    try:
+        table = load_trace(trace_path)
+    except DetprofError as exc:
+        return found | {FAILURE: f"trace unusable: {exc}"}
+    measured = within_steps(table)
+    table_steps = steps if measured is not None else steps + settling
+    table = measured if measured is not None else table
+    if table.kernel_count == 0:
+        return found | {FAILURE: "the measured window holds no kernels"}
+    graphs = cuda_graph_use(table)
+    if graphs.hidden:
+        return found | {FAILURE: graphs.hidden}
+    frame = table.summary if table.is_summary else table.kernels
+    return found | {
+        "kernel_table": store.write_table(run_id, frame),
+        "kernel_table_kind": "summary" if table.is_summary else "launches",
+        "kernel_table_format": table.format,
+        "kernel_table_steps": table_steps,
+        "kernel_count": table.kernel_count,
+        "kernel_ns_per_step": table.total_ns / table_steps,
+        "step_kernel_ns": kernel_ns_by_step(table),
+        **graphs.record(),
+    }

@@ -1,0 +1,55 @@
+"""``WorkerSpec``: one measured run, as the launcher writes it and the worker reads it.
+
+The one shape a run's settings take between the two processes: the launcher builds it from
+the study's ``RunSettings`` and the planned run, writes it as JSON (``to_json``) and the
+worker reads it back (``from_json``), so neither side spells out the other's keys. The
+workload the spec names (``module:function``, chosen by the package that owns it) gets the
+whole spec: its own parameters (``params``: the model, the batch, the op case) and the
+determinism settings it runs under.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from detprof.determinism import DeterminismSettings
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    run_id: str
+    workload: str
+    """The workload's entry point, ``module:function``: ``(WorkerSpec) -> (step, facts)``."""
+    determinism: DeterminismSettings
+    warmup: int
+    wall_steps: int
+    """Untraced steps timed for wall time."""
+    traced_steps: int
+    """Steps under the tracer, whose kernels are the run's kernel time."""
+    settling_steps: int
+    """Untimed steps right after the tracer starts, so that what starting a capture costs lands on no measured step."""
+    tracer: str
+    """``profiler.tracers.TRACERS`` name: the tracer whose in-worker half runs around the traced steps."""
+    trace_path: str | None
+    result_path: str
+    log_path: str
+    params: dict[str, Any] = field(default_factory=dict)
+    """What the workload itself needs: the model and its batch, or the op case and its parameters."""
+    control_fd: int | None = None
+    """A lockstep session's control pipe to the coordinator (``profiler.lockstep``); None: the steps run at once."""
+    cpu_core: int | None = None
+    """The core the measured steps are pinned to (a lockstep pair's shared core)."""
+    cpu_threads: int | None = None
+    """The framework's compute threads, where it can be told (``Backend.limit_threads``)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> WorkerSpec:
+        """The spec a launcher wrote; settings it leaves out take their defaults (``DeterminismSettings``'s)."""
+        known = {f.name for f in fields(cls)}
+        values = {key: value for key, value in data.items() if key in known}
+        return cls(**values | {"determinism": DeterminismSettings(**data["determinism"])})
