@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from detprof.console import print_table, table_console
 from detprof.errors import UsageError
 from detprof.formatting import ratio
 from detprof.invocation import command_line
@@ -236,7 +237,7 @@ def run_fleet_sweep(request: SweepRequest, *, stability: bool, report: bool, cal
     )
     print_lost(console, outcome.lost)
     for label, study in outcome.studies.items():
-        Console().print(f"[bold]{escape(label)}[/] ({escape(str(study.store.dir))})")
+        table_console().print(f"[bold]{escape(label)}[/] ({escape(str(study.store.dir))})")
         (print_noise_floor if calibrate else print_summary)(study.store)
     console.print(f"results: {escape(str(out))}")
     if report:
@@ -263,7 +264,7 @@ def print_noise_floor(store: ResultsStore) -> None:
             ratio(overhead.wall),
             "-" if floor is None else f"+/-{floor:.1%}",
         )
-    Console().print(table)
+    print_table(table_console(), table)
 
 
 def run_stability_studies(
@@ -325,8 +326,8 @@ def print_summary(store: ResultsStore) -> None:
         table.add_row(*row)
         if summary.kernel_diff is not None:
             sentences.append(f"  {escape(summary.model)}: {escape(attribution(summary.kernel_diff).sentence)}")
-    console = Console()
-    console.print(table)
+    console = table_console()
+    print_table(console, table)
     if sentences:
         console.print("Where the added time went:")
         for line in sentences:
