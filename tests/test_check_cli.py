@@ -16,8 +16,9 @@ from typing import Any
 import numpy as np
 import pytest
 import synthetic_sweep as synth
+from piped_cli import header_lines, run_piped, table_rows
 
-from detprof.check.ci_outputs import escape_data, escape_property
+from detprof.check.ci_outputs import CONSOLE_COLUMNS, escape_data, escape_property
 from detprof.cli import main
 from detprof.profiler.overhead import noise_floors
 from detprof.store import ResultsStore
@@ -83,6 +84,22 @@ def test_injected_regression_exits_1(tmp_path: Path, baseline: Path, capsys: Cap
     assert code == 1
     assert re.search(r"resnet50\s.*REGRESSED", out)
     assert re.search(r"vgg16\s.*OK", out)
+
+
+LONG_MODEL = "transformer_block_with_a_rather_long_name_to_build_a_custom_keras_model"
+
+
+def test_check_to_a_ci_log_prints_one_line_per_model(tmp_path: Path, capsys: Capture) -> None:
+    """A CI log is no terminal: the table keeps one line per model, whole names, and a one-line header and title."""
+    base = make_sweep(tmp_path / "base", {"resnet50": 1.5, LONG_MODEL: 1.2}, seed=1)
+    assert run_cli(capsys, "baseline", base, "-o", tmp_path / "b.json")[0] == 0
+    current = make_sweep(tmp_path / "cur", {"resnet50": 1.5 * 1.3, LONG_MODEL: 1.2}, seed=11)
+    done = run_piped("check", "--baseline", tmp_path / "b.json", "--current", current)
+    assert done.returncode == 1, done.stderr
+    assert "Determinism overhead vs baseline (deterministic / default)" in map(str.strip, done.stdout.splitlines())
+    assert header_lines(done.stdout) == [list(CONSOLE_COLUMNS)]
+    rows = table_rows(done.stdout)
+    assert [(row[0], row[1]) for row in rows] == [("resnet50", "REGRESSED"), (LONG_MODEL, "OK")]
 
 
 def test_identical_results_exit_0(tmp_path: Path, baseline: Path, capsys: Capture) -> None:

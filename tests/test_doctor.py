@@ -79,6 +79,8 @@ def test_t4_is_not_ready_here_naming_the_gpu_and_nsys_with_their_fixes() -> None
     assert "NVML sees no NVIDIA GPU" in missing["gpu"] and "fix: run on a t4 node" in missing["gpu"]
     assert "nsys is not on PATH" in missing["nsys"] and "fix: install the Nsight Systems CLI" in missing["nsys"]
     assert lines[-1] == "detprof doctor: not ready for t4"
+    # Read from a pipe, as here, every line is one whole check: none wraps onto a line of its own.
+    assert {line.split()[0] for line in lines[:-1]} <= {"ok", "missing", "failed", "skipped"}
 
 
 def test_forced_a_cpu_node_is_ready_for_a_gpu_label_with_the_gpu_checks_shown() -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pynvml
 import pytest
 from fake_nvml import GIB, FakeNvml, a100, t4
+from piped_cli import table_rows
 
 from detprof.cli import main
 from detprof.errors import UsageError
@@ -303,8 +304,11 @@ def test_nvprof_without_a_gpu_is_refused() -> None:
         refuse_nvprof(None)
 
 
-def run_gpus_command(monkeypatch, capsys, nvml: FakeNvml | None) -> tuple[int, str, str]:
-    monkeypatch.setenv("COLUMNS", "200")
+def run_gpus_command(monkeypatch, capsys, nvml: FakeNvml | None, columns: str | None = "200") -> tuple[int, str, str]:
+    if columns is None:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    else:
+        monkeypatch.setenv("COLUMNS", columns)
     if nvml is not None:
         monkeypatch.setattr(gpu_mod, "default_nvml", lambda: nvml)
     code = main(["gpus"])
@@ -323,6 +327,15 @@ def test_gpus_command_lists_every_gpu(monkeypatch, capsys) -> None:
     for cell in (T4_UUID, "7.5", "?", "15.0 GiB"):
         assert cell in t4_row
     assert "CUDA_VISIBLE_DEVICES" not in out
+
+
+def test_gpus_command_off_a_terminal_is_one_line_per_gpu(monkeypatch, capsys) -> None:
+    """``detprof gpus > gpus.txt``: each GPU's row whole on one line, not folded to 80 columns."""
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    code, out, _ = run_gpus_command(monkeypatch, capsys, FakeNvml([a100(), t4()]), columns=None)
+    assert code == 0
+    rows = [row[:3] for row in table_rows(out)]
+    assert rows == [["0", "NVIDIA A100-SXM4-80GB", A100_UUID], ["1", "Tesla T4", T4_UUID]]
 
 
 def test_gpus_command_says_which_gpus_cuda_will_use(monkeypatch, capsys) -> None:

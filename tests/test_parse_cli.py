@@ -6,6 +6,7 @@ Expected values are computed here from the fixture's own kernel list, never from
 from __future__ import annotations
 
 import csv
+import gzip
 import io
 import json
 import sqlite3
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from fixtures_traces import SHARED_TRACES, Kernel, a100, write_nsys_sqlite
+from piped_cli import header_lines, run_piped, table_rows
 from script_runner import run_script
 
 from detprof.cli import main
@@ -100,11 +102,6 @@ def test_parse_table_mentions_the_top_kernel(trace, capsys, monkeypatch) -> None
     assert "void k24<float, 0>(float*)" in out and "(all other kernels)" in out
 
 
-def table_rows(out: str) -> list[list[str]]:
-    """The body rows of a rich table, as cell texts (box characters stripped)."""
-    return [[c.strip() for c in line.strip("│").split("│")] for line in out.splitlines() if line.startswith("│")]
-
-
 def test_parse_table_shows_short_names_by_default(trace, capsys, monkeypatch) -> None:
     """Kernels k24<float, 0> and k24<float, 1> share the short name k24: the table keeps them apart."""
     monkeypatch.setenv("COLUMNS", "200")
@@ -172,6 +169,28 @@ def test_diff_table_shows_short_names_unless_asked(tmp_path, capsys, monkeypatch
     assert "kernels in common: 5" in " ".join(out.split())  # the header may wrap at a long tmp path
     code, out, _ = run(["diff", str(base), str(other), "--full-names"], capsys)
     assert code == 0 and "void k2<float, 1>(float*)" in out
+
+
+CUTLASS_GEMM = (
+    "void cutlass::Kernel<cutlass::gemm::kernel::GemmUniversal<cutlass::gemm::threadblock::MmaMultistage<float, 128, "
+    "256, 64>, cutlass::epilogue::threadblock::Epilogue<float>>>(cutlass::gemm::kernel::GemmUniversal::Params)"
+)
+
+
+def test_parse_to_a_pipe_shows_every_column_and_whole_names(tmp_path) -> None:
+    """Off a terminal there is no width to fit: a header line, then one line per kernel with its whole name."""
+    kernels = [Kernel(CUTLASS_GEMM, "cutlass::Kernel", 10**6, 50_000), *kernels_of(3)]
+    path = write_nsys_sqlite(tmp_path / "cutlass.sqlite", kernels)
+    done = run_piped("parse", path)
+    assert done.returncode == 0, done.stderr
+    assert header_lines(done.stdout) == [
+        ["Time %", "Total", "Instances", "Avg", "Med", "Min", "Max", "StdDev", "Category", "Name"]
+    ]
+    totals: dict[str, int] = defaultdict(int)
+    for k in kernels:
+        totals[k.name] += k.dur
+    assert [row[-1] for row in table_rows(done.stdout)] == sorted(totals, key=lambda n: (-totals[n], n))
+    assert "--full-names" not in done.stdout and "wider terminal" not in done.stdout
 
 
 def disjoint_traces(tmp_path: Path) -> tuple[Path, Path]:
@@ -347,3 +366,34 @@ def test_real_traces_without_a_common_kernel(capsys, monkeypatch) -> None:
     line = f"no kernel in common: BASE has {n} kernels, OTHER has {m}; a ratio per kernel would mean nothing"
     assert line in out.splitlines()
     assert f"({n - 2} more not shown" in out and "cuda_compute_flux" in out
+
+
+KINETO_PAIR = (SHARED_TRACES / "kineto-a100-control.json.gz", SHARED_TRACES / "kineto-v100-test.json.gz")
+NCCL_SEND_RECV = "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclWorkElem)"
+
+
+def kineto_kernel_names(path: Path) -> set[str]:
+    """Every kernel name of a Kineto trace, by a plain json read."""
+    with gzip.open(path, "rt") as f:
+        events = json.load(f)["traceEvents"]
+    return {e["name"] for e in events if e.get("cat") == "kernel"}
+
+
+@pytest.mark.skipif(not SHARED_TRACES.is_dir(), reason="../shared/traces is absent")
+def test_diff_to_a_pipe_is_one_line_per_kernel_with_whole_names() -> None:
+    """``detprof diff A B | grep ncclKernel_SendRecv`` finds the kernel's row; a COLUMNS the user sets still rules."""
+    done = run_piped("diff", *KINETO_PAIR)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith(f"base {KINETO_PAIR[0]}: ") and lines[0].endswith("kernels in common: 104")
+    assert header_lines(done.stdout) == [
+        ["Status", "Delta", "Share of change", "Base total", "Other total", "Base n", "Other n", "Category", "Name"]
+    ]
+    rows = table_rows(done.stdout)
+    assert len(rows) == 20  # the default --top, none folded onto a second line
+    assert {row[-1] for row in rows} <= kineto_kernel_names(KINETO_PAIR[0]) | kineto_kernel_names(KINETO_PAIR[1])
+    (grepped,) = [line for line in lines if "ncclKernel_SendRecv" in line]
+    assert grepped.strip("│ ").endswith(f"│ {NCCL_SEND_RECV}")
+    narrow = run_piped("diff", *KINETO_PAIR, columns=100)
+    assert narrow.returncode == 0, narrow.stderr
+    assert max(len(line) for line in narrow.stdout.splitlines()) == 100

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pytest
+import synthetic_sweep as synth
+from piped_cli import header_lines, table_rows
 
 from detprof.errors import InputError
 from detprof.profiler.overhead import ModelOverhead
@@ -124,3 +127,25 @@ def test_model_summary_diffs_the_modes_per_step(store: ResultsStore) -> None:
     assert top is not None and top["name"] == ATOMIC
     only_default = summarize_model(store, ModelOverhead("m"), records[:1])
     assert list(only_default.modes) == ["default"] and only_default.kernel_diff is None
+
+
+LONG_MODEL = "transformer_block_with_a_rather_long_name_to_build_a_custom_keras_model"
+
+
+def test_closing_table_off_a_terminal_is_one_line_per_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sweep's closing table in a pipe or a log: whole model names, no column squeezed to nothing."""
+    from detprof.sweep.command import print_summary
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    overheads = {"resnet50": [1.50, 1.52, 1.48], LONG_MODEL: [1.20, 1.21, 1.19]}
+    results = synth.write_sweep(tmp_path, synth.config(list(overheads), 3), synth.records(overheads))
+    print_summary(ResultsStore(results, "sweep"))
+    out = capsys.readouterr().out
+    assert "Overhead of determinism (deterministic / default, 95% CI over repeats)" in map(str.strip, out.splitlines())
+    assert header_lines(out) == [["Model", "Kernel time", "Wall time", "Verdict"]]
+    rows = table_rows(out)
+    assert [row[0] for row in rows] == ["resnet50", LONG_MODEL]
+    assert all(re.fullmatch(r"1\.\d{3}x \[1\.\d{3}, 1\.\d{3}\]", cell) for row in rows for cell in row[1:3])
+    assert all(row[3].endswith("(kernel time)") for row in rows)

@@ -15,12 +15,12 @@ import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from detprof.check.baseline_file import EnvironmentCheck
 from detprof.check.regression import Comparison, ModelComparison, Verdict, severity
+from detprof.console import print_table, table_console
 from detprof.intervals import SETTLE_LIMIT, paired_t
 
 MEASURE = "determinism-overhead"
@@ -105,9 +105,7 @@ def environment_lines(env: EnvironmentCheck) -> list[str]:
 
 
 def print_console(comparison: Comparison | None, env: EnvironmentCheck, *, strict: bool, title: str) -> None:
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=max(console.width, 120))
+    console = table_console()
     console.print(escape(title))
     for line in environment_lines(env):
         console.print(escape(line), style=None if env.comparable else "bold red")
@@ -130,7 +128,7 @@ def print_console(comparison: Comparison | None, env: EnvironmentCheck, *, stric
         )
         if _note(result):
             notes.append(f"{result.model}: {_note(result)}")
-    console.print(table)
+    print_table(console, table)
     for note in notes:
         console.print(escape(note))
     console.print(escape(method_line(comparison)))

@@ -52,6 +52,7 @@ def doctor(
     """The checklist for ``--gpu`` (default: this machine's own device, ``cpu`` without a GPU); exit 1 if not ready."""
     from rich.console import Console
 
+    from detprof.console import table_console
     from detprof.doctor.checks import readiness
 
     backends = None if backend is None else [b.strip().lower() for b in backend.split(",") if b.strip()]
@@ -64,7 +65,7 @@ def doctor(
         writer.writerow(["check", "status", "required", "detail", "fix"])
         writer.writerows([c.name, c.status, c.required, c.detail, c.fix] for c in result.checks)
     else:
-        _print_checklist(Console(), result)
+        _print_checklist(table_console(), result)
     if not result.ready:
         raise typer.Exit(NOT_READY_EXIT)
 

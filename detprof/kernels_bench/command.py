@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from detprof.console import print_table, table_console
 from detprof.errors import UsageError
 from detprof.formatting import duration_ns, ratio
 from detprof.invocation import command_line
@@ -33,8 +34,6 @@ if TYPE_CHECKING:
 
 HELP = "Measure what determinism costs op by op (convolutions, pooling, scatters, ...)."
 DIFF_NAMES_SHOWN = 3
-# Written to a file or a pipe, the table is read whole: rich's 80-column default would fold every cell.
-TABLE_WIDTH_UNBOUNDED = 200
 
 
 def _split(option: str, text: str | None) -> tuple[str, ...] | None:
@@ -169,7 +168,5 @@ def print_summary(store: ResultsStore) -> None:
         table.add_section()
     for row in result.totals:
         table.add_row(*_cells(f"{row.op}\n{escape(row.shape)}", row, result.metric), "-", "-")
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=TABLE_WIDTH_UNBOUNDED)
-    console.print(table)
+    console = table_console()
+    print_table(console, table)

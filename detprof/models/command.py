@@ -16,6 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from detprof.console import print_table, table_console
 from detprof.store import atomic_write_json
 
 
@@ -61,4 +62,4 @@ def models(
         table.add_column(col)
     for name, spec in specs.items():
         table.add_row(name, spec.family, f"{counts[name]:,}", "x".join(map(str, spec.input_shape)), str(spec.classes))
-    Console().print(table)
+    print_table(table_console(), table)

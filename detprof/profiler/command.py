@@ -18,13 +18,13 @@ def _text(value: object) -> str:
 
 
 def gpus() -> None:
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
+    from detprof.console import print_table, table_console
     from detprof.profiler.devices import probe_gpus, visible_gpus
 
-    console = Console()
+    console = table_console()
     probe = probe_gpus()
     if not probe.gpus:
         reason = "; ".join(probe.problems) or "no devices"
@@ -44,7 +44,7 @@ def gpus() -> None:
             _text(gpu.driver_version),
             _text(gpu.cuda_driver_version),
         )
-    console.print(table)
+    print_table(console, table)
     for problem in probe.problems:
         console.print(f"Not listed: {escape(problem)}", soft_wrap=True)
     spec = os.environ.get("CUDA_VISIBLE_DEVICES")

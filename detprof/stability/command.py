@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from detprof.console import print_table, table_console
 from detprof.errors import UsageError
 from detprof.formatting import number, plus_minus
 from detprof.invocation import command_line
@@ -53,7 +54,7 @@ def print_summary(console: Console, summary: dict[str, Any]) -> None:
     """One table per variant, then the determinism check where it applies."""
     for v in summary["variants"]:
         console.print(f"[bold]{escape(v['variant'])}[/]: {escape(v['description'])}")
-        console.print(variant_table(v))
+        print_table(console, variant_table(v))
         check = v["determinism_check"]
         if check["applicable"]:
             style = "green" if check["verified"] else "red"
@@ -138,7 +139,7 @@ def stability(
             console=err,
             execute=execute,
         )
-    print_summary(Console(), outcome.summary)
+    print_summary(table_console(), outcome.summary)
     failed = outcome.summary["runs_failed"]
     note = f" ({failed} failed: rerun with --resume to retry them)" if failed else ""
     err.print(

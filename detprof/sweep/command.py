@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from detprof.console import print_table, table_console
 from detprof.errors import UsageError
 from detprof.formatting import floor, ratio
 from detprof.invocation import command_line
@@ -237,7 +238,7 @@ def run_fleet_sweep(request: SweepRequest, *, stability: bool, report: bool, cal
     )
     print_lost(console, outcome.lost)
     for label, study in outcome.studies.items():
-        Console().print(f"[bold]{escape(label)}[/] ({escape(str(study.store.dir))})")
+        table_console().print(f"[bold]{escape(label)}[/] ({escape(str(study.store.dir))})")
         (print_noise_floor if calibrate else print_summary)(study.store)
     console.print(f"results: {escape(str(out))}")
     if report:
@@ -258,7 +259,7 @@ def print_noise_floor(store: ResultsStore) -> None:
         table.add_column(col, overflow="fold")
     for model, overhead in model_overheads(records).items():
         table.add_row(model, ratio(overhead.kernel), ratio(overhead.wall), floor(floors.get(model)))
-    Console().print(table)
+    print_table(table_console(), table)
 
 
 def run_stability_studies(
@@ -320,8 +321,8 @@ def print_summary(store: ResultsStore) -> None:
         table.add_row(*row)
         if summary.kernel_diff is not None:
             sentences.append(f"  {escape(summary.model)}: {escape(attribution(summary.kernel_diff).sentence)}")
-    console = Console()
-    console.print(table)
+    console = table_console()
+    print_table(console, table)
     if sentences:
         console.print("Where the added time went:")
         for line in sentences:

@@ -2,10 +2,12 @@
 
 The JSON shape of ``parse`` is a documented interface (scripts consume it), so it is
 built in one function, ``parse_document``, and tested key by key. JSON and CSV always
-carry full and short kernel names; a table labels its rows with short ones
+carry full and short kernel names; a table on a terminal labels its rows with short ones
 (``kernel_names.display_kernel_names``) unless asked for full names, because a demangled
-signature wraps one row over dozens of lines. rich loads only for a table: JSON and CSV,
-what scripts ask for, start without it.
+signature wraps one row over dozens of lines. Off a terminal (``console.table_console``)
+nothing wraps, so a table shows every column and whole names, one row per line, as
+``nsys stats`` does. rich loads only for a table: JSON and CSV, what scripts ask for,
+start without it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from detprof.console import print_table, table_console, unbounded
 from detprof.formatting import OutputFormat, duration_ns, percent
 from detprof.store import json_safe
 from detprof.traces.kernel_names import display_kernel_names
@@ -61,9 +64,12 @@ def parse_document(table: KernelTable, top: int = 20, by: GroupBy = "name") -> d
     }
 
 
-def row_labels(names: list[str], by: GroupBy, full_names: bool) -> tuple[list[str], bool]:
-    """What a table's Name column shows, and whether that is shorter than the names themselves."""
-    if full_names or by == "short_name":
+def row_labels(console: Console, names: list[str], by: GroupBy, full_names: bool) -> tuple[list[str], bool]:
+    """What a table's Name column shows, and whether that is shorter than the names themselves.
+
+    Short labels keep a row on one line of a terminal; off a terminal no row wraps, so names stay whole.
+    """
+    if full_names or by == "short_name" or unbounded(console):
         return names, False
     labels = display_kernel_names(names)
     return labels, labels != names
@@ -81,11 +87,10 @@ def print_parse(table: KernelTable, top: int, by: GroupBy, fmt: OutputFormat, fu
     if fmt is OutputFormat.csv:
         pd.DataFrame(doc["kernels"], columns=KERNEL_FIELDS).to_csv(sys.stdout, index=False)
         return
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
-    console = Console()
+    console = table_console()
     devices = ", ".join(
         f"{d['id']}: {d['name'] or '?'}" + (f" (cc {d['compute_capability']})" if d["compute_capability"] else "")
         for d in doc["devices"]
@@ -96,7 +101,7 @@ def print_parse(table: KernelTable, top: int, by: GroupBy, fmt: OutputFormat, fu
         + (f", {duration_ns(doc['memory_ns'])} memory activity" if doc["memory_ns"] is not None else "")
     )
     wide = console.width >= WIDE_TABLE
-    labels, shortened = row_labels([k["name"] for k in doc["kernels"]], by, full_names)
+    labels, shortened = row_labels(console, [k["name"] for k in doc["kernels"]], by, full_names)
     notes = [] if wide else ["a wider terminal, or --format csv/json, shows med, min, max, std"]
     notes += [SHORT_NAMES_NOTE] if shortened else []
     columns = ["Time %", "Total", "Instances", "Avg"] if wide else ["%", "Total", "Count", "Avg"]
@@ -115,7 +120,7 @@ def print_parse(table: KernelTable, top: int, by: GroupBy, fmt: OutputFormat, fu
         share = doc["other_ns"] / doc["total_ns"] * 100 if doc["total_ns"] else 0.0
         blanks = [""] * (len(columns) - 2)
         grid.add_row(f"{share:.1f}", duration_ns(doc["other_ns"]), *blanks, "", "(all other kernels)")
-    console.print(grid)
+    print_table(console, grid)
 
 
 def print_diff(
@@ -143,11 +148,10 @@ def print_diff(
     if fmt is OutputFormat.csv:
         head.to_csv(sys.stdout, index=False)
         return
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
-    console = Console()
+    console = table_console()
     totals = (
         f"base {escape(base.source)}: {duration_ns(base.total_ns)}   "
         f"other {escape(other.source)}: {duration_ns(other.total_ns)}"
@@ -160,7 +164,7 @@ def print_diff(
         return
     ratio = other.total_ns / base.total_ns if base.total_ns else float("nan")
     console.print(f"{totals}   ratio {ratio:.3f}x   kernels in common: {common:,}")
-    labels, shortened = row_labels([str(n) for n in head["name"]], by, full_names)
+    labels, shortened = row_labels(console, [str(n) for n in head["name"]], by, full_names)
     wide = console.width >= WIDE_TABLE
     notes = [] if wide else ["a wider terminal, or --format csv/json, shows launch counts and categories"]
     notes += [SHORT_NAMES_NOTE] if shortened else []
@@ -181,7 +185,7 @@ def print_diff(
         if wide:
             cells += [f"{row['instances_base']:,}", f"{row['instances_other']:,}", str(row["category"])]
         grid.add_row(*cells, escape(label))
-    console.print(grid)
+    print_table(console, grid)
 
 
 def no_common_kernels_line(table: pd.DataFrame, by: GroupBy) -> str:
@@ -215,7 +219,7 @@ def _print_one_sided(
         [f"total_ns_{side}", "name"], ascending=[False, True], kind="stable"
     )
     head = rows.head(top)
-    labels, shortened = row_labels([str(n) for n in head["name"]], by, full_names)
+    labels, shortened = row_labels(console, [str(n) for n in head["name"]], by, full_names)
     notes = [f"{len(rows) - len(head):,} more not shown"] if len(rows) > len(head) else []
     notes += [SHORT_NAMES_NOTE] if shortened else []
     title = f"Only in {'BASE' if side == 'base' else 'OTHER'} ({status})"
@@ -230,4 +234,4 @@ def _print_one_sided(
             str(row["category"]),
             escape(label),
         )
-    console.print(grid)
+    print_table(console, grid)
