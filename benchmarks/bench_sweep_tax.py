@@ -25,8 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from detprof.profiler.launcher import STEADY_HEAP_ENV
-from detprof.profiler.study import mode_order
+from detprof.profiler.plan import mode_order
+from detprof.profiler.process import STEADY_HEAP_ENV
 from detprof.sweep.presets import PRESETS
 
 TARGET = 1.15

@@ -7,8 +7,24 @@ measurement is unusable" (3).
 
 from __future__ import annotations
 
-USAGE_EXIT = 2
-INPUT_EXIT = 3
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """Every exit status detprof's commands end with."""
+
+    OK = 0
+    FINDING = 1
+    """The answer is no: ``check`` found a regression, ``doctor`` a machine that is not ready."""
+    USAGE = 2
+    INPUT = 3
+    INTERNAL = 70
+    """A bug in detprof, never an answer."""
+    INTERRUPTED = 130
+
+
+USAGE_EXIT = ExitCode.USAGE
+INPUT_EXIT = ExitCode.INPUT
 
 
 class DetprofError(Exception):

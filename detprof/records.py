@@ -57,8 +57,9 @@ class MeasuredRun(TypedDict):
     """Kernel time of each measured step, where the tracer split the window into steps."""
     trace_file: str | None
     telemetry: dict[str, Any] | None
+    """What NVML saw of the GPU while the run ran (``profiler.telemetry``); None without a GPU."""
     backend: NotRequired[str]
-    """The Keras backend that ran it (``determinism.Backend``); records without it ran on TensorFlow."""
+    """The Keras backend that ran it (``detprof.backends``); records without it ran on TensorFlow."""
     measures: NotRequired[Literal["both", "kernel", "wall"]]
     """What the run measured (``launcher.Measures``); records without it measured both, wall time traced."""
     traced_step_wall_ns: NotRequired[list[int] | None]
@@ -245,6 +246,10 @@ def environment_values(records: Iterable[Mapping[str, Any]], section: str, key: 
             seen.setdefault(json.dumps(value, sort_keys=True, default=str), value)
     return list(seen.values())
 
+
+CLOCK_DROP_FRACTION = 0.9
+"""A busy telemetry sample whose SM clock is below this fraction of the run's highest busy clock
+counts as a clock drop (the record's ``telemetry.low_clock_samples``)."""
 
 PER_STEP_FIELDS: dict[Metric, tuple[str, str]] = {
     "wall": ("step_wall_ns", "wall_ns_per_step"),

@@ -15,12 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from detprof import determinism
+from detprof import backends, determinism
+from detprof.backends.jax import xla_flags
 from detprof.cli import main
 from detprof.errors import UsageError
-from detprof.profiler.devices import DeviceChoice
 from detprof.options import RunOptions
-from detprof.profiler.study import chosen_backend, default_results_dir
+from detprof.profiler.devices import DeviceChoice
+from detprof.profiler.plan import chosen_backend, default_results_dir
 from detprof.profiler.tracers import resolve_tracer
 from detprof.store import ResultsStore
 
@@ -29,9 +30,11 @@ import json, sys
 from detprof import determinism
 settings = determinism.DeterminismSettings({mode!r}, 7, backend={backend!r})
 effective = determinism.apply(settings)
+from detprof.profiler.worker_spec import WorkerSpec
 from detprof.profiler.workloads import model_training
-step, facts = model_training({{"model": "smallcnn", "input_shape": [16, 16, 3], "classes": 10, "batch_size": 4,
-                               "seed": 7, "mode": {mode!r}, "xla": False, "backend": {backend!r}}})
+params = {{"model": "smallcnn", "input_shape": [16, 16, 3], "classes": 10, "batch_size": 4}}
+spec = WorkerSpec("probe", "", settings, 0, 1, 0, 0, "none", None, "", "", params)
+step, facts = model_training(spec)
 step()
 loaded = [m for m in ("tensorflow", "jax", "torch") if sys.modules.get(m) is not None]
 print(json.dumps({{"effective": effective, "versions": determinism.software_versions({backend!r}),
@@ -88,19 +91,19 @@ def test_jax_keeps_the_users_xla_flags_and_default_mode_drops_a_deterministic_fl
 
 def test_xla_flags_replace_only_detprofs_switch() -> None:
     flags = "--xla_dump_to=/tmp/x --xla_gpu_deterministic_ops=false"
-    assert determinism.xla_flags(flags, True) == "--xla_dump_to=/tmp/x --xla_gpu_deterministic_ops=true"
-    assert determinism.xla_flags(flags, False) == "--xla_dump_to=/tmp/x"
-    assert determinism.xla_flags("", False) == ""
+    assert xla_flags(flags, True) == "--xla_dump_to=/tmp/x --xla_gpu_deterministic_ops=true"
+    assert xla_flags(flags, False) == "--xla_dump_to=/tmp/x"
+    assert xla_flags("", False) == ""
 
 
 def test_an_unknown_or_missing_backend_is_one_line_naming_the_extra(monkeypatch) -> None:
     with pytest.raises(UsageError, match="unknown backend 'mxnet'; choose one of tensorflow, jax, torch"):
-        determinism.require_backend("mxnet")
+        backends.require("mxnet")
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
     missing = r"--backend torch needs torch, not installed here: pip install 'detprof\[torch\]'"
     with pytest.raises(UsageError, match=missing):
-        determinism.require_backend("torch")
+        backends.require("torch")
 
 
 def test_compiler_switches_belong_to_their_backend() -> None:

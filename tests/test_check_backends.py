@@ -18,7 +18,9 @@ import synthetic_sweep as synth
 from test_check_cli import Capture, make_sweep, run_cli
 
 from detprof.check.baseline_file import ADDED_LATER, fingerprint, measurement_config_hash
+from detprof.store import ResultsStore
 from detprof.sweep.plan import SweepRequest
+from detprof.sweep.run import SweepOutcome
 
 MEDIANS = {"resnet50": 1.5, "vgg16": 1.2}
 
@@ -101,11 +103,12 @@ def test_check_run_runs_the_baselines_backend(tmp_path: Path, capsys: Capture, m
     base = baseline_of(tmp_path, capsys, sweep_on(tmp_path / "torch", "torch"))
     asked: list[SweepRequest] = []
 
-    def run_sweep(request: SweepRequest) -> Path:
+    def measure_sweep(request: SweepRequest, **_: Any) -> SweepOutcome:
         asked.append(request)
-        return sweep_on(tmp_path / "rerun", "torch", seed=1)
+        out = sweep_on(tmp_path / "rerun", "torch", seed=1)
+        return SweepOutcome(out, "sweep", {"t4": ResultsStore(out, "sweep")})
 
-    monkeypatch.setattr("detprof.sweep.command.run_sweep", run_sweep)
+    monkeypatch.setattr("detprof.sweep.run.measure_sweep", measure_sweep)
     code, _, err = run_cli(capsys, "check", "--baseline", base, "--run", "--out", tmp_path / "rerun")
     assert code == 0, err
     options: Any = asked[0].options

@@ -18,9 +18,9 @@ import pytest
 import synthetic_sweep as synth
 from piped_cli import header_lines, run_piped, table_rows
 
+from detprof.analysis.overhead import noise_floors
 from detprof.check.ci_outputs import CONSOLE_COLUMNS, escape_data, escape_property
 from detprof.cli import main
-from detprof.profiler.overhead import noise_floors
 from detprof.store import ResultsStore
 
 MODELS = ("resnet50", "vgg16")

@@ -27,7 +27,7 @@ from ray.cluster_utils import Cluster
 from detprof.cli import main
 from detprof.fleet.node_types import RAY_ACCELERATOR_TYPES
 from detprof.fleet.transfer import SCRATCH, Bundle, collect, deliver
-from detprof.profiler.devices import KNOWN_GPUS
+from detprof.gpu_labels import KNOWN_GPUS
 from detprof.store import ResultsStore
 
 MB = 2**20

@@ -12,6 +12,7 @@ from piped_cli import table_rows
 
 from detprof.cli import main
 from detprof.errors import UsageError
+from detprof.gpu_labels import KNOWN_GPUS
 from detprof.profiler import devices as gpu_mod
 from detprof.profiler.devices import (
     DeviceChoice,
@@ -403,7 +404,7 @@ def test_a_board_missing_from_the_table_is_accepted_when_detected() -> None:
 
 
 def test_every_known_label_names_its_own_boards() -> None:
-    for label, names in gpu_mod.KNOWN_GPUS.items():
+    for label, names in KNOWN_GPUS.items():
         assert names and all(label_matches(label, name) for name in names), label
 
 

@@ -12,12 +12,11 @@ import pandas as pd
 import pytest
 from fake_nvml import FakeNvml, a100, t4
 
+from detprof.analysis.overhead import model_overheads
 from detprof.cli import main
 from detprof.errors import UsageError
 from detprof.profiler import devices, tracers
-from detprof.profiler.launcher import WorkerRun, Workload
-from detprof.profiler.overhead import model_overheads
-from detprof.profiler.study import UNTRACED_SUFFIX, PlannedRun, measured_parts, runs_to_measure
+from detprof.profiler.plan import UNTRACED_SUFFIX, PlannedRun, Workload, measured_parts, runs_to_measure
 from detprof.profiler.tracers import TRACERS, resolve_tracer
 from detprof.records import kernel_table_steps, measured_run
 from detprof.reports.provenance import timing_note
@@ -88,10 +87,12 @@ def test_wall_time_is_never_measured_under_a_tracer() -> None:
 
 
 def test_a_run_steps_untraced_then_traced_as_it_measures() -> None:
-    both, kernel, wall = (WorkerRun("r", "default", 0, False, 50, 5, m) for m in ("both", "kernel", "wall"))
-    assert (both.wall_steps, both.traced_steps, both.traced) == (50, 50, True)
-    assert (kernel.wall_steps, kernel.traced_steps, kernel.traced) == (0, 50, True)
-    assert (wall.wall_steps, wall.traced_steps, wall.traced) == (50, 0, False)
+    both, kernel, wall = (
+        PlannedRun("r", "r", "default", 0, Workload("m:f"), {}, m) for m in ("both", "kernel", "wall")
+    )
+    assert (both.wall_steps(50), both.traced_steps(50), both.traced) == (50, 50, True)
+    assert (kernel.wall_steps(50), kernel.traced_steps(50), kernel.traced) == (0, 50, True)
+    assert (wall.wall_steps(50), wall.traced_steps(50), wall.traced) == (50, 0, False)
 
 
 def record(mode: str, repeat: int, measures: str, wall_ms: float | None, kernel_ms: float | None) -> dict:
@@ -273,7 +274,8 @@ def test_dry_run_on_the_cpu_shows_the_lockstep_sessions(monkeypatch, capsys, tmp
 def test_runs_one_after_the_other_measure_wall_untraced_and_kernels_traced(tmp_path) -> None:
     """The GPU's sequential design, run here with TensorFlow's profiler: each run its own worker."""
     from detprof.profiler.devices import DeviceChoice
-    from detprof.profiler.study import MeasurementTarget, run_planned
+    from detprof.profiler.plan import MeasurementTarget
+    from detprof.profiler.study import run_planned
     from detprof.store import ResultsStore
     from detprof.sweep.plan import SweepConfig, plan_runs
 

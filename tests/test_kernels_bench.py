@@ -8,6 +8,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from worker_specs import spec_for
 
 from detprof.cli import main
 from detprof.kernels_bench.bench import KernelsConfig, plan_runs
@@ -17,7 +18,8 @@ from detprof.kernels_bench.command import print_summary
 from detprof.kernels_bench.ops import BUILDERS, op_benchmark
 from detprof.models import paper_cnns, registry
 from detprof.profiler.devices import DeviceChoice
-from detprof.profiler.study import MeasurementTarget, run_planned
+from detprof.profiler.plan import MeasurementTarget
+from detprof.profiler.study import run_planned
 from detprof.profiler.tracers import TRACERS
 from detprof.store import ResultsStore
 
@@ -110,7 +112,7 @@ def test_every_op_runs_at_its_derived_shapes() -> None:
     cases = derive_cases(SUITES["all"], (3,), 2, 32, max_shapes=1)
     assert {c.op for c in cases} == set(SUITES["all"]) == set(BUILDERS)
     for case in cases:
-        step, facts = op_benchmark({"op": case.op, "params": case.params, "seed": 0, "xla": False})
+        step, facts = op_benchmark(spec_for({"op": case.op, "params": case.params}))
         step()
         assert facts["op"] == case.op and facts["on_gpu"] is False
 

@@ -29,13 +29,15 @@ import json, sys
 from detprof.determinism import DeterminismSettings, apply
 from detprof.kernels_bench.torch_ops import op_benchmark
 from detprof.profiler.worker import classify_failure
+from detprof.profiler.worker_spec import WorkerSpec
 
 settings = DeterminismSettings(sys.argv[1], backend="torch")
 effective = apply(settings)
 outcome = {}
 for case in json.loads(sys.stdin.read()):
     try:
-        step, facts = op_benchmark({"op": case["op"], "params": case["params"], "seed": 0})
+        params = {"op": case["op"], "params": case["params"]}
+        step, facts = op_benchmark(WorkerSpec("t", "", settings, 0, 1, 0, 0, "none", None, "", "", params))
         step()
         outcome[case["case"]] = ["ok", facts["on_gpu"]]
     except Exception as exc:
@@ -109,7 +111,7 @@ def test_torch_runs_use_the_torch_workload_and_refuse_tensorflow_ops() -> None:
     config = KernelsConfig(ops=("histc",), backend="torch", steps=1, warmup=0, repeats=1, batch_size=2)
     (run, _) = plan_runs([case], config.repeats, config.batch_size)
     assert run.workload.entry == "detprof.kernels_bench.torch_ops:op_benchmark"
-    assert run.workload.spec == {"op": "histc", "params": {"values": 10_000_000, "bins": 100}}
+    assert run.workload.params == {"op": "histc", "params": {"values": 10_000_000, "bins": 100}}
     assert run.fields["shape"] == "10000000 values into 100 bins" and run.fields["case"] == "histc@statistics.values"
     assert config.manifest([case])["cases"][0]["shape"] == run.fields["shape"]
     with pytest.raises(UsageError, match="unknown op 'scatter_nd'"):

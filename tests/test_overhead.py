@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from detprof.analysis.overhead import ModelOverhead, model_overheads, paired_log_ratios
 from detprof.intervals import paired_t
-from detprof.profiler.overhead import ModelOverhead, model_overheads, paired_log_ratios
 
 
 def record(model: str, mode: str, repeat: int, kernel: float | None, wall: float, status: str = "ok") -> dict:

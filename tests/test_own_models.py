@@ -256,17 +256,18 @@ def test_synthetic_data_or_data_that_does_not_fit_is_refused_in_one_line(
 
 def test_the_workload_trains_your_model_on_a_synthetic_batch(zoo: Path) -> None:
     """The worker's workload, one step in this process (its determinism switch is left alone here)."""
+    from worker_specs import spec_for
+
     from detprof.profiler.workloads import model_training
 
-    run = {"mode": "default", "seed": 0, "xla": False, "batch_size": 4}
     factory = own.parse(f"{zoo / 'my_models.py'}:build_net").as_record()
-    step, facts = model_training(
-        run | {"model": "build_net", "own_model": factory, "input_shape": [6, 6, 2], "classes": 3}
-    )
+    params = {"model": "build_net", "own_model": factory, "input_shape": [6, 6, 2], "classes": 3, "batch_size": 4}
+    step, facts = model_training(spec_for(params))
     step()
     assert facts["input_shape"] == [6, 6, 2] and facts["classes"] == 3 and facts["parameters"] == 4 * 18 + 4 + 15
     saved = own.parse(str(zoo / "net.keras")).as_record()
-    step, facts = model_training(run | {"model": "net", "own_model": saved, "input_shape": None, "classes": None})
+    params = {"model": "net", "own_model": saved, "input_shape": None, "classes": None, "batch_size": 4}
+    step, facts = model_training(spec_for(params))
     step()
     assert facts["input_shape"] == [8, 8, 1] and facts["classes"] == 10
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from detprof.profiler.overhead import model_overheads, noise_floors, paired_log_ratios
+from detprof.analysis.overhead import model_overheads, noise_floors, paired_log_ratios
 from detprof.records import pair_log_ratio, time_per_step
 
 

@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
+from detprof.backends.program import program_environment
 from detprof.cli import main
-from detprof.determinism import program_environment
 from detprof.errors import INPUT_EXIT, USAGE_EXIT
-from detprof.profiler.launcher import STEADY_HEAP_ENV
 from detprof.options import RunOptions
+from detprof.profiler.process import STEADY_HEAP_ENV
 from detprof.profiler.program.files import in_effect
 from detprof.profiler.program.plan import ProgramRequest, plan_program_runs
 from detprof.profiler.program.run import HOOK_DIR, NO_WINDOW
@@ -205,7 +205,7 @@ def test_without_a_window_the_whole_process_is_timed_and_the_report_says_so(kera
     for rec in records(keras_sweep).values():
         assert (rec["program"]["measured_window"], rec["program"]["marked_steps"]) == ("process", None)
         [process_ns] = rec["step_wall_ns"]
-        assert 0 < process_ns / 1e9 <= rec["duration_s"]
+        assert 0 < process_ns / 1e9 <= rec["duration_s"] + 0.0005  # duration_s is rounded to the ms
     html = (keras_sweep / "report.html").read_text()
     assert "fit: measured as a whole process" in html
 

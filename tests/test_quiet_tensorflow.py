@@ -17,7 +17,7 @@ from types import ModuleType
 
 import pytest
 
-from detprof.determinism import DEBUG_ENV, TF_LOG_LEVEL_ENV, quiet_tensorflow
+from detprof.backends.tensorflow import DEBUG_ENV, LOG_LEVEL_ENV, quiet_tensorflow
 from detprof.models import registry
 
 REPO = Path(__file__).resolve().parents[1]
@@ -50,19 +50,19 @@ def test_block_hides_fd2_and_raises_the_log_level_then_restores_both(
     monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str], previous: str | None
 ) -> None:
     if previous is None:
-        monkeypatch.delenv(TF_LOG_LEVEL_ENV, raising=False)
+        monkeypatch.delenv(LOG_LEVEL_ENV, raising=False)
     else:
-        monkeypatch.setenv(TF_LOG_LEVEL_ENV, previous)
+        monkeypatch.setenv(LOG_LEVEL_ENV, previous)
     onednn = os.environ.get("TF_ENABLE_ONEDNN_OPTS")
     before = _fd2_identity()
     with quiet_tensorflow():
-        assert os.environ[TF_LOG_LEVEL_ENV] == "3"
+        assert os.environ[LOG_LEVEL_ENV] == "3"
         assert _same_file(2, os.devnull)
         os.write(2, b"I0000 00:00:1.0 1 port.cc:153] oneDNN custom operations are on.\n")
         assert os.environ.get("TF_ENABLE_ONEDNN_OPTS") == onednn, "oneDNN changes numerics, not logging"
     os.write(2, b"detprof's own line\n")
     assert _fd2_identity() == before
-    assert os.environ.get(TF_LOG_LEVEL_ENV) == previous, "workers started later must log as before"
+    assert os.environ.get(LOG_LEVEL_ENV) == previous, "workers started later must log as before"
     assert capfd.readouterr().err == "detprof's own line\n"
 
 
@@ -79,10 +79,10 @@ def test_exceptions_get_through_with_fd2_back(capfd: pytest.CaptureFixture[str])
 @pytest.mark.usefixtures("tensorflow_not_loaded")
 def test_detprof_debug_silences_nothing(monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv(DEBUG_ENV, "1")
-    monkeypatch.delenv(TF_LOG_LEVEL_ENV, raising=False)
+    monkeypatch.delenv(LOG_LEVEL_ENV, raising=False)
     before = _fd2_identity()
     with quiet_tensorflow():
-        assert TF_LOG_LEVEL_ENV not in os.environ
+        assert LOG_LEVEL_ENV not in os.environ
         assert _fd2_identity() == before
         os.write(2, b"I0000 tensorflow says\n")
     assert capfd.readouterr().err == "I0000 tensorflow says\n"
@@ -94,9 +94,9 @@ def test_once_tensorflow_is_loaded_the_block_does_nothing(
     """Workers load TensorFlow first thing; their log files keep what it says later."""
     monkeypatch.setitem(sys.modules, "tensorflow", sys.modules.get("tensorflow") or ModuleType("tensorflow"))
     monkeypatch.delenv(DEBUG_ENV, raising=False)
-    monkeypatch.setenv(TF_LOG_LEVEL_ENV, "2")
+    monkeypatch.setenv(LOG_LEVEL_ENV, "2")
     with quiet_tensorflow():
-        assert os.environ[TF_LOG_LEVEL_ENV] == "2"
+        assert os.environ[LOG_LEVEL_ENV] == "2"
         os.write(2, b"W0000 later warning\n")
     assert capfd.readouterr().err == "W0000 later warning\n"
 
@@ -106,7 +106,7 @@ def _run_models(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
     cache = tmp_path / "detprof" / "model-parameters.json"
     cache.parent.mkdir(parents=True, exist_ok=True)
     cache.write_text(json.dumps({importlib.metadata.version("keras"): dict.fromkeys(registry.PAPER_MODELS, 1)}))
-    base = {k: v for k, v in os.environ.items() if k not in (DEBUG_ENV, TF_LOG_LEVEL_ENV)}
+    base = {k: v for k, v in os.environ.items() if k not in (DEBUG_ENV, LOG_LEVEL_ENV)}
     return subprocess.run(
         [sys.executable, "-m", "detprof.cli", "models"],
         capture_output=True,
@@ -131,7 +131,7 @@ def test_detprof_models_keeps_tensorflow_quiet_unless_debugging(tmp_path: Path) 
         [sys.executable, "-c", "import keras"],
         capture_output=True,
         text=True,
-        env={k: v for k, v in os.environ.items() if k not in (DEBUG_ENV, TF_LOG_LEVEL_ENV)},
+        env={k: v for k, v in os.environ.items() if k not in (DEBUG_ENV, LOG_LEVEL_ENV)},
         timeout=300,
         check=True,
     )

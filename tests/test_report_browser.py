@@ -242,7 +242,7 @@ def test_console_table_and_report_give_one_attribution(
     results: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The sweep's closing table prints the report's verdict and attribution sentence, word for word."""
-    from detprof.sweep.command import print_summary
+    from detprof.sweep.render import print_summary
 
     monkeypatch.setenv("COLUMNS", "2000")
     print_summary(ResultsStore(results, "sweep"))

@@ -21,7 +21,7 @@ import pandas as pd
 import pytest
 
 from detprof import cli
-from detprof.determinism import BACKENDS
+from detprof.backends import NAMES as BACKENDS
 from detprof.errors import UsageError
 from detprof.profiler.devices import choose_device
 from detprof.stability import study, training, worker

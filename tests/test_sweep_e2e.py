@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from detprof.cli import main
-from detprof.profiler.launcher import STEADY_HEAP_ENV
+from detprof.profiler.process import STEADY_HEAP_ENV
 from detprof.store import ResultsStore
 
 TINY = [

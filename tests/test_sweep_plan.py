@@ -47,7 +47,7 @@ def test_nsys_command_line_traces_only_the_capture_range(monkeypatch) -> None:
     assert any(a.startswith("--trace=") and "nvtx" in a and "cuda" in a for a in cmd)
     assert cmd[-3:] == ["python", "-m", "w"]
     assert TRACERS["nsys"].trace_path(Path("/r/traces/run")) == Path("/r/traces/run.sqlite")
-    assert TRACERS["nsys"].in_process == "cuda-profiler-api" and TRACERS["nsys"].nvtx_steps
+    assert TRACERS["nsys"].wraps_process and isinstance(TRACERS["nsys"], tracers.Nsys)
 
 
 def test_nvprof_command_line_starts_with_profiling_off(monkeypatch) -> None:

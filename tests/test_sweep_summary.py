@@ -13,9 +13,9 @@ import pytest
 import synthetic_sweep as synth
 from piped_cli import header_lines, table_rows
 
+from detprof.analysis.overhead import ModelOverhead
+from detprof.analysis.study_results import mode_kernels, per_step_table, summarize_model
 from detprof.errors import InputError
-from detprof.profiler.overhead import ModelOverhead
-from detprof.profiler.study_results import mode_kernels, per_step_table, summarize_model
 from detprof.store import ResultsStore
 from detprof.traces.kernel_table import KERNEL_DTYPES, SUMMARY_DTYPES, conform
 
@@ -136,7 +136,7 @@ def test_closing_table_off_a_terminal_is_one_line_per_model(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The sweep's closing table in a pipe or a log: whole model names, no column squeezed to nothing."""
-    from detprof.sweep.command import print_summary
+    from detprof.sweep.render import print_summary
 
     monkeypatch.delenv("COLUMNS", raising=False)
     overheads = {"resnet50": [1.50, 1.52, 1.48], LONG_MODEL: [1.20, 1.21, 1.19]}

@@ -34,6 +34,19 @@ def loaded() -> list[Backend]:
     return [backend for backend in REGISTRY.values() if backend.loaded()]
 
 
+def compile_refusal(backend: Backend, xla: bool, compile: bool) -> str | None:
+    """One line when ``--xla`` or ``--compile`` asks ``backend`` for another backend's compiler, else None.
+
+    A switch a backend lacks would be silently ignored, and the study would not measure what
+    its user asked for.
+    """
+    for option, given in (("xla", xla), ("compile", compile)):
+        owner = next((b for b in REGISTRY.values() if b.compile_option == option), None)
+        if given and owner is not None and owner is not backend:
+            return f"{owner.compile_option_words}; {backend.framework} {backend.compiles}"
+    return None
+
+
 def out_of_memory(exc: BaseException) -> bool:
     """Whether ``exc`` is the device (or host) running out of memory, in whichever loaded framework raised it."""
     return isinstance(exc, MemoryError) or any(backend.out_of_memory(exc) for backend in loaded())

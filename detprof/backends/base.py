@@ -65,21 +65,25 @@ class Backend:
 
     # The compiler: pinned to one explicit choice in both modes.
 
+    compile_option: ClassVar[str | None]
+    """The option that compiles the step (``xla``: ``--xla``, ``compile``: ``--compile``); None: always compiled."""
+    compile_option_words: ClassVar[str] = ""
+    """What that option is, for a user who gives it to another backend."""
+    compiler: ClassVar[str]
+    """The compiler, as a plan names it."""
+    compiles: ClassVar[str]
+    """How this backend compiles, in a refusal of another backend's option."""
+
     def jit_compile(self, xla: bool, compile: bool) -> bool:
         """What Keras' ``jit_compile`` is here for ``--xla`` and ``--compile``, the same in both modes."""
-        raise NotImplementedError
-
-    def compile_refusal(self, xla: bool, compile: bool) -> str | None:
-        """One line when ``--xla`` or ``--compile`` asks for a switch this backend does not have, else None.
-
-        A switch a backend lacks would be silently ignored, and the study would not measure what
-        its user asked for.
-        """
-        raise NotImplementedError
+        return bool({"xla": xla, "compile": compile}.get(self.compile_option or "", True))
 
     def compiler_words(self, xla: bool, compile: bool) -> str:
         """The compile setting pinned in both modes, as a plan shows it."""
-        raise NotImplementedError
+        if self.compile_option is None:
+            return f"{self.compiler} in both modes (always)"
+        on = f"on in both modes (--{self.compile_option})" if self.jit_compile(xla, compile) else "off in both modes"
+        return f"{self.compiler} pinned: {on}"
 
     # Determinism: switched before the framework does any work, read back from the framework.
 

@@ -39,6 +39,9 @@ class Jax(Backend):
     version_keys = ("jax", "jaxlib")
     cuda_build = "install JAX's CUDA plugin: pip install 'jax[cuda12]'"
     switch_words = "XLA_FLAGS+=--xla_gpu_deterministic_ops=true (the user's other flags kept)"
+    compile_option = None
+    compiler = "jax.jit"
+    compiles = "always compiles with XLA"
     in_effect_columns = (
         ("op determinism (xla_gpu_deterministic_ops)", "op_determinism"),
         ("XLA_FLAGS", "xla_flags"),
@@ -47,19 +50,6 @@ class Jax(Backend):
     settings_note = (
         "JAX compiles every step with XLA in both modes; op determinism is XLA's own flag, as XLA parsed it."
     )
-
-    def jit_compile(self, xla: bool, compile: bool) -> bool:
-        return True
-
-    def compile_refusal(self, xla: bool, compile: bool) -> str | None:
-        if xla:
-            return "--xla is TensorFlow's jit_compile; JAX always compiles with XLA"
-        if compile:
-            return "--compile is torch.compile, for --backend torch; jax always compiles with XLA"
-        return None
-
-    def compiler_words(self, xla: bool, compile: bool) -> str:
-        return "jax.jit in both modes (always)"
 
     def switch(self, deterministic: bool) -> None:
         """The flag goes into ``XLA_FLAGS`` beside the user's own flags, which XLA reads when JAX starts."""

@@ -28,6 +28,10 @@ class TensorFlow(Backend):
     version_keys = ("tensorflow",)
     cuda_build = "install TensorFlow's CUDA build: pip install 'tensorflow[and-cuda]'"
     switch_words = "tf.config.experimental.enable_op_determinism()"
+    compile_option = "xla"
+    compile_option_words = "--xla is TensorFlow's jit_compile"
+    compiler = "jit_compile (XLA)"
+    compiles = "compiles with --xla"
     in_effect_columns = (
         ("op determinism", "op_determinism"),
         ("jit_compile (XLA, pinned)", "jit_compile"),
@@ -39,17 +43,6 @@ class TensorFlow(Backend):
         "jit_compile is pinned to the same explicit value in both modes: Keras would otherwise turn XLA "
         "off under op determinism and compare XLA against non-XLA."
     )
-
-    def jit_compile(self, xla: bool, compile: bool) -> bool:
-        return xla
-
-    def compile_refusal(self, xla: bool, compile: bool) -> str | None:
-        if compile:
-            return "--compile is torch.compile, for --backend torch; tensorflow compiles with --xla"
-        return None
-
-    def compiler_words(self, xla: bool, compile: bool) -> str:
-        return f"jit_compile (XLA) pinned: {'on in both modes (--xla)' if xla else 'off in both modes'}"
 
     def switch(self, deterministic: bool) -> None:
         """Its stderr is the worker's log file: warnings and errors belong there, not every info line."""

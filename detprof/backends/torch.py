@@ -42,17 +42,10 @@ class Torch(Backend):
         "workspace, as PyTorch's reproducibility notes require."
     )
     switched_after_import = True
-
-    def jit_compile(self, xla: bool, compile: bool) -> bool:
-        return compile
-
-    def compile_refusal(self, xla: bool, compile: bool) -> str | None:
-        if xla:
-            return "--xla is TensorFlow's jit_compile; PyTorch compiles with --compile"
-        return None
-
-    def compiler_words(self, xla: bool, compile: bool) -> str:
-        return f"torch.compile pinned: {'on in both modes (--compile)' if compile else 'off in both modes'}"
+    compile_option = "compile"
+    compile_option_words = "--compile is torch.compile, for --backend torch"
+    compiler = "torch.compile"
+    compiles = "compiles with --compile"
 
     def switch(self, deterministic: bool) -> None:
         """Deterministic mode as PyTorch's reproducibility notes say; default mode is PyTorch's defaults.

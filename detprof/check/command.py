@@ -1,15 +1,8 @@
 """``detprof baseline`` and ``detprof check``: fail CI when determinism gets more expensive.
 
-The statistics live in ``detprof.check.regression``, the file format and fingerprint in
-``detprof.check.baseline_file`` and the outputs in ``detprof.check.ci_outputs``; this
-module only reads options, wires them together and maps the outcome to an exit code.
-Imports happen inside the commands so that ``detprof --help`` stays fast.
-
-``check --run`` measures afresh with the baseline's own sweep configuration unless an
-option overrides it: re-measuring what the baseline measured is the only comparison that
-needs no ``--allow-env-change``. It always runs the baseline's Keras backend: a check
-compares a backend with itself, so results of another backend are refused in one line
-(exit 3), and so is ``--backend`` naming another.
+The check itself is ``check.run``'s (``run_check``); the outputs are ``check.ci_outputs``'.
+This module reads the options and prints and writes what the outcome holds. Imports happen
+inside the commands so that ``detprof --help`` stays fast.
 """
 
 from __future__ import annotations
@@ -20,17 +13,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from detprof.errors import INPUT_EXIT, InputError, UsageError
+from detprof.errors import InputError
 from detprof.options import CHECK_RUN, ModelsOption, RunOptions, with_run_options
 from detprof.store import atomic_write_bytes
 
 if TYPE_CHECKING:
-    from detprof.check.baseline_file import Baseline, EnvironmentCheck
+    from detprof.check.baseline_file import EnvironmentCheck
     from detprof.check.regression import Comparison
 
-REGRESSION_EXIT = 1
-FLAGS = ("force", "compile")
-"""The on/off options ``check --run`` passes on: given when on (off is also what not giving them means)."""
 
 CHECK_HELP = (
     "Compare each model's determinism overhead with a baseline; fail on a regression.\n\n"
@@ -108,68 +98,30 @@ def check(
     models: ModelsOption = None,
 ) -> None:
     """Compare each model's determinism overhead with the baseline's (help: CHECK_HELP)."""
-    from detprof.check.baseline_file import (
-        check_environment,
-        fingerprint,
-        read_baseline,
-        read_sweep,
-        refuse_other_backend,
-    )
-    from detprof.check.regression import compare
+    from rich.console import Console
 
-    if baseline_file is None:
-        raise UsageError("detprof check needs --baseline FILE (written by detprof baseline)")
-    if (current is None) == (not run):
-        raise UsageError("give exactly one of --current RESULTS_DIR or --run")
-    if len(options.gpus) > 1:
-        raise UsageError("a check compares one GPU type with its baseline: give --gpu once (with --ray too)")
-    given = {"out": out, "models": models} | {n: getattr(options, n) for n in CHECK_RUN if n not in FLAGS}
-    flags = [n for n in FLAGS if getattr(options, n)]
-    if not run and (flags or any(v is not None for v in given.values())):
-        used = sorted([*(k.replace("_", "-") for k, v in given.items() if v is not None), *flags])
-        raise UsageError(f"--{', --'.join(used)} only apply with --run")
-    if not threshold > 0:
-        raise UsageError(f"--threshold must be a positive fraction (0.10 = 10%), not {threshold}")
-    if not 0.5 < confidence < 1:
-        raise UsageError(f"--confidence must lie between 0.5 and 1 (exclusive), not {confidence}")
+    from detprof.check.run import CheckRequest, run_check
 
-    reference = read_baseline(baseline_file)
-    if run and options.backend not in (None, reference.backend):
-        raise InputError(
-            f"--backend {options.backend}: the baseline {baseline_file} ran on {reference.backend}, and overheads "
-            "of different Keras backends are never comparable; check --run runs the baseline's backend by itself"
-        )
-    results_dir = current if current is not None else _run_sweep(reference, options, models, out)
-    sweep = read_sweep(results_dir)
-    measured = fingerprint(sweep.config, sweep.records)
-    refuse_other_backend(reference, results_dir, measured["backend"])
-    env = check_environment(reference.fingerprint, measured, allow=allow_env_change)
-    title = f"detprof check: {baseline_file} vs {results_dir}"
-    if not env.comparable:
-        _report(None, env, strict=strict, title=title, junit=junit, github=github)
-        fields = ", ".join(d.field for d in env.differences)
-        raise InputError(
-            f"environment differs from the baseline ({fields}): overheads are not comparable; "
-            "rebuild the baseline here, or pass --allow-env-change",
-        )
-    current_samples = sweep.samples()
-    known = set(reference.samples()) | set(reference.unsupported)
-    if not known & current_samples.models:
-        raise InputError(
-            f"no model in common: the baseline has {', '.join(sorted(known))}; "
-            f"{results_dir} has {', '.join(sorted(current_samples.models))}"
-        )
-    comparison = compare(
-        reference.samples(),
-        current_samples,
-        threshold=threshold,
-        confidence=confidence,
-        baseline_unsupported=reference.unsupported,
+    request = CheckRequest(
+        baseline_file, current, run, threshold, confidence, strict, allow_env_change, options, models, out
     )
-    _report(comparison, env, strict=strict, title=title, junit=junit, github=github)
-    _print_noise_floor(results_dir)
-    _write_json(bmf, benchmark_json, comparison)
-    code = exit_code(comparison, env, strict=strict)
+    console = Console(stderr=True)
+    outcome = run_check(request, console=console)
+    if outcome.measured is not None:
+        from detprof.sweep.render import print_outcome
+
+        print_outcome(outcome.measured, console)
+        if outcome.measured_models:
+            from detprof.reports.command import write_report
+
+            console.print(f"report: {write_report(outcome.measured.out, outcome.measured.out / 'report.html')}")
+    _report(outcome.comparison, outcome.env, strict=strict, title=outcome.title, junit=junit, github=github)
+    if outcome.refusal is not None:
+        raise InputError(outcome.refusal)
+    assert outcome.comparison is not None
+    _print_noise_floor(outcome.results_dir)
+    _write_json(bmf, benchmark_json, outcome.comparison)
+    code = outcome.exit_code(strict=strict)
     if code:
         raise typer.Exit(code)
 
@@ -180,8 +132,8 @@ def _print_noise_floor(results_dir: Path) -> None:
     A change of overhead smaller than the floor is within what an A/A measurement here
     produces by itself: a reader of the verdicts should know the floor.
     """
+    from detprof.analysis.overhead import noise_floors
     from detprof.formatting import floor
-    from detprof.profiler.overhead import noise_floors
     from detprof.store import find_studies
 
     calibrations = [s for s in find_studies(results_dir) if s.kind == "calibration"]
@@ -191,22 +143,6 @@ def _print_noise_floor(results_dir: Path) -> None:
     floors = noise_floors(calibrations[0].records())
     shown = ", ".join(f"{model} {floor(value)}" for model, value in sorted(floors.items()))
     typer.echo(f"noise floor (A/A, {calibrations[0].dir}): {shown}")
-
-
-def exit_code(comparison: Comparison, env: EnvironmentCheck, *, strict: bool) -> int:
-    """3 if not comparable; 1 on a regression; 3 if a measurement failed; 1 on what --strict fails."""
-    from detprof.check.regression import Verdict, severity
-
-    if not env.comparable:
-        return INPUT_EXIT
-    if comparison.having(Verdict.REGRESSED):
-        return REGRESSION_EXIT
-    levels = {severity(r, strict=strict) for r in comparison.results}
-    if "error" in levels:
-        return INPUT_EXIT
-    if "failure" in levels:
-        return REGRESSION_EXIT
-    return 0
 
 
 def _report(
@@ -267,58 +203,3 @@ def _write(path: Path, data: bytes) -> None:
         atomic_write_bytes(path, data)
     except OSError as exc:
         raise InputError(f"{path}: cannot write ({exc.strerror or exc})") from exc
-
-
-def _run_sweep(reference: Baseline, given: RunOptions, models: str | None, out: Path | None) -> Path:
-    """The sweep with the baseline's configuration and backend, the options given overriding the configuration;
-    returns its results folder."""
-    from detprof.sweep.command import run_sweep
-    from detprof.sweep.plan import SweepRequest, split_models
-
-    config = reference.config
-    if config.get("program") is not None:
-        return _run_program_sweep(reference, given, models, out)
-    fixed = ("gpu", "backend", *FLAGS)
-    options = _replayed(
-        reference,
-        given,
-        [n for n in CHECK_RUN if n not in fixed],
-        out,
-        compile=bool(config.get("compile")) or given.compile,
-        preset=config.get("preset"),
-    )
-    return run_sweep(SweepRequest(split_models(models) or tuple(config.get("models") or ()) or None, options))
-
-
-def _run_program_sweep(reference: Baseline, given: RunOptions, models: str | None, out: Path | None) -> Path:
-    """The baseline's training program (``sweep --command``) measured again as it was: its command, name,
-    backend, tracer and repeats, the options given that a program takes overriding them."""
-    from detprof.profiler.program.plan import ProgramRequest
-    from detprof.sweep.command import PROGRAM_OPTIONS, refuse_for_programs, run_program_sweep
-
-    program = reference.config["program"]
-    if models:
-        raise UsageError(f"--models: the baseline measured the program {program['name']!r}, not models")
-    refuse_for_programs(given, [])
-    options = _replayed(reference, given, [n for n in PROGRAM_OPTIONS if n != "backend"], out)
-    return run_program_sweep(ProgramRequest(program["command"], program["name"], options), report=False)
-
-
-def _replayed(reference: Baseline, given: RunOptions, names: list[str], out: Path | None, **fixed: Any) -> RunOptions:
-    """The options the baseline was measured with: its GPU label and its configuration's values of ``names``, each
-    overridden by an option given; its backend, ``fixed``, and a results folder of its own unless ``out``."""
-    import dataclasses
-    import datetime as dt
-
-    config = reference.config
-    baseline = {"gpu": config.get("gpu_label")} | {n: config[n] for n in names if n in config}
-    overrides = {n: getattr(given, n) for n in baseline if getattr(given, n) is not None}
-    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-    return dataclasses.replace(
-        given,
-        **(baseline | overrides),
-        backend=reference.backend,
-        out=out or Path("results") / f"check-{stamp}",
-        resume=False,
-        **fixed,
-    )

@@ -32,9 +32,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal
 
+from detprof.analysis.overhead import ModelOverhead, paired_log_ratios
 from detprof.errors import InputError
 from detprof.intervals import MIN_REPEATS, Metric, WelchDifference, repeats_to_settle, welch_difference
-from detprof.profiler.overhead import ModelOverhead, paired_log_ratios
 
 Direction = Literal["regression", "improvement"]
 

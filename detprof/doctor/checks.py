@@ -25,6 +25,7 @@ from typing import Any, Literal
 from detprof.backends import NAMES, REGISTRY, require
 from detprof.determinism import MODES
 from detprof.errors import DetprofError, UsageError
+from detprof.gpu_labels import CPU_LABEL, slug
 from detprof.profiler import devices
 from detprof.profiler.tracers import TRACERS, Tracer
 
@@ -118,7 +119,7 @@ def _backends(backends: Sequence[str] | None) -> list[str]:
 
 def _on_gpu(choice: devices.DeviceChoice) -> bool:
     """Whether the target is a GPU (the label says so, whether or not the GPU is there)."""
-    return choice.label != devices.CPU_LABEL
+    return choice.label != CPU_LABEL
 
 
 def _gpu_check(choice: devices.DeviceChoice, probe: devices.GpuProbe, *, gpu_required: bool) -> Check:
@@ -147,7 +148,7 @@ def _gpu_check(choice: devices.DeviceChoice, probe: devices.GpuProbe, *, gpu_req
             "gpu",
             "failed",
             f"the GPU is not a {label}: {found}",
-            f"run on a {label} node, or check for --gpu {devices.slug(gpu.name)}",
+            f"run on a {label} node, or check for --gpu {slug(gpu.name)}",
             gpu_required,
         )
     return Check("gpu", "ok", found)

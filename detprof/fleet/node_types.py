@@ -52,7 +52,7 @@ RAY_ACCELERATOR_TYPES: dict[str, str] = {
     "4090": "GeForce-RTX-4090",
     "5090": "GeForce-RTX-5090",
 }
-"""Every GPU label detprof knows (``profiler.devices.KNOWN_GPUS``) and the type Ray gives its nodes."""
+"""Every GPU label detprof knows (``gpu_labels.KNOWN_GPUS``) and the type Ray gives its nodes."""
 
 RESOURCE_PREFIX = "accelerator_type:"
 NODE_LABEL = "ray.io/accelerator-type"

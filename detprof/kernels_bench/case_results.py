@@ -14,11 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from detprof.analysis.overhead import ModelOverhead, model_overheads
+from detprof.analysis.study_results import per_step_table
 from detprof.errors import InputError
 from detprof.intervals import METRIC_FIELDS, Metric, headline_metric
 from detprof.kernels_bench.cases import CONV_OPS
-from detprof.profiler.overhead import ModelOverhead, model_overheads
-from detprof.profiler.study_results import per_step_table
 from detprof.store import ResultsStore
 from detprof.traces.kernel_tables import diff
 

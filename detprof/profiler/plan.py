@@ -21,6 +21,7 @@ from typing import Any, Literal, Self, TypeVar
 from detprof import backends
 from detprof.determinism import MODES, DeterminismSettings, Mode, as_before_the_choice
 from detprof.errors import UsageError
+from detprof.gpu_labels import CPU_LABEL
 from detprof.options import RunOptions
 from detprof.profiler import devices
 from detprof.profiler.devices import DeviceChoice, usable_core_ids
@@ -153,7 +154,7 @@ def choose_target(options: RunOptions, presets: Sequence[str], *, dry_run: bool 
     """
     backend = chosen_backend(options)
     device = devices.choose_device(options.gpu, options.force, gpu_index=options.gpu_index)
-    planned_gpu = dry_run and device.forced and device.gpu is None and device.label != devices.CPU_LABEL
+    planned_gpu = dry_run and device.forced and device.gpu is None and device.label != CPU_LABEL
     on_gpu = planned_gpu or (device.gpu is not None and not device.hide_gpus)
     preset_name = options.preset or ("paper" if on_gpu else "cpu-small")
     if preset_name not in presets:
@@ -168,7 +169,7 @@ def choose_target(options: RunOptions, presets: Sequence[str], *, dry_run: bool 
 def chosen_backend(options: RunOptions) -> str:
     """The backend asked for, installed, and with a compiler switch it has (one line otherwise)."""
     backend = backends.require(options.backend or backends.DEFAULT)
-    refusal = backend.compile_refusal(bool(options.xla), options.compile)
+    refusal = backends.compile_refusal(backend, bool(options.xla), options.compile)
     if refusal is not None:
         raise UsageError(refusal)
     return backend.name

@@ -21,10 +21,10 @@ from typing import Any
 import pynvml
 
 from detprof.profiler.devices import DeviceChoice, Nvml, default_nvml, optional
+from detprof.records import CLOCK_DROP_FRACTION
 
 DEFAULT_INTERVAL_S = 0.2
 STOP_TIMEOUT_S = 5.0
-CLOCK_DROP_FRACTION = 0.9
 
 # NVML's clock-event bits (nvml.h, nvmlClocksEventReason*). Written out rather than read from
 # pynvml because the oldest nvidia-ml-py this project accepts lacks the newest names (0x200,

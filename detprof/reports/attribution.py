@@ -5,7 +5,7 @@ up; the report says it in words, and the sweep's closing console table prints th
 words (``Attribution.sentence``), so the two can never name different kernels or numbers.
 
 The sentence is read off the per-step kernel diff (default -> deterministic, all repeats
-pooled: ``profiler.study_results.summarize_model``). When the net change is an increase of
+pooled: ``analysis.study_results.summarize_model``). When the net change is an increase of
 at least ``NEGLIGIBLE_CHANGE``, it names the one kind of work (kernel category) whose
 kernels grew most, how many kernels that is, the library they come from when they share
 one, whether they are new or merely slower, their share of the net added kernel time, and

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from statistics import fmean
 from typing import Any
 
-from detprof.profiler.telemetry import CLOCK_DROP_FRACTION
+from detprof.records import CLOCK_DROP_FRACTION
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from detprof.gpu_labels import label_matches
 from detprof.intervals import Overhead
-from detprof.profiler.devices import label_matches
 
 SOURCE = "Zhuang et al., MLSys 2022"
 

@@ -30,12 +30,12 @@ from typing import Any
 import pandas as pd
 
 from detprof import backends
+from detprof.analysis.overhead import ModelOverhead, model_overheads, noise_floors
+from detprof.analysis.study_results import summarize_model
 from detprof.determinism import MODES
 from detprof.errors import InputError
 from detprof.formatting import ratio
 from detprof.intervals import Metric, Overhead, headline, inconclusive_reason
-from detprof.profiler.overhead import ModelOverhead, model_overheads, noise_floors
-from detprof.profiler.study_results import summarize_model
 from detprof.records import backend_of
 from detprof.reports import kernels_data
 from detprof.reports.attribution import attribution

@@ -13,8 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from detprof.profiler.launcher import worker_command
 from detprof.profiler.lifeline import driver_lifeline
+from detprof.profiler.process import worker_command
 from detprof.store import atomic_write_json
 
 work = Path(sys.argv[1])

@@ -14,9 +14,9 @@ from typing import Any, get_args
 
 import pandas as pd
 
+from detprof.analysis.overhead import ModelOverhead, model_overheads
 from detprof.determinism import MODES, Mode
 from detprof.errors import InputError
-from detprof.profiler.overhead import ModelOverhead, model_overheads
 from detprof.records import kernel_table_steps
 from detprof.store import ResultsStore
 from detprof.traces.kernel_table import SUMMARY_DTYPES, KernelTable, TraceFormat, conform

@@ -1,0 +1,83 @@
+"""What a sweep prints: each study's closing table, and where its results are.
+
+``detprof sweep`` and ``detprof check --run`` print the same tables for what they measured.
+"""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from detprof.console import print_table, table_console
+from detprof.formatting import floor, ratio
+from detprof.store import ResultsStore
+from detprof.sweep.run import SweepOutcome
+
+FAILURE_NOTE_CHARS = 160
+
+
+def print_outcome(outcome: SweepOutcome, console: Console) -> None:
+    """Each study's table (a fleet's under its label), then where the results are."""
+    for label, store in outcome.studies.items():
+        if outcome.fleet:
+            table_console().print(f"[bold]{escape(label)}[/] ({escape(str(store.dir))})")
+        (print_noise_floor if outcome.kind == "calibration" else print_summary)(store)
+    results = outcome.out if outcome.fleet else next(iter(outcome.studies.values())).dir
+    console.print(f"results: {escape(str(results))}")
+
+
+def print_noise_floor(store: ResultsStore) -> None:
+    """The A/A ratios (deterministic against itself, 95% CI over repeats) and what they mean."""
+    from detprof.analysis.overhead import model_overheads, noise_floors
+
+    records = list(store.records())
+    floors = noise_floors(records)
+    table = Table(title="Noise floor: deterministic against itself (A/A, 95% CI over repeats; true ratio 1)")
+    for col in ("Model", "Kernel time", "Wall time", "Smallest resolvable overhead"):
+        table.add_column(col, overflow="fold")
+    for model, overhead in model_overheads(records).items():
+        table.add_row(model, ratio(overhead.kernel), ratio(overhead.wall), floor(floors.get(model)))
+    print_table(table_console(), table)
+
+
+def print_summary(store: ResultsStore) -> None:
+    """The closing table: overheads and the report's verdict, then the report's attribution, word for word.
+
+    The verdict (``reports.verdict``) and the sentence on where the added time went
+    (``reports.attribution``) are the ones the report prints, from the same per-step kernel
+    diff, so the console and the report cannot name different kernels or numbers. The
+    sentences follow the table, one per model, where a terminal has the width to show them.
+    """
+    from detprof.analysis.study_results import summarize
+    from detprof.intervals import headline
+    from detprof.reports.attribution import attribution
+    from detprof.reports.verdict import verdict
+
+    summaries = summarize(store)
+    notes = {s.model: s.overhead.failure_note() for s in summaries}
+    table = Table(title="Overhead of determinism (deterministic / default, 95% CI over repeats)")
+    table.add_column("Model", no_wrap=True)
+    for col in ("Kernel time", "Wall time", "Verdict"):
+        table.add_column(col, overflow="fold")
+    if any(notes.values()):
+        table.add_column("Failed runs", overflow="fold")
+    sentences = []
+    for summary in summaries:
+        overhead = summary.overhead
+        metric, measured = headline(overhead.kernel, overhead.wall)
+        read = verdict(measured)
+        verdict_text = read.text if read.reading is None else f"{read.text} ({metric} time)"
+        row = [summary.model, ratio(overhead.kernel), ratio(overhead.wall), escape(verdict_text)]
+        if any(notes.values()):
+            note = notes[summary.model]
+            row.append("-" if note is None else escape(note[:FAILURE_NOTE_CHARS]))
+        table.add_row(*row)
+        if summary.kernel_diff is not None:
+            sentences.append(f"  {escape(summary.model)}: {escape(attribution(summary.kernel_diff).sentence)}")
+    console = table_console()
+    print_table(console, table)
+    if sentences:
+        console.print("Where the added time went:")
+        for line in sentences:
+            console.print(line)

@@ -1,0 +1,193 @@
+"""The sweep as the core runs it, for ``detprof sweep`` and ``detprof check --run`` alike: requests in, outcomes out.
+
+``measure_sweep`` measures a request's models (on this machine, or per GPU type on a Ray
+fleet), ``measure_program`` a training program, ``study_stability`` adds the stability side
+of the swept models; each returns what it wrote and prints only its progress. The command
+(``sweep.command``) prints the tables and writes the report.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.markup import escape
+
+from detprof.errors import UsageError
+from detprof.invocation import command_line
+from detprof.models.own import is_own
+from detprof.options import RunOptions
+from detprof.profiler.plan import default_results_dir
+from detprof.profiler.study import measure
+from detprof.store import ResultsStore, StudyKind
+from detprof.sweep.plan import SweepRequest, plan_runs
+from detprof.sweep.presets import PRESETS, STABILITY_MODELS
+
+if TYPE_CHECKING:
+    from detprof.profiler.devices import DeviceChoice
+    from detprof.profiler.program.plan import ProgramRequest
+
+PROGRAM_OPTIONS = frozenset(
+    ("backend", "gpu", "gpus", "gpu_index", "force", "tracer", "trace_api", "repeats", "out", "resume", "run_timeout")
+)
+"""The shared options that apply to a program (``--command``); it decides its own steps, data and model."""
+
+
+@dataclass(frozen=True)
+class SweepOutcome:
+    """What a sweep wrote: its results folder and, per device label, the study measured there."""
+
+    out: Path
+    kind: StudyKind
+    studies: dict[str, ResultsStore]
+    models: tuple[str, ...] = ()
+    """The models swept (none for a program)."""
+    preset: str | None = None
+    device: DeviceChoice | None = None
+    """The device measured on this machine; None on a fleet."""
+    backend: str | None = None
+    resume: bool = False
+
+    @property
+    def fleet(self) -> bool:
+        return self.device is None
+
+
+def measure_sweep(request: SweepRequest, *, calibrate: bool = False, console: Console) -> SweepOutcome:
+    """The models of ``request`` in both modes (or, ``calibrate``, deterministic against itself)."""
+    kind: StudyKind = "calibration" if calibrate else "sweep"
+    if request.options.ray is not None:
+        return _measure_on_fleet(request, kind, console)
+    config, target = request.resolve()
+    out = request.options.out or default_results_dir(target.device, target.backend)
+    store = measure(
+        kind,
+        plan_runs(config, calibrate=calibrate),
+        config,
+        config.manifest(),
+        target,
+        out,
+        what=_models_text(config.models),
+        resume=request.options.resume,
+        command=command_line(),
+        console=console,
+    )
+    return SweepOutcome(
+        out,
+        kind,
+        {target.device.label: store},
+        config.models,
+        target.preset,
+        target.device,
+        target.backend,
+        request.options.resume,
+    )
+
+
+def _models_text(models: tuple[str, ...] | None) -> str:
+    return "each model" if models is None else f"{len(models)} model{'' if len(models) == 1 else 's'}"
+
+
+def _measure_on_fleet(request: SweepRequest, kind: StudyKind, console: Console) -> SweepOutcome:
+    """Each GPU type's study in ``OUT/<label>`` on a Ray cluster (``--ray``).
+
+    Every option is checked here first, as a dry run of each type would check it, so that a
+    mistake is one line before anything connects; each type's nodes then resolve the rest.
+    """
+    from detprof.fleet.study import FleetOptions, measure_on_fleet, print_lost
+
+    fleet = FleetOptions.of(request.options)
+    requests = {
+        label: SweepRequest(request.models, fleet.label_options(request.options, label)) for label in fleet.labels
+    }
+    for labelled in requests.values():
+        SweepRequest(labelled.models, replace(labelled.options, force=True)).resolve(dry_run=True)
+    out = request.options.out or fleet.results_dir()
+    fleet_outcome = measure_on_fleet(
+        kind,
+        {label: labelled.resolve for label, labelled in requests.items()},
+        partial(plan_runs, calibrate=kind == "calibration"),
+        fleet,
+        out,
+        what=f"{_models_text(requests[fleet.labels[0]].models)} on {', '.join(fleet.labels)}",
+        command=command_line(),
+        console=console,
+    )
+    print_lost(console, fleet_outcome.lost)
+    return SweepOutcome(out, kind, {label: study.store for label, study in fleet_outcome.studies.items()})
+
+
+def refuse_for_programs(options: RunOptions, flags: list[str]) -> None:
+    """One line naming every option given that a program (``--command``) cannot take."""
+    given = [
+        f"--{field.name.replace('_', '-')}"
+        for field in fields(options)
+        if field.name not in PROGRAM_OPTIONS and getattr(options, field.name) not in (None, False, ())
+    ]
+    if flags or given:
+        raise UsageError(
+            f"{', '.join([*flags, *given])}: not with --command, which runs a program as it is (it decides its "
+            "own model, data and steps; see README, 'Any training program')"
+        )
+
+
+def measure_program(request: ProgramRequest, *, console: Console) -> SweepOutcome:
+    """A training program (``--command``) measured as a model named ``--name``: the same store and tables."""
+    from detprof.profiler.program.plan import plan_program_runs
+
+    settings, target = request.resolve(list(PRESETS))
+    out = request.options.out or default_results_dir(target.device, target.backend)
+    store = measure(
+        "sweep",
+        plan_program_runs(settings),
+        settings,
+        settings.manifest(),
+        target,
+        out,
+        what=f"program {settings.name}",
+        resume=request.options.resume,
+        command=command_line(),
+        console=console,
+    )
+    return SweepOutcome(out, "sweep", {target.device.label: store}, device=target.device, backend=target.backend)
+
+
+def study_stability(outcome: SweepOutcome, *, console: Console) -> list[Path]:
+    """The stability side for the report's overhead-versus-variance pairing, one study per swept model that can
+    learn the embedded digits study in its budget; returns each study's summary.
+
+    The embedded default study's size (5 runs per variant on the bundled digits data, the
+    default epochs) for every swept model: it must fit in the embedded default's time;
+    ``detprof stability --runs 10`` runs the full protocol.
+    """
+    from detprof.stability import study
+
+    assert outcome.device is not None and outcome.backend is not None, "the command refuses --stability on a fleet"
+    studied = STABILITY_MODELS.get(outcome.preset or "")
+    registry_models = tuple(m for m in outcome.models if not is_own(m))
+    models = registry_models if studied is None else tuple(m for m in registry_models if m in studied)
+    skipped = [m for m in outcome.models if m not in models]
+    if skipped:
+        console.print(
+            f"stability: studying {', '.join(models) or 'no model'}; {', '.join(skipped)} cannot learn the "
+            f"embedded digits study in its budget (preset {outcome.preset}): run `detprof stability --model "
+            "NAME --dataset ...` for them"
+        )
+    summaries = []
+    for model in models:
+        config = study.StudyConfig(model=model, runs=study.EMBEDDED_RUNS, backend=outcome.backend)
+        result = study.run_study(
+            config,
+            outcome.out / "stability" / model,
+            jobs=study.default_jobs(outcome.device),
+            resume=outcome.resume,
+            device=outcome.device,
+            command=command_line(),
+            console=console,
+        )
+        console.print(f"stability of {model}: {escape(str(result.summary_path))}")
+        summaries.append(result.summary_path)
+    return summaries

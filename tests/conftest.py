@@ -1,0 +1,17 @@
+"""What every test runs under: the environment a user's pipe or CI log gives detprof.
+
+pytest-xdist's workers set ``COLUMNS=80`` and ``LINES=24``, which detprof honours as a user's
+choice of width (``console.table_console``); a test run by ``make test`` must see what a
+single-process run sees, so they are taken out. A test that wants a width sets ``COLUMNS``
+itself.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _no_terminal_size_from_xdist(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.delenv("LINES", raising=False)
