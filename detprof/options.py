@@ -84,7 +84,8 @@ ModelsOption = Annotated[
 InputShapeOption = Annotated[
     str | None,
     typer.Option(
-        help="HxWxC: the input shape your own model factories that take (input_shape, classes) are built at "
+        help="HxWxC: the input shape your own models are built at when they take one: factories of "
+        "(input_shape, classes), a Sequential without keras.Input, an unbuilt subclassed model "
         "(default: --data's images, else 32x32x3)."
     ),
 ]

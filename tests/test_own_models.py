@@ -197,7 +197,7 @@ def test_factories_are_called_as_they_take_arguments_and_must_return_models(in_z
     assert own_build.loss_name(model) is None
     fixed = own_build.build(own.parse("my_models.py:fixed_net"), (6, 6, 2), 3)
     assert fixed.inputs[0].shape[1:] == (8, 8, 1)
-    assert own_build.loss_name(fixed) == own.SPARSE_CLASSIFICATION_LOSS and own_build.ends_in_softmax(fixed)
+    assert own_build.loss_name(fixed) == own.SPARSE_CLASSIFICATION_LOSS and own_build.outputs_probabilities(fixed)
     with pytest.raises(UsageError, match=r"not_a_model returned int, not a keras\.Model"):
         own_build.build(own.parse("my_models.py:not_a_model"), (6, 6, 2), 3)
     with pytest.raises(UsageError, match="no function 'nothing_here'"):
@@ -227,11 +227,11 @@ def described(zoo: Path) -> Iterator[dict[str, own.Inspected]]:
 
 def test_each_models_inputs_outputs_and_loss_are_described(zoo: Path, described: dict[str, own.Inspected]) -> None:
     factory, fixed, heads, saved = (described[n] for n in ("build_net", "fixed_net", "two_heads", "net"))
-    assert factory.takes_arguments and factory.inputs[0].shape == (16, 16, 3) and factory.classes == 4
+    assert factory.built_at_input_shape and factory.inputs[0].shape == (16, 16, 3) and factory.classes == 4
     assert not factory.compiled and factory.sparse_classifier
     # A module's file and hash come from the process that imported it.
     assert fixed.model.path == str(zoo / "my_models.py") and fixed.model.sha256 == own.file_sha256(zoo / "my_models.py")
-    assert not fixed.takes_arguments and fixed.inputs[0].name == "image" and fixed.classes == 5
+    assert not fixed.built_at_input_shape and fixed.inputs[0].name == "image" and fixed.classes == 5
     assert [t.name for t in heads.inputs] == ["a", "b"] and [t.name for t in heads.outputs] == ["cls", "reg"]
     assert heads.loss == "2 losses, one per output" and not heads.sparse_classifier
     assert saved.model.kind == "saved" and saved.inputs[0].shape == (8, 8, 1) and saved.classes == 10

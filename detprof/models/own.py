@@ -167,8 +167,9 @@ class Inspected:
     """What a worker saw of a user's model, once, before any run."""
 
     model: OwnModel
-    takes_arguments: bool
-    """Built as ``FUNCTION(input_shape, classes)``; otherwise it fixes its own input."""
+    built_at_input_shape: bool
+    """Built at the input shape it was given: a factory that takes ``(input_shape, classes)``, or a model that fixes
+    no input of its own (a Sequential without ``keras.Input``, an unbuilt subclassed model); else the model's own."""
     inputs: tuple[TensorFacts, ...]
     outputs: tuple[TensorFacts, ...]
     loss: str | None
@@ -180,7 +181,7 @@ class Inspected:
         """``model`` as ``own_build.describe`` found it, its file and hash filled in (a module's come from there)."""
         return cls(
             replace(model, path=answer["path"], sha256=answer["sha256"]),
-            bool(answer["takes_arguments"]),
+            bool(answer["built_at_input_shape"]),
             tuple(TensorFacts.from_answer(t) for t in answer["inputs"]),
             tuple(TensorFacts.from_answer(t) for t in answer["outputs"]),
             answer["loss"],
@@ -211,8 +212,9 @@ def inspect_with(
 ) -> list[Inspected]:
     """Load each model once in a worker of ``backend`` (``call`` is ``launcher.call_in_worker``).
 
-    A factory that takes ``(input_shape, classes)`` is built with these. A module's file
-    and hash come back from the worker that imported it: this process never imports it.
+    A factory that takes ``(input_shape, classes)`` is built with these, and a model that
+    fixes no input shape of its own at ``input_shape``. A module's file and hash come back
+    from the worker that imported it: this process never imports it.
     """
     if not models:
         return []

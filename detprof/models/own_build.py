@@ -3,11 +3,15 @@
 A factory is imported from its file (its folder first on ``sys.path``, as Python runs a
 script) or from its module (the folder it was named from, then ``PYTHONPATH``), and called
 with ``(input_shape, classes)`` when it takes two arguments, else with none. A ``.keras``
-file loads under whichever backend the worker runs, where Keras can. For a stability study
-(``OwnBuilder``) a saved model is its architecture: every build is a clone with freshly
-initialised weights, drawn from the seed Keras was given, unless the saved weights are kept
-on purpose. Every problem is one ``UsageError`` line naming the spec, which
-``launcher.call_in_worker`` carries to the parent as it is.
+file loads under whichever backend the worker runs, where Keras can, once the modules of
+the custom classes its config names are imported (Keras imports only its own). Whatever
+form the model takes (functional, Sequential with or without ``keras.Input``, subclassed),
+``defined`` makes it a functional model with symbolic inputs and named outputs, which is
+what everything downstream reads. For a stability study (``OwnBuilder``) a saved model is
+its architecture: every build is a clone with freshly initialised weights, drawn from the
+seed Keras was given, unless the saved weights are kept on purpose. Every problem is one
+``UsageError`` line naming the spec, which ``launcher.call_in_worker`` carries to the
+parent as it is.
 """
 
 from __future__ import annotations
@@ -15,19 +19,32 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect as pyinspect
+import json
+import os
 import sys
-from collections.abc import Callable, Sequence
+import zipfile
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from detprof.determinism import DeterminismSettings, apply
 from detprof.errors import UsageError, first_line
-from detprof.models.own import OwnModel, file_sha256
+from detprof.models.own import KERAS_ARCHIVE_CONFIG, OwnModel, file_sha256, shape_text
 
 if TYPE_CHECKING:
     import keras
 
 KERAS_INITIALIZERS_MODULE = "keras.initializers"
+KERAS_OWN_PACKAGES = frozenset({"keras", "keras_hub", "keras_cv", "keras_nlp", "builtins"})
+"""Packages whose classes Keras finds itself when it loads a model (``serialization_lib``)."""
+SCRIPT_MODULE = "__main__"
+REGISTER = "@keras.saving.register_keras_serializable()"
+PROBE_ROWS = 4
+PROBE_FREE_SIZE = 32
+"""The size a probe batch gives an axis the model leaves free (None)."""
+PROBABILITY_TOLERANCE = 1e-2
+"""How far from 1 a row of probabilities may sum: float16 outputs round that much."""
 
 
 def factory(model: OwnModel) -> Callable[..., Any]:
@@ -82,7 +99,12 @@ def takes_arguments(function: Callable[..., Any], given: str) -> bool:
 
 
 def build(model: OwnModel, input_shape: Sequence[int], classes: int) -> keras.Model:
-    """The model the spec names: the factory's (called as it takes it), or the saved one, loaded."""
+    """The model the spec names as a functional model (``defined``), built at ``input_shape`` where it fixes none."""
+    return defined(as_given(model, input_shape, classes), input_shape, model.given)
+
+
+def as_given(model: OwnModel, input_shape: Sequence[int], classes: int) -> keras.Model:
+    """The model as the spec gives it: the factory's (called as it takes it), or the saved one, loaded."""
     import keras
 
     if model.kind == "saved":
@@ -102,6 +124,7 @@ def build(model: OwnModel, input_shape: Sequence[int], classes: int) -> keras.Mo
 def load_saved(model: OwnModel) -> keras.Model:
     import keras
 
+    import_custom_modules(Path(str(model.path)))
     try:
         return keras.saving.load_model(str(model.path))
     except Exception as exc:
@@ -111,15 +134,142 @@ def load_saved(model: OwnModel) -> keras.Model:
         ) from exc
 
 
-def symbolic_inputs(model: keras.Model, given: str) -> list[keras.KerasTensor]:
-    """The model's inputs; a model without any (subclassed, or Sequential without an Input) is one line."""
+@dataclass(frozen=True)
+class SavedObject:
+    """A custom class or function a saved model's config names, as Keras serialized it."""
+
+    module: str | None
+    """None: defined in the script that saved the model (Keras writes ``__main__`` so)."""
+    class_name: str
+    registered_name: str
+    """The key Keras looks it up by: ``package>Name`` once registered, else the bare name."""
+
+    def __str__(self) -> str:
+        if self.class_name == "function":
+            return f"function {self.registered_name.rpartition('>')[2]}"
+        return f"class {self.class_name}"
+
+
+def import_custom_modules(path: Path) -> None:
+    """Import the module of every custom class or function the saved config names, so that it registers itself.
+
+    Keras imports only its own packages when it loads a model; a custom class (a subclassed
+    model, a layer of your own) is found only when its module ran its
+    ``register_keras_serializable`` decorator. The module is looked for as a factory's is: the
+    ``.keras`` file's folder first, then the current one, then ``PYTHONPATH``.
+    """
+    import keras
+
+    for saved in custom_objects_named(path):
+        if keras.saving.get_registered_object(saved.registered_name) is not None:
+            continue
+        if saved.module in (None, SCRIPT_MODULE):
+            raise UsageError(
+                f"{path}: {saved} was defined in the script that saved the model (module {SCRIPT_MODULE}), which "
+                f"cannot be imported: move it into a module of its own, decorate it with {REGISTER} and save again"
+            )
+        _put_first_on_path([str(path.parent), os.getcwd()])
+        try:
+            importlib.import_module(saved.module)
+        except Exception as exc:
+            reason = first_line(exc, with_type=True)
+            raise UsageError(
+                f"{path}: {saved} comes from module {saved.module}, which cannot be imported ({reason}): put its "
+                "file beside the .keras file, in the current folder or on PYTHONPATH"
+            ) from exc
+        if keras.saving.get_registered_object(saved.registered_name) is None:
+            raise UsageError(
+                f"{path}: {saved} of module {saved.module} is not registered with Keras: decorate it with {REGISTER} "
+                "and save the model again"
+            )
+
+
+def custom_objects_named(path: Path) -> list[SavedObject]:
+    """The custom objects (outside Keras' own packages) a ``.keras`` file's config names, each once.
+
+    An archive whose config cannot be read names none here: ``keras.saving.load_model`` says what is wrong with it.
+    """
     try:
-        return list(model.inputs)
-    except (AttributeError, ValueError) as exc:
+        with zipfile.ZipFile(path) as archive:
+            config = json.loads(archive.read(KERAS_ARCHIVE_CONFIG))
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile):
+        return []
+    named = dict.fromkeys(_serialized_objects(config))
+    return [s for s in named if s.module is None or s.module.split(".")[0] not in KERAS_OWN_PACKAGES]
+
+
+def _serialized_objects(config: Any) -> Iterator[SavedObject]:
+    """Every object of a config that Keras looks up by a registered name (Keras' own public ones have none)."""
+    if isinstance(config, dict):
+        module, class_name, registered = (config.get(k) for k in ("module", "class_name", "registered_name"))
+        named = isinstance(class_name, str) and isinstance(registered, str)
+        if named and "module" in config and isinstance(module, str | None):
+            yield SavedObject(module, str(class_name), str(registered))
+        for value in config.values():
+            yield from _serialized_objects(value)
+    elif isinstance(config, list):
+        for value in config:
+            yield from _serialized_objects(value)
+
+
+def _put_first_on_path(folders: Sequence[str]) -> None:
+    for folder in reversed(folders):
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+
+
+def defined(model: keras.Model, input_shape: Sequence[int], given: str) -> keras.Model:
+    """``model`` as a functional model of the same layers and weights: symbolic inputs and outputs, outputs by name.
+
+    detprof reads a model's inputs and outputs before it trains it (the batch it takes, the
+    data that fits it, the stability study's features), which only a functional model has
+    for every form. A Sequential becomes the functional model of its layers, built at
+    ``input_shape`` when it starts without ``keras.Input``; a subclassed model, whose
+    ``call`` no graph describes, is called on ``keras.Input`` at the shape it was built at,
+    else at ``input_shape``. A compiled model's loss, loss weights and optimizer carry over.
+    """
+    import keras
+
+    if is_functional(model):
+        return model
+    built_at = _built_shape(model)
+    try:
+        if isinstance(model, keras.Sequential):
+            if not model.built:
+                model.build((None, *input_shape))
+            functional = keras.Model(model.inputs[0], model.outputs[0], name=model.name)
+        else:
+            shape = built_at or (None, *input_shape)
+            inputs = keras.tree.map_shape_structure(lambda s: keras.Input(batch_shape=(None, *s[1:])), shape)
+            functional = keras.Model(inputs, model(inputs), name=model.name)
+    except Exception as exc:
+        at = "the input shape it was built at" if built_at else f"{shape_text(input_shape)} inputs"
         raise UsageError(
-            f"{given}: the model has no defined inputs ({first_line(exc)}): detprof needs a functional or "
-            "Sequential model that starts with keras.Input(shape=...)"
+            f"{given}: {type(model).__name__} cannot be built for {at} ({first_line(exc, with_type=True)}): start "
+            "it with keras.Input(shape=...), or give the sweep the --input-shape it takes"
         ) from exc
+    if getattr(model, "compiled", False):
+        loss_weights = model.get_compile_config().get("loss_weights")
+        functional.compile(optimizer=model.optimizer, loss=model.loss, loss_weights=loss_weights)
+    return functional
+
+
+def is_functional(model: keras.Model) -> bool:
+    """A functional model (Keras keeps its class private): the one kind with its outputs' names."""
+    import keras
+
+    return not isinstance(model, keras.Sequential) and hasattr(model, "output_names")
+
+
+def fixes_input_shape(model: keras.Model) -> bool:
+    """Whether ``model`` has an input shape of its own: not a Sequential without an Input, nor an unbuilt subclass."""
+    return is_functional(model) or _built_shape(model) is not None
+
+
+def _built_shape(model: keras.Model) -> Any:
+    """The input shape (batch axis first) a model was built at: one shape, or their nest; None if it is unbuilt."""
+    config = model.get_build_config() if model.built else None
+    return None if not config else config.get("input_shape")
 
 
 def loss_name(model: keras.Model) -> str | None:
@@ -140,10 +290,35 @@ def loss_name(model: keras.Model) -> str | None:
     return str(getattr(function, "__name__", type(loss).__name__))
 
 
-def ends_in_softmax(model: keras.Model) -> bool:
-    """Keras applications end in a softmax; detprof's own models output logits."""
-    activation = getattr(model.layers[-1], "activation", None)
-    return getattr(activation, "__name__", "") == "softmax"
+def outputs_probabilities(model: keras.Model) -> bool:
+    """Whether the model's (first) output is a probability per class, which its loss must know, or logits.
+
+    Read off what the model outputs, not off its last layer: the softmax may be a layer's
+    activation, an ``Activation`` or ``Softmax`` layer, or ``keras.ops.softmax`` inside a
+    subclassed model's ``call``. Probabilities are non-negative and sum to 1 over the last
+    axis, row by row, for any input; logits of a random probe batch never all do.
+    """
+    import keras
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    probe = [_probe_array(t, rng) for t in model.inputs]
+    outputs = model(probe[0] if len(probe) == 1 else probe, training=False)
+    first = keras.ops.convert_to_numpy(keras.tree.flatten(outputs)[0]).astype(np.float64)
+    if first.ndim < 2 or first.shape[-1] < 2:
+        return False
+    return bool(first.min() >= 0 and np.allclose(first.sum(axis=-1), 1.0, atol=PROBABILITY_TOLERANCE))
+
+
+def _probe_array(tensor: keras.KerasTensor, rng: Any) -> Any:
+    """A small batch for ``tensor``: normal values for a float input, zeros for another (token ids, flags)."""
+    import numpy as np
+
+    shape = (PROBE_ROWS, *(PROBE_FREE_SIZE if d is None else d for d in tensor.shape[1:]))
+    dtype = np.dtype(str(tensor.dtype))
+    if np.issubdtype(dtype, np.floating):
+        return rng.standard_normal(shape).astype(dtype)
+    return np.zeros(shape, dtype=dtype)
 
 
 def inspect(models: list[dict[str, Any]], backend: str, input_shape: list[int], classes: int) -> list[dict[str, Any]]:
@@ -153,15 +328,18 @@ def inspect(models: list[dict[str, Any]], backend: str, input_shape: list[int], 
 
 
 def describe(model: OwnModel, input_shape: Sequence[int], classes: int) -> dict[str, Any]:
-    """The model built once, as JSON: its file and hash, how it is called, its inputs, outputs, loss and size."""
-    built = build(model, input_shape, classes)
-    inputs = symbolic_inputs(built, model.given)
+    """The model built once, as JSON: its file and hash, whether it is built at the input shape given, its inputs,
+    outputs, loss and size."""
+    original = as_given(model, input_shape, classes)
+    takes = model.kind == "factory" and takes_arguments(factory(model), model.given)
+    built_at_input_shape = takes or not fixes_input_shape(original)
+    built = defined(original, input_shape, model.given)
     path = model.path or str(getattr(sys.modules.get(str(model.module)), "__file__", "") or "")
     return {
         "path": path or None,
         "sha256": model.sha256 or (file_sha256(path) if path else None),
-        "takes_arguments": model.kind == "factory" and takes_arguments(factory(model), model.given),
-        "inputs": [{"name": t.name, "shape": list(t.shape[1:]), "dtype": str(t.dtype)} for t in inputs],
+        "built_at_input_shape": built_at_input_shape,
+        "inputs": [{"name": t.name, "shape": list(t.shape[1:]), "dtype": str(t.dtype)} for t in built.inputs],
         "outputs": [
             {"name": name, "shape": list(t.shape[1:]), "dtype": str(t.dtype)}
             for name, t in zip(built.output_names, built.outputs, strict=True)
@@ -211,7 +389,7 @@ class OwnBuilder:
         if self.model.kind == "factory":
             return build(self.model, input_shape, classes)
         if self._saved is None:
-            self._saved = load_saved(self.model)
+            self._saved = build(self.model, input_shape, classes)
         clone = keras.models.clone_model(self._saved, clone_function=_fresh_layer)
         if self.keep_saved_weights:
             clone.set_weights(self._saved.get_weights())

@@ -34,7 +34,7 @@ def model_training(worker: WorkerSpec) -> tuple[Step, dict[str, Any]]:
 
     from detprof.models import registry
     from detprof.models.own import DEFAULT_CLASSES, DEFAULT_INPUT_SHAPE, OwnModel
-    from detprof.models.own_build import build, ends_in_softmax
+    from detprof.models.own_build import build, outputs_probabilities
 
     own = spec.get("own_model")
     if own is None:
@@ -47,7 +47,7 @@ def model_training(worker: WorkerSpec) -> tuple[Step, dict[str, Any]]:
         shape = tuple(spec["input_shape"] or DEFAULT_INPUT_SHAPE)
         classes = int(spec["classes"] or DEFAULT_CLASSES)
         model = build(OwnModel.from_record(own), shape, classes)
-        from_logits = not ends_in_softmax(model)
+        from_logits = not outputs_probabilities(model)
     x, y = _batch(model, spec, classes, settings.seed)
     compiled = own is not None and getattr(model, "compiled", False) and getattr(model, "loss", None) is not None
     if compiled:

@@ -29,7 +29,7 @@ from detprof import backends
 from detprof.determinism import DeterminismSettings, Mode
 from detprof.models import registry
 from detprof.models.own import OwnModel
-from detprof.models.own_build import OwnBuilder, ends_in_softmax
+from detprof.models.own_build import OwnBuilder, outputs_probabilities
 from detprof.stability import datasets, metrics
 from detprof.stability.variants import PlannedRun, RunSeeds
 from detprof.store import atomic_write_bytes, json_safe
@@ -169,11 +169,20 @@ def on_data(model: keras.Model, data_shape: tuple[int, int, int]) -> keras.Model
 
 
 def penultimate_output(model: keras.Model) -> keras.KerasTensor:
-    """The layer named "penultimate", else whatever feeds the last layer that has weights (the classifier)."""
+    """The layer named "penultimate", else whatever feeds the last layer that has weights (the classifier).
+
+    A model nested whole and fed the input straight (a subclassed model, which
+    ``own_build.defined`` wraps) hides its layers from this graph: what feeds it is the image
+    itself, the same in every run, so the model's outputs stand in for its features.
+    """
+    import keras
+
     names = {layer.name for layer in model.layers}
     if "penultimate" in names:
         return model.get_layer("penultimate").output
     classifier = next(layer for layer in reversed(model.layers) if layer.weights)
+    if isinstance(classifier, keras.Model) and any(classifier.input is t for t in model.inputs):
+        return model.outputs[0]
     return classifier.input
 
 
@@ -204,7 +213,7 @@ class Trainer:
         )
         self.classes = classes
         self.input_shape, self.model = self._build(data_shape)
-        self.outputs_probabilities = ends_in_softmax(self.model)
+        self.outputs_probabilities = outputs_probabilities(self.model)
         self.training = on_data(self.model, data_shape)
         self.features = on_data(
             keras.Model(self.model.input, [penultimate_output(self.model), self.model.outputs[0]]), data_shape

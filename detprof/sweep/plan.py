@@ -66,7 +66,8 @@ class SweepConfig(RunSettings):
     models: tuple[str, ...]
     classes: int | None = None
     input_shape: str | None = None
-    """``--input-shape`` (HxWxC) of your own factories that take ``(input_shape, classes)``; None: not given."""
+    """``--input-shape`` (HxWxC) of your own models built at one (``own.Inspected.built_at_input_shape``); None: not
+    given."""
     data: str | None = None
     """``--data npz:PATH`` as given; None: synthetic batches."""
     plans: tuple[ModelPlan, ...] = field(default=(), compare=False)
@@ -155,9 +156,10 @@ def split_models(models: str | None) -> tuple[str, ...] | None:
 def model_plans(config: SweepConfig, data: Path | None, backend: str) -> tuple[ModelPlan, ...]:
     """Every model's plan, your own models loaded once in a worker of ``backend`` to check them first.
 
-    A factory that takes ``(input_shape, classes)`` is built at ``--input-shape``, else the
-    shape of ``--data``'s ``x_train`` examples, else 32x32x3, for ``--classes`` (or the
-    preset's), else as many classes as ``--data``'s labels name, else 10.
+    A factory that takes ``(input_shape, classes)``, and a model that fixes no input shape of
+    its own (a Sequential without ``keras.Input``, an unbuilt subclassed model), is built at
+    ``--input-shape``, else the shape of ``--data``'s ``x_train`` examples, else 32x32x3, for
+    ``--classes`` (or the preset's), else as many classes as ``--data``'s labels name, else 10.
     """
     mine = {model: own.parse(model) for model in config.models if own.is_own(model)}
     own.refuse_duplicate_labels([mine[m].label if m in mine else m for m in config.models], config.models)
@@ -169,9 +171,11 @@ def model_plans(config: SweepConfig, data: Path | None, backend: str) -> tuple[M
     inspected = own.inspect_with(
         call_in_worker, list(mine.values()), backend=backend, input_shape=shape, classes=classes
     )
-    if config.input_shape is not None and not any(item.takes_arguments for item in inspected):
+    if config.input_shape is not None and not any(item.built_at_input_shape for item in inspected):
         raise UsageError(
-            "--input-shape applies to model factories that take (input_shape, classes); none of --models does"
+            "--input-shape applies to your own models that take it: factories of (input_shape, classes), and "
+            "models without an input shape of their own (a Sequential without keras.Input, an unbuilt subclassed "
+            "model); none of --models is one"
         )
     by_spec = {item.model.given: item for item in inspected}
     plans = []
@@ -183,7 +187,7 @@ def model_plans(config: SweepConfig, data: Path | None, backend: str) -> tuple[M
         if data is None or arrays is None:
             own.refuse_synthetic(item)
         feed = None if data is None or arrays is None else own.data_feed(item, data, arrays, config.batch_size)
-        built_at = item.takes_arguments
+        built_at = item.built_at_input_shape
         plans.append(
             ModelPlan(
                 model, item.label, item.model, list(shape) if built_at else None, classes if built_at else None, feed

@@ -47,7 +47,7 @@ def main() -> dict:
     out["variable"] = model.trainable_variables[k].path
 
     app = keras.applications.MobileNet(weights=None, input_shape=(32, 32, 1), classes=10)
-    out["app_softmax"] = training.ends_in_softmax(app)
+    out["app_softmax"] = training.outputs_probabilities(app)
     out["app_features"] = training.penultimate_output(app).shape[-1]
     return out
 
