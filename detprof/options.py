@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -37,7 +37,13 @@ GpuIndexOption = Annotated[
     ),
 ]
 ForceOption = Annotated[bool, typer.Option(help="Accept a --gpu label that does not match the detected device.")]
-TracerOption = Annotated[str | None, typer.Option(help="auto | nsys | nvprof | tf | none (default auto).")]
+TracerOption = Annotated[
+    str | None,
+    typer.Option(
+        help="auto | nsys | nvprof | tf | jax | torch | none (default auto: nsys on a GPU where it is installed, "
+        "else the backend's own profiler)."
+    ),
+]
 TraceApiOption = Annotated[
     str | None,
     typer.Option(
@@ -116,62 +122,48 @@ MaxTraceMbOption = Annotated[
 ]
 
 
+OPTION = "option"
+
+
+def option(declaration: Any, default: Any = None) -> Any:
+    """A ``RunOptions`` field that is a command-line option: its default and its Typer declaration, in one place."""
+    return field(default=default, metadata={OPTION: declaration})
+
+
 @dataclass(frozen=True)
 class RunOptions:
     """The shared options as one value: what a command that measures was given (``None``: not given)."""
 
-    preset: str | None = None
-    backend: str | None = None
-    compile: bool = False
-    gpu: str | None = None
-    gpu_index: str | None = None
-    force: bool = False
-    tracer: str | None = None
-    trace_api: str | None = None
-    steps: int | None = None
-    warmup: int | None = None
-    repeats: int | None = None
-    batch_size: int | None = None
-    input_size: int | None = None
-    xla: bool | None = None
-    seed: int | None = None
-    out: Path | None = None
-    resume: bool = False
-    run_timeout: float | None = None
-    input_shape: str | None = None
-    classes: int | None = None
-    data: str | None = None
-    ray: str | None = None
-    max_trace_mb: float | None = None
+    preset: str | None = option(PresetOption)
+    backend: str | None = option(BackendOption)
+    compile: bool = option(CompileOption, False)
+    gpu: str | None = option(GpuOption)
+    gpu_index: str | None = option(GpuIndexOption)
+    force: bool = option(ForceOption, False)
+    tracer: str | None = option(TracerOption)
+    trace_api: str | None = option(TraceApiOption)
+    steps: int | None = option(StepsOption)
+    warmup: int | None = option(WarmupOption)
+    repeats: int | None = option(RepeatsOption)
+    batch_size: int | None = option(BatchSizeOption)
+    input_size: int | None = option(InputSizeOption)
+    xla: bool | None = option(XlaOption)
+    seed: int | None = option(SeedOption)
+    out: Path | None = option(OutOption)
+    resume: bool = option(ResumeOption, False)
+    run_timeout: float | None = option(RunTimeoutOption)
+    input_shape: str | None = option(InputShapeOption)
+    classes: int | None = option(ClassesOption)
+    data: str | None = option(DataOption)
+    ray: str | None = option(RayOption)
+    max_trace_mb: float | None = option(MaxTraceMbOption)
     gpus: tuple[str, ...] = ()
     """Every ``--gpu`` given: one label, or with ``--ray`` the GPU types of a fleet (``gpu`` is then None)."""
 
 
-OPTION_TYPES: dict[str, Any] = {
-    "preset": PresetOption,
-    "backend": BackendOption,
-    "compile": CompileOption,
-    "gpu": GpuOption,
-    "gpu_index": GpuIndexOption,
-    "force": ForceOption,
-    "tracer": TracerOption,
-    "trace_api": TraceApiOption,
-    "steps": StepsOption,
-    "warmup": WarmupOption,
-    "repeats": RepeatsOption,
-    "batch_size": BatchSizeOption,
-    "input_size": InputSizeOption,
-    "xla": XlaOption,
-    "seed": SeedOption,
-    "out": OutOption,
-    "resume": ResumeOption,
-    "run_timeout": RunTimeoutOption,
-    "input_shape": InputShapeOption,
-    "classes": ClassesOption,
-    "data": DataOption,
-    "ray": RayOption,
-    "max_trace_mb": MaxTraceMbOption,
-}
+OPTION_TYPES: dict[str, Any] = {f.name: f.metadata[OPTION] for f in fields(RunOptions) if OPTION in f.metadata}
+"""Each shared option's name and its declaration, in ``RunOptions``' order."""
+
 FLEET = ("ray", "max_trace_mb")
 """What runs a study on a Ray cluster (``detprof.fleet``): the sweep and ``check --run`` take these."""
 MODEL_INPUTS = ("input_shape", "classes", "data")

@@ -34,8 +34,7 @@ BLOCKING: frozenset[CheckStatus] = frozenset({"missing", "failed"})
 
 SMOKE_MODEL = "smallcnn"
 SMOKE_STEPS = 5
-SMOKE_WARMUP = 1
-SMOKE_BATCH = 8
+SMOKE_RUN = {"steps": SMOKE_STEPS, "warmup": 1, "repeats": 1, "batch_size": 8}
 """A smoke run is the smallest model for a few steps: it must start, train and be traced, not measure."""
 
 NSYS_FIX = "install the Nsight Systems CLI (nsight-systems-cli, NVIDIA devtools apt repository) or use detprof's image"
@@ -231,15 +230,7 @@ def smoke_run(backend: str, gpu: str | None, force: bool) -> SmokeRun:
     from detprof.store import ResultsStore
     from detprof.sweep.plan import SweepRequest, plan_runs
 
-    options = RunOptions(
-        backend=backend,
-        gpu=gpu,
-        force=force,
-        steps=SMOKE_STEPS,
-        warmup=SMOKE_WARMUP,
-        repeats=1,
-        batch_size=SMOKE_BATCH,
-    )
+    options = RunOptions(backend=backend, gpu=gpu, force=force, **SMOKE_RUN)
     config, target = SweepRequest((SMOKE_MODEL,), options).resolve()
     folder = Path(tempfile.mkdtemp(prefix="detprof-doctor-"))
     store = ResultsStore(folder, "sweep")

@@ -15,6 +15,7 @@ no op events of eager execution on the CPU) and waits for the device before retu
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -67,30 +68,16 @@ def _conv_forward(raw_op: str) -> Builder:
     return build
 
 
-def _conv_backward_data(raw_op: str) -> Builder:
-    """The data gradient alone: ``dL/dx`` from the filter and the output gradient."""
+def _conv_backward(raw_op: str, operand: str, gradient_of: str) -> Builder:
+    """One gradient alone: ``dL/d<gradient_of>`` (input or filter) from the other operand and the output gradient."""
 
     def build(p: Params, inputs: _Inputs) -> Callable[[], Any]:
         import tensorflow as tf
 
         op = getattr(tf.raw_ops, raw_op)
-        w, dy = inputs.normal(p["filter_shape"]), inputs.normal(p["output_shape"])
-        sizes = tf.constant(p["input_shape"], tf.int32)
-        return lambda: op(input_sizes=sizes, filter=w, out_backprop=dy, **_conv_attrs(p))
-
-    return build
-
-
-def _conv_backward_filter(raw_op: str) -> Builder:
-    """The filter gradient alone: ``dL/dw`` from the input and the output gradient."""
-
-    def build(p: Params, inputs: _Inputs) -> Callable[[], Any]:
-        import tensorflow as tf
-
-        op = getattr(tf.raw_ops, raw_op)
-        x, dy = inputs.normal(p["input_shape"]), inputs.normal(p["output_shape"])
-        sizes = tf.constant(p["filter_shape"], tf.int32)
-        return lambda: op(input=x, filter_sizes=sizes, out_backprop=dy, **_conv_attrs(p))
+        tensors = {operand: inputs.normal(p[f"{operand}_shape"]), "out_backprop": inputs.normal(p["output_shape"])}
+        tensors[f"{gradient_of}_sizes"] = tf.constant(p[f"{gradient_of}_shape"], tf.int32)
+        return functools.partial(op, **tensors, **_conv_attrs(p))
 
     return build
 
@@ -188,11 +175,11 @@ def _dense_matmul(p: Params, inputs: _Inputs) -> Callable[[], Any]:
 
 BUILDERS: dict[str, Builder] = {
     "conv2d_forward": _conv_forward("Conv2D"),
-    "conv2d_backward_data": _conv_backward_data("Conv2DBackpropInput"),
-    "conv2d_backward_filter": _conv_backward_filter("Conv2DBackpropFilter"),
+    "conv2d_backward_data": _conv_backward("Conv2DBackpropInput", "filter", "input"),
+    "conv2d_backward_filter": _conv_backward("Conv2DBackpropFilter", "input", "filter"),
     "depthwise_conv_forward": _conv_forward("DepthwiseConv2dNative"),
-    "depthwise_conv_backward_data": _conv_backward_data("DepthwiseConv2dNativeBackpropInput"),
-    "depthwise_conv_backward_filter": _conv_backward_filter("DepthwiseConv2dNativeBackpropFilter"),
+    "depthwise_conv_backward_data": _conv_backward("DepthwiseConv2dNativeBackpropInput", "filter", "input"),
+    "depthwise_conv_backward_filter": _conv_backward("DepthwiseConv2dNativeBackpropFilter", "input", "filter"),
     "max_pool_backward": _max_pool_backward,
     "bias_add_backward": _bias_add_backward,
     "fused_batch_norm_backward": _fused_batch_norm_backward,

@@ -15,17 +15,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from detprof import backends
+from detprof.profiler import plan as planned
 from detprof.profiler.launcher import SETTLING_STEPS, WorkerLauncher
-from detprof.profiler.plan import (
-    MeasurementTarget,
-    PlannedRun,
-    RunSettings,
-    lockstep_sessions,
-    measured_parts,
-    mode_pairs,
-    runs_to_measure,
-    session_core,
-)
+from detprof.profiler.plan import MeasurementTarget, PlannedRun, RunSettings
 from detprof.store import ResultsStore, StudyKind
 
 MEASURES_TEXT = {
@@ -40,7 +32,7 @@ def plan_lines(
 ) -> list[str]:
     """The plan, in the order it would run: device, tracer, timing, environment, then every run."""
     launcher = WorkerLauncher(ResultsStore(out, kind), target.tracer, target.device, settings)
-    runs = runs_to_measure(plan, target.tracer)
+    runs = planned.runs_to_measure(plan, target.tracer)
     lines = [f"detprof {kind} --dry-run: the plan, in order; nothing runs and nothing is written", ""]
     lines += _setting_lines(target, settings)
     lines += ["", "Environment detprof sets in every worker:"]
@@ -63,7 +55,7 @@ def _setting_lines(target: MeasurementTarget, settings: RunSettings) -> list[str
         where = f"{device.label} (CPU{', GPUs hidden' if device.hide_gpus else ''})"
     tracer = target.tracer
     installed = "" if tracer.installed else f"; NOT INSTALLED here ({tracer.name} is not on PATH): the run would refuse"
-    parts = measured_parts(tracer)
+    parts = planned.measured_parts(tracer)
     if parts == ("both",):
         timing = f"each run times untraced steps (wall time), then traces as many with {tracer.name} (kernel time)"
     elif parts == ("wall",):
@@ -111,8 +103,8 @@ def _sequential_lines(launcher: WorkerLauncher, settings: RunSettings, runs: Seq
 
 def _lockstep_lines(launcher: WorkerLauncher, settings: RunSettings, runs: Sequence[PlannedRun]) -> list[str]:
     lines = []
-    for n, session in enumerate(lockstep_sessions(mode_pairs(runs))):
-        lines.append(f"  repeat {session[0][0].repeat}: two workers on core {session_core(n)}, one per side")
+    for n, session in enumerate(planned.lockstep_sessions(planned.mode_pairs(runs))):
+        lines.append(f"  repeat {session[0][0].repeat}: two workers on core {planned.session_core(n)}, one per side")
         for side in (0, 1):
             command = launcher.session_command([pair[side] for pair in session])
             lines.append(f"    {session[0][side].mode} worker: {shlex.join(command)}")

@@ -291,17 +291,8 @@ class Trainer:
         return probs.astype(np.float32), float(-np.mean(log_p[np.arange(len(y)), y]))
 
 
-@functools.lru_cache(maxsize=1)
-def trainer_for(
-    model_name: str,
-    data_shape: tuple[int, int, int],
-    classes: int,
-    lr: float,
-    jit_compile: bool,
-    own_model: OwnModel | None = None,
-    keep_saved_weights: bool = False,
-) -> Trainer:
-    return Trainer(model_name, data_shape, classes, lr, jit_compile, own_model, keep_saved_weights)
+trainer_for = functools.lru_cache(maxsize=1)(Trainer)
+"""The worker's trainer, built once for the runs of one study: the same arguments give the same ``Trainer``."""
 
 
 def train(run: PlannedRun, config: TrainConfig) -> dict[str, Any]:
