@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from detprof.errors import INPUT_EXIT, InputError, UsageError
+from detprof.errors import ExitCode, InputError, UsageError
 from detprof.options import CHECK_RUN, ModelsOption, RunOptions, with_run_options
 from detprof.store import atomic_write_bytes
 
@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     from detprof.check.baseline_file import Baseline, EnvironmentCheck
     from detprof.check.regression import Comparison
 
-REGRESSION_EXIT = 1
 FLAGS = ("force", "compile")
 """The on/off options ``check --run`` passes on: given when on (off is also what not giving them means)."""
 
@@ -193,20 +192,20 @@ def _print_noise_floor(results_dir: Path) -> None:
     typer.echo(f"noise floor (A/A, {calibrations[0].dir}): {shown}")
 
 
-def exit_code(comparison: Comparison, env: EnvironmentCheck, *, strict: bool) -> int:
+def exit_code(comparison: Comparison, env: EnvironmentCheck, *, strict: bool) -> ExitCode:
     """3 if not comparable; 1 on a regression; 3 if a measurement failed; 1 on what --strict fails."""
     from detprof.check.regression import Verdict, severity
 
     if not env.comparable:
-        return INPUT_EXIT
+        return ExitCode.INPUT
     if comparison.having(Verdict.REGRESSED):
-        return REGRESSION_EXIT
+        return ExitCode.CHECK_FAILED
     levels = {severity(r, strict=strict) for r in comparison.results}
     if "error" in levels:
-        return INPUT_EXIT
+        return ExitCode.INPUT
     if "failure" in levels:
-        return REGRESSION_EXIT
-    return 0
+        return ExitCode.CHECK_FAILED
+    return ExitCode.OK
 
 
 def _report(
