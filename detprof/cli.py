@@ -21,7 +21,7 @@ import typer
 from typer.core import TyperArgument, TyperCommand, TyperOption
 
 from detprof import invocation
-from detprof.errors import USAGE_EXIT, DetprofError
+from detprof.errors import DetprofError, ExitCode
 
 # Help reads like any other command line's: "--top INTEGER", "--format [table|json|csv]",
 # "Usage: detprof report [OPTIONS] RESULTS_DIRS...". Typer's own rendering (rich panels or
@@ -172,11 +172,6 @@ def _commands_for(args: list[str]) -> list[str]:
     return [word] if word in _COMMANDS else list(_COMMANDS)
 
 
-# EX_SOFTWARE (sysexits.h): a bug in detprof, never its input or measurement, so CI can tell
-# a crash from `detprof check`'s exit 1 for a regression.
-INTERNAL_EXIT = 70
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; every expected failure is one line on stderr and a documented exit code."""
     args = sys.argv[1:] if argv is None else argv
@@ -187,26 +182,26 @@ def main(argv: list[str] | None = None) -> int:
     except typer.TyperException as exc:
         if type(exc).__name__ == "NoArgsIsHelpError":
             typer.echo(exc.format_message())
-            return 0
+            return ExitCode.OK
         typer.echo(f"detprof: error: {exc.format_message()}", err=True)
-        return USAGE_EXIT
+        return ExitCode.USAGE
     except typer.Abort:
         typer.echo("detprof: interrupted", err=True)
-        return 130
+        return ExitCode.INTERRUPTED
     except DetprofError as exc:
         typer.echo(f"detprof: error: {exc}", err=True)
         return exc.exit_code
     except KeyboardInterrupt:
         typer.echo("detprof: interrupted", err=True)
-        return 130
+        return ExitCode.INTERRUPTED
     except Exception as exc:
         if os.environ.get("DETPROF_DEBUG"):
             raise
         typer.echo(
             f"detprof: internal error: {type(exc).__name__}: {exc} (DETPROF_DEBUG=1 shows the traceback)", err=True
         )
-        return INTERNAL_EXIT
-    return code if isinstance(code, int) else 0
+        return ExitCode.INTERNAL
+    return code if isinstance(code, int) else ExitCode.OK
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
-"""The two kinds of failure a user can cause, each with its documented exit code.
+"""detprof's exit codes, and the two kinds of failure a user can cause.
 
-Every command turns these into one line on stderr, never a traceback, so that callers
-(CI scripts above all) can tell "you called me wrong" (2) from "your input or
-measurement is unusable" (3).
+Every command turns these failures into one line on stderr, never a traceback, so that
+callers (CI scripts above all) can tell "you called me wrong" (2) from "your input or
+measurement is unusable" (3), and both from an answer (0, 1) or a crash (70).
 """
 
 from __future__ import annotations
@@ -11,43 +11,37 @@ from enum import IntEnum
 
 
 class ExitCode(IntEnum):
-    """Every exit status detprof's commands end with."""
+    """Every exit code detprof documents, and nothing else: README's "Commands" lists them."""
 
     OK = 0
-    FINDING = 1
-    """The answer is no: ``check`` found a regression, ``doctor`` a machine that is not ready."""
+    CHECK_FAILED = 1
+    """The answer a check exists to give is no: ``check`` found a regression, ``doctor`` a machine not ready."""
     USAGE = 2
+    """Bad arguments or options (``UsageError``)."""
     INPUT = 3
+    """Input or a measurement that cannot be used (``InputError``); ``check``: results not comparable."""
     INTERNAL = 70
-    """A bug in detprof, never an answer."""
+    """A bug in detprof, never its input or measurement: EX_SOFTWARE of sysexits.h."""
     INTERRUPTED = 130
-
-
-USAGE_EXIT = ExitCode.USAGE
-INPUT_EXIT = ExitCode.INPUT
+    """Ctrl-C (128 + SIGINT, as a shell reports it); every completed run is kept."""
 
 
 class DetprofError(Exception):
     """A problem the user can act on; the message is the whole explanation."""
 
-    exit_code: int = INPUT_EXIT
-
-    def __init__(self, message: str, exit_code: int | None = None) -> None:
-        super().__init__(message)
-        if exit_code is not None:
-            self.exit_code = exit_code
+    exit_code: ExitCode = ExitCode.INPUT
 
 
 class UsageError(DetprofError):
     """Bad arguments or options (exit 2)."""
 
-    exit_code = USAGE_EXIT
+    exit_code = ExitCode.USAGE
 
 
 class InputError(DetprofError):
     """A file or measurement that cannot be used: missing, corrupt, empty (exit 3)."""
 
-    exit_code = INPUT_EXIT
+    exit_code = ExitCode.INPUT
 
 
 _TF_GRAPH_ERROR = "Graph execution error:"

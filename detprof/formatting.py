@@ -84,6 +84,15 @@ def percent(value: Any, digits: int = 1) -> str:
     return DASH if v is None else f"{v:.{digits}%}"
 
 
+def points(value: Any, se: Any = None) -> str:
+    """A difference of two fractions in percentage points, with its s.e. where known: ``+0.12 pp +/- 0.44``."""
+    v = finite(value)
+    if v is None:
+        return DASH
+    e = finite(se)
+    return f"{v * 100:+.2f} pp" + ("" if e is None else f" +/- {e * 100:.2f}")
+
+
 def number(value: Any, digits: int = 4) -> str:
     v = finite(value)
     return DASH if v is None else f"{v:.{digits}f}"

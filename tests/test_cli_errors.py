@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ import synthetic_sweep as synth
 import typer
 
 from detprof import cli
-from detprof.errors import INPUT_EXIT
+from detprof.errors import ExitCode, InputError, UsageError
 from detprof.reports import command as report_command
 
 Capture = pytest.CaptureFixture[str]
@@ -31,7 +32,7 @@ def test_a_bug_exits_70_never_1_the_regression_code(
     monkeypatch.delenv("DETPROF_DEBUG", raising=False)
     monkeypatch.setattr(report_command, "render_report", broken)
     code, _, err = run_cli(capsys, "report", tmp_path)
-    assert code == cli.INTERNAL_EXIT == 70
+    assert code == ExitCode.INTERNAL
     assert err == "detprof: internal error: AttributeError: 'list' object has no attribute 'get' " + (
         "(DETPROF_DEBUG=1 shows the traceback)\n"
     )
@@ -68,5 +69,15 @@ def test_results_json_that_is_not_an_object_is_one_line_exit_3(
     broken.write_text(json.dumps(content))
     args = [command, results, "-o", tmp_path / ("r.html" if command == "report" else "b.json")]
     code, _, err = run_cli(capsys, *args)
-    assert code == INPUT_EXIT
+    assert code == ExitCode.INPUT
     assert err.count("\n") == 1 and str(broken) in err and "not a detprof" in err
+
+
+def test_exit_codes_are_one_enum_as_the_readme_documents_them() -> None:
+    """0 done, 1 a check's no, 2 usage, 3 input, 70 a bug, 130 Ctrl-C: the values CI scripts rely on."""
+    codes = {code.name: int(code) for code in ExitCode}
+    assert codes == {"OK": 0, "CHECK_FAILED": 1, "USAGE": 2, "INPUT": 3, "INTERNAL": 70, "INTERRUPTED": 130}
+    assert (UsageError.exit_code, InputError.exit_code) == (ExitCode.USAGE, ExitCode.INPUT)
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    documented = readme[readme.index("Exit codes, the same for every command:") :].split("\n\n")[0]
+    assert [int(n) for n in re.findall(r"[:;]\s+(\d+) ", documented)] == list(codes.values())

@@ -20,7 +20,7 @@ from fixtures_traces import (
 )
 from script_runner import SCRIPTS, run_script
 
-from detprof.errors import INPUT_EXIT, InputError
+from detprof.errors import ExitCode, InputError
 from detprof.traces.parsers import KNOWN_FORMATS, load_trace
 
 KERN_SUM_CSV = (
@@ -60,7 +60,7 @@ def _input_error(path: Path) -> str:
     message = str(info.value)
     assert str(path) in message, message
     assert "\n" not in message
-    assert info.value.exit_code == INPUT_EXIT
+    assert info.value.exit_code == ExitCode.INPUT
     return message
 
 
@@ -197,7 +197,7 @@ def test_parse_cli_says_it_in_one_line_with_exit_3(
 
     path = tmp_path / "somefile"
     path.write_bytes(content)
-    assert main(["parse", str(path)]) == INPUT_EXIT
+    assert main(["parse", str(path)]) == ExitCode.INPUT
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err.startswith(f"detprof: error: {path}{NOT_A_TRACE}")

@@ -34,7 +34,7 @@ from fixtures_kineto import (
 from fixtures_traces import SHARED_TRACES
 
 from detprof.cli import main
-from detprof.errors import INPUT_EXIT, USAGE_EXIT, InputError
+from detprof.errors import ExitCode, InputError
 from detprof.traces.kernel_table import KERNEL_DTYPES, MEMORY_DTYPES
 from detprof.traces.kernel_tables import top_n
 from detprof.traces.parsers import KNOWN_FORMATS, load_trace
@@ -342,7 +342,7 @@ def _input_error(path: Path, rank: int | None = None) -> str:
         load_trace(path, rank=rank)
     message = str(info.value)
     assert str(path) in message and "\n" not in message
-    assert info.value.exit_code == INPUT_EXIT
+    assert info.value.exit_code == ExitCode.INPUT
     return message
 
 
@@ -535,7 +535,7 @@ def _cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str,
     return code, captured.out, captured.err
 
 
-def _one_line_error(code: int, out: str, err: str, exit_code: int = INPUT_EXIT) -> str:
+def _one_line_error(code: int, out: str, err: str, exit_code: int = ExitCode.INPUT) -> str:
     assert code == exit_code and out == ""
     assert err.startswith("detprof: error: ") and err.count("\n") == 1 and "Traceback" not in err
     return err.removeprefix("detprof: error: ").strip()
@@ -564,7 +564,7 @@ def test_rank_option_of_parse_and_diff(tmp_path: Path, capsys: pytest.CaptureFix
 def test_rank_of_a_trace_that_has_none_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     notes = tmp_path / "notes.txt"
     notes.write_text("not a trace\n")
-    message = _one_line_error(*_cli(["parse", str(notes), "--rank", "0"], capsys), exit_code=USAGE_EXIT)
+    message = _one_line_error(*_cli(["parse", str(notes), "--rank", "0"], capsys), exit_code=ExitCode.USAGE)
     assert "--rank" in message and str(notes) in message
 
 

@@ -19,7 +19,7 @@ import pytest
 
 from detprof.backends.program import program_environment
 from detprof.cli import main
-from detprof.errors import INPUT_EXIT, USAGE_EXIT
+from detprof.errors import ExitCode
 from detprof.options import RunOptions
 from detprof.profiler.process import STEADY_HEAP_ENV
 from detprof.profiler.program.files import in_effect
@@ -318,11 +318,11 @@ def test_each_mode_gets_every_frameworks_switch_and_default_mode_none() -> None:
 @pytest.mark.parametrize(
     ("command", "extra", "code", "message"),
     [
-        ("no-such-trainer --epochs 1", (), USAGE_EXIT, "program 'no-such-trainer' not found"),
-        ("PYTHON does-not-exist.py", (), INPUT_EXIT, "the script does-not-exist.py does not exist"),
-        ("PYTHON 'unbalanced", (), USAGE_EXIT, "cannot be split into arguments"),
-        ("PYTHON -c pass", ("--models", "smallcnn", "--steps", "3"), USAGE_EXIT, "--models, --steps: not with"),
-        ("PYTHON -c pass", ("--name", "a/b"), USAGE_EXIT, "--name 'a/b'"),
+        ("no-such-trainer --epochs 1", (), ExitCode.USAGE, "program 'no-such-trainer' not found"),
+        ("PYTHON does-not-exist.py", (), ExitCode.INPUT, "the script does-not-exist.py does not exist"),
+        ("PYTHON 'unbalanced", (), ExitCode.USAGE, "cannot be split into arguments"),
+        ("PYTHON -c pass", ("--models", "smallcnn", "--steps", "3"), ExitCode.USAGE, "--models, --steps: not with"),
+        ("PYTHON -c pass", ("--name", "a/b"), ExitCode.USAGE, "--name 'a/b'"),
     ],
 )
 def test_bad_input_is_one_line_before_any_run(
@@ -337,7 +337,7 @@ def test_bad_input_is_one_line_before_any_run(
 
 
 def test_command_and_name_go_together(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["sweep", "--command", f"{sys.executable} -c pass", "--out", str(tmp_path)]) == USAGE_EXIT
+    assert main(["sweep", "--command", f"{sys.executable} -c pass", "--out", str(tmp_path)]) == ExitCode.USAGE
     assert "--command needs --name" in capsys.readouterr().err
-    assert main(["sweep", "--name", "p", "--out", str(tmp_path)]) == USAGE_EXIT
+    assert main(["sweep", "--name", "p", "--out", str(tmp_path)]) == ExitCode.USAGE
     assert "--name names the program of --command" in capsys.readouterr().err

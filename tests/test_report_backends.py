@@ -133,8 +133,9 @@ def test_markdown_and_json_carry_the_backend_per_row(results: list[Path]) -> Non
     assert "| Device | Model | Backend | Kernel time |" in text
     for model in ("resnet50", "vgg16"):
         for backend in BACKENDS:
-            assert f"| t4 | {model} | {backend} | {expected(backend, model)} \\[" in text
-    assert "### Keras backends side by side on t4" in text
+            version = FRAMEWORKS[backend].split()[-1]
+            assert f"| t4 (Tesla T4) | {model} | {backend} ({version}) | {expected(backend, model)} \\[" in text
+    assert "### Keras backends side by side on t4: Tesla T4" in text
     assert f"| resnet50 | {expected('tensorflow', 'resnet50')} \\[" in text
     assert "### resnet50 on digits, t4 (torch)" in text
     assert "Keras backends: tensorflow (TensorFlow 2.21.0, Keras 3.15.0); jax" in text
@@ -168,7 +169,7 @@ def test_one_backend_that_is_not_tensorflow_is_named(tmp_path: Path) -> None:
     page = render_report([root], "html", "cdn")
     assert "<th>Backend</th>" in page and "<h3>t4 (torch): Tesla T4</h3>" in page
     assert "side by side" not in page
-    assert "| t4 | resnet50 | torch |" in render_report([root], "md")
+    assert "| t4 (Tesla T4) | resnet50 | torch (2.6.0) |" in render_report([root], "md")
 
 
 def test_warnings_name_the_backend(tmp_path: Path) -> None:

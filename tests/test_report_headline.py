@@ -201,8 +201,8 @@ def test_crossing_interval_is_never_cheap_in_html_md_or_json(tmp_path: Path) -> 
     assert "cheap and" not in reading.group(0) and "not settled: need about" in reading.group(0)
 
     text = render_report([root], "md")
-    md_row = next(line for line in md_answer(text).splitlines() if line.startswith("| t4 | resnet50 |"))
-    assert f"**{crossing['verdict_text']}**" in md_row and "cheap" not in md_row
+    md_row = next(line for line in md_answer(text).splitlines() if line.startswith("| t4 (Tesla T4) | resnet50 |"))
+    assert f"**{crossing['verdict_text']}** (from kernel time, n=3)" in md_row and "cheap" not in md_row
     assert "Not settled: the 95% CI lies on both sides of 1.10x" in md_answer(text)
     tradeoff_row = next(line for line in text.splitlines() if line.startswith("| resnet50 | t4 |"))
     assert "not settled: need about" in tradeoff_row and "cheap and" not in tradeoff_row
@@ -257,7 +257,7 @@ def test_study_that_did_not_learn_is_flagged_and_left_out(tmp_path: Path) -> Non
     assert set(plotted) == {"smallcnn on t4"}
 
     text = render_report([root], "md")
-    assert "| t4 | mediumcnn\\_k1 |" in md_answer(text) and "did not learn (left out)" in md_answer(text)
+    assert "| t4 (Tesla T4) | mediumcnn\\_k1 |" in md_answer(text) and "did not learn (left out)" in md_answer(text)
     assert "**Did not learn**, left out of the verdicts" in text
 
 

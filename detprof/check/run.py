@@ -100,16 +100,16 @@ class CheckOutcome:
         )
 
     def exit_code(self, *, strict: bool) -> ExitCode:
-        """Not comparable, or a measurement failed: INPUT; a regression, or what --strict fails: FINDING."""
+        """Not comparable, or a measurement failed: INPUT; a regression, or what --strict fails: CHECK_FAILED."""
         if self.comparison is None or not self.env.comparable:
             return ExitCode.INPUT
         if self.comparison.having(Verdict.REGRESSED):
-            return ExitCode.FINDING
+            return ExitCode.CHECK_FAILED
         levels = {severity(r, strict=strict) for r in self.comparison.results}
         if "error" in levels:
             return ExitCode.INPUT
         if "failure" in levels:
-            return ExitCode.FINDING
+            return ExitCode.CHECK_FAILED
         return ExitCode.OK
 
 

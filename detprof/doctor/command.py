@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from detprof.errors import ExitCode
 from detprof.formatting import OutputFormat
 
 if TYPE_CHECKING:
@@ -25,7 +26,6 @@ HELP = (
     "Check that this machine is ready to measure: the GPU (NVML), driver and CUDA, nsys, each Keras backend, "
     "its determinism switch, and a 5-step smoke run that must be traced. Exit 0 ready, 1 not."
 )
-NOT_READY_EXIT = 1
 STATUS_STYLES = {"ok": "green", "missing": "red", "failed": "red", "skipped": "dim"}
 
 
@@ -67,7 +67,7 @@ def doctor(
     else:
         _print_checklist(table_console(), result)
     if not result.ready:
-        raise typer.Exit(NOT_READY_EXIT)
+        raise typer.Exit(ExitCode.CHECK_FAILED)
 
 
 def _print_checklist(console: Console, result: Readiness) -> None:

@@ -22,12 +22,12 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from detprof.errors import DetprofError, UsageError, first_line, last_line
+from detprof.errors import DetprofError, ExitCode, UsageError, first_line, last_line
 from detprof.fleet.cluster import FleetNode, pinned
 from detprof.fleet.node_types import ray_accelerator_type
 from detprof.store import config_hash
 
-DOCTOR_EXITS = (0, 1)
+DOCTOR_EXITS = (ExitCode.OK, ExitCode.CHECK_FAILED)
 """``detprof doctor``: 0 ready, 1 not; anything else is an error of its own (its last line says which)."""
 
 Resolve = Callable[[], Any]

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from detprof.errors import USAGE_EXIT, InputError, UsageError, last_line
+from detprof.errors import ExitCode, InputError, UsageError, last_line
 from detprof.profiler.devices import DeviceChoice
 from detprof.profiler.lifeline import driver_lifeline
 from detprof.profiler.lockstep import step_in_lockstep
@@ -76,9 +76,9 @@ def call_in_worker(entry: str, request: Mapping[str, Any], what: str, *, hide_gp
             check=False,
         )
         answer = json.loads(result_path.read_text()) if result_path.is_file() else None
-    if proc.returncode == USAGE_EXIT and answer is not None:
+    if proc.returncode == ExitCode.USAGE and answer is not None:
         raise UsageError(answer["error"])
-    if proc.returncode != 0 or answer is None:
+    if proc.returncode != ExitCode.OK or answer is None:
         raise InputError(f"{what} failed: {last_line(proc.stderr) or f'exit code {proc.returncode}'}")
     return answer["answer"]
 

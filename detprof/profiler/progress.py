@@ -27,7 +27,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-INTERRUPTED_EXIT = 130
+from detprof.errors import ExitCode
 
 
 @dataclass
@@ -95,6 +95,6 @@ def progress_bars(console: Console, totals: Mapping[str, int], results_dir: Path
         except KeyboardInterrupt:
             bar.stop()
             console.print(f"interrupted: every completed run is kept in {escape(str(results_dir))}; --resume continues")
-            raise typer.Exit(INTERRUPTED_EXIT) from None
+            raise typer.Exit(ExitCode.INTERRUPTED) from None
         for progress in bars.values():
             bar.update(progress.task, completed=progress.total, description="done")  # type: ignore[arg-type]

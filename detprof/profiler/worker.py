@@ -29,7 +29,7 @@ from typing import Any
 
 from detprof import backends
 from detprof.determinism import apply, software_versions
-from detprof.errors import USAGE_EXIT, UsageError, first_line
+from detprof.errors import ExitCode, UsageError, first_line
 from detprof.profiler.lifeline import end_with_driver, inherited_lifeline
 from detprof.profiler.lockstep import Message, Pacer
 from detprof.profiler.tracers import TRACERS, Capture
@@ -156,7 +156,7 @@ def session(runs: list[WorkerSpec]) -> int:
         pacer.begin()
         atomic_write_json(Path(spec.result_path), run(spec, pacer))
         pacer.written()
-    return 0
+    return ExitCode.OK
 
 
 def _log_to(path: Path) -> None:
@@ -174,9 +174,9 @@ def call(spec: dict[str, Any], result_path: Path) -> int:
         answer = entry_point(spec["call"])(**spec["request"])
     except UsageError as exc:
         atomic_write_json(result_path, {"error": str(exc)})
-        return USAGE_EXIT
+        return ExitCode.USAGE
     atomic_write_json(result_path, {"answer": answer})
-    return 0
+    return ExitCode.OK
 
 
 def main(argv: list[str]) -> int:
@@ -190,7 +190,7 @@ def main(argv: list[str]) -> int:
     if "call" in spec:
         return call(spec, result_path)
     atomic_write_json(result_path, run(WorkerSpec.from_json(spec)))
-    return 0
+    return ExitCode.OK
 
 
 if __name__ == "__main__":

@@ -12,10 +12,11 @@ model's backends in adjacent rows, the overhead section opens with the backends 
 side per device, and every other section names the device with its backend
 (``Report.where``).
 The markup lives in ``templates/report.html.j2`` (and its macros); this module only turns
-the ``Report`` into what the page shows: formatted numbers, table rows and figures. Jinja2
-renders with autoescape on, so everything that comes from results (kernel names above all:
-``Kernel<float>&``) is escaped by the template engine and never by us; the only markup
-handed to the templates is plotly's own output, as ``Markup``.
+the ``Report`` into what the page shows: table rows and figures, with the words of every
+cell the Markdown shows too taken from ``cells``. Jinja2 renders with autoescape on, so
+everything that comes from results (kernel names above all: ``Kernel<float>&``) is escaped
+by the template engine and never by us; the only markup handed to the templates is
+plotly's own output, as ``Markup``.
 """
 
 from __future__ import annotations
@@ -32,22 +33,13 @@ from markupsafe import Markup
 from detprof import backends
 from detprof import formatting as f
 from detprof.determinism import MODES
-from detprof.intervals import CHEAP_OVERHEAD
-from detprof.reports import figures
+from detprof.reports import cells, figures
+from detprof.reports.cells import Words
 from detprof.reports.gpu_clocks import by_mode
-from detprof.reports.headline import HeadlineRow, published_reference, shown_caveats
+from detprof.reports.headline import HeadlineRow, published_reference
 from detprof.reports.provenance import backend_order
 from detprof.reports.published import SOURCE
-from detprof.reports.report_data import (
-    NOISE_FLOOR_LEAD,
-    NOISE_FLOOR_TITLE,
-    SECTIONS,
-    ModelCost,
-    Report,
-    StabilityStudy,
-    SweepStudy,
-)
-from detprof.reports.tradeoff import NOISY_CHURN
+from detprof.reports.report_data import NOISE_FLOOR_LEAD, NOISE_FLOOR_TITLE, SECTIONS, ModelCost, Report, StabilityStudy
 
 PlotlyJs = Literal["embed", "cdn"]
 NAV = {
@@ -116,19 +108,22 @@ class Table:
         return " ".join(c for c in ("num" if column in self.numeric else "", self.classes.get(column, "")) if c)
 
 
+def _cell(value: Any) -> Cell:
+    if isinstance(value, Cell):
+        return value
+    if isinstance(value, Words):
+        return Cell(value.text, note=value.note)
+    return Cell(value)
+
+
 def table(
     headers: Sequence[str],
     rows: Iterable[Sequence[Any]],
     numeric: Iterable[int] = (),
     classes: dict[int, str] | None = None,
 ) -> Table:
-    """Plain values become text cells, so row-building code only names the cells that need markup."""
-    return Table(
-        list(headers),
-        [[c if isinstance(c, Cell) else Cell(c) for c in row] for row in rows],
-        frozenset(numeric),
-        dict(classes or {}),
-    )
+    """Plain values and ``Words`` become text cells, so row-building code only names the cells that need markup."""
+    return Table(list(headers), [[_cell(c) for c in row] for row in rows], frozenset(numeric), dict(classes or {}))
 
 
 def kernel_name(name: Any) -> Cell:
@@ -253,8 +248,7 @@ def _versions(report: Report) -> Table | None:
 def provenance(report: Report) -> dict[str, Any]:
     """What ran, on what, with which backend, software and settings, and the commands that rerun it: the page's end."""
     return {
-        "generated_at": report.generated_at,
-        "sources": ", ".join(str(p) for p in report.sources),
+        "generated": cells.generated(report),
         "backends": report.backend_line(),
         "studies": _studies(report),
         "devices": _devices(report),
@@ -278,44 +272,23 @@ ANSWER_COLUMNS: tuple[tuple[str, str], ...] = (
 BACKEND_COLUMN = ("Backend", "nowrap")
 
 
-def _buys(r: HeadlineRow) -> tuple[Cell, Cell]:
-    if r.stability is None:
-        return Cell("no study"), Cell(f.DASH)
-    if not r.stability.used:
-        return Cell("did not learn", tone="warn", note="left out"), Cell(f.DASH)
-    noise = r.stability.noise
-    drop = f.DASH
-    if noise.std_drop is not None:
-        drop = f"{noise.std_drop * 100:+.2f} pp" + (
-            f" +/- {noise.std_drop_se * 100:.2f}" if noise.std_drop_se is not None else ""
-        )
-    return Cell(f.percent(noise.churn_impl, 2), note=r.stability.dataset), Cell(drop)
-
-
-def _floor(r: HeadlineRow) -> Cell:
-    if r.noise_floor is not None:
-        return Cell(f.floor(r.noise_floor))
-    if r.calibrated:
-        return Cell(f.DASH, note="not in the calibration")
-    return Cell("not run")
-
-
 def answer_row(r: HeadlineRow, named: bool = False) -> list[Any]:
     """One row of the first screen; ``named``: with the backend (and its framework's version) second."""
-    churn, drop = _buys(r)
-    v = r.verdict
-    metric_note = f"from {r.metric} time, n={v.repeats}" if v.reading is not None else ""
-    backend = [Cell(r.backend, "code", note=r.framework_version or "")] if named else []
+    c = cells.headline(r)
+    backend = [Cell(c.backend.text, "code", note=c.backend.note)] if named else []
+    churn = c.churn
+    if r.stability is not None and not r.stability.used:
+        churn = Cell(churn.text, tone="warn", note=churn.note)
     return [
-        Cell(r.model, "code", note=r.device + (f" ({r.device_name})" if r.device_name else "")),
+        Cell(c.model, "code", note=c.device),
         *backend,
-        f.ratio(r.kernel),
-        f.ratio(r.wall),
-        Cell(v.text, "verdict", tone=(v.reading or "none").replace(" ", "-"), note=metric_note),
+        c.kernel,
+        c.wall,
+        Cell(c.verdict.text, "verdict", tone=(r.verdict.reading or "none").replace(" ", "-"), note=c.verdict.note),
         churn,
-        drop,
-        _floor(r),
-        r.advice,
+        c.drop,
+        c.floor,
+        c.advice,
     ]
 
 
@@ -323,19 +296,11 @@ def answer(report: Report) -> dict[str, Any] | None:
     """The first screen; ``None`` when there is no sweep (``report.absent`` says why)."""
     if "answer" in report.absent:
         return None
-    cpu = any(r.on_cpu for r in report.headline)
-    notes = [
-        (
-            f"{r.model} on {report.where(r.device, r.backend)}",
-            shown_caveats(r, cpu_note=bool(report.cpu_notes), left_out_note=True),
-        )
-        for r in report.headline
-    ]
     named = report.names_backend
     columns = [ANSWER_COLUMNS[0], *([BACKEND_COLUMN] if named else []), *ANSWER_COLUMNS[1:]]
     first_cost = 2 if named else 1
     return {
-        "cheap": f"{CHEAP_OVERHEAD:.2f}",
+        "cheap": cells.CHEAP,
         "backends": named,
         "table": table(
             [h for h, _ in columns],
@@ -343,10 +308,10 @@ def answer(report: Report) -> dict[str, Any] | None:
             numeric=(first_cost, first_cost + 1),
             classes={i: cls for i, (_, cls) in enumerate(columns) if cls},
         ),
-        "row_notes": [(who, cs) for who, cs in notes if cs],
+        "row_notes": [(f"{n.model} on {n.device}", n.text) for n in cells.row_notes(report)],
         "cpu_notes": report.cpu_notes,
         "notes": report.notes,
-        "cpu": cpu,
+        "cpu": bool(report.cpu_notes),
         "published": table(["GPU", "What", "Det / default GPU time"], published_reference()),
         "source": SOURCE,
     }
@@ -358,44 +323,20 @@ def _agrees(value: bool | None) -> Cell:
     return Cell("yes" if value else "no", "agree")
 
 
-def _device_title(label: str, shown: str, device: dict[str, Any]) -> str:
-    return shown + (f": {device['name']}" if device.get("name") else "")
-
-
 def _backends_side_by_side(report: Report) -> list[dict[str, Any]]:
     """Per device label measured on several backends: one figure and one table, a column per backend."""
-    by_label: dict[str, dict[str, SweepStudy]] = {}
-    for s in report.sweeps:
-        by_label.setdefault(s.label, {}).setdefault(s.backend, s)
-    blocks = []
-    for label, by_backend in by_label.items():
-        if len(by_backend) < 2:
-            continue
-        sweeps = [by_backend[b] for b in backend_order(by_backend)]
-        models = list(dict.fromkeys(m.model for s in sweeps for m in s.models))
-        costs = [{m.model: m for m in s.models} for s in sweeps]
-        rows = [[Cell(model, "code"), *(_headline_cell(c.get(model)) for c in costs)] for model in models]
-        blocks.append(
-            {
-                "title": _device_title(label, label, sweeps[0].device),
-                "figure": figures.backends_figure(label, sweeps),
-                "table": table(
-                    ["Model", *(f"{s.backend} ({report.framework(s.backend)})" for s in sweeps)],
-                    rows,
-                    numeric=range(1, len(sweeps) + 1),
-                ),
-            }
-        )
-    return blocks
-
-
-def _headline_cell(m: ModelCost | None) -> Cell:
-    """The overhead a row's verdict reads (kernel time where traced, else wall time), saying which."""
-    if m is None:
-        return Cell(f.DASH, note="not swept")
-    if m.headline is None:
-        return Cell(f.DASH, note="not supported" if m.unsupported_reason else "no result")
-    return Cell(f.ratio(m.headline), note=f"{m.headline_metric} time")
+    return [
+        {
+            "title": b.title,
+            "figure": figures.backends_figure(b.label, b.sweeps),
+            "table": table(
+                b.headers,
+                [[Cell(model, "code"), *costs] for model, *costs in b.rows],
+                numeric=range(1, len(b.sweeps) + 1),
+            ),
+        }
+        for b in cells.side_by_side(report)
+    ]
 
 
 def overhead(report: Report) -> dict[str, Any] | None:
@@ -406,11 +347,9 @@ def overhead(report: Report) -> dict[str, Any] | None:
         "backends": _backends_side_by_side(report),
         "sweeps": [
             {
-                "title": _device_title(s.label, report.where(s.label, s.backend), s.device),
+                "title": cells.device_title(report.where(s.label, s.backend), s.device),
                 "figure": figures.overhead_figure(s, report.where(s.label, s.backend)),
-                "table": table(
-                    ["Model", "Kernel time", "Wall time", "Repeats", "Note"], s.overhead_rows(), numeric=(1, 2, 3)
-                ),
+                "table": table(cells.OVERHEAD_HEADERS, cells.overhead_rows(s), numeric=(1, 2, 3)),
                 "timing": s.timing,
             }
             for s in report.sweeps
@@ -419,19 +358,8 @@ def overhead(report: Report) -> dict[str, Any] | None:
         "references": None
         if "references" in report.absent
         else table(
-            ["GPU", "What", "Published", "Measured here (kernel time, 95% CI)", "Device", "CI reaches it"],
-            [
-                [
-                    r.figure.gpu.upper(),
-                    r.figure.subject,
-                    r.figure.published,
-                    r.measured,
-                    r.device,
-                    _agrees(r.agrees),
-                ]
-                for r in report.references
-                if r.device is not None
-            ],
+            [*cells.REFERENCE_HEADERS, "Measured here (kernel time, 95% CI)", "Device", "CI reaches it"],
+            [[*cells.reference(r), _agrees(r.agrees)] for r in cells.matched_references(report)],
         ),
     }
 
@@ -452,7 +380,7 @@ def kernel_size(report: Report) -> dict[str, Any]:
         else None,
         "benches": [
             {
-                "title": _device_title(k.label, report.where(k.label, k.backend), k.device),
+                "title": cells.device_title(report.where(k.label, k.backend), k.device),
                 "metric": k.metric,
                 "table": table(
                     [
@@ -539,7 +467,7 @@ def model_details(m: ModelCost) -> dict[str, Any]:
     more, delta = m.diff_rest
     return {
         "model": m.model,
-        "summary": m.attribution or m.no_kernels or "",
+        "summary": cells.cost_summary(m),
         "no_kernels": None if m.top else (m.no_kernels or "no kernel tables"),
         "sides": [
             {
@@ -604,48 +532,35 @@ def _subgroups(study: StabilityStudy) -> Table | None:
     )
 
 
+VARIANT_HEADERS = (
+    "Variant",
+    "Varies",
+    "Determinism",
+    "Runs ok / failed",
+    "Accuracy mean",
+    "Accuracy std +/- s.e.",
+    "Churn",
+    "L2",
+    "Worst class std / overall",
+    "Spearman",
+    "Ensemble gain",
+    "CKA",
+)
+"""The stability variants' columns (``cells.variant``); the determinism check has lines of its own."""
+
+
 def stability_study(study: StabilityStudy, shown: str) -> dict[str, Any]:
     """``per_class`` is ``None`` when no variant has the 2+ successful runs a spread needs; ``shown``: its device."""
-    rows = [
-        [
-            v.get("variant"),
-            ", ".join(v.get("varies") or []) or "nothing",
-            "on" if v.get("mode") == "deterministic" else "off",
-            f"{v.get('runs_ok', 0)} / {v.get('runs_failed', 0)}",
-            f.number((v.get("accuracy") or {}).get("mean")),
-            f.plus_minus(v.get("accuracy")),
-            f.number(v.get("churn")),
-            f.number(v.get("l2")),
-            f.number((v.get("per_class") or {}).get("ratio"), 2),
-            f.number(v.get("spearman")),
-            f.number(v.get("ensemble_gain")),
-            f.number(v.get("cka")),
-        ]
-        for v in study.variants
-    ]
-    headers = [
-        "Variant",
-        "Varies",
-        "Determinism",
-        "Runs ok / failed",
-        "Accuracy mean",
-        "Accuracy std +/- s.e.",
-        "Churn",
-        "L2",
-        "Worst class std / overall",
-        "Spearman",
-        "Ensemble gain",
-        "CKA",
-    ]
     learning = study.learning
     return {
-        "model": study.model,
-        "dataset": study.dataset,
-        "device": shown,
+        "name": cells.stability_name(study, shown),
+        "title": cells.stability_title(study, shown),
         "did_not_learn": None if learning.learned is not False else learning.line(),
-        "runs_ok": study.runs_ok,
-        "runs_failed": study.runs_failed,
-        "variants": table(headers, rows, numeric=tuple(range(4, 12))),
+        "variants": table(
+            VARIANT_HEADERS,
+            cells.columns((cells.variant(v) for v in study.variants), VARIANT_HEADERS),
+            numeric=tuple(range(4, 12)),
+        ),
         "checks": [_check(v) for v in study.variants if (v.get("determinism_check") or {}).get("applicable")],
         "per_class": figures.per_class_figure(study, shown),
         "subgroups": _subgroups(study),
@@ -665,27 +580,20 @@ def stability(report: Report) -> dict[str, Any] | None:
     }
 
 
+TRADEOFF_HEADERS = ("Model", "Device", "Overhead", "Churn under impl", "Accuracy std drop", "Reading")
+"""The trade-off table's columns (``cells.tradeoff``)."""
+
+
 def tradeoff(report: Report) -> dict[str, Any] | None:
     """``figure`` is ``None`` when no stability study measures implementation noise."""
     if "tradeoff" in report.absent:
         return None
-    rows = [
-        [
-            Cell(p.model, "code"),
-            report.where(p.device, p.backend),
-            f"{f.ratio(p.cost.overhead)} ({p.cost.metric})",
-            f.percent(p.noise.churn_impl, 2),
-            (f"{p.noise.std_drop * 100:+.2f} pp" if p.noise.std_drop is not None else f.DASH)
-            + (f" +/- {p.noise.std_drop_se * 100:.2f}" if p.noise.std_drop_se is not None else ""),
-            p.reading,
-        ]
-        for p in report.tradeoff
-    ]
+    points = cells.columns((cells.tradeoff(p, report.where) for p in report.tradeoff), TRADEOFF_HEADERS)
     return {
-        "cheap": f"{CHEAP_OVERHEAD:.2f}",
-        "noisy": f"{NOISY_CHURN:.0%}",
+        "cheap": cells.CHEAP,
+        "noisy": cells.NOISY,
         "figure": figures.tradeoff_figure(report.tradeoff, report.where),
-        "table": table(["Model", "Device", "Overhead", "Churn under impl", "Accuracy std drop", "Reading"], rows),
+        "table": table(TRADEOFF_HEADERS, [[Cell(model, "code"), *rest] for model, *rest in points]),
     }
 
 
@@ -697,8 +605,8 @@ def noise_floor(report: Report) -> dict[str, Any] | None:
         "title": NOISE_FLOOR_TITLE,
         "lead": NOISE_FLOOR_LEAD,
         "table": table(
-            ["Device", "Model", "Kernel time", "Wall time", "Smallest resolvable overhead"],
-            [[r.device, r.model, f.ratio(r.kernel), f.ratio(r.wall), f.floor(r.floor)] for r in report.noise_floors],
+            cells.NOISE_FLOOR_HEADERS,
+            cells.noise_floor_rows(report),
             numeric=(2, 3, 4),
         ),
     }
@@ -738,6 +646,7 @@ def conditions(report: Report) -> dict[str, Any]:
             if s.clocks
         ],
         "warnings": report.warnings,
+        "no_warnings": cells.NO_WARNINGS,
     }
 
 

@@ -1,7 +1,8 @@
 """Everything the report shows, as one tree of plain data assembled from results directories.
 
-The HTML and Markdown renderers only format what is here, so both always say the same
-thing, and every number can be checked without a browser. A missing piece (a sweep
+The HTML and Markdown renderers only format what is here, and the words of every cell they
+both show come from one place (``cells``), so both always say the same thing; every number
+can be checked without a browser. A missing piece (a sweep
 without a stability study, a CPU run without GPU telemetry, a sweep traced with
 ``--tracer none``) is not an error: its section is left out and ``Report.absent`` holds
 the one line that says why.
@@ -34,7 +35,6 @@ from detprof.analysis.overhead import ModelOverhead, model_overheads, noise_floo
 from detprof.analysis.study_results import summarize_model
 from detprof.determinism import MODES
 from detprof.errors import InputError
-from detprof.formatting import ratio
 from detprof.intervals import Metric, Overhead, headline, inconclusive_reason
 from detprof.records import backend_of
 from detprof.reports import kernels_data
@@ -142,15 +142,6 @@ class SweepStudy:
     warnings: list[str]
     timing: str
     """Which runs were traced (``provenance.timing_note``)."""
-
-    def overhead_rows(self) -> list[list[Any]]:
-        """Per model: kernel and wall overhead, repeats, and why a number is missing or doubtful."""
-        rows = []
-        for m in self.models:
-            note = "; ".join(text for text in (m.failure_note, m.warning) if text)
-            n = m.headline.n if m.headline else 0
-            rows.append([m.model, ratio(m.kernel), ratio(m.wall), n, note])
-        return rows
 
 
 @dataclass
