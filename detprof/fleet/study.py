@@ -186,24 +186,34 @@ class FleetOutcome:
     lost: list[tuple[FleetNode, str]]
 
 
-def measure_on_fleet(
-    kind: StudyKind,
-    resolvers: Mapping[str, Resolve],
-    plan_of: Callable[[Any], list[PlannedRun]],
-    fleet_options: FleetOptions,
-    out: Path,
-    *,
-    what: str,
-    command: str,
-    console: Console,
-) -> FleetOutcome:
-    """Check the nodes, then measure every GPU type's pending pairs on its ready nodes, filing results in ``out``."""
+@dataclass(frozen=True)
+class FleetStudy:
+    """A measured study to run across GPU types: its kind, each type's resolver, its plan, and where it goes."""
+
+    kind: StudyKind
+    resolvers: Mapping[str, Resolve]
+    plan_of: Callable[[Any], list[PlannedRun]]
+    options: FleetOptions
+    out: Path
+    what: str
+    """What is measured, in the line that opens the study ("2 models on t4, a100")."""
+    command: str
+
+    def open(self, label: str, resolved: tuple[RunSettings, MeasurementTarget]) -> TypeStudy:
+        """One type's study in ``OUT/<label>``, opened (or resumed) as on one machine."""
+        settings, target = resolved
+        store = ResultsStore(self.out / label, self.kind)
+        store.open(settings.manifest(), self.command, resume=self.options.resume)
+        plan = self.plan_of(settings)
+        return TypeStudy(label, store, settings, target, mode_pairs(plan), len(runs_to_measure(plan, target.tracer)))
+
+
+def measure_on_fleet(study: FleetStudy, *, console: Console) -> FleetOutcome:
+    """Check the nodes, then measure every GPU type's pending pairs on its ready nodes, filing results in ``OUT``."""
+    kind, resolvers, fleet_options, out, command = study.kind, study.resolvers, study.options, study.out, study.command
     with ready_fleet(fleet_options, resolvers, lambda resolved: resolved[0].manifest()) as (ray, fleet):
-        studies = {
-            label: _open_study(kind, label, fleet.resolved[label], plan_of, out, fleet_options, command)
-            for label in fleet_options.labels
-        }
-        _print_plan(console, kind, what, fleet, studies, fleet_options.address, out)
+        studies = {label: study.open(label, fleet.resolved[label]) for label in fleet_options.labels}
+        _print_plan(console, kind, study.what, fleet, studies, fleet_options.address, out)
         token = secrets.token_hex(6)
         units = [
             Unit(
@@ -259,22 +269,6 @@ def _running_line(progress: RunProgress, running: list[tuple[Unit, FleetNode]]) 
     """The progress line's description of a type: how many units run and have failed, and which run where."""
     where = ", ".join(f"{unit.what} on {node.node_id[:8]}" for unit, node in running)
     return f"running {len(running)}, failed {progress.failed_count}" + (f": {where}" if where else "")
-
-
-def _open_study(
-    kind: StudyKind,
-    label: str,
-    resolved: tuple[RunSettings, MeasurementTarget],
-    plan_of: Callable[[Any], list[PlannedRun]],
-    out: Path,
-    fleet_options: FleetOptions,
-    command: str,
-) -> TypeStudy:
-    settings, target = resolved
-    store = ResultsStore(out / label, kind)
-    store.open(settings.manifest(), command, resume=fleet_options.resume)
-    plan = plan_of(settings)
-    return TypeStudy(label, store, settings, target, mode_pairs(plan), len(runs_to_measure(plan, target.tracer)))
 
 
 def _print_plan(

@@ -33,6 +33,10 @@ from detprof.gpu_labels import (
 )
 
 NVPROF_FIRST_UNSUPPORTED_CC = (8, 0)
+GPU_ONLY_FIELDS = ("uuid", "driver", "cuda_driver", "compute_capability", "sm_count", "memory_bytes")
+"""The ``device`` fields of a run record that only a GPU has (None on a CPU)."""
+RECORD_FIELDS = {"driver": "driver_version", "cuda_driver": "cuda_driver_version"}
+"""A record's device field -> the ``GpuInfo`` field it comes from, where their names differ."""
 
 T = TypeVar("T")
 
@@ -263,29 +267,11 @@ class DeviceChoice:
             "cuda_visible_devices": self.cuda_visible_devices,
         }
         if self.gpu is None:
-            record.update(
-                name=cpu_model(),
-                uuid=None,
-                driver=None,
-                cuda_driver=None,
-                compute_capability=None,
-                sm_count=None,
-                memory_bytes=None,
-                cpu_count=usable_cpus(),
-            )
-            return record
+            return record | {"name": cpu_model()} | dict.fromkeys(GPU_ONLY_FIELDS) | {"cpu_count": usable_cpus()}
         info = asdict(self.gpu)
-        record.update(
-            name=info["name"],
-            index=info["index"],
-            uuid=info["uuid"],
-            driver=info["driver_version"],
-            cuda_driver=info["cuda_driver_version"],
-            compute_capability=info["compute_capability"],
-            sm_count=info["sm_count"],
-            memory_bytes=info["memory_bytes"],
-        )
-        return record
+        return record | {"name": info["name"], "index": info["index"]} | {
+            field: info[RECORD_FIELDS.get(field, field)] for field in GPU_ONLY_FIELDS
+        }
 
 
 def check_label(label: str | None, gpus: list[GpuInfo], force: bool = False) -> DeviceChoice:

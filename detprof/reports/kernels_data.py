@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from detprof.intervals import Overhead, inconclusive_reason
-from detprof.reports.provenance import provenance
+from detprof.reports.provenance import MeasuredStudy, read_study
 from detprof.store import ResultsStore
 
 if TYPE_CHECKING:
@@ -52,22 +51,12 @@ class ConvTotal:
     overhead: Overhead | None
 
 
-@dataclass
-class KernelsStudy:
-    path: Path
-    label: str
-    device: dict[str, Any]
-    backend: str
-    command: str
+@dataclass(kw_only=True)
+class KernelsStudy(MeasuredStudy):
     metric: str
     rows: list[OpRow]
     totals: list[ConvTotal]
-    versions: dict[str, list[str]]
-    settings: dict[str, dict[str, Any]]
-    started: str | None
-    finished: str | None
     warnings: list[str]
-    timing: str
 
 
 def _names(sign: str, names: list[str]) -> list[str]:
@@ -82,11 +71,10 @@ def _note(summary: CaseSummary, overhead: Overhead | None) -> str | None:
 def load_kernels(store: ResultsStore) -> KernelsStudy | None:
     from detprof.kernels_bench.case_results import summarize
 
-    manifest = store.manifest()
-    records = list(store.records())
-    if not records:
+    found = read_study(store)
+    if found is None:
         return None
-    where = provenance(records, manifest.get("config") or {})
+    manifest, _, where = found
     label = where.label
     result = summarize(store)
     rows = []

@@ -18,6 +18,7 @@ from typing import Any
 
 from detprof import backends
 from detprof.records import backend_of, environment_values, measures
+from detprof.store import ResultsStore
 
 
 def framework_name(backend: str) -> str:
@@ -63,7 +64,7 @@ class Provenance:
     """Which runs were traced: where the study's wall and kernel times come from (``timing_note``)."""
 
     def study_fields(self, root: Path, manifest: Mapping[str, Any]) -> dict[str, Any]:
-        """What every study of the report says about where it came from (its warnings are its own)."""
+        """A ``MeasuredStudy``'s fields (its warnings are its own)."""
         return {
             "path": root,
             "label": self.label,
@@ -76,6 +77,23 @@ class Provenance:
             "finished": self.finished,
             "timing": self.timing,
         }
+
+
+@dataclass(kw_only=True)
+class MeasuredStudy:
+    """What every measured study of the report (sweep, kernels, calibration) says about where it came from."""
+
+    path: Path
+    label: str
+    device: dict[str, Any]
+    backend: str
+    command: str
+    settings: dict[str, dict[str, Any]]
+    versions: dict[str, list[str]]
+    started: str | None
+    finished: str | None
+    timing: str
+    """Which runs were traced: where the study's wall and kernel times come from (``timing_note``)."""
 
 
 WHOLE_PROCESS = (
@@ -178,3 +196,12 @@ def provenance(records: Sequence[Mapping[str, Any]], config: Mapping[str, Any]) 
         warnings=warnings,
         timing=timing_note(records),
     )
+
+
+def read_study(store: ResultsStore) -> tuple[dict[str, Any], list[dict[str, Any]], Provenance] | None:
+    """A measured study's manifest, its records and their provenance; None while it holds no runs yet."""
+    manifest = store.manifest()
+    records = list(store.records())
+    if not records:
+        return None
+    return manifest, records, provenance(records, manifest.get("config") or {})

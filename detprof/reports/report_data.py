@@ -49,7 +49,14 @@ from detprof.reports.headline import (
     cpu_notes,
     is_cpu,
 )
-from detprof.reports.provenance import WHOLE_PROCESS, backend_order, framework, provenance, whole_process_programs
+from detprof.reports.provenance import (
+    WHOLE_PROCESS,
+    MeasuredStudy,
+    backend_order,
+    framework,
+    read_study,
+    whole_process_programs,
+)
 from detprof.reports.published import MeasuredDevice, ReferenceRow, reference_rows
 from detprof.reports.tradeoff import Cost, Learning, StudyKey, TradeoffPoint, learning_of, noise_of, pair, reading
 from detprof.reports.verdict import verdict
@@ -125,23 +132,12 @@ class ModelCost:
         return headline(self.kernel, self.wall)[1]
 
 
-@dataclass
-class SweepStudy:
-    path: Path
-    label: str
-    device: dict[str, Any]
-    backend: str
-    command: str
+@dataclass(kw_only=True)
+class SweepStudy(MeasuredStudy):
     config: dict[str, Any]
     models: list[ModelCost]
-    settings: dict[str, dict[str, Any]]
-    versions: dict[str, list[str]]
-    started: str | None
-    finished: str | None
     clocks: list[ClockRow]
     warnings: list[str]
-    timing: str
-    """Which runs were traced (``provenance.timing_note``)."""
 
 
 @dataclass
@@ -172,22 +168,13 @@ class StabilityStudy:
         return self.learning.learned is not False
 
 
-@dataclass
-class CalibrationStudy:
+@dataclass(kw_only=True)
+class CalibrationStudy(MeasuredStudy):
     """A/A runs (both arms deterministic) on one device label: the smallest overhead it resolves per model."""
 
-    path: Path
-    label: str
-    device: dict[str, Any]
-    backend: str
-    command: str
     models: dict[str, ModelOverhead]
     """Per model, the A/A ratio of each metric (both arms deterministic: the true ratio is 1)."""
     floors: dict[str, float | None]
-    versions: dict[str, list[str]]
-    settings: dict[str, dict[str, Any]]
-    started: str | None
-    finished: str | None
 
 
 @dataclass(frozen=True)
@@ -367,12 +354,11 @@ def model_cost(store: ResultsStore, overhead: ModelOverhead, records: Sequence[M
 
 
 def load_sweep(store: ResultsStore) -> SweepStudy | None:
-    manifest = store.manifest()
-    records = list(store.records())
-    if not records:
+    found = read_study(store)
+    if found is None:
         return None
+    manifest, records, where = found
     config = manifest.get("config") or {}
-    where = provenance(records, config)
     label = where.label
     by_model: dict[str, list[dict[str, Any]]] = {}
     for rec in records:
@@ -430,23 +416,12 @@ def _stability_backend(store: ResultsStore, summary: Mapping[str, Any]) -> str:
 
 def load_calibration(store: ResultsStore) -> CalibrationStudy | None:
     """A calibration study: the noise floor per model (``overhead.noise_floors``); None before any run."""
-    manifest = store.manifest()
-    records = list(store.records())
-    if not records:
+    found = read_study(store)
+    if found is None:
         return None
-    where = provenance(records, manifest.get("config") or {})
+    manifest, records, where = found
     return CalibrationStudy(
-        path=store.root,
-        label=where.label,
-        device=where.device,
-        backend=where.backend,
-        command=str(manifest.get("command") or ""),
-        models=model_overheads(records),
-        floors=noise_floors(records),
-        versions=where.versions,
-        settings=where.settings,
-        started=where.started,
-        finished=where.finished,
+        **where.study_fields(store.root, manifest), models=model_overheads(records), floors=noise_floors(records)
     )
 
 

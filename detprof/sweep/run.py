@@ -97,7 +97,7 @@ def _measure_on_fleet(request: SweepRequest, kind: StudyKind, console: Console) 
     Every option is checked here first, as a dry run of each type would check it, so that a
     mistake is one line before anything connects; each type's nodes then resolve the rest.
     """
-    from detprof.fleet.study import FleetOptions, measure_on_fleet, print_lost
+    from detprof.fleet.study import FleetOptions, FleetStudy, measure_on_fleet, print_lost
 
     fleet = FleetOptions.of(request.options)
     requests = {
@@ -106,7 +106,7 @@ def _measure_on_fleet(request: SweepRequest, kind: StudyKind, console: Console) 
     for labelled in requests.values():
         SweepRequest(labelled.models, replace(labelled.options, force=True)).resolve(dry_run=True)
     out = request.options.out or fleet.results_dir()
-    fleet_outcome = measure_on_fleet(
+    study = FleetStudy(
         kind,
         {label: labelled.resolve for label, labelled in requests.items()},
         partial(plan_runs, calibrate=kind == "calibration"),
@@ -114,8 +114,8 @@ def _measure_on_fleet(request: SweepRequest, kind: StudyKind, console: Console) 
         out,
         what=f"{_models_text(requests[fleet.labels[0]].models)} on {', '.join(fleet.labels)}",
         command=command_line(),
-        console=console,
     )
+    fleet_outcome = measure_on_fleet(study, console=console)
     print_lost(console, fleet_outcome.lost)
     return SweepOutcome(out, kind, {label: study.store for label, study in fleet_outcome.studies.items()})
 
