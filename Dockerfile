@@ -35,13 +35,13 @@ RUN source /etc/os-release \
         exit 1; \
     fi
 
-# detprof with its Ray extra: the same image is a fleet's head node and each of its GPU nodes.
+# detprof with TensorFlow (the embedded default's framework) and its Ray extra: the same image is a fleet's head node and each of its GPU nodes.
 # The versions are pyproject.toml's (DL3013 asks to pin a package by name; this is the local project).
 WORKDIR /opt/detprof
 COPY pyproject.toml README.md ./
 COPY detprof ./detprof
 # hadolint ignore=DL3013
-RUN python3 -m pip install --no-cache-dir ".[ray]" \
+RUN python3 -m pip install --no-cache-dir ".[tensorflow,ray]" \
     && useradd --create-home --uid 10001 detprof \
     && mkdir -p /work \
     && chown 10001:10001 /work

@@ -1,7 +1,7 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-# What `make sweep` needs (detprof and the framework of the embedded default), and what `make test`
+# What `make sweep` needs (detprof and TensorFlow, the framework of the embedded default), and what `make test`
 # adds: the other backends, Ray, the browser and the test tools. Each stamp re-installs when
 # pyproject.toml changes.
 RUN_STAMP := $(VENV)/.installed-run
@@ -14,7 +14,7 @@ $(BIN)/python:
 	$(BIN)/pip install --quiet --upgrade pip
 
 $(RUN_STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e .
+	$(BIN)/pip install --quiet -e '.[tensorflow]'
 	touch $(RUN_STAMP)
 
 $(TEST_STAMP): pyproject.toml | $(BIN)/python

@@ -72,8 +72,8 @@ RunTimeoutOption = Annotated[
 BackendOption = Annotated[
     str | None,
     typer.Option(
-        help="Keras backend that runs the models: tensorflow | jax | torch (default tensorflow). "
-        "jax and torch need the extras detprof[jax] / detprof[torch]."
+        help="Keras backend that runs the models: tensorflow | jax | torch (default: the framework installed, "
+        "TensorFlow where several are). Each comes with its extra: detprof[tensorflow], detprof[jax], detprof[torch]."
     ),
 ]
 CompileOption = Annotated[

@@ -114,7 +114,7 @@ def test_the_image_installs_detprof_with_ray_and_what_rays_launcher_copies_with(
     installs = [
         c.words for run in run_commands(dockerfile) for c in run if c.words[:4] == ["python3", "-m", "pip", "install"]
     ]
-    assert installs == [["python3", "-m", "pip", "install", "--no-cache-dir", ".[ray]"]]
+    assert installs == [["python3", "-m", "pip", "install", "--no-cache-dir", ".[tensorflow,ray]"]]
     assert any(requirement.startswith("ray") for requirement in extras["ray"])
     apt = nsight_install(dockerfile)
     assert "rsync" in apt[command_index(apt, "apt-get", "install")].words

@@ -52,14 +52,31 @@ def out_of_memory(exc: BaseException) -> bool:
     return isinstance(exc, MemoryError) or any(backend.out_of_memory(exc) for backend in loaded())
 
 
-def require(name: str) -> Backend:
-    """``name``'s backend when its framework is installed; one line naming the extra to install otherwise.
+def installed_default() -> str:
+    """``--backend`` left out: the framework installed here, TensorFlow first where several are.
+
+    Found without importing any. With none installed, one line naming the extras that bring one.
+    """
+    from detprof.errors import UsageError
+
+    found = next((backend.name for backend in REGISTRY.values() if backend.installed()), None)
+    if found is None:
+        extras = " or ".join(f"'detprof[{name}]'" for name in REGISTRY)
+        raise UsageError(f"no deep-learning framework is installed here: pip install {extras}")
+    return found
+
+
+def require(name: str | None) -> Backend:
+    """``name``'s backend (None: the installed one) when its framework is installed; one line naming the extra
+    to install otherwise.
 
     Checked in detprof's own process without importing the framework, so that a sweep on one
     backend never pays for loading another.
     """
     from detprof.errors import UsageError
 
+    if name is None:
+        name = installed_default()
     if name not in REGISTRY:
         raise UsageError(f"unknown backend {name!r}; choose one of {', '.join(REGISTRY)}")
     backend = REGISTRY[name]

@@ -70,7 +70,7 @@ class FleetOptions:
         return cls(
             options.ray,
             labels,
-            options.backend or backends.DEFAULT,
+            backends.require(options.backend).name,
             options.force,
             options.resume,
             int(max_trace_mb * MB),

@@ -168,7 +168,7 @@ def choose_target(options: RunOptions, presets: Sequence[str], *, dry_run: bool 
 
 def chosen_backend(options: RunOptions) -> str:
     """The backend asked for, installed, and with a compiler switch it has (one line otherwise)."""
-    backend = backends.require(options.backend or backends.DEFAULT)
+    backend = backends.require(options.backend)
     refusal = backends.compile_refusal(backend, bool(options.xla), options.compile)
     if refusal is not None:
         raise UsageError(refusal)

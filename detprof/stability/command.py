@@ -113,7 +113,7 @@ def stability(
     from detprof.profiler.plan import default_results_dir
     from detprof.stability import study
 
-    backend = backends.require(options.backend or backends.DEFAULT).name
+    backend = backends.require(options.backend).name
     config = study.StudyConfig(
         model=model,
         dataset=dataset,
