@@ -7,7 +7,15 @@ BIN := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: test sweep lint bench install
+# `make gpu-check` runs in an environment of its own that sees the frameworks GPU_PYTHON has (a GPU
+# machine's PyTorch or JAX, with their CUDA builds) and adds only what detprof needs beside them: from
+# wheelhouse/ when it is there (`make wheelhouse`, for a machine without internet), else from PyPI.
+GPU_PYTHON ?= python3
+GPU_VENV := .venv-gpu
+GPU_STAMP := $(GPU_VENV)/.installed
+GPU_CHECK_OUT ?= gpu-check
+
+.PHONY: test sweep lint bench install gpu-check
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -40,3 +48,17 @@ lint: $(TEST_STAMP)
 
 bench: $(TEST_STAMP)
 	$(BIN)/python -m benchmarks
+
+$(GPU_STAMP): pyproject.toml
+	$(GPU_PYTHON) -m venv --system-site-packages $(GPU_VENV)
+	$(GPU_PYTHON) -c 'import site; print("\n".join(site.getsitepackages()))' \
+	  > "$$(echo $(GPU_VENV)/lib/python3*/site-packages)/gpu_python.pth"
+	$(GPU_VENV)/bin/python -m pip install --quiet $(if $(wildcard wheelhouse/*.whl),--no-index --find-links wheelhouse) \
+	  -e '.[measure]'
+	touch $(GPU_STAMP)
+
+# The GPU acceptance run (detprof/doctor/gpu_check.py): without a GPU, one line and exit 0, installing nothing.
+gpu-check:
+	@if ! nvidia-smi -L >/dev/null 2>&1; then \
+	  echo "gpu-check: no NVIDIA GPU here (nvidia-smi lists none); nothing to check"; exit 0; fi; \
+	$(MAKE) --no-print-directory $(GPU_STAMP) && $(GPU_VENV)/bin/python -m detprof.doctor.gpu_check $(GPU_CHECK_OUT)

@@ -67,6 +67,9 @@ class MeasuredRun(TypedDict):
     kernel_table_format: NotRequired[str]
     """The trace format the kernel table was parsed from (``traces.kernel_table.TraceFormat``); older
     records leave it to their tracer and ``kernel_table_kind``."""
+    kernel_devices: NotRequired[list[str]]
+    """The GPUs whose kernels the kernel table holds, by name (``GPU <id>`` where the trace names none);
+    empty where the table holds a CPU's ops."""
     kernel_table_steps: NotRequired[int]
     """Steps the kernel table holds: the traced steps, plus the settling step where the tracer marks no steps."""
     cuda_graph_launches: NotRequired[int]

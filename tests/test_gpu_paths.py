@@ -291,3 +291,22 @@ def test_runs_one_after_the_other_measure_wall_untraced_and_kernels_traced(tmp_p
         assert "pairing" not in rec and rec["measures"] == "both"
         assert len(rec["step_wall_ns"]) == len(rec["traced_step_wall_ns"]) == rec["kernel_table_steps"] == 3
         assert len(rec["step_kernel_ns"]) == 3 and rec["kernel_ns_per_step"] > 0
+
+
+@pytest.mark.parametrize(
+    ("trace", "devices"),
+    [
+        ("tf-bert-3gpu.xplane.pb", ["/device:GPU:4", "/device:GPU:6"]),
+        ("kineto-a100-control.json.gz", ["NVIDIA A100-PG509-200"]),
+        ("nsys-2024.5-cloverleaf-4xA100.sqlite", ["NVIDIA A100-SXM4-80GB"]),
+        ("tf-2.21-cpu-smallcnn.xplane.pb", []),
+    ],
+)
+def test_a_record_names_the_gpus_whose_kernels_its_table_holds(trace: str, devices: list[str]) -> None:
+    """What tells a GPU kernel table from a CPU's ops in a record: a CPU-only trace names no device."""
+    from detprof.profiler.trace_fields import kernel_devices
+
+    path = SHARED / trace
+    if not path.is_file():
+        pytest.skip(f"{path} is not here")
+    assert kernel_devices(load_trace(path)) == devices

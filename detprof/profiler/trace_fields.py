@@ -15,6 +15,7 @@ from typing import Any
 from detprof.errors import DetprofError
 from detprof.store import ResultsStore
 from detprof.traces.graphs import cuda_graph_use
+from detprof.traces.kernel_table import KernelTable
 from detprof.traces.step_split import kernel_ns_by_step, within_steps
 
 FAILURE = "failure"
@@ -47,9 +48,22 @@ def kernel_fields(
         "kernel_table": store.write_table(run_id, frame),
         "kernel_table_kind": "summary" if table.is_summary else "launches",
         "kernel_table_format": table.format,
+        "kernel_devices": kernel_devices(table),
         "kernel_table_steps": table_steps,
         "kernel_count": table.kernel_count,
         "kernel_ns_per_step": table.total_ns / table_steps,
         "step_kernel_ns": kernel_ns_by_step(table),
         **graphs.record(),
     }
+
+
+def kernel_devices(table: KernelTable) -> list[str]:
+    """The devices that ran the table's kernels, by name: none where the rows are a CPU's ops, which carry no
+    device (a summary table names the devices of its trace)."""
+    if table.cpu_ops:
+        return []
+    names = {device.id: device.name or f"GPU {device.id}" for device in table.devices}
+    if table.is_summary:
+        return sorted(set(names.values()))
+    ran = table.launches("device_id")["device_id"].dropna().unique()
+    return [names.get(int(device), f"GPU {int(device)}") for device in sorted(ran)]

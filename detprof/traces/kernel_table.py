@@ -176,6 +176,8 @@ class KernelTable:
     graph_launches: int | None = None
     """CUDA graph launches (``cudaGraphLaunch``/``cuGraphLaunch`` calls) in the trace; None where
     the trace records no API calls (``traces.graphs`` checks that their kernels are there)."""
+    cpu_ops: bool = False
+    """The rows are a CPU's ops timed by a framework's profiler, not GPU kernels: a trace without a GPU."""
 
     def defer_columns(self, complete: Completion) -> KernelTable:
         """Leave the launch columns ``kernels`` lacks to ``complete``, run on its first use.
@@ -221,4 +223,6 @@ class KernelTable:
         if self.memory is not None:
             memory = self.memory[self.memory["device_id"] == device_id].reset_index(drop=True)
         devices = [d for d in self.devices if d.id == device_id]
-        return KernelTable(self.source, self.format, kernels, memory, devices, None, self.nvtx, self.graph_launches)
+        return KernelTable(
+            self.source, self.format, kernels, memory, devices, None, self.nvtx, self.graph_launches, self.cpu_ops
+        )

@@ -638,4 +638,5 @@ def _cpu_table(source: str, trace: _Trace, events: _Events) -> KernelTable:
         kernels=conform(frame, KERNEL_DTYPES),
         devices=[Device(id=0, name=host)],
         nvtx=_cpu_ranges(steps).table() if steps else None,
+        cpu_ops=True,
     )

@@ -486,4 +486,5 @@ def _table(path: Path, collected: _Collected, trace_format: TraceFormat, *, ops_
         memory=memory,
         devices=sorted(collected.devices, key=lambda d: d.id),
         nvtx=steps,
+        cpu_ops=ops_are_kernels,
     )
