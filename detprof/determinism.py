@@ -32,18 +32,19 @@ import detprof.backends as backends
 Mode = Literal["default", "deterministic"]
 MODES: tuple[Mode, ...] = ("default", "deterministic")
 
-BEFORE_THE_CHOICE: dict[str, Any] = {"backend": backends.DEFAULT, "compile": False}
-"""Settings that came with the backend choice, at the value every run had before there was one."""
+IMPLIED_SETTINGS: dict[str, Any] = {"backend": backends.DEFAULT, "compile": False}
+"""Settings whose value is implied where a configuration or a record does not name them: files that name no
+backend ran on TensorFlow, without torch.compile."""
 
 
-def as_before_the_choice(values: Mapping[str, Any]) -> dict[str, Any]:
-    """``values`` without the settings that are at their value from before the backend choice.
+def without_implied(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` without the settings at their implied value (``IMPLIED_SETTINGS``).
 
-    A study's configuration and a run's settings leave them out there, so that results
-    measured before the choice (a sweep to ``--resume``, a stability study, a CI baseline)
-    still match the same measurement made now.
+    A study's configuration and a run's settings leave them out there, so that a configuration
+    that names them and one that does not compare equal (a sweep to ``--resume``, a stability
+    study, a CI baseline).
     """
-    return {k: v for k, v in values.items() if not (k in BEFORE_THE_CHOICE and v == BEFORE_THE_CHOICE[k])}
+    return {k: v for k, v in values.items() if not (k in IMPLIED_SETTINGS and v == IMPLIED_SETTINGS[k])}
 
 
 @dataclass(frozen=True)

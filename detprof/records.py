@@ -261,7 +261,7 @@ PER_STEP_FIELDS: dict[Metric, tuple[str, str]] = {
 
 
 def backend_of(record: Mapping[str, Any]) -> str:
-    """The backend a run (measured or stability) ran on: records written before there was a choice ran on TensorFlow."""
+    """The backend a run (measured or stability) ran on: a record that names none ran on TensorFlow."""
     return str(record.get("backend") or backends.DEFAULT)
 
 

@@ -17,7 +17,7 @@ REGISTRY: dict[str, Backend] = {backend.name: backend for backend in (TensorFlow
 NAMES: tuple[str, ...] = tuple(REGISTRY)
 TENSORFLOW, JAX, TORCH = TensorFlow.name, Jax.name, Torch.name
 DEFAULT = TENSORFLOW
-"""The backend of every run from before there was a choice, and of ``--backend`` left out."""
+"""The implied backend: of a record or a configuration that names none."""
 
 
 def get(name: str) -> Backend:

@@ -23,8 +23,8 @@ sides have them; one missing on a side is reported as missing, not as a changed 
 The backend is not one more field to wave through: the same model on another framework is
 another measurement, so ``check`` refuses a baseline of another backend in one line, with
 or without ``--allow-env-change``, and ``baseline`` refuses results that hold sweeps of
-several backends (a baseline is of one backend: build one per backend). Baselines written
-before there was a choice lack the new fields and read as TensorFlow's (``ADDED_LATER``).
+several backends (a baseline is of one backend: build one per backend). A baseline without
+the backend's fields reads as TensorFlow's (``ADDED_LATER``).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from typing import Any
 
 from detprof import backends
 from detprof.check.regression import ModelSample, SweepSamples, baseline_models, samples_from_records
-from detprof.determinism import as_before_the_choice
+from detprof.determinism import without_implied
 from detprof.errors import InputError
 from detprof.models.own import REGISTRY_SOURCE, OwnModel
 from detprof.records import backend_of, environment_values, finite_number
@@ -74,8 +74,8 @@ ADDED_LATER: dict[str, Any] = {
     **{key: None for key in FRAMEWORK_VERSIONS if key not in backends.get(backends.DEFAULT).version_keys},
     "model_source": {},
 }
-"""Fingerprint fields a baseline written before there was a backend choice (or models of your own) lacks,
-and what they were then: an empty ``model_source`` compares no model."""
+"""Fingerprint fields a baseline may lack, and what they are then: TensorFlow's (the implied backend's),
+with no other framework's version; an empty ``model_source`` compares no model."""
 _SOURCES: dict[str, tuple[str, str]] = {
     "gpu_name": ("device", "name"),
     "gpu_label": ("device", "label"),
@@ -143,7 +143,7 @@ def _refuse_several_backends(path: Path, stores: Iterable[ResultsStore], records
 
 
 def measurement_config_hash(config: Mapping[str, Any]) -> str:
-    return config_hash({k: v for k, v in as_before_the_choice(config).items() if k not in UNHASHED_CONFIG_KEYS})
+    return config_hash({k: v for k, v in without_implied(config).items() if k not in UNHASHED_CONFIG_KEYS})
 
 
 def fingerprint(config: Mapping[str, Any], records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
@@ -173,7 +173,7 @@ def model_sources(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
 
 def _settings(record: Mapping[str, Any]) -> dict[str, Any]:
     """What the framework reported in effect, less the mode (it differs by design) and the backend (its own field)."""
-    settings = as_before_the_choice(record.get("settings") or {})
+    settings = without_implied(record.get("settings") or {})
     return {k: v for k, v in settings.items() if k not in ("mode", "backend")}
 
 
@@ -300,7 +300,7 @@ class Baseline:
 
     @property
     def backend(self) -> str:
-        """The Keras backend the baseline's sweep ran; a baseline written before there was a choice: TensorFlow."""
+        """The Keras backend the baseline's sweep ran; TensorFlow where the baseline names none."""
         return str(self.fingerprint.get("backend") or backends.DEFAULT)
 
     @property

@@ -231,12 +231,12 @@ class WorkerLauncher:
         so that drift, other load and thermals fall on both alike. Both are pinned to the same
         core ``cpu_core`` with one compute thread each once warm: only one steps at a time,
         so they never compete, and each step sees the core (and its caches, and whatever else
-        runs there) as the other worker's step beside it did. Measured on a loaded 2-core
-        machine (A/A, mediumcnn_k3, 5 pairs): +/-2.8% with one shared core, +/-8% unpinned,
-        +/-10% on a core each.
+        runs there) as the other worker's step beside it did: A/A intervals came out several
+        times narrower than unpinned workers' or workers on a core each (README, "How the
+        measurement concludes").
 
-        The workers live for all of ``pairs`` (the models of one repeat): importing TensorFlow
-        and Keras took 5 of a pair's 10 s, so a worker per pair spent half the sweep starting.
+        The workers live for all of ``pairs`` (the models of one repeat): importing the
+        framework and Keras is half of a pair's time, which a worker per pair would pay again.
         All of ``pairs[i][0]`` share one mode, all of ``pairs[i][1]`` the other, so a worker
         never switches determinism; each pair of the session is still its own measurement.
 

@@ -42,9 +42,9 @@ def step_in_lockstep(workers: Sequence[Paced], wall_steps: int, traced_steps: in
 
     The same order keeps the pair symmetric: each step follows a step of the other worker on
     the same core. Alternating who goes first (A, B, B, A, ...) lets a worker step twice in a
-    row, on caches it had just warmed: in A/A pairs (smallcnn, mediumcnn_k1) a step that
-    followed the worker's own step was 4-6% faster than one that followed the other's, and
-    the order of the steps then decides the ratio.
+    row, on caches it had just warmed: in A/A pairs a step that followed the worker's own step
+    ran faster than one that followed the other's, and the order of the steps then decided the
+    ratio.
 
     First ``wall_steps`` untraced steps, then each worker in turn starts its tracer (and
     its settling step) while the other waits, then ``traced_steps`` traced steps: starting a

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Literal, Self, TypeVar
 
 from detprof import backends
-from detprof.determinism import MODES, DeterminismSettings, Mode, as_before_the_choice
+from detprof.determinism import MODES, DeterminismSettings, Mode, without_implied
 from detprof.errors import UsageError
 from detprof.gpu_labels import CPU_LABEL
 from detprof.options import RunOptions
@@ -93,10 +93,10 @@ class RunSettings:
     def manifest(self) -> dict[str, Any]:
         """What identifies the measurement (a resumed study must match it exactly); not the timeout.
 
-        TensorFlow without ``--compile`` is written as before there was a backend choice
-        (``determinism.as_before_the_choice``), so that a sweep measured then still resumes.
+        Settings at their implied value are left out (``determinism.without_implied``), so that a
+        sweep whose manifest does not name them still resumes.
         """
-        config = as_before_the_choice(asdict(self))
+        config = without_implied(asdict(self))
         config.pop("run_timeout_s")
         config["modes"] = list(MODES)
         return config
@@ -177,7 +177,7 @@ def chosen_backend(options: RunOptions) -> str:
 
 def default_results_dir(device: DeviceChoice, backend: str = backends.DEFAULT) -> Path:
     """``results/<date>-<device>[-<backend>]``: the sweep, kernels and stability of one day, device and
-    backend pair up; TensorFlow's folders keep the name they had before there was a choice."""
+    backend pair up; TensorFlow, the implied backend, adds no suffix."""
     suffix = "" if backend == backends.DEFAULT else f"-{backend}"
     return Path("results") / f"{dt.date.today().isoformat()}-{device.label}{suffix}"
 
@@ -256,10 +256,9 @@ def mode_order(repeat: int) -> tuple[Mode, ...]:
     """The order of the two modes in ``repeat``: ``RUN_ORDER`` in even repeats, reversed in odd ones.
 
     Whichever worker starts and steps first is not quite the same as the second: in A/A
-    lockstep pairs on 2 cores, the second came out 0.5-1.5% slower (all three cpu-small
-    models, two calibrations), enough to push an A/A interval off 1.00. Counterbalanced,
-    that order effect falls on both modes equally and lands in the interval as spread
-    between repeats instead of as a bias. The same holds for runs one after the other.
+    lockstep pairs the second came out slower, enough to push an A/A interval off 1.00.
+    Counterbalanced, that order effect falls on both modes equally and lands in the interval
+    as spread between repeats instead of as a bias. The same holds for runs one after the other.
     """
     return RUN_ORDER if repeat % 2 == 0 else RUN_ORDER[::-1]
 

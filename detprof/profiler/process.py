@@ -31,18 +31,16 @@ STEADY_HEAP_ENV: dict[str, str] = {
 
 By default glibc hands buffers over 128 KiB (up to 32 MiB as its threshold adapts) to
 mmap and gives freed memory back to the kernel, so each step page-faults its large
-tensors afresh, and how much it does depends on the process: the same model ran 20-40%
-slower in one worker than in the other of a lockstep pair for a whole run, and
-mediumcnn_k3's A/A interval over 6 pairs was +/-3-12%. Kept on the heap, every step after
-the warm-up touches memory it already has: +/-0.9-1.7% (README, "How the measurement
-concludes"). Both modes get the same settings; a user's own value wins (``setdefault``).
+tensors afresh, and how much it does depends on the process: one worker of a lockstep pair
+ran slower than the other for a whole run. Kept on the heap, every step after the warm-up
+touches memory it already has (README, "How the measurement concludes", has the A/A
+figures). Both modes get the same settings; a user's own value wins (``setdefault``).
 
 Address-space randomization stays on. Turned off, it steadied the step times while the heap
 still moved, but it fixes each mode's layout by its command line (the two modes' run ids
 differ in length), a bias between the modes that no A/A test can see. With the heap kept,
-randomized layouts cost little (A/A over 6 pairs, all within +/-2.2%) and are a random
-effect the interval over pairs covers (Mytkowicz et al., "Producing wrong data without
-doing anything obviously wrong", ASPLOS 2009).
+randomized layouts cost little and are a random effect the interval over pairs covers
+(Mytkowicz et al., "Producing wrong data without doing anything obviously wrong", ASPLOS 2009).
 """
 TF_LOG_LEVEL = {"TF_CPP_MIN_LOG_LEVEL": "2"}
 """TensorFlow's warnings and errors in the worker's log, not every info line."""

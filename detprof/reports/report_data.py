@@ -16,7 +16,7 @@ device is a different measurement on each: everything keyed by (model, device) i
 (model, device, backend) too, a stability study pairs only with a sweep of its backend, and
 a noise floor only with its backend's calibration. Where the report holds several backends
 (or one that is not TensorFlow) it names the backend beside every device (``Report.where``);
-a TensorFlow-only report reads as it did before there was a choice.
+a TensorFlow-only report names none, TensorFlow being the implied backend.
 """
 
 from __future__ import annotations

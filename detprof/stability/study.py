@@ -30,7 +30,7 @@ from rich.console import Console
 
 from detprof import backends
 from detprof.backends.tensorflow import quiet_tensorflow
-from detprof.determinism import MODES, Mode, as_before_the_choice
+from detprof.determinism import MODES, Mode, without_implied
 from detprof.errors import UsageError, first_line
 from detprof.models import own, registry
 from detprof.profiler.devices import DeviceChoice, Nvml, free_memory, usable_cpus
@@ -128,7 +128,7 @@ class StudyConfig:
         """What a resumed study must match. TensorFlow's leaves the backend out, as studies did before
         there was a choice, so that those still resume; any other backend is named. A model of your
         own adds its spec, so that a study of a changed model does not resume into the old one's."""
-        config = as_before_the_choice(asdict(self))
+        config = without_implied(asdict(self))
         if not self.keep_saved_weights:
             config.pop("keep_saved_weights")
         if self.own_model is None:

@@ -18,13 +18,11 @@ PRESETS: dict[str, dict[str, Any]] = {
         "classes": None,
     },
     # The embedded default on a machine without a GPU: small models, small inputs, measured in
-    # lockstep pairs (profiler.study.Pairing) on a heap that stays put (launcher.STEADY_HEAP_ENV),
+    # lockstep pairs (profiler.plan.Pairing) on a heap that stays put (process.STEADY_HEAP_ENV),
     # the models of a repeat by one pair of workers. The worker process is a random effect, so
-    # precision comes from the number of pairs and their steps: on 2 cores, A/A (`--calibrate`)
-    # over 6 pairs resolved mediumcnn_k1 (the noisiest) to +/-1.6-4.9% with 40 steps and
-    # +/-1.4% with 100, every model within +/-1.6%. Each run takes its steps twice, untraced
-    # (wall time) and traced (kernel time): 100 of each took the sweep to 167-182 s against a
-    # 3-minute budget, so 80 of each.
+    # precision comes from the number of pairs and their steps; each run takes its steps twice,
+    # untraced (wall time) and traced (kernel time). These are the fewest that conclude within
+    # the budget (README, "How the measurement concludes", has the A/A figures).
     "cpu-small": {
         "models": ("smallcnn", "mediumcnn_k1", "mediumcnn_k3"),
         "steps": 80,

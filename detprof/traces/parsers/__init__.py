@@ -99,7 +99,8 @@ def _load_kineto(trace: Path, rank: int | None) -> KernelTable:
 
 
 def _load_folder(folder: Path, rank: int | None) -> KernelTable:
-    """A TensorFlow profile (XSpace files) as before; else the folder's PyTorch profiler traces."""
+    """A framework profile of XSpace files (TensorFlow's or jax.profiler's); else the folder's PyTorch profiler
+    traces."""
     from detprof.traces.parsers.kineto_json import load_kineto, trace_files
     from detprof.traces.parsers.tf_xplane import load_xplane, xplane_files
 
