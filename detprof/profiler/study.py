@@ -68,9 +68,10 @@ def _run_lockstep_pairs(
     The pairs of one repeat share a pair of workers (``WorkerLauncher.run_pairs``); the next
     repeat starts fresh ones, so the worker process stays a random effect across repeats.
     One session at a time: two pairs side by side on two cores interfered through the
-    shared caches and memory, which widened A/A intervals several times over. A pair that is half done (a crash between its two records) is measured again
-    whole: its two halves must share the machine's state. When a session ends early (a
-    worker died, or a pair ran past ``--run-timeout``), fresh workers take the pairs left.
+    shared caches and memory, which widened A/A intervals several times over. A pair that is
+    half done (a crash between its two records) is measured again whole: its two halves must
+    share the machine's state. When a session ends early (a worker died, or a pair ran past
+    ``--run-timeout``), fresh workers take the pairs left.
     """
     pairs = mode_pairs(plan)
     todo = [pair for pair in pairs if not all(store.is_done(run.run_id) for run in pair)]
