@@ -13,73 +13,12 @@ import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, TypeVar, get_type_hints
 
 import typer
 
 from detprof.errors import UsageError
 
-PresetOption = Annotated[
-    str | None, typer.Option(help="paper | cpu-small (default: cpu-small without a GPU, else paper).")
-]
-GpuOption = Annotated[
-    list[str] | None,
-    typer.Option(
-        help="GPU label for the results (t4, v100, a100, ..., or cpu); checked against the device. "
-        "With --ray, once per GPU type of the fleet (--gpu t4 --gpu a100)."
-    ),
-]
-GpuIndexOption = Annotated[
-    str | None,
-    typer.Option(
-        help="Which GPU runs the workers: its NVML index (as `detprof gpus` lists it) or UUID, or a UUID prefix "
-        "(GPU-...); default the first visible one. The workers see that GPU only."
-    ),
-]
-ForceOption = Annotated[bool, typer.Option(help="Accept a --gpu label that does not match the detected device.")]
-TracerOption = Annotated[
-    str | None,
-    typer.Option(
-        help="auto | nsys | nvprof | tf | jax | torch | none (default auto: nsys on a GPU where it is installed, "
-        "else the backend's own profiler)."
-    ),
-]
-TraceApiOption = Annotated[
-    str | None,
-    typer.Option(
-        help="nsys only: library API traces to add to cuda,nvtx (cudnn, cublas; comma-separated). "
-        "Each taxes every call it records; kernel time is unaffected."
-    ),
-]
-StepsOption = Annotated[int | None, typer.Option(help="Measured steps per run (paper: 100).")]
-WarmupOption = Annotated[
-    int | None, typer.Option(help="Warm-up steps excluded from measurement (autotuning happens here).")
-]
-RepeatsOption = Annotated[int | None, typer.Option(help="Repeats per mode (>= 2 for a confidence interval).")]
-BatchSizeOption = Annotated[int | None, typer.Option(help="Batch size (paper: 64).")]
-InputSizeOption = Annotated[
-    int | None, typer.Option(help="Square input size in pixels the models are built at (default: their own).")
-]
-XlaOption = Annotated[
-    bool | None, typer.Option("--xla/--no-xla", help="Compile with XLA in both modes (jit_compile is always pinned).")
-]
-SeedOption = Annotated[int | None, typer.Option(help="Seed set in both modes (default 0).")]
-OutOption = Annotated[Path | None, typer.Option(help="Results directory (default results/<date>-<device>).")]
-ResumeOption = Annotated[bool, typer.Option(help="Continue the study in --out, skipping completed runs.")]
-RunTimeoutOption = Annotated[
-    float | None, typer.Option(help="Seconds after which a run is stopped and recorded as failed.")
-]
-BackendOption = Annotated[
-    str | None,
-    typer.Option(
-        help="Keras backend that runs the models: tensorflow | jax | torch (default: the framework installed, "
-        "TensorFlow where several are). Each comes with its extra: detprof[tensorflow], detprof[jax], detprof[torch]."
-    ),
-]
-CompileOption = Annotated[
-    bool,
-    typer.Option(help="torch: run the training step under torch.compile in both modes (default off, as in eager)."),
-]
 ModelsOption = Annotated[
     str | None,
     typer.Option(
@@ -87,82 +26,101 @@ ModelsOption = Annotated[
         "package.module:FUNCTION (a function returning a keras.Model) or FILE.keras (a saved model)."
     ),
 ]
-InputShapeOption = Annotated[
-    str | None,
-    typer.Option(
-        help="HxWxC: the input shape your own models are built at when they take one: factories of "
-        "(input_shape, classes), a Sequential without keras.Input, an unbuilt subclassed model "
-        "(default: --data's images, else 32x32x3)."
-    ),
-]
-ClassesOption = Annotated[
-    int | None,
-    typer.Option(help="Classes the models are built for (default: the preset's, else --data's labels, else 10)."),
-]
-DataOption = Annotated[
-    str | None,
-    typer.Option(
-        help="npz:PATH: train on a real batch from this file instead of synthetic data: x_train/y_train "
-        "(as stability --dataset npz:PATH), or an array per input and output of your model, by name."
-    ),
-]
-RayOption = Annotated[
-    str | None,
-    typer.Option(
-        help="Run on a Ray cluster (auto, HOST:PORT or ray://HOST:10001): each --gpu type on the nodes of that "
-        "Ray accelerator type, results brought home into --out (docs/fleet.md). Needs detprof[ray]."
-    ),
-]
-MaxTraceMbOption = Annotated[
-    float | None,
-    typer.Option(
-        help="--ray: traces up to this size (MB) come home with their runs; larger ones stay on the node, "
-        "their path recorded (default 64)."
-    ),
-]
-
-
 OPTION = "option"
 
 
-def option(declaration: Any, default: Any = None) -> Any:
-    """A ``RunOptions`` field that is a command-line option: its default and its Typer declaration, in one place."""
-    return field(default=default, metadata={OPTION: declaration})
+@dataclass(frozen=True)
+class Declared:
+    """How a ``RunOptions`` field reads on the command line: its help, and its flags or type where Typer's differ."""
+
+    help: str
+    flags: tuple[str, ...] = ()
+    cli_type: Any = None
+    """The type the command line gives, where ``RunOptions`` holds it otherwise (``--gpu``: a list of labels)."""
+
+
+def option(help: str, default: Any = None, *, flags: tuple[str, ...] = (), cli_type: Any = None) -> Any:
+    """A ``RunOptions`` field that is a command-line option: its default and its declaration, in one place."""
+    return field(default=default, metadata={OPTION: Declared(help, flags, cli_type)})
 
 
 @dataclass(frozen=True)
 class RunOptions:
     """The shared options as one value: what a command that measures was given (``None``: not given)."""
 
-    preset: str | None = option(PresetOption)
-    backend: str | None = option(BackendOption)
-    compile: bool = option(CompileOption, False)
-    gpu: str | None = option(GpuOption)
-    gpu_index: str | None = option(GpuIndexOption)
-    force: bool = option(ForceOption, False)
-    tracer: str | None = option(TracerOption)
-    trace_api: str | None = option(TraceApiOption)
-    steps: int | None = option(StepsOption)
-    warmup: int | None = option(WarmupOption)
-    repeats: int | None = option(RepeatsOption)
-    batch_size: int | None = option(BatchSizeOption)
-    input_size: int | None = option(InputSizeOption)
-    xla: bool | None = option(XlaOption)
-    seed: int | None = option(SeedOption)
-    out: Path | None = option(OutOption)
-    resume: bool = option(ResumeOption, False)
-    run_timeout: float | None = option(RunTimeoutOption)
-    input_shape: str | None = option(InputShapeOption)
-    classes: int | None = option(ClassesOption)
-    data: str | None = option(DataOption)
-    ray: str | None = option(RayOption)
-    max_trace_mb: float | None = option(MaxTraceMbOption)
+    preset: str | None = option("paper | cpu-small (default: cpu-small without a GPU, else paper).")
+    backend: str | None = option(
+        "Keras backend that runs the models: tensorflow | jax | torch (default: the framework installed, "
+        "TensorFlow where several are). Each comes with its extra: detprof[tensorflow], detprof[jax], detprof[torch]."
+    )
+    compile: bool = option(
+        "torch: run the training step under torch.compile in both modes (default off, as in eager).", False
+    )
+    gpu: str | None = option(
+        "GPU label for the results (t4, v100, a100, ..., or cpu); checked against the device. "
+        "With --ray, once per GPU type of the fleet (--gpu t4 --gpu a100).",
+        cli_type=list[str] | None,
+    )
+    gpu_index: str | None = option(
+        "Which GPU runs the workers: its NVML index (as `detprof gpus` lists it) or UUID, or a UUID prefix "
+        "(GPU-...); default the first visible one. The workers see that GPU only."
+    )
+    force: bool = option("Accept a --gpu label that does not match the detected device.", False)
+    tracer: str | None = option(
+        "auto | nsys | nvprof | tf | jax | torch | none (default auto: nsys on a GPU where it is installed, "
+        "else the backend's own profiler)."
+    )
+    trace_api: str | None = option(
+        "nsys only: library API traces to add to cuda,nvtx (cudnn, cublas; comma-separated). "
+        "Each taxes every call it records; kernel time is unaffected."
+    )
+    steps: int | None = option("Measured steps per run (paper: 100).")
+    warmup: int | None = option("Warm-up steps excluded from measurement (autotuning happens here).")
+    repeats: int | None = option("Repeats per mode (>= 2 for a confidence interval).")
+    batch_size: int | None = option("Batch size (paper: 64).")
+    input_size: int | None = option("Square input size in pixels the models are built at (default: their own).")
+    xla: bool | None = option(
+        "Compile with XLA in both modes (jit_compile is always pinned).", flags=("--xla/--no-xla",)
+    )
+    seed: int | None = option("Seed set in both modes (default 0).")
+    out: Path | None = option("Results directory (default results/<date>-<device>).")
+    resume: bool = option("Continue the study in --out, skipping completed runs.", False)
+    run_timeout: float | None = option("Seconds after which a run is stopped and recorded as failed.")
+    input_shape: str | None = option(
+        "HxWxC: the input shape your own models are built at when they take one: factories of "
+        "(input_shape, classes), a Sequential without keras.Input, an unbuilt subclassed model "
+        "(default: --data's images, else 32x32x3)."
+    )
+    classes: int | None = option(
+        "Classes the models are built for (default: the preset's, else --data's labels, else 10)."
+    )
+    data: str | None = option(
+        "npz:PATH: train on a real batch from this file instead of synthetic data: x_train/y_train "
+        "(as stability --dataset npz:PATH), or an array per input and output of your model, by name."
+    )
+    ray: str | None = option(
+        "Run on a Ray cluster (auto, HOST:PORT or ray://HOST:10001): each --gpu type on the nodes of that "
+        "Ray accelerator type, results brought home into --out (docs/fleet.md). Needs detprof[ray]."
+    )
+    max_trace_mb: float | None = option(
+        "--ray: traces up to this size (MB) come home with their runs; larger ones stay on the node, "
+        "their path recorded (default 64)."
+    )
     gpus: tuple[str, ...] = ()
     """Every ``--gpu`` given: one label, or with ``--ray`` the GPU types of a fleet (``gpu`` is then None)."""
 
 
-OPTION_TYPES: dict[str, Any] = {f.name: f.metadata[OPTION] for f in fields(RunOptions) if OPTION in f.metadata}
-"""Each shared option's name and its declaration, in ``RunOptions``' order."""
+def _option_types() -> dict[str, Any]:
+    """Each shared option's Typer declaration, built from its ``RunOptions`` field, in the fields' order."""
+    hints = get_type_hints(RunOptions)
+    declared = {f.name: f.metadata[OPTION] for f in fields(RunOptions) if OPTION in f.metadata}
+    return {
+        name: Annotated[d.cli_type or hints[name], typer.Option(*d.flags, help=d.help)]  # type: ignore[valid-type]
+        for name, d in declared.items()
+    }
+
+
+OPTION_TYPES: dict[str, Any] = _option_types()
 
 FLEET = ("ray", "max_trace_mb")
 """What runs a study on a Ray cluster (``detprof.fleet``): the sweep and ``check --run`` take these."""
