@@ -41,9 +41,9 @@ def compile_refusal(backend: Backend, xla: bool, compile: bool) -> str | None:
     its user asked for.
     """
     for option, given in (("xla", xla), ("compile", compile)):
-        owner = next((b for b in REGISTRY.values() if b.compile_option == option), None)
+        owner = next((b for b in REGISTRY.values() if b.compiler.option == option), None)
         if given and owner is not None and owner is not backend:
-            return f"{owner.compile_option_words}; {backend.framework} {backend.compiles}"
+            return f"{owner.compiler.option_words}; {backend.framework} {backend.compiler.compiles}"
     return None
 
 

@@ -17,10 +17,25 @@ import contextlib
 import importlib.util
 import sys
 from collections.abc import Callable, Iterator, MutableMapping
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 StopProfiler = Callable[[], None]
 """What ``Backend.start_profiler`` returns: the call that stops the capture and writes the trace."""
+
+
+@dataclass(frozen=True)
+class Compiler:
+    """How a backend compiles its training step, pinned to one explicit choice in both modes."""
+
+    name: str
+    """The compiler, as a plan names it."""
+    option: str | None
+    """The option that compiles the step (``xla``: ``--xla``, ``compile``: ``--compile``); None: always compiled."""
+    compiles: str
+    """How this backend compiles, in a refusal of another backend's option."""
+    option_words: str = ""
+    """What ``option`` is, for a user who gives it to another backend."""
 
 
 class Backend:
@@ -63,27 +78,19 @@ class Backend:
     def loaded(self) -> bool:
         return self.module in sys.modules
 
-    # The compiler: pinned to one explicit choice in both modes.
-
-    compile_option: ClassVar[str | None]
-    """The option that compiles the step (``xla``: ``--xla``, ``compile``: ``--compile``); None: always compiled."""
-    compile_option_words: ClassVar[str] = ""
-    """What that option is, for a user who gives it to another backend."""
-    compiler: ClassVar[str]
-    """The compiler, as a plan names it."""
-    compiles: ClassVar[str]
-    """How this backend compiles, in a refusal of another backend's option."""
+    compiler: ClassVar[Compiler]
 
     def jit_compile(self, xla: bool, compile: bool) -> bool:
         """What Keras' ``jit_compile`` is here for ``--xla`` and ``--compile``, the same in both modes."""
-        return bool({"xla": xla, "compile": compile}.get(self.compile_option or "", True))
+        return bool({"xla": xla, "compile": compile}.get(self.compiler.option or "", True))
 
     def compiler_words(self, xla: bool, compile: bool) -> str:
         """The compile setting pinned in both modes, as a plan shows it."""
-        if self.compile_option is None:
-            return f"{self.compiler} in both modes (always)"
-        on = f"on in both modes (--{self.compile_option})" if self.jit_compile(xla, compile) else "off in both modes"
-        return f"{self.compiler} pinned: {on}"
+        option = self.compiler.option
+        if option is None:
+            return f"{self.compiler.name} in both modes (always)"
+        on = f"on in both modes (--{option})" if self.jit_compile(xla, compile) else "off in both modes"
+        return f"{self.compiler.name} pinned: {on}"
 
     # Determinism: switched before the framework does any work, read back from the framework.
 

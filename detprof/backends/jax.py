@@ -8,7 +8,7 @@ import sys
 from collections.abc import MutableMapping
 from typing import Any
 
-from .base import Backend, StopProfiler
+from .base import Backend, Compiler, StopProfiler
 
 XLA_FLAGS_ENV = "XLA_FLAGS"
 DETERMINISTIC_FLAG = "--xla_gpu_deterministic_ops"
@@ -39,9 +39,7 @@ class Jax(Backend):
     version_keys = ("jax", "jaxlib")
     cuda_build = "install JAX's CUDA plugin: pip install 'jax[cuda12]'"
     switch_words = "XLA_FLAGS+=--xla_gpu_deterministic_ops=true (the user's other flags kept)"
-    compile_option = None
-    compiler = "jax.jit"
-    compiles = "always compiles with XLA"
+    compiler = Compiler("jax.jit", None, "always compiles with XLA")
     in_effect_columns = (
         ("op determinism (xla_gpu_deterministic_ops)", "op_determinism"),
         ("XLA_FLAGS", "xla_flags"),

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Iterator, MutableMapping
 from typing import Any
 
-from .base import Backend, StopProfiler
+from .base import Backend, Compiler, StopProfiler
 
 DEBUG_ENV = "DETPROF_DEBUG"
 """Set (non-empty) to see everything: tracebacks of internal errors and TensorFlow's own log lines."""
@@ -28,10 +28,7 @@ class TensorFlow(Backend):
     version_keys = ("tensorflow",)
     cuda_build = "install TensorFlow's CUDA build: pip install 'tensorflow[and-cuda]'"
     switch_words = "tf.config.experimental.enable_op_determinism()"
-    compile_option = "xla"
-    compile_option_words = "--xla is TensorFlow's jit_compile"
-    compiler = "jit_compile (XLA)"
-    compiles = "compiles with --xla"
+    compiler = Compiler("jit_compile (XLA)", "xla", "compiles with --xla", "--xla is TensorFlow's jit_compile")
     in_effect_columns = (
         ("op determinism", "op_determinism"),
         ("jit_compile (XLA, pinned)", "jit_compile"),

@@ -8,7 +8,7 @@ import sys
 from collections.abc import MutableMapping
 from typing import Any
 
-from .base import Backend, StopProfiler
+from .base import Backend, Compiler, StopProfiler
 
 CUBLAS_WORKSPACE_ENV = "CUBLAS_WORKSPACE_CONFIG"
 CUBLAS_DETERMINISTIC_WORKSPACE = ":4096:8"
@@ -42,10 +42,9 @@ class Torch(Backend):
         "workspace, as PyTorch's reproducibility notes require."
     )
     switched_after_import = True
-    compile_option = "compile"
-    compile_option_words = "--compile is torch.compile, for --backend torch"
-    compiler = "torch.compile"
-    compiles = "compiles with --compile"
+    compiler = Compiler(
+        "torch.compile", "compile", "compiles with --compile", "--compile is torch.compile, for --backend torch"
+    )
 
     def switch(self, deterministic: bool) -> None:
         """Deterministic mode as PyTorch's reproducibility notes say; default mode is PyTorch's defaults.
