@@ -165,9 +165,9 @@ def test_protobuf_that_is_not_an_xspace(tmp_path: Path) -> None:
 
 def test_an_xspace_without_kernels_keeps_its_own_message(tmp_path: Path) -> None:
     """A real TensorFlow profile that holds nothing is not "a file in no known format"."""
-    from detprof.traces.parsers.tf_xplane import _xplane_pb2
+    from detprof.traces.parsers.xspace_schema import xspace_class
 
-    space = _xplane_pb2().XSpace()
+    space = xspace_class()()
     space.planes.add(name="/host:CPU").lines.add(name="python")
     path = tmp_path / "eager.xplane.pb"
     path.write_bytes(space.SerializeToString())
@@ -219,9 +219,9 @@ def test_a_folder_of_pytorch_profiler_traces(tmp_path: Path) -> None:
 
 def test_a_folder_with_an_xspace_stays_a_tensorflow_profile(tmp_path: Path) -> None:
     """TensorFlow's log folders keep their meaning even with a PyTorch trace beside the XSpace."""
-    from detprof.traces.parsers.tf_xplane import _xplane_pb2
+    from detprof.traces.parsers.xspace_schema import xspace_class
 
-    space = _xplane_pb2().XSpace()
+    space = xspace_class()()
     space.planes.add(name="/host:CPU").lines.add(name="python")
     (tmp_path / "host.xplane.pb").write_bytes(space.SerializeToString())
     simple_gpu_trace(tmp_path / "worker0.pt.trace.json")

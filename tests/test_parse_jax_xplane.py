@@ -1,10 +1,11 @@
-"""JAX profiler traces on a CPU (XLA:CPU thunks in an XSpace) -> KernelTable.
+"""JAX profiler traces (XSpace) -> KernelTable: XLA:CPU thunks from real runs, XLA:GPU kernels as XLA writes them.
 
-The traces are written here by real ``jax.profiler`` runs, in a fresh interpreter (Keras
+The CPU traces are written here by real ``jax.profiler`` runs, in a fresh interpreter (Keras
 picks its backend at import, and this process may hold Keras on TensorFlow). Expected
-values come from walking the protobuf with TensorFlow's generated XSpace classes, and
-nesting is resolved by brute force, not by the parser's stack. The classes are loaded as
-the parser loads them, without importing TensorFlow (7 s here): only the schema is shared.
+values come from walking the protobuf messages plainly (detprof's runtime XSpace classes,
+which ``test_parse_xplane`` holds to TensorFlow's generated ones), and nesting is resolved
+by brute force, not by the parser's stack. No real JAX GPU trace is at hand: the GPU case is
+an XSpace built here the way XLA's GPU tracer writes one (see ``_xla_gpu_space``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fixtures_traces import SHARED_TRACES
 from script_runner import ROOT, run_script
 
 from detprof.cli import main
@@ -26,10 +28,11 @@ from detprof.errors import InputError
 from detprof.traces.classify import classify
 from detprof.traces.kernel_table import KERNEL_DTYPES
 from detprof.traces.parsers import load_trace
-from detprof.traces.parsers.tf_xplane import _xplane_pb2
-from detprof.traces.step_split import kernel_ns_by_step, step_range_name
+from detprof.traces.parsers.xspace_schema import xspace_class
+from detprof.traces.step_split import kernel_ns_by_step, step_range_name, within_steps
 
 STEPS = 3
+XSpace = xspace_class()
 
 # Run with ``python -c`` as: LOGDIR {jax,keras}. The tracing calls are the ones detprof's
 # worker makes around its measured steps.
@@ -124,14 +127,9 @@ def jax_logdir(tmp_path_factory) -> Path:
     return _trace(tmp_path_factory.mktemp("jax-profile") / "trace", "jax")
 
 
-@pytest.fixture(scope="module")
-def xplane_pb2():
-    return _xplane_pb2()
-
-
-def _space(xplane_pb2, logdir: Path) -> Any:
+def _space(logdir: Path) -> Any:
     [file] = logdir.glob("plugins/profile/*/*.xplane.pb")
-    space = xplane_pb2.XSpace()
+    space = XSpace()
     space.ParseFromString(file.read_bytes())
     return space
 
@@ -182,9 +180,9 @@ def _steps(space) -> list[tuple[int, int]]:
     return sorted(found)
 
 
-def _check_against_protobuf(logdir: Path, xplane_pb2) -> Any:
+def _check_against_protobuf(logdir: Path) -> Any:
     """The table from the log folder against the raw XSpace; returns the table."""
-    space = _space(xplane_pb2, logdir)
+    space = _space(logdir)
     rows = _self_times(_thunks(space))
 
     table = load_trace(logdir)
@@ -212,8 +210,8 @@ def _check_against_protobuf(logdir: Path, xplane_pb2) -> Any:
     return table
 
 
-def test_jax_trace_gives_one_row_per_executed_hlo_op(jax_logdir: Path, xplane_pb2) -> None:
-    table = _check_against_protobuf(jax_logdir, xplane_pb2)
+def test_jax_trace_gives_one_row_per_executed_hlo_op(jax_logdir: Path) -> None:
+    table = _check_against_protobuf(jax_logdir)
 
     names = set(table.kernels["name"].astype(str))
     categories = {classify(n) for n in names}
@@ -222,8 +220,8 @@ def test_jax_trace_gives_one_row_per_executed_hlo_op(jax_logdir: Path, xplane_pb
     assert not any(n.startswith("end: ") or "::" in n for n in names), names
 
 
-def test_a_while_loop_and_its_body_count_once(jax_logdir: Path, xplane_pb2) -> None:
-    thunks = _thunks(_space(xplane_pb2, jax_logdir))
+def test_a_while_loop_and_its_body_count_once(jax_logdir: Path) -> None:
+    thunks = _thunks(_space(jax_logdir))
     loops = [t for t in thunks if t[3].startswith("while")]
     body = {id(t) for t in thunks if any(t is not w and t[0].id == w[0].id and w[1] <= t[1] < w[2] for w in loops)}
     assert loops and body
@@ -272,8 +270,8 @@ def test_reading_a_jax_trace_does_not_import_tensorflow(jax_logdir: Path) -> Non
 
 
 @pytest.mark.slow
-def test_keras_on_jax(tmp_path: Path, xplane_pb2) -> None:
-    table = _check_against_protobuf(_trace(tmp_path / "trace", "keras"), xplane_pb2)
+def test_keras_on_jax(tmp_path: Path) -> None:
+    table = _check_against_protobuf(_trace(tmp_path / "trace", "keras"))
 
     names = set(table.kernels["name"].astype(str))
     categories = {classify(n) for n in names}
@@ -321,9 +319,9 @@ def _plane(space, plane_id: int, name: str, stats: dict[int, str], events: dict[
     return plane
 
 
-def _jax_space(xplane_pb2) -> tuple[Any, Any]:
+def _jax_space() -> tuple[Any, Any]:
     """A JAX-written XSpace (metadata plane with jax_version) and its host plane, with one step marker."""
-    space = xplane_pb2.XSpace(hostnames=["h"])
+    space = XSpace(hostnames=["h"])
     metadata = _plane(space, 0, "/host:metadata", {1: "jax_version"}, {})
     metadata.stats.add(metadata_id=1, str_value="0.10.2")
     host = _plane(
@@ -343,9 +341,9 @@ def _thunk(line, host, event_id: int, op_stat: int, offset_ps: int, duration_ps:
     event.stats.add(metadata_id=2, ref_value=6)
 
 
-def test_nested_thunks_hold_their_self_time(tmp_path: Path, xplane_pb2) -> None:
+def test_nested_thunks_hold_their_self_time(tmp_path: Path) -> None:
     """A while thunk [0, 10 us) runs dot.2 [1, 5) and copy.1 [5.5, 9) on its thread; add.9 runs elsewhere."""
-    space, host = _jax_space(xplane_pb2)
+    space, host = _jax_space()
     worker = host.lines.add(id=7, name="tf_XLAPjRtCpuClient/7", timestamp_ns=2_000)
     worker.events.add(metadata_id=2, offset_ps=0, duration_ps=12_000_000)
     _thunk(worker, host, 3, 3, 0, 10_000_000)
@@ -371,8 +369,8 @@ def test_nested_thunks_hold_their_self_time(tmp_path: Path, xplane_pb2) -> None:
     assert kernel_ns_by_step(table) == [12_000]
 
 
-def test_jax_xspace_without_xla_ops_is_the_one_line_error(tmp_path: Path, xplane_pb2) -> None:
-    space, host = _jax_space(xplane_pb2)
+def test_jax_xspace_without_xla_ops_is_the_one_line_error(tmp_path: Path) -> None:
+    space, host = _jax_space()
     line = host.lines.add(id=7, name="tf_XLAPjRtCpuClient/7", timestamp_ns=2_000)
     line.events.add(metadata_id=2, offset_ps=0, duration_ps=5_000)
     line.events.add(metadata_id=4, offset_ps=0, duration_ps=5_000)  # named like a thunk, without its hlo_op stat
@@ -386,23 +384,241 @@ def test_jax_xspace_without_xla_ops_is_the_one_line_error(tmp_path: Path, xplane
     assert "no GPU kernels and no TF op or XLA events" in message
 
 
-def test_gpu_kernels_win_over_host_thunks(tmp_path: Path, xplane_pb2) -> None:
-    """A JAX GPU trace also has host events with hlo_op stats; the GPU's Stream lines are the kernels."""
-    space, host = _jax_space(xplane_pb2)
-    _thunk(host.lines.add(id=7, name="tf_XLAPjRtCpuClient/7", timestamp_ns=2_000), host, 4, 4, 0, 1_000_000)
-    gpu = _plane(space, 2, "/device:GPU:0", {1: "hlo_op", 2: "dot.2"}, {1: "sm90_xmma_gemm_f32f32"})
-    stream = gpu.lines.add(id=13, name="Stream #13(Compute)", timestamp_ns=3_000)
-    stream.events.add(metadata_id=1, offset_ps=0, duration_ps=7_000).stats.add(metadata_id=1, ref_value=2)
-    gpu.lines.add(id=-1, name="XLA Ops", timestamp_ns=3_000).events.add(metadata_id=1, duration_ps=7_000)
-    path = tmp_path / "gpu.xplane.pb"
+# ---- XLA:GPU as jax.profiler writes it --------------------------------------------------
+
+
+class _Interned:
+    """A plane's event and stat metadata, interned by name as XLA's XPlaneBuilder does (ids from 1)."""
+
+    def __init__(self, plane) -> None:
+        self.plane = plane
+
+    def event(self, name: str) -> int:
+        return self._intern(self.plane.event_metadata, name)
+
+    def stat(self, name: str) -> int:
+        return self._intern(self.plane.stat_metadata, name)
+
+    def add(self, holder, name: str, **value) -> None:
+        """A stat; ``ref=TEXT`` stores TEXT as a stat metadata name, as XLA does for repeated strings."""
+        if "ref" in value:
+            value = {"ref_value": self.stat(value.pop("ref"))}
+        holder.stats.add(metadata_id=self.stat(name), **value)
+
+    @staticmethod
+    def _intern(table, name: str) -> int:
+        for key, meta in table.items():
+            if meta.name == name:
+                return key
+        key = len(table) + 1
+        table[key].id = key
+        table[key].name = name
+        return key
+
+
+# name, hlo_op, start ns, duration ns, (grid, block), correlation id, CUDA graph node (0: launched on its own)
+_XLA_KERNELS = (
+    ("loop_multiply_fusion", "multiply_fusion", 3_000, 1_000, ((4, 1, 1), (128, 1, 1)), 11, 0),  # settling step
+    ("loop_multiply_fusion", "multiply_fusion", 13_000, 2_500, ((4, 1, 1), (128, 1, 1)), 21, 0),
+    (
+        "sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32_cublas",
+        "dot.2",
+        16_000,
+        7_000,
+        ((8, 2, 1), (384, 1, 1)),
+        22,
+        77,
+    ),
+    ("input_reduce_fusion", "reduce.4", 24_000, 1_200, ((1, 1, 1), (1024, 1, 1)), 23, 78),
+    ("loop_multiply_fusion", "multiply_fusion", 63_000, 2_600, ((4, 1, 1), (128, 1, 1)), 31, 0),
+    (
+        "sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32_cublas",
+        "dot.2",
+        66_000,
+        7_100,
+        ((8, 2, 1), (384, 1, 1)),
+        32,
+        77,
+    ),
+)
+_STEPS_NS = ((11_000, 51_000), (61_000, 101_000))
+_LINE_NS = 1_000
+
+
+def _xla_gpu_space():
+    """An XSpace as ``jax.profiler`` writes it for two steps of a jitted function on one of two GPUs.
+
+    Mirrored from openxla/xla: ``xla/backends/profiler/gpu/cupti_collector.cc`` (``CreateXEvent``: a
+    kernel's stats in their order, ``kernel_details`` from ``ToXStat`` in ``cupti_collector.h``, the
+    annotation stack parsed into ``tf_op`` = its outermost name and the innermost annotations' keys;
+    ``GetDeviceXLineName``: ``Stream #N(Compute,...)``, overhead on a ``CUPTI overhead`` line;
+    ``GetDeviceCapabilities``: the plane's ``gpu_device_name`` and capability stats, for every GPU
+    the process sees; a launch's host event, named by the kernel it launched, with ``device_id`` and
+    ``correlation_id``), ``cupti_buffer_events.cc`` (``MemcpyD2H``, ``Memset <kind>`` names, CUDA graph
+    node ids), ``xla/backends/gpu/runtime/annotation.cc`` (the module annotation ``XlaModule:#hlo_module=
+    ...,program_id=...#`` around ``Thunk:#name=...,hlo_op=...,unique_hlo_op_id=...#``), stat names from
+    ``xla/tsl/profiler/utils/xplane_schema.cc`` (``Memset_details``, ``cuda_graph_node_id``); and from
+    jax ``jax/_src/profiler.py`` (the ``/host:metadata`` plane's versions) and detprof's worker (each
+    step a ``jax.profiler.TraceAnnotation("step i")`` on the python thread, which launches the kernels).
+    The process's CPU client also ran one XLA:CPU thunk, as the real CPU traces above show them
+    (``tf_XLAPjRtCpuClient`` thread, ``hlo_op``/``hlo_module``/``program_id`` stats): the CPU-run reading
+    would take it for an op. Returns the space and the kernel table's expected rows.
+    """
+    space = XSpace(hostnames=["gpuhost"])
+    metadata = space.planes.add(id=0, name="/host:metadata")
+    meta = _Interned(metadata)
+    for key, value in (("jax_version", "0.10.2"), ("jaxlib_version", "0.10.2"), ("cpu_version", "cpu")):
+        meta.add(metadata, key, str_value=value)
+
+    host = space.planes.add(id=1, name="/host:CPU")
+    at_host = _Interned(host)
+    python = host.lines.add(id=4242, name="python", display_name="python", timestamp_ns=_LINE_NS)
+    for index, (start, end) in enumerate(_STEPS_NS):
+        python.events.add(
+            metadata_id=at_host.event(f"step {index}"),
+            offset_ps=(start - _LINE_NS) * 1000,
+            duration_ps=(end - start) * 1000,
+        )
+    for name, _, start, _, _, correlation, _ in _XLA_KERNELS:  # the launches, named by the kernel launched
+        launch = python.events.add(
+            metadata_id=at_host.event(name), offset_ps=(start - 1_500 - _LINE_NS) * 1000, duration_ps=900_000
+        )
+        at_host.add(launch, "device_id", uint64_value=0)
+        at_host.add(launch, "correlation_id", uint64_value=correlation)
+    cpu_client = host.lines.add(id=77, name="tf_XLAPjRtCpuClient/77", timestamp_ns=_LINE_NS)
+    thunk = cpu_client.events.add(metadata_id=at_host.event("add.9"), offset_ps=20_000_000, duration_ps=4_000_000)
+    at_host.add(thunk, "hlo_op", ref="add.9")
+    at_host.add(thunk, "hlo_module", ref="jit_host_side")
+    at_host.add(thunk, "program_id", int64_value=3)
+
+    gpu = space.planes.add(id=0, name="/device:GPU:0")
+    at_gpu = _Interned(gpu)
+    at_gpu.add(gpu, "device_vendor", str_value="Nvidia")
+    at_gpu.add(gpu, "gpu_device_name", str_value="NVIDIA H100 80GB HBM3")
+    for key, value in (
+        ("clock_rate", 1_980_000),
+        ("core_count", 132),
+        ("compute_cap_major", 9),
+        ("compute_cap_minor", 0),
+    ):
+        at_gpu.add(gpu, key, int64_value=value)
+    at_gpu.add(gpu, "memory_bandwidth", uint64_value=3_352_320_000_000)
+    at_gpu.add(gpu, "memory_size", uint64_value=84_987_740_160)
+    stream = gpu.lines.add(id=14, name="Stream #14(Compute,MemcpyD2H,Memset)", timestamp_ns=_LINE_NS)
+    expected = []
+    for name, hlo_op, start, dur, (grid, block), correlation, node in _XLA_KERNELS:
+        event = stream.events.add(
+            metadata_id=at_gpu.event(name), offset_ps=(start - _LINE_NS) * 1000, duration_ps=dur * 1000
+        )
+        at_gpu.add(event, "correlation_id", uint64_value=correlation)
+        at_gpu.add(event, "context_id", str_value="$$1")
+        if node:
+            at_gpu.add(event, "cuda_graph_id", uint64_value=3)
+            at_gpu.add(event, "cuda_graph_node_id", uint64_value=node)
+        at_gpu.add(event, "theoretical_occupancy_pct", double_value=50.0)
+        at_gpu.add(event, "occupancy_min_grid_size", int64_value=132)
+        at_gpu.add(event, "occupancy_suggested_block_size", int64_value=1024)
+        details = "regs:32 static_shared:0 dynamic_shared:0 grid:{},{},{} block:{},{},{} occ_pct:50".format(
+            *grid, *block
+        )
+        at_gpu.add(event, "kernel_details", ref=details)
+        at_gpu.add(event, "tf_op", ref="XlaModule")
+        at_gpu.add(event, "name", str_value="jvp(train_step)/dot_general")
+        at_gpu.add(event, "hlo_op", str_value=hlo_op)
+        at_gpu.add(event, "unique_hlo_op_id", int64_value=100 + correlation)
+        at_gpu.add(event, "hlo_module", str_value="jit_train_step")
+        at_gpu.add(event, "program_id", int64_value=7)
+        expected.append(
+            {
+                "name": name,
+                "op": hlo_op,
+                "start_ns": start,
+                "dur_ns": dur,
+                "device_id": 0,
+                "stream_id": 14,
+                "correlation_id": correlation,
+                "graph_node_id": node or None,
+                **dict(zip(("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"), grid + block, strict=True)),
+            }
+        )
+    copy = stream.events.add(metadata_id=at_gpu.event("MemcpyD2H"), offset_ps=29_000_000, duration_ps=800_000)
+    at_gpu.add(copy, "correlation_id", uint64_value=24)
+    at_gpu.add(copy, "memcpy_details", ref="kind_src:device kind_dst:pinned size:4 dest:0 async:1")
+    memset = stream.events.add(metadata_id=at_gpu.event("Memset 1"), offset_ps=61_000_000, duration_ps=300_000)
+    at_gpu.add(memset, "Memset_details", ref="kind:device num_bytes:1024 async:1")
+    overhead = gpu.lines.add(id=999, name="CUPTI overhead", timestamp_ns=_LINE_NS)
+    overhead.events.add(metadata_id=at_gpu.event("BUFFER_FLUSH"), offset_ps=40_000_000, duration_ps=5_000_000)
+
+    idle = space.planes.add(id=1, name="/device:GPU:1")  # visible to the process, ran nothing
+    _Interned(idle).add(idle, "gpu_device_name", str_value="NVIDIA H100 80GB HBM3")
+    return space, expected
+
+
+def test_xla_gpu_trace_reads_the_device_kernels(tmp_path: Path) -> None:
+    """Kernels from the GPU plane, never the host's launches or its XLA:CPU thunk; XLA's ops, memory rows, steps."""
+    space, expected = _xla_gpu_space()
+    path = tmp_path / "gpuhost.xplane.pb"
     path.write_bytes(space.SerializeToString())
 
     table = load_trace(path)
 
-    assert table.kernels[["name", "device_id", "stream_id", "dur_ns"]].to_dict("records") == [
-        {"name": "sm90_xmma_gemm_f32f32", "device_id": 0, "stream_id": 13, "dur_ns": 7}
+    assert table.format == "jax-xplane"
+    columns = list(expected[0])
+    rows = table.kernels[columns].astype(object).where(table.kernels[columns].notna(), None)
+    assert rows.to_dict("records") == expected
+    assert [(d.id, d.name, d.sm_count, d.compute_capability, d.memory_bytes) for d in table.devices] == [
+        (0, "NVIDIA H100 80GB HBM3", 132, "9.0", 84_987_740_160)
     ]
-    assert [d.name for d in table.devices] == ["/device:GPU:0"]
-    assert table.format == "jax-xplane"  # the format names the profiler that wrote the trace
-    assert table.memory is not None and table.memory.empty
-    assert kernel_ns_by_step(table) == [7]
+    assert table.memory.to_dict("records") == [
+        {"kind": "memcpy DtoH", "start_ns": 30_000, "dur_ns": 800, "bytes": 4, "device_id": 0, "stream_id": 14},
+        {"kind": "memset", "start_ns": 62_000, "dur_ns": 300, "bytes": 1024, "device_id": 0, "stream_id": 14},
+    ]
+    by_step = [sum(k[3] for k in _XLA_KERNELS if lo <= k[2] < hi) for lo, hi in _STEPS_NS]
+    assert kernel_ns_by_step(table) == by_step == [10_700, 9_700]
+    measured = within_steps(table)
+    assert measured is not None
+    assert measured.total_ns == sum(by_step) == table.total_ns - 1_000  # the settling kernel is left out
+    assert measured.kernels["correlation_id"].tolist() == [21, 22, 23, 31, 32]
+
+
+def test_gpu_activity_without_kernels_is_refused(tmp_path: Path) -> None:
+    """Memory copies and no kernel record: the host's XLA:CPU thunk is not read as the kernels instead."""
+    space, _ = _xla_gpu_space()
+    [stream] = [line for plane in space.planes for line in plane.lines if line.name.startswith("Stream #")]
+    gpu = next(p for p in space.planes if p.name == "/device:GPU:0")
+    details = next(key for key, meta in gpu.stat_metadata.items() if meta.name == "kernel_details")
+    kept = [event for event in stream.events if all(s.metadata_id != details for s in event.stats)]
+    del stream.events[:]
+    stream.events.extend(kept)
+    path = tmp_path / "copies.xplane.pb"
+    path.write_bytes(space.SerializeToString())
+
+    with pytest.raises(InputError) as info:
+        load_trace(path)
+    message = str(info.value)
+    assert message.startswith(str(path)) and "\n" not in message
+    assert "2 memory copies/sets" in message and "no kernel" in message
+    del stream.events[:]
+    path.write_bytes(space.SerializeToString())
+    assert load_trace(path).kernels["op"].tolist() == ["add.9"]  # no GPU activity at all: a CPU run's reading
+
+
+def test_tables_are_the_same_where_tensorflow_cannot_be_imported(jax_logdir: Path) -> None:
+    """A detprof[jax] or detprof[torch] machine has no TensorFlow: every XSpace reads the same without it.
+
+    The other run has TensorFlow's own XSpace classes in protobuf's default pool (where importing
+    TensorFlow puts them), beside detprof's, where TensorFlow is installed.
+    """
+    shared = (SHARED_TRACES / "tf-bert-3gpu.xplane.pb", SHARED_TRACES / "tf-2.21-cpu-smallcnn.xplane.pb")
+    paths = [jax_logdir, *(path for path in shared if path.is_file())]
+    runs = {}
+    for mode in ("blocked", "tensorflow-classes"):
+        done = run_script("xspace_tables.py", mode, *paths, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs[mode] = json.loads(done.stdout.strip().splitlines()[-1])
+
+    assert runs["blocked"]["tensorflow"].startswith("ModuleNotFoundError")
+    assert runs["blocked"]["tables"] == runs["tensorflow-classes"]["tables"]
+    blocked = runs["blocked"]["tables"]
+    assert [t["format"] for t in blocked] == ["jax-xplane", "tf-xplane", "tf-xplane"][: len(paths)]
+    assert [len(t["kernels"][1]) for t in blocked] == [load_trace(path).kernel_count for path in paths]

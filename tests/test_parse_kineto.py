@@ -12,6 +12,7 @@ import functools
 import gzip
 import json
 import os
+import re
 import shutil
 from collections import Counter, defaultdict
 from decimal import ROUND_HALF_EVEN, Decimal
@@ -289,6 +290,46 @@ def test_v100_steps_where_the_gpu_runs_a_step_behind() -> None:
     assert sum(abs(g - e) for g, e in zip(got, expected, strict=True)) < sum(
         abs(n - e) for n, e in zip(naive, expected, strict=True)
     )
+
+
+@pytest.mark.parametrize(
+    "path", [pytest.param(p, marks=needs(p), id=p.name.removesuffix(".json.gz")) for p in (A100, V100, ROCM)]
+)
+def test_the_table_within_steps_holds_the_kernels_launched_in_them(path: Path) -> None:
+    """``within_steps`` (what a run's record counts) keeps every kernel launched in a step and none launched outside.
+
+    Kernels whose launching call the trace lacks (546 in the V100 file, NCCL's among them) have only
+    their GPU time to go by: those kept ran within a step's kernel span. Every kept row is a GPU
+    kernel of the file, once.
+    """
+    doc = plain(path)
+    kernels = events_of(doc, "kernel")
+    launched = {e["args"]["correlation"] for e in events_of(doc, "cuda_runtime", "cuda_driver")}
+    in_steps = Counter(k["args"]["correlation"] for step, k in launch_steps(doc) if step is not None)
+    in_steps_ns = sum(ns(k["dur"]) for step, k in launch_steps(doc) if step is not None)
+
+    within = within_steps(load_trace(path))
+
+    assert within is not None
+    kept = Counter(within.kernels["correlation_id"].tolist())
+    assert kept & in_steps == in_steps  # every kernel launched in a step
+    assert not (set(kept - in_steps) & launched)  # the others: kernels whose launch the trace lacks
+    by_kernel = Counter((k["name"], k["args"]["correlation"], ns(k["ts"]), ns(k["dur"])) for k in kernels)
+    rows = within.kernels
+    got = Counter(zip(rows["name"].astype(str), rows["correlation_id"], rows["start_ns"], rows["dur_ns"], strict=True))
+    assert got & by_kernel == got  # GPU kernels of the file only, none twice
+    assert sum(kernel_ns_by_step(within) or []) == within.total_ns >= in_steps_ns
+
+
+@needs(ALEXNET)
+def test_a_trace_without_step_annotations_is_not_restricted() -> None:
+    """The AlexNet benchmark marks no ProfilerStep (nor detprof's steps): nothing to restrict the table to."""
+    names = {e["name"] for e in events_of(plain(ALEXNET), "user_annotation")}
+    assert not any(n.startswith("ProfilerStep#") or re.match(r"^step \d+$", n) for n in names)
+
+    table = load_trace(ALEXNET)
+
+    assert within_steps(table) is None and kernel_ns_by_step(table) is None
 
 
 @needs(A100, V100)

@@ -1,11 +1,14 @@
 """TensorFlow profiler (XSpace) traces -> KernelTable.
 
-Expected values come from walking the protobuf directly with TensorFlow's own generated
-module, not from the parser. A CPU trace is produced by a real TensorFlow training run.
+Expected values come from walking the protobuf messages directly, not from the parser. The
+messages are detprof's runtime XSpace classes, which read without TensorFlow; the first tests
+hold their schema and what they decode to TensorFlow's own generated module. A CPU trace is
+produced by a real TensorFlow training run.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import random
 import re
@@ -21,23 +24,73 @@ from detprof.errors import InputError
 from detprof.traces.classify import classify
 from detprof.traces.kernel_table import KERNEL_DTYPES, MEMORY_DTYPES
 from detprof.traces.parsers.tf_xplane import load_xplane
+from detprof.traces.parsers.xspace_schema import PACKAGE, schema, xspace_class
+from detprof.traces.step_split import kernel_ns_by_step, within_steps
 
 BERT = SHARED_TRACES / "tf-bert-3gpu.xplane.pb"
 SMALLCNN = SHARED_TRACES / "tf-2.21-cpu-smallcnn.xplane.pb"
 
 needs_bert = pytest.mark.skipif(not BERT.is_file(), reason=f"real trace {BERT} not present")
 needs_smallcnn = pytest.mark.skipif(not SMALLCNN.is_file(), reason=f"real trace {SMALLCNN} not present")
+XSpace = xspace_class()
 
 
 @pytest.fixture(scope="module")
-def xplane_pb2():
-    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+def tensorflow_xplane_pb2():
+    """TensorFlow's generated XSpace module, loaded from its file (importing tensorflow itself takes seconds)."""
+    spec = importlib.util.find_spec("tensorflow")
+    locations = spec.submodule_search_locations if spec is not None else None
+    for location in locations or ():
+        source = Path(location, "tsl", "profiler", "protobuf", "xplane_pb2.py")
+        if source.is_file():
+            file_spec = importlib.util.spec_from_file_location("tensorflow_xplane_pb2_for_tests", source)
+            module = importlib.util.module_from_spec(file_spec)
+            file_spec.loader.exec_module(module)
+            return module
+    pytest.skip("TensorFlow (and its generated xplane_pb2) is not installed")
 
-    return xplane_pb2
+
+def test_runtime_schema_is_tensorflows(tensorflow_xplane_pb2) -> None:
+    """Every field detprof declares has TensorFlow's number, type, label, message type and oneof."""
+    from google.protobuf import descriptor_pb2
+
+    theirs = descriptor_pb2.FileDescriptorProto()
+    tensorflow_xplane_pb2.DESCRIPTOR.CopyToProto(theirs)
+    assert theirs.package == PACKAGE
+
+    def fields(file):
+        out = {}
+        for message in file.message_type:
+            for container in (message, *message.nested_type):
+                prefix = message.name if container is message else f"{message.name}.{container.name}"
+                oneofs = [o.name for o in container.oneof_decl]
+                for f in container.field:
+                    oneof = oneofs[f.oneof_index] if f.HasField("oneof_index") else None
+                    out[f"{prefix}.{f.name}"] = (f.number, f.type, f.label, f.type_name, oneof)
+                if container.options.map_entry:
+                    out[f"{prefix}:map_entry"] = True
+        return out
+
+    ours = fields(schema())
+    assert len(ours) == 44  # 38 fields, 2 map entries of 2 fields each, and their map_entry option
+    assert ours.items() <= fields(theirs).items()
 
 
-def _space(xplane_pb2, path: Path):
-    space = xplane_pb2.XSpace()
+@pytest.mark.parametrize("trace", [BERT, SMALLCNN], ids=["bert-gpu", "smallcnn-cpu"])
+def test_runtime_classes_decode_real_traces_as_tensorflow_does(tensorflow_xplane_pb2, trace: Path) -> None:
+    if not trace.is_file():
+        pytest.skip(f"real trace {trace} not present")
+    from google.protobuf import json_format
+
+    data = trace.read_bytes()
+    ours, theirs = XSpace.FromString(data), tensorflow_xplane_pb2.XSpace.FromString(data)
+    # A field the runtime schema got wrong would stay an unknown field, which this view leaves out.
+    assert json_format.MessageToDict(ours) == json_format.MessageToDict(theirs)
+    assert type(ours).DESCRIPTOR.file.pool is not type(theirs).DESCRIPTOR.file.pool
+
+
+def _space(path: Path):
+    space = XSpace()
     space.ParseFromString(path.read_bytes())
     return space
 
@@ -84,8 +137,8 @@ def _check_schema(table) -> None:
 
 
 @needs_bert
-def test_bert_gpu_kernels_match_the_protobuf(xplane_pb2) -> None:
-    space = _space(xplane_pb2, BERT)
+def test_bert_gpu_kernels_match_the_protobuf() -> None:
+    space = _space(BERT)
     kernels = [e for e in _gpu_events(space) if not e[4].startswith(("Memcpy", "Memset"))]
     copies = [e for e in _gpu_events(space) if e[4].startswith(("Memcpy", "Memset"))]
 
@@ -127,16 +180,20 @@ def test_bert_gpu_kernels_match_the_protobuf(xplane_pb2) -> None:
 
 
 @needs_bert
-def test_bert_devices_come_from_the_gpu_planes(xplane_pb2) -> None:
-    space = _space(xplane_pb2, BERT)
+def test_bert_devices_are_the_gpus_that_ran_kernels() -> None:
+    """GPU:4 and GPU:6 ran the kernels; GPU:1 only copied memory, and the other five planes are empty."""
+    space = _space(BERT)
     planes = {int(p.name.rsplit(":", 1)[1]): p for p in space.planes if p.name.startswith("/device:GPU:")}
+    with_kernels = sorted({device for device, *_, name in _gpu_events(space) if not name.startswith("Mem")})
 
     devices = load_xplane(BERT).devices
 
-    assert [d.id for d in devices] == sorted(planes) == list(range(8))
+    assert sorted(planes) == list(range(8))
+    assert [d.id for d in devices] == with_kernels == [4, 6]
     for device in devices:
         plane = planes[device.id]
         values = {plane.stat_metadata[s.metadata_id].name: s for s in plane.stats}
+        assert "gpu_device_name" not in values  # this TensorFlow did not record the GPU's model
         assert device.name == plane.name
         assert device.sm_count == values["core_count"].int64_value
         assert device.compute_capability == (
@@ -145,9 +202,30 @@ def test_bert_devices_come_from_the_gpu_planes(xplane_pb2) -> None:
         assert device.memory_bytes == values["memory_size"].uint64_value
 
 
+@needs_bert
+def test_bert_table_holds_gpu_kernels_only_and_no_steps() -> None:
+    """The host plane holds a launch event per kernel, named like it; none of them is a row, and no step is marked."""
+    space = _space(BERT)
+    [host] = [p for p in space.planes if p.name == "/host:CPU"]
+    host_names = Counter(host.event_metadata[e.metadata_id].name for line in host.lines for e in line.events)
+    streams = {(device, line.id) for device, _, line, *_ in _gpu_events(space)}
+    kernels = [e for e in _gpu_events(space) if not e[4].startswith(("Memcpy", "Memset"))]
+    launched = Counter(e[4] for e in kernels)
+    assert all(host_names[name] == count for name, count in launched.items())  # one launch per kernel
+    assert not any(re.match(r"^step \d+$", name) for name in host_names)
+
+    table = load_xplane(BERT)
+
+    rows = table.kernels
+    assert set(zip(rows["device_id"].tolist(), rows["stream_id"].tolist(), strict=True)) <= streams
+    assert table.total_ns == sum(e[3].duration_ps // 1000 for e in kernels)
+    assert table.nvtx is None
+    assert within_steps(table) is None and kernel_ns_by_step(table) is None
+
+
 @needs_smallcnn
-def test_cpu_trace_ops_match_the_protobuf(xplane_pb2) -> None:
-    space = _space(xplane_pb2, SMALLCNN)
+def test_cpu_trace_ops_match_the_protobuf() -> None:
+    space = _space(SMALLCNN)
     ops = list(_host_ops(space))
 
     table = load_xplane(SMALLCNN)
@@ -190,7 +268,7 @@ def cpu_logdir(tmp_path_factory) -> Path:
 
 
 @pytest.mark.slow
-def test_xla_compiled_cpu_run_reads_its_thunks(tmp_path: Path, xplane_pb2) -> None:
+def test_xla_compiled_cpu_run_reads_its_thunks(tmp_path: Path) -> None:
     """jit_compile=True leaves no TF op events: the XLA:CPU thunks inside ThunkExecutor are the kernels."""
     logdir = _profile_training(tmp_path / "logs", "xla")
     table = load_xplane(logdir)
@@ -199,7 +277,7 @@ def test_xla_compiled_cpu_run_reads_its_thunks(tmp_path: Path, xplane_pb2) -> No
     assert "convolution" in names, names
     assert not any(n.startswith("end: ") or "::" in n or re.search(r"\.\d+$", n) for n in names), names
     assert table.kernels["op"].str.match(r"^[\w-]+(\.\d+)?$").all()
-    space = _space(xplane_pb2, next(logdir.glob("plugins/profile/*/*.xplane.pb")))
+    space = _space(next(logdir.glob("plugins/profile/*/*.xplane.pb")))
     host = next(p for p in space.planes if p.name == "/host:CPU")
     executor_ns = sum(
         e.duration_ps // 1000
@@ -211,10 +289,10 @@ def test_xla_compiled_cpu_run_reads_its_thunks(tmp_path: Path, xplane_pb2) -> No
 
 
 @pytest.mark.slow
-def test_real_tf_run_logdir(cpu_logdir: Path, xplane_pb2) -> None:
+def test_real_tf_run_logdir(cpu_logdir: Path) -> None:
     files = list(cpu_logdir.glob("plugins/profile/*/*.xplane.pb"))
     assert len(files) == 1
-    expected = Counter(op_type for *_, op_type in _host_ops(_space(xplane_pb2, files[0])))
+    expected = Counter(op_type for *_, op_type in _host_ops(_space(files[0])))
 
     table = load_xplane(cpu_logdir)
 
@@ -283,9 +361,9 @@ def test_every_host_of_a_run_counts(tmp_path: Path) -> None:
     assert table.kernel_count == 2 * single.kernel_count
     assert table.total_ns == 2 * single.total_ns
     # The second host's GPUs get their own ids rather than merging into the first host's.
-    assert [d.id for d in table.devices] == list(range(16))
+    assert [d.id for d in table.devices] == [4, 6, 12, 14]
     assert Counter(table.kernels["device_id"].tolist()) == {4: 665, 6: 665, 12: 665, 14: 665}
-    assert table.devices[12].name == "34.83.195.179:6003 /device:GPU:4"
+    assert table.devices[2].name == "34.83.195.179:6003 /device:GPU:4"
 
 
 @needs_smallcnn
@@ -364,8 +442,8 @@ def test_profile_folder_without_xplane(tmp_path: Path) -> None:
     _assert_input_error(tmp_path, "no run with an *.xplane.pb")
 
 
-def test_xspace_without_kernels_or_ops(tmp_path: Path, xplane_pb2) -> None:
-    space = xplane_pb2.XSpace(hostnames=["h"])
+def test_xspace_without_kernels_or_ops(tmp_path: Path) -> None:
+    space = XSpace(hostnames=["h"])
     host = space.planes.add(id=0, name="/host:CPU")
     host.event_metadata[1].name = "ExecutorState::Process"
     host.event_metadata[1].id = 1
@@ -377,9 +455,30 @@ def test_xspace_without_kernels_or_ops(tmp_path: Path, xplane_pb2) -> None:
     _assert_input_error(path, "no GPU kernels and no TF op or XLA events")
 
 
-def test_xspace_made_by_hand_is_read_exactly(tmp_path: Path, xplane_pb2) -> None:
+def test_failed_gpu_tracer_is_not_read_from_host_ops(tmp_path: Path) -> None:
+    """CUPTI could not run: the XSpace holds its error and TF's host ops, which are launches, not kernel time.
+
+    The error is worded as XLA's ``CuptiTracer::ErrorIfAny`` words it (xla/backends/profiler/gpu/cupti_tracer.cc),
+    which the GPU tracer adds to ``XSpace.errors``.
+    """
+    space = XSpace(
+        hostnames=["gpuhost"], errors=["gpuhost: Insufficient privilege to run libcupti (you need root permission)."]
+    )
+    host = space.planes.add(id=0, name="/host:CPU")
+    host.event_metadata[1].name = "model/dense/MatMul:MatMul"
+    host.lines.add(id=5, name="tf_Compute/5", timestamp_ns=100).events.add(metadata_id=1, duration_ps=5_000_000)
+    path = tmp_path / "gpuhost.xplane.pb"
+    path.write_bytes(space.SerializeToString())
+
+    _assert_input_error(path, "Insufficient privilege to run libcupti")
+    space.ClearField("errors")
+    path.write_bytes(space.SerializeToString())
+    assert load_xplane(path).kernels["name"].astype(str).tolist() == ["MatMul"]  # without the error: a CPU run
+
+
+def test_xspace_made_by_hand_is_read_exactly(tmp_path: Path) -> None:
     """Times in picoseconds from the line start, ref-valued stats, memset rows."""
-    space = xplane_pb2.XSpace()
+    space = XSpace()
     gpu = space.planes.add(id=1, name="/device:GPU:3")
     for key, name in {
         1: "kernel_details",

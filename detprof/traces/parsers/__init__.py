@@ -1,11 +1,12 @@
 """One entry point for every trace format: ``load_trace(path) -> KernelTable``.
 
 The format is recognised from the file's content, never its name: users rename exports,
-and CI artifacts arrive as ``trace.bin``. Each parser is imported only in its branch so
-that reading a SQLite or CSV trace never pays for importing TensorFlow, and nothing here
-imports pandas: the SQLite parser starts reading before it does. A folder is a
-TensorFlow profile when it holds XSpace files, else a folder of PyTorch profiler traces
-(one per rank, as ``tensorboard_trace_handler`` writes them).
+and CI artifacts arrive as ``trace.bin``. No parser needs a framework (XSpace files are read
+with protobuf alone), so any trace reads on a machine with any or none installed. Each
+parser is imported only in its branch so that reading a SQLite or CSV trace never pays for
+another format's imports, and nothing here imports pandas: the SQLite parser starts reading
+before it does. A folder is a TensorFlow or JAX profile when it holds XSpace files, else a
+folder of PyTorch profiler traces (one per rank, as ``tensorboard_trace_handler`` writes them).
 """
 
 from __future__ import annotations

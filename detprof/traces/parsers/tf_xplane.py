@@ -8,14 +8,27 @@ views) of events whose names and stat names live in per-plane metadata tables.
 
 What counts as a kernel:
 
-- GPU runs: the events on ``Stream #N(...)`` lines of ``/device:GPU:N`` planes, which are
-  the CUPTI activity records (kernels, memcpys, memsets). The plane's other lines
-  ("TensorFlow Ops", "TensorFlow Name Scope", "XLA Ops", "Steps") are views TensorFlow
-  derives from the same records and would count every kernel twice. ``Memcpy*`` and
-  ``Memset*`` events become memory rows. A kernel's TF op is its ``level 0`` stat (the
-  outermost annotation, ``op_name:OpType``), which is what TensorFlow's own kernel-stats
-  tool reports as the op.
-- CPU runs (no GPU plane holds a kernel): the TF op events of the host plane's
+- GPU runs: the kernel records of the GPU tracer (CUPTI on NVIDIA, roctracer on AMD), which
+  TensorFlow's profiler and ``jax.profiler`` write alike (XLA's ``cupti_collector`` and
+  ``rocm_collector``): the events on the ``Stream #N(...)`` lines of ``/device:GPU:N`` planes
+  that carry a ``kernel_details`` stat (registers, grid, block), which the collectors give
+  every kernel and nothing else. ``Memcpy*`` and ``Memset*`` events (or those with copy or
+  set details) become memory rows; other activity on a stream line (memory residency,
+  unified-memory counters, a CUDA graph traced as one block) is neither and is left out.
+  The plane's other lines ("TensorFlow Ops", "XLA Ops", "Steps", ...) are views derived from
+  the same records and would count every kernel twice; the host planes hold the launches,
+  never kernel time. A kernel's ``op`` is the HLO instruction that launched it (``hlo_op``),
+  else its TF op (``tf_op``, or ``level 0`` in older TensorFlow: the outermost annotation,
+  ``op_name:OpType``, which TensorFlow's kernel-stats tool reports as the op). XLA annotates
+  each launch with its module around its instruction (``XlaModule:#hlo_module=...#``,
+  ``Thunk:#hlo_op=...#``) and the collector files the outermost name, ``XlaModule``, as
+  ``tf_op``, so for XLA's kernels, every JAX kernel among them, the instruction comes first.
+  A kernel a CUDA graph node launched keeps the node (``cuda_graph_node_id``). The devices
+  are the GPUs that ran kernels, named by the GPU's model where the plane records it
+  (``gpu_device_name``), else by the plane. A trace with GPU activity but no kernel, or
+  with none and a profiler error (a GPU tracer that failed: CUPTI missing or not
+  permitted), is refused rather than read from its host ops, which are not kernel time.
+- CPU runs (no GPU activity at all): the TF op events of the host plane's
   ``tf_Compute*`` (inter-op executor) and ``tf_numa_*Eigen*`` (intra-op) threads. Only
   events named ``op_name:OpType`` are ops; the same threads also carry executor and
   thread-pool bookkeeping (``ExecutorState::Process``, ``ThreadpoolListener::Record``,
@@ -39,8 +52,17 @@ What counts as a kernel:
   of the ops nested in it on the same line, so no time counts twice. Ops on different
   threads run concurrently and all count, as CPU time does.
 - Traces written by JAX (a ``/host:metadata`` plane with a ``jax_version`` stat) are
-  format ``jax-xplane``, TensorFlow's ``tf-xplane``: the rows are parsed alike, but a
-  JAX table's names are HLO instructions, never TF op types.
+  format ``jax-xplane``, TensorFlow's ``tf-xplane``: the rows are parsed alike, but on a
+  CPU a JAX table's names are HLO instructions, never TF op types.
+
+Steps are detprof's ``step i`` markers on the host plane (a TraceMe per measured step), as
+NVTX-like ranges; ``step_split`` puts a kernel in the range its start falls in. That holds
+on a GPU because the worker reads each step's result back before the range closes and the
+GPU tracer puts kernel times on the host's clock (XLA's collector aligns them to the wall
+clock at the start of the trace).
+
+The files are read with detprof's own XSpace classes (``xspace_schema``), so reading a
+trace needs protobuf, never TensorFlow.
 
 Times are ``line.timestamp_ns + event.offset_ps / 1000`` and ``duration_ps / 1000``,
 truncated to whole nanoseconds.
@@ -48,21 +70,15 @@ truncated to whole nanoseconds.
 
 from __future__ import annotations
 
-import functools
-import importlib
-import importlib.util
 import re
-import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from detprof.backends.tensorflow import TensorFlow, quiet_tensorflow
 from detprof.errors import InputError
 from detprof.traces.kernel_names import short_kernel_name
 from detprof.traces.kernel_table import (
@@ -76,10 +92,8 @@ from detprof.traces.kernel_table import (
     range_table,
 )
 from detprof.traces.parsers.nesting import self_times
+from detprof.traces.parsers.xspace_schema import xspace_class
 from detprof.traces.step_split import STEP_RANGE
-
-_PB2_MODULE = "tensorflow.tsl.profiler.protobuf.xplane_pb2"
-_PB2_FILE = ("tsl", "profiler", "protobuf", "xplane_pb2.py")
 
 _GPU_PLANE = re.compile(r"^/device:GPU:(\d+)$")
 _HOST_PLANE = "/host:CPU"
@@ -94,7 +108,8 @@ _XLA_INSTANCE_SUFFIX = re.compile(r"\.\d+$")
 _COPY_DIRECTION = re.compile(r"^Memcpy([A-Z])2([A-Z])$")
 _GRID = re.compile(r"grid:(\d+),(\d+),(\d+)")
 _BLOCK = re.compile(r"block:(\d+),(\d+),(\d+)")
-_SIZE = re.compile(r"size:(\d+)")
+# Copies say "size:N" (CUPTI and roctracer alike); sets "size:N" in older TensorFlow, "num_bytes:N" in XLA.
+_SIZE = re.compile(r"(?:^|\s)(?:size|num_bytes):(\d+)")
 _METADATA_PLANE = "/host:metadata"
 _JAX_VERSION_STAT = "jax_version"
 _TF_RUN_NAME = re.compile(r"^\d{4}_\d{2}_\d{2}_\d{2}_\d{2}_\d{2}$")
@@ -103,16 +118,21 @@ _TF_RUN_NAME = re.compile(r"^\d{4}_\d{2}_\d{2}_\d{2}_\d{2}_\d{2}$")
 _PROFILE_DIRS = ("plugins/profile", "*/plugins/profile")
 _RUN_FILES = tuple(f"{d}/*/*.xplane.pb" for d in _PROFILE_DIRS)
 
-_WANTED_STATS = (
-    "correlation_id",
-    "kernel_details",
-    "level 0",
-    "tf_op",
-    "annotation",
-    "memcpy_details",
-    "memset_details",
-    "hlo_op",
-)
+# The stats read, by their name in the trace -> the name used here: XLA spells the memset details
+# "Memset_details" (xla/tsl/profiler/utils/xplane_schema.cc), older TensorFlow "memset_details".
+_WANTED_STATS = {
+    name: name
+    for name in (
+        "correlation_id",
+        "kernel_details",
+        "level 0",
+        "tf_op",
+        "annotation",
+        "memcpy_details",
+        "memset_details",
+        "hlo_op",
+    )
+} | {"Memset_details": "memset_details", "cuda_graph_node_id": "graph_node_id"}
 
 
 class NotXSpaceError(InputError):
@@ -131,8 +151,7 @@ def load_xplane(path: Path) -> KernelTable:
     """
     path = Path(path)
     files = xplane_files(path)
-    pb2 = _xplane_pb2()
-    spaces = [(file, _read_space(file, pb2)) for file in files]
+    spaces = [(file, _read_space(file)) for file in files]
     several = len(spaces) > 1
 
     trace_format: TraceFormat = "jax-xplane" if any(_written_by_jax(space) for _, space in spaces) else "tf-xplane"
@@ -145,6 +164,7 @@ def load_xplane(path: Path) -> KernelTable:
         for _, space in spaces:
             _collect_steps(space, gpu)
         return _table(path, gpu, trace_format, ops_are_kernels=False)
+    _refuse_gpu_run_without_kernels(path, gpu, [error for _, space in spaces for error in space.errors])
 
     cpu = _Collected()
     for index, (file, space) in enumerate(spaces):
@@ -157,6 +177,27 @@ def load_xplane(path: Path) -> KernelTable:
         "threads, no XLA:CPU ops with an hlo_op stat): an empty or eager-only profile; profile model.fit, "
         "a tf.function or a jitted JAX function"
     )
+
+
+def _refuse_gpu_run_without_kernels(path: Path, gpu: _Collected, errors: list[str]) -> None:
+    """A GPU run whose kernels the trace lacks is unreadable: its host ops are launches, not kernel time.
+
+    GPU activity without a kernel record, or a profiler error (a GPU tracer that failed to
+    start writes its error into the XSpace and no device events), marks such a run; a CPU
+    run has neither.
+    """
+    if gpu.memory or gpu.other_activity:
+        raise InputError(
+            f"{path}: the GPU planes hold {len(gpu.memory)} memory copies/sets and {gpu.other_activity} other "
+            "events but no kernel record (no event with kernel_details): the traced steps launched no kernel, "
+            "or the GPU tracer lost them; host ops are not kernel time"
+        )
+    if errors:
+        raise InputError(
+            f"{path}: profile holds no GPU kernels and its profiler reported {len(errors)} error(s), the first: "
+            f"{' '.join(errors[0].split())!r}; a GPU run traced without its kernels (a GPU tracer that failed: "
+            "CUPTI missing or not permitted) cannot be read from its host ops, which are not kernel time"
+        )
 
 
 def xplane_files(path: Path) -> list[Path]:
@@ -186,34 +227,7 @@ def _newest(runs: list[Path]) -> Path:
     return max(runs, key=lambda run: (run.stat().st_mtime_ns, run.name))
 
 
-@functools.cache
-def _xplane_pb2() -> ModuleType:
-    """TensorFlow's generated XSpace classes, without importing TensorFlow.
-
-    ``import tensorflow.tsl.profiler.protobuf.xplane_pb2`` first runs
-    ``tensorflow/__init__``: about 2.5 s and 800 MB here. The generated file itself only
-    needs protobuf, so it is loaded straight from the installed package (about 20 ms).
-    The descriptor pool accepts the identical file again if TensorFlow is imported later.
-    """
-    loaded = sys.modules.get(_PB2_MODULE)
-    if loaded is not None:
-        return loaded
-    spec = importlib.util.find_spec(TensorFlow.module)
-    if spec is None:
-        raise InputError("reading TensorFlow profiler traces needs the tensorflow package (pip install tensorflow)")
-    for location in spec.submodule_search_locations or ():
-        source = Path(location).joinpath(*_PB2_FILE)
-        if source.is_file():
-            file_spec = importlib.util.spec_from_file_location("detprof_tf_xplane_pb2", source)
-            if file_spec is not None and file_spec.loader is not None:
-                module = importlib.util.module_from_spec(file_spec)
-                file_spec.loader.exec_module(module)
-                return module
-    with quiet_tensorflow():  # the slow way loads TensorFlow, chatter and all
-        return importlib.import_module(_PB2_MODULE)
-
-
-def _read_space(file: Path, pb2: ModuleType) -> Any:
+def _read_space(file: Path) -> Any:
     from google.protobuf.message import DecodeError
 
     try:
@@ -222,7 +236,7 @@ def _read_space(file: Path, pb2: ModuleType) -> Any:
         raise InputError(f"{file}: cannot read ({exc.strerror or exc})") from None
     if not data:
         raise InputError(f"{file}: empty file")
-    space = pb2.XSpace()
+    space = xspace_class()()
     try:
         space.ParseFromString(data)
     except DecodeError:
@@ -251,6 +265,8 @@ class _Collected:
     memory: list[dict[str, object]] = field(default_factory=list)
     devices: list[Device] = field(default_factory=list)
     steps: list[dict[str, object]] = field(default_factory=list)
+    other_activity: int = 0
+    """Events on GPU stream lines that are neither kernels nor memory rows."""
 
 
 class _Stats:
@@ -258,7 +274,7 @@ class _Stats:
 
     def __init__(self, plane: Any) -> None:
         self._names = {key: meta.name for key, meta in plane.stat_metadata.items()}
-        self._wanted = {key: name for key, name in self._names.items() if name in _WANTED_STATS}
+        self._wanted = {key: _WANTED_STATS[name] for key, name in self._names.items() if name in _WANTED_STATS}
 
     def of(self, *holders: Iterable[Any]) -> dict[str, object]:
         values: dict[str, object] = {}
@@ -289,19 +305,21 @@ def _collect_gpu(space: Any, host: str, base: int, out: _Collected) -> int:
         device_id = base + int(match.group(1))
         next_base = max(next_base, device_id + 1)
         stats = _Stats(plane)
-        out.devices.append(_gpu_device(device_id, host + plane.name, stats.plane_values(plane)))
+        kernels_before = len(out.kernels)
         for line in plane.lines:
             if line.name.startswith(_STREAM_LINE):
                 _collect_stream(plane, line, device_id, stats, out)
+        if len(out.kernels) > kernels_before:
+            out.devices.append(_gpu_device(device_id, host, plane.name, stats.plane_values(plane)))
     return next_base
 
 
-def _gpu_device(device_id: int, name: str, values: dict[str, object]) -> Device:
+def _gpu_device(device_id: int, host: str, plane_name: str, values: dict[str, object]) -> Device:
     major, minor = values.get("compute_cap_major"), values.get("compute_cap_minor")
-    cores, memory = values.get("core_count"), values.get("memory_size")
+    cores, memory, model = values.get("core_count"), values.get("memory_size"), values.get("gpu_device_name")
     return Device(
         id=device_id,
-        name=name,
+        name=host + (model if isinstance(model, str) and model else plane_name),
         sm_count=int(cores) if isinstance(cores, int) else None,
         compute_capability=f"{major}.{minor}" if isinstance(major, int) and isinstance(minor, int) else None,
         memory_bytes=int(memory) if isinstance(memory, int) else None,
@@ -330,6 +348,10 @@ def _collect_stream(plane: Any, line: Any, device_id: int, stats: _Stats, out: _
                 }
             )
             continue
+        details = values.get("kernel_details")
+        if not isinstance(details, str):
+            out.other_activity += 1
+            continue
         row: dict[str, object] = {
             "name": meta.name,
             "start_ns": start_ns,
@@ -337,16 +359,12 @@ def _collect_stream(plane: Any, line: Any, device_id: int, stats: _Stats, out: _
             "device_id": device_id,
             "stream_id": line.id,
             "correlation_id": _int_or_none(values.get("correlation_id")),
-            "op": _tf_op(values),
+            "op": _kernel_op(values),
+            "graph_node_id": values.get("graph_node_id"),
         }
-        details = values.get("kernel_details")
-        if isinstance(details, str):
-            for match, columns in (
-                (_GRID.search(details), DIM_COLUMNS[:3]),
-                (_BLOCK.search(details), DIM_COLUMNS[3:]),
-            ):
-                if match:
-                    row.update(zip(columns, map(int, match.groups()), strict=True))
+        for match, columns in ((_GRID.search(details), DIM_COLUMNS[:3]), (_BLOCK.search(details), DIM_COLUMNS[3:])):
+            if match:
+                row.update(zip(columns, map(int, match.groups()), strict=True))
         out.kernels.append(row)
 
 
@@ -360,8 +378,9 @@ def _memory_kind(name: str) -> str:
     return name.lower()
 
 
-def _tf_op(values: dict[str, object]) -> str | None:
-    for key in ("tf_op", "level 0"):
+def _kernel_op(values: dict[str, object]) -> str | None:
+    """The HLO instruction that launched an XLA kernel, else the TF op of a TensorFlow one."""
+    for key in ("hlo_op", "tf_op", "level 0"):
         value = values.get(key)
         if isinstance(value, str) and value:
             return value
