@@ -121,15 +121,8 @@ def _add_field(message: descriptor_pb2.DescriptorProto, field: _Field, oneofs: l
 
 @functools.cache
 def xspace_class() -> Any:
-    """The ``XSpace`` message class (its nested messages come with it), built once per process.
-
-    ``message_factory.GetMessageClass`` arrived in protobuf 4.22; protobuf 4.21 has only
-    ``MessageFactory.GetPrototype``, which protobuf 6.30 removed.
-    """
+    """The ``XSpace`` message class (its nested messages come with it), built once per process
+    (``message_factory.GetMessageClass``: protobuf 4.22 and later)."""
     pool = descriptor_pool.DescriptorPool()
     pool.Add(schema())
-    descriptor = pool.FindMessageTypeByName(f"{PACKAGE}.XSpace")
-    get_class = getattr(message_factory, "GetMessageClass", None)
-    if get_class is None:
-        return message_factory.MessageFactory(pool).GetPrototype(descriptor)
-    return get_class(descriptor)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{PACKAGE}.XSpace"))
