@@ -127,6 +127,7 @@ _COMMANDS: dict[str, _Command] = {
     "sweep": _Command("detprof.sweep.command", "sweep", "HELP"),
     "kernels": _Command("detprof.kernels_bench.command", "kernels", "HELP"),
     "stability": _Command("detprof.stability.command", "stability", "HELP"),
+    "verify": _Command("detprof.verify.command", "verify", "HELP"),
     "report": _Command("detprof.reports.command", "report", "HELP"),
     "baseline": _Command(
         "detprof.check.command", "baseline", help="Freeze a sweep's per-repeat overheads as the CI baseline (JSON)."

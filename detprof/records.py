@@ -21,7 +21,7 @@ from detprof.intervals import Metric
 
 RunStatus = Literal["ok", "failed", "unsupported"]
 """"unsupported": the framework refused to run an op deterministically (a finding, not a crash)."""
-RecordKind = Literal["sweep", "kernels", "stability", "calibration"]
+RecordKind = Literal["sweep", "kernels", "stability", "calibration", "verify"]
 
 
 class MeasuredRun(TypedDict):
@@ -153,11 +153,42 @@ class StabilityRun(TypedDict):
     ray_node_address: NotRequired[str]
 
 
+class VerifyRun(TypedDict):
+    """One of ``detprof verify``'s runs: K training steps, every tensor fingerprinted (``verify.workload``)."""
+
+    run_id: str
+    model: str
+    mode: str
+    replica: str
+    """Which of the two runs of its mode ("a" or "b"): the two are compared tensor by tensor."""
+    status: RunStatus
+    reason: str | None
+    backend: str
+    steps: int
+    """The steps it took: all that were asked for, unless it ended early."""
+    steps_asked: int
+    fingerprints: str | None
+    """Its fingerprints' folder, relative to the study's."""
+    layers: NotRequired[list[str]]
+    finding: NotRequired[dict[str, Any] | None]
+    """An op that refused to run deterministically (``findings.Finding``); None where none did."""
+    settings: NotRequired[dict[str, Any]]
+    versions: NotRequired[dict[str, Any]]
+    device: NotRequired[dict[str, Any]]
+    device_name: NotRequired[str]
+    parameters: NotRequired[int]
+    started_at: NotRequired[str]
+    finished_at: NotRequired[str]
+    duration_s: NotRequired[float]
+    log: NotRequired[str]
+
+
 REQUIRED_FIELDS: dict[RecordKind, tuple[tuple[str, type], ...]] = {
     "sweep": (("run_id", str), ("model", str), ("mode", str), ("repeat", int), ("status", str)),
     "kernels": (("run_id", str), ("case", str), ("mode", str), ("repeat", int), ("status", str)),
     "stability": (("run_id", str), ("variant", str), ("mode", str), ("status", str)),
     "calibration": (("run_id", str), ("model", str), ("mode", str), ("arm", str), ("repeat", int), ("status", str)),
+    "verify": (("run_id", str), ("model", str), ("mode", str), ("replica", str), ("status", str)),
 }
 """What every reader of a kind relies on; the rest may be null (a failed run measured nothing)."""
 NUMERIC_FIELDS = ("wall_ns_per_step", "kernel_ns_per_step")
@@ -215,6 +246,15 @@ def stability_run(
         record["reason"] = reason
     record.update(measured)  # type: ignore[typeddict-item]
     return record
+
+
+def verify_run(**given: Any) -> VerifyRun:
+    """A verification run's record from ``VerifyRun``'s fields: every required one, and no field it does not declare."""
+    missing = sorted(VerifyRun.__required_keys__ - given.keys())
+    if missing:
+        raise TypeError(f"VerifyRun: missing field(s) {', '.join(missing)}")
+    _refuse_unknown(VerifyRun, {k: v for k, v in given.items() if k not in VerifyRun.__required_keys__})
+    return VerifyRun(**given)  # type: ignore[typeddict-item]
 
 
 def checked(kind: RecordKind, data: dict[str, Any], source: Path) -> dict[str, Any]:

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 StudyKind = RecordKind
-STUDY_KINDS: tuple[StudyKind, ...] = ("sweep", "kernels", "stability", "calibration")
+STUDY_KINDS: tuple[StudyKind, ...] = ("sweep", "kernels", "stability", "calibration", "verify")
 SCHEMA_VERSION = 1
 DONE_STATUSES = frozenset({"ok", "unsupported"})
 

@@ -11,6 +11,7 @@ import pytest
 from scipy.stats import spearmanr
 from sklearn.metrics import accuracy_score, confusion_matrix
 
+from detprof.fingerprints import digest
 from detprof.intervals import bootstrap_spread
 from detprof.stability import metrics
 
@@ -191,8 +192,8 @@ def test_mean_cka_averages_pairs(rng: np.random.Generator) -> None:
 def test_weights_digest_is_sha256_of_the_bytes_in_order() -> None:
     a = np.arange(6, dtype=np.float32).reshape(2, 3)
     b = np.ones(4, dtype=np.float32)
-    assert metrics.weights_digest([a, b]) == hashlib.sha256(a.tobytes() + b.tobytes()).hexdigest()
-    assert metrics.weights_digest([a.T]) == hashlib.sha256(np.ascontiguousarray(a.T).tobytes()).hexdigest()
+    assert digest([a, b]) == hashlib.sha256(a.tobytes() + b.tobytes()).hexdigest()
+    assert digest([a.T]) == hashlib.sha256(np.ascontiguousarray(a.T).tobytes()).hexdigest()
 
 
 def _model(seed: int) -> list[tuple[str, list[np.ndarray]]]:

@@ -22,6 +22,8 @@ from typing import Any, ClassVar
 
 StopProfiler = Callable[[], None]
 """What ``Backend.start_profiler`` returns: the call that stops the capture and writes the trace."""
+LossOf = Callable[[Any, Any], Any]
+"""A loss function, ``loss(y_true, y_pred)``."""
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,8 @@ class Backend:
     """Keys of ``in_effect`` that are environment variables: empty reads as unset."""
     settings_note: ClassVar[str]
     """One sentence under that table: what is pinned alike in both modes."""
+    nondeterministic_op_advice: ClassVar[str]
+    """What a user can do about an op this framework has no deterministic implementation of (``findings``)."""
     switched_after_import: ClassVar[bool] = False
     """Whether a program's deterministic mode needs ``switch_on`` once it imports the framework (no
     environment variable switches it: ``backends.program``)."""
@@ -127,6 +131,15 @@ class Backend:
 
     def device_name(self) -> str:
         """The device Keras trains on here, as the framework names it ("cpu" without a GPU)."""
+        raise NotImplementedError
+
+    def gradient_step(self, model: Any, loss_of: LossOf, optimizer: Any, x: Any, y: Any) -> tuple[list[Any], list[Any]]:
+        """One training step of ``model`` (whose outputs are every layer's, the prediction last): the forward pass in
+        training mode, the gradients of ``loss_of(y, prediction)`` by trainable variable, applied by ``optimizer``.
+
+        The step ``detprof verify`` fingerprints: it returns the outputs and the gradients, so that
+        two runs can be compared tensor by tensor.
+        """
         raise NotImplementedError
 
     # The framework's own profiler, the tracer on a CPU.

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 from typing import Any
 
-from .base import Backend, Compiler, StopProfiler
+from .base import Backend, Compiler, LossOf, StopProfiler
 
 XLA_FLAGS_ENV = "XLA_FLAGS"
 DETERMINISTIC_FLAG = "--xla_gpu_deterministic_ops"
@@ -39,6 +40,7 @@ class Jax(Backend):
     version_keys = ("jax", "jaxlib")
     cuda_build = "install JAX's CUDA plugin: pip install 'jax[cuda12]'"
     switch_words = "XLA_FLAGS+=--xla_gpu_deterministic_ops=true (the user's other flags kept)"
+    nondeterministic_op_advice = "replace the op, or run it on the CPU (with jax.default_device)"
     compiler = Compiler("jax.jit", None, "always compiles with XLA")
     in_effect_columns = (
         ("op determinism (xla_gpu_deterministic_ops)", "op_determinism"),
@@ -105,6 +107,17 @@ class Jax(Backend):
         device = jax.devices()[0]
         return "cpu" if device.platform == "cpu" else str(device.device_kind)
 
+    def gradient_step(self, model: Any, loss_of: LossOf, optimizer: Any, x: Any, y: Any) -> tuple[list[Any], list[Any]]:
+        """As Keras' own JAX step: ``stateless_call`` under ``jax.value_and_grad``, compiled with ``jax.jit``; the
+        non-trainable state the pass updates (batch-norm statistics, seed generators) is written back."""
+        trainable = [variable.value for variable in model.trainable_variables]
+        non_trainable = [variable.value for variable in model.non_trainable_variables]
+        (_, (outputs, non_trainable)), grads = _compiled_step(model, loss_of)(trainable, non_trainable, x, y)
+        for variable, value in zip(model.non_trainable_variables, non_trainable, strict=True):
+            variable.assign(value)
+        optimizer.apply(grads, model.trainable_variables)
+        return list(outputs), list(grads)
+
     def start_profiler(self, trace_path: str) -> StopProfiler:
         """Python calls are not traced: every one of them would tax the traced steps for nothing."""
         import jax
@@ -118,3 +131,15 @@ class Jax(Backend):
         import jax
 
         return jax.profiler.TraceAnnotation(name)
+
+
+@functools.lru_cache(maxsize=4)
+def _compiled_step(model: Any, loss_of: LossOf) -> Callable[..., Any]:
+    """``Jax.gradient_step``'s pass, compiled once per model: every step of a run reuses it."""
+    import jax
+
+    def loss_and_outputs(trainable: Any, non_trainable: Any, x: Any, y: Any) -> tuple[Any, tuple[Any, Any]]:
+        outputs, non_trainable = model.stateless_call(trainable, non_trainable, x, training=True)
+        return loss_of(y, outputs[-1]), (outputs, non_trainable)
+
+    return jax.jit(jax.value_and_grad(loss_and_outputs, has_aux=True))

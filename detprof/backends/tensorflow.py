@@ -8,7 +8,7 @@ import sys
 from collections.abc import Iterator, MutableMapping
 from typing import Any
 
-from .base import Backend, Compiler, StopProfiler
+from .base import Backend, Compiler, LossOf, StopProfiler
 
 DEBUG_ENV = "DETPROF_DEBUG"
 """Set (non-empty) to see everything: tracebacks of internal errors and TensorFlow's own log lines."""
@@ -28,6 +28,10 @@ class TensorFlow(Backend):
     version_keys = ("tensorflow",)
     cuda_build = "install TensorFlow's CUDA build: pip install 'tensorflow[and-cuda]'"
     switch_words = "tf.config.experimental.enable_op_determinism()"
+    nondeterministic_op_advice = (
+        "replace the op, or place it on the CPU (with tf.device('/CPU:0')), where TensorFlow's kernels are "
+        "deterministic"
+    )
     compiler = Compiler("jit_compile (XLA)", "xla", "compiles with --xla", "--xla is TensorFlow's jit_compile")
     in_effect_columns = (
         ("op determinism", "op_determinism"),
@@ -99,6 +103,16 @@ class TensorFlow(Backend):
         if not gpus:
             return "cpu"
         return str(tf.config.experimental.get_device_details(gpus[0]).get("device_name", gpus[0].name))
+
+    def gradient_step(self, model: Any, loss_of: LossOf, optimizer: Any, x: Any, y: Any) -> tuple[list[Any], list[Any]]:
+        import tensorflow as tf
+
+        with tf.GradientTape() as tape:
+            outputs = model(x, training=True)
+            loss = loss_of(y, outputs[-1])
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply(grads, model.trainable_variables)
+        return list(outputs), grads
 
     def start_profiler(self, trace_path: str) -> StopProfiler:
         import tensorflow as tf

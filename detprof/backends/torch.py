@@ -8,7 +8,7 @@ import sys
 from collections.abc import MutableMapping
 from typing import Any
 
-from .base import Backend, Compiler, StopProfiler
+from .base import Backend, Compiler, LossOf, StopProfiler
 
 CUBLAS_WORKSPACE_ENV = "CUBLAS_WORKSPACE_CONFIG"
 CUBLAS_DETERMINISTIC_WORKSPACE = ":4096:8"
@@ -27,6 +27,10 @@ class Torch(Backend):
     switch_words = (
         "torch.use_deterministic_algorithms(True), cudnn.deterministic=True, cudnn.benchmark=False, "
         f"{CUBLAS_WORKSPACE_ENV}={CUBLAS_DETERMINISTIC_WORKSPACE}"
+    )
+    nondeterministic_op_advice = (
+        "torch.use_deterministic_algorithms(True, warn_only=True) runs it with a warning instead of an error (the op "
+        "itself stays non-deterministic), or replace the op"
     )
     in_effect_columns = (
         ("op determinism (use_deterministic_algorithms)", "op_determinism"),
@@ -118,6 +122,19 @@ class Torch(Backend):
         import torch
 
         return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+
+    def gradient_step(self, model: Any, loss_of: LossOf, optimizer: Any, x: Any, y: Any) -> tuple[list[Any], list[Any]]:
+        """As Keras' own torch step: the gradients left on the variables by ``backward`` (cleared first), applied
+        without recording the update for autograd."""
+        import torch
+
+        outputs = model(x, training=True)
+        model.zero_grad()
+        loss_of(y, outputs[-1]).backward()
+        grads = [variable.value.grad for variable in model.trainable_variables]
+        with torch.no_grad():
+            optimizer.apply(grads, model.trainable_variables)
+        return list(outputs), grads
 
     def start_profiler(self, trace_path: str) -> StopProfiler:
         """CPU activities always, CUDA activities (CUPTI) where a GPU is visible."""

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from detprof.errors import ExitCode, InputError, UsageError, last_line
+from detprof.errors import ExitCode, InputError, UsageError
 from detprof.profiler.devices import DeviceChoice
 from detprof.profiler.lifeline import driver_lifeline
 from detprof.profiler.lockstep import step_in_lockstep
@@ -52,34 +52,46 @@ SETTLING_STEPS = 1
 costs lands on no measured step (``worker.run``)."""
 
 
-def call_in_worker(entry: str, request: Mapping[str, Any], what: str, *, hide_gpus: bool = True) -> Any:
-    """``entry(request)`` in a fresh worker process that sees no GPU; its answer, or its error as it was.
+def call_in_worker(
+    entry: str,
+    request: Mapping[str, Any],
+    what: str,
+    *,
+    environment: WorkerEnvironment | None = None,
+    log: Path | None = None,
+) -> Any:
+    """``entry(request)`` in a fresh worker process; its answer, or its error as it was.
 
-    For work that needs a framework but measures nothing (building Keras models to read shapes
-    off them): the parent stays free of the framework's memory and start-up chatter. A
-    ``UsageError`` raised there is the same one-line ``UsageError`` here; any other failure
-    is an ``InputError`` saying what could not be done.
+    For work that needs a framework but is not a measured run: building Keras models to read
+    shapes off them (the worker sees no GPU), or ``detprof verify``'s runs (the worker runs in
+    the measuring ``environment``, its GPU pinned, its output in ``log``). The parent stays free
+    of the framework's memory and start-up chatter. A ``UsageError`` raised there is the same
+    one-line ``UsageError`` here; any other failure is an ``InputError`` saying what could not
+    be done.
     """
-    lifeline_env, lifeline_fds = driver_lifeline()
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", **lifeline_env}
-    if hide_gpus:
-        env["CUDA_VISIBLE_DEVICES"] = ""
+    if environment is None:
+        env = dict(os.environ) | {"TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""} | driver_lifeline()[0]
+    else:
+        env = environment.worker_env()
     with tempfile.TemporaryDirectory(prefix="detprof-call-") as tmp:
         spec_path, result_path = Path(tmp) / "spec.json", Path(tmp) / "result.json"
+        output = log or Path(tmp) / "output.log"
         atomic_write_json(spec_path, {"call": entry, "request": dict(request)})
-        proc = subprocess.run(
-            worker_command(spec_path, result_path),
-            capture_output=True,
-            text=True,
-            env=env,
-            pass_fds=lifeline_fds,
-            check=False,
-        )
+        with open(output, "wb") as sink:
+            code = subprocess.run(
+                worker_command(spec_path, result_path),
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                env=env,
+                pass_fds=driver_lifeline()[1],
+                check=False,
+            ).returncode
         answer = json.loads(result_path.read_text()) if result_path.is_file() else None
-    if proc.returncode == ExitCode.USAGE and answer is not None:
+        said = last_log_line(output)
+    if code == ExitCode.USAGE and answer is not None:
         raise UsageError(answer["error"])
-    if proc.returncode != ExitCode.OK or answer is None:
-        raise InputError(f"{what} failed: {last_line(proc.stderr) or f'exit code {proc.returncode}'}")
+    if code != ExitCode.OK or answer is None:
+        raise InputError(f"{what} failed: {said if said != 'no output' else f'exit code {code}'}")
     return answer["answer"]
 
 

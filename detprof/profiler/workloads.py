@@ -12,6 +12,7 @@ Only the compiled step is each backend's own, and the record says which it was.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from detprof import backends
@@ -26,11 +27,21 @@ Batch = Any
 LEARNING_RATE = 0.01
 
 
-def model_training(worker: WorkerSpec) -> tuple[Step, dict[str, Any]]:
-    """One training step of the model the spec names, on its batch; facts about what was run."""
-    spec, settings = worker.params, worker.determinism
+@dataclass
+class Training:
+    """The model a spec names, built, and what it trains with."""
+
+    model: keras.Model
+    loss: Any
+    optimizer: keras.optimizers.Optimizer
+    compiled: bool
+    """A model of your own compiled with its loss: that loss (and its weights) and optimizer, kept."""
+    classes: int
+
+
+def training_of(spec: Mapping[str, Any]) -> Training:
+    """The registry model or your own the spec names, built at its shape, with its loss and optimizer."""
     import keras
-    import numpy as np
 
     from detprof.models import registry
     from detprof.models.own import DEFAULT_CLASSES, DEFAULT_INPUT_SHAPE, OwnModel
@@ -48,17 +59,25 @@ def model_training(worker: WorkerSpec) -> tuple[Step, dict[str, Any]]:
         classes = int(spec["classes"] or DEFAULT_CLASSES)
         model = build(OwnModel.from_record(own), shape, classes)
         from_logits = not outputs_probabilities(model)
-    x, y = _batch(model, spec, classes, settings.seed)
     compiled = own is not None and getattr(model, "compiled", False) and getattr(model, "loss", None) is not None
     if compiled:
-        loss, optimizer = model.loss, model.optimizer
-    else:
-        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=from_logits)
-        optimizer = keras.optimizers.SGD(learning_rate=LEARNING_RATE)
+        return Training(model, model.loss, model.optimizer, True, classes)
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=from_logits)
+    return Training(model, loss, keras.optimizers.SGD(learning_rate=LEARNING_RATE), False, classes)
+
+
+def model_training(worker: WorkerSpec) -> tuple[Step, dict[str, Any]]:
+    """One training step of the model the spec names, on its batch; facts about what was run."""
+    import numpy as np
+
+    spec, settings = worker.params, worker.determinism
+    training = training_of(spec)
+    model = training.model
+    x, y = batch_of(model, spec, training.classes, settings.seed)
     if settings.backend == backends.TENSORFLOW:
-        step, train_step = _tensorflow_step(model, x, y, settings.jit_compile, loss, optimizer, compiled)
+        step, train_step = _tensorflow_step(training, x, y, settings.jit_compile)
     else:
-        step, train_step = _keras_step(model, x, y, settings.jit_compile, loss, optimizer)
+        step, train_step = _keras_step(training, x, y, settings.jit_compile)
     facts: dict[str, Any] = {"parameters": int(model.count_params()), "train_step": train_step}
     if not isinstance(x, dict):
         facts["input_shape"] = [int(d) for d in x.shape[1:]]
@@ -72,7 +91,7 @@ def _output_classes(model: keras.Model) -> int | None:
     return None if last is None else int(last)
 
 
-def _batch(model: keras.Model, spec: Mapping[str, Any], classes: int, seed: int) -> tuple[Batch, Batch]:
+def batch_of(model: keras.Model, spec: Mapping[str, Any], classes: int, seed: int) -> tuple[Batch, Batch]:
     """The spec's real batch (``--data``), else a synthetic one: normal inputs, uniform labels per output."""
     import numpy as np
 
@@ -112,15 +131,7 @@ def _real_batch(model: keras.Model, feed: Mapping[str, Any], batch_size: int) ->
     return x, y
 
 
-def _tensorflow_step(
-    model: keras.Model,
-    x: Batch,
-    y: Batch,
-    jit_compile: bool,
-    loss: Any,
-    optimizer: keras.optimizers.Optimizer,
-    compiled: bool,
-) -> tuple[Step, str]:
+def _tensorflow_step(training: Training, x: Batch, y: Batch, jit_compile: bool) -> tuple[Step, str]:
     """Our own ``tf.function``, not Keras's ``train_on_batch``.
 
     Keras 3 turns ``jit_compile=True`` into False on TensorFlow whenever op determinism is on
@@ -133,8 +144,10 @@ def _tensorflow_step(
 
     x_t, y_t = tf.nest.map_structure(tf.constant, x), tf.nest.map_structure(tf.constant, y)
 
+    model, optimizer = training.model, training.optimizer
+
     def loss_of(y: Any, y_pred: Any) -> tf.Tensor:
-        return model.compute_loss(y=y, y_pred=y_pred) if compiled else loss(y, y_pred)
+        return model.compute_loss(y=y, y_pred=y_pred) if training.compiled else training.loss(y, y_pred)
 
     @tf.function(jit_compile=jit_compile)
     def train_step(x: Any, y: Any) -> tf.Tensor:
@@ -150,9 +163,7 @@ def _tensorflow_step(
     return step, f"tf.function (jit_compile={jit_compile})"
 
 
-def _keras_step(
-    model: keras.Model, x: Batch, y: Batch, jit_compile: bool, loss: Any, optimizer: keras.optimizers.Optimizer
-) -> tuple[Step, str]:
+def _keras_step(training: Training, x: Batch, y: Batch, jit_compile: bool) -> tuple[Step, str]:
     """Keras' own compiled step (``train_on_batch``) on JAX and PyTorch: their idiomatic training step.
 
     ``jit_compile`` is pinned in both modes: always on for JAX (``jax.jit``), ``torch.compile``
@@ -163,8 +174,9 @@ def _keras_step(
     """
     import keras
 
+    model = training.model
     loss_weights = model.get_compile_config().get("loss_weights") if getattr(model, "compiled", False) else None
-    model.compile(optimizer=optimizer, loss=loss, loss_weights=loss_weights, jit_compile=jit_compile)
+    model.compile(optimizer=training.optimizer, loss=training.loss, loss_weights=loss_weights, jit_compile=jit_compile)
     x_t = keras.tree.map_structure(keras.ops.convert_to_tensor, x)
     y_t = keras.tree.map_structure(keras.ops.convert_to_tensor, y)
 

@@ -8,15 +8,15 @@ runs; with fewer than two runs they are NaN, because a spread needs two samples.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
 from scipy.stats import rankdata
 
+from detprof.fingerprints import digest
 from detprof.intervals import bootstrap_spread
 
 T = TypeVar("T")
@@ -154,17 +154,9 @@ def mean_cka(representations: Sequence[np.ndarray]) -> float:
     return _mean_over_pairs(representations, linear_cka)
 
 
-def weights_digest(arrays: Iterable[np.ndarray]) -> str:
-    """sha256 of the weights' bytes in model order: equal digests mean bitwise-equal weights."""
-    h = hashlib.sha256()
-    for a in arrays:
-        h.update(np.ascontiguousarray(a).tobytes())
-    return h.hexdigest()
-
-
 def layer_digests(layers: Sequence[tuple[str, Sequence[np.ndarray]]]) -> list[tuple[str, str]]:
     """One digest per layer, so a mismatch can be traced to the first layer where it appears."""
-    return [(name, weights_digest(weights)) for name, weights in layers]
+    return [(name, digest(weights)) for name, weights in layers]
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from scipy.special import log_softmax, softmax
 
 from detprof import backends
 from detprof.determinism import DeterminismSettings, Mode
+from detprof.fingerprints import digest
 from detprof.models import registry
 from detprof.models.own import OwnModel
 from detprof.models.own_build import OwnBuilder, outputs_probabilities
@@ -357,7 +358,7 @@ def train(run: PlannedRun, config: TrainConfig) -> dict[str, Any]:
         "cross_entropy": curve[-1]["test_loss"],
         "per_class_accuracy": json_safe(per_class.astype(float)),
         "curve": curve,
-        "weights_sha256": metrics.weights_digest(w for _, ws in layers for w in ws),
+        "weights_sha256": digest(w for _, ws in layers for w in ws),
         "layer_digests": [list(d) for d in digests],
         "input_shape": list(trainer.input_shape),
         "data_shape": list(data.input_shape),

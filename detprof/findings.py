@@ -1,0 +1,79 @@
+"""An op without a deterministic implementation: a finding about the model, never a crash of detprof.
+
+A framework refuses such an op in deterministic mode with an error that says so in words
+(PyTorch: "... does not have a deterministic implementation"; TensorFlow: "Determinism is not
+yet supported ..." or "A deterministic GPU implementation of ... is not currently available").
+What a user can act on is which op refused, in which of their layers, and what to do instead;
+the sweep records it for the model and ``detprof verify`` reports it, both from here.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import types
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import detprof.backends as backends
+from detprof.errors import first_line
+
+REFUSAL = re.compile(r"determinis", re.IGNORECASE)
+OP_PATTERNS = (
+    re.compile(r"^(?P<op>[\w.:]+) does not have a deterministic implementation"),
+    re.compile(r"Determinism is not yet supported (?:in|for) (?:the )?(?:GPU implementation of )?(?P<op>[\w.:]+)"),
+    re.compile(r"deterministic (?:GPU )?implementation of (?P<op>[\w.:]+)"),
+)
+"""Where PyTorch, TensorFlow and XLA name the op in their refusal."""
+MESSAGE_CHARS = 500
+
+
+@dataclass(frozen=True)
+class Finding:
+    """What refused to run deterministically, where, and what the user can do."""
+
+    op: str | None
+    """The op the framework named; None where its message names none."""
+    message: str
+    """The framework's own words: the first line of its error."""
+    layer: str | None
+    """The model's layer that called the op (``layer.name``), where the error passed through one."""
+    advice: str
+
+    def line(self) -> str:
+        where = f" in layer {self.layer}" if self.layer else ""
+        return f"{self.op or 'an op'}{where} has no deterministic implementation: {self.advice}"
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def refuses_determinism(exc: BaseException) -> bool:
+    """Whether ``exc`` is the framework refusing an op in deterministic mode (it says so in words)."""
+    return bool(REFUSAL.search(str(exc)))
+
+
+def finding_of(exc: BaseException, backend: str) -> Finding:
+    """The finding an op's refusal makes: the op and layer read off the error, the backend's advice."""
+    message = first_line(exc, with_type=True)[:MESSAGE_CHARS]
+    text = str(exc)
+    op = next((m["op"] for pattern in OP_PATTERNS if (m := pattern.search(text))), None)
+    return Finding(op, message, _layer_of(exc.__traceback__), backends.get(backend).nondeterministic_op_advice)
+
+
+def _layer_of(tb: types.TracebackType | None) -> str | None:
+    """The innermost Keras layer (not a model) whose ``call`` the error passed through, by its name."""
+    found = None
+    while tb is not None:
+        owner = tb.tb_frame.f_locals.get("self")
+        if _is_layer(owner):
+            found = owner.name
+        tb = tb.tb_next
+    return found
+
+
+def _is_layer(value: Any) -> bool:
+    keras = sys.modules.get("keras")
+    if keras is None:
+        return False
+    return isinstance(value, keras.layers.Layer) and not isinstance(value, keras.Model)

@@ -1,0 +1,137 @@
+"""Fingerprints of tensors: a digest for bitwise equality, and what sizes a difference when two are not equal.
+
+Two runs are the same run only if every tensor they computed is the same to the bit, so a
+fingerprint's ``digest`` hashes the tensor's bytes (with its shape and dtype). When two digests
+differ, their ``max_abs`` and ``l2`` say how large the tensors are, and the ``sample`` (the
+values at positions fixed by the tensor's size, the same in every run) sizes the difference:
+the largest absolute difference over the sample, exact for a tensor no larger than the sample.
+A stability study's weight digests and ``detprof verify``'s fingerprints are both made here.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+SAMPLE_SIZE = 4096
+Kind = Literal["output", "weights", "gradients"]
+KINDS: tuple[Kind, ...] = ("output", "weights", "gradients")
+"""In the order a training step computes them: a layer's output, the gradients, the weights after the update."""
+
+
+def digest(arrays: Iterable[np.ndarray]) -> str:
+    """sha256 of the arrays' bytes in order: equal digests mean bitwise-equal arrays."""
+    h = hashlib.sha256()
+    for a in arrays:
+        h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()
+
+
+@functools.cache
+def sample_positions(size: int) -> np.ndarray:
+    """The flat positions every run samples of a tensor of ``size`` elements: all of them up to ``SAMPLE_SIZE``."""
+    if size <= SAMPLE_SIZE:
+        return np.arange(size)
+    return np.sort(np.random.default_rng(size).choice(size, SAMPLE_SIZE, replace=False))
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """One tensor of one step: a layer's output, a layer's weights after the update, or a variable's gradient."""
+
+    name: str
+    """The layer's name (``layer.name``), or the variable's path for gradients."""
+    kind: Kind
+    digest: str
+    shape: tuple[int, ...]
+    max_abs: float
+    l2: float
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self) | {"shape": list(self.shape)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Fingerprint:
+        return cls(
+            str(data["name"]),
+            data["kind"],
+            str(data["digest"]),
+            tuple(int(d) for d in data["shape"]),
+            float(data["max_abs"]),
+            float(data["l2"]),
+        )
+
+
+def fingerprint(name: str, kind: Kind, arrays: list[np.ndarray]) -> tuple[Fingerprint, np.ndarray]:
+    """The fingerprint of ``arrays`` (one tensor, or a layer's weights in order) and its sample.
+
+    Sizes are summed over a layer's weights, taken as one flat tensor: what a difference in
+    any of them does to the layer.
+    """
+    flat = np.concatenate([np.ravel(a).astype(np.float64) for a in arrays]) if arrays else np.zeros(0)
+    shape = tuple(arrays[0].shape) if len(arrays) == 1 else (int(flat.size),)
+    found = Fingerprint(
+        name,
+        kind,
+        digest(arrays),
+        shape,
+        float(np.max(np.abs(flat))) if flat.size else 0.0,
+        float(np.sqrt(np.sum(flat * flat))),
+    )
+    return found, flat[sample_positions(flat.size)]
+
+
+def sampled_difference(a: np.ndarray, b: np.ndarray) -> float:
+    """The largest absolute difference between two runs' samples of one tensor (inf where their sizes differ)."""
+    if a.shape != b.shape:
+        return float("inf")
+    return float(np.max(np.abs(a - b))) if a.size else 0.0
+
+
+FINGERPRINTS_FILE = "fingerprints.json"
+SAMPLES_FILE = "samples.npz"
+
+
+@dataclass
+class RunFingerprints:
+    """One run's fingerprints, step by step, and the samples that size a difference: a run's folder holds
+    them as ``FINGERPRINTS_FILE`` and ``SAMPLES_FILE``."""
+
+    steps: list[list[Fingerprint]] = field(default_factory=list)
+    samples: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def begin_step(self) -> None:
+        self.steps.append([])
+
+    def add(self, name: str, kind: Kind, arrays: list[np.ndarray]) -> None:
+        """The fingerprint of ``arrays`` in the step begun last."""
+        found, sample = fingerprint(name, kind, arrays)
+        self.steps[-1].append(found)
+        self.samples[_sample_key(len(self.steps) - 1, kind, name)] = sample
+
+    def sample(self, step: int, found: Fingerprint) -> np.ndarray:
+        return self.samples[_sample_key(step, found.kind, found.name)]
+
+    def save(self, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        steps = [[f.to_json() for f in step] for step in self.steps]
+        (folder / FINGERPRINTS_FILE).write_text(json.dumps({"steps": steps}))
+        np.savez_compressed(folder / SAMPLES_FILE, **self.samples)
+
+    @classmethod
+    def load(cls, folder: Path) -> RunFingerprints:
+        steps = json.loads((folder / FINGERPRINTS_FILE).read_text())["steps"]
+        with np.load(folder / SAMPLES_FILE) as samples:
+            loaded = {key: samples[key] for key in samples.files}
+        return cls([[Fingerprint.from_json(f) for f in step] for step in steps], loaded)
+
+
+def _sample_key(step: int, kind: Kind, name: str) -> str:
+    return f"{step}/{kind}/{name}"

@@ -1,0 +1,1 @@
+"""``detprof verify``: whether determinism holds, fingerprint by fingerprint."""

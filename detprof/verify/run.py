@@ -1,0 +1,147 @@
+"""``detprof verify`` as the core runs it: each model trained twice per mode, every tensor fingerprinted, compared.
+
+Four fresh processes per model (deterministic a and b, default a and b), each in the
+measuring environment of the device (its GPU pinned), with the same seed, the same batches
+and the same number of steps (``verify.workload``). On a CPU the two runs of a mode run side
+by side (nothing here is timed, and each process is as deterministic alone as beside
+another); on a GPU one at a time, each with the device to itself. The models are named and
+built as the sweep names and builds them (``sweep.plan``): registry names or your own. Each
+run's record and fingerprints go to the results store, so ``--resume`` skips what is done and
+the report reads it; ``analysis.verification`` compares.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+
+from detprof.analysis.verification import ModelVerification, verifications
+from detprof.errors import DetprofError, UsageError
+from detprof.invocation import command_line
+from detprof.options import RunOptions
+from detprof.profiler.launcher import call_in_worker, utc_now
+from detprof.profiler.plan import default_results_dir
+from detprof.profiler.process import WorkerEnvironment
+from detprof.profiler.progress import progress_bar
+from detprof.records import VerifyRun, verify_run
+from detprof.store import ResultsStore
+from detprof.sweep.plan import SweepRequest
+
+DEFAULT_STEPS = 20
+REPLICAS = ("a", "b")
+WORKLOAD = "detprof.verify.workload:fingerprint_run"
+VERIFY_ORDER = ("deterministic", "default")
+"""Deterministic mode first: its answer is the one ``verify`` exists to give."""
+
+
+@dataclass(frozen=True)
+class VerifyRequest:
+    models: tuple[str, ...] | None
+    options: RunOptions
+    steps: int = DEFAULT_STEPS
+    gradients: bool = False
+
+    def checked(self) -> None:
+        if self.steps < 1:
+            raise UsageError(f"--steps must be at least 1, not {self.steps}")
+
+
+@dataclass(frozen=True)
+class VerifyOutcome:
+    out: Path
+    models: list[ModelVerification]
+
+    @property
+    def held(self) -> bool:
+        return all(model.held for model in self.models)
+
+
+def run_verify(request: VerifyRequest, *, console: Console) -> VerifyOutcome:
+    """Every model's four runs not already recorded, then every model compared."""
+    request.checked()
+    config, target = SweepRequest(request.models, replace(request.options, tracer="none")).resolve()
+    out = request.options.out or default_results_dir(target.device, target.backend)
+    store = ResultsStore(out, "verify")
+    manifest = {
+        "models": list(config.models),
+        "backend": target.backend,
+        "gpu_label": target.device.label,
+        "steps": request.steps,
+        "gradients": request.gradients,
+        "seed": config.seed,
+        "batch_size": config.batch_size,
+        "input_size": config.input_size,
+    }
+    store.open(manifest, command_line(), resume=request.options.resume)
+    pairs = [(plan, mode) for plan in config.model_plans() for mode in VERIFY_ORDER]
+    console.print(
+        f"detprof verify: {len(config.models)} model{'' if len(config.models) == 1 else 's'} x 2 modes x 2 runs of "
+        f"{request.steps} steps on {escape(target.device.label)} ({target.backend}), results in {escape(str(out))}"
+    )
+    environment = WorkerEnvironment(target.device)
+    side_by_side = 1 if target.on_gpu else len(REPLICAS)
+    with progress_bar(console, "verify", 2 * len(pairs), store.dir) as progress:
+        for index, (plan, mode) in enumerate(pairs):
+            todo = [r for r in REPLICAS if not store.is_done(_run_id(plan.label, mode, r))]
+            progress.on_start(f"{plan.label} {mode}", 2 * index + len(REPLICAS) - len(todo))
+            ask = {
+                "params": plan.workload_spec(config.batch_size),
+                "mode": mode,
+                "backend": target.backend,
+                "seed": config.seed,
+                "steps": request.steps,
+                "gradients": request.gradients,
+            }
+            with ThreadPoolExecutor(side_by_side) as pool:
+                for record in pool.map(partial(_run, store, environment, plan.label, ask=ask), todo):
+                    progress.on_done(record)
+    return VerifyOutcome(store.dir, verifications(store))
+
+
+def _run_id(model: str, mode: str, replica: str) -> str:
+    return f"{model}--{mode}--{replica}"
+
+
+def _run(
+    store: ResultsStore, environment: WorkerEnvironment, model: str, replica: str, *, ask: dict[str, Any]
+) -> VerifyRun:
+    """One run (``ask``: the workload's arguments) in a fresh worker; its record, written whatever happened."""
+    run_id = _run_id(model, ask["mode"], replica)
+    folder = Path("fingerprints") / run_id
+    log = store.dir / "logs" / f"{run_id}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    started, t0 = utc_now(), time.monotonic()
+    try:
+        answer = call_in_worker(
+            WORKLOAD, ask | {"out": str(store.dir / folder)}, f"verifying {model}", environment=environment, log=log
+        )
+    except DetprofError as exc:
+        answer = {"status": "failed", "reason": str(exc), "steps": 0}
+    took = int(answer.pop("steps", 0))
+    record = verify_run(
+        run_id=run_id,
+        model=model,
+        mode=ask["mode"],
+        replica=replica,
+        status=answer.pop("status"),
+        reason=answer.pop("reason", None),
+        backend=ask["backend"],
+        steps=took,
+        steps_asked=ask["steps"],
+        fingerprints=str(folder) if took else None,
+        device=environment.device.as_record(),
+        started_at=started,
+        finished_at=utc_now(),
+        duration_s=round(time.monotonic() - t0, 3),
+        log=str(log.relative_to(store.dir)),
+        **answer,
+    )
+    store.write_record(dict(record))
+    return record

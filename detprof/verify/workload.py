@@ -1,0 +1,93 @@
+"""What a verification worker runs: K training steps of one model, every tensor of every step fingerprinted.
+
+The worker's mode is switched before the framework loads (``determinism.apply``), the model
+is built and trained as the sweep builds and trains it (``workloads.training_of``), and each
+step's batch is drawn from the run's seed, so two workers of one request see the same data in
+the same order and differ only in what the framework does. Each step is one pass through a
+model whose outputs are every layer's (``Backend.gradient_step``): the layers' outputs on the
+step's batch, the gradients, and each layer's weights once the optimizer applied them are
+fingerprinted (``fingerprints``). An op that refuses to run deterministically ends the run as
+a finding (``findings``); any other error as a failure. Either way the steps already taken
+are written.
+"""
+
+from __future__ import annotations
+
+import traceback
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import detprof.backends as backends
+from detprof.determinism import DeterminismSettings, apply, software_versions
+from detprof.errors import first_line
+from detprof.findings import finding_of, refuses_determinism
+from detprof.fingerprints import RunFingerprints
+
+if TYPE_CHECKING:
+    import keras
+
+REASON_CHARS = 500
+
+
+def fingerprint_run(
+    params: dict[str, Any], mode: str, backend: str, seed: int, steps: int, gradients: bool, out: str
+) -> dict[str, Any]:
+    """``launcher.call_in_worker``'s entry: the run, its fingerprints written to ``out``; what it found, as JSON."""
+    settings = DeterminismSettings(mode, seed, backend=backend)  # type: ignore[arg-type]
+    answer: dict[str, Any] = {"settings": apply(settings), "versions": software_versions(backend)}
+    answer["device_name"] = backends.get(backend).device_name()
+    taken = RunFingerprints()
+    try:
+        answer |= _train(params, settings, steps, gradients, taken) | {"status": "ok", "reason": None}
+    except Exception as exc:
+        traceback.print_exc()
+        if settings.deterministic and refuses_determinism(exc):
+            finding = finding_of(exc, backend)
+            answer |= {"status": "unsupported", "reason": finding.message, "finding": finding.to_json()}
+        else:
+            answer |= {"status": "failed", "reason": first_line(exc, with_type=True)[:REASON_CHARS]}
+    taken.save(Path(out))
+    answer["steps"] = len(taken.steps)
+    return answer
+
+
+def _train(
+    params: dict[str, Any], settings: DeterminismSettings, steps: int, gradients: bool, taken: RunFingerprints
+) -> dict[str, Any]:
+    import keras
+
+    from detprof.profiler.workloads import batch_of, training_of
+
+    training = training_of(params)
+    model = training.model
+    probe, layers = _every_layer(model)
+    backend = backends.get(settings.backend)
+    loss = keras.losses.get(training.loss) if isinstance(training.loss, str) else training.loss
+    for step in range(steps):
+        x, y = (keras.ops.convert_to_tensor(a) for a in batch_of(model, params, training.classes, settings.seed + step))
+        outputs, grads = backend.gradient_step(probe, loss, training.optimizer, x, y)
+        taken.begin_step()
+        for layer, output in zip(layers, outputs, strict=False):
+            taken.add(layer.name, "output", [keras.ops.convert_to_numpy(output)])
+        if gradients:
+            for variable, grad in zip(probe.trainable_variables, grads, strict=True):
+                taken.add(variable.path, "gradients", [keras.ops.convert_to_numpy(grad)])
+        for layer in layers:
+            if layer.weights:
+                taken.add(layer.name, "weights", [keras.ops.convert_to_numpy(w.value) for w in layer.weights])
+    return {"layers": [layer.name for layer in layers], "parameters": int(model.count_params())}
+
+
+def _every_layer(model: keras.Model) -> tuple[keras.Model, list[keras.layers.Layer]]:
+    """The model with every layer's output as an output of its own, in model order, and its prediction last.
+
+    A model of several outputs has no one prediction to train on synthetic labels: one line says so.
+    """
+    import keras
+
+    from detprof.errors import UsageError
+
+    if len(model.outputs) != 1:
+        raise UsageError(f"detprof verify trains models of one output; {model.name} has {len(model.outputs)}")
+    layers = [layer for layer in model.layers if not isinstance(layer, keras.layers.InputLayer)]
+    return keras.Model(model.inputs, [*(layer.output for layer in layers), *model.outputs]), layers
