@@ -1,0 +1,144 @@
+"""``detprof verify``: whether determinism holds, on real frameworks on this CPU, and where runs part ways.
+
+The comparison is shown first on fingerprints written in the real format with chosen tensors
+(a difference planted at a known step and layer); then real runs: every registry model in
+deterministic mode, twice in two processes, bitwise identical on each backend; a layer that
+is nondeterministic on purpose, named by the command at exactly that layer and step; and a
+PyTorch op that refuses deterministic mode on this CPU, a finding rather than a crash.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+from script_runner import run_script
+
+from detprof import backends
+from detprof.analysis.verification import compare
+from detprof.cli import main
+from detprof.errors import ExitCode
+from detprof.findings import finding_of
+from detprof.fingerprints import SAMPLE_SIZE, RunFingerprints, digest, fingerprint, sample_positions
+from detprof.models import registry
+
+PLANTED = '''
+import numpy as np
+import keras
+
+
+class Jitter(keras.layers.Layer):
+    """Adds noise from a source detprof does not seed: the operating system's entropy."""
+
+    def call(self, x):
+        noise = np.random.default_rng().standard_normal(x.shape[1:]).astype("float32") * 1e-3
+        return x + keras.ops.convert_to_tensor(noise)
+
+
+def planted(input_shape, classes):
+    inputs = keras.Input(input_shape)
+    x = keras.layers.Conv2D(4, 3, padding="same", name="conv_a")(inputs)
+    x = keras.layers.ReLU(name="relu_a")(x)
+    x = Jitter(name="jitter")(x)
+    x = keras.layers.Conv2D(4, 3, padding="same", name="conv_b")(x)
+    x = keras.layers.GlobalAveragePooling2D(name="gap")(x)
+    return keras.Model(inputs, keras.layers.Dense(classes, name="logits")(x))
+'''
+
+
+def run(steps: list[dict[str, np.ndarray]]) -> RunFingerprints:
+    """A run's fingerprints from chosen tensors: per step, each layer's output."""
+    fingerprints = RunFingerprints()
+    for step in steps:
+        fingerprints.begin_step()
+        for name, value in step.items():
+            fingerprints.add(name, "output", [value])
+    return fingerprints
+
+
+def test_a_fingerprint_is_a_digest_its_sizes_and_a_sample_at_fixed_positions() -> None:
+    value = np.arange(-3, 3, dtype=np.float32).reshape(2, 3)
+    found, sample = fingerprint("dense", "weights", [value])
+    assert found.digest == digest([value]) and found.shape == (2, 3)
+    assert found.max_abs == 3.0 and found.l2 == pytest.approx(np.sqrt(np.sum(value.astype(np.float64) ** 2)))
+    assert np.array_equal(sample, value.ravel())
+    big = sample_positions(10 * SAMPLE_SIZE)
+    assert len(big) == SAMPLE_SIZE and np.array_equal(big, sample_positions(10 * SAMPLE_SIZE))
+
+
+def test_runs_part_at_the_first_tensor_that_differs_and_the_growth_is_read_per_layer(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    steps = [{"conv": rng.normal(size=(4, 4)), "relu": rng.normal(size=(4, 4))} for _ in range(3)]
+    parted = [dict(step) for step in steps]
+    parted[1] = {"conv": steps[1]["conv"], "relu": steps[1]["relu"] + 0.5}
+    parted[2] = {"conv": steps[2]["conv"] + 0.25, "relu": steps[2]["relu"] + 1.0}
+    run(steps).save(tmp_path / "a")
+    run(parted).save(tmp_path / "b")
+    a, b = RunFingerprints.load(tmp_path / "a"), RunFingerprints.load(tmp_path / "b")
+    assert compare("default", a, a).identical is True
+    result = compare("default", a, b)
+    assert result.identical is False and result.steps == 3 and result.layers == 2
+    first = result.first_difference
+    assert first is not None and (first.step, first.layer, first.kind) == (1, "relu", "output")
+    assert first.max_abs == pytest.approx(0.5) and first.exact
+    assert result.growth == {"conv": [0.0, 0.0, pytest.approx(0.25)], "relu": [0.0, pytest.approx(0.5), 1.0]}
+
+
+def test_a_refusal_is_a_finding_naming_the_op_the_layer_and_the_advice() -> None:
+    """PyTorch's own refusal, raised in a fresh process where deterministic algorithms are on."""
+    script = (
+        "import torch\n"
+        "torch.use_deterministic_algorithms(True)\n"
+        "out, idx = torch.nn.functional.max_pool2d(torch.randn(1, 1, 4, 4), 2, return_indices=True)\n"
+        "try:\n"
+        "    torch.nn.functional.max_unpool2d(out, idx, 2)\n"
+        "except RuntimeError as exc:\n"
+        "    print(exc)\n"
+    )
+    message = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    found = finding_of(RuntimeError(message.strip()), backends.TORCH)
+    assert found.op is not None and found.op.startswith("max_unpool")
+    assert found.layer is None and "warn_only=True" in found.advice
+    assert found.message.startswith("RuntimeError: max_unpool") and "deterministic implementation" in found.message
+
+
+SMALLEST_INPUT = {"inceptionv3": 75}
+"""Registry models that need a larger input than 32x32 (InceptionV3's stem)."""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", [backends.TENSORFLOW, backends.JAX, backends.TORCH])
+def test_every_registry_model_is_bitwise_identical_in_deterministic_mode(backend: str, tmp_path: Path) -> None:
+    """Two processes (two replicas), each training every registry model two steps at a small size."""
+    models = [f"{name}:{SMALLEST_INPUT.get(name, 32)}" for name in registry.all_models()]
+    with ThreadPoolExecutor(2) as pool:
+        done = list(pool.map(lambda r: run_script("verify_models.py", backend, tmp_path / r, *models), "ab"))
+    for ran in done:
+        assert ran.returncode == 0, ran.stderr[-2000:]
+        assert set(json.loads(ran.stdout.splitlines()[-1]).values()) == {"ok"}
+    for name in registry.all_models():
+        a, b = (RunFingerprints.load(tmp_path / replica / name) for replica in "ab")
+        result = compare("deterministic", a, b)
+        assert result.identical, f"{name} on {backend}: parted at {result.first_difference}"
+
+
+@pytest.mark.slow
+def test_the_planted_layer_is_named_at_the_step_it_parts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "nets.py").write_text(PLANTED)
+    spec = f"{tmp_path / 'nets.py'}:planted"
+    args = ["verify", "--models", spec, "--backend", backends.TORCH, "--steps", "3", "--input-shape", "8x8x1"]
+    code = main([*args, "--format", "json", "--out", str(tmp_path / "out")])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == ExitCode.CHECK_FAILED
+    (model,) = doc["models"]
+    assert model["model"] == "planted" and model["backend"] == backends.TORCH and model["device"] == "cpu"
+    for mode in ("deterministic", "default"):
+        first = model[mode]["first_difference"]
+        assert model[mode]["identical"] is False
+        assert (first["step"], first["layer"], first["kind"]) == (0, "jitter", "output") and first["max_abs"] > 0
+    assert model["findings"] == []
