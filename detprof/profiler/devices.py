@@ -269,9 +269,11 @@ class DeviceChoice:
         if self.gpu is None:
             return record | {"name": cpu_model()} | dict.fromkeys(GPU_ONLY_FIELDS) | {"cpu_count": usable_cpus()}
         info = asdict(self.gpu)
-        return record | {"name": info["name"], "index": info["index"]} | {
-            field: info[RECORD_FIELDS.get(field, field)] for field in GPU_ONLY_FIELDS
-        }
+        return (
+            record
+            | {"name": info["name"], "index": info["index"]}
+            | {field: info[RECORD_FIELDS.get(field, field)] for field in GPU_ONLY_FIELDS}
+        )
 
 
 def check_label(label: str | None, gpus: list[GpuInfo], force: bool = False) -> DeviceChoice:
