@@ -15,7 +15,7 @@ GPU_VENV := .venv-gpu
 GPU_STAMP := $(GPU_VENV)/.installed
 GPU_CHECK_OUT ?= gpu-check
 
-.PHONY: test sweep lint bench install gpu-check
+.PHONY: test sweep lint bench install gpu-check wheelhouse
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -49,12 +49,37 @@ lint: $(TEST_STAMP)
 bench: $(TEST_STAMP)
 	$(BIN)/python -m benchmarks
 
+# An offline GPU machine's wheels (README, "GPU machines without internet"): detprof's own wheel and every wheel it
+# needs there beside the framework, for that machine's Python and platforms, not this one's. The framework (torch,
+# jax, tensorflow and their CUDA wheels) is left out: what is downloaded is detprof with its `measure` extra (Keras 3,
+# scikit-learn, nvtx), not a framework extra, and there `pip install --no-index --find-links wheelhouse
+# 'detprof[torch]'` (or [jax], [tensorflow]) takes the framework already installed. manylinux_2_28 is glibc 2.28
+# (Ubuntu 20.04, RHEL 8 and newer), which pyarrow's current wheels need; manylinux2014 (glibc 2.17) brings the
+# wheels tagged only that old. WHEELHOUSE_EXTRAS=measure,ray adds a fleet node's Ray.
+# WHEELHOUSE_CONSTRAINTS=FILE: what that machine has installed (`pip list --format=freeze` there), so that each wheel
+# fits beside its framework (TensorFlow 2.16 and 2.17 pin numpy<2, which the newest pandas does not run on).
+WHEELHOUSE ?= wheelhouse
+WHEELHOUSE_PYTHON ?= 3.11
+WHEELHOUSE_PLATFORMS ?= manylinux_2_28_x86_64 manylinux2014_x86_64
+WHEELHOUSE_EXTRAS ?= measure
+WHEELHOUSE_CONSTRAINTS ?=
+
+wheelhouse: | $(BIN)/python
+	rm -f $(WHEELHOUSE)/detprof-*.whl
+	$(BIN)/python -m pip wheel --quiet --disable-pip-version-check --no-deps --wheel-dir $(WHEELHOUSE) .
+	$(BIN)/python -m pip download --quiet --disable-pip-version-check --only-binary=:all: --implementation cp \
+	  --python-version $(WHEELHOUSE_PYTHON) $(addprefix --platform ,$(WHEELHOUSE_PLATFORMS)) --dest $(WHEELHOUSE) \
+	  $(addprefix --constraint ,$(WHEELHOUSE_CONSTRAINTS)) \
+	  "$$(ls $(WHEELHOUSE)/detprof-*.whl)[$(WHEELHOUSE_EXTRAS)]"
+	@echo "$(WHEELHOUSE)/: $$(ls $(WHEELHOUSE) | wc -l) wheels, $$(du -sh $(WHEELHOUSE) | cut -f1); offline:" \
+	  "pip install --no-index --find-links $(WHEELHOUSE) 'detprof[torch]' (or [jax], [tensorflow])"
+
 $(GPU_STAMP): pyproject.toml
 	$(GPU_PYTHON) -m venv --system-site-packages $(GPU_VENV)
 	$(GPU_PYTHON) -c 'import site; print("\n".join(site.getsitepackages()))' \
 	  > "$$(echo $(GPU_VENV)/lib/python3*/site-packages)/gpu_python.pth"
-	$(GPU_VENV)/bin/python -m pip install --quiet $(if $(wildcard wheelhouse/*.whl),--no-index --find-links wheelhouse) \
-	  -e '.[measure]'
+	$(GPU_VENV)/bin/python -m pip install --quiet \
+	  $(if $(wildcard $(WHEELHOUSE)/detprof-*.whl),--no-index --find-links $(WHEELHOUSE) 'detprof[measure]',-e '.[measure]')
 	touch $(GPU_STAMP)
 
 # The GPU acceptance run (detprof/doctor/gpu_check.py): without a GPU, one line and exit 0, installing nothing.

@@ -147,7 +147,7 @@ def test_torch_not_installed_names_the_extra(tmp_path, capsys, monkeypatch) -> N
     assert len(err.splitlines()) == 1 and "pip install 'detprof[torch]'" in err
 
 
-@pytest.mark.slow  # derives the conv shapes by building the medium CNN in Keras (TensorFlow, in a child process)
+@pytest.mark.slow  # derives the conv shapes by building the medium CNN in Keras (on PyTorch, in a child process)
 def test_conv_cases_are_the_tensorflow_suites_convolutions() -> None:
     """The same layers, and the same numbers out of the same inputs and weights in either layout."""
     import numpy as np

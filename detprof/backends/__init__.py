@@ -8,9 +8,14 @@ backend never loads a framework.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+
 from .base import Backend
 from .jax import Jax
-from .tensorflow import TensorFlow
+from .tensorflow import TensorFlow, quiet_tensorflow
 from .torch import Torch
 
 REGISTRY: dict[str, Backend] = {backend.name: backend for backend in (TensorFlow(), Jax(), Torch())}
@@ -18,6 +23,11 @@ NAMES: tuple[str, ...] = tuple(REGISTRY)
 TENSORFLOW, JAX, TORCH = TensorFlow.name, Jax.name, Torch.name
 DEFAULT = TENSORFLOW
 """The implied backend: of a record or a configuration that names none."""
+NO_FRAMEWORK = "no deep-learning framework is installed here: pip install " + " or ".join(
+    f"'detprof[{name}]'" for name in REGISTRY
+)
+"""What a command that needs a framework says where none is installed (``pip install detprof`` alone)."""
+KERAS_BACKEND_ENV = "KERAS_BACKEND"
 
 
 def get(name: str) -> Backend:
@@ -61,8 +71,7 @@ def installed_default() -> str:
 
     found = next((backend.name for backend in REGISTRY.values() if backend.installed()), None)
     if found is None:
-        extras = " or ".join(f"'detprof[{name}]'" for name in REGISTRY)
-        raise UsageError(f"no deep-learning framework is installed here: pip install {extras}")
+        raise UsageError(NO_FRAMEWORK)
     return found
 
 
@@ -83,3 +92,30 @@ def require(name: str | None) -> Backend:
     if not backend.installed():
         raise UsageError(f"--backend {name} needs {backend.module}, not installed here: pip install 'detprof[{name}]'")
     return backend
+
+
+@contextlib.contextmanager
+def keras_first_import(name: str | None = None) -> Iterator[None]:
+    """Keras imported in this block, in detprof's own process, runs on ``name``'s framework (None: the installed one).
+
+    Keras picks its framework at its first import, from ``KERAS_BACKEND``, and falls back to
+    TensorFlow, so on a machine with only PyTorch or JAX a bare ``import keras`` fails, and on
+    one with several it would load TensorFlow for a PyTorch study. The variable is set for the
+    block and restored after (the workers set their own); TensorFlow loads quietly. Once Keras
+    is loaded its framework is chosen and the block changes nothing. A framework that is not
+    installed is ``require``'s one line.
+    """
+    if "keras" in sys.modules:
+        yield
+        return
+    backend = require(name)
+    previous = os.environ.get(KERAS_BACKEND_ENV)
+    os.environ[KERAS_BACKEND_ENV] = backend.name
+    try:
+        with quiet_tensorflow() if backend.name == TENSORFLOW else contextlib.nullcontext():
+            yield
+    finally:
+        if previous is None:
+            os.environ.pop(KERAS_BACKEND_ENV, None)
+        else:
+            os.environ[KERAS_BACKEND_ENV] = previous

@@ -22,7 +22,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Literal
 
-from detprof.backends import NAMES, REGISTRY, require
+from detprof.backends import NAMES, NO_FRAMEWORK, REGISTRY, require
 from detprof.determinism import MODES
 from detprof.errors import DetprofError, UsageError
 from detprof.gpu_labels import CPU_LABEL, slug
@@ -104,6 +104,8 @@ def readiness(
     unrun = "not asked for" if not smoke else "no usable GPU" if gpu_check.blocks else None
     for backend in wanted:
         checks += _backend_checks(backend, gpu, force, choice, unrun)
+    if not wanted:  # `pip install detprof` alone reads traces and results, but nothing here could measure
+        checks.append(Check("framework", "missing", NO_FRAMEWORK))
     return Readiness(choice.label, checks, forced=force and choice.forced)
 
 

@@ -119,4 +119,4 @@ def derive(config: KernelsConfig) -> list[OpCase]:
     }
     if config.backend == backends.TORCH:
         return torch_cases.derive_cases(**request)
-    return tensorflow_cases.derive_in_subprocess(**request)
+    return tensorflow_cases.derive_in_subprocess(config.backend, **request)

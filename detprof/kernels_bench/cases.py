@@ -20,9 +20,9 @@ suite reads its shapes off the models where each op matters:
 - sparse softmax cross-entropy backward and dense matmul: the logits layer (1000 classes).
 
 The bench derives its cases in a child process (``derive_in_subprocess``) with GPUs
-hidden: building the models needs TensorFlow, which the parent never imports, so that it
-holds no memory of its own on the GPU or the host while the workers measure, and prints
-none of TensorFlow's start-up chatter.
+hidden: building the models needs Keras on the bench's framework, which the parent never
+imports, so that it holds no memory of its own on the GPU or the host while the workers
+measure, and prints none of the framework's start-up chatter.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from detprof.backends import keras_first_import
 from detprof.errors import UsageError, first_line
 from detprof.profiler.launcher import call_in_worker
 
@@ -333,14 +334,22 @@ def derive_cases(
     return cases
 
 
-def case_dicts(**request: Any) -> list[dict[str, Any]]:
-    """``derive_cases`` as JSON-ready dicts: what the worker process answers ``derive_in_subprocess`` with."""
-    return [case.as_dict() for case in derive_cases(**request)]
+def case_dicts(backend: str, **request: Any) -> list[dict[str, Any]]:
+    """``derive_cases`` as JSON-ready dicts: what the worker process answers ``derive_in_subprocess`` with.
+
+    The models are built by Keras on the bench's own framework: a machine that has only
+    PyTorch has no TensorFlow for Keras to fall back on.
+    """
+    with keras_first_import(backend):
+        return [case.as_dict() for case in derive_cases(**request)]
 
 
-def derive_in_subprocess(**request: Any) -> list[OpCase]:
-    """``derive_cases(**request)`` in a fresh worker process that sees no GPU; its errors come back as they were."""
+def derive_in_subprocess(backend: str, **request: Any) -> list[OpCase]:
+    """``derive_cases(**request)`` in a fresh worker process on ``backend`` that sees no GPU; its errors come back
+    as they were."""
     answer = call_in_worker(
-        "detprof.kernels_bench.cases:case_dicts", request, "deriving the op shapes from the registry models"
+        "detprof.kernels_bench.cases:case_dicts",
+        {"backend": backend, **request},
+        "deriving the op shapes from the registry models",
     )
     return [OpCase.from_dict(d) for d in answer]

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from detprof import backends
 from detprof.kernels_bench.cases import CONV_OPS, OpCase, derive_in_subprocess
 
 Params = dict[str, Any]
@@ -167,6 +168,7 @@ def derive_cases(
     cases: list[OpCase] = []
     if conv_ops:
         derived = derive_in_subprocess(
+            backends.TORCH,
             ops=conv_ops,
             kernel_sizes=kernel_sizes,
             batch_size=batch_size,

@@ -47,10 +47,10 @@ def models(
     all_models: Annotated[bool, typer.Option("--all", help="Also list every other keras.applications model.")] = False,
 ) -> None:
     """List the models detprof can profile: name, family, parameters, default input shape."""
-    from detprof.backends.tensorflow import quiet_tensorflow
+    from detprof.backends import keras_first_import
     from detprof.models import registry
 
-    with quiet_tensorflow():
+    with keras_first_import():
         import keras
 
     specs = registry.all_models() if all_models else registry.PAPER_MODELS

@@ -84,11 +84,12 @@ def _other_keras_applications() -> dict[str, ModelSpec]:
     """Every Keras application not in the paper's list.
 
     Reached in detprof's own process when ``--model`` is not one of ours (sweep, kernels and
-    stability validate names before starting workers), hence the quiet import.
+    stability validate names before starting workers), hence Keras on the framework installed,
+    loaded quietly.
     """
-    from detprof.backends.tensorflow import quiet_tensorflow
+    from detprof.backends import keras_first_import
 
-    with quiet_tensorflow():
+    with keras_first_import():
         import keras
 
     found = {}

@@ -15,8 +15,6 @@ store at once, so Ctrl-C or a crash loses only the runs in flight.
 from __future__ import annotations
 
 import multiprocessing
-import os
-import sys
 from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -29,7 +27,6 @@ from typing import Any
 from rich.console import Console
 
 from detprof import backends
-from detprof.backends.tensorflow import quiet_tensorflow
 from detprof.determinism import MODES, Mode, without_implied
 from detprof.errors import UsageError, first_line
 from detprof.models import own, registry
@@ -54,7 +51,6 @@ DEFAULT_BATCH_SIZE = 128
 DEFAULT_LR = 4e-4
 MAX_ATTEMPTS = 2
 """A run whose worker process died under it is retried once in a fresh pool, then recorded as failed."""
-KERAS_BACKEND_ENV = "KERAS_BACKEND"
 GIB = 2**30
 GPU_BYTES_PER_JOB = 2 * GIB
 """Free GPU memory each parallel worker needs, at the least: a TensorFlow process's CUDA context
@@ -429,23 +425,11 @@ def inspected_for(model: own.OwnModel, data: datasets.Dataset, backend: str) -> 
 def load_in_parent(name: str, backend: str) -> datasets.Dataset:
     """The dataset, loaded in detprof's own process to validate it and to score the study.
 
-    CIFAR comes through Keras, which imports its backend with it: on TensorFlow quietly, and
-    otherwise the study's own backend, so that a JAX or PyTorch study never loads TensorFlow.
-    Keras reads ``KERAS_BACKEND`` at its first import only, so it is set for that import and
-    restored after; the workers set their own.
+    CIFAR comes through Keras, which imports its backend with it: the study's own, so that a
+    JAX or PyTorch study never loads TensorFlow (``backends.keras_first_import``).
     """
-    if backend == backends.TENSORFLOW or "keras" in sys.modules:
-        with quiet_tensorflow():
-            return datasets.load(name)
-    previous = os.environ.get(KERAS_BACKEND_ENV)
-    os.environ[KERAS_BACKEND_ENV] = backend
-    try:
+    with backends.keras_first_import(backend):
         return datasets.load(name)
-    finally:
-        if previous is None:
-            os.environ.pop(KERAS_BACKEND_ENV)
-        else:
-            os.environ[KERAS_BACKEND_ENV] = previous
 
 
 def write_summary(
