@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from detprof.doctor.gpu_check import Ran, check_control, check_sweep_records, report_step
+from detprof.analysis.verification import Comparison, Difference, ModelVerification
+from detprof.doctor.gpu_check import Ran, check_control, check_sweep_records, check_verification, report_step
 
 ROOT = Path(__file__).resolve().parents[1]
 UUID = "GPU-0b5c0a3e-0000-0000-0000-000000000000"
@@ -128,6 +129,35 @@ def test_the_control_study_must_be_bitwise_identical_on_the_gpu() -> None:
     assert check_control(control(False)) == ["control runs not bitwise identical: first differing at conv2d"]
     assert check_control(control(True, "cpu")) == ["the study trained on the CPU, not the GPU"]
     assert check_control({"variants": []}) == ["the summary holds no control variant"]
+
+
+def verification(deterministic: Comparison, device: str = "h100", **more: Any) -> dict[str, Any]:
+    """What ``detprof verify --format json`` prints for one model, made by the type that prints it."""
+    default = Comparison("default", False, 10, 7, Difference(3, "conv2d", "gradients", 1e-7, True))
+    fields: dict[str, Any] = {"findings": [], "failures": []} | more
+    model = ModelVerification(
+        "smallcnn", "torch", device, "NVIDIA H100", 10, {"deterministic": deterministic, "default": default}, **fields
+    )
+    return model.to_json()
+
+
+def test_verify_on_the_gpu_must_hold_bitwise() -> None:
+    identical = Comparison("deterministic", True, 10, 7)
+    parted = Comparison("deterministic", False, 10, 7, Difference(2, "dense", "output", 3e-8, True))
+    refusal = {"op": "max_unpool2d", "message": "no deterministic implementation", "layer": None, "advice": "..."}
+    assert check_verification([verification(identical)]) == []
+    assert check_verification([verification(parted)]) == [
+        "smallcnn: deterministic runs differ (first at step 2, dense)"
+    ]
+    assert check_verification([verification(identical, "cpu")]) == ["smallcnn: verified on the CPU, not the GPU"]
+    assert check_verification([verification(identical, findings=[refusal])]) == [
+        "smallcnn: max_unpool2d refused determinism"
+    ]
+    unrun = Comparison("deterministic", None, 0, 0, problem="1 of 2 runs recorded")
+    assert check_verification([verification(unrun, failures=["r1: out of memory"])]) == [
+        "smallcnn: r1: out of memory",
+        "smallcnn: 1 of 2 runs recorded",
+    ]
 
 
 def test_the_report_must_name_the_gpu_and_show_its_telemetry_and_the_published_figures(tmp_path: Path) -> None:

@@ -2,8 +2,8 @@
 
 On a machine with an NVIDIA GPU and whichever frameworks are installed, it runs what a user
 runs, as command lines (``detprof doctor``, a small sweep per installed backend with the
-framework's own tracer and with nsys where it is installed, a stability control study, the
-report), checks what each one wrote, and ends non-zero on any failure. Everything it saw
+framework's own tracer and with nsys where it is installed, ``detprof verify`` and a stability
+control study per backend, the report), checks what each one wrote, and ends non-zero on any failure. Everything it saw
 goes to one folder (results, report, ``doctor`` output, versions, ``nvidia-smi -q``, each
 command's output and a ``summary.md``), so the run can be read afterwards on another
 machine. Without a GPU it says so in one line and ends 0, running nothing.
@@ -34,6 +34,7 @@ SWEEP_MODELS = "smallcnn,mediumcnn_k3"
 SWEEP = ("--input-size", "32", "--repeats", "3", "--steps", "20", "--warmup", "5", "--batch-size", "32")
 """The paper's models at 32x32, both modes, 3 repeats: small enough to run in minutes per backend."""
 STABILITY = ("--model", "smallcnn", "--variants", "control", "--runs", "2", "--epochs", "1")
+VERIFY = ("--models", "smallcnn", "--steps", "10", "--gradients", "--input-size", "32")
 COMMAND_TIMEOUT_S = 900
 DEFAULT_OUT = Path("gpu-check")
 
@@ -144,6 +145,7 @@ def run_all(runner: Runner, gpu: Any, installed: Sequence[str]) -> list[Step]:
     for backend in installed:
         for tracer in tracers:
             steps.append(sweep_step(runner, gpu, backend, tracer))
+        steps.append(verify_step(runner, backend))
         steps.append(stability_step(runner, backend))
     ran = runner.detprof("report", "report", str(out), "-o", str(out / "report.html"))
     steps.append(report_step(ran, out / "report.html", gpu.name))
@@ -246,6 +248,59 @@ def check_sweep_records(
     if wraps_process and not any(r.get("measures") == "wall" for r in records):
         problems.append("no untraced run beside the traced ones: wall time would come from traced steps")
     return problems
+
+
+def verify_step(runner: Runner, backend: str) -> Step:
+    """``detprof verify`` on the GPU: deterministic runs bitwise identical at every layer, gradient and step."""
+    folder = runner.out / f"verify-{backend}"
+    answer = runner.out / f"verify-{backend}.json"
+    ran = runner.detprof(
+        f"verify-{backend}",
+        "verify",
+        "--backend",
+        backend,
+        *VERIFY,
+        "--out",
+        str(folder),
+        "--format",
+        "json",
+        stdout=answer,
+    )
+    step = Step(f"verify {backend}")
+    try:
+        models = json.loads(answer.read_text())["models"]
+    except (ValueError, KeyError):
+        step.problems.append(_failed(ran) or "verify printed no answer")
+        return step
+    step.problems += check_verification(models)
+    if not step.problems:
+        step.notes += [f"{m['model']}: deterministic runs identical; default {_default_said(m)}" for m in models]
+    return step
+
+
+def check_verification(models: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Each model's deterministic runs identical on the GPU, no op refusing determinism, and no run failed."""
+    problems = []
+    for model in models:
+        if model.get("device") == "cpu":
+            problems.append(f"{model['model']}: verified on the CPU, not the GPU")
+        problems += [f"{model['model']}: {failure}" for failure in model.get("failures") or []]
+        problems += [f"{model['model']}: {f.get('op')} refused determinism" for f in model.get("findings") or []]
+        deterministic = model.get("deterministic") or {}
+        if deterministic.get("identical") is not True:
+            first = deterministic.get("first_difference") or {}
+            where = f" (first at step {first.get('step')}, {first.get('layer')})" if first else ""
+            said = deterministic.get("problem") or f"deterministic runs differ{where}"
+            problems.append(f"{model['model']}: {said}")
+    return problems
+
+
+def _default_said(model: Mapping[str, Any]) -> str:
+    default = model.get("default") or {}
+    first = default.get("first_difference")
+    if default.get("identical"):
+        return "identical too"
+    return f"parts at step {first['step']}, {first['layer']}" if first else str(default.get("problem"))
 
 
 def stability_step(runner: Runner, backend: str) -> Step:
