@@ -1,13 +1,14 @@
 """detprof: what deterministic training costs, where the cost comes from, and what it buys.
 
-A training program marks what detprof measures with ``detprof.measure()`` and ``detprof.step()``
-(``detprof.api``); both are looked up when first used, so ``import detprof`` stays as cheap as it
-was for a program that never runs under detprof.
+A training program marks what detprof measures with ``detprof.measure()`` and ``detprof.step()``,
+and what ``detprof verify`` compares with ``detprof.fingerprint()`` (``detprof.api``); each is
+looked up when first used, so ``import detprof`` stays as cheap as it was for a program that
+never runs under detprof.
 """
 
 from typing import Any
 
-_API = ("measure", "step")
+_API = ("measure", "step", "fingerprint")
 
 
 def __getattr__(name: str) -> Any:

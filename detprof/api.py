@@ -16,9 +16,16 @@ detprof's own worker marks its steps (the tracer's ``capture``: the framework's 
 its step annotations on a CPU, ``cudaProfilerStart``/``Stop`` and NVTX ranges under nsys), so
 per-step time and the kernel tables read the same as for a model.
 
-Run outside detprof (no ``program.files.SPEC_ENV``), both do nothing and cost next to nothing,
-so the program runs unchanged. One window per process: a second ``measure()`` is a mistake
-that would make the steps of two windows one measurement, so it raises under detprof.
+Under ``detprof verify --command``, ``detprof.fingerprint(name, value)`` inside the window
+fingerprints ``value`` (a model's weights, or tensors) in the current step, and the window
+writes the fingerprints where the run's spec says when it closes: the runs are compared
+tensor by tensor as ``verify`` compares models (``fingerprints``, ``analysis.verification``).
+
+Run outside detprof (no ``program.files.SPEC_ENV``), all three do nothing and cost next to
+nothing, so the program runs unchanged; under ``sweep`` (whose spec names no fingerprints
+folder) ``fingerprint()`` does nothing either, so it adds nothing to the measured steps. One
+window per process: a second ``measure()`` is a mistake that would make the steps of two
+windows one measurement, so it raises under detprof.
 """
 
 from __future__ import annotations
@@ -27,20 +34,28 @@ import contextlib
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from detprof.profiler.program.files import ProgramSpec, Window, read_spec
 
 if TYPE_CHECKING:
     from detprof.backends import Backend
+    from detprof.fingerprints import RunFingerprints
     from detprof.profiler.tracers import Capture
 
 
 class _MeasuredWindow:
-    """The open window: its steps' wall times, and the tracer (with the open step's mark) when the run traces."""
+    """The open window: its steps' wall times, the tracer (with the open step's mark) when the run traces, and
+    what the program fingerprinted when the run verifies."""
 
     def __init__(self, spec: ProgramSpec) -> None:
         self.path = Path(spec.window_path)
+        self.fingerprints_path = spec.fingerprints_path
+        self.fingerprints: RunFingerprints | None = None
+        if spec.fingerprints_path is not None:
+            import detprof.fingerprints as fingerprints
+
+            self.fingerprints = fingerprints.RunFingerprints()
         self.failure: str | None = None
         self.tracer: Capture | None = None
         if spec.trace_path is not None:
@@ -69,6 +84,16 @@ class _MeasuredWindow:
             self.step_mark.__enter__()
         self.step_started = time.perf_counter_ns()
 
+    def fingerprint(self, taken: RunFingerprints, name: str, value: Any) -> None:
+        """``value``'s fingerprints in the step open now: the one ``step()`` began last, before the first one step 0."""
+        import detprof.fingerprints as fingerprints
+
+        step = len(self.step_wall_ns)
+        while len(taken.steps) <= step:
+            taken.begin_step()
+        for tensor, kind, arrays in fingerprints.tensors_of(name, value):
+            taken.add(tensor, kind, arrays)
+
     def _end_step(self) -> None:
         if self.step_started is None:
             return
@@ -79,7 +104,7 @@ class _MeasuredWindow:
             self.step_mark = None
 
     def close(self) -> None:
-        """End the open step and the tracer, and write the window for detprof."""
+        """End the open step and the tracer, and write the fingerprints, if any, then the window for detprof."""
         from detprof.store import atomic_write_json
 
         self._end_step()
@@ -88,6 +113,11 @@ class _MeasuredWindow:
         if self.tracer is not None:
             self.tracer.stop()
         marked = len(self.step_wall_ns)
+        taken = self.fingerprints
+        if taken is not None and self.fingerprints_path is not None and any(taken.steps):
+            while len(taken.steps) < max(marked, 1):  # every step the window had, fingerprinted in it or not
+                taken.begin_step()
+            taken.save(Path(self.fingerprints_path))
         steps = self.step_wall_ns if marked else [ended[1] - self.started[1]]
         window = Window(steps, marked, (self.started[0], ended[0]), self.failure)
         atomic_write_json(self.path, window.as_json())
@@ -134,3 +164,16 @@ def step() -> None:
     """Begin the next measured step (ending the one before); outside a window, or outside detprof, nothing."""
     if _opened and _opened[0].is_open:
         _opened[0].next_step()
+
+
+def fingerprint(name: str, value: Any) -> None:
+    """Fingerprint ``value`` as ``name`` in the current step, for ``detprof verify --command`` to compare its runs.
+
+    ``value``: a ``keras.Model`` (each layer's weights), a ``torch.nn.Module`` (its parameters
+    and buffers), a mapping of names to values, or one array or tensor of any framework
+    (``fingerprints.tensors_of``). Only inside a window of a run that verifies does it do
+    anything: outside detprof, outside the window and under ``sweep`` it returns at once.
+    """
+    window = _opened[0] if _opened else None
+    if window is not None and window.is_open and window.fingerprints is not None:
+        window.fingerprint(window.fingerprints, name, value)

@@ -25,6 +25,8 @@ OP_PATTERNS = (
     re.compile(r"deterministic (?:GPU )?implementation of (?P<op>[\w.:]+)"),
 )
 """Where PyTorch, TensorFlow and XLA name the op in their refusal."""
+PYTHON_ERROR = re.compile(r"^[\w.]+: ")
+"""The exception's type that Python prints before its message on a program's stderr."""
 MESSAGE_CHARS = 500
 
 
@@ -56,9 +58,22 @@ def refuses_determinism(exc: BaseException) -> bool:
 def finding_of(exc: BaseException, backend: str) -> Finding:
     """The finding an op's refusal makes: the op and layer read off the error, the backend's advice."""
     message = first_line(exc, with_type=True)[:MESSAGE_CHARS]
-    text = str(exc)
-    op = next((m["op"] for pattern in OP_PATTERNS if (m := pattern.search(text))), None)
-    return Finding(op, message, _layer_of(exc.__traceback__), backends.get(backend).nondeterministic_op_advice)
+    return Finding(_op_in(str(exc)), message, _layer_of(exc.__traceback__), _advice(backend))
+
+
+def program_finding(line: str, backend: str) -> Finding:
+    """The finding of a program's refusal (``verify --command``), read off the last line of its stderr, where
+    Python printed the error: the op, where the framework named it; no layer, which only a traceback in this
+    process would show."""
+    return Finding(_op_in(PYTHON_ERROR.sub("", line, count=1)), line[:MESSAGE_CHARS], None, _advice(backend))
+
+
+def _op_in(text: str) -> str | None:
+    return next((m["op"] for pattern in OP_PATTERNS if (m := pattern.search(text))), None)
+
+
+def _advice(backend: str) -> str:
+    return backends.get(backend).nondeterministic_op_advice
 
 
 def _layer_of(tb: types.TracebackType | None) -> str | None:

@@ -13,7 +13,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+import sys
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -21,9 +22,9 @@ from typing import Any, Literal
 import numpy as np
 
 SAMPLE_SIZE = 4096
-Kind = Literal["output", "weights", "gradients"]
-KINDS: tuple[Kind, ...] = ("output", "weights", "gradients")
-"""In the order a training step computes them: a layer's output, the gradients, the weights after the update."""
+Kind = Literal["output", "weights", "gradients", "tensor"]
+"""A layer's output, its weights, a variable's gradient (``detprof verify``'s models), or another tensor that a
+training program fingerprinted (``detprof.fingerprint``)."""
 
 
 def digest(arrays: Iterable[np.ndarray]) -> str:
@@ -44,10 +45,12 @@ def sample_positions(size: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Fingerprint:
-    """One tensor of one step: a layer's output, a layer's weights after the update, or a variable's gradient."""
+    """One tensor of one step: a layer's output, a layer's weights after the update, a variable's gradient, or
+    what a program fingerprinted (``detprof.fingerprint``)."""
 
     name: str
-    """The layer's name (``layer.name``), or the variable's path for gradients."""
+    """The layer's name (``layer.name``), the variable's path for gradients; a program's name for the value,
+    then the layer's or the tensor's (``model/dense``)."""
     kind: Kind
     digest: str
     shape: tuple[int, ...]
@@ -88,6 +91,57 @@ def fingerprint(name: str, kind: Kind, arrays: list[np.ndarray]) -> tuple[Finger
     return found, flat[sample_positions(flat.size)]
 
 
+def tensors_of(name: str, value: Any) -> Iterator[tuple[str, Kind, list[np.ndarray]]]:
+    """What ``detprof.fingerprint(name, value)`` fingerprints: each tensor's name, kind and arrays.
+
+    A ``keras.Model``: each layer's weights as one fingerprint (``name/layer``), as ``verify``
+    fingerprints a model's layers; a ``torch.nn.Module``: each parameter and buffer
+    (``name/0.weight``); a mapping: each of its values as ``name/key``; anything else is one
+    tensor (``name``). Each is converted by the framework the program loaded (a framework not
+    in ``sys.modules`` cannot have made ``value``, and importing it would put a framework into
+    a program that does not use it).
+    """
+    keras = sys.modules.get("keras")
+    torch = sys.modules.get("torch")
+    if keras is not None and isinstance(value, keras.Model):
+        for layer in value.layers:
+            if layer.weights:
+                yield f"{name}/{layer.name}", "weights", [keras.ops.convert_to_numpy(w.value) for w in layer.weights]
+    elif torch is not None and isinstance(value, torch.nn.Module):
+        for key, tensor in [*value.named_parameters(), *value.named_buffers()]:
+            yield f"{name}/{key}", "weights", [_from_torch(tensor)]
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from tensors_of(f"{name}/{key}", item)
+    else:
+        yield name, "tensor", [_array(name, value)]
+
+
+def _array(name: str, value: Any) -> np.ndarray:
+    """One array or tensor as NumPy: a torch tensor through torch (``np.asarray`` refuses one on a GPU, or one that
+    requires grad), the rest through their own ``__array__`` (TensorFlow, JAX, Keras variables, NumPy, numbers)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.Tensor):
+        return _from_torch(value)
+    array = np.asarray(value)
+    if array.dtype == object:
+        raise TypeError(
+            f"detprof.fingerprint({name!r}, ...): cannot fingerprint a value of type {type(value).__name__}: give a "
+            "keras.Model, a torch.nn.Module, a mapping of names to values, or an array or tensor"
+        )
+    return array
+
+
+def _from_torch(tensor: Any) -> np.ndarray:
+    """A torch tensor's values on the host; a float type NumPy lacks (bfloat16, float8) widened to float32, which
+    holds each of its values exactly, so that equal digests still mean equal tensors."""
+    torch = sys.modules["torch"]  # loaded: the tensor came from it
+    host = tensor.detach().cpu()
+    if host.dtype.is_floating_point and host.dtype not in (torch.float16, torch.float32, torch.float64):
+        host = host.float()
+    return host.numpy()
+
+
 def sampled_difference(a: np.ndarray, b: np.ndarray) -> float:
     """The largest absolute difference between two runs' samples of one tensor (inf where their sizes differ)."""
     if a.shape != b.shape:
@@ -111,10 +165,16 @@ class RunFingerprints:
         self.steps.append([])
 
     def add(self, name: str, kind: Kind, arrays: list[np.ndarray]) -> None:
-        """The fingerprint of ``arrays`` in the step begun last."""
-        found, sample = fingerprint(name, kind, arrays)
+        """The fingerprint of ``arrays`` in the step begun last; a name taken in that step already is numbered
+        (``name#2``), so that a program fingerprinting one value twice in a step keeps both."""
+        step = len(self.steps) - 1
+        numbered, count = name, 1
+        while _sample_key(step, kind, numbered) in self.samples:
+            count += 1
+            numbered = f"{name}#{count}"
+        found, sample = fingerprint(numbered, kind, arrays)
         self.steps[-1].append(found)
-        self.samples[_sample_key(len(self.steps) - 1, kind, name)] = sample
+        self.samples[_sample_key(step, kind, numbered)] = sample
 
     def sample(self, step: int, found: Fingerprint) -> np.ndarray:
         return self.samples[_sample_key(step, found.kind, found.name)]

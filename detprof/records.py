@@ -166,9 +166,11 @@ class VerifyRun(TypedDict):
     backend: str
     steps: int
     """The steps it took: all that were asked for, unless it ended early."""
-    steps_asked: int
+    steps_asked: int | None
+    """None for a program (``verify --command``), which decides its own steps."""
     fingerprints: str | None
-    """Its fingerprints' folder, relative to the study's."""
+    """Its fingerprints' folder, relative to the study's; None where it took none (a program that fingerprinted
+    nothing)."""
     layers: NotRequired[list[str]]
     finding: NotRequired[dict[str, Any] | None]
     """An op that refused to run deterministically (``findings.Finding``); None where none did."""
@@ -181,6 +183,8 @@ class VerifyRun(TypedDict):
     finished_at: NotRequired[str]
     duration_s: NotRequired[float]
     log: NotRequired[str]
+    program: NotRequired[dict[str, Any]]
+    """A program's run (``verify --command``): as ``MeasuredRun.program``."""
 
 
 REQUIRED_FIELDS: dict[RecordKind, tuple[tuple[str, type], ...]] = {

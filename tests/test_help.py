@@ -10,7 +10,8 @@ import pytest
 import detprof
 from detprof.cli import main
 
-COMMANDS = ["parse", "diff", "models", "gpus", "sweep", "kernels", "stability", "report", "baseline", "check", "doctor"]
+COMMANDS = ["parse", "diff", "models", "gpus", "sweep", "kernels", "stability", "verify", "report", "baseline"]
+COMMANDS += ["check", "doctor"]
 # Typer's labels for values: <bool>, <int>, <str>, <path>, <float>, <int range>, <list[Path]>, <table|json|csv>.
 TYPE_LABEL = re.compile(
     r"<(?:bool|int|str|float|path|file|text|int range|float range|list\[[^>]*\]|[\w.-]+(?:\|[\w.-]+)+)>"

@@ -8,18 +8,24 @@ the noise, even one without weights, since a forward pass is compared before any
 the difference then grows is read off each layer's output step by step: the largest absolute
 difference over the tensors' samples (``fingerprints``), exact for tensors no larger than a
 sample.
+
+A training program (``verify --command``) is compared on what it fingerprinted
+(``detprof.fingerprint``), in the order it did, and on how its runs ended: both ok, after as
+many marked steps (``detprof.step()``). Two runs that fingerprinted different tensors at a step
+part there. A program that fingerprinted nothing is compared on those alone, and says so.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from itertools import zip_longest
 from typing import Any
 
 import numpy as np
 
 from detprof.determinism import MODES
-from detprof.fingerprints import SAMPLE_SIZE, Kind, RunFingerprints, sampled_difference
+from detprof.fingerprints import SAMPLE_SIZE, Fingerprint, Kind, RunFingerprints, sampled_difference
 from detprof.store import ResultsStore
 
 
@@ -35,9 +41,13 @@ class Difference:
     exact: bool
     """Whether the sample holds every element, so that ``max_abs`` is the tensor's own."""
 
-    def line(self) -> str:
-        what = {"output": "output", "weights": "weights after the update", "gradients": "gradient"}[self.kind]
+    def line(self, *, program: bool = False) -> str:
+        """Where, and by how much; a program's tensor is named as it named it, its kind as it fingerprinted it
+        (when, in its step, only the program knows)."""
         size = f"max |diff| {self.max_abs:.3g}" + ("" if self.exact else f" (over {SAMPLE_SIZE} sampled values)")
+        if program:
+            return f"step {self.step}, {self.layer} ({self.kind}), {size}"
+        what = {"output": "output", "weights": "weights after the update", "gradients": "gradient"}[self.kind]
         return f"step {self.step}, layer {self.layer} ({what}), {size}"
 
     def to_json(self) -> dict[str, Any]:
@@ -58,6 +68,20 @@ class Comparison:
     growth: dict[str, list[float]] = field(default_factory=dict)
     """Layer -> the largest difference of its output at each step (over its sample), in model order."""
     problem: str | None = None
+    """Why the runs are not comparable; or, parted without a tensor that differs, how (a program's runs that
+    fingerprinted different tensors, or marked different numbers of steps), worded to follow "the runs part"."""
+    fingerprinted: int = 0
+    """Tensors the runs fingerprinted (each name and kind once); 0: a program that fingerprinted nothing."""
+    marked_steps: int | None = None
+    """A program's: the steps each of its runs marked (``detprof.step()``); None for a model, or a program
+    without a measured window."""
+
+    def parting(self, *, program: bool = False) -> str:
+        """Where runs that are not identical part (``the runs part ...``): at the first tensor that differs, else
+        as ``problem`` says."""
+        if self.first_difference is not None:
+            return f"at {self.first_difference.line(program=program)}"
+        return str(self.problem)
 
     def to_json(self) -> dict[str, Any]:
         first = None if self.first_difference is None else self.first_difference.to_json()
@@ -66,19 +90,26 @@ class Comparison:
             "first_difference": first,
             "steps": self.steps,
             "layers": self.layers,
+            "fingerprinted": self.fingerprinted,
+            "marked_steps": self.marked_steps,
             "problem": self.problem,
         }
 
 
 def compare(mode: str, a: RunFingerprints, b: RunFingerprints) -> Comparison:
-    """Two runs of ``mode`` compared over the steps both took."""
+    """Two runs of ``mode`` compared over the steps both took, up to a step where they fingerprinted different
+    tensors (a program's runs can: its code decides what it fingerprints)."""
     steps = min(len(a.steps), len(b.steps))
     layers = len({f.name for f in a.steps[0] if f.kind == "output"}) if a.steps else 0
+    fingerprinted = len({(f.kind, f.name) for step in a.steps for f in step})
     if steps == 0:
-        return Comparison(mode, None, 0, layers, problem="a run took no step")
+        return Comparison(mode, None, 0, layers, problem="a run took no step", fingerprinted=fingerprinted)
     first = None
     growth: dict[str, list[float]] = {}
     for step in range(steps):
+        unmatched = _unmatched(step, a.steps[step], b.steps[step])
+        if unmatched is not None:
+            return Comparison(mode, False, step, layers, first, growth, unmatched, fingerprinted)
         for x, y in zip(a.steps[step], b.steps[step], strict=True):
             if x.digest == y.digest:
                 difference = 0.0
@@ -88,12 +119,25 @@ def compare(mode: str, a: RunFingerprints, b: RunFingerprints) -> Comparison:
                     first = Difference(step, x.name, x.kind, difference, int(np.prod(x.shape)) <= SAMPLE_SIZE)
             if x.kind == "output":
                 growth.setdefault(x.name, []).append(difference)
-    return Comparison(mode, first is None, steps, layers, first, growth)
+    return Comparison(mode, first is None, steps, layers, first, growth, fingerprinted=fingerprinted)
+
+
+def _unmatched(step: int, xs: Sequence[Fingerprint], ys: Sequence[Fingerprint]) -> str | None:
+    """How two runs' fingerprints of a step do not match one for one (name and kind, in order); None when they do."""
+    for x, y in zip_longest(xs, ys):
+        if x is None or y is None or (x.kind, x.name) != (y.kind, y.name):
+            return f"at step {step}, run a fingerprinted {_named(x)} where run b fingerprinted {_named(y)}"
+    return None
+
+
+def _named(found: Fingerprint | None) -> str:
+    return "nothing more" if found is None else f"{found.name} ({found.kind})"
 
 
 @dataclass(frozen=True)
 class ModelVerification:
-    """A model's verification on one device and backend: both modes compared, and what refused determinism."""
+    """A model's (or a program's) verification on one device and backend: both modes compared, and what refused
+    determinism."""
 
     model: str
     backend: str
@@ -104,10 +148,13 @@ class ModelVerification:
     findings: list[dict[str, Any]]
     failures: list[str]
     """Runs that failed for another reason than an op refusing determinism: their reasons."""
+    program: str | None = None
+    """A program's command (``verify --command``; ``model`` is its ``--name``); None for a model."""
 
     @property
     def held(self) -> bool | None:
-        """Whether deterministic mode was bitwise reproducible; None where it could not be told."""
+        """Whether deterministic mode was bitwise reproducible; None where it could not be told. A program that
+        fingerprinted nothing held if its runs ended alike, which is all that could be compared."""
         if self.findings:
             return False
         return self.comparisons["deterministic"].identical
@@ -116,6 +163,7 @@ class ModelVerification:
         """What ``detprof verify`` says of the model, one line per mode and per finding."""
         where = f"{self.model} on {self.device} ({self.backend})"
         deterministic = self.comparisons["deterministic"]
+        program = self.program is not None
         out = []
         if self.findings:
             out += [f"{where}: not deterministic: {f['op'] or 'an op'} refused ({f['message']})" for f in self.findings]
@@ -124,28 +172,45 @@ class ModelVerification:
                 for f in self.findings
             ]
         elif deterministic.identical:
+            out.append(f"{where}: deterministic mode: {self._same(deterministic)}")
+        elif deterministic.identical is False:
             out.append(
-                f"{where}: deterministic mode: bitwise identical over {deterministic.steps} steps "
-                f"in all {deterministic.layers} layers"
-            )
-        elif deterministic.identical is False and deterministic.first_difference is not None:
-            out.append(
-                f"{where}: NOT deterministic on this device and stack: the two deterministic runs part at "
-                f"{deterministic.first_difference.line()}"
+                f"{where}: NOT deterministic on this device and stack: the two deterministic runs part "
+                f"{deterministic.parting(program=program)}"
             )
         else:
             out.append(f"{where}: deterministic mode could not be verified: {self._why(deterministic)}")
         default = self.comparisons["default"]
-        if default.identical:
+        if default.identical and program and not default.fingerprinted:
+            out.append(f"  default mode: {self._same(default)}")
+        elif default.identical:
             out.append(
                 f"  default mode: identical too, over {default.steps} steps: on this device the default is "
-                "already deterministic for this model"
+                f"already deterministic for this {'program' if program else 'model'}"
             )
-        elif default.identical is False and default.first_difference is not None:
-            out.append(f"  default mode: the runs part at {default.first_difference.line()}")
+        elif default.identical is False:
+            out.append(f"  default mode: the runs part {default.parting(program=program)}")
         else:
             out.append(f"  default mode: not compared: {self._why(default)}")
+        compared = [c for c in self.comparisons.values() if c.identical is not None]
+        if program and compared and not any(c.fingerprinted for c in compared):
+            out.append(
+                "  nothing was fingerprinted (detprof.fingerprint() in the window): only exit status and marked "
+                "steps compared"
+            )
         return out
+
+    def _same(self, comparison: Comparison) -> str:
+        """What two runs that did not part had in common."""
+        if self.program is None:
+            return f"bitwise identical over {comparison.steps} steps in all {comparison.layers} layers"
+        if comparison.fingerprinted:
+            return (
+                f"bitwise identical over {comparison.steps} steps in all {comparison.fingerprinted} "
+                "fingerprinted tensors"
+            )
+        marked = comparison.marked_steps
+        return "both runs exited 0 " + (f"after {marked} marked steps" if marked is not None else "without a window")
 
     def _why(self, comparison: Comparison) -> str:
         return "; ".join(self.failures) or comparison.problem or "no runs"
@@ -153,6 +218,7 @@ class ModelVerification:
     def to_json(self) -> dict[str, Any]:
         return {
             "model": self.model,
+            "command": self.program,
             "backend": self.backend,
             "device": self.device,
             "device_name": self.device_name,
@@ -165,7 +231,7 @@ class ModelVerification:
 
 
 def verifications(store: ResultsStore) -> list[ModelVerification]:
-    """Every model of a verification study, in the order its runs were recorded."""
+    """Every model (or program) of a verification study, in the order its runs were recorded."""
     by_model: dict[str, list[dict[str, Any]]] = {}
     for record in store.records():
         by_model.setdefault(record["model"], []).append(record)
@@ -175,9 +241,13 @@ def verifications(store: ResultsStore) -> list[ModelVerification]:
 def _verification(store: ResultsStore, model: str, records: Iterable[Mapping[str, Any]]) -> ModelVerification:
     records = list(records)
     first = records[0]
+    program = first.get("program")
     comparisons = {}
     for mode in MODES:
         runs = sorted((r for r in records if r["mode"] == mode), key=lambda r: r["replica"])
+        if program is not None:
+            comparisons[mode] = _program_comparison(store, mode, runs)
+            continue
         fingerprints = [RunFingerprints.load(store.dir / r["fingerprints"]) for r in runs if r.get("fingerprints")]
         if len(fingerprints) == 2:
             comparisons[mode] = compare(mode, *fingerprints)
@@ -192,4 +262,30 @@ def _verification(store: ResultsStore, model: str, records: Iterable[Mapping[str
         comparisons=comparisons,
         findings=[r["finding"] for r in records if r.get("finding")][:1],
         failures=[f"{r['run_id']}: {r.get('reason')}" for r in records if r["status"] == "failed"],
+        program=None if program is None else str(program.get("command")),
     )
+
+
+def _program_comparison(store: ResultsStore, mode: str, runs: Sequence[Mapping[str, Any]]) -> Comparison:
+    """A program's two runs of ``mode``: what they fingerprinted (``compare``), then how many steps they marked.
+
+    Only runs that ended ok (exit status 0, determinism as the mode asks) are compared: a
+    failed run has no end to compare but its reason, which the verification lists.
+    """
+    if len(runs) != 2 or any(r["status"] != "ok" for r in runs):
+        ok = sum(r["status"] == "ok" for r in runs)
+        return Comparison(mode, None, 0, 0, problem=f"{ok} of 2 runs ended ok")
+    marked = [(r.get("program") or {}).get("marked_steps") for r in runs]
+    taken = [RunFingerprints.load(store.dir / r["fingerprints"]) if r.get("fingerprints") else None for r in runs]
+    if taken[0] is not None and taken[1] is not None:
+        comparison = compare(mode, taken[0], taken[1])
+    elif taken[0] is not None or taken[1] is not None:
+        only = "a" if taken[0] is not None else "b"
+        problem = f"on whether they fingerprinted: run {only} did, the other did not"
+        return Comparison(mode, False, 0, 0, problem=problem)
+    else:
+        comparison = Comparison(mode, True, 0, 0)
+    if comparison.identical and marked[0] != marked[1]:
+        problem = f"on how many steps they marked: {marked[0]} in run a, {marked[1]} in run b"
+        return replace(comparison, identical=False, problem=problem)
+    return replace(comparison, marked_steps=marked[0])

@@ -1,24 +1,29 @@
 """``detprof verify``: whether determinism holds for a model on this device, and where default runs part ways.
 
-The verification itself is ``verify.run``'s and its comparison ``analysis.verification``'s;
-this module reads the options and prints. Not holding is the answer the command exists to
-give, so it is ``ExitCode.CHECK_FAILED`` (1), as ``check`` ends for a regression.
+The verification itself is ``verify.run``'s (a training program's, ``--command``:
+``verify.program``'s) and its comparison ``analysis.verification``'s; this module reads the
+options and prints. Not holding is the answer the command exists to give, so it is
+``ExitCode.CHECK_FAILED`` (1), as ``check`` ends for a regression.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from detprof.errors import ExitCode
+from detprof.errors import ExitCode, UsageError
 from detprof.formatting import OutputFormat
 from detprof.options import ModelsOption, RunOptions, with_run_options
 
+if TYPE_CHECKING:
+    from detprof.verify.run import VerifyOutcome
+
 HELP = (
     "Prove that determinism holds: train each model twice in deterministic mode and twice in default mode, "
-    "fingerprint every layer's output and weights at every step, and say where runs part ways. "
+    "fingerprint every layer's output and weights at every step, and say where runs part ways; or verify your own "
+    "training program (--command), comparing what it fingerprints with detprof.fingerprint(). "
     "Exit 0 held, 1 not, 3 unusable input."
 )
 VERIFY_OPTIONS = (
@@ -40,19 +45,43 @@ VERIFY_OPTIONS = (
 def verify(
     options: RunOptions,
     models: ModelsOption = None,
-    steps: Annotated[int, typer.Option(help="Training steps each run takes and fingerprints.")] = 20,
+    steps: Annotated[
+        int | None, typer.Option(help="Training steps each run takes and fingerprints (default 20).")
+    ] = None,
     gradients: Annotated[bool, typer.Option(help="Fingerprint every variable's gradient at every step too.")] = False,
     fmt: Annotated[OutputFormat, typer.Option("--format", help="table: a line per finding; json for scripts.")] = (
         OutputFormat.table
     ),
+    program: Annotated[
+        str | None,
+        typer.Option(
+            "--command",
+            help="Instead of models, verify any training program: its command line (split like a shell's, never "
+            "run through one), run twice per mode; it marks what to compare with detprof.fingerprint() inside "
+            "detprof.measure(). Needs --name.",
+        ),
+    ] = None,
+    name: Annotated[str | None, typer.Option(help="--command: the name its results go under, as a model's.")] = None,
 ) -> None:
     """Whether deterministic mode is bitwise reproducible, and where default runs part ways."""
     from rich.console import Console
 
-    from detprof.sweep.plan import split_models
-    from detprof.verify.run import VerifyRequest, run_verify
+    outcome: VerifyOutcome
+    if program is not None:
+        from detprof.sweep.run import refuse_for_programs
+        from detprof.verify.program import ProgramVerifyRequest, verify_program
 
-    outcome = run_verify(VerifyRequest(split_models(models), options, steps, gradients), console=Console(stderr=True))
+        asked = {"--models": models is not None, "--steps": steps is not None, "--gradients": gradients}
+        refuse_for_programs(options, [flag for flag, given in asked.items() if given])
+        outcome = verify_program(ProgramVerifyRequest(program, name, options), console=Console(stderr=True))
+    elif name is not None:
+        raise UsageError("--name names the program of --command: give both, or neither for models")
+    else:
+        from detprof.sweep.plan import split_models
+        from detprof.verify.run import DEFAULT_STEPS, VerifyRequest, run_verify
+
+        request = VerifyRequest(split_models(models), options, DEFAULT_STEPS if steps is None else steps, gradients)
+        outcome = run_verify(request, console=Console(stderr=True))
     if fmt is OutputFormat.json:
         typer.echo(json.dumps({"models": [m.to_json() for m in outcome.models]}, indent=2))
     else:

@@ -7,7 +7,8 @@ by side (nothing here is timed, and each process is as deterministic alone as be
 another); on a GPU one at a time, each with the device to itself. The models are named and
 built as the sweep names and builds them (``sweep.plan``): registry names or your own. Each
 run's record and fingerprints go to the results store, so ``--resume`` skips what is done and
-the report reads it; ``analysis.verification`` compares.
+the report reads it; ``analysis.verification`` compares. A training program of the user's
+(``--command``) is verified by ``verify.program``, into the same records.
 """
 
 from __future__ import annotations
@@ -89,7 +90,7 @@ def run_verify(request: VerifyRequest, *, console: Console) -> VerifyOutcome:
     side_by_side = 1 if target.on_gpu else len(REPLICAS)
     with progress_bar(console, "verify", 2 * len(pairs), store.dir) as progress:
         for index, (plan, mode) in enumerate(pairs):
-            todo = [r for r in REPLICAS if not store.is_done(_run_id(plan.label, mode, r))]
+            todo = [r for r in REPLICAS if not store.is_done(run_id(plan.label, mode, r))]
             progress.on_start(f"{plan.label} {mode}", 2 * index + len(REPLICAS) - len(todo))
             ask = {
                 "params": plan.workload_spec(config.batch_size),
@@ -105,7 +106,8 @@ def run_verify(request: VerifyRequest, *, console: Console) -> VerifyOutcome:
     return VerifyOutcome(store.dir, verifications(store))
 
 
-def _run_id(model: str, mode: str, replica: str) -> str:
+def run_id(model: str, mode: str, replica: str) -> str:
+    """A run's id: its model's (or program's) name, its mode and its replica (``smallcnn--default--b``)."""
     return f"{model}--{mode}--{replica}"
 
 
@@ -113,9 +115,9 @@ def _run(
     store: ResultsStore, environment: WorkerEnvironment, model: str, replica: str, *, ask: dict[str, Any]
 ) -> VerifyRun:
     """One run (``ask``: the workload's arguments) in a fresh worker; its record, written whatever happened."""
-    run_id = _run_id(model, ask["mode"], replica)
-    folder = Path("fingerprints") / run_id
-    log = store.dir / "logs" / f"{run_id}.log"
+    this = run_id(model, ask["mode"], replica)
+    folder = Path("fingerprints") / this
+    log = store.dir / "logs" / f"{this}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     started, t0 = utc_now(), time.monotonic()
     try:
@@ -126,7 +128,7 @@ def _run(
         answer = {"status": "failed", "reason": str(exc), "steps": 0}
     took = int(answer.pop("steps", 0))
     record = verify_run(
-        run_id=run_id,
+        run_id=this,
         model=model,
         mode=ask["mode"],
         replica=replica,

@@ -1,10 +1,11 @@
 """The files a program run exchanges with detprof, and what detprof reads off them.
 
-A program that ``detprof sweep --command`` runs gets the path of its run's spec
-(``ProgramSpec``) in ``SPEC_ENV``: ``detprof.measure()`` reads there whether and how to trace,
-and writes the measured window back (``Window``). Its ``sitecustomize`` hook writes, per Python
-process, what the frameworks it loaded report in effect (``backends.program.in_effect_here``),
-which ``in_effect`` reads back and checks against the run's mode. Imported inside the program
+A program that ``detprof sweep --command`` (or ``verify --command``) runs gets the path of its
+run's spec (``ProgramSpec``) in ``SPEC_ENV``: ``detprof.measure()`` reads there whether and how
+to trace and where ``detprof.fingerprint()`` writes, and writes the measured window back
+(``Window``). Its ``sitecustomize`` hook writes, per Python process, what the frameworks it
+loaded report in effect (``backends.program.in_effect_here``), which ``in_effect`` reads back
+and checks against the run's mode. Imported inside the program
 by ``detprof.api``, so this module stays light: the standard library and ``determinism`` only.
 """
 
@@ -26,7 +27,8 @@ its whole process (start-up and imports included) is what was timed."""
 
 @dataclass(frozen=True)
 class ProgramSpec:
-    """One run of a program, as ``ProgramLauncher`` writes it and ``detprof.measure()`` reads it."""
+    """One run of a program, as ``ProgramLauncher`` (or ``verify.program``) writes it and ``detprof.measure()``
+    reads it."""
 
     run_id: str
     mode: Mode
@@ -35,13 +37,16 @@ class ProgramSpec:
     trace_path: str | None
     window_path: str
     """Where the window is written (``Window``)."""
+    fingerprints_path: str | None = None
+    """``detprof verify --command``: the folder the window's fingerprints go to (``detprof.fingerprint``,
+    ``fingerprints.RunFingerprints``); None under ``sweep``, where ``fingerprint()`` does nothing."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
 def read_spec() -> ProgramSpec | None:
-    """This run's spec, or None when the process does not run under ``detprof sweep --command``."""
+    """This run's spec, or None when the process does not run under ``detprof sweep`` or ``verify --command``."""
     path = os.environ.get(SPEC_ENV)
     return ProgramSpec(**json.loads(Path(path).read_text())) if path else None
 

@@ -15,6 +15,9 @@ of its runs either traces (kernel time) or is timed untraced (wall time; ``plan.
 Without a window its wall time is its whole process, start-up included, and there is nothing
 for a tracer to trace: once a run has shown that the program opens no window, its traced runs
 are recorded as failed with that reason instead of being run.
+
+``detprof verify --command`` runs a program through the same pieces (``program_env``,
+``run_process``, ``program_status``, ``program_fields``), untraced, into records of its own.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from detprof.determinism import Mode
 from detprof.errors import last_line
 from detprof.profiler.launcher import WorkerLauncher, WorkerProcess
 from detprof.profiler.plan import PlannedRun
-from detprof.profiler.process import Outcome, spawn, timeout_reason, wait_for_exit
+from detprof.profiler.process import Outcome, WorkerEnvironment, spawn, timeout_reason, wait_for_exit
 from detprof.profiler.program.files import SPEC_ENV, InEffect, ProgramSpec, Window, in_effect, read_window
 from detprof.profiler.trace_fields import FAILURE, kernel_fields
 from detprof.profiler.worker import classify_failure
@@ -58,12 +61,6 @@ def _argv_of(run: PlannedRun) -> list[str]:
 class ProgramLauncher(WorkerLauncher):
     """A ``WorkerLauncher`` whose process is the user's program: the same paths, environment and record."""
 
-    def program_env(self, mode: Mode, spec_path: Path, in_effect_dir: Path) -> dict[str, str]:
-        """The program's whole environment: a worker's, switched to ``mode``, with the hook first on its path."""
-        env = program_environment(mode, self.environment.worker_env(), str(in_effect_dir))
-        path = [str(HOOK_DIR), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])]
-        return env | {SPEC_ENV: str(spec_path), "PYTHONPATH": os.pathsep.join(path)}
-
     def program_spec(self, worker: WorkerProcess) -> ProgramSpec:
         return ProgramSpec(
             run_id=worker.run.run_id,
@@ -86,10 +83,10 @@ class ProgramLauncher(WorkerLauncher):
             return self._record(worker, argv, None, None, in_effect_dir, stderr_path)
         atomic_write_json(worker.spec_path, self.program_spec(worker).to_json())
         worker.command = self.tracer_of(run).command(argv, worker.trace_base)
-        env = self.program_env(run.mode, worker.spec_path, in_effect_dir)
+        env = program_env(self.environment, run.mode, worker.spec_path, in_effect_dir)
         with self.sampler_factory() as worker.sampler:
             started = time.monotonic_ns()
-            outcome = _run_process(worker.command, env, worker.log_path, stderr_path, self.timeout_s)
+            outcome = run_process(worker.command, env, worker.log_path, stderr_path, self.timeout_s)
             process_ns = time.monotonic_ns() - started
         return self._record(worker, argv, outcome, process_ns, in_effect_dir, stderr_path)
 
@@ -114,7 +111,7 @@ class ProgramLauncher(WorkerLauncher):
         run = worker.run
         window = read_window(worker.result_path)
         effect = in_effect(in_effect_dir, run.mode)
-        stderr = _tail(stderr_path)
+        stderr = stderr_tail(stderr_path)
         status, reason = self._status(run, outcome, window, effect, stderr)
         measured: dict[str, Any] = {}
         steps = 0
@@ -132,7 +129,7 @@ class ProgramLauncher(WorkerLauncher):
         span = window.monotonic if window is not None else None
         record = self.file_record(
             worker,
-            backend=_backend(self.settings.backend, effect),
+            backend=program_backend(self.settings.backend, effect),
             status=status,
             reason=reason,
             steps=steps,
@@ -140,15 +137,7 @@ class ProgramLauncher(WorkerLauncher):
             telemetry=None if worker.sampler is None else worker.sampler.result(window=span),
             settings=effect.settings(run.mode) if effect.processes else None,
             versions=effect.versions | {"detprof": detprof_version()},
-            program={
-                "command": shlex.join(argv),
-                "exit_status": outcome if isinstance(outcome, int) else None,
-                "stderr_tail": stderr,
-                "stderr_log": str(stderr_path.relative_to(self.store.dir)),
-                "measured_window": "api" if window is not None else "process",
-                "marked_steps": None if window is None else window.marked_steps,
-                "processes": effect.processes,
-            },
+            program=program_fields(argv, outcome, stderr, str(stderr_path.relative_to(self.store.dir)), window, effect),
             **worker.fields,
             **measured,
         )
@@ -161,16 +150,9 @@ class ProgramLauncher(WorkerLauncher):
         """ok, or failed (unsupported: the framework refused to run deterministically) and the one-line reason."""
         if outcome is None:
             return "failed", NO_WINDOW
-        if outcome == "timeout":
-            return "failed", timeout_reason(self.timeout_s)
-        if isinstance(outcome, str):
-            return "failed", outcome
-        if outcome != 0:
-            last = last_line(stderr) or "nothing on stderr"
-            status, _ = classify_failure(RuntimeError(last), run.mode == "deterministic")
-            return status, f"exit code {outcome}: {last}"[:REASON_CHARS]
-        if effect.problem is not None:
-            return "failed", effect.problem
+        status, reason = program_status(outcome, effect, stderr, run.mode, self.timeout_s)
+        if status != "ok":
+            return status, reason
         if window is not None and window.failure is not None:
             return "failed", window.failure
         if run.traced and window is None:
@@ -178,7 +160,47 @@ class ProgramLauncher(WorkerLauncher):
         return "ok", None
 
 
-def _run_process(
+def program_env(environment: WorkerEnvironment, mode: Mode, spec_path: Path, in_effect_dir: Path) -> dict[str, str]:
+    """The program's whole environment: a worker's, switched to ``mode``, with the hook first on its path."""
+    env = program_environment(mode, environment.worker_env(), str(in_effect_dir))
+    path = [str(HOOK_DIR), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])]
+    return env | {SPEC_ENV: str(spec_path), "PYTHONPATH": os.pathsep.join(path)}
+
+
+def program_status(
+    outcome: Outcome, effect: InEffect, stderr: str, mode: Mode, timeout_s: float | None
+) -> tuple[str, str | None]:
+    """ok, or failed (unsupported: the framework refused to run deterministically) and why, in one line: what the
+    process's end and the hook's reports say of any run of a program, traced or not, swept or verified."""
+    if outcome == "timeout":
+        return "failed", timeout_reason(timeout_s)
+    if isinstance(outcome, str):
+        return "failed", outcome
+    if outcome != 0:
+        last = last_line(stderr) or "nothing on stderr"
+        status, _ = classify_failure(RuntimeError(last), mode == "deterministic")
+        return status, f"exit code {outcome}: {last}"[:REASON_CHARS]
+    if effect.problem is not None:
+        return "failed", effect.problem
+    return "ok", None
+
+
+def program_fields(
+    argv: list[str], outcome: Outcome | None, stderr: str, stderr_log: str, window: Window | None, effect: InEffect
+) -> dict[str, Any]:
+    """A record's ``program``: the command, how it ended, its stderr's tail and log, its window, its processes."""
+    return {
+        "command": shlex.join(argv),
+        "exit_status": outcome if isinstance(outcome, int) else None,
+        "stderr_tail": stderr,
+        "stderr_log": stderr_log,
+        "measured_window": "api" if window is not None else "process",
+        "marked_steps": None if window is None else window.marked_steps,
+        "processes": effect.processes,
+    }
+
+
+def run_process(
     command: list[str], env: dict[str, str], log_path: Path, stderr_path: Path, timeout_s: float | None
 ) -> Outcome:
     """The program's exit status, "timeout" (its process group killed), or why it could not start."""
@@ -189,7 +211,7 @@ def _run_process(
     return wait_for_exit(proc, timeout_s)
 
 
-def _tail(path: Path) -> str:
+def stderr_tail(path: Path) -> str:
     """The last lines of the program's stderr, where its error is when it failed."""
     try:
         text = path.read_text(errors="replace")
@@ -198,7 +220,7 @@ def _tail(path: Path) -> str:
     return "\n".join(text.splitlines()[-STDERR_TAIL_LINES:])[-STDERR_TAIL_CHARS:]
 
 
-def _backend(asked: str, effect: InEffect) -> str:
+def program_backend(asked: str, effect: InEffect) -> str:
     """The framework the program trained with: the one it loaded, else ``--backend`` (also when it loaded several)."""
     loaded = list(effect.frameworks)
     return asked if asked in loaded or not loaded else loaded[0]
