@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import sys
 import types
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -19,15 +20,19 @@ import detprof.backends as backends
 from detprof.errors import first_line
 
 REFUSAL = re.compile(r"determinis", re.IGNORECASE)
+OP = r"(?P<op>[\w.:]*\w)"
+"""An op's name: dotted or namespaced, never ending on the full stop of the sentence that names it."""
 OP_PATTERNS = (
-    re.compile(r"^(?P<op>[\w.:]+) does not have a deterministic implementation"),
-    re.compile(r"Determinism is not yet supported (?:in|for) (?:the )?(?:GPU implementation of )?(?P<op>[\w.:]+)"),
-    re.compile(r"deterministic (?:GPU )?implementation of (?P<op>[\w.:]+)"),
+    re.compile(rf"^{OP} does not have a deterministic implementation"),
+    re.compile(rf"Determinism is not yet supported (?:in|for) (?:the )?(?:GPU implementation of )?{OP}"),
+    re.compile(rf"deterministic (?:GPU )?implementation of {OP}"),
 )
 """Where PyTorch, TensorFlow and XLA name the op in their refusal."""
 PYTHON_ERROR = re.compile(r"^[\w.]+: ")
 """The exception's type that Python prints before its message on a program's stderr."""
 MESSAGE_CHARS = 500
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
+"""A terminal's colour or bold code, which Keras puts around the framework's message it re-raises."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +54,17 @@ class Finding:
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Finding:
+        """A finding as a record holds it; a field a hand-edited record lacks reads as unknown, never a crash."""
+        op, layer = data.get("op"), data.get("layer")
+        return cls(
+            None if op is None else str(op),
+            str(data.get("message") or ""),
+            None if layer is None else str(layer),
+            str(data.get("advice") or ""),
+        )
+
 
 def refuses_determinism(exc: BaseException) -> bool:
     """Whether ``exc`` is the framework refusing an op in deterministic mode (it says so in words)."""
@@ -57,8 +73,9 @@ def refuses_determinism(exc: BaseException) -> bool:
 
 def finding_of(exc: BaseException, backend: str) -> Finding:
     """The finding an op's refusal makes: the op and layer read off the error, the backend's advice."""
-    message = first_line(exc, with_type=True)[:MESSAGE_CHARS]
-    return Finding(_op_in(str(exc)), message, _layer_of(exc.__traceback__), _advice(backend))
+    line = _refusal_line(exc)
+    message = (f"{type(exc).__name__}: {line}" if line else first_line(exc, with_type=True))[:MESSAGE_CHARS]
+    return Finding(_op_in(line or ""), message, _layer_of(exc.__traceback__), _advice(backend))
 
 
 def program_finding(line: str, backend: str) -> Finding:
@@ -74,6 +91,18 @@ def _op_in(text: str) -> str | None:
 
 def _advice(backend: str) -> str:
     return backends.get(backend).nondeterministic_op_advice
+
+
+def _refusal_line(exc: BaseException) -> str | None:
+    """The framework's own line that refuses, wherever its error puts it.
+
+    Keras re-raises an error from a layer's ``call`` under a first line of its own ("Exception
+    encountered when calling Unpool.call().") with the framework's message after it in bold
+    (terminal escapes), and a ``tf.function`` error opens with a stack excerpt (indented lines,
+    which may name a file with "determinis" in it): the first unindented line that refuses.
+    """
+    lines = ANSI_ESCAPE.sub("", str(exc)).splitlines()
+    return next((line.strip() for line in lines if line[:1].strip() and REFUSAL.search(line)), None)
 
 
 def _layer_of(tb: types.TracebackType | None) -> str | None:

@@ -107,6 +107,9 @@ class MeasuredRun(TypedDict):
     params: NotRequired[dict[str, Any]]
     dtype: NotRequired[str]
     on_gpu: NotRequired[bool]
+    finding: NotRequired[dict[str, Any]]
+    """An "unsupported" run's op that refused to run deterministically (``findings.Finding``: op, message,
+    layer, advice); runs recorded before detprof kept it have only their ``reason``."""
     ray_node_id: NotRequired[str]
     """A fleet run (``detprof.fleet``): the Ray node that measured it, and that node's address."""
     ray_node_address: NotRequired[str]

@@ -1,4 +1,4 @@
-"""One-line failure reasons and what a failed measured run is recorded as.
+"""One-line failure reasons, what a failed measured run is recorded as, and the finding an op's refusal makes.
 
 The messages are TensorFlow's own (from its kernels and XLA, as TensorFlow 2.21 words
 them), so the test pins the wording the classification relies on; the exception type only
@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import pytest
 
+from detprof import backends
 from detprof.errors import first_line, last_line
+from detprof.findings import Finding, finding_of
 from detprof.profiler.worker import classify_failure
 
 DEPTH_POOL = (
@@ -95,3 +97,39 @@ def test_tf_function_errors_give_the_message_after_the_stack_excerpt() -> None:
     assert first_line(RuntimeError(text)) == (
         "GPU MaxPool gradient ops do not yet have a deterministic XLA implementation."
     )
+
+
+def test_a_refusal_keras_rewraps_is_found_by_the_frameworks_own_line() -> None:
+    """Keras re-raises an error from a layer's call under a line of its own, the framework's message in bold."""
+    refusal = (
+        "max_unpooling2d_forward_out does not have a deterministic implementation, but you set "
+        "'torch.use_deterministic_algorithms(True)'."
+    )
+    exc = RuntimeError(
+        f"Exception encountered when calling Unpool.call().\n\n\x1b[1m{refusal}\x1b[0m\n\n"
+        "Arguments received by Unpool.call():\n  • x=torch.Tensor(shape=torch.Size([4, 8, 8, 4]), dtype=float32)"
+    )
+    assert classify_failure(exc, deterministic=True)[0] == "unsupported"
+    found = finding_of(exc, "torch")
+    assert found.op == "max_unpooling2d_forward_out"
+    assert found.message == f"RuntimeError: {refusal}"
+    assert found.advice == backends.get("torch").nondeterministic_op_advice
+    assert Finding.from_json(found.to_json()) == found
+
+
+def test_a_refusal_after_a_stack_excerpt_naming_a_deterministic_file_is_the_refusal() -> None:
+    exc = RuntimeError(
+        "Graph execution error:\n\nDetected at node MaxPoolGradWithArgmax defined at (most recent call last):\n"
+        '  File "deterministic_train.py", line 11, in step\n\n'
+        "Determinism is not yet supported for MaxPoolGradWithArgmax.\n\t [[{{node MaxPoolGradWithArgmax}}]]"
+    )
+    found = finding_of(exc, "tensorflow")
+    assert (found.op, found.message) == (
+        "MaxPoolGradWithArgmax",
+        "RuntimeError: Determinism is not yet supported for MaxPoolGradWithArgmax.",
+    )
+
+
+def test_a_finding_a_record_holds_reads_back_whatever_it_lacks() -> None:
+    assert Finding.from_json({"message": "RuntimeError: x"}) == Finding(None, "RuntimeError: x", None, "")
+    assert Finding.from_json({"op": "scatter", "layer": 3, "advice": "a"}) == Finding("scatter", "", "3", "a")

@@ -73,3 +73,12 @@ def test_failure_note_names_the_count_and_an_example_run() -> None:
     assert model_overheads(unsupported)["m"].failure_note() == "not supported under determinism: boom"
     no_reason = ModelOverhead("m", failures=[{"status": "failed"}])
     assert no_reason.failure_note() == "1 run(s) failed, e.g. failed"
+
+
+def test_an_op_that_refused_determinism_is_named_with_its_layer_and_what_to_do() -> None:
+    """A run recorded with its finding (``findings``) says what a user acts on, in every table and CI output."""
+    finding = {"op": "scatter", "message": "RuntimeError: boom", "layer": "embed", "advice": "replace the op"}
+    refused = {**record("m", "deterministic", 0, None, 1.0, status="unsupported"), "finding": finding}
+    overhead = model_overheads([record("m", "default", 0, 1.0, 1.0), refused])["m"]
+    assert overhead.failure_note() == "scatter in layer embed has no deterministic implementation: replace the op"
+    assert overhead.unsupported_reason == "boom"

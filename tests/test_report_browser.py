@@ -280,3 +280,31 @@ def test_study_that_did_not_learn_is_set_apart(
     assert page.locator("#tradeoff .plotly-graph-div").count() == 0
     assert page.locator("#tradeoff p.absent").inner_text().endswith("left out, did not learn: smallcnn on cpu).")
     page.close()
+
+
+def test_a_verification_fits_the_first_screen_and_plots_how_runs_part(browser: Any, tmp_path: Path) -> None:
+    """A torch sweep with a verification beside it at 1440x900: whether determinism held is a column of the answer,
+    which stays within the page's width, and each model whose default runs part has its log-scale plot drawn."""
+    import synthetic_sweep as synth
+    from synthetic_verify import write_verify
+    from test_report_verify import MODELS, SWEPT
+
+    synth.write_sweep(tmp_path, synth.config(list(SWEPT), 3, "torch"), synth.records(SWEPT, backend="torch"))
+    write_verify(tmp_path, MODELS)
+    target = tmp_path / "report.html"
+    assert main(["report", str(tmp_path), "-o", str(target)]) == 0
+    page, errors, outside = open_report(browser, target, viewport=(1440, 900))
+    assert errors == [] and outside == []
+    section = page.locator("#answer").bounding_box()
+    assert section is not None
+    for table in page.locator("#answer table.answer").all():
+        box = table.bounding_box()
+        assert box is not None and box["x"] + box["width"] <= section["x"] + section["width"] + 1
+    assert page.locator("#answer table.answer").first.locator("th").nth(2).inner_text() == "Does determinism hold?"
+    plots = page.locator("#verification .plotly-graph-div")
+    assert plots.count() == 2
+    assert page.locator("#verification .plotly-graph-div .ytick").count() > 0
+    axis = page.evaluate("() => document.querySelector('#verification .plotly-graph-div').layout.yaxis.type")
+    assert axis == "log"
+    page.screenshot(path=str(tmp_path / "verification.png"), full_page=True)
+    page.close()

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from detprof.findings import Finding
 from detprof.intervals import Metric, Overhead, headline, noise_floor, paired_t
 from detprof.records import measures, pair_log_ratio
 
@@ -31,8 +32,23 @@ class ModelOverhead:
                 return str(failure.get("reason"))
         return None
 
+    @property
+    def finding(self) -> Finding | None:
+        """The op that refused to run deterministically, where its run recorded it (``findings``)."""
+        for failure in self.failures:
+            if failure.get("status") == "unsupported" and isinstance(failure.get("finding"), dict):
+                return Finding.from_json(failure["finding"])
+        return None
+
     def failure_note(self) -> str | None:
-        """Why runs are missing, in the same words in every table, warning and CI output; None if none are."""
+        """Why runs are missing, in the same words in every table, warning and CI output; None if none are.
+
+        An op that refused determinism is named with the layer that called it and what to do
+        (``Finding.line``): what a user acts on, where the framework's message names only the op.
+        """
+        finding = self.finding
+        if finding is not None:
+            return finding.line()
         if self.unsupported_reason is not None:
             return f"not supported under determinism: {self.unsupported_reason}"
         if not self.failures:
@@ -75,7 +91,8 @@ def model_overheads(
     for rec in records:
         entry = result.setdefault(rec[key], ModelOverhead(rec[key]))
         if rec.get("status") != "ok":
-            entry.failures.append({k: rec.get(k) for k in ("run_id", "mode", "repeat", "status", "reason")})
+            failure = {k: rec.get(k) for k in ("run_id", "mode", "repeat", "status", "reason")}
+            entry.failures.append(failure | ({"finding": rec["finding"]} if rec.get("finding") else {}))
     for metric in ("kernel", "wall"):
         for model, logs in paired_log_ratios(records, metric, key).items():
             setattr(result[model], metric, paired_t(logs, confidence))

@@ -231,9 +231,13 @@ class ModelVerification:
 
 
 def verifications(store: ResultsStore) -> list[ModelVerification]:
-    """Every model (or program) of a verification study, in the order its runs were recorded."""
+    """Every model (or program) of a verification study, in the order its runs started (the order they were asked for).
+
+    The store lists records by file name; a run's ``started_at`` (ISO 8601, so it sorts as text)
+    keeps the models in the order ``detprof verify`` ran them, whatever their names.
+    """
     by_model: dict[str, list[dict[str, Any]]] = {}
-    for record in store.records():
+    for record in sorted(store.records(), key=lambda r: str(r.get("started_at") or "")):
         by_model.setdefault(record["model"], []).append(record)
     return [_verification(store, model, records) for model, records in by_model.items()]
 

@@ -8,7 +8,9 @@ result path. The spec (``WorkerSpec``) names the workload's entry point (``modul
 chosen by the package that owns it: a model training on synthetic data, one kernels_bench
 op case on random inputs). The worker excludes the warm-up steps where autotuning happens,
 times untraced steps for wall time and traces others for kernel time (``run``). It always
-writes a result, also when the workload fails: a failure is a finding, not a crash.
+writes a result, also when the workload fails: a failure is a finding, not a crash, and an op
+that refuses to run deterministically is recorded as one (``findings.Finding``: the op, the
+layer that called it, what to do), so the report can say which of the model's layers to change.
 
 A spec with ``call`` instead runs one function that needs a framework but measures nothing
 (``launcher.call_in_worker``), and writes its answer, or the one-line usage error it raised.
@@ -30,6 +32,7 @@ from typing import Any
 from detprof import backends
 from detprof.determinism import apply, software_versions
 from detprof.errors import ExitCode, UsageError, first_line
+from detprof.findings import finding_of, refuses_determinism
 from detprof.profiler.lifeline import end_with_driver, inherited_lifeline
 from detprof.profiler.lockstep import Message, Pacer
 from detprof.profiler.tracers import TRACERS, Capture
@@ -46,10 +49,11 @@ def classify_failure(exc: BaseException, deterministic: bool) -> tuple[str, str]
     op that fails in both modes (a depth-wise MaxPoolGrad raises UnimplementedError either
     way) nor any other crash of a deterministic run. TensorFlow's, XLA's and PyTorch's
     refusals all say so in words ("... does not have a deterministic implementation",
-    "Determinism is not yet supported for ..."); everything else is "failed".
+    "Determinism is not yet supported for ..."): ``findings.refuses_determinism`` is the one
+    rule, which ``detprof verify`` applies too; everything else is "failed".
     """
     reason = first_line(exc, with_type=True)[:_REASON_CHARS]
-    if deterministic and "determinis" in str(exc).lower():
+    if deterministic and refuses_determinism(exc):
         return "unsupported", reason
     return "failed", reason
 
@@ -133,6 +137,10 @@ def run(spec: WorkerSpec, pacer: Pacer | None = None) -> dict[str, Any]:
         status, reason = classify_failure(exc, settings.deterministic)
         if backends.out_of_memory(exc):
             status, reason = "failed", f"out of memory: {reason}"
+        if status == "unsupported":
+            finding = finding_of(exc, settings.backend)
+            result["finding"] = finding.to_json()
+            reason = finding.message
         result.update(status=status, reason=reason)
     return result
 

@@ -3,10 +3,11 @@
 ``report_data`` promises that the two formats always say the same thing; they can only keep
 that promise if neither words a cell itself. So each cell they share is worded here, once:
 the headline rows, the overheads per model and device, the backends side by side, the
-published figures, the noise-floor table, the stability variants, the trade-off and the
-lines that stand in for what is missing. A renderer adds only its markup: the HTML its cell
-kinds and tones (and Jinja2's escaping), the Markdown its escaping and emphasis. Numbers are
-formatted by ``detprof.formatting``, as everywhere else.
+published figures, the noise-floor table, the stability variants, the trade-off, whether
+determinism held (``detprof verify``) and the lines that stand in for what is missing. A
+renderer adds only its markup: the HTML its cell kinds and tones (and Jinja2's escaping), the
+Markdown its escaping and emphasis. Numbers are formatted by ``detprof.formatting``, as
+everywhere else.
 
 A cell is a ``Words``: its text, and a note that qualifies it (the dataset a churn comes
 from, the time a verdict was read from). The HTML shows the note as a second, smaller line;
@@ -22,12 +23,14 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
 
 from detprof import formatting as f
+from detprof.analysis.verification import Difference, ModelVerification
 from detprof.intervals import CHEAP_OVERHEAD, Overhead
 from detprof.reports.headline import HeadlineRow, shown_caveats
 from detprof.reports.provenance import backend_order
 from detprof.reports.published import ReferenceRow
 from detprof.reports.report_data import ModelCost, Report, StabilityStudy, SweepStudy, Where
 from detprof.reports.tradeoff import NOISY_CHURN, Noise, TradeoffPoint
+from detprof.reports.verification_data import VerifyStudy, finding_lines
 
 CHEAP = f"{CHEAP_OVERHEAD:.2f}x"
 """The cheap line, as every sentence about it names it."""
@@ -38,6 +41,30 @@ OVERHEAD_HEADERS = ("Model", "Kernel time", "Wall time", "Repeats", "Note")
 NOISE_FLOOR_HEADERS = ("Device", "Model", "Kernel time", "Wall time", "Smallest resolvable overhead")
 REFERENCE_HEADERS = ("GPU", "What", "Published")
 """The published figures' own columns; a table of them adds what was measured here."""
+HOLDS = "Does determinism hold?"
+"""The headline's column, and the title of the first screen's table of verified models no sweep measured."""
+HOLDS_LEAD = (
+    f"{HOLDS} From `detprof verify` of the same model, device and backend: held means its two deterministic runs "
+    "were bitwise identical at every step."
+)
+VERIFIED_HEADERS = (HOLDS, "Default mode", "What to do")
+"""That table's columns after the model, device (and backend): ``verified``."""
+VERIFIED_LEAD = (
+    "`detprof verify` trained each model twice per mode from the same seed on the same batches and compared every "
+    "layer's output and weights at every step: held means the two deterministic runs were bitwise identical."
+)
+VERIFICATION_LEAD = (
+    "Each model trained twice per mode, every layer's output and weights compared at every step (`detprof verify`). "
+    "Where the two runs of a mode first part is the layer that brings the difference in."
+)
+DIVERGENCE_LEAD = (
+    "Each plot follows the default-mode runs' difference through the model's layers, step by step: the largest "
+    "absolute difference of each layer's output between the two runs."
+)
+KIND_WORDS = {"output": "output", "weights": "weights", "gradients": "gradient"}
+"""What of a layer two runs part in (``fingerprints.Kind``), as a cell says it."""
+VERIFY_MODES = ("deterministic", "default")
+"""The modes of a verification in the order the report says them: whether determinism held comes first."""
 
 T = TypeVar("T")
 
@@ -106,13 +133,18 @@ def _floor(r: HeadlineRow) -> Words:
     return Words("not run")
 
 
+def device_named(label: str, name: str | None) -> str:
+    """A device in a first-screen row: its label, with its name where known: ``t4 (Tesla T4)``."""
+    return label + (f" ({name})" if name else "")
+
+
 def headline(r: HeadlineRow) -> HeadlineCells:
     """The words of one headline row; each format only marks them up (and the HTML joins model and device)."""
     v = r.verdict
     churn, drop = _buys(r)
     return HeadlineCells(
         model=r.model,
-        device=r.device + (f" ({r.device_name})" if r.device_name else ""),
+        device=device_named(r.device, r.device_name),
         backend=Words(r.backend, r.framework_version or ""),
         kernel=f.ratio(r.kernel),
         wall=f.ratio(r.wall),
@@ -139,6 +171,122 @@ def row_notes(report: Report) -> list[RowNote]:
         for r in report.headline
         if (lines := shown_caveats(r, cpu_note=bool(report.cpu_notes), left_out_note=True))
     ]
+
+
+def _where_runs_part(d: Difference) -> str:
+    """Where two runs first part, short enough for one line under a cell, and without parentheses (a note goes
+    in them)."""
+    return f"parts at step {d.step} in {d.layer}'s {KIND_WORDS[d.kind]}"
+
+
+def holds(v: ModelVerification | None) -> Words:
+    """``HOLDS``: held or NOT held, and in a few words why (a headline row's note stays on one line)."""
+    if v is None:
+        return Words("not verified")
+    deterministic = v.comparisons["deterministic"]
+    if v.findings:
+        return Words("NOT held", f"{v.findings[0].get('op') or 'an op'} refused")
+    if deterministic.identical:
+        return Words("held", f"bitwise identical over {deterministic.steps} steps")
+    if deterministic.first_difference is not None:
+        return Words("NOT held", _where_runs_part(deterministic.first_difference))
+    return Words("not verified", deterministic.problem or "a run failed")
+
+
+def default_mode(v: ModelVerification) -> str:
+    """What the default mode's two runs did: already deterministic here, or where they part."""
+    default = v.comparisons["default"]
+    if default.identical:
+        return "already deterministic on this device"
+    if default.first_difference is not None:
+        return _where_runs_part(default.first_difference)
+    return f"not compared: {default.problem or 'a run failed'}"
+
+
+def verification_advice(v: ModelVerification) -> str:
+    """What a verified model's answer means for turning determinism on."""
+    deterministic, default = v.comparisons["deterministic"], v.comparisons["default"]
+    if v.findings:
+        return "see the finding below: the op it names stops determinism"
+    if deterministic.identical and default.identical:
+        return "runs already repeat without it on this device: determinism buys no reproducibility here"
+    if deterministic.identical:
+        return "turn it on to make runs repeat; `detprof sweep` measures what it costs"
+    if deterministic.first_difference is not None:
+        return (
+            f"look in {deterministic.first_difference.layer}: it brings in a difference determinism does not "
+            "control (a random source detprof does not seed, or an op the switch does not cover)"
+        )
+    return "verify again: see the warnings"
+
+
+@dataclass(frozen=True)
+class VerifiedCells:
+    """A verified model no sweep measured: who and where, as a headline row names them, then its answer."""
+
+    model: str
+    device: str
+    backend: Words
+    """The Keras backend, with its framework's version as the note (as a headline row has it)."""
+    answer: dict[str, str | Words]
+    """``VERIFIED_HEADERS`` -> the cell."""
+
+
+def verified(study: VerifyStudy, v: ModelVerification) -> VerifiedCells:
+    """The words of one row of the first screen's table of verified models no sweep measured."""
+    return VerifiedCells(
+        model=v.model,
+        device=device_named(study.label, study.device.get("name")),
+        backend=Words(study.backend, "/".join(study.versions.get(study.backend, []))),
+        answer={HOLDS: holds(v), "Default mode": default_mode(v), "What to do": verification_advice(v)},
+    )
+
+
+def verified_lead(report: Report) -> str:
+    """What the table of verified models no sweep measured shows; beside a headline, why they are not in it."""
+    if report.headline:
+        return f"Models verified but not swept here, so with no cost measured. {VERIFIED_LEAD}"
+    return VERIFIED_LEAD
+
+
+def verified_notes(report: Report) -> list[RowNote]:
+    """The findings of verified models no sweep measured (a swept model's are among its row's caveats)."""
+    return [
+        RowNote(v.model, report.where(s.label, s.backend), line)
+        for s, v in report.verified_alone
+        for line in finding_lines(v)
+    ]
+
+
+def mode_line(v: ModelVerification, mode: str) -> str:
+    """One mode of a verification, as ``detprof verify`` says it: identical, or where the runs part and by how much."""
+    comparison = v.comparisons[mode]
+    name = f"{mode.capitalize()} mode"
+    if mode == "deterministic" and v.findings:
+        return f"{name}: {'; '.join(finding_lines(v))}"
+    if comparison.identical:
+        return f"{name}: bitwise identical over {comparison.steps} steps in all {comparison.layers} layers"
+    if comparison.first_difference is not None:
+        return f"{name}: the runs part at {comparison.first_difference.line()}"
+    return f"{name}: not compared: {comparison.problem or 'a run failed'}"
+
+
+def verification_title(v: ModelVerification, shown: str) -> str:
+    """A verified model, and the device (``shown``, as the report names it) it was verified on."""
+    return f"{v.model} on {shown}"
+
+
+def no_divergence(v: ModelVerification) -> str | None:
+    """Why a model has no plot of how its default runs part; None where it has one."""
+    default = v.comparisons["default"]
+    if default.identical:
+        return (
+            f"The default-mode runs stayed bitwise identical over {default.steps} steps in all {default.layers} "
+            "layers: no difference enters, so there is nothing to plot."
+        )
+    if default.identical is None:
+        return f"The default-mode runs were not compared ({default.problem or 'a run failed'}): nothing to plot."
+    return None
 
 
 def device_title(shown: str, device: Mapping[str, Any]) -> str:

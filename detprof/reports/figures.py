@@ -16,8 +16,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import plotly.graph_objects as go
+from plotly.colors import sample_colorscale
 from plotly.subplots import make_subplots
 
+from detprof.analysis.verification import ModelVerification
 from detprof.determinism import MODES
 from detprof.intervals import CHEAP_OVERHEAD, Overhead
 from detprof.reports.published import ReferenceRow
@@ -421,5 +423,55 @@ def tradeoff_figure(points: Sequence[TradeoffPoint], where: Where) -> go.Figure 
         title="What determinism costs against what it buys (open marker: cost not settled)",
         legend={"orientation": "h", "y": -0.22, "title": {"text": "model on device: "}},
         margin={"t": 110},
+    )
+    return fig
+
+
+DEPTH_COLORS = "Viridis"
+"""Layers coloured by depth, the first dark, the last light: how far into the model a difference has spread."""
+DEPTH_COLOR_END = 0.85
+"""Where on the colour scale the last layer sits: its lightest end is too light to read on white."""
+STEP_TICKS = 10
+"""At most about this many step numbers on the x axis, each a whole step."""
+
+
+def divergence_figure(v: ModelVerification, shown: str) -> go.Figure:
+    """How the two default-mode runs part, layer by layer: the largest difference of each layer's output by step.
+
+    One line per layer in model order, coloured by depth, on a log scale (differences start
+    at a rounding error's size and grow by orders of magnitude). A layer whose output is still
+    identical at a step has no point there (a log scale has no zero), and one identical at
+    every step is listed, greyed, in the legend only: the layers a difference has not reached.
+    """
+    growth = v.comparisons["default"].growth
+    steps = v.comparisons["default"].steps
+    colors = sample_colorscale(DEPTH_COLORS, len(growth), low=0.0, high=DEPTH_COLOR_END) if growth else []
+    fig = go.Figure()
+    for index, ((layer, differences), color) in enumerate(zip(growth.items(), colors, strict=True)):
+        points = [d if math.isfinite(d) and d > 0 else None for d in differences]
+        reached = any(p is not None for p in points)
+        name = text(layer) if reached else f"{text(layer)} (identical)"
+        fig.add_scatter(
+            name=name,
+            x=list(range(len(points))),
+            y=points,
+            mode="lines+markers",
+            line={"color": color},
+            visible=True if reached else "legendonly",
+            hovertext=[
+                f"{text(layer)} (layer {index + 1} of {len(growth)}), step {step}: "
+                + ("identical" if d == 0 else f"max |diff| {d:.3g}")
+                for step, d in enumerate(differences)
+            ],
+            hoverinfo="text",
+        )
+    fig.update_layout(
+        template=TEMPLATE,
+        height=HEIGHT,
+        title=f"Default mode, {text(v.model)} on {text(shown)}: largest difference of each layer's output between "
+        "the two runs",
+        xaxis={"title": "training step", "tickmode": "linear", "dtick": max(1, math.ceil(steps / STEP_TICKS))},
+        yaxis={"title": "max |difference| (log)", "type": "log", "exponentformat": "power"},
+        legend={"title": {"text": "layer, in model order"}},
     )
     return fig

@@ -4,7 +4,8 @@ One ``HeadlineRow`` per (device label, model, Keras backend) of every sweep: the
 and wall-time overheads with their 95% CIs, the verdict read from the headline metric
 (``verdict.verdict``), what the stability study of the same model, label and backend
 measured (when its models learned), the machine's noise floor where a calibration of that
-backend ran, and the caveats that change how the row reads. The HTML's first screen, the
+backend ran, whether determinism held where ``detprof verify`` checked the same model, label
+and backend, and the caveats that change how the row reads. The HTML's first screen, the
 Markdown and ``--format json`` all render these rows, so the three say the same thing.
 
 On a CPU (device label ``cpu``, or a device record with no GPU in it) the numbers are CPU
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from detprof import backends
+from detprof.analysis.verification import ModelVerification
 from detprof.intervals import CHEAP_OVERHEAD, Metric, Overhead
 from detprof.reports.provenance import framework_name
 from detprof.reports.published import PUBLISHED, SOURCE
@@ -31,6 +33,7 @@ GPU_LIKE_FIELDS = ("compute_capability", "sm_count", "cuda_driver", "uuid")
 CPU_CAVEAT = "CPU op time: does not predict the GPU cost (see the published GPU figures)."
 CPU_CHURN = "'s CPU kernels (deterministic with the default threads), not of the model."
 """How the caveat on a CPU's churn ends, whichever framework's kernels it names (``caveats``)."""
+NOT_HELD_ADVICE = "determinism does not hold here: fix what the notes name first, then weigh its cost"
 LEFT_OUT = "Stability study left out"
 """What the caveats that a report-level note repeats say (``shown_caveats`` drops them under it)."""
 
@@ -76,6 +79,8 @@ class HeadlineRow:
     advice: str
     attribution: str | None
     caveats: list[str] = field(default_factory=list)
+    verification: ModelVerification | None = None
+    """Whether determinism held for this model, device label and backend (``detprof verify``), where it was verified."""
 
     @property
     def used_stability(self) -> StabilityReading | None:
@@ -83,13 +88,23 @@ class HeadlineRow:
 
 
 def advice(
-    v: Verdict, q: Quadrant | None, stability: StabilityReading | None, model: str, backend: str = backends.DEFAULT
+    v: Verdict,
+    q: Quadrant | None,
+    stability: StabilityReading | None,
+    model: str,
+    backend: str = backends.DEFAULT,
+    *,
+    held: bool | None = None,
 ) -> str:
     """What to do, in a few words, consistent with the verdict (never more sure of the cost than it is).
 
     The command it suggests names the row's backend unless it is the default, so that the
-    study it runs is the one this row pairs with.
+    study it runs is the one this row pairs with. Where ``detprof verify`` found that
+    determinism does not hold (``held`` False), what it costs is beside the point until that
+    is fixed, and the caveats say what to fix.
     """
+    if held is False:
+        return NOT_HELD_ADVICE
     if v.reading is None:
         return "no overhead measured: see the notes"
     if q is not None and q != "not settled":

@@ -32,6 +32,7 @@ from markupsafe import Markup
 
 from detprof import backends
 from detprof import formatting as f
+from detprof.analysis.verification import ModelVerification
 from detprof.determinism import MODES
 from detprof.reports import cells, figures
 from detprof.reports.cells import Words
@@ -47,14 +48,18 @@ NAV = {
     "overhead": "Overhead",
     "kernel-size": "Kernel size",
     "cost": "Where the cost comes from",
+    "verification": "Nondeterminism",
     "stability": "Stability",
     "tradeoff": "Cost versus benefit",
     "conditions": "Conditions",
     "provenance": "What ran",
 }
-"""The navigation bar's short names of ``SECTIONS``, so it stays one line on the first screen."""
+"""The navigation bar's short names of ``SECTIONS``, so it stays one line on the first screen; "verification"
+only where the inputs hold a ``detprof verify`` study."""
 PLOT_CONFIG = {"displaylogo": False, "responsive": True}
 CellKind = Literal["text", "code", "kernel", "agree", "verdict"]
+HOLDS_TONES = {True: "agree-yes", False: "agree-no", None: "warn"}
+"""Whether determinism held, as the page colours it: the yes/no colours of the published figures' check."""
 
 
 @cache
@@ -176,6 +181,9 @@ def _studies(report: Report) -> Table:
         rows.append(["kernels", k.label, k.backend, str(k.path), ran, k.timing, Cell(k.command, "code")])
     for st in report.stability:
         rows.append(["stability", st.device, st.backend, str(st.path), "", f.DASH, Cell(st.command, "code")])
+    for v in report.verifications:
+        ran = f"{v.started or '?'} .. {v.finished or '?'}"
+        rows.append(["verify", v.label, v.backend, str(v.path), ran, f.DASH, Cell(v.command, "code")])
     return table(["Study", "Device", "Backend", "Results", "Ran", "Which runs were traced", "Command line"], rows)
 
 
@@ -268,20 +276,31 @@ ANSWER_COLUMNS: tuple[tuple[str, str], ...] = (
     ("Noise floor", "nowrap"),
     ("What to do", "wide"),
 )
-"""The first screen's columns and the CSS class of their cells; ``BACKEND_COLUMN`` goes second where named."""
+"""The first screen's columns and the CSS class of their cells; ``BACKEND_COLUMN`` goes second where named, and
+``HOLDS_COLUMN`` after it where a row's model was verified."""
 BACKEND_COLUMN = ("Backend", "nowrap")
+HOLDS_COLUMN = (cells.HOLDS, "holds")
 
 
-def answer_row(r: HeadlineRow, named: bool = False) -> list[Any]:
-    """One row of the first screen; ``named``: with the backend (and its framework's version) second."""
+def holds(v: ModelVerification | None) -> Cell:
+    """Whether determinism held, coloured (``HOLDS_TONES``), with why in a few words as its note."""
+    words = cells.holds(v)
+    return Cell(words.text, tone="" if v is None else HOLDS_TONES[v.held], note=words.note)
+
+
+def answer_row(r: HeadlineRow, named: bool = False, verified: bool = False) -> list[Any]:
+    """One row of the first screen; ``named``: with the backend (and its framework's version) second;
+    ``verified``: with whether determinism held after them."""
     c = cells.headline(r)
     backend = [Cell(c.backend.text, "code", note=c.backend.note)] if named else []
+    held = [holds(r.verification)] if verified else []
     churn = c.churn
     if r.stability is not None and not r.stability.used:
         churn = Cell(churn.text, tone="warn", note=churn.note)
     return [
         Cell(c.model, "code", note=c.device),
         *backend,
+        *held,
         c.kernel,
         c.wall,
         Cell(c.verdict.text, "verdict", tone=(r.verdict.reading or "none").replace(" ", "-"), note=c.verdict.note),
@@ -296,15 +315,18 @@ def answer(report: Report) -> dict[str, Any] | None:
     """The first screen; ``None`` when there is no sweep (``report.absent`` says why)."""
     if "answer" in report.absent:
         return None
-    named = report.names_backend
-    columns = [ANSWER_COLUMNS[0], *([BACKEND_COLUMN] if named else []), *ANSWER_COLUMNS[1:]]
-    first_cost = 2 if named else 1
+    named, verified = report.names_backend, report.verified_headline
+    leading = [*([BACKEND_COLUMN] if named else []), *([HOLDS_COLUMN] if verified else [])]
+    columns = [ANSWER_COLUMNS[0], *leading, *ANSWER_COLUMNS[1:]]
+    first_cost = 1 + len(leading)
     return {
         "cheap": cells.CHEAP,
         "backends": named,
+        "verified": verified,
+        "holds_lead": cells.HOLDS_LEAD,
         "table": table(
             [h for h, _ in columns],
-            [answer_row(r, named) for r in report.headline],
+            [answer_row(r, named, verified) for r in report.headline],
             numeric=(first_cost, first_cost + 1),
             classes={i: cls for i, (_, cls) in enumerate(columns) if cls},
         ),
@@ -315,6 +337,52 @@ def answer(report: Report) -> dict[str, Any] | None:
         "published": table(["GPU", "What", "Det / default GPU time"], published_reference()),
         "source": SOURCE,
     }
+
+
+def verified_alone(report: Report) -> dict[str, Any] | None:
+    """The first screen's table of verified models no sweep measured; None where there are none."""
+    if not report.verified_alone:
+        return None
+    named = report.names_backend
+    rows = []
+    for study, v in report.verified_alone:
+        c = cells.verified(study, v)
+        rows.append(
+            [
+                Cell(c.model, "code", note=c.device),
+                *([Cell(c.backend.text, "code", note=c.backend.note)] if named else []),
+                holds(v),
+                *(c.answer[h] for h in cells.VERIFIED_HEADERS[1:]),
+            ]
+        )
+    headers = ["Model on device", *(["Backend"] if named else []), *cells.VERIFIED_HEADERS]
+    return {
+        "title": cells.HOLDS,
+        "lead": cells.verified_lead(report),
+        "table": table(headers, rows, classes={len(headers) - 3: "nowrap", len(headers) - 1: "wide"}),
+        "notes": [(f"{n.model} on {n.device}", n.text) for n in cells.verified_notes(report)],
+    }
+
+
+def verification(report: Report) -> dict[str, Any] | None:
+    """Per verified model, where its runs part in each mode and how its default runs' difference grows; None
+    without a verification study (the section is then not in the page at all)."""
+    if not report.verifications:
+        return None
+    models = []
+    for study in report.verifications:
+        shown = report.where(study.label, study.backend)
+        for v in study.models:
+            no_plot = cells.no_divergence(v)
+            models.append(
+                {
+                    "title": cells.verification_title(v, shown),
+                    "lines": [cells.mode_line(v, mode) for mode in cells.VERIFY_MODES],
+                    "no_plot": no_plot,
+                    "figure": figures.divergence_figure(v, shown) if no_plot is None else None,
+                }
+            )
+    return {"lead": f"{cells.VERIFICATION_LEAD} {cells.DIVERGENCE_LEAD}", "models": models}
 
 
 def _agrees(value: bool | None) -> Cell:
@@ -652,15 +720,18 @@ def conditions(report: Report) -> dict[str, Any]:
 
 def render(report: Report, plotlyjs: PlotlyJs = "embed") -> str:
     """The whole page; sections the inputs lack say why in the one line ``report.absent`` holds."""
+    verified = verification(report)
     return (
         _environment()
         .get_template("report.html.j2")
         .render(
             sections=SECTIONS,
-            nav=NAV,
+            nav={id: title for id, title in NAV.items() if id != "verification" or verified is not None},
             absent=report.absent,
             plot=_Figures(plotlyjs),
             answer=answer(report),
+            verified_alone=verified_alone(report),
+            verification=verified,
             provenance=provenance(report),
             overhead=overhead(report),
             kernel_size=kernel_size(report),

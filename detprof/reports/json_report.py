@@ -4,13 +4,16 @@ The same ``headline.HeadlineRow`` values as the HTML's first screen and the Mark
 object per model, device and Keras backend under ``models`` (``headline.row_json``: device,
 model, backend, overhead {kernel, wall: {ratio, lo, hi, n}}, verdict, noise_floor,
 stability, then the verdict's text, repeats needed, caveats, ...), with the report-level
-notes beside them and every backend under ``backends`` with its framework's version.
+notes beside them and every backend under ``backends`` with its framework's version. Where a
+``detprof verify`` study is among the results, ``verification`` holds each model's
+comparison (``ModelVerification.to_json``: held, each mode's first difference, findings).
 Undefined numbers are null (``store.json_safe``), never NaN.
 """
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from detprof.intervals import CHEAP_OVERHEAD
 from detprof.reports.headline import interval_json, row_json
@@ -22,7 +25,7 @@ from detprof.store import json_safe
 SCHEMA = "detprof.report.headline/1"
 
 
-def document(report: Report) -> dict:
+def document(report: Report) -> dict[str, Any]:
     return {
         "schema": SCHEMA,
         "generated_at": report.generated_at,
@@ -58,6 +61,21 @@ def document(report: Report) -> dict:
             for r in report.noise_floors
         ],
         "warnings": report.warnings,
+    } | verification(report)
+
+
+def verification(report: Report) -> dict[str, Any]:
+    """``verification``: each verified model's ``ModelVerification.to_json()`` with the device label and backend of
+    its study, the keys its headline row would be matched by. Left out without a verification study, so the
+    document of results without one is as it was."""
+    if not report.verifications:
+        return {}
+    return {
+        "verification": [
+            v.to_json() | {"device_label": study.label, "backend": study.backend}
+            for study in report.verifications
+            for v in study.models
+        ]
     }
 
 

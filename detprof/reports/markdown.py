@@ -7,7 +7,9 @@ against, one sentence per model on where the cost comes from, the stability head
 trade-off readings and the warnings. Where the results hold several Keras backends (or one
 that is not TensorFlow), the headline table has a backend column, with each model's
 backends in adjacent rows, and each device with backends side by side gets a table of its
-own; the last section always says which backend(s) ran. Every cell the HTML shows too is
+own; the last section always says which backend(s) ran. Where a ``detprof verify`` study is
+among the results, whether determinism held is a column of the headline (or a table of its
+own for models no sweep measured) and a section says where each mode's runs part. Every cell the HTML shows too is
 worded by ``cells``: this module adds only Markdown's emphasis and escaping. GitHub renders
 inline HTML, so text from results (kernel names with ``<``, ``>``, ``&``) is backslash-escaped
 and a ``|`` cannot end a table cell early.
@@ -64,17 +66,37 @@ def _absent(line: str) -> str:
     return f"_{md(line)}_"
 
 
+def verified_alone(report: Report) -> list[str]:
+    """The HTML first screen's table of verified models no sweep measured, and their findings."""
+    if not report.verified_alone:
+        return []
+    named = report.names_backend
+    headers = ["Device", "Model", *(["Backend"] if named else []), *cells.VERIFIED_HEADERS]
+    rows = []
+    for study, v in report.verified_alone:
+        c = cells.verified(study, v)
+        answer = [c.answer[h] for h in cells.VERIFIED_HEADERS]
+        rows.append([c.device, c.model, *([c.backend] if named else []), *answer])
+    notes = [Markup(f"**{md(n.model)}** on {md(n.device)}: {md(n.text)}") for n in cells.verified_notes(report)]
+    out = [f"### {md(cells.HOLDS)}", "", md(cells.verified_lead(report)), "", table(headers, rows), ""]
+    if notes:
+        out += [*(f"- {md(n)}" for n in notes), ""]
+    return out
+
+
 def answer(report: Report) -> list[str]:
     """The same rows, verdicts, caveats and notes as the HTML's first screen."""
     out = [f"## {SECTIONS['answer']}", ""]
     if "answer" in report.absent:
-        return [*out, _absent(report.absent["answer"]), "", *noise_floor(report)]
+        return [*out, *verified_alone(report), _absent(report.absent["answer"]), "", *noise_floor(report)]
     out += [
         f"Cheap: the whole 95% CI of the overhead is at or below {cells.CHEAP}; expensive: above it; "
         "otherwise not settled.",
         "",
     ]
-    named = report.names_backend
+    named, verified = report.names_backend, report.verified_headline
+    if verified:
+        out += [md(cells.HOLDS_LEAD), ""]
     rows = []
     for r in report.headline:
         c = cells.headline(r)
@@ -83,6 +105,7 @@ def answer(report: Report) -> list[str]:
                 c.device,
                 c.model,
                 *([c.backend] if named else []),
+                *([cells.holds(r.verification)] if verified else []),
                 c.kernel,
                 c.wall,
                 strong(c.verdict) if r.verdict.reading is not None else c.verdict,
@@ -96,6 +119,7 @@ def answer(report: Report) -> list[str]:
         "Device",
         "Model",
         *(["Backend"] if named else []),
+        *([cells.HOLDS] if verified else []),
         "Kernel time",
         "Wall time",
         "Verdict",
@@ -117,6 +141,21 @@ def answer(report: Report) -> list[str]:
             table(cells.REFERENCE_HEADERS, published_reference()),
             "",
         ]
+    return [*out, *verified_alone(report)]
+
+
+def verification(report: Report) -> list[str]:
+    """Where each verified model's runs part, mode by mode; nothing without a verification study (the HTML's
+    plot of how the default runs' difference grows has no Markdown counterpart: its first difference says where)."""
+    if not report.verifications:
+        return []
+    out = [f"## {SECTIONS['verification']}", "", md(cells.VERIFICATION_LEAD), ""]
+    for study in report.verifications:
+        shown = report.where(study.label, study.backend)
+        for v in study.models:
+            out += [f"### {md(cells.verification_title(v, shown))}", ""]
+            out += [f"- {md(cells.mode_line(v, mode))}" for mode in cells.VERIFY_MODES]
+            out.append("")
     return out
 
 
@@ -171,6 +210,7 @@ def render(report: Report) -> str:
             for m in s.models
         ]
         out.append("")
+    out += verification(report)
     out += [f"## {SECTIONS['stability']}", ""]
     if "stability" in report.absent:
         out += [_absent(report.absent["stability"]), ""]

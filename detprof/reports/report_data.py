@@ -9,7 +9,11 @@ the one line that says why.
 
 ``Report.headline`` is the answer the report opens with (``headline.HeadlineRow``: cost,
 verdict, what it buys, noise floor, caveats per model and device); the sections after it
-are the evidence, and what ran (provenance) comes last.
+are the evidence, and what ran (provenance) comes last. A ``detprof verify`` study
+(``verification_data``) adds whether determinism held to the answer (to a model's row, or in
+a table of its own for a model no sweep measured) and a section on where runs part; without
+one, neither is there, not even as a line saying it is missing: a verification is an addition
+to the cost study, not a part of it.
 
 Each study ran one Keras backend (tensorflow, jax or torch), and the same model on the same
 device is a different measurement on each: everything keyed by (model, device) is keyed by
@@ -33,6 +37,7 @@ import pandas as pd
 from detprof import backends
 from detprof.analysis.overhead import ModelOverhead, model_overheads, noise_floors
 from detprof.analysis.study_results import summarize_model
+from detprof.analysis.verification import ModelVerification
 from detprof.determinism import MODES
 from detprof.errors import InputError
 from detprof.intervals import Metric, Overhead, headline, inconclusive_reason
@@ -60,6 +65,7 @@ from detprof.reports.provenance import (
 from detprof.reports.published import MeasuredDevice, ReferenceRow, reference_rows
 from detprof.reports.tradeoff import Cost, Learning, StudyKey, TradeoffPoint, learning_of, noise_of, pair, reading
 from detprof.reports.verdict import verdict
+from detprof.reports.verification_data import VerifyStudy, load_verify, verification_caveats, verified
 from detprof.store import ResultsStore, find_studies
 
 TOP_N = 20
@@ -71,6 +77,7 @@ SECTIONS: dict[str, str] = {
     "overhead": "Overhead by model",
     "kernel-size": "Kernel size",
     "cost": "Where the cost comes from",
+    "verification": "Where nondeterminism enters and how it spreads",
     "stability": "Stability",
     "tradeoff": "Cost versus benefit",
     "conditions": "Conditions and warnings",
@@ -208,6 +215,8 @@ class Report:
     kernels: list[kernels_data.KernelsStudy]
     stability: list[StabilityStudy]
     calibrations: list[CalibrationStudy]
+    verifications: list[VerifyStudy]
+    """``detprof verify`` studies: shown only where the inputs hold one, so other reports read as they did."""
     headline: list[HeadlineRow]
     cpu_notes: list[str]
     """Shown next to the headline when a device is a CPU: why its cost is not a GPU's, why its churn is 0."""
@@ -228,12 +237,14 @@ class Report:
             found.setdefault(s.label, s.device)
         for st in self.stability:
             found.setdefault(st.device, st.device_info)
+        for v in self.verifications:
+            found.setdefault(v.label, v.device)
         return found
 
     @property
     def backends(self) -> list[str]:
         """Every Keras backend a study here ran, in detprof's order (tensorflow, jax, torch)."""
-        studies = [*self.sweeps, *self.kernels, *self.calibrations, *self.stability]
+        studies = [*self.sweeps, *self.kernels, *self.calibrations, *self.stability, *self.verifications]
         return backend_order(s.backend for s in studies)
 
     @property
@@ -259,6 +270,7 @@ class Report:
         found: dict[str, dict[str, list[str]]] = {}
         sources = [(s.backend, s.versions) for s in [*self.sweeps, *self.kernels, *self.calibrations]]
         sources += [(st.backend, {k: [str(v)] for k, v in st.software.items()}) for st in self.stability]
+        sources += [(v.backend, v.versions) for v in self.verifications]
         for backend, versions in sources:
             packages = found.setdefault(backend, {})
             for key, values in versions.items():
@@ -288,6 +300,7 @@ class Report:
             *((f"kernels {k.label}", k.backend, k.settings) for k in self.kernels),
             *((f"calibration {c.label}", c.backend, c.settings) for c in self.calibrations),
             *((f"stability {st.model} {st.device}", st.backend, st.determinism) for st in self.stability),
+            *((f"verify {v.label}", v.backend, v.settings) for v in self.verifications),
         ]
         return [
             (name, backend, mode, settings[mode])
@@ -299,15 +312,27 @@ class Report:
     @property
     def commands(self) -> list[str]:
         """Every study's command line, then the one that rebuilds this report."""
-        studies: list[SweepStudy | StabilityStudy | kernels_data.KernelsStudy | CalibrationStudy] = [
+        studies: list[SweepStudy | StabilityStudy | kernels_data.KernelsStudy | CalibrationStudy | VerifyStudy] = [
             *self.sweeps,
             *self.calibrations,
             *self.kernels,
             *self.stability,
+            *self.verifications,
         ]
         lines = [s.command for s in studies if s.command]
         lines.append("detprof report " + " ".join(str(p) for p in self.sources))
         return list(dict.fromkeys(lines))
+
+    @property
+    def verified_headline(self) -> bool:
+        """Whether a headline row has a verification: only then does the headline show whether determinism held."""
+        return any(r.verification is not None for r in self.headline)
+
+    @property
+    def verified_alone(self) -> list[tuple[VerifyStudy, ModelVerification]]:
+        """Verified models that no headline row shows (not swept on that label and backend): a table of their own."""
+        shown = {(r.model, r.device, r.backend) for r in self.headline}
+        return [(s, v) for s in self.verifications for v in s.models if (v.model, s.label, s.backend) not in shown]
 
 
 def _no_kernels_reason(overhead: ModelOverhead, records: Sequence[Mapping[str, Any]]) -> str:
@@ -467,15 +492,21 @@ class _Evidence:
     floors: dict[StudyKey, float | None]
     calibrated: set[tuple[str, str]]
     """(device label, backend) of every calibration: a floor of another backend says nothing of this one."""
+    verified: dict[StudyKey, ModelVerification]
 
     @classmethod
-    def of(cls, studies: Sequence[StabilityStudy], calibrations: Sequence[CalibrationStudy]) -> _Evidence:
+    def of(
+        cls,
+        studies: Sequence[StabilityStudy],
+        calibrations: Sequence[CalibrationStudy],
+        verifications: Sequence[VerifyStudy],
+    ) -> _Evidence:
         floors: dict[StudyKey, float | None] = {}
         for c in calibrations:
             for model, floor in c.floors.items():
                 floors.setdefault((model, c.label, c.backend), floor)
         by_key = {(s.model, s.device, s.backend): s for s in studies}
-        return cls(by_key, floors, {(c.label, c.backend) for c in calibrations})
+        return cls(by_key, floors, {(c.label, c.backend) for c in calibrations}, verified(verifications))
 
 
 def _headline_row(sweep: SweepStudy, m: ModelCost, evidence: _Evidence) -> HeadlineRow:
@@ -490,7 +521,8 @@ def _headline_row(sweep: SweepStudy, m: ModelCost, evidence: _Evidence) -> Headl
     if stability is not None and stability.used and m.headline is not None:
         q = reading(Cost(m.headline, m.headline_metric), stability.noise)[0]
     floor = evidence.floors.get(key)
-    notes = [m.failure_note]
+    verification = evidence.verified.get(key)
+    notes = [m.failure_note, *verification_caveats(verification)]
     if m.warning and not v.why:
         notes.append(f"Wide interval: {m.warning}.")
     return HeadlineRow(
@@ -508,7 +540,7 @@ def _headline_row(sweep: SweepStudy, m: ModelCost, evidence: _Evidence) -> Headl
         calibrated=(sweep.label, sweep.backend) in evidence.calibrated,
         stability=stability,
         quadrant=q,
-        advice=advice(v, q, stability, m.model, sweep.backend),
+        advice=advice(v, q, stability, m.model, sweep.backend, held=verification.held if verification else None),
         attribution=m.attribution,
         caveats=caveats(
             v,
@@ -516,9 +548,10 @@ def _headline_row(sweep: SweepStudy, m: ModelCost, evidence: _Evidence) -> Headl
             on_cpu=on_cpu,
             noise_floor=floor,
             stability=stability,
-            notes=notes,
+            notes=list(dict.fromkeys(notes)),
             backend=sweep.backend,
         ),
+        verification=verification,
     )
 
 
@@ -532,11 +565,14 @@ def side_by_side(rows: Sequence[HeadlineRow]) -> list[HeadlineRow]:
 
 
 def headline_rows(
-    sweeps: Sequence[SweepStudy], studies: Sequence[StabilityStudy], calibrations: Sequence[CalibrationStudy]
+    sweeps: Sequence[SweepStudy],
+    studies: Sequence[StabilityStudy],
+    calibrations: Sequence[CalibrationStudy],
+    verifications: Sequence[VerifyStudy],
 ) -> list[HeadlineRow]:
     """One row per (device label, model, backend) of every sweep, in the order the sweeps asked for them;
     with several backends, grouped by model (``side_by_side``)."""
-    evidence = _Evidence.of(studies, calibrations)
+    evidence = _Evidence.of(studies, calibrations, verifications)
     rows: list[HeadlineRow] = []
     seen: set[StudyKey] = set()
     for sweep in sweeps:
@@ -631,6 +667,7 @@ LOADERS: dict[str, Callable[[ResultsStore], Any]] = {
     "sweep": load_sweep,
     "kernels": kernels_data.load_kernels,
     "calibration": load_calibration,
+    "verify": load_verify,
 }
 """The studies whose loader gives the study, or None while it holds no runs yet."""
 
@@ -645,7 +682,7 @@ def _named(lines: Iterable[str], label: str, shown: str) -> list[str]:
 def _warnings(report: Report, loading: Sequence[str]) -> list[str]:
     """What loading the studies found, then each study's own warnings, every device named as the report names it."""
     warnings = list(loading)
-    for study in [*report.sweeps, *report.kernels]:
+    for study in [*report.sweeps, *report.kernels, *report.verifications]:
         warnings += _named(study.warnings, study.label, report.where(study.label, study.backend))
     for s in report.stability:
         warnings += [
@@ -663,6 +700,7 @@ def build_report(paths: Sequence[Path]) -> Report:
     stability: list[StabilityStudy] = []
     found: dict[str, list[Any]] = {kind: [] for kind in LOADERS}
     sweeps, kernels, calibrations = found["sweep"], found["kernels"], found["calibration"]
+    verifications = found["verify"]
     loading: list[str] = []
     seen: set[Path] = set()
     for path in paths:
@@ -690,7 +728,8 @@ def build_report(paths: Sequence[Path]) -> Report:
         kernels=kernels,
         stability=stability,
         calibrations=calibrations,
-        headline=headline_rows(sweeps, stability, calibrations),
+        verifications=verifications,
+        headline=headline_rows(sweeps, stability, calibrations, verifications),
         cpu_notes=[],
         notes=[],
         kernel_size=[],

@@ -1,0 +1,247 @@
+"""The report of ``detprof verify`` studies: whether determinism held on the first screen, where runs part below.
+
+Synthetic studies in the real format (``tests/synthetic_verify.py``) cover each answer: a swept
+model that held (its default runs part late, so early layers never differ), a swept model that
+did not hold, a swept model never verified, and two models verified without a sweep (one whose
+default is deterministic already, one whose deterministic runs an op refused). One real
+verification of a model with a planted nondeterministic layer checks the same on what the
+workers really write. Every cell the HTML and the Markdown share must read alike
+(``reports/cells.py``), and a report of results without a verification study must carry none
+of it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import synthetic_sweep as synth
+from synthetic_verify import Planted, write_verify
+from test_report_cells import html_tables, md_tables
+
+from detprof import backends
+from detprof.analysis.verification import ModelVerification
+from detprof.cli import main
+from detprof.reports import figures
+from detprof.reports.cells import HOLDS, Words
+from detprof.reports.command import render_report
+from detprof.reports.headline import NOT_HELD_ADVICE
+from detprof.reports.report_data import SECTIONS, build_report
+
+LAYERS = ("conv1", "bn1", "relu1", "conv2", "logits")
+ADVICE = backends.get("torch").nondeterministic_op_advice
+OP = "max_unpooling2d_forward_out"
+FINDING = {"op": OP, "message": f"RuntimeError: {OP} does not have a deterministic implementation", "layer": "unpool"}
+FINDING["advice"] = ADVICE
+MODELS = {
+    "resnet50": Planted(LAYERS, default=(3, 2)),
+    "vgg16": Planted(LAYERS, deterministic=(2, 1), default=(0, 1)),
+    "mobilenet": Planted(LAYERS),
+    "segnet": Planted(LAYERS, finding=FINDING),
+}
+SWEPT = {"resnet50": [1.3, 1.31, 1.32], "vgg16": [1.5, 1.52, 1.51], "inceptionv3": [1.02, 1.03, 1.02]}
+PLANTED_MODEL = '''
+import keras
+import numpy as np
+
+
+class Jitter(keras.layers.Layer):
+    """Adds noise from a source detprof does not seed (the operating system's entropy)."""
+
+    def call(self, x):
+        noise = np.random.default_rng().standard_normal(x.shape[1:]).astype("float32") * 1e-3
+        return x + keras.ops.convert_to_tensor(noise)
+
+
+def planted(input_shape=(8, 8, 1), classes=10):
+    inputs = keras.Input(input_shape)
+    x = keras.layers.Conv2D(4, 3, padding="same", name="conv_a")(inputs)
+    x = keras.layers.ReLU(name="relu_a")(x)
+    x = Jitter(name="jitter")(x)
+    x = keras.layers.Conv2D(4, 3, padding="same", name="conv_b")(x)
+    x = keras.layers.GlobalAveragePooling2D(name="gap")(x)
+    outputs = keras.layers.Dense(classes, name="logits")(x)
+    return keras.Model(inputs, outputs)
+'''
+
+
+def first_screen(page: str) -> str:
+    """The HTML's answer section: what a reader sees before scrolling."""
+    return page[page.index('<section id="answer">') : page.index('<section id="overhead">')]
+
+
+def md_answer(text: str) -> str:
+    return text[text.index(f"## {SECTIONS['answer']}") : text.index(f"## {SECTIONS['overhead']}")]
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A torch sweep on t4 and a verification beside it, of the same device label and backend."""
+    root = tmp_path_factory.mktemp("verified")
+    synth.write_sweep(root, synth.config(list(SWEPT), 3, "torch"), synth.records(SWEPT, backend="torch"))
+    return write_verify(root, MODELS)
+
+
+@pytest.fixture(scope="module")
+def rendered(results: Path) -> dict[str, str]:
+    return {fmt: render_report([results], fmt, "cdn") for fmt in ("html", "md", "json")}
+
+
+def test_the_first_screen_says_whether_determinism_held_beside_the_cost(rendered: dict[str, str]) -> None:
+    headers, rows = html_tables(first_screen(rendered["html"]))[0]
+    assert headers[:3] == ["Model on device", "Backend", HOLDS]
+    by_model = {row[0][0]: dict(zip(headers, row, strict=True)) for row in rows}
+    assert by_model["resnet50"][HOLDS] == ("held", "bitwise identical over 4 steps")
+    assert by_model["vgg16"][HOLDS] == ("NOT held", "parts at step 2 in bn1's output")
+    assert by_model["inceptionv3"][HOLDS] == ("not verified", "")
+    assert by_model["vgg16"]["What to do"] == (NOT_HELD_ADVICE, "")
+    assert by_model["resnet50"]["What to do"][0] != NOT_HELD_ADVICE
+    screen = first_screen(rendered["html"])
+    assert "Determinism does not hold here: its runs part at step 2, layer bn1 (output), max |diff| 1e-07" in screen
+    assert '<span class="agree-no">NOT held</span>' in screen and '<span class="agree-yes">held</span>' in screen
+
+
+def test_verified_models_without_a_sweep_get_a_table_of_their_own_with_their_findings(
+    rendered: dict[str, str],
+) -> None:
+    screen = first_screen(rendered["html"])
+    headers, rows = html_tables(screen)[1]
+    assert headers == ["Model on device", "Backend", HOLDS, "Default mode", "What to do"]
+    by_model = {row[0][0]: [cell for cell in row[2:]] for row in rows}
+    assert list(by_model) == ["mobilenet", "segnet"]
+    held, default, what = by_model["mobilenet"]
+    assert held == ("held", "bitwise identical over 4 steps")
+    assert default == ("already deterministic on this device", "")
+    assert "determinism buys no reproducibility here" in what[0]
+    assert by_model["segnet"][0] == ("NOT held", "max_unpooling2d_forward_out refused")
+    finding = f"max_unpooling2d_forward_out in layer unpool has no deterministic implementation: {ADVICE}"
+    assert f"<strong>segnet on t4 (torch)</strong>: {finding}".replace("'", "&#39;") in screen
+    assert finding in md_answer(rendered["md"]).replace("\\", "")
+
+
+def test_a_verification_alone_answers_first_and_says_the_cost_was_not_measured(results: Path) -> None:
+    page, text = render_report([results / "verify"], "html", "cdn"), render_report([results / "verify"], "md")
+    screen, answer = first_screen(page), md_answer(text)
+    (headers, rows), *_ = html_tables(screen)
+    assert headers == ["Model on device", "Backend", HOLDS, "Default mode", "What to do"]
+    assert [row[0][0] for row in rows] == list(MODELS)
+    assert screen.index("<table") < screen.index("No sweep results among the inputs")
+    assert answer.index("| Device | Model | Backend |") < answer.index("No sweep results among the inputs")
+    assert "Models verified but not swept" not in answer, "no headline here to be left out of"
+
+
+def test_markdown_and_html_word_every_verification_cell_alike(rendered: dict[str, str]) -> None:
+    """The HTML's note under a cell reads as the Markdown writes it on one line (``Words.line``)."""
+    html = html_tables(first_screen(rendered["html"]))[:2]
+    md = md_tables(md_answer(rendered["md"]))[:2]
+    for (headers, rows), (md_headers, md_rows) in zip(html, md, strict=True):
+        assert HOLDS in headers and HOLDS in md_headers
+        for row, md_row in zip(rows, md_rows, strict=True):
+            cells, shown = dict(zip(headers, row, strict=True)), dict(zip(md_headers, md_row, strict=True))
+            assert cells["Model on device"][0] == shown["Model"]
+            for header in set(headers) & set(md_headers):
+                assert Words(*cells[header]).line == shown[header], header
+    assert "held (bitwise identical over 4 steps)" in md_answer(rendered["md"])
+
+
+def test_json_holds_each_models_verification_with_its_device_and_backend(rendered: dict[str, str]) -> None:
+    document = json.loads(rendered["json"])
+    verified = {v["model"]: v for v in document["verification"]}
+    assert list(verified) == list(MODELS)
+    keys = {"model", "command", "backend", "device", "device_name", "deterministic", "default", "held"}
+    keys |= {"findings", "failures"}
+    for v in verified.values():
+        assert set(v) == keys | {"device_label"}
+        assert (v["device_label"], v["backend"]) == ("t4", "torch")
+    assert [verified[m]["held"] for m in MODELS] == [True, False, True, False]
+    parted = verified["vgg16"]["deterministic"]["first_difference"]
+    assert (parted["step"], parted["layer"], parted["kind"]) == (2, "bn1", "output")
+    assert verified["resnet50"]["default"]["first_difference"]["layer"] == "relu1"
+    assert verified["segnet"]["findings"] == [FINDING]
+    advice = {row["model"]: row["advice"] for row in document["models"]}
+    assert advice["vgg16"] == NOT_HELD_ADVICE
+
+
+def test_where_nondeterminism_enters_has_a_section_and_a_plot_per_model_whose_default_runs_part(
+    rendered: dict[str, str],
+) -> None:
+    page, text = rendered["html"], rendered["md"]
+    assert '<a href="#verification">Nondeterminism</a>' in page
+    section = page[page.index('<section id="verification">') : page.index('<section id="stability">')]
+    assert page.index('<section id="cost">') < page.index('<section id="verification">')
+    for model in ("resnet50", "vgg16"):
+        assert f"Default mode, {model} on t4 (torch)" in section
+    assert "Default mode, mobilenet" not in section
+    identical = "The default-mode runs stayed bitwise identical over 4 steps in all 5 layers"
+    assert section.count(identical) == 2  # mobilenet, and segnet (whose deterministic runs an op refused)
+    lines = [
+        "Deterministic mode: bitwise identical over 4 steps in all 5 layers",
+        "Default mode: the runs part at step 3, layer relu1 (output), max |diff| 1e-07",
+        "Deterministic mode: the runs part at step 2, layer bn1 (output), max |diff| 1e-07",
+    ]
+    md_section = text[text.index(f"## {SECTIONS['verification']}") : text.index(f"## {SECTIONS['stability']}")]
+    for line in lines:
+        assert line in section
+        assert line.replace("|", "\\|") in md_section
+
+
+def test_the_plot_draws_each_layer_in_model_order_on_a_log_scale(results: Path) -> None:
+    """resnet50's default runs part at the last step in relu1: conv1 and bn1 never differ, named so in the legend."""
+    report = build_report([results])
+    v: ModelVerification = next(m for m in report.verifications[0].models if m.model == "resnet50")
+    fig = figures.divergence_figure(v, "t4 (torch)")
+    assert [trace.name for trace in fig.data] == ["conv1 (identical)", "bn1 (identical)", "relu1", "conv2", "logits"]
+    assert [trace.visible for trace in fig.data] == ["legendonly", "legendonly", True, True, True]
+    assert fig.layout.yaxis.type == "log"
+    relu1 = fig.data[2].y
+    assert relu1[:3] == (None, None, None) and relu1[3] == pytest.approx(1e-7)
+
+
+def test_what_ran_lists_the_verification_and_its_command(rendered: dict[str, str]) -> None:
+    page, text = rendered["html"], rendered["md"]
+    provenance = page[page.index('<section id="provenance">') :]
+    command = "detprof verify --models resnet50,vgg16,mobilenet,segnet --backend torch --steps 4"
+    assert re.search(r"<td>verify</td><td>t4</td><td>torch</td>", provenance)
+    assert command in provenance and "<td>verify t4</td>" in provenance
+    assert command in text[text.index(f"## {SECTIONS['provenance']}") :]
+
+
+def test_a_report_without_a_verification_shows_none_of_it(tmp_path: Path) -> None:
+    root = synth.write_sweep(tmp_path, synth.config(list(SWEPT), 3, "torch"), synth.records(SWEPT, backend="torch"))
+    page, text = render_report([root], "html", "cdn"), render_report([root], "md")
+    document: dict[str, Any] = json.loads(render_report([root], "json"))
+    for shown in (page, text):
+        assert HOLDS not in shown and "verify" not in shown and "Nondeterminism" not in shown
+        assert SECTIONS["verification"] not in shown
+    assert "verification" not in document
+    assert all(row["advice"] != NOT_HELD_ADVICE for row in document["models"])
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One real verification (torch, 3 steps) of a model whose layer "jitter" adds unseeded noise."""
+    root = tmp_path_factory.mktemp("planted")
+    (root / "nets.py").write_text(PLANTED_MODEL)
+    args = ["verify", "--models", f"{root / 'nets.py'}:planted", "--backend", "torch", "--steps", "3"]
+    assert main([*args, "--input-shape", "8x8x1", "--gpu", "cpu", "--out", str(root / "out")]) == 1
+    return root / "out"
+
+
+@pytest.mark.slow
+def test_a_real_verification_reads_in_every_format(planted: Path) -> None:
+    page, text = render_report([planted], "html", "cdn"), render_report([planted], "md")
+    headers, rows = html_tables(first_screen(page))[0]
+    assert headers[2] == HOLDS and rows[0][0][0] == "planted"
+    assert rows[0][2] == ("NOT held", "parts at step 0 in jitter's output")
+    assert rows[0][3] == ("parts at step 0 in jitter's output", "")
+    md_row = md_tables(md_answer(text))[0][1][0]
+    assert "NOT held (parts at step 0 in jitter's output)" in md_row
+    assert "Default mode, planted on cpu (torch)" in page
+    assert "Deterministic mode: the runs part at step 0, layer jitter (output)" in text
+    (v,) = json.loads(render_report([planted], "json"))["verification"]
+    assert v["held"] is False and v["device_label"] == "cpu" and v["backend"] == "torch"
+    first = v["deterministic"]["first_difference"]
+    assert (first["step"], first["layer"], first["kind"]) == (0, "jitter", "output")
