@@ -63,8 +63,8 @@ class Provenance:
     timing: str
     """Which runs were traced: where the study's wall and kernel times come from (``timing_note``)."""
 
-    def study_fields(self, root: Path, manifest: Mapping[str, Any]) -> dict[str, Any]:
-        """A ``MeasuredStudy``'s fields (its warnings are its own)."""
+    def origin_fields(self, root: Path, manifest: Mapping[str, Any]) -> dict[str, Any]:
+        """A ``StudyOrigin``'s fields: where and how any study ran."""
         return {
             "path": root,
             "label": self.label,
@@ -75,13 +75,16 @@ class Provenance:
             "versions": self.versions,
             "started": self.started,
             "finished": self.finished,
-            "timing": self.timing,
         }
+
+    def study_fields(self, root: Path, manifest: Mapping[str, Any]) -> dict[str, Any]:
+        """A ``MeasuredStudy``'s fields (its warnings are its own)."""
+        return self.origin_fields(root, manifest) | {"timing": self.timing}
 
 
 @dataclass(kw_only=True)
-class MeasuredStudy:
-    """What every measured study of the report (sweep, kernels, calibration) says about where it came from."""
+class StudyOrigin:
+    """Where and how a study of the report ran: its folder, device, backend, command, settings and versions."""
 
     path: Path
     label: str
@@ -92,6 +95,12 @@ class MeasuredStudy:
     versions: dict[str, list[str]]
     started: str | None
     finished: str | None
+
+
+@dataclass(kw_only=True)
+class MeasuredStudy(StudyOrigin):
+    """What every measured study of the report (sweep, kernels, calibration) says about where it came from."""
+
     timing: str
     """Which runs were traced: where the study's wall and kernel times come from (``timing_note``)."""
 

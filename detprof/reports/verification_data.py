@@ -12,30 +12,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 from detprof.analysis.verification import ModelVerification, verifications
 from detprof.determinism import MODES
 from detprof.findings import Finding
-from detprof.reports.provenance import provenance
+from detprof.reports.provenance import StudyOrigin, provenance
 from detprof.reports.tradeoff import StudyKey
 from detprof.store import ResultsStore
 
 
 @dataclass(kw_only=True)
-class VerifyStudy:
+class VerifyStudy(StudyOrigin):
     """One ``detprof verify`` results folder: its models' verifications, and where and how they ran."""
 
-    path: Path
-    label: str
-    device: dict[str, Any]
-    backend: str
-    command: str
-    settings: dict[str, dict[str, Any]]
-    versions: dict[str, list[str]]
-    started: str | None
-    finished: str | None
     models: list[ModelVerification]
     warnings: list[str]
 
@@ -63,15 +52,7 @@ def load_verify(store: ResultsStore) -> VerifyStudy | None:
     where = provenance(records, manifest.get("config") or {})
     models = verifications(store)
     return VerifyStudy(
-        path=store.root,
-        label=where.label,
-        device=where.device,
-        backend=where.backend,
-        command=str(manifest.get("command") or ""),
-        settings=where.settings,
-        versions=where.versions,
-        started=where.started,
-        finished=where.finished,
+        **where.origin_fields(store.root, manifest),
         models=models,
         warnings=[*where.warnings, *_warnings(where.label, models)],
     )

@@ -10,7 +10,7 @@ leave ``kernels`` empty. ``kernel_stats`` hides that difference from the analyse
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 import pandas as pd
@@ -103,13 +103,7 @@ class Device:
     memory_bytes: int | None = None
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "id": self.id,
-            "name": self.name,
-            "sm_count": self.sm_count,
-            "compute_capability": self.compute_capability,
-            "memory_bytes": self.memory_bytes,
-        }
+        return asdict(self)
 
 
 def conform(frame: pd.DataFrame, dtypes: dict[str, str]) -> pd.DataFrame:
