@@ -86,6 +86,11 @@ class RunOptions:
     out: Path | None = option("Results directory (default results/<date>-<device>).")
     resume: bool = option("Continue the study in --out, skipping completed runs.", False)
     run_timeout: float | None = option("Seconds after which a run is stopped and recorded as failed.")
+    dry_run: bool = option(
+        "Print the plan (each run's worker and tracer command line, the environment detprof sets) and exit without "
+        "running it; works with --force and a tracer that is not installed.",
+        False,
+    )
     input_shape: str | None = option(
         "HxWxC: the input shape your own models are built at when they take one: factories of "
         "(input_shape, classes), a Sequential without keras.Input, an unbuilt subclassed model "
@@ -128,7 +133,7 @@ MODEL_INPUTS = ("input_shape", "classes", "data")
 """How the sweep's models are built and fed (``sweep.plan``): the sweep and ``check --run`` take these."""
 MEASURED_STUDY = tuple(n for n in OPTION_TYPES if n not in FLEET + MODEL_INPUTS)
 """What the sweep and kernels_bench both take."""
-CHECK_RUN = tuple(n for n in OPTION_TYPES if n not in ("preset", "out", "resume"))
+CHECK_RUN = tuple(n for n in OPTION_TYPES if n not in ("preset", "out", "resume", "dry_run"))
 """What ``check --run`` may override of the baseline's sweep."""
 
 Command = TypeVar("Command", bound=Callable[..., None])

@@ -82,13 +82,9 @@ def kernels(
         int | None,
         typer.Option(help="Per op (and kernel size), keep the N shapes with the most work; 0 keeps all."),
     ] = None,
-    dry_run: Annotated[
-        bool,
-        typer.Option(help="Print the plan (each run's command lines, the environment detprof sets) and exit."),
-    ] = False,
 ) -> None:
     """Run each op at each model layer's shape in default and deterministic mode; report what changes."""
-    target = choose_target(options, list(PRESETS), dry_run=dry_run)
+    target = choose_target(options, list(PRESETS), dry_run=options.dry_run)
     available = suites(target.backend)
     preset = BACKEND_PRESETS[target.backend][target.preset]
     named = _split("--ops", ops)
@@ -110,7 +106,7 @@ def kernels(
     cases = derive(config)
     out = options.out or default_results_dir(target.device, target.backend)
     plan = plan_runs(cases, config.repeats, config.batch_size)
-    if dry_run:
+    if options.dry_run:
         from detprof.profiler.dry_run import plan_lines
 
         typer.echo("\n".join(plan_lines("kernels", plan, config, target, out)))

@@ -52,13 +52,6 @@ def sweep(
             "this machine's noise floor, the smallest overhead it can resolve, which the report and check show."
         ),
     ] = False,
-    dry_run: Annotated[
-        bool,
-        typer.Option(
-            help="Print the plan (each run's worker and tracer command line, the environment detprof sets) "
-            "and exit without running it; works with --force and a tracer that is not installed."
-        ),
-    ] = False,
     program: ProgramOption = None,
     name: NameOption = None,
 ) -> None:
@@ -69,7 +62,7 @@ def sweep(
         from detprof.profiler.program.plan import ProgramRequest
 
         asked = {"--models": models is not None, "--stability": stability, "--calibrate": calibrate}
-        refuse_for_programs(options, [flag for flag, given in (asked | {"--dry-run": dry_run}).items() if given])
+        refuse_for_programs(options, [flag for flag, given in asked.items() if given])
         console = Console(stderr=True)
         outcome = measure_program(ProgramRequest(program, name, options), console=console)
         print_outcome(outcome, console)
@@ -77,7 +70,7 @@ def sweep(
             _write_report(outcome.out, console)
         return
     request = SweepRequest(split_models(models), options)
-    if dry_run:
+    if options.dry_run:
         if options.ray is not None:
             raise UsageError("--dry-run prints one machine's plan: leave out --ray (a fleet runs the same plan)")
         print_sweep_plan(request, stability=stability, calibrate=calibrate)
