@@ -8,17 +8,18 @@ counts on TensorFlow being there. Here:
   work on traces and results this process writes (the tests' own nsys, Kineto and synthetic
   sweep helpers), no framework, Keras, scikit-learn or nvtx can be imported, and every command
   that measures says in one line which extra to install;
-- ``detprof[torch]`` beside PyTorch installed first (the CPU build on this machine's disk:
-  any other torch requirement in a fresh environment pulls several GB of CUDA wheels): a sweep,
-  a stability study and the kernels bench pick PyTorch without ``--backend``, and neither
-  TensorFlow nor JAX is there to fall back on;
 - ``make wheelhouse``: every wheel detprof needs beside the framework, and nothing of the
-  framework, which an offline machine with PyTorch installed installs from with ``--no-index``.
+  framework;
+- ``detprof[torch]`` as an offline GPU machine installs it: PyTorch first (the CPU build on
+  this machine's disk: any other torch requirement in a fresh environment pulls several GB of
+  CUDA wheels), then detprof from the wheelhouse alone with ``--no-index``. There a sweep, a
+  stability study and the kernels bench pick PyTorch without ``--backend``, and neither
+  TensorFlow nor JAX is there to fall back on.
 
 Each environment is built once per module, from one wheel of a copy of the tree (a build
 writes ``build/`` and ``*.egg-info`` beside its sources), with pip's index and cache. On the
-2-core dev machine: the wheel and the core environment 23 s, the torch one 40 s, a wheelhouse
-4 s and the offline environment 42 s; the whole file 2 min 40 s.
+2-core dev machine: the wheel and the core environment 23 s, a wheelhouse 4 s and the offline
+torch environment 42 s.
 """
 
 from __future__ import annotations
@@ -133,11 +134,15 @@ def core(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Venv:
 
 
 @pytest.fixture(scope="module")
-def with_torch(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Venv:
-    """PyTorch first, then ``pip install 'detprof[torch]'``, which its installed torch satisfies."""
+def with_torch(wheelhouse: Path, tmp_path_factory: pytest.TempPathFactory) -> Venv:
+    """PyTorch first, then ``detprof[torch]`` as an offline GPU machine installs it: from the wheelhouse alone, with
+    no index, no pip configuration (this machine's pip.conf names local indexes) and no other folder of wheels; the
+    torch installed satisfies the extra's requirement."""
     venv = Venv.create(tmp_path_factory.mktemp("torch") / "venv")
     venv.install(TORCH)
-    venv.install(f"detprof[torch] @ {wheel.as_uri()}")
+    offline = fresh_env(PIP_CONFIG_FILE=os.devnull)
+    offline.pop("PIP_FIND_LINKS", None)
+    venv.install("--no-index", "--find-links", wheelhouse, "detprof[torch]", env=offline)
     return venv
 
 
@@ -298,16 +303,7 @@ def test_the_wheelhouse_fits_what_the_machine_has_installed(source: Path, tmp_pa
     assert [name.split("-")[1] for name in wheels if name.startswith("numpy-")] == ["1.26.4"]
 
 
-def test_an_offline_machine_with_torch_installs_detprof_from_the_wheelhouse(
-    wheelhouse: Path, tmp_path: Path, work: Path
-) -> None:
-    venv = Venv.create(tmp_path / "venv")
-    venv.install(TORCH)
-    # No index, no configuration (this machine's pip.conf names local indexes), no other folder of wheels.
-    offline = fresh_env(PIP_CONFIG_FILE=os.devnull)
-    offline.pop("PIP_FIND_LINKS", None)
-    venv.install("--no-index", "--find-links", wheelhouse, "detprof[torch]", env=offline)
-    assert venv.importable("keras", "sklearn", "nvtx") == ["keras", "sklearn", "nvtx"]
+def test_an_offline_machine_with_torch_installs_detprof_from_the_wheelhouse(with_torch: Venv, work: Path) -> None:
     default, _, _ = write_traces(work)
-    assert venv.detprof("--version", cwd=work).stdout == f"detprof {VERSION}\n"
-    assert as_json(venv.detprof("parse", default, "--format", "json", cwd=work))["kernel_count"] == 2
+    assert with_torch.detprof("--version", cwd=work).stdout == f"detprof {VERSION}\n"
+    assert as_json(with_torch.detprof("parse", default, "--format", "json", cwd=work))["kernel_count"] == 2

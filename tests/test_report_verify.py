@@ -3,9 +3,8 @@
 Synthetic studies in the real format (``tests/synthetic_verify.py``) cover each answer: a swept
 model that held (its default runs part late, so early layers never differ), a swept model that
 did not hold, a swept model never verified, and two models verified without a sweep (one whose
-default is deterministic already, one whose deterministic runs an op refused). One real
-verification of a model with a planted nondeterministic layer checks the same on what the
-workers really write. Every cell the HTML and the Markdown share must read alike
+default is deterministic already, one whose deterministic runs an op refused); a real
+verification's report is read in ``tests/test_verify.py``. Every cell the HTML and the Markdown share must read alike
 (``reports/cells.py``), and a report of results without a verification study must carry none
 of it.
 """
@@ -24,7 +23,6 @@ from test_report_cells import html_tables, md_tables
 
 from detprof import backends
 from detprof.analysis.verification import ModelVerification
-from detprof.cli import main
 from detprof.reports import figures
 from detprof.reports.cells import HOLDS, Words
 from detprof.reports.command import render_report
@@ -43,29 +41,6 @@ MODELS = {
     "segnet": Planted(LAYERS, finding=FINDING),
 }
 SWEPT = {"resnet50": [1.3, 1.31, 1.32], "vgg16": [1.5, 1.52, 1.51], "inceptionv3": [1.02, 1.03, 1.02]}
-PLANTED_MODEL = '''
-import keras
-import numpy as np
-
-
-class Jitter(keras.layers.Layer):
-    """Adds noise from a source detprof does not seed (the operating system's entropy)."""
-
-    def call(self, x):
-        noise = np.random.default_rng().standard_normal(x.shape[1:]).astype("float32") * 1e-3
-        return x + keras.ops.convert_to_tensor(noise)
-
-
-def planted(input_shape=(8, 8, 1), classes=10):
-    inputs = keras.Input(input_shape)
-    x = keras.layers.Conv2D(4, 3, padding="same", name="conv_a")(inputs)
-    x = keras.layers.ReLU(name="relu_a")(x)
-    x = Jitter(name="jitter")(x)
-    x = keras.layers.Conv2D(4, 3, padding="same", name="conv_b")(x)
-    x = keras.layers.GlobalAveragePooling2D(name="gap")(x)
-    outputs = keras.layers.Dense(classes, name="logits")(x)
-    return keras.Model(inputs, outputs)
-'''
 
 
 def first_screen(page: str) -> str:
@@ -218,30 +193,3 @@ def test_a_report_without_a_verification_shows_none_of_it(tmp_path: Path) -> Non
         assert SECTIONS["verification"] not in shown
     assert "verification" not in document
     assert all(row["advice"] != NOT_HELD_ADVICE for row in document["models"])
-
-
-@pytest.fixture(scope="module")
-def planted(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One real verification (torch, 3 steps) of a model whose layer "jitter" adds unseeded noise."""
-    root = tmp_path_factory.mktemp("planted")
-    (root / "nets.py").write_text(PLANTED_MODEL)
-    args = ["verify", "--models", f"{root / 'nets.py'}:planted", "--backend", "torch", "--steps", "3"]
-    assert main([*args, "--input-shape", "8x8x1", "--gpu", "cpu", "--out", str(root / "out")]) == 1
-    return root / "out"
-
-
-@pytest.mark.slow
-def test_a_real_verification_reads_in_every_format(planted: Path) -> None:
-    page, text = render_report([planted], "html", "cdn"), render_report([planted], "md")
-    headers, rows = html_tables(first_screen(page))[0]
-    assert headers[2] == HOLDS and rows[0][0][0] == "planted"
-    assert rows[0][2] == ("NOT held", "parts at step 0 in jitter's output")
-    assert rows[0][3] == ("parts at step 0 in jitter's output", "")
-    md_row = md_tables(md_answer(text))[0][1][0]
-    assert "NOT held (parts at step 0 in jitter's output)" in md_row
-    assert "Default mode, planted on cpu (torch)" in page
-    assert "Deterministic mode: the runs part at step 0, layer jitter (output)" in text
-    (v,) = json.loads(render_report([planted], "json"))["verification"]
-    assert v["held"] is False and v["device_label"] == "cpu" and v["backend"] == "torch"
-    first = v["deterministic"]["first_difference"]
-    assert (first["step"], first["layer"], first["kind"]) == (0, "jitter", "output")

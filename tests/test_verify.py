@@ -28,6 +28,7 @@ from detprof.errors import ExitCode
 from detprof.findings import finding_of
 from detprof.fingerprints import SAMPLE_SIZE, RunFingerprints, digest, fingerprint, sample_positions
 from detprof.models import registry
+from detprof.reports.command import render_report
 
 PLANTED = '''
 import numpy as np
@@ -111,9 +112,13 @@ def test_a_refusal_is_a_finding_naming_the_op_the_layer_and_the_advice() -> None
 
 SMALLEST_INPUT = {"inceptionv3": 75, "inceptionresnetv2": 75, "xception": 71}
 """Registry models whose stem needs a larger input than 32x32."""
-LAYER_KINDS = ("vgg16", "resnet50", "mobilenet", "xception", "convnexttiny")
-"""With detprof's own models, one Keras application per kind of layer they add: plain convolutions and pooling,
-batch norm and residual adds, depthwise convolutions, separable convolutions, layer norm and GELU. Every model is
+LAYER_KINDS = (
+    *("smallcnn", "smallcnn_bn", "resnet18", "mediumcnn_k3"),
+    *("vgg16", "resnet50", "mobilenet", "xception", "convnexttiny"),
+)
+"""One registry model per kind of layer it adds: detprof's small CNN with and without batch norm, its ResNet18, the
+medium CNN (its other kernel sizes are the same layers), then Keras applications: plain convolutions and pooling,
+bottleneck residual blocks, depthwise convolutions, separable convolutions, layer norm and GELU. Every model is
 more than ``make test`` can carry (here TensorFlow took 8 min for all 47, JAX 7 min for 22 of them: it compiles
 each step for up to 40 s): ``DETPROF_VERIFY_EVERY_MODEL=1 pytest -o timeout=0 -m slow -k registry
 tests/test_verify.py`` runs them all."""
@@ -127,8 +132,7 @@ UNAVAILABLE = {
 def registry_models_to_verify() -> list[str]:
     if os.environ.get("DETPROF_VERIFY_EVERY_MODEL") == "1":
         return list(registry.all_models())
-    own = [name for name, spec in registry.PAPER_MODELS.items() if spec.family != "keras-applications"]
-    return [*own, *LAYER_KINDS]
+    return list(LAYER_KINDS)
 
 
 @pytest.mark.slow
@@ -167,3 +171,11 @@ def test_the_planted_layer_is_named_at_the_step_it_parts(tmp_path: Path, capsys:
         assert model[mode]["identical"] is False
         assert (first["step"], first["layer"], first["kind"]) == (0, "jitter", "output") and first["max_abs"] > 0
     assert model["findings"] == []
+    page, text = render_report([tmp_path / "out"], "html", "cdn"), render_report([tmp_path / "out"], "md")
+    assert "NOT held" in page and "parts at step 0 in jitter&#39;s output" in page
+    assert "Default mode, planted on cpu (torch)" in page
+    assert "NOT held (parts at step 0 in jitter's output)" in text
+    assert "Deterministic mode: the runs part at step 0, layer jitter (output)" in text
+    (read,) = json.loads(render_report([tmp_path / "out"], "json"))["verification"]
+    assert (read["held"], read["device_label"], read["backend"]) == (False, "cpu", backends.TORCH)
+    assert read["deterministic"]["first_difference"] == model["deterministic"]["first_difference"]
