@@ -128,6 +128,7 @@ _COMMANDS: dict[str, _Command] = {
     "kernels": _Command("detprof.kernels_bench.command", "kernels", "HELP"),
     "stability": _Command("detprof.stability.command", "stability", "HELP"),
     "verify": _Command("detprof.verify.command", "verify", "HELP"),
+    "knobs": _Command("detprof.sweep.knobs_command", "knobs", "HELP"),
     "report": _Command("detprof.reports.command", "report", "HELP"),
     "baseline": _Command(
         "detprof.check.command", "baseline", help="Freeze a sweep's per-repeat overheads as the CI baseline (JSON)."
@@ -173,10 +174,29 @@ def _commands_for(args: list[str]) -> list[str]:
     return [word] if word in _COMMANDS else list(_COMMANDS)
 
 
+OPTIONAL_VALUES = {"--knobs": "all"}
+"""Options whose value may be left out, and the value that stands for it: ``sweep --knobs`` alone studies every
+knob, ``--knobs A,B`` some. Typer parses an option's value as the next word whatever it is, so the value left out
+is written in before parsing."""
+
+
+def with_optional_values(args: list[str]) -> list[str]:
+    """``args`` with each option of ``OPTIONAL_VALUES`` given a value where the next word is none (another option,
+    or the end)."""
+    out = []
+    for index, word in enumerate(args):
+        out.append(word)
+        following = args[index + 1] if index + 1 < len(args) else None
+        if word in OPTIONAL_VALUES and (following is None or following.startswith("-")):
+            out.append(OPTIONAL_VALUES[word])
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; every expected failure is one line on stderr and a documented exit code."""
     args = sys.argv[1:] if argv is None else argv
     invocation.remember(args)
+    args = with_optional_values(args)
     try:
         app = build_app(_commands_for(args))
         code = app(args=args, prog_name="detprof", standalone_mode=False)

@@ -56,10 +56,19 @@ class DeterminismSettings:
     backend: str = backends.DEFAULT
     compile: bool = False
     """PyTorch: ``torch.compile`` (Keras' ``jit_compile`` on the torch backend) in both modes."""
+    knobs: tuple[str, ...] | None = None
+    """The backend's knobs this run sets (``Backend.knobs``); None: its mode's (all of deterministic mode's, or
+    none). A knob study's arms set some."""
 
     @property
     def deterministic(self) -> bool:
         return self.mode == "deterministic"
+
+    def knob_set(self) -> frozenset[str]:
+        """The knobs set: those named, else the mode's."""
+        if self.knobs is not None:
+            return frozenset(self.knobs)
+        return backends.get(self.backend).mode_knobs() if self.deterministic else frozenset()
 
     @property
     def jit_compile(self) -> bool:
@@ -76,7 +85,7 @@ def apply(settings: DeterminismSettings) -> dict[str, Any]:
     os.environ["KERAS_BACKEND"] = backend.name
     if backend.keeps_out:
         sys.meta_path.insert(0, _NotInThisWorker(backend.keeps_out))
-    backend.switch(settings.deterministic)
+    backend.switch(settings.knob_set())
     _seed(settings.seed, backend)
     return effective_settings(settings)
 
@@ -122,8 +131,10 @@ def _seed(seed: int, backend: backends.Backend) -> None:
 
 
 def effective_settings(settings: DeterminismSettings) -> dict[str, Any]:
-    """What the framework itself reports is in effect, not merely what was asked for."""
-    return {**asdict(settings), "jit_compile": settings.jit_compile, **backends.get(settings.backend).in_effect()}
+    """What the framework itself reports is in effect, not merely what was asked for: ``knobs`` is each knob as
+    read back (a knob study's record names the knobs its arm asked for)."""
+    asked = {key: value for key, value in asdict(settings).items() if key != "knobs"}
+    return {**asked, "jit_compile": settings.jit_compile, **backends.get(settings.backend).in_effect()}
 
 
 def software_versions(backend: str = backends.DEFAULT) -> dict[str, Any]:

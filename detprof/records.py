@@ -21,7 +21,7 @@ from detprof.intervals import Metric
 
 RunStatus = Literal["ok", "failed", "unsupported"]
 """"unsupported": the framework refused to run an op deterministically (a finding, not a crash)."""
-RecordKind = Literal["sweep", "kernels", "stability", "calibration", "verify"]
+RecordKind = Literal["sweep", "kernels", "stability", "calibration", "verify", "knobs", "knob_checks"]
 
 
 class MeasuredRun(TypedDict):
@@ -83,7 +83,12 @@ class MeasuredRun(TypedDict):
     worker_env: NotRequired[dict[str, str]]
     """The environment detprof set for the worker that shapes its timing (``launcher.STEADY_HEAP_ENV``)."""
     arm: NotRequired[str]
-    """A calibration's arm, "a" or "b": both deterministic, so their ratio measures the noise alone."""
+    """A calibration's arm, "a" or "b": both deterministic, so their ratio measures the noise alone; a knob
+    study's, "a" the reference and "b" the treated arm of its ``comparison``."""
+    comparison: NotRequired[str]
+    """A knob study's comparison (``sweep.knobs``): ``total``, ``add:<knob>`` or ``drop:<knob>``."""
+    knobs: NotRequired[list[str]]
+    """The knobs a knob study's run set (``settings.knobs``: each as read back)."""
     batch_size: NotRequired[int]
     """The batch a model or op case ran at; a program (``program``) decides its own."""
     program: NotRequired[dict[str, Any]]
@@ -188,6 +193,10 @@ class VerifyRun(TypedDict):
     log: NotRequired[str]
     program: NotRequired[dict[str, Any]]
     """A program's run (``verify --command``): as ``MeasuredRun.program``."""
+    without: NotRequired[str]
+    """A knob study's check (``sweep --knobs``): the knob that full determinism ran without."""
+    knobs: NotRequired[list[str]]
+    """The knobs such a run set."""
 
 
 REQUIRED_FIELDS: dict[RecordKind, tuple[tuple[str, type], ...]] = {
@@ -196,6 +205,11 @@ REQUIRED_FIELDS: dict[RecordKind, tuple[tuple[str, type], ...]] = {
     "stability": (("run_id", str), ("variant", str), ("mode", str), ("status", str)),
     "calibration": (("run_id", str), ("model", str), ("mode", str), ("arm", str), ("repeat", int), ("status", str)),
     "verify": (("run_id", str), ("model", str), ("mode", str), ("replica", str), ("status", str)),
+    "knobs": (
+        *(("run_id", str), ("model", str), ("mode", str), ("arm", str), ("comparison", str), ("repeat", int)),
+        ("status", str),
+    ),
+    "knob_checks": (("run_id", str), ("model", str), ("mode", str), ("replica", str), ("status", str)),
 }
 """What every reader of a kind relies on; the rest may be null (a failed run measured nothing)."""
 NUMERIC_FIELDS = ("wall_ns_per_step", "kernel_ns_per_step")

@@ -27,7 +27,8 @@ if TYPE_CHECKING:
     import pandas as pd
 
 StudyKind = RecordKind
-STUDY_KINDS: tuple[StudyKind, ...] = ("sweep", "kernels", "stability", "calibration", "verify")
+STUDY_KINDS: tuple[StudyKind, ...] = ("sweep", "kernels", "stability", "calibration", "verify", "knobs")
+"""The studies a results directory holds at its top; a knob study keeps its checks inside (``knob_checks``)."""
 SCHEMA_VERSION = 1
 DONE_STATUSES = frozenset({"ok", "unsupported"})
 

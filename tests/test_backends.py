@@ -89,11 +89,13 @@ def test_jax_keeps_the_users_xla_flags_and_default_mode_drops_a_deterministic_fl
     assert deterministic["xla_flags"] == "--xla_cpu_enable_fast_math=false --xla_gpu_deterministic_ops=true"
 
 
-def test_xla_flags_replace_only_detprofs_switch() -> None:
-    flags = "--xla_dump_to=/tmp/x --xla_gpu_deterministic_ops=false"
-    assert xla_flags(flags, True) == "--xla_dump_to=/tmp/x --xla_gpu_deterministic_ops=true"
-    assert xla_flags(flags, False) == "--xla_dump_to=/tmp/x"
-    assert xla_flags("", False) == ""
+def test_xla_flags_replace_only_detprofs_knobs() -> None:
+    flags = "--xla_dump_to=/tmp/x --xla_gpu_deterministic_ops=false --xla_gpu_autotune_level=2"
+    deterministic = backends.get("jax").mode_knobs()
+    assert xla_flags(flags, deterministic) == "--xla_dump_to=/tmp/x --xla_gpu_deterministic_ops=true"
+    assert xla_flags(flags, frozenset()) == "--xla_dump_to=/tmp/x"
+    assert xla_flags("", frozenset({"jax.xla_gpu_autotune_level"})) == "--xla_gpu_autotune_level=0"
+    assert xla_flags("", frozenset()) == ""
 
 
 def test_an_unknown_or_missing_backend_is_one_line_naming_the_extra(monkeypatch) -> None:

@@ -238,7 +238,8 @@ def verifications(store: ResultsStore) -> list[ModelVerification]:
     """
     by_model: dict[str, list[dict[str, Any]]] = {}
     for record in sorted(store.records(), key=lambda r: str(r.get("started_at") or "")):
-        by_model.setdefault(record["model"], []).append(record)
+        if record.get("without") is None:
+            by_model.setdefault(record["model"], []).append(record)
     return [_verification(store, model, records) for model, records in by_model.items()]
 
 

@@ -27,6 +27,33 @@ LossOf = Callable[[Any, Any], Any]
 
 
 @dataclass(frozen=True)
+class Knob:
+    """One switch of a framework's determinism, which ``detprof sweep --knobs`` prices alone.
+
+    Determinism is several switches, and one of them often carries most of the cost; each is
+    declared here, by the backend that sets it, so that a knob study, a plan and a report name
+    it the same way and ``Backend.switch`` sets exactly the knobs a run asks for.
+    """
+
+    name: str
+    """``<backend>.<switch>``, as ``--knobs`` takes it: ``torch.fill_uninitialized_memory``."""
+    setting: str
+    """How it is set, as code or an environment variable: what a user copies into a program."""
+    does: str
+    """What it does, in one sentence."""
+    gpu_only: str | None = None
+    """Why it cannot matter on a CPU (what it switches runs only on a GPU); None: it can matter anywhere."""
+    in_mode: bool = True
+    """Part of detprof's deterministic mode; False: an extra switch, priced added to the default only."""
+    needs: str | None = None
+    """The knob without which this one has no effect: it is priced only where that one is on."""
+
+    def applies(self, on_gpu: bool) -> str | None:
+        """None where the knob can matter on the device measured; else why it cannot."""
+        return None if on_gpu or self.gpu_only is None else self.gpu_only
+
+
+@dataclass(frozen=True)
 class Compiler:
     """How a backend compiles its training step, pinned to one explicit choice in both modes."""
 
@@ -71,6 +98,8 @@ class Backend:
     """One sentence under that table: what is pinned alike in both modes."""
     nondeterministic_op_advice: ClassVar[str]
     """What a user can do about an op this framework has no deterministic implementation of (``findings``)."""
+    knobs: ClassVar[tuple[Knob, ...]]
+    """Every switch of this framework's determinism (``Knob``); deterministic mode sets those ``in_mode``."""
     switched_after_import: ClassVar[bool] = False
     """Whether a program's deterministic mode needs ``switch_on`` once it imports the framework (no
     environment variable switches it: ``backends.program``)."""
@@ -98,8 +127,27 @@ class Backend:
 
     # Determinism: switched before the framework does any work, read back from the framework.
 
-    def switch(self, deterministic: bool) -> None:
-        """Put a fresh process (the framework not yet imported) into one mode, then import the framework."""
+    def mode_knobs(self) -> frozenset[str]:
+        """The knobs deterministic mode sets."""
+        return frozenset(knob.name for knob in self.knobs if knob.in_mode)
+
+    def knob(self, name: str) -> Knob:
+        """The knob called ``name``; KeyError for one this backend does not declare."""
+        for knob in self.knobs:
+            if knob.name == name:
+                return knob
+        raise KeyError(name)
+
+    def knob_names(self) -> tuple[str, ...]:
+        return tuple(knob.name for knob in self.knobs)
+
+    def switch(self, knobs: frozenset[str]) -> None:
+        """Put a fresh process (the framework not yet imported) under ``knobs`` (none: the framework's defaults),
+        then import the framework."""
+        raise NotImplementedError
+
+    def knobs_in_effect(self) -> dict[str, bool]:
+        """Each knob as the framework reports it in effect, once it is imported."""
         raise NotImplementedError
 
     def switch_on(self) -> None:
@@ -112,7 +160,8 @@ class Backend:
         """The framework's own global seed, beside Keras' (``keras.utils.set_random_seed``)."""
 
     def in_effect(self) -> dict[str, Any]:
-        """What the framework itself reports in effect: ``op_determinism`` and its other switches."""
+        """What the framework itself reports in effect: ``op_determinism`` and its other switches (each knob's
+        under ``knobs``)."""
         raise NotImplementedError
 
     def versions(self) -> dict[str, Any]:

@@ -7,26 +7,85 @@ import functools
 import os
 import sys
 from collections.abc import Callable, MutableMapping
+from dataclasses import dataclass
 from typing import Any
 
-from .base import Backend, Compiler, LossOf, StopProfiler
+from .base import Backend, Compiler, Knob, LossOf, StopProfiler
 
 XLA_FLAGS_ENV = "XLA_FLAGS"
 DETERMINISTIC_FLAG = "--xla_gpu_deterministic_ops"
 DEBUG_OPTIONS_PATH = (3, 3)
 """``CompileOptionsProto.executable_build_options`` (3), then ``ExecutableBuildOptionsProto.debug_options`` (3)."""
-GPU_DETERMINISTIC_OPS_FIELD = 148
-"""``DebugOptions.xla_gpu_deterministic_ops`` in XLA's xla.proto."""
+XLA_GPU_ONLY = "an XLA GPU flag: XLA compiles for the CPU the same either way"
 
 
-def xla_flags(user_flags: str, deterministic: bool) -> str:
-    """``XLA_FLAGS`` for a run: the user's flags without detprof's switch, plus the switch when deterministic.
+@dataclass(frozen=True)
+class XlaKnob:
+    """A knob that is one flag of ``XLA_FLAGS``, read back as XLA parsed it: a field of its ``DebugOptions``."""
 
-    A deterministic flag the user set is removed in default mode: default mode is XLA's default.
+    knob: Knob
+    flag: str
+    value: str
+    """The flag's value when the knob is on."""
+    field: int
+    """The flag's field number in XLA's ``DebugOptions`` (xla.proto)."""
+    on: int
+    """The field's value when the knob is on (proto3 leaves a field at its default unwritten)."""
+
+
+XLA_KNOBS = (
+    XlaKnob(
+        Knob(
+            "jax.xla_gpu_deterministic_ops",
+            f"XLA_FLAGS={DETERMINISTIC_FLAG}=true",
+            "deterministic implementations of every op (scatter and reductions without atomics), and autotuning "
+            "that picks the same kernel every run",
+            gpu_only=XLA_GPU_ONLY,
+        ),
+        DETERMINISTIC_FLAG,
+        "true",
+        148,
+        1,
+    ),
+    XlaKnob(
+        Knob(
+            "jax.xla_gpu_exclude_nondeterministic_ops",
+            "XLA_FLAGS=--xla_gpu_exclude_nondeterministic_ops=true",
+            "only ops with a deterministic implementation, without deterministic_ops' hold on autotuning; not part "
+            "of detprof's deterministic mode",
+            gpu_only=XLA_GPU_ONLY,
+            in_mode=False,
+        ),
+        "--xla_gpu_exclude_nondeterministic_ops",
+        "true",
+        297,
+        1,
+    ),
+    XlaKnob(
+        Knob(
+            "jax.xla_gpu_autotune_level",
+            "XLA_FLAGS=--xla_gpu_autotune_level=0",
+            "no autotuning of GPU kernels (level 0 instead of 4); not part of detprof's deterministic mode",
+            gpu_only=XLA_GPU_ONLY,
+            in_mode=False,
+        ),
+        "--xla_gpu_autotune_level",
+        "0",
+        123,
+        0,
+    ),
+)
+
+
+def xla_flags(user_flags: str, knobs: frozenset[str]) -> str:
+    """``XLA_FLAGS`` for a run: the user's flags without detprof's knobs, plus the knobs asked for.
+
+    A knob's flag the user set is removed where the run does not ask for it: the default is
+    XLA's default.
     """
-    kept = [flag for flag in user_flags.split() if flag.split("=", 1)[0] != DETERMINISTIC_FLAG]
-    if deterministic:
-        kept.append(f"{DETERMINISTIC_FLAG}=true")
+    ours = {xla.flag for xla in XLA_KNOBS}
+    kept = [flag for flag in user_flags.split() if flag.split("=", 1)[0] not in ours]
+    kept += [f"{xla.flag}={xla.value}" for xla in XLA_KNOBS if xla.knob.name in knobs]
     return " ".join(kept)
 
 
@@ -42,6 +101,7 @@ class Jax(Backend):
     switch_words = "XLA_FLAGS+=--xla_gpu_deterministic_ops=true (the user's other flags kept)"
     nondeterministic_op_advice = "replace the op, or run it on the CPU (with jax.default_device)"
     compiler = Compiler("jax.jit", None, "always compiles with XLA")
+    knobs = tuple(xla.knob for xla in XLA_KNOBS)
     in_effect_columns = (
         ("op determinism (xla_gpu_deterministic_ops)", "op_determinism"),
         ("XLA_FLAGS", "xla_flags"),
@@ -51,22 +111,30 @@ class Jax(Backend):
         "JAX compiles every step with XLA in both modes; op determinism is XLA's own flag, as XLA parsed it."
     )
 
-    def switch(self, deterministic: bool) -> None:
-        """The flag goes into ``XLA_FLAGS`` beside the user's own flags, which XLA reads when JAX starts."""
-        self.program_environment(os.environ, deterministic)
+    def switch(self, knobs: frozenset[str]) -> None:
+        """The flags go into ``XLA_FLAGS`` beside the user's own flags, which XLA reads when JAX starts."""
+        _set_flags(os.environ, knobs)
         import jax  # noqa: F401
 
     def program_environment(self, env: MutableMapping[str, str], deterministic: bool) -> None:
-        flags = xla_flags(env.pop(XLA_FLAGS_ENV, ""), deterministic)
-        if flags:
-            env[XLA_FLAGS_ENV] = flags
+        _set_flags(env, self.mode_knobs() if deterministic else frozenset())
 
     def in_effect(self) -> dict[str, Any]:
-        """The flag as XLA parsed it: the ``DebugOptions`` that XLA builds from ``XLA_FLAGS`` for every compilation.
+        knobs = self.knobs_in_effect()
+        return {
+            "op_determinism": knobs[XLA_KNOBS[0].knob.name],
+            "xla_flags": os.environ.get(XLA_FLAGS_ENV, ""),
+            "knobs": knobs,
+        }
+
+    def knobs_in_effect(self) -> dict[str, bool]:
+        """The flags as XLA parsed them: the ``DebugOptions`` that XLA builds from ``XLA_FLAGS`` for every
+        compilation.
 
         jaxlib exposes those options only as a serialized ``CompileOptionsProto``, without the
-        message classes, so the one field is read from the wire format (a proto3 bool is written
-        only when true). An ``XLA_FLAGS`` typo would not pass: XLA aborts on unknown flags.
+        message classes, so the fields are read from the wire format (proto3 writes a field
+        only where it is not at its default). An ``XLA_FLAGS`` typo would not pass: XLA aborts
+        on unknown flags.
         """
         from google.protobuf import empty_pb2
         from google.protobuf.unknown_fields import UnknownFieldSet
@@ -80,8 +148,8 @@ class Jax(Backend):
         wire = _jax.CompileOptions().SerializeAsString()
         for number in DEBUG_OPTIONS_PATH:
             wire = next((f.data for f in fields(wire) if f.field_number == number), b"")
-        deterministic = any(f.field_number == GPU_DETERMINISTIC_OPS_FIELD and f.data for f in fields(wire))
-        return {"op_determinism": deterministic, "xla_flags": os.environ.get(XLA_FLAGS_ENV, "")}
+        debug_options = {f.field_number: f.data for f in fields(wire)}
+        return {xla.knob.name: debug_options.get(xla.field, 0) == xla.on for xla in XLA_KNOBS}
 
     def versions(self) -> dict[str, Any]:
         from importlib.metadata import distributions
@@ -131,6 +199,12 @@ class Jax(Backend):
         import jax
 
         return jax.profiler.TraceAnnotation(name)
+
+
+def _set_flags(env: MutableMapping[str, str], knobs: frozenset[str]) -> None:
+    flags = xla_flags(env.pop(XLA_FLAGS_ENV, ""), knobs)
+    if flags:
+        env[XLA_FLAGS_ENV] = flags
 
 
 @functools.lru_cache(maxsize=4)

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Iterator, MutableMapping
 from typing import Any
 
-from .base import Backend, Compiler, LossOf, StopProfiler
+from .base import Backend, Compiler, Knob, LossOf, StopProfiler
 
 DEBUG_ENV = "DETPROF_DEBUG"
 """Set (non-empty) to see everything: tracebacks of internal errors and TensorFlow's own log lines."""
@@ -17,6 +17,24 @@ WORKER_LOG_LEVEL = "2"
 """Workers log TensorFlow's warnings and errors to their log files unless their launcher asked for less."""
 DETERMINISTIC_OPS_ENV = "TF_DETERMINISTIC_OPS"
 AUTOTUNE_ENV = "TF_CUDNN_USE_AUTOTUNE"
+OP_DETERMINISM = "tensorflow.op_determinism"
+CUDNN_AUTOTUNE = "tensorflow.cudnn_autotune"
+KNOBS = (
+    Knob(
+        OP_DETERMINISM,
+        "tf.config.experimental.enable_op_determinism()",
+        "deterministic implementations of every op that has one (cuDNN's algorithms included); an op without one "
+        "raises",
+    ),
+    Knob(
+        CUDNN_AUTOTUNE,
+        f"{AUTOTUNE_ENV}=0",
+        "no cuDNN autotuning: the first algorithm instead of the fastest measured one; not part of detprof's "
+        "deterministic mode, since op determinism already restricts autotuning to deterministic algorithms",
+        gpu_only="cuDNN runs only on a CUDA GPU",
+        in_mode=False,
+    ),
+)
 
 
 class TensorFlow(Backend):
@@ -32,6 +50,7 @@ class TensorFlow(Backend):
         "replace the op, or place it on the CPU (with tf.device('/CPU:0')), where TensorFlow's kernels are "
         "deterministic"
     )
+    knobs = KNOBS
     compiler = Compiler("jit_compile (XLA)", "xla", "compiles with --xla", "--xla is TensorFlow's jit_compile")
     in_effect_columns = (
         ("op determinism", "op_determinism"),
@@ -45,12 +64,14 @@ class TensorFlow(Backend):
         "off under op determinism and compare XLA against non-XLA."
     )
 
-    def switch(self, deterministic: bool) -> None:
+    def switch(self, knobs: frozenset[str]) -> None:
         """Its stderr is the worker's log file: warnings and errors belong there, not every info line."""
         os.environ.setdefault(LOG_LEVEL_ENV, WORKER_LOG_LEVEL)
+        if CUDNN_AUTOTUNE in knobs:
+            os.environ[AUTOTUNE_ENV] = "0"
         import tensorflow as tf
 
-        if deterministic:
+        if OP_DETERMINISM in knobs:
             tf.config.experimental.enable_op_determinism()
 
     def program_environment(self, env: MutableMapping[str, str], deterministic: bool) -> None:
@@ -69,9 +90,15 @@ class TensorFlow(Backend):
 
         return {
             "op_determinism": bool(tf_config.is_op_determinism_enabled()),
-            "cudnn_autotune": os.environ.get(AUTOTUNE_ENV, "1") not in ("0", "false", "False"),
+            "cudnn_autotune": _autotune(),
             "deprecated_tf_deterministic_ops_env": os.environ.get(DETERMINISTIC_OPS_ENV),
+            "knobs": self.knobs_in_effect(),
         }
+
+    def knobs_in_effect(self) -> dict[str, bool]:
+        from tensorflow.python.framework import config as tf_config
+
+        return {OP_DETERMINISM: bool(tf_config.is_op_determinism_enabled()), CUDNN_AUTOTUNE: not _autotune()}
 
     def versions(self) -> dict[str, Any]:
         import tensorflow as tf
@@ -124,6 +151,11 @@ class TensorFlow(Backend):
         import tensorflow as tf
 
         return tf.profiler.experimental.Trace(name)
+
+
+def _autotune() -> bool:
+    """cuDNN autotuning as TensorFlow reads ``TF_CUDNN_USE_AUTOTUNE``: on unless set false."""
+    return os.environ.get(AUTOTUNE_ENV, "1") not in ("0", "false", "False")
 
 
 def debugging() -> bool:

@@ -8,11 +8,50 @@ import sys
 from collections.abc import MutableMapping
 from typing import Any
 
-from .base import Backend, Compiler, LossOf, StopProfiler
+from .base import Backend, Compiler, Knob, LossOf, StopProfiler
 
 CUBLAS_WORKSPACE_ENV = "CUBLAS_WORKSPACE_CONFIG"
 CUBLAS_DETERMINISTIC_WORKSPACE = ":4096:8"
 """cuBLAS is deterministic per stream only with a fixed workspace (PyTorch's reproducibility notes)."""
+DETERMINISTIC_ALGORITHMS = "torch.use_deterministic_algorithms"
+FILL_UNINITIALIZED = "torch.fill_uninitialized_memory"
+CUDNN_DETERMINISTIC = "torch.cudnn_deterministic"
+CUDNN_BENCHMARK = "torch.cudnn_benchmark"
+CUBLAS_WORKSPACE = "torch.cublas_workspace_config"
+CUDA_ONLY = "cuDNN and cuBLAS run only on a CUDA GPU"
+KNOBS = (
+    Knob(
+        DETERMINISTIC_ALGORITHMS,
+        "torch.use_deterministic_algorithms(True)",
+        "deterministic implementations of every op that has one; an op without one raises",
+    ),
+    Knob(
+        FILL_UNINITIALIZED,
+        "torch.utils.deterministic.fill_uninitialized_memory = True",
+        "fills memory from torch.empty and friends with NaN (or the largest integer), so that reading it is "
+        "reproducible; on by default, in effect only under use_deterministic_algorithms",
+        needs=DETERMINISTIC_ALGORITHMS,
+    ),
+    Knob(
+        CUDNN_DETERMINISTIC,
+        "torch.backends.cudnn.deterministic = True",
+        "cuDNN convolutions use deterministic algorithms only",
+        gpu_only=CUDA_ONLY,
+    ),
+    Knob(
+        CUDNN_BENCHMARK,
+        "torch.backends.cudnn.benchmark = False",
+        "no cuDNN autotuning, whose choice of algorithm can differ from run to run (off by default: a program "
+        "that turns it on needs this)",
+        gpu_only=CUDA_ONLY,
+    ),
+    Knob(
+        CUBLAS_WORKSPACE,
+        f"{CUBLAS_WORKSPACE_ENV}={CUBLAS_DETERMINISTIC_WORKSPACE}",
+        "a fixed cuBLAS workspace, without which cuBLAS is not deterministic per stream",
+        gpu_only=CUDA_ONLY,
+    ),
+)
 
 
 class Torch(Backend):
@@ -46,25 +85,32 @@ class Torch(Backend):
         "workspace, as PyTorch's reproducibility notes require."
     )
     switched_after_import = True
+    knobs = KNOBS
     compiler = Compiler(
         "torch.compile", "compile", "compiles with --compile", "--compile is torch.compile, for --backend torch"
     )
 
-    def switch(self, deterministic: bool) -> None:
-        """Deterministic mode as PyTorch's reproducibility notes say; default mode is PyTorch's defaults.
+    def switch(self, knobs: frozenset[str]) -> None:
+        """The knobs asked for; the rest at PyTorch's defaults.
 
         ``CUBLAS_WORKSPACE_CONFIG`` must be set before CUDA initialises, hence before the
         import. torch is imported in default mode too, as the deterministic worker imports it.
         """
-        self.program_environment(os.environ, deterministic)
-        import torch  # noqa: F401
+        if CUBLAS_WORKSPACE in knobs:
+            os.environ.setdefault(CUBLAS_WORKSPACE_ENV, CUBLAS_DETERMINISTIC_WORKSPACE)
+        import torch
 
-        if deterministic:
-            self.switch_on()
+        if DETERMINISTIC_ALGORITHMS in knobs:
+            torch.use_deterministic_algorithms(True)
+            torch.utils.deterministic.fill_uninitialized_memory = FILL_UNINITIALIZED in knobs
+        if CUDNN_DETERMINISTIC in knobs:
+            torch.backends.cudnn.deterministic = True
+        if CUDNN_BENCHMARK in knobs:
+            torch.backends.cudnn.benchmark = False
 
     def switch_on(self) -> None:
-        """Deterministic algorithms, cuDNN deterministic, no cuDNN benchmark: in a worker, and in a program
-        as soon as it has imported torch, which has no environment variable for them."""
+        """Deterministic algorithms, cuDNN deterministic, no cuDNN benchmark: in a program as soon as it has
+        imported torch, which has no environment variable for them."""
         import torch
 
         torch.use_deterministic_algorithms(True)
@@ -90,6 +136,20 @@ class Torch(Backend):
             "cudnn_deterministic": bool(torch.backends.cudnn.deterministic),
             "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
             "cublas_workspace_config": os.environ.get(CUBLAS_WORKSPACE_ENV),
+            "knobs": self.knobs_in_effect(),
+        }
+
+    def knobs_in_effect(self) -> dict[str, bool]:
+        """The fill counts only under deterministic algorithms, as PyTorch applies it only there."""
+        import torch
+
+        algorithms = bool(torch.are_deterministic_algorithms_enabled())
+        return {
+            DETERMINISTIC_ALGORITHMS: algorithms,
+            FILL_UNINITIALIZED: algorithms and bool(torch.utils.deterministic.fill_uninitialized_memory),
+            CUDNN_DETERMINISTIC: bool(torch.backends.cudnn.deterministic),
+            CUDNN_BENCHMARK: not torch.backends.cudnn.benchmark,
+            CUBLAS_WORKSPACE: bool(os.environ.get(CUBLAS_WORKSPACE_ENV)),
         }
 
     def versions(self) -> dict[str, Any]:

@@ -191,7 +191,7 @@ class WorkerLauncher:
         return WorkerSpec(
             run_id=run.run_id,
             workload=run.workload.entry,
-            determinism=self.settings.determinism(run.mode),
+            determinism=self.settings.determinism(run.mode, run.knobs),
             warmup=self.settings.warmup,
             wall_steps=run.wall_steps(steps),
             traced_steps=run.traced_steps(steps),

@@ -119,9 +119,9 @@ class RunSettings:
             run_timeout_s=options.run_timeout,
         )
 
-    def determinism(self, mode: Mode) -> DeterminismSettings:
-        """What a run of ``mode`` switches (``determinism.apply``)."""
-        return DeterminismSettings(mode, self.seed, self.xla, self.backend, self.compile)
+    def determinism(self, mode: Mode, knobs: tuple[str, ...] | None = None) -> DeterminismSettings:
+        """What a run of ``mode`` switches (``determinism.apply``): its knobs, or (None) the mode's."""
+        return DeterminismSettings(mode, self.seed, self.xla, self.backend, self.compile, knobs)
 
 
 @dataclass(frozen=True)
@@ -198,6 +198,8 @@ class PlannedRun:
     workload: Workload
     fields: dict[str, Any]
     measures: Measures = "both"
+    knobs: tuple[str, ...] | None = None
+    """The knobs the run sets (a knob study's arm); None: its mode's."""
 
     @property
     def traced(self) -> bool:
@@ -277,8 +279,13 @@ def mode_pairs(plan: Sequence[PlannedRun]) -> list[ModePair]:
 
 
 def lockstep_sessions(pairs: Sequence[ModePair]) -> list[list[ModePair]]:
-    """The pairs of each repeat, which one pair of workers measures in turn."""
-    return [list(group) for _repeat, group in itertools.groupby(pairs, key=lambda pair: pair[0].repeat)]
+    """The pairs of each repeat whose sides run under the same settings, which one pair of workers measures in
+    turn (a worker's determinism is set once: a knob study's arms each need their own)."""
+
+    def session(pair: ModePair) -> tuple[Any, ...]:
+        return (pair[0].repeat, *((run.mode, run.knobs) for run in pair))
+
+    return [list(group) for _key, group in itertools.groupby(pairs, key=session)]
 
 
 def session_core(index: int) -> int:

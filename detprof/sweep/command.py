@@ -17,9 +17,10 @@ from rich.markup import escape
 from detprof.errors import UsageError
 from detprof.options import FLEET, MEASURED_STUDY, MODEL_INPUTS, ModelsOption, RunOptions, with_run_options
 from detprof.profiler.plan import default_results_dir
+from detprof.sweep.knobs import split_knobs
 from detprof.sweep.plan import SweepRequest, plan_runs, split_models
 from detprof.sweep.render import print_outcome
-from detprof.sweep.run import measure_program, measure_sweep, refuse_for_programs, study_stability
+from detprof.sweep.run import measure_knobs, measure_program, measure_sweep, refuse_for_programs, study_stability
 
 HELP = "Run each model in default and deterministic mode; report the overhead."
 ProgramOption = Annotated[
@@ -31,6 +32,15 @@ ProgramOption = Annotated[
     ),
 ]
 NameOption = Annotated[str | None, typer.Option(help="--command: the name its results go under, as a model's.")]
+KnobsOption = Annotated[
+    str | None,
+    typer.Option(
+        "--knobs",
+        help="Instead of the sweep, price each determinism switch into OUT/knobs: added to the default alone, and "
+        "left out of full determinism (then verified bitwise). Alone (or 'all'): every knob; or KNOB,... (see "
+        "`detprof knobs`).",
+    ),
+]
 
 
 @with_run_options(*MEASURED_STUDY, *MODEL_INPUTS, *FLEET)
@@ -54,6 +64,7 @@ def sweep(
     ] = False,
     program: ProgramOption = None,
     name: NameOption = None,
+    knobs: KnobsOption = None,
 ) -> None:
     """Run each model in default and deterministic mode and report what determinism costs."""
     if name is not None and program is None:
@@ -61,7 +72,12 @@ def sweep(
     if program is not None:
         from detprof.profiler.program.plan import ProgramRequest
 
-        asked = {"--models": models is not None, "--stability": stability, "--calibrate": calibrate}
+        asked = {
+            "--models": models is not None,
+            "--stability": stability,
+            "--calibrate": calibrate,
+            "--knobs": knobs is not None,
+        }
         refuse_for_programs(options, [flag for flag, given in asked.items() if given])
         console = Console(stderr=True)
         outcome = measure_program(ProgramRequest(program, name, options), console=console)
@@ -70,6 +86,13 @@ def sweep(
             _write_report(outcome.out, console)
         return
     request = SweepRequest(split_models(models), options)
+    if knobs is not None:
+        asked = {"--stability": stability, "--calibrate": calibrate, "--ray": options.ray is not None}
+        refused = [flag for flag, given in asked.items() if given]
+        if refused or options.dry_run:
+            raise UsageError(f"--knobs is a study of its own: not with {', '.join(refused or ['--dry-run'])}")
+        run_knob_study(request, split_knobs(knobs), report=report)
+        return
     if options.dry_run:
         if options.ray is not None:
             raise UsageError("--dry-run prints one machine's plan: leave out --ray (a fleet runs the same plan)")
@@ -107,6 +130,14 @@ def run_sweep(request: SweepRequest, *, stability: bool = False, report: bool = 
     print_outcome(outcome, console)
     if stability:
         study_stability(outcome, console=console)
+    if report:
+        _write_report(outcome.out, console)
+
+
+def run_knob_study(request: SweepRequest, only: tuple[str, ...] | None, *, report: bool) -> None:
+    console = Console(stderr=True)
+    outcome = measure_knobs(request, only, console=console)
+    print_outcome(outcome, console)
     if report:
         _write_report(outcome.out, console)
 

@@ -22,7 +22,7 @@ def print_outcome(outcome: SweepOutcome, console: Console) -> None:
     for label, store in outcome.studies.items():
         if outcome.fleet:
             table_console().print(f"[bold]{escape(label)}[/] ({escape(str(store.dir))})")
-        (print_noise_floor if outcome.kind == "calibration" else print_summary)(store)
+        {"calibration": print_noise_floor, "knobs": print_knobs}.get(outcome.kind, print_summary)(store)
     results = outcome.out if outcome.fleet else next(iter(outcome.studies.values())).dir
     console.print(f"results: {escape(str(results))}")
 
@@ -81,3 +81,33 @@ def print_summary(store: ResultsStore) -> None:
         console.print("Where the added time went:")
         for line in sentences:
             console.print(line)
+
+
+def print_knobs(store: ResultsStore) -> None:
+    """Per model, each knob's cost added alone and within full determinism, with the bitwise check; then the
+    first screen's line."""
+    from detprof.analysis.knobs import read_knob_study
+
+    console = table_console()
+    for study in read_knob_study(store):
+        table = Table(
+            title=f"Which switch costs what: {study.model} on {study.device} ({study.backend}); full determinism "
+            f"{ratio(study.total)} (ratios, 95% CI over repeats)"
+        )
+        table.add_column("Knob", no_wrap=True)
+        for col in ("Added to the default alone", "Within full determinism", "Without it (bitwise)"):
+            table.add_column(col, overflow="fold")
+        for knob in study.knobs:
+            if not knob.applies:
+                table.add_row(knob.knob, f"not applicable: {escape(knob.reason or '')}", "-", "-")
+                continue
+            alone = ratio(knob.add_one) if knob.add_one is not None else escape(knob.reason or "not run")
+            within = ratio(knob.leave_one_out) if knob.leave_one_out is not None else "not in deterministic mode"
+            table.add_row(knob.knob, alone, within, escape(knob.check or "-"))
+        print_table(console, table)
+        console.print(f"  {escape(study.model)}: {escape(study.advice())}")
+        unexplained = study.unexplained()
+        if unexplained is not None:
+            console.print(f"  the knobs added alone leave {unexplained:.0%} of the total overhead unexplained")
+        for failure in study.failures[:3]:
+            console.print(f"  failed: {escape(failure[:FAILURE_NOTE_CHARS])}")

@@ -87,6 +87,55 @@ def measure_sweep(request: SweepRequest, *, calibrate: bool = False, console: Co
     )
 
 
+def measure_knobs(request: SweepRequest, only: tuple[str, ...] | None, *, console: Console) -> SweepOutcome:
+    """Each knob's arms measured (``sweep.knobs``), then full determinism and every arm without one knob verified
+    bitwise into the study's ``knob_checks``."""
+    from detprof import backends
+    from detprof.sweep.knobs import knob_plan, knobs_manifest, plan_knob_runs
+    from detprof.verify.run import DEFAULT_STEPS, VerifyArm, manifest, run_arms
+
+    config, target = request.resolve()
+    plan = knob_plan(backends.get(target.backend), target.on_gpu, only)
+    if len(plan.comparisons) == 1:
+        reasons = "; ".join(f"{name}: {reason}" for name, reason in plan.not_applicable.items())
+        raise UsageError(f"no knob of {target.backend} studied can matter on {target.device.label} ({reasons})")
+    out = request.options.out or default_results_dir(target.device, target.backend)
+    names = [c.name for c in plan.comparisons]
+    store = measure(
+        "knobs",
+        plan_knob_runs(config, plan),
+        config,
+        knobs_manifest(config, plan),
+        target,
+        out,
+        what=f"{_models_text(config.models)} x {len(names)} comparisons ({', '.join(names)})",
+        resume=request.options.resume,
+        command=command_line(),
+        console=console,
+    )
+    checks = ResultsStore(store.dir, "knob_checks")
+    checks.open(
+        manifest(config, target, DEFAULT_STEPS, False) | {"without": plan.dropped()}, command_line(), resume=True
+    )
+    arms = [VerifyArm("deterministic", "deterministic")]
+    arms += [
+        VerifyArm(f"without-{knob}", "deterministic", tuple(sorted(plan.full - {knob})), knob)
+        for knob in plan.dropped()
+    ]
+    console.print(f"detprof knobs: full determinism and {len(arms) - 1} arm(s) without one knob, verified bitwise")
+    run_arms(checks, config, target, arms, DEFAULT_STEPS, False, console=console)
+    return SweepOutcome(
+        out,
+        "knobs",
+        {target.device.label: store},
+        config.models,
+        target.preset,
+        target.device,
+        target.backend,
+        request.options.resume,
+    )
+
+
 def _models_text(models: tuple[str, ...] | None) -> str:
     return "each model" if models is None else f"{len(models)} model{'' if len(models) == 1 else 's'}"
 

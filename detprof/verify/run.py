@@ -28,12 +28,12 @@ from detprof.errors import DetprofError, UsageError
 from detprof.invocation import command_line
 from detprof.options import RunOptions
 from detprof.profiler.launcher import call_in_worker, utc_now
-from detprof.profiler.plan import default_results_dir
+from detprof.profiler.plan import MeasurementTarget, default_results_dir
 from detprof.profiler.process import WorkerEnvironment
 from detprof.profiler.progress import progress_bar
 from detprof.records import VerifyRun, verify_run
 from detprof.store import ResultsStore
-from detprof.sweep.plan import SweepRequest
+from detprof.sweep.plan import SweepConfig, SweepRequest
 
 DEFAULT_STEPS = 20
 REPLICAS = ("a", "b")
@@ -70,40 +70,72 @@ def run_verify(request: VerifyRequest, *, console: Console) -> VerifyOutcome:
     config, target = SweepRequest(request.models, replace(request.options, tracer="none")).resolve()
     out = request.options.out or default_results_dir(target.device, target.backend)
     store = ResultsStore(out, "verify")
-    manifest = {
-        "models": list(config.models),
-        "backend": target.backend,
-        "gpu_label": target.device.label,
-        "steps": request.steps,
-        "gradients": request.gradients,
-        "seed": config.seed,
-        "batch_size": config.batch_size,
-        "input_size": config.input_size,
-    }
-    store.open(manifest, command_line(), resume=request.options.resume)
-    pairs = [(plan, mode) for plan in config.model_plans() for mode in VERIFY_ORDER]
+    store.open(
+        manifest(config, target, request.steps, request.gradients), command_line(), resume=request.options.resume
+    )
     console.print(
         f"detprof verify: {len(config.models)} model{'' if len(config.models) == 1 else 's'} x 2 modes x 2 runs of "
         f"{request.steps} steps on {escape(target.device.label)} ({target.backend}), results in {escape(str(out))}"
     )
+    arms = [VerifyArm(mode, mode) for mode in VERIFY_ORDER]
+    run_arms(store, config, target, arms, request.steps, request.gradients, console=console)
+    return VerifyOutcome(store.dir, verifications(store))
+
+
+def manifest(config: SweepConfig, target: MeasurementTarget, steps: int, gradients: bool) -> dict[str, Any]:
+    """What identifies a verification: a resumed one must match it."""
+    return {
+        "models": list(config.models),
+        "backend": target.backend,
+        "gpu_label": target.device.label,
+        "steps": steps,
+        "gradients": gradients,
+        "seed": config.seed,
+        "batch_size": config.batch_size,
+        "input_size": config.input_size,
+    }
+
+
+@dataclass(frozen=True)
+class VerifyArm:
+    """Two runs to compare: ``name`` in their run ids, their mode, and the knobs they set (None: the mode's)."""
+
+    name: str
+    mode: str
+    knobs: tuple[str, ...] | None = None
+    without: str | None = None
+    """A knob study's check: the knob full determinism runs without."""
+
+
+def run_arms(
+    store: ResultsStore,
+    config: SweepConfig,
+    target: MeasurementTarget,
+    arms: list[VerifyArm],
+    steps: int,
+    gradients: bool,
+    *,
+    console: Console,
+) -> None:
+    """Each model's two runs of each arm not already recorded in ``store`` (opened by the caller)."""
+    pairs = [(plan, arm) for plan in config.model_plans() for arm in arms]
     environment = WorkerEnvironment(target.device)
     side_by_side = 1 if target.on_gpu else len(REPLICAS)
-    with progress_bar(console, "verify", 2 * len(pairs), store.dir) as progress:
-        for index, (plan, mode) in enumerate(pairs):
-            todo = [r for r in REPLICAS if not store.is_done(run_id(plan.label, mode, r))]
-            progress.on_start(f"{plan.label} {mode}", 2 * index + len(REPLICAS) - len(todo))
+    with progress_bar(console, store.kind, 2 * len(pairs), store.dir) as progress:
+        for index, (plan, arm) in enumerate(pairs):
+            todo = [r for r in REPLICAS if not store.is_done(run_id(plan.label, arm.name, r))]
+            progress.on_start(f"{plan.label} {arm.name}", 2 * index + len(REPLICAS) - len(todo))
             ask = {
                 "params": plan.workload_spec(config.batch_size),
-                "mode": mode,
+                "mode": arm.mode,
                 "backend": target.backend,
                 "seed": config.seed,
-                "steps": request.steps,
-                "gradients": request.gradients,
-            }
+                "steps": steps,
+                "gradients": gradients,
+            } | ({} if arm.knobs is None else {"knobs": list(arm.knobs)})
             with ThreadPoolExecutor(side_by_side) as pool:
-                for record in pool.map(partial(_run, store, environment, plan.label, ask=ask), todo):
+                for record in pool.map(partial(_run, store, environment, plan.label, arm, ask=ask), todo):
                     progress.on_done(record)
-    return VerifyOutcome(store.dir, verifications(store))
 
 
 def run_id(model: str, mode: str, replica: str) -> str:
@@ -112,10 +144,16 @@ def run_id(model: str, mode: str, replica: str) -> str:
 
 
 def _run(
-    store: ResultsStore, environment: WorkerEnvironment, model: str, replica: str, *, ask: dict[str, Any]
+    store: ResultsStore,
+    environment: WorkerEnvironment,
+    model: str,
+    arm: VerifyArm,
+    replica: str,
+    *,
+    ask: dict[str, Any],
 ) -> VerifyRun:
     """One run (``ask``: the workload's arguments) in a fresh worker; its record, written whatever happened."""
-    this = run_id(model, ask["mode"], replica)
+    this = run_id(model, arm.name, replica)
     folder = Path("fingerprints") / this
     log = store.dir / "logs" / f"{this}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -144,6 +182,7 @@ def _run(
         duration_s=round(time.monotonic() - t0, 3),
         log=str(log.relative_to(store.dir)),
         **answer,
+        **({} if arm.without is None else {"without": arm.without, "knobs": list(arm.knobs or ())}),
     )
     store.write_record(dict(record))
     return record

@@ -30,10 +30,19 @@ REASON_CHARS = 500
 
 
 def fingerprint_run(
-    params: dict[str, Any], mode: str, backend: str, seed: int, steps: int, gradients: bool, out: str
+    params: dict[str, Any],
+    mode: str,
+    backend: str,
+    seed: int,
+    steps: int,
+    gradients: bool,
+    out: str,
+    knobs: list[str] | None = None,
 ) -> dict[str, Any]:
-    """``launcher.call_in_worker``'s entry: the run, its fingerprints written to ``out``; what it found, as JSON."""
-    settings = DeterminismSettings(mode, seed, backend=backend)  # type: ignore[arg-type]
+    """``launcher.call_in_worker``'s entry: the run, its fingerprints written to ``out``; what it found, as JSON.
+
+    ``knobs``: the backend's knobs the run sets (a knob study's arm without one knob); None: the mode's."""
+    settings = DeterminismSettings(mode, seed, backend=backend, knobs=None if knobs is None else tuple(knobs))  # type: ignore[arg-type]
     answer: dict[str, Any] = {"settings": apply(settings), "versions": software_versions(backend)}
     answer["device_name"] = backends.get(backend).device_name()
     taken = RunFingerprints()

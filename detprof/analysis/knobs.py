@@ -1,0 +1,243 @@
+"""Which switch costs what: a knob study's records read into each knob's cost, saving and bitwise verdict.
+
+Pure functions of the records (``sweep.knobs`` writes them): per model, each comparison's paired
+ratio b/a with its interval (``analysis.overhead`` pairs arms a and b repeat by repeat, as it
+pairs a calibration's), and per knob the bitwise check of full determinism without it. The add-one
+costs need not sum to the total (knobs interact: PyTorch's fill works only under deterministic
+algorithms), so ``ModelKnobs.unexplained`` says how far they do, on the log scale the intervals
+are computed on.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from detprof import backends
+from detprof.analysis.overhead import model_overheads
+from detprof.analysis.verification import Comparison, compare
+from detprof.fingerprints import RunFingerprints
+from detprof.intervals import Overhead, headline, spans
+from detprof.store import ResultsStore
+
+TOTAL = "total"
+NO_EFFECT = 1.0
+
+
+@dataclass(frozen=True)
+class KnobCost:
+    """One knob of one model: what it costs added to the default, what leaving it off saves, whether it is needed."""
+
+    knob: str
+    setting: str
+    does: str
+    applies: bool
+    reason: str | None
+    """Why it was not measured: it cannot matter on this device, or it has no effect alone."""
+    add_one: Overhead | None
+    leave_one_out: Overhead | None
+    needed: bool | None
+    """Whether full determinism without it parts two runs; None: not checked, or full determinism itself parts."""
+    check: str | None
+    """The bitwise check in words: "still bitwise identical over 20 steps" or where the runs part."""
+    in_mode: bool = True
+
+    def within_noise(self, overhead: Overhead | None, floor: float | None) -> bool | None:
+        """Whether a cost is indistinguishable from none: its interval holds 1.00, or lies inside the noise floor."""
+        if overhead is None or not overhead.has_interval:
+            return None
+        if spans(overhead, NO_EFFECT) or overhead.ci_low == NO_EFFECT:
+            return True
+        return floor is not None and max(abs(overhead.ci_high - 1), abs(overhead.ci_low - 1)) <= floor
+
+    @property
+    def saving(self) -> Overhead | None:
+        """The cost it carries within full determinism (what leaving it off saves); else its cost added alone."""
+        return self.leave_one_out or self.add_one
+
+
+@dataclass(frozen=True)
+class ModelKnobs:
+    """A model's knob study on one device and backend."""
+
+    model: str
+    backend: str
+    device: str
+    total: Overhead | None
+    """Full determinism against the default, measured beside the arms."""
+    knobs: list[KnobCost]
+    steps_checked: int | None
+    failures: list[str]
+
+    def top(self, floor: float | None = None) -> KnobCost | None:
+        """The knob whose leaving off saves most (else that costs most alone), among those measured: one whose cost
+        is told from noise before one whose is not."""
+        measured = [k for k in self.knobs if k.saving is not None]
+        return max(
+            measured,
+            key=lambda k: (not k.within_noise(k.saving, floor), k.saving.ratio),  # type: ignore[union-attr]
+            default=None,
+        )
+
+    def share(self, knob: KnobCost) -> tuple[float, float, float] | None:
+        """The knob's saving as a share of the total overhead, with its interval (the total's point estimate as the
+        denominator, on the log scale); None where the total is within noise and shares mean nothing."""
+        total, saving = self.total, knob.saving
+        if total is None or saving is None or not total.has_interval or spans(total, NO_EFFECT):
+            return None
+        scale = math.log(total.ratio)
+        return tuple(math.log(v) / scale for v in (saving.ratio, saving.ci_low, saving.ci_high))  # type: ignore[return-value]
+
+    def advice(self, floor: float | None = None) -> str:
+        """The first screen's line: the knob that costs most, its share of the overhead, and whether the model
+        stays deterministic without it."""
+        top = self.top(floor)
+        if top is None or top.saving is None:
+            return "no knob could be measured on this device" + (f" ({self.failures[0]})" if self.failures else "")
+        saving = top.saving
+        cost = f"{saving.ratio - 1:+.1%} [{saving.ci_low - 1:+.1%}, {saving.ci_high - 1:+.1%}]"
+        share = self.share(top)
+        of_total = "" if share is None else f", {share[0]:.0%} [{share[1]:.0%}, {share[2]:.0%}] of the overhead"
+        what = "in full determinism it costs" if top.leave_one_out is not None else "added alone it costs"
+        if top.within_noise(saving, floor):
+            return f"every knob's cost is within noise (the largest, {top.knob}: {cost})"
+        if top.needed is False:
+            return f"turn off {top.knob}: it costs {cost} of step time{of_total}; {top.check}"
+        if top.needed:
+            return f"{top.knob} costs most ({what} {cost}{of_total}) and is {top.check}"
+        return f"{top.knob} costs most: {what} {cost}{of_total}" + (f"; {top.check}" if top.check else "")
+
+    def unexplained(self) -> float | None:
+        """How much of the total's log overhead the add-one costs leave unexplained (0: they sum to it exactly;
+        negative: they add up to more)."""
+        adds = [k.add_one for k in self.knobs if k.add_one is not None]
+        total = self.total
+        if total is None or not adds or not total.has_interval or spans(total, NO_EFFECT):
+            return None
+        return 1 - sum(math.log(a.ratio) for a in adds) / math.log(total.ratio)
+
+
+def model_knobs(
+    records: Iterable[Mapping[str, Any]], checks: Mapping[tuple[str, str], Comparison], manifest: Mapping[str, Any]
+) -> list[ModelKnobs]:
+    """Every model of a knob study, in the order of its manifest (``sweep.knobs.knobs_manifest``)."""
+    records = list(records)
+    backend = backends.get(str(manifest.get("backend") or backends.DEFAULT))
+    studied = [backend.knob(name) for name in manifest.get("knobs", [])]
+    not_applicable: dict[str, str] = dict(manifest.get("not_applicable") or {})
+    models = list(dict.fromkeys(str(r["model"]) for r in records))
+    result = []
+    for model in models:
+        mine = [r for r in records if r["model"] == model]
+        overheads = model_overheads(mine, key="comparison")
+        cost = {name: headline(o.kernel, o.wall)[1] for name, o in overheads.items()}
+        full = checks.get((model, ""))
+        knobs = []
+        for knob in studied:
+            reason = not_applicable.get(knob.name)
+            if reason is None and knob.needs is not None and f"add:{knob.name}" not in cost:
+                reason = f"alone it has no effect: it works only with {knob.needs}"
+            check = checks.get((model, knob.name))
+            knobs.append(
+                KnobCost(
+                    knob=knob.name,
+                    setting=knob.setting,
+                    does=knob.does,
+                    applies=knob.name not in not_applicable,
+                    reason=reason,
+                    add_one=cost.get(f"add:{knob.name}"),
+                    leave_one_out=cost.get(f"drop:{knob.name}"),
+                    needed=_needed(full, check),
+                    check=_check_words(full, check),
+                    in_mode=knob.in_mode,
+                )
+            )
+        failures = [f"{r['run_id']}: {r.get('reason') or r['status']}" for r in mine if r.get("status") != "ok"]
+        first = mine[0]
+        result.append(
+            ModelKnobs(
+                model=model,
+                backend=backend.name,
+                device=str((first.get("device") or {}).get("label") or manifest.get("gpu_label") or "?"),
+                total=cost.get(TOTAL),
+                knobs=knobs,
+                steps_checked=full.steps if full is not None else None,
+                failures=failures,
+            )
+        )
+    return result
+
+
+def _needed(full: Comparison | None, without: Comparison | None) -> bool | None:
+    if full is None or without is None or not full.identical or without.identical is None:
+        return None
+    return not without.identical
+
+
+def _check_words(full: Comparison | None, without: Comparison | None) -> str | None:
+    if without is None:
+        return None
+    if full is not None and full.identical is False:
+        return f"full determinism itself is not bitwise reproducible here (the runs part {full.parting()})"
+    if without.identical is None:
+        return f"not compared: {without.problem}"
+    if without.identical:
+        return f"still bitwise identical over {without.steps} steps without it"
+    return f"needed: without it the runs part {without.parting()}"
+
+
+def knob_checks(store: ResultsStore) -> dict[tuple[str, str], Comparison]:
+    """The bitwise checks of a knob study: (model, knob left off) -> the two runs compared; ("", full determinism)
+    under the knob ""."""
+    by_arm: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for record in store.records():
+        by_arm.setdefault((str(record["model"]), str(record.get("without") or "")), []).append(record)
+    result = {}
+    for key, runs in by_arm.items():
+        runs.sort(key=lambda r: str(r["replica"]))
+        taken = [RunFingerprints.load(store.dir / r["fingerprints"]) for r in runs if r.get("fingerprints")]
+        if len(taken) == 2:
+            result[key] = compare("deterministic", *taken)
+        else:
+            failed = next((str(r.get("reason")) for r in runs if r.get("status") != "ok"), "")
+            result[key] = Comparison("deterministic", None, 0, 0, problem=f"{len(taken)} of 2 runs recorded {failed}")
+    return result
+
+
+def read_knob_study(store: ResultsStore) -> list[ModelKnobs]:
+    """A knob study's models, its checks read from the study's own ``knob_checks`` folder."""
+    checks_store = ResultsStore(store.dir, "knob_checks")
+    checks = knob_checks(checks_store) if checks_store.exists() else {}
+    return model_knobs(store.records(), checks, store.manifest().get("config") or {})
+
+
+def knobs_json(study: ModelKnobs, floor: float | None = None) -> list[dict[str, Any]]:
+    """The JSON report's ``knobs`` of one model: every studied knob, applicable or not."""
+
+    def interval(overhead: Overhead | None) -> dict[str, float] | None:
+        if overhead is None:
+            return None
+        return {"ratio": overhead.ratio, "lo": overhead.ci_low, "hi": overhead.ci_high, "repeats": overhead.n}
+
+    rows = []
+    for knob in study.knobs:
+        share = study.share(knob)
+        rows.append(
+            {
+                "knob": knob.knob,
+                "setting": knob.setting,
+                "applies": knob.applies,
+                "reason": knob.reason,
+                "in_mode": knob.in_mode,
+                "add_one": interval(knob.add_one),
+                "leave_one_out": interval(knob.leave_one_out),
+                "add_one_within_noise": knob.within_noise(knob.add_one, floor),
+                "leave_one_out_within_noise": knob.within_noise(knob.leave_one_out, floor),
+                "share": None if share is None else {"share": share[0], "lo": share[1], "hi": share[2]},
+                "needed": knob.needed,
+                "check": knob.check,
+            }
+        )
+    return rows

@@ -1,0 +1,144 @@
+"""``detprof sweep --knobs``: what each determinism switch costs alone, and what leaving it off saves.
+
+Determinism is several switches (``Backend.knobs``), and one often carries most of the cost.
+Each comparison is a pair of arms measured as the sweep measures its two modes (the same
+paired repeats, lockstep on a CPU, one after the other on a GPU), arm ``a`` the reference and
+arm ``b`` the treated one, so every figure is a paired ratio b/a with its interval:
+
+- ``total``: the default against full determinism (the sweep's own overhead, as the share's
+  denominator);
+- ``add:K``: the default against the default plus knob K alone ("what this switch costs");
+- ``drop:K``: full determinism without K against full determinism: the cost K carries within full
+  determinism ("what leaving it off saves").
+
+A knob that cannot matter on the device (cuDNN on a CPU) is listed with the reason, not run;
+one that works only with another knob (PyTorch's fill under deterministic algorithms) is not
+priced alone. Every ``drop`` arm is then verified bitwise (``verify.run``): whether the model
+stays deterministic without that knob, which turns a cost into advice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from detprof.backends.base import Backend, Knob
+from detprof.determinism import Mode
+from detprof.errors import UsageError
+from detprof.profiler.plan import PlannedRun, Workload, mode_order
+from detprof.sweep.plan import MODEL_WORKLOAD, SweepConfig
+
+Side = Literal["a", "b"]
+TOTAL = "total"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One pair of arms: ``reference`` (arm a) against ``treated`` (arm b), each a set of knobs."""
+
+    name: str
+    """``total``, ``add:<knob>`` or ``drop:<knob>``: what records and reports call it."""
+    reference: frozenset[str]
+    treated: frozenset[str]
+
+    def knobs(self, side: Side) -> tuple[str, ...]:
+        return tuple(sorted(self.reference if side == "a" else self.treated))
+
+    @property
+    def slug(self) -> str:
+        """The comparison in a run id."""
+        return self.name.replace(":", "-")
+
+
+@dataclass(frozen=True)
+class KnobPlan:
+    """A backend's knobs on one device: which are priced how, and which are listed with the reason they are not."""
+
+    backend: str
+    knobs: tuple[Knob, ...]
+    """The knobs studied (``--knobs``: some), in the backend's order."""
+    not_applicable: dict[str, str]
+    """Knob name: why it cannot matter on this device (not run)."""
+    comparisons: tuple[Comparison, ...]
+    full: frozenset[str]
+    """Full determinism: the knobs deterministic mode sets (all of them, even those studied not)."""
+
+    def dropped(self) -> list[str]:
+        """The knobs whose leave-one-out arm runs, each verified bitwise."""
+        return [c.name.removeprefix("drop:") for c in self.comparisons if c.name.startswith("drop:")]
+
+
+def knob_plan(backend: Backend, on_gpu: bool, only: tuple[str, ...] | None) -> KnobPlan:
+    """The comparisons of a knob study of ``backend`` (``only``: the knobs named by ``--knobs``)."""
+    names = backend.knob_names()
+    unknown = [name for name in only or () if name not in names]
+    if unknown:
+        raise UsageError(
+            f"--knobs: {', '.join(unknown)} is not a knob of {backend.name}; its knobs: {', '.join(names)} "
+            f"(detprof knobs --backend {backend.name})"
+        )
+    studied = tuple(knob for knob in backend.knobs if only is None or knob.name in only)
+    full = backend.mode_knobs()
+    not_applicable = {knob.name: reason for knob in studied if (reason := knob.applies(on_gpu)) is not None}
+    comparisons = [Comparison(TOTAL, frozenset(), full)]
+    for knob in studied:
+        if knob.name in not_applicable:
+            continue
+        if knob.needs is None:
+            comparisons.append(Comparison(f"add:{knob.name}", frozenset(), frozenset({knob.name})))
+        if knob.in_mode:
+            comparisons.append(Comparison(f"drop:{knob.name}", full - {knob.name}, full))
+    return KnobPlan(backend.name, studied, not_applicable, tuple(comparisons), full)
+
+
+ALL_KNOBS = "all"
+"""What a bare ``--knobs`` stands for."""
+
+
+def split_knobs(knobs: str | None) -> tuple[str, ...] | None:
+    """``--knobs`` as given: None (every knob) for the bare flag or "all", else the names."""
+    if knobs is None or knobs.strip().lower() in ("", ALL_KNOBS):
+        return None
+    return tuple(name.strip() for name in knobs.split(",") if name.strip())
+
+
+def plan_knob_runs(config: SweepConfig, plan: KnobPlan) -> list[PlannedRun]:
+    """Repeat by repeat, model by model, comparison by comparison, the two arms back to back, their order
+    alternating by repeat as the sweep's modes do (``plan.mode_order``)."""
+    runs = []
+    for repeat in range(config.repeats):
+        for model in config.model_plans():
+            for comparison in plan.comparisons:
+                sides: tuple[Side, Side] = ("a", "b") if mode_order(repeat)[0] == "deterministic" else ("b", "a")
+                for side in sides:
+                    knobs = comparison.knobs(side)
+                    mode: Mode = "deterministic" if knobs else "default"
+                    runs.append(
+                        PlannedRun(
+                            run_id=f"{model.label}--{comparison.slug}--{side}--r{repeat}",
+                            label=f"{model.label} {comparison.name} {side} r{repeat}",
+                            mode=mode,
+                            repeat=repeat,
+                            workload=Workload(MODEL_WORKLOAD, model.workload_spec(config.batch_size)),
+                            fields={
+                                "model": model.label,
+                                "repeat": repeat,
+                                "batch_size": config.batch_size,
+                                "arm": side,
+                                "comparison": comparison.name,
+                                "knobs": list(knobs),
+                            }
+                            | ({"model_spec": model.own_model.as_record()} if model.own_model is not None else {}),
+                            knobs=knobs,
+                        )
+                    )
+    return runs
+
+
+def knobs_manifest(config: SweepConfig, plan: KnobPlan) -> dict[str, object]:
+    """The sweep's configuration and the comparisons: a study of other knobs does not resume into this one."""
+    return config.manifest() | {
+        "knobs": [knob.name for knob in plan.knobs],
+        "comparisons": [c.name for c in plan.comparisons],
+        "not_applicable": plan.not_applicable,
+    }

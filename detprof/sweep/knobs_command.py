@@ -1,0 +1,41 @@
+"""``detprof knobs``: the switches of a backend's determinism, what each does, and whether it can matter here."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from detprof import backends
+from detprof.console import print_table, table_console
+from detprof.errors import UsageError
+
+HELP = "List a backend's determinism knobs (what sweep --knobs prices): how each is set and what it does."
+
+
+def knobs(
+    backend: Annotated[
+        str | None, typer.Option(help="The backend whose knobs to list (default: every backend detprof knows).")
+    ] = None,
+    gpu: Annotated[
+        bool, typer.Option("--gpu/--cpu", help="Whether each knob can matter on a GPU (default) or on a CPU.")
+    ] = True,
+) -> None:
+    """No framework is imported: the knobs are declared by their backend (``Backend.knobs``)."""
+    if backend is not None and backend not in backends.NAMES:
+        raise UsageError(f"unknown backend {backend!r}; choose one of {', '.join(backends.NAMES)}")
+    chosen = [backends.get(backend)] if backend is not None else list(backends.all_backends())
+    table = Table(title=f"Determinism knobs (sweep --knobs NAME,...), on a {'GPU' if gpu else 'CPU'}")
+    table.add_column("Knob", no_wrap=True)
+    for col in ("How it is set", "In deterministic mode", f"Can matter on a {'GPU' if gpu else 'CPU'}", "What it does"):
+        table.add_column(col, overflow="fold")
+    for each in chosen:
+        for knob in each.knobs:
+            reason = knob.applies(gpu)
+            applies = "yes" if reason is None else f"no: {reason}"
+            if knob.needs is not None:
+                applies += f" (only with {knob.needs})"
+            table.add_row(knob.name, escape(knob.setting), "yes" if knob.in_mode else "no", escape(applies), knob.does)
+    print_table(table_console(), table)

@@ -1,0 +1,177 @@
+"""``detprof sweep --knobs``: which determinism switch costs what, and which ones a model needs.
+
+First the plan and the reading on records and fingerprints written in the real formats with
+chosen values (a knob with a known cost, a check whose runs part at a known step); then the
+knobs read back from the frameworks themselves, in a fresh process per arm; then the real study
+on PyTorch on this CPU, through the command, the console, the JSON and the HTML report.
+
+No PyTorch CPU op parts two runs without ``use_deterministic_algorithms`` here reliably through
+a model's training step except one that races on purpose: ``index_put_`` of repeated indices
+without accumulation writes each slot from whichever thread comes last (2,048 slots, 2 million
+writes: about two calls in five differ on two cores), and under deterministic algorithms PyTorch
+sorts the writes. That layer is the "needed" case.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from detprof import backends
+from detprof.analysis.knobs import knob_checks, model_knobs
+from detprof.cli import main
+from detprof.errors import ExitCode, UsageError
+from detprof.fingerprints import RunFingerprints
+from detprof.store import ResultsStore
+from detprof.sweep.knobs import knob_plan, split_knobs
+
+TORCH = backends.get(backends.TORCH)
+ALGORITHMS, FILL = "torch.use_deterministic_algorithms", "torch.fill_uninitialized_memory"
+
+
+def test_the_plan_prices_each_knob_that_can_matter_and_lists_the_others_with_the_reason() -> None:
+    cpu = knob_plan(TORCH, on_gpu=False, only=None)
+    assert [c.name for c in cpu.comparisons] == ["total", f"add:{ALGORITHMS}", f"drop:{ALGORITHMS}", f"drop:{FILL}"]
+    assert set(cpu.not_applicable) == {
+        "torch.cudnn_deterministic",
+        "torch.cudnn_benchmark",
+        "torch.cublas_workspace_config",
+    }
+    assert all("CUDA GPU" in reason for reason in cpu.not_applicable.values())
+    drop_fill = cpu.comparisons[-1]
+    assert drop_fill.treated == TORCH.mode_knobs() and drop_fill.reference == TORCH.mode_knobs() - {FILL}
+    gpu = knob_plan(TORCH, on_gpu=True, only=(FILL, "torch.cudnn_benchmark"))
+    assert [c.name for c in gpu.comparisons] == [
+        "total",
+        f"drop:{FILL}",
+        "add:torch.cudnn_benchmark",
+        "drop:torch.cudnn_benchmark",
+    ]
+    assert gpu.dropped() == [FILL, "torch.cudnn_benchmark"] and not gpu.not_applicable
+    with pytest.raises(UsageError, match=r"--knobs: torch\.nope is not a knob of torch; its knobs: torch\.use_det"):
+        knob_plan(TORCH, on_gpu=False, only=("torch.nope",))
+    assert split_knobs("all") is None and split_knobs(f" {FILL} ,") == (FILL,)
+
+
+def test_tensorflow_and_jax_declare_their_knobs_and_which_cannot_matter_on_a_cpu() -> None:
+    tensorflow = knob_plan(backends.get(backends.TENSORFLOW), on_gpu=False, only=None)
+    assert [c.name for c in tensorflow.comparisons] == [
+        "total",
+        "add:tensorflow.op_determinism",
+        "drop:tensorflow.op_determinism",
+    ]
+    assert tensorflow.not_applicable == {"tensorflow.cudnn_autotune": "cuDNN runs only on a CUDA GPU"}
+    jax = knob_plan(backends.get(backends.JAX), on_gpu=False, only=None)
+    assert [c.name for c in jax.comparisons] == ["total"] and len(jax.not_applicable) == 3
+    on_gpu = knob_plan(backends.get(backends.JAX), on_gpu=True, only=None)
+    extras = ["add:jax.xla_gpu_exclude_nondeterministic_ops", "add:jax.xla_gpu_autotune_level"]
+    assert [c.name for c in on_gpu.comparisons][-2:] == extras
+
+
+def arm_records(model: str, comparison: str, ratios: list[float]) -> list[dict[str, Any]]:
+    """Two runs per repeat: arm a at a drifting time, arm b at ``ratio`` times it."""
+    runs = []
+    for repeat, ratio in enumerate(ratios):
+        base = 1e6 * (1 + 0.05 * repeat)
+        for arm, time in (("a", base), ("b", base * ratio)):
+            runs.append(
+                {
+                    "run_id": f"{model}--{comparison}--{arm}--r{repeat}",
+                    "model": model,
+                    "mode": "deterministic",
+                    "arm": arm,
+                    "comparison": comparison,
+                    "repeat": repeat,
+                    "status": "ok",
+                    "measures": "both",
+                    "step_wall_ns": [time] * 5,
+                    "step_kernel_ns": [time / 2] * 5,
+                    "kernel_ns_per_step": time / 2,
+                    "device": {"label": "cpu"},
+                }
+            )
+    return runs
+
+
+def fingerprints(folder: Path, parts_at: int | None) -> str:
+    """Three steps of one layer; the second replica differs from step ``parts_at`` on."""
+    for replica in "ab":
+        taken = RunFingerprints()
+        for step in range(3):
+            taken.begin_step()
+            value = np.full((2, 2), float(step), dtype=np.float32)
+            if replica == "b" and parts_at is not None and step >= parts_at:
+                value = value + 0.5
+            taken.add("scatter", "output", [value])
+        taken.save(folder / replica)
+    return str(folder)
+
+
+def check_store(root: Path, arms: dict[str, int | None]) -> ResultsStore:
+    store = ResultsStore(root, "knob_checks")
+    store.open({"models": ["m"]}, "test", resume=False)
+    for without, parts_at in arms.items():
+        folder = fingerprints(store.dir / "fingerprints" / (without or "full"), parts_at)
+        for replica in "ab":
+            record = {"run_id": f"m--{without or 'full'}--{replica}", "model": "m", "mode": "deterministic"}
+            record |= {"replica": replica, "status": "ok", "fingerprints": str(Path(folder) / replica)}
+            store.write_record(record | ({"without": without} if without else {}))
+    return store
+
+
+def test_each_knob_gets_its_costs_with_intervals_and_the_bitwise_verdict_says_which_is_needed(tmp_path: Path) -> None:
+    records = [
+        *arm_records("m", "total", [1.30, 1.32, 1.28, 1.31]),
+        *arm_records("m", f"add:{ALGORITHMS}", [1.10, 1.11, 1.09, 1.10]),
+        *arm_records("m", f"drop:{ALGORITHMS}", [1.09, 1.10, 1.11, 1.10]),
+        *arm_records("m", f"drop:{FILL}", [1.19, 1.20, 1.21, 1.20]),
+    ]
+    checks = knob_checks(check_store(tmp_path, {"": None, ALGORITHMS: 1, FILL: None}))
+    manifest = {"backend": "torch", "knobs": [ALGORITHMS, FILL, "torch.cudnn_deterministic"]}
+    manifest["not_applicable"] = {"torch.cudnn_deterministic": "cuDNN and cuBLAS run only on a CUDA GPU"}
+    (study,) = model_knobs(records, checks, manifest)
+    algorithms, fill, cudnn = study.knobs
+    assert study.total is not None and study.total.ratio == pytest.approx(1.3025, abs=0.01)
+    assert algorithms.add_one.ratio == pytest.approx(1.10, abs=0.005) and algorithms.add_one.ci_low > 1
+    assert algorithms.needed is True and "part at step 1, layer scatter (output)" in algorithms.check
+    assert fill.add_one is None and fill.reason == f"alone it has no effect: it works only with {ALGORITHMS}"
+    assert fill.leave_one_out.ratio == pytest.approx(1.20, abs=0.005)
+    assert fill.needed is False and fill.check == "still bitwise identical over 3 steps without it"
+    assert not cudnn.applies and cudnn.add_one is None and cudnn.needed is None
+    assert study.top() is fill
+    share = study.share(fill)
+    assert share is not None and share[0] == pytest.approx(math.log(1.20) / math.log(1.3025), abs=0.01)
+    assert study.advice().startswith(f"turn off {FILL}: it costs +20.0% [")
+    assert study.unexplained() == pytest.approx(1 - math.log(1.10) / math.log(1.3025), abs=0.02)
+    parted = knob_checks(check_store(tmp_path / "parted", {"": 0, ALGORITHMS: 1}))
+    (broken,) = model_knobs(records, parted, manifest)
+    assert broken.knobs[0].needed is None and broken.knobs[0].check.startswith("full determinism itself is not")
+
+
+def test_a_cost_within_noise_says_so(tmp_path: Path) -> None:
+    records = [
+        *arm_records("m", "total", [1.01, 0.99, 1.0]),
+        *arm_records("m", f"add:{ALGORITHMS}", [1.01, 0.98, 1.01]),
+    ]
+    (study,) = model_knobs(records, {}, {"backend": "torch", "knobs": [ALGORITHMS]})
+    (algorithms,) = study.knobs
+    assert algorithms.within_noise(algorithms.add_one, None) is True and study.share(algorithms) is None
+    assert study.advice().startswith("every knob's cost is within noise")
+
+
+def test_a_bad_knob_or_a_study_with_nothing_to_run_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(
+        ["sweep", "--knobs", "torch.nope", "--backend", "torch", "--models", "smallcnn", "--out", str(tmp_path)]
+    )
+    assert code == ExitCode.USAGE and "is not a knob of torch" in capsys.readouterr().err
+    code = main(["sweep", "--knobs", "--backend", "jax", "--models", "smallcnn", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == ExitCode.USAGE and "no knob of jax studied can matter on cpu" in err
+    code = main(["sweep", "--knobs", "--calibrate", "--out", str(tmp_path)])
+    assert code == ExitCode.USAGE and "--knobs is a study of its own: not with --calibrate" in capsys.readouterr().err
