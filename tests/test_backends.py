@@ -28,7 +28,7 @@ from detprof.store import ResultsStore
 PROBE = """
 import json, sys
 from detprof import determinism
-settings = determinism.DeterminismSettings({mode!r}, 7, backend={backend!r})
+settings = determinism.DeterminismSettings({mode!r}, 7, backend={backend!r}, knobs={knobs!r})
 effective = determinism.apply(settings)
 from detprof.profiler.worker_spec import WorkerSpec
 from detprof.profiler.workloads import model_training
@@ -42,12 +42,13 @@ print(json.dumps({{"effective": effective, "versions": determinism.software_vers
 """
 
 
-def probe(backend: str, mode: str, env: dict[str, str] | None = None) -> dict:
-    """Apply ``mode`` on ``backend`` in a fresh process, take one training step, and say what is in effect."""
+def probe(backend: str, mode: str, env: dict[str, str] | None = None, knobs: tuple[str, ...] | None = None) -> dict:
+    """Apply ``mode`` (or ``knobs``) on ``backend`` in a fresh process, take one training step, and say what is in
+    effect."""
     import os
 
     done = subprocess.run(
-        [sys.executable, "-c", PROBE.format(backend=backend, mode=mode)],
+        [sys.executable, "-c", PROBE.format(backend=backend, mode=mode, knobs=knobs)],
         capture_output=True,
         text=True,
         check=True,
@@ -87,6 +88,20 @@ def test_jax_keeps_the_users_xla_flags_and_default_mode_drops_a_deterministic_fl
     deterministic = probe("jax", "deterministic", {"XLA_FLAGS": "--xla_cpu_enable_fast_math=false"})["effective"]
     assert deterministic["op_determinism"] is True
     assert deterministic["xla_flags"] == "--xla_cpu_enable_fast_math=false --xla_gpu_deterministic_ops=true"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_every_knob_is_read_back_from_the_framework_as_set_even_those_that_matter_only_on_a_gpu(backend: str) -> None:
+    """The GPU knobs cannot be priced on a CPU, but XLA parses its GPU flags and PyTorch keeps cuDNN's settings
+    here too: each is in effect exactly where it was set (the fill: where deterministic algorithms are on)."""
+    names = backends.get(backend).knob_names()
+    for knobs in (names, ()):
+        found = probe(backend, "deterministic" if knobs else "default", knobs=knobs)["effective"]["knobs"]
+        expected = {name: bool(knobs) for name in names}
+        if backend == "torch":
+            expected["torch.cudnn_benchmark"] = True
+        assert found == expected
 
 
 def test_xla_flags_replace_only_detprofs_knobs() -> None:

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from detprof import backends
-from detprof.analysis.knobs import knob_checks, model_knobs
+from detprof.analysis.knobs import knob_checks, model_knobs, read_knob_study
 from detprof.cli import main
 from detprof.errors import ExitCode, UsageError
 from detprof.fingerprints import RunFingerprints
@@ -175,3 +175,95 @@ def test_a_bad_knob_or_a_study_with_nothing_to_run_is_one_line(
     assert code == ExitCode.USAGE and "no knob of jax studied can matter on cpu" in err
     code = main(["sweep", "--knobs", "--calibrate", "--out", str(tmp_path)])
     assert code == ExitCode.USAGE and "--knobs is a study of its own: not with --calibrate" in capsys.readouterr().err
+
+
+RACING = '''
+import keras
+import torch
+
+WRITES, SLOTS = 2_000_000, 2048
+INDEX = torch.randint(0, SLOTS, (WRITES,), generator=torch.Generator().manual_seed(0))
+
+
+class RacingScatter(keras.layers.Layer):
+    """Two million values into 2,048 slots, repeated indices without accumulation."""
+
+    def call(self, x):
+        flat = torch.flatten(x)
+        values = flat.repeat(WRITES // flat.numel() + 1)[:WRITES]
+        slots = torch.zeros(SLOTS, dtype=x.dtype, device=x.device).index_put((INDEX.to(x.device),), values)
+        return x + slots.mean()
+
+
+def racing(input_shape, classes):
+    inputs = keras.Input(input_shape)
+    x = keras.layers.Conv2D(4, 3, padding="same", name="conv")(inputs)
+    x = RacingScatter(name="scatter")(x)
+    x = keras.layers.GlobalAveragePooling2D(name="gap")(x)
+    return keras.Model(inputs, keras.layers.Dense(classes, name="logits")(x))
+'''
+SMALL = ["--steps", "3", "--warmup", "1", "--repeats", "2", "--no-report"]
+
+
+def knob_study(tmp_path: Path, backend: str, model: str, *options: str) -> tuple[int, list[dict[str, Any]]]:
+    """A real knob study on this CPU, small (``options``: ``--knobs``' value first, if any); its exit code and
+    records."""
+    args = [
+        "sweep",
+        "--knobs",
+        *options,
+        "--backend",
+        backend,
+        "--models",
+        model,
+        *SMALL,
+        "--out",
+        str(tmp_path / "out"),
+    ]
+    return main(args), list(ResultsStore(tmp_path / "out", "knobs").records())
+
+
+def assert_read_back(records: list[dict[str, Any]], studied: list[str]) -> None:
+    """Each knob studied is in effect in exactly the runs whose arm set it (with the knob it needs, where it needs
+    one), as the framework reports it."""
+    assert records and all(r["status"] == "ok" for r in records)
+    for record in records:
+        backend = backends.get(record["backend"])
+        for name in studied:
+            needs = backend.knob(name).needs
+            expected = name in record["knobs"] and (needs is None or needs in record["knobs"])
+            assert record["settings"]["knobs"][name] is expected, (record["run_id"], name)
+
+
+@pytest.mark.slow
+def test_the_needed_verdict_on_a_layer_that_races_without_deterministic_algorithms(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "nets.py").write_text(RACING)
+    model = f"{tmp_path / 'nets.py'}:racing"
+    code, records = knob_study(tmp_path, backends.TORCH, model, ALGORITHMS, "--input-shape", "16x16x3")
+    out = capfd.readouterr()
+    assert code == ExitCode.OK, out.err[-2000:]
+    assert_read_back(records, [ALGORITHMS, FILL])
+    assert {r["comparison"] for r in records} == {"total", f"add:{ALGORITHMS}", f"drop:{ALGORITHMS}"}
+    assert "needed: without it the runs part at step" in out.out and "layer scatter (output)" in out.out
+    (study,) = read_knob_study(ResultsStore(tmp_path / "out", "knobs"))
+    (algorithms,) = study.knobs
+    assert algorithms.needed is True and algorithms.add_one is not None and algorithms.leave_one_out is not None
+    assert f"{ALGORITHMS} is needed: without it the runs part at step" in study.advice()
+
+
+@pytest.mark.slow
+def test_op_determinism_is_priced_on_tensorflow_and_cudnn_autotune_listed_as_not_applicable(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    code, records = knob_study(tmp_path, backends.TENSORFLOW, "smallcnn", "--input-size", "16")
+    out = capfd.readouterr()
+    assert code == ExitCode.OK, out.err[-2000:]
+    assert_read_back(records, ["tensorflow.op_determinism", "tensorflow.cudnn_autotune"])
+    (study,) = read_knob_study(ResultsStore(tmp_path / "out", "knobs"))
+    op_determinism, autotune = study.knobs
+    assert op_determinism.add_one is not None and op_determinism.leave_one_out is not None
+    assert op_determinism.needed is False and op_determinism.check == "still bitwise identical over 20 steps without it"
+    assert not autotune.applies and autotune.reason == "cuDNN runs only on a CUDA GPU"
+    assert "not applicable: cuDNN runs only on a CUDA GPU" in out.out

@@ -102,7 +102,8 @@ class ModelKnobs:
         of_total = "" if share is None else f", {share[0]:.0%} [{share[1]:.0%}, {share[2]:.0%}] of the overhead"
         what = "in full determinism it costs" if top.leave_one_out is not None else "added alone it costs"
         if top.within_noise(saving, floor):
-            return f"every knob's cost is within noise (the largest, {top.knob}: {cost})"
+            needed = "".join(f"; {k.knob} is {k.check}" for k in self.knobs if k.needed)
+            return f"every knob's cost is within noise (the largest, {top.knob}: {cost}){needed}"
         if top.needed is False:
             return f"turn off {top.knob}: it costs {cost} of step time{of_total}; {top.check}"
         if top.needed:
