@@ -177,6 +177,18 @@ def test_a_bad_knob_or_a_study_with_nothing_to_run_is_one_line(
     assert code == ExitCode.USAGE and "--knobs is a study of its own: not with --calibrate" in capsys.readouterr().err
 
 
+def test_the_dry_run_shows_every_arm_with_its_knobs_and_the_checks(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["sweep", "--knobs", "--backend", "torch", "--models", "smallcnn", "--repeats", "1", "--dry-run"]
+    assert main([*args, "--out", "/nonexistent/out"]) == ExitCode.OK
+    out = capsys.readouterr().out
+    assert out.startswith("detprof knobs --dry-run: the plan, in order; nothing runs and nothing is written")
+    assert "default (no knob) worker:" in out and f"deterministic ({ALGORITHMS}) worker:" in out
+    assert f"Comparisons (arm b against arm a): total, add:{ALGORITHMS}, drop:{ALGORITHMS}, drop:{FILL}" in out
+    assert "Not run: torch.cudnn_deterministic: cuDNN and cuBLAS run only on a CUDA GPU" in out
+    assert f"without {ALGORITHMS}, {FILL}, into /nonexistent/out/knobs/knob_checks." in out
+    assert not Path("/nonexistent/out").exists()
+
+
 RACING = '''
 import keras
 import torch
@@ -241,15 +253,18 @@ def test_the_needed_verdict_on_a_layer_that_races_without_deterministic_algorith
 ) -> None:
     (tmp_path / "nets.py").write_text(RACING)
     model = f"{tmp_path / 'nets.py'}:racing"
-    code, records = knob_study(tmp_path, backends.TORCH, model, ALGORITHMS, "--input-shape", "16x16x3")
+    code, records = knob_study(tmp_path, backends.TORCH, model, "--input-shape", "16x16x3")
     out = capfd.readouterr()
     assert code == ExitCode.OK, out.err[-2000:]
     assert_read_back(records, [ALGORITHMS, FILL])
-    assert {r["comparison"] for r in records} == {"total", f"add:{ALGORITHMS}", f"drop:{ALGORITHMS}"}
+    assert {r["comparison"] for r in records} == {"total", f"add:{ALGORITHMS}", f"drop:{ALGORITHMS}", f"drop:{FILL}"}
+    assert "not applicable: cuDNN and cuBLAS run only on a CUDA GPU" in out.out
     assert "needed: without it the runs part at step" in out.out and "layer scatter (output)" in out.out
     (study,) = read_knob_study(ResultsStore(tmp_path / "out", "knobs"))
-    (algorithms,) = study.knobs
+    algorithms, fill, *gpu_only = study.knobs
     assert algorithms.needed is True and algorithms.add_one is not None and algorithms.leave_one_out is not None
+    assert fill.needed is False and fill.leave_one_out is not None and fill.add_one is None
+    assert [k.applies for k in gpu_only] == [False, False, False]
     assert f"{ALGORITHMS} is needed: without it the runs part at step" in study.advice()
 
 

@@ -92,7 +92,7 @@ def _sequential_lines(launcher: WorkerLauncher, settings: RunSettings, runs: Seq
     for number, run in enumerate(runs, start=1):
         worker, full = launcher.commands(run, require_installed=False)
         tracer = launcher.tracer_of(run)
-        lines.append(f"  {number}. {run.run_id}: {run.mode}, {_measures(run, settings)}")
+        lines.append(f"  {number}. {run.run_id}: {_switched(run)}, {_measures(run, settings)}")
         lines.append(f"     worker: {shlex.join(worker)}")
         if tracer.wraps_process:
             lines.append(f"     tracer: {shlex.join(full[: len(full) - len(worker)])} <worker>")
@@ -107,11 +107,18 @@ def _lockstep_lines(launcher: WorkerLauncher, settings: RunSettings, runs: Seque
         lines.append(f"  repeat {session[0][0].repeat}: two workers on core {planned.session_core(n)}, one per side")
         for side in (0, 1):
             command = launcher.session_command([pair[side] for pair in session])
-            lines.append(f"    {session[0][side].mode} worker: {shlex.join(command)}")
+            lines.append(f"    {_switched(session[0][side])} worker: {shlex.join(command)}")
             for pair in session:
                 run = pair[side]
                 lines.append(f"      {run.run_id}: {_measures(run, settings)}")
     return lines
+
+
+def _switched(run: PlannedRun) -> str:
+    """A run's mode, and the knobs it sets where it names them (a knob study's arm)."""
+    if run.knobs is None:
+        return run.mode
+    return f"{run.mode} ({', '.join(run.knobs) or 'no knob'})"
 
 
 def _measures(run: PlannedRun, settings: RunSettings) -> str:

@@ -89,8 +89,11 @@ def sweep(
     if knobs is not None:
         asked = {"--stability": stability, "--calibrate": calibrate, "--ray": options.ray is not None}
         refused = [flag for flag, given in asked.items() if given]
-        if refused or options.dry_run:
-            raise UsageError(f"--knobs is a study of its own: not with {', '.join(refused or ['--dry-run'])}")
+        if refused:
+            raise UsageError(f"--knobs is a study of its own: not with {', '.join(refused)}")
+        if options.dry_run:
+            print_knob_plan(request, split_knobs(knobs))
+            return
         run_knob_study(request, split_knobs(knobs), report=report)
         return
     if options.dry_run:
@@ -132,6 +135,26 @@ def run_sweep(request: SweepRequest, *, stability: bool = False, report: bool = 
         study_stability(outcome, console=console)
     if report:
         _write_report(outcome.out, console)
+
+
+def print_knob_plan(request: SweepRequest, only: tuple[str, ...] | None) -> None:
+    """What ``run_knob_study`` would measure and verify."""
+    from detprof import backends
+    from detprof.profiler.dry_run import plan_lines
+    from detprof.sweep.knobs import knob_plan, plan_knob_runs
+    from detprof.verify.run import DEFAULT_STEPS
+
+    config, target = request.resolve(dry_run=True)
+    out = request.options.out or default_results_dir(target.device, target.backend)
+    plan = knob_plan(backends.get(target.backend), target.on_gpu, only)
+    lines = plan_lines("knobs", plan_knob_runs(config, plan), config, target, out)
+    lines += ["", f"Comparisons (arm b against arm a): {', '.join(c.name for c in plan.comparisons)}"]
+    lines += [f"Not run: {name}: {reason}" for name, reason in plan.not_applicable.items()]
+    lines += [
+        f"Then verified bitwise ({DEFAULT_STEPS} steps, two runs each): full determinism, and without "
+        f"{', '.join(plan.dropped()) or 'no knob'}, into {out / 'knobs' / 'knob_checks'}."
+    ]
+    typer.echo("\n".join(lines))
 
 
 def run_knob_study(request: SweepRequest, only: tuple[str, ...] | None, *, report: bool) -> None:
