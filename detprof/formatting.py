@@ -84,6 +84,15 @@ def percent(value: Any, digits: int = 1) -> str:
     return DASH if v is None else f"{v:.{digits}%}"
 
 
+def share(value: Any, low: Any, high: Any) -> str:
+    """A share of a whole with its 95% interval, whole percents: ``52% [10%, 94%]`` (a share that rounds to none
+    reads ``0%``, never ``-0%``)."""
+    if finite(value) is None:
+        return DASH
+    whole = [percent(round(v, 2) or 0.0, 0) if (v := finite(x)) is not None else DASH for x in (value, low, high)]
+    return f"{whole[0]} [{whole[1]}, {whole[2]}]"
+
+
 def points(value: Any, se: Any = None) -> str:
     """A difference of two fractions in percentage points, with its s.e. where known: ``+0.12 pp +/- 0.44``."""
     v = finite(value)

@@ -26,6 +26,16 @@ TOTAL = "total"
 NO_EFFECT = 1.0
 
 
+def within_noise(overhead: Overhead | None, floor: float | None) -> bool | None:
+    """Whether a cost is indistinguishable from none: its interval holds 1.00, or lies inside the noise floor; None
+    without an interval. Full determinism's total is read alike, so that the report marks it as a knob's."""
+    if overhead is None or not overhead.has_interval:
+        return None
+    if spans(overhead, NO_EFFECT) or overhead.ci_low == NO_EFFECT:
+        return True
+    return floor is not None and max(abs(overhead.ci_high - 1), abs(overhead.ci_low - 1)) <= floor
+
+
 @dataclass(frozen=True)
 class KnobCost:
     """One knob of one model: what it costs added to the default, what leaving it off saves, whether it is needed."""
@@ -45,12 +55,8 @@ class KnobCost:
     in_mode: bool = True
 
     def within_noise(self, overhead: Overhead | None, floor: float | None) -> bool | None:
-        """Whether a cost is indistinguishable from none: its interval holds 1.00, or lies inside the noise floor."""
-        if overhead is None or not overhead.has_interval:
-            return None
-        if spans(overhead, NO_EFFECT) or overhead.ci_low == NO_EFFECT:
-            return True
-        return floor is not None and max(abs(overhead.ci_high - 1), abs(overhead.ci_low - 1)) <= floor
+        """Whether a cost is indistinguishable from none (``within_noise``)."""
+        return within_noise(overhead, floor)
 
     @property
     def saving(self) -> Overhead | None:

@@ -4,10 +4,10 @@
 that promise if neither words a cell itself. So each cell they share is worded here, once:
 the headline rows, the overheads per model and device, the backends side by side, the
 published figures, the noise-floor table, the stability variants, the trade-off, whether
-determinism held (``detprof verify``) and the lines that stand in for what is missing. A
-renderer adds only its markup: the HTML its cell kinds and tones (and Jinja2's escaping), the
-Markdown its escaping and emphasis. Numbers are formatted by ``detprof.formatting``, as
-everywhere else.
+determinism held (``detprof verify``), which switch costs what (``sweep --knobs``) and the
+lines that stand in for what is missing. A renderer adds only its markup: the HTML its cell
+kinds and tones (and Jinja2's escaping), the Markdown its escaping and emphasis. Numbers are
+formatted by ``detprof.formatting``, as everywhere else.
 
 A cell is a ``Words``: its text, and a note that qualifies it (the dataset a churn comes
 from, the time a verdict was read from). The HTML shows the note as a second, smaller line;
@@ -23,9 +23,11 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
 
 from detprof import formatting as f
+from detprof.analysis.knobs import KnobCost, within_noise
 from detprof.analysis.verification import Difference, ModelVerification
 from detprof.intervals import CHEAP_OVERHEAD, Overhead
 from detprof.reports.headline import HeadlineRow, shown_caveats
+from detprof.reports.knobs_data import KnobReading
 from detprof.reports.provenance import backend_order
 from detprof.reports.published import ReferenceRow
 from detprof.reports.report_data import ModelCost, Report, StabilityStudy, SweepStudy, Where
@@ -65,6 +67,25 @@ KIND_WORDS = {"output": "output", "weights": "weights", "gradients": "gradient"}
 """What of a layer two runs part in (``fingerprints.Kind``), as a cell says it."""
 VERIFY_MODES = ("deterministic", "default")
 """The modes of a verification in the order the report says them: whether determinism held comes first."""
+KNOBS_LEAD = (
+    "Each switch of determinism (`detprof sweep --knobs`), priced two ways as paired ratios with 95% CIs over "
+    "repeats: added to the default alone, and within full determinism (full determinism against full determinism "
+    "without it: what leaving it off saves). Without it (bitwise): whether the model's training stays bitwise "
+    "identical with every other switch on and this one off."
+)
+KNOB_HEADERS = (
+    "Knob",
+    "How it is set",
+    "Added to the default alone",
+    "Within full determinism",
+    "Share of the overhead",
+    "Without it (bitwise)",
+)
+"""A knob study's table, per model: ``knob_row``."""
+WITHIN_NOISE = "within noise"
+"""The note of a cost whose interval holds 1.00 or lies inside the noise floor (``analysis.knobs.within_noise``)."""
+KNOB_ADVICE = "Knob study"
+"""What a swept model's knob advice starts with under the headline table."""
 
 T = TypeVar("T")
 
@@ -411,3 +432,61 @@ def tradeoff(p: TradeoffPoint, where: Where) -> dict[str, str | Words]:
 def generated(report: Report) -> str:
     """When the report was written, and from which results."""
     return f"Generated {report.generated_at} from {', '.join(str(p) for p in report.sources)}."
+
+
+def knobs_title(k: KnobReading, shown: str) -> str:
+    """A knob study's model, and the device (``shown``, as the report names it) it was measured on."""
+    return f"{k.knobs.model} on {shown}"
+
+
+def knob_notes(readings: Iterable[KnobReading], where: Where) -> list[RowNote]:
+    """Each model's knob advice (``ModelKnobs.advice``), read against its noise floor: one first-screen line."""
+    return [RowNote(k.knobs.model, where(k.study.label, k.study.backend), k.advice) for k in readings]
+
+
+def _cost(overhead: Overhead | None, floor: float | None, missing: str) -> Words:
+    """A knob's cost with its interval, noted where it cannot be told from none; else why there is none."""
+    if overhead is None:
+        return Words(f.DASH, missing)
+    return Words(f.ratio(overhead), WITHIN_NOISE if within_noise(overhead, floor) else "")
+
+
+def knobs_total(k: KnobReading) -> Words:
+    """Full determinism against the default, measured beside the knobs' arms: what the shares are shares of."""
+    total = k.knobs.total
+    repeats = f", {total.n} paired repeats" if total is not None else ""
+    noise = WITHIN_NOISE if within_noise(total, k.floor) else ""
+    return Words(f"Full determinism against the default: {f.ratio(total)}{repeats}", noise)
+
+
+def knobs_advice(k: KnobReading) -> str:
+    """The model's advice as its section says it, after the total."""
+    return f"What to do: {k.advice}."
+
+
+def knobs_unexplained(k: KnobReading) -> str | None:
+    """How far the knobs' costs added alone fall short of the total (or overshoot it): they interact."""
+    unexplained = k.knobs.unexplained()
+    if unexplained is None:
+        return None
+    if unexplained < 0:
+        return f"The knobs added alone add up to {-unexplained:.0%} more than the overhead: knobs interact."
+    return f"The knobs added alone leave {unexplained:.0%} of the overhead unexplained: knobs interact."
+
+
+def knob_row(k: KnobReading, knob: KnobCost) -> dict[str, Words]:
+    """One knob of a model (``KNOB_HEADERS``): how it is set, its two costs, its share, and the bitwise check."""
+    if not knob.applies:
+        alone, within = Words(f.DASH, f"not applicable: {knob.reason}"), Words(f.DASH)
+    else:
+        alone = _cost(knob.add_one, k.floor, knob.reason or "no result")
+        within = _cost(knob.leave_one_out, k.floor, "no result" if knob.in_mode else "not in deterministic mode")
+    share = k.knobs.share(knob)
+    return {
+        "Knob": Words(knob.knob, knob.does),
+        "How it is set": Words(knob.setting),
+        "Added to the default alone": alone,
+        "Within full determinism": within,
+        "Share of the overhead": Words(f.DASH if share is None else f.share(*share)),
+        "Without it (bitwise)": Words(knob.check or f.DASH),
+    }

@@ -22,6 +22,7 @@ from plotly.subplots import make_subplots
 from detprof.analysis.verification import ModelVerification
 from detprof.determinism import MODES
 from detprof.intervals import CHEAP_OVERHEAD, Overhead
+from detprof.reports.knobs_data import KnobReading
 from detprof.reports.published import ReferenceRow
 from detprof.reports.report_data import KernelSizePoint, StabilityStudy, SweepStudy, Where
 from detprof.reports.tradeoff import NOISY_CHURN, TradeoffPoint
@@ -474,4 +475,76 @@ def divergence_figure(v: ModelVerification, shown: str) -> go.Figure:
         yaxis={"title": "max |difference| (log)", "type": "log", "exponentformat": "power"},
         legend={"title": {"text": "layer, in model order"}},
     )
+    return fig
+
+
+NO_COST = 1.0
+
+
+def _around(overheads: Sequence[Overhead | None]) -> list[float]:
+    """Every estimate, its interval and 1.00 with a margin: knobs' costs are small, and a range from 0 flattens them
+    (a wild interval is clipped at three times the widest estimate's distance from 1.00; the table has it)."""
+    ratios = [o.ratio for o in overheads if o is not None]
+    reach = 3 * max([abs(r - NO_COST) for r in ratios] + [0.01])
+    ends = [e for o in overheads if o is not None and o.has_interval for e in (o.ci_low, o.ci_high)]
+    low = max(min([NO_COST, *ratios, *ends]), NO_COST - reach)
+    high = min(max([NO_COST, *ratios, *ends]), NO_COST + reach)
+    pad = 0.08 * (high - low)
+    return [low - pad, high + pad]
+
+
+KNOB_BAR_HEIGHT = 34
+"""Pixels per bar of the knob chart: its height grows with the knobs measured, so a short one stays short."""
+
+
+def knobs_figure(k: KnobReading, shown: str) -> go.Figure | None:
+    """Each measured knob's two costs as horizontal bars with 95% CI whiskers, full determinism's total and its
+    interval as a line and a band behind them; None where no knob was measured (none applies on this device)."""
+    measured = [knob for knob in k.knobs.knobs if knob.add_one is not None or knob.leave_one_out is not None]
+    if not measured:
+        return None
+    names = [text(knob.knob) for knob in reversed(measured)]
+    fig = go.Figure()
+    total = k.knobs.total
+    if total is not None:
+        if total.has_interval:
+            fig.add_vrect(x0=total.ci_low, x1=total.ci_high, fillcolor="#7f7f7f", opacity=0.12, line_width=0)
+        fig.add_vline(
+            x=total.ratio,
+            line_color="#555",
+            annotation_text=f"full determinism {total.ratio:.3f}x",
+            annotation_position="top",
+        )
+    for name, attr, color in (
+        ("added to the default alone", "add_one", "#1f77b4"),
+        ("within full determinism", "leave_one_out", "#ff7f0e"),
+    ):
+        values: list[Overhead | None] = [getattr(knob, attr) for knob in reversed(measured)]
+        fig.add_bar(
+            name=name,
+            y=names,
+            x=[None if o is None else o.ratio - NO_COST for o in values],
+            base=NO_COST,
+            error_x=_errors(values),
+            orientation="h",
+            marker_color=color,
+            hovertext=[
+                f"{knob}, {name}: {'not measured' if o is None else _interval(o)}"
+                for knob, o in zip(names, values, strict=True)
+            ],
+            hoverinfo="text",
+        )
+    overheads = [total, *(o for knob in measured for o in (knob.add_one, knob.leave_one_out))]
+    fig.add_vline(x=NO_COST, line_dash="dot", line_color="#555")
+    fig.update_layout(
+        template=TEMPLATE,
+        height=180 + KNOB_BAR_HEIGHT * 2 * len(measured),
+        barmode="group",
+        title=f"What each switch costs: {text(k.knobs.model)} on {text(shown)} (ratio, 95% CI; line and grey band: "
+        "full determinism)",
+        xaxis={"title": "ratio (x); each bar starts at 1.00, no cost", "range": _around(overheads)},
+        legend={"orientation": "h", "y": -0.3},
+        margin={"t": 50, "b": 40, "l": 10},
+    )
+    fig.update_yaxes(automargin=True)
     return fig

@@ -48,6 +48,7 @@ NAV = {
     "overhead": "Overhead",
     "kernel-size": "Kernel size",
     "cost": "Where the cost comes from",
+    "knobs": "Switches",
     "verification": "Nondeterminism",
     "stability": "Stability",
     "tradeoff": "Cost versus benefit",
@@ -55,11 +56,17 @@ NAV = {
     "provenance": "What ran",
 }
 """The navigation bar's short names of ``SECTIONS``, so it stays one line on the first screen; "verification"
-only where the inputs hold a ``detprof verify`` study."""
+only where the inputs hold a ``detprof verify`` study, "knobs" only where they hold a ``sweep --knobs`` one."""
+OPTIONAL_SECTIONS = ("verification", "knobs")
+"""The sections that are not in the page at all (nor in its navigation) without their study."""
 PLOT_CONFIG = {"displaylogo": False, "responsive": True}
-CellKind = Literal["text", "code", "kernel", "agree", "verdict"]
+CellKind = Literal["text", "code", "dotted", "kernel", "agree", "verdict"]
 HOLDS_TONES = {True: "agree-yes", False: "agree-no", None: "warn"}
 """Whether determinism held, as the page colours it: the yes/no colours of the published figures' check."""
+NEEDED_TONES = {True: "agree-no", False: "agree-yes", None: ""}
+"""Whether a model needs a knob, as the page colours the bitwise check without it: not needed is the good news."""
+NOISE_TONE = "noise"
+"""The CSS class of a cost within noise (``cells.WITHIN_NOISE``): greyed, as a figure not to be read."""
 
 
 @cache
@@ -83,9 +90,9 @@ def _environment() -> Environment:
 class Cell:
     """One table cell: a value shown as text, and which markup the ``cell`` macro wraps it in.
 
-    ``kind`` is how a cell asks for markup (a command line as code, a kernel name clamped to
-    three lines, a coloured yes/no) without carrying any: the template writes the tags and
-    escapes the value.
+    ``kind`` is how a cell asks for markup (a command line as code, code that may break after
+    a dot, a kernel name clamped to three lines, a coloured yes/no) without carrying any: the
+    template writes the tags and escapes the value.
     """
 
     value: Any
@@ -184,6 +191,9 @@ def _studies(report: Report) -> Table:
     for v in report.verifications:
         ran = f"{v.started or '?'} .. {v.finished or '?'}"
         rows.append(["verify", v.label, v.backend, str(v.path), ran, f.DASH, Cell(v.command, "code")])
+    for k in report.knob_studies:
+        ran = f"{k.started or '?'} .. {k.finished or '?'}"
+        rows.append(["knobs", k.label, k.backend, str(k.path), ran, k.timing, Cell(k.command, "code")])
     return table(["Study", "Device", "Backend", "Results", "Ran", "Which runs were traced", "Command line"], rows)
 
 
@@ -330,7 +340,13 @@ def answer(report: Report) -> dict[str, Any] | None:
             numeric=(first_cost, first_cost + 1),
             classes={i: cls for i, (_, cls) in enumerate(columns) if cls},
         ),
-        "row_notes": [(f"{n.model} on {n.device}", n.text) for n in cells.row_notes(report)],
+        "row_notes": [
+            *((f"{n.model} on {n.device}", n.text) for n in cells.row_notes(report)),
+            *(
+                (f"{n.model} on {n.device}", f"{cells.KNOB_ADVICE}: {n.text}")
+                for n in cells.knob_notes(report.knobs_beside_headline, report.where)
+            ),
+        ],
         "cpu_notes": report.cpu_notes,
         "notes": report.notes,
         "cpu": bool(report.cpu_notes),
@@ -362,6 +378,55 @@ def verified_alone(report: Report) -> dict[str, Any] | None:
         "table": table(headers, rows, classes={len(headers) - 3: "nowrap", len(headers) - 1: "wide"}),
         "notes": [(f"{n.model} on {n.device}", n.text) for n in cells.verified_notes(report)],
     }
+
+
+def knobs_alone(report: Report) -> dict[str, Any] | None:
+    """The first screen's lines of knob studies of models no headline row shows; None where there are none."""
+    if not report.knobs_alone:
+        return None
+    notes = cells.knob_notes(report.knobs_alone, report.where)
+    return {"title": SECTIONS["knobs"], "lines": [(f"{n.model} on {n.device}", n.text) for n in notes]}
+
+
+def _knob_cost(words: Words) -> Cell:
+    """A knob's cost, greyed where it is within noise."""
+    return Cell(words.text, tone=NOISE_TONE if words.note == cells.WITHIN_NOISE else "", note=words.note)
+
+
+def knobs(report: Report) -> dict[str, Any] | None:
+    """Per model of a knob study, its total, each knob's costs, share and bitwise check, and a chart of the costs;
+    None without a knob study (the section is then not in the page at all)."""
+    if not report.knobs:
+        return None
+    models = []
+    for k in report.knobs:
+        shown = report.where(k.study.label, k.study.backend)
+        rows = []
+        for knob in k.knobs.knobs:
+            name, setting, *costs, check = (cells.knob_row(k, knob)[h] for h in cells.KNOB_HEADERS)
+            rows.append(
+                [
+                    Cell(name.text, "code", note=name.note),
+                    Cell(setting.text, "dotted"),
+                    *(_knob_cost(cost) for cost in costs),
+                    Cell(check.text, tone=NEEDED_TONES[knob.needed]),
+                ]
+            )
+        total = cells.knobs_total(k)
+        models.append(
+            {
+                "title": cells.knobs_title(k, shown),
+                "total": total.text,
+                "total_noise": total.note,
+                "unexplained": cells.knobs_unexplained(k),
+                "advice": cells.knobs_advice(k),
+                "table": table(
+                    cells.KNOB_HEADERS, rows, classes={0: "knob", 1: "setting", 2: "cost", 3: "cost", 5: "check"}
+                ),
+                "figure": figures.knobs_figure(k, shown),
+            }
+        )
+    return {"lead": cells.KNOBS_LEAD, "models": models}
 
 
 def verification(report: Report) -> dict[str, Any] | None:
@@ -720,18 +785,21 @@ def conditions(report: Report) -> dict[str, Any]:
 
 def render(report: Report, plotlyjs: PlotlyJs = "embed") -> str:
     """The whole page; sections the inputs lack say why in the one line ``report.absent`` holds."""
-    verified = verification(report)
+    verified, priced = verification(report), knobs(report)
+    shown = {"verification": verified is not None, "knobs": priced is not None}
     return (
         _environment()
         .get_template("report.html.j2")
         .render(
             sections=SECTIONS,
-            nav={id: title for id, title in NAV.items() if id != "verification" or verified is not None},
+            nav={id: title for id, title in NAV.items() if id not in OPTIONAL_SECTIONS or shown[id]},
             absent=report.absent,
             plot=_Figures(plotlyjs),
             answer=answer(report),
             verified_alone=verified_alone(report),
             verification=verified,
+            knobs=priced,
+            knobs_alone=knobs_alone(report),
             provenance=provenance(report),
             overhead=overhead(report),
             kernel_size=kernel_size(report),

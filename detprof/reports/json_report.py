@@ -7,16 +7,23 @@ stability, then the verdict's text, repeats needed, caveats, ...), with the repo
 notes beside them and every backend under ``backends`` with its framework's version. Where a
 ``detprof verify`` study is among the results, ``verification`` holds each model's
 comparison (``ModelVerification.to_json``: held, each mode's first difference, findings).
+Where a ``detprof sweep --knobs`` study is, ``knobs`` holds each of its models (model,
+device_label, backend, total {ratio, lo, hi, n}, advice, and per knob ``analysis.knobs.knobs_json``:
+knob, applies, reason, add_one and leave_one_out {ratio, lo, hi}, needed, ...), and the headline
+entry of the same model, device and backend carries its knobs too.
 Undefined numbers are null (``store.json_safe``), never NaN.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
+from detprof.analysis.knobs import knobs_json
 from detprof.intervals import CHEAP_OVERHEAD
-from detprof.reports.headline import interval_json, row_json
+from detprof.reports.headline import HeadlineRow, interval_json, row_json
+from detprof.reports.knobs_data import KnobReading
 from detprof.reports.published import PUBLISHED, SOURCE
 from detprof.reports.report_data import Report
 from detprof.reports.tradeoff import NOISY_CHURN
@@ -32,7 +39,7 @@ def document(report: Report) -> dict[str, Any]:
         "sources": [str(p) for p in report.sources],
         "thresholds": {"cheap_overhead": CHEAP_OVERHEAD, "noisy_churn": NOISY_CHURN},
         "backends": {b: report.framework(b) for b in report.backends},
-        "models": [row_json(r) for r in report.headline],
+        "models": [row_json(r) | knobs_of(r, report.knobs_beside_headline) for r in report.headline],
         "notes": [*report.cpu_notes, *report.notes],
         "stability_not_learned": [
             {
@@ -61,7 +68,12 @@ def document(report: Report) -> dict[str, Any]:
             for r in report.noise_floors
         ],
         "warnings": report.warnings,
-    } | verification(report)
+    } | additions(report)
+
+
+def additions(report: Report) -> dict[str, Any]:
+    """The keys of the studies that only add to a report (``verification``, ``knobs``): absent without them."""
+    return verification(report) | knobs(report)
 
 
 def verification(report: Report) -> dict[str, Any]:
@@ -77,6 +89,35 @@ def verification(report: Report) -> dict[str, Any]:
             for v in study.models
         ]
     }
+
+
+def knob_json(k: KnobReading) -> dict[str, Any]:
+    """One model of a knob study: where it ran, full determinism's total, the advice, and every knob
+    (``knobs_json``, read against the noise floor of the same model, device label and backend where known)."""
+    return {
+        "model": k.knobs.model,
+        "device_label": k.study.label,
+        "backend": k.study.backend,
+        "total": interval_json(k.knobs.total),
+        "noise_floor": k.floor,
+        "advice": k.advice,
+        "unexplained": k.knobs.unexplained(),
+        "knobs": knobs_json(k.knobs, k.floor),
+    }
+
+
+def knobs(report: Report) -> dict[str, Any]:
+    """``knobs``: each knob study's models (``knob_json``); left out without one, as ``verification`` is."""
+    if not report.knobs:
+        return {}
+    return {"knobs": [knob_json(k) for k in report.knobs]}
+
+
+def knobs_of(row: HeadlineRow, readings: Iterable[KnobReading]) -> dict[str, Any]:
+    """A headline entry's ``knobs``, where a knob study measured its model, device label and backend."""
+    key = (row.model, row.device, row.backend)
+    found = next((k for k in readings if k.key == key), None)
+    return {} if found is None else {"knobs": knobs_json(found.knobs, found.floor)}
 
 
 def render(report: Report) -> str:

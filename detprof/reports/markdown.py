@@ -9,7 +9,9 @@ that is not TensorFlow), the headline table has a backend column, with each mode
 backends in adjacent rows, and each device with backends side by side gets a table of its
 own; the last section always says which backend(s) ran. Where a ``detprof verify`` study is
 among the results, whether determinism held is a column of the headline (or a table of its
-own for models no sweep measured) and a section says where each mode's runs part. Every cell the HTML shows too is
+own for models no sweep measured) and a section says where each mode's runs part. Where a
+``detprof sweep --knobs`` study is, each model's advice on which switch to turn off joins the
+answer and a section prices every switch, table by table. Every cell the HTML shows too is
 worded by ``cells``: this module adds only Markdown's emphasis and escaping. GitHub renders
 inline HTML, so text from results (kernel names with ``<``, ``>``, ``&``) is backslash-escaped
 and a ``|`` cannot end a table cell early.
@@ -88,7 +90,14 @@ def answer(report: Report) -> list[str]:
     """The same rows, verdicts, caveats and notes as the HTML's first screen."""
     out = [f"## {SECTIONS['answer']}", ""]
     if "answer" in report.absent:
-        return [*out, *verified_alone(report), _absent(report.absent["answer"]), "", *noise_floor(report)]
+        return [
+            *out,
+            *verified_alone(report),
+            *knobs_alone(report),
+            _absent(report.absent["answer"]),
+            "",
+            *noise_floor(report),
+        ]
     out += [
         f"Cheap: the whole 95% CI of the overhead is at or below {cells.CHEAP}; expensive: above it; "
         "otherwise not settled.",
@@ -131,6 +140,10 @@ def answer(report: Report) -> list[str]:
     out += [table(headers, rows), ""]
     notes = [*report.cpu_notes, *report.notes]
     notes += [Markup(f"**{md(n.model)}** on {md(n.device)}: {md(n.text)}") for n in cells.row_notes(report)]
+    notes += [
+        Markup(f"**{md(n.model)}** on {md(n.device)}: {md(cells.KNOB_ADVICE)}: {md(n.text)}")
+        for n in cells.knob_notes(report.knobs_beside_headline, report.where)
+    ]
     out += [f"- {md(n)}" for n in notes]
     if notes:
         out.append("")
@@ -141,7 +154,37 @@ def answer(report: Report) -> list[str]:
             table(cells.REFERENCE_HEADERS, published_reference()),
             "",
         ]
-    return [*out, *verified_alone(report)]
+    return [*out, *verified_alone(report), *knobs_alone(report)]
+
+
+def knobs_alone(report: Report) -> list[str]:
+    """The HTML first screen's block of knob advice for models no headline row shows."""
+    if not report.knobs_alone:
+        return []
+    notes = cells.knob_notes(report.knobs_alone, report.where)
+    return [
+        f"### {md(SECTIONS['knobs'])}",
+        "",
+        *(f"- **{md(n.model)}** on {md(n.device)}: {md(n.text)}" for n in notes),
+        "",
+    ]
+
+
+def knobs(report: Report) -> list[str]:
+    """Per model of a knob study, its total, what to do, each knob's table and how far the knobs explain the total;
+    nothing without a knob study (the HTML's chart has no Markdown counterpart: the table holds its numbers)."""
+    if not report.knobs:
+        return []
+    out = [f"## {SECTIONS['knobs']}", "", md(cells.KNOBS_LEAD), ""]
+    for k in report.knobs:
+        out += [f"### {md(cells.knobs_title(k, report.where(k.study.label, k.study.backend)))}", ""]
+        out += [md(cells.knobs_total(k)) + ". " + md(cells.knobs_advice(k)), ""]
+        rows = cells.columns((cells.knob_row(k, knob) for knob in k.knobs.knobs), cells.KNOB_HEADERS)
+        out += [table(cells.KNOB_HEADERS, rows), ""]
+        unexplained = cells.knobs_unexplained(k)
+        if unexplained is not None:
+            out += [md(unexplained), ""]
+    return out
 
 
 def verification(report: Report) -> list[str]:
@@ -210,6 +253,7 @@ def render(report: Report) -> str:
             for m in s.models
         ]
         out.append("")
+    out += knobs(report)
     out += verification(report)
     out += [f"## {SECTIONS['stability']}", ""]
     if "stability" in report.absent:

@@ -153,15 +153,24 @@ def timing_note(records: Sequence[Mapping[str, Any]]) -> str:
     )
 
 
+def _as_asked(record: Mapping[str, Any]) -> bool:
+    """Whether determinism was in effect as the run asked: op determinism exactly in deterministic mode, or in a
+    knob study's arm (``sweep --knobs``, whose mode only says whether it set any) each knob it set, as read back,
+    but one that works only with a knob the arm left off (``Knob.needs``: it reads back off)."""
+    settings = record["settings"]
+    if "knobs" not in record:
+        return bool(settings.get("op_determinism")) == (record.get("mode") == "deterministic")
+    asked, in_effect = set(record["knobs"]), settings.get("knobs") or {}
+    known = backends.REGISTRY.get(backend_of(record))
+    needs = {knob.name: knob.needs for knob in known.knobs} if known else {}
+    return all(in_effect.get(name, True) or needs.get(name) not in (None, *asked) for name in asked)
+
+
 def _settings_warnings(label: str, records: Sequence[Mapping[str, Any]]) -> list[str]:
     warnings = []
-    wrong = [
-        str(r.get("run_id"))
-        for r in records
-        if r.get("settings") and bool(r["settings"].get("op_determinism")) != (r.get("mode") == "deterministic")
-    ]
+    wrong = [str(r.get("run_id")) for r in records if r.get("settings") and not _as_asked(r)]
     if wrong:
-        warnings.append(f"{label}: op determinism was not in effect as its mode says in {', '.join(wrong[:5])}")
+        warnings.append(f"{label}: determinism was not in effect as the run asked in {', '.join(wrong[:5])}")
     jit = _env(records, "settings", "jit_compile")
     if len(jit) > 1:
         warnings.append(

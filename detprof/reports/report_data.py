@@ -13,7 +13,9 @@ are the evidence, and what ran (provenance) comes last. A ``detprof verify`` stu
 (``verification_data``) adds whether determinism held to the answer (to a model's row, or in
 a table of its own for a model no sweep measured) and a section on where runs part; without
 one, neither is there, not even as a line saying it is missing: a verification is an addition
-to the cost study, not a part of it.
+to the cost study, not a part of it. A ``detprof sweep --knobs`` study (``knobs_data``) is such an
+addition too: each model's advice on which switch to turn off joins the answer (under the
+table beside its row, or in a block of its own), and a section prices every switch.
 
 Each study ran one Keras backend (tensorflow, jax or torch), and the same model on the same
 device is a different measurement on each: everything keyed by (model, device) is keyed by
@@ -54,6 +56,7 @@ from detprof.reports.headline import (
     cpu_notes,
     is_cpu,
 )
+from detprof.reports.knobs_data import KnobReading, KnobStudy, knob_readings, load_knobs
 from detprof.reports.provenance import (
     WHOLE_PROCESS,
     MeasuredStudy,
@@ -77,6 +80,7 @@ SECTIONS: dict[str, str] = {
     "overhead": "Overhead by model",
     "kernel-size": "Kernel size",
     "cost": "Where the cost comes from",
+    "knobs": "Which switch costs what",
     "verification": "Where nondeterminism enters and how it spreads",
     "stability": "Stability",
     "tradeoff": "Cost versus benefit",
@@ -217,6 +221,10 @@ class Report:
     calibrations: list[CalibrationStudy]
     verifications: list[VerifyStudy]
     """``detprof verify`` studies: shown only where the inputs hold one, so other reports read as they did."""
+    knob_studies: list[KnobStudy]
+    """``detprof sweep --knobs`` studies: shown only where the inputs hold one, as verifications are."""
+    knobs: list[KnobReading]
+    """Every model of the knob studies, each with the noise floor its costs are read against."""
     headline: list[HeadlineRow]
     cpu_notes: list[str]
     """Shown next to the headline when a device is a CPU: why its cost is not a GPU's, why its churn is 0."""
@@ -237,7 +245,7 @@ class Report:
             found.setdefault(s.label, s.device)
         for st in self.stability:
             found.setdefault(st.device, st.device_info)
-        for v in self.verifications:
+        for v in [*self.verifications, *self.knob_studies]:
             found.setdefault(v.label, v.device)
         return found
 
@@ -245,7 +253,7 @@ class Report:
     def backends(self) -> list[str]:
         """Every Keras backend a study here ran, in detprof's order (tensorflow, jax, torch)."""
         studies = [*self.sweeps, *self.kernels, *self.calibrations, *self.stability, *self.verifications]
-        return backend_order(s.backend for s in studies)
+        return backend_order(s.backend for s in [*studies, *self.knob_studies])
 
     @property
     def names_backend(self) -> bool:
@@ -270,7 +278,7 @@ class Report:
         found: dict[str, dict[str, list[str]]] = {}
         sources = [(s.backend, s.versions) for s in [*self.sweeps, *self.kernels, *self.calibrations]]
         sources += [(st.backend, {k: [str(v)] for k, v in st.software.items()}) for st in self.stability]
-        sources += [(v.backend, v.versions) for v in self.verifications]
+        sources += [(v.backend, v.versions) for v in [*self.verifications, *self.knob_studies]]
         for backend, versions in sources:
             packages = found.setdefault(backend, {})
             for key, values in versions.items():
@@ -301,6 +309,7 @@ class Report:
             *((f"calibration {c.label}", c.backend, c.settings) for c in self.calibrations),
             *((f"stability {st.model} {st.device}", st.backend, st.determinism) for st in self.stability),
             *((f"verify {v.label}", v.backend, v.settings) for v in self.verifications),
+            *((f"knobs {k.label}", k.backend, k.settings) for k in self.knob_studies),
         ]
         return [
             (name, backend, mode, settings[mode])
@@ -312,13 +321,9 @@ class Report:
     @property
     def commands(self) -> list[str]:
         """Every study's command line, then the one that rebuilds this report."""
-        studies: list[SweepStudy | StabilityStudy | kernels_data.KernelsStudy | CalibrationStudy | VerifyStudy] = [
-            *self.sweeps,
-            *self.calibrations,
-            *self.kernels,
-            *self.stability,
-            *self.verifications,
-        ]
+        studies: list[
+            SweepStudy | StabilityStudy | kernels_data.KernelsStudy | CalibrationStudy | VerifyStudy | KnobStudy
+        ] = [*self.sweeps, *self.calibrations, *self.kernels, *self.stability, *self.verifications, *self.knob_studies]
         lines = [s.command for s in studies if s.command]
         lines.append("detprof report " + " ".join(str(p) for p in self.sources))
         return list(dict.fromkeys(lines))
@@ -333,6 +338,18 @@ class Report:
         """Verified models that no headline row shows (not swept on that label and backend): a table of their own."""
         shown = {(r.model, r.device, r.backend) for r in self.headline}
         return [(s, v) for s in self.verifications for v in s.models if (v.model, s.label, s.backend) not in shown]
+
+    @property
+    def knobs_beside_headline(self) -> list[KnobReading]:
+        """Knob readings of a model, device label and backend the headline has a row of: a line under its table."""
+        shown = {(r.model, r.device, r.backend) for r in self.headline}
+        return [k for k in self.knobs if k.key in shown]
+
+    @property
+    def knobs_alone(self) -> list[KnobReading]:
+        """Knob readings no headline row shows (not swept on that label and backend): a first-screen block."""
+        shown = {(r.model, r.device, r.backend) for r in self.headline}
+        return [k for k in self.knobs if k.key not in shown]
 
 
 def _no_kernels_reason(overhead: ModelOverhead, records: Sequence[Mapping[str, Any]]) -> str:
@@ -484,6 +501,15 @@ def tradeoff_points(sweeps: Sequence[SweepStudy], studies: Sequence[StabilityStu
     return pair(_costs(sweeps), learned)
 
 
+def calibration_floors(calibrations: Iterable[CalibrationStudy]) -> dict[StudyKey, float | None]:
+    """Each calibrated model's noise floor by (model, device label, backend): the first calibration wins."""
+    floors: dict[StudyKey, float | None] = {}
+    for c in calibrations:
+        for model, floor in c.floors.items():
+            floors.setdefault((model, c.label, c.backend), floor)
+    return floors
+
+
 @dataclass(frozen=True)
 class _Evidence:
     """What the report knows beside the sweeps, each keyed by (model, device label, backend)."""
@@ -501,12 +527,9 @@ class _Evidence:
         calibrations: Sequence[CalibrationStudy],
         verifications: Sequence[VerifyStudy],
     ) -> _Evidence:
-        floors: dict[StudyKey, float | None] = {}
-        for c in calibrations:
-            for model, floor in c.floors.items():
-                floors.setdefault((model, c.label, c.backend), floor)
         by_key = {(s.model, s.device, s.backend): s for s in studies}
-        return cls(by_key, floors, {(c.label, c.backend) for c in calibrations}, verified(verifications))
+        calibrated = {(c.label, c.backend) for c in calibrations}
+        return cls(by_key, calibration_floors(calibrations), calibrated, verified(verifications))
 
 
 def _headline_row(sweep: SweepStudy, m: ModelCost, evidence: _Evidence) -> HeadlineRow:
@@ -668,6 +691,7 @@ LOADERS: dict[str, Callable[[ResultsStore], Any]] = {
     "kernels": kernels_data.load_kernels,
     "calibration": load_calibration,
     "verify": load_verify,
+    "knobs": load_knobs,
 }
 """The studies whose loader gives the study, or None while it holds no runs yet."""
 
@@ -682,7 +706,7 @@ def _named(lines: Iterable[str], label: str, shown: str) -> list[str]:
 def _warnings(report: Report, loading: Sequence[str]) -> list[str]:
     """What loading the studies found, then each study's own warnings, every device named as the report names it."""
     warnings = list(loading)
-    for study in [*report.sweeps, *report.kernels, *report.verifications]:
+    for study in [*report.sweeps, *report.kernels, *report.verifications, *report.knob_studies]:
         warnings += _named(study.warnings, study.label, report.where(study.label, study.backend))
     for s in report.stability:
         warnings += [
@@ -700,7 +724,7 @@ def build_report(paths: Sequence[Path]) -> Report:
     stability: list[StabilityStudy] = []
     found: dict[str, list[Any]] = {kind: [] for kind in LOADERS}
     sweeps, kernels, calibrations = found["sweep"], found["kernels"], found["calibration"]
-    verifications = found["verify"]
+    verifications, knob_studies = found["verify"], found["knobs"]
     loading: list[str] = []
     seen: set[Path] = set()
     for path in paths:
@@ -729,6 +753,8 @@ def build_report(paths: Sequence[Path]) -> Report:
         stability=stability,
         calibrations=calibrations,
         verifications=verifications,
+        knob_studies=knob_studies,
+        knobs=knob_readings(knob_studies, calibration_floors(calibrations)),
         headline=headline_rows(sweeps, stability, calibrations, verifications),
         cpu_notes=[],
         notes=[],
