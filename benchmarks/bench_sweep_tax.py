@@ -26,8 +26,8 @@ import time
 from pathlib import Path
 
 from detprof.profiler.plan import mode_order
+from detprof.profiler.presets import PRESETS
 from detprof.profiler.process import STEADY_HEAP_ENV
-from detprof.sweep.presets import PRESETS
 
 TARGET = 1.15
 

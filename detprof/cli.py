@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
 import sys
+import threading
 from collections.abc import Iterable
 from enum import Enum
 from typing import Annotated, Any, NamedTuple
@@ -20,8 +22,8 @@ from typing import Annotated, Any, NamedTuple
 import typer
 from typer.core import TyperArgument, TyperCommand, TyperOption
 
-from detprof import invocation
-from detprof.errors import DetprofError, ExitCode
+from detprof import invocation, locks
+from detprof.errors import DetprofError, ExitCode, Terminated, environment_failure
 
 # Help reads like any other command line's: "--top INTEGER", "--format [table|json|csv]",
 # "Usage: detprof report [OPTIONS] RESULTS_DIRS...". Typer's own rendering (rich panels or
@@ -193,10 +195,30 @@ def with_optional_values(args: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; every expected failure is one line on stderr and a documented exit code."""
+    """Run the CLI; every expected failure is one line on stderr and a documented exit code.
+
+    SIGTERM (a scheduler's preemption, ``systemctl stop``) ends a command as Ctrl-C does:
+    workers stopped, completed runs kept, the resume line. Every lock the command took is given
+    back however it ends (``locks``).
+    """
     args = sys.argv[1:] if argv is None else argv
     invocation.remember(args)
     args = with_optional_values(args)
+    on_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminate) if on_main_thread else None
+    try:
+        return _run(args)
+    finally:
+        if on_main_thread:
+            signal.signal(signal.SIGTERM, previous)
+        locks.release_all()
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise Terminated()
+
+
+def _run(args: list[str]) -> int:
     try:
         app = build_app(_commands_for(args))
         code = app(args=args, prog_name="detprof", standalone_mode=False)
@@ -212,17 +234,29 @@ def main(argv: list[str] | None = None) -> int:
     except DetprofError as exc:
         typer.echo(f"detprof: error: {exc}", err=True)
         return exc.exit_code
+    except Terminated:
+        typer.echo("detprof: terminated (SIGTERM)", err=True)
+        return ExitCode.TERMINATED
     except KeyboardInterrupt:
         typer.echo("detprof: interrupted", err=True)
         return ExitCode.INTERRUPTED
+    except OSError as exc:
+        failure = environment_failure(exc)
+        if failure is None:
+            return _internal(exc)
+        typer.echo(f"detprof: error: {failure}", err=True)
+        return failure.exit_code
     except Exception as exc:
-        if os.environ.get("DETPROF_DEBUG"):
-            raise
-        typer.echo(
-            f"detprof: internal error: {type(exc).__name__}: {exc} (DETPROF_DEBUG=1 shows the traceback)", err=True
-        )
-        return ExitCode.INTERNAL
+        return _internal(exc)
     return code if isinstance(code, int) else ExitCode.OK
+
+
+def _internal(exc: Exception) -> int:
+    """A bug: one line, unless ``DETPROF_DEBUG`` asks for the traceback."""
+    if os.environ.get("DETPROF_DEBUG"):
+        raise exc
+    typer.echo(f"detprof: internal error: {type(exc).__name__}: {exc} (DETPROF_DEBUG=1 shows the traceback)", err=True)
+    return ExitCode.INTERNAL
 
 
 if __name__ == "__main__":

@@ -2,12 +2,18 @@
 
 Every command turns these failures into one line on stderr, never a traceback, so that
 callers (CI scripts above all) can tell "you called me wrong" (2) from "your input or
-measurement is unusable" (3), and both from an answer (0, 1) or a crash (70).
+measurement is unusable" (3) and from "the machine refused" (74: a full disk, a permission,
+results or a device another detprof holds), and all of them from an answer (0, 1) or a crash
+(70).
 """
 
 from __future__ import annotations
 
+import errno
+import os
+import shutil
 from enum import IntEnum
+from pathlib import Path
 
 
 class ExitCode(IntEnum):
@@ -22,8 +28,14 @@ class ExitCode(IntEnum):
     """Input or a measurement that cannot be used (``InputError``); ``check``: results not comparable."""
     INTERNAL = 70
     """A bug in detprof, never its input or measurement: EX_SOFTWARE of sysexits.h."""
+    ENVIRONMENT = 74
+    """The machine refused what detprof needs (``EnvironmentFailure``): a full disk, a read-only folder, a
+    permission, a results folder or a device another detprof holds: EX_IOERR of sysexits.h."""
     INTERRUPTED = 130
     """Ctrl-C (128 + SIGINT, as a shell reports it); every completed run is kept."""
+    TERMINATED = 143
+    """SIGTERM (128 + SIGTERM), as a scheduler's preemption or ``systemctl stop`` sends it; every completed run
+    is kept."""
 
 
 class DetprofError(Exception):
@@ -42,6 +54,48 @@ class InputError(DetprofError):
     """A file or measurement that cannot be used: missing, corrupt, empty (exit 3)."""
 
     exit_code = ExitCode.INPUT
+
+
+class EnvironmentFailure(DetprofError):
+    """The machine refused what detprof needs, not the user's input and not a bug (exit 74)."""
+
+    exit_code = ExitCode.ENVIRONMENT
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread (``cli.main``): every path that ends a study cleanly on Ctrl-C (workers
+    stopped, completed runs kept, the resume line) ends it the same way on SIGTERM."""
+
+
+ENVIRONMENT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM})
+"""``OSError``s that are the machine refusing (a full disk or quota, a read-only file system, a permission)."""
+
+
+def environment_failure(exc: OSError) -> EnvironmentFailure | None:
+    """One line for an ``OSError`` the machine caused: the path, why, the space left, and that the work so far is
+    kept; None for any other error (a bug, reported as one)."""
+    if exc.errno not in ENVIRONMENT_ERRNOS:
+        return None
+    path = exc.filename or "a file"
+    free = _free_space(exc.filename)
+    room = f" ({free} free there)" if free is not None else ""
+    return EnvironmentFailure(
+        f"cannot write {path}: {exc.strerror or exc}{room}; every run recorded so far is kept: free space or fix "
+        "the permission, then run the same command with --resume"
+    )
+
+
+def _free_space(filename: object) -> str | None:
+    if not isinstance(filename, str | os.PathLike):
+        return None
+    folder = Path(filename)
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        return None
+    return f"{free / 2**20:,.1f} MiB"
 
 
 _TF_GRAPH_ERROR = "Graph execution error:"

@@ -85,6 +85,11 @@ class RunOptions:
     seed: int | None = option("Seed set in both modes (default 0).")
     out: Path | None = option("Results directory (default results/<date>-<device>).")
     resume: bool = option("Continue the study in --out, skipping completed runs.", False)
+    wait: bool = option(
+        "When another detprof is measuring on the same device: wait for it to finish (default), or refuse at once.",
+        True,
+        flags=("--wait/--no-wait",),
+    )
     run_timeout: float | None = option("Seconds after which a run is stopped and recorded as failed.")
     dry_run: bool = option(
         "Print the plan (each run's worker and tracer command line, the environment detprof sets) and exit without "
@@ -130,10 +135,10 @@ OPTION_TYPES: dict[str, Any] = _option_types()
 FLEET = ("ray", "max_trace_mb")
 """What runs a study on a Ray cluster (``detprof.fleet``): the sweep and ``check --run`` take these."""
 MODEL_INPUTS = ("input_shape", "classes", "data")
-"""How the sweep's models are built and fed (``sweep.plan``): the sweep and ``check --run`` take these."""
+"""How the sweep's models are built and fed (``profiler.model_plan``): the sweep and ``check --run`` take these."""
 MEASURED_STUDY = tuple(n for n in OPTION_TYPES if n not in FLEET + MODEL_INPUTS)
 """What the sweep and kernels_bench both take."""
-CHECK_RUN = tuple(n for n in OPTION_TYPES if n not in ("preset", "out", "resume", "dry_run"))
+CHECK_RUN = tuple(n for n in OPTION_TYPES if n not in ("preset", "out", "resume", "dry_run", "wait"))
 """What ``check --run`` may override of the baseline's sweep."""
 
 Command = TypeVar("Command", bound=Callable[..., None])

@@ -20,7 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from detprof.errors import InputError, UsageError
+from detprof.errors import DetprofError, InputError, UsageError, environment_failure
+from detprof.locks import hold_results
 from detprof.records import RecordKind, checked
 
 if TYPE_CHECKING:
@@ -131,6 +132,11 @@ class ResultsStore:
     def open(self, config: dict[str, Any], command: str, *, resume: bool) -> None:
         """Create the study folder, or re-open it for ``--resume`` with the same configuration."""
         digest = config_hash(config)
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise self._unwritable(exc) from exc
+        hold_results(self.dir)
         if self.exists():
             previous = self.manifest()
             if previous.get("config_hash") != digest:
@@ -158,7 +164,11 @@ class ResultsStore:
                 },
             )
         except OSError as exc:
-            raise UsageError(f"cannot write results to {self.root}: {exc.strerror or exc}") from exc
+            raise self._unwritable(exc) from exc
+
+    def _unwritable(self, exc: OSError) -> DetprofError:
+        """The machine's refusal (a full disk, a permission: exit 74), else an ``--out`` that cannot be a folder."""
+        return environment_failure(exc) or UsageError(f"cannot write results to {self.root}: {exc.strerror or exc}")
 
     def manifest(self) -> dict[str, Any]:
         """The study's manifest; its ``config``, when present, is an object (readers may ``.get`` from it)."""

@@ -15,3 +15,10 @@ import pytest
 def _no_terminal_size_from_xdist(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("COLUMNS", raising=False)
     monkeypatch.delenv("LINES", raising=False)
+
+
+@pytest.fixture(autouse=True)
+def own_device_locks(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test takes its device locks in a folder of its own: tests that measure side by side (``-n 2``) must
+    not wait for each other. The lock tests share one folder between their commands on purpose."""
+    monkeypatch.setenv("DETPROF_LOCK_DIR", str(tmp_path_factory.mktemp("device-locks")))

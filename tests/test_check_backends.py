@@ -18,8 +18,8 @@ import synthetic_sweep as synth
 from test_check_cli import Capture, make_sweep, run_cli
 
 from detprof.check.baseline_file import ADDED_LATER, fingerprint, measurement_config_hash
+from detprof.profiler.model_plan import SweepRequest
 from detprof.store import ResultsStore
-from detprof.sweep.plan import SweepRequest
 from detprof.sweep.run import SweepOutcome
 
 MEDIANS = {"resnet50": 1.5, "vgg16": 1.2}

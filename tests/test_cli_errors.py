@@ -74,9 +74,13 @@ def test_results_json_that_is_not_an_object_is_one_line_exit_3(
 
 
 def test_exit_codes_are_one_enum_as_the_readme_documents_them() -> None:
-    """0 done, 1 a check's no, 2 usage, 3 input, 70 a bug, 130 Ctrl-C: the values CI scripts rely on."""
+    """0 done, 1 a check's no, 2 usage, 3 input, 70 a bug, 74 the machine refused, 130 Ctrl-C, 143 SIGTERM: the
+    values CI scripts rely on."""
     codes = {code.name: int(code) for code in ExitCode}
-    assert codes == {"OK": 0, "CHECK_FAILED": 1, "USAGE": 2, "INPUT": 3, "INTERNAL": 70, "INTERRUPTED": 130}
+    assert codes == {
+        **{"OK": 0, "CHECK_FAILED": 1, "USAGE": 2, "INPUT": 3, "INTERNAL": 70, "ENVIRONMENT": 74},
+        **{"INTERRUPTED": 130, "TERMINATED": 143},
+    }
     assert (UsageError.exit_code, InputError.exit_code) == (ExitCode.USAGE, ExitCode.INPUT)
     readme = (Path(__file__).parents[1] / "README.md").read_text()
     documented = readme[readme.index("Exit codes, the same for every command:") :].split("\n\n")[0]

@@ -274,10 +274,11 @@ def test_dry_run_on_the_cpu_shows_the_lockstep_sessions(monkeypatch, capsys, tmp
 def test_runs_one_after_the_other_measure_wall_untraced_and_kernels_traced(tmp_path) -> None:
     """The GPU's sequential design, run here with TensorFlow's profiler: each run its own worker."""
     from detprof.profiler.devices import DeviceChoice
+    from detprof.profiler.model_plan import SweepConfig
     from detprof.profiler.plan import MeasurementTarget
     from detprof.profiler.study import run_planned
     from detprof.store import ResultsStore
-    from detprof.sweep.plan import SweepConfig, plan_runs
+    from detprof.sweep.plan import plan_runs
 
     config = SweepConfig(
         models=("smallcnn",), steps=3, warmup=1, repeats=1, batch_size=8, input_size=16, pairing="sequential"

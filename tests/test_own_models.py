@@ -22,8 +22,8 @@ from detprof.cli import main
 from detprof.errors import InputError, UsageError
 from detprof.models import own
 from detprof.models.npz_data import headers, leading_rows
+from detprof.profiler.model_plan import split_models
 from detprof.store import ResultsStore
-from detprof.sweep.plan import split_models
 
 FACTORIES = """
 import keras

@@ -21,12 +21,12 @@ from detprof.backends.program import program_environment
 from detprof.cli import main
 from detprof.errors import ExitCode
 from detprof.options import RunOptions
+from detprof.profiler.presets import PRESETS
 from detprof.profiler.process import STEADY_HEAP_ENV
 from detprof.profiler.program.files import in_effect
 from detprof.profiler.program.plan import ProgramRequest, plan_program_runs
 from detprof.profiler.program.run import HOOK_DIR, NO_WINDOW
 from detprof.store import ResultsStore
-from detprof.sweep.presets import PRESETS
 
 STEPS = 3
 TORCH_TRAIN = """

@@ -158,7 +158,7 @@ def remeasure(
 ) -> SweepOutcome:
     """The sweep (or the program) the baseline measured, with its configuration and backend, the options given
     overriding the configuration."""
-    from detprof.sweep.plan import SweepRequest, split_models
+    from detprof.profiler.model_plan import SweepRequest, split_models
     from detprof.sweep.run import measure_sweep
 
     config = reference.config
@@ -182,8 +182,8 @@ def _remeasure_program(
 ) -> SweepOutcome:
     """The baseline's training program (``sweep --command``) measured again as it was: its command, name,
     backend, tracer and repeats, the options given that a program takes overriding them."""
-    from detprof.profiler.program.plan import ProgramRequest
-    from detprof.sweep.run import PROGRAM_OPTIONS, measure_program, refuse_for_programs
+    from detprof.profiler.program.plan import PROGRAM_OPTIONS, ProgramRequest, refuse_for_programs
+    from detprof.sweep.run import measure_program
 
     program = reference.config["program"]
     if models:

@@ -228,9 +228,10 @@ def smoke_run(backend: str, gpu: str | None, force: bool) -> SmokeRun:
     nothing worth keeping) and kept otherwise, for the workers' logs that say what went wrong.
     """
     from detprof.options import RunOptions
+    from detprof.profiler.model_plan import SweepRequest
     from detprof.profiler.study import run_planned
     from detprof.store import ResultsStore
-    from detprof.sweep.plan import SweepRequest, plan_runs
+    from detprof.sweep.plan import plan_runs
 
     options = RunOptions(backend=backend, gpu=gpu, force=force, **SMOKE_RUN)
     config, target = SweepRequest((SMOKE_MODEL,), options).resolve()

@@ -122,6 +122,7 @@ def kernels(
         resume=options.resume,
         command=command_line(),
         console=Console(stderr=True),
+        wait=options.wait,
     )
     print_summary(store)
     Console(stderr=True).print(f"results: {escape(str(store.dir))}")

@@ -259,6 +259,12 @@ class DeviceChoice:
             return None
         return self.mig_devices or self.gpu.uuid or str(self.gpu.index)
 
+    @property
+    def lock_key(self) -> str:
+        """What two measurements must not share (``locks.hold_device``): the GPU the workers see, else the CPU."""
+        cuda = self.cuda_visible_devices
+        return f"gpu-{cuda}" if cuda else "cpu"
+
     def as_record(self) -> dict[str, Any]:
         """The ``device`` field of every run record, with the ``CUDA_VISIBLE_DEVICES`` the workers ran under."""
         record: dict[str, Any] = {

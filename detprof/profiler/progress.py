@@ -27,7 +27,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from detprof.errors import ExitCode
+from detprof.errors import ExitCode, Terminated
 
 
 @dataclass
@@ -92,9 +92,11 @@ def progress_bars(console: Console, totals: Mapping[str, int], results_dir: Path
         }
         try:
             yield bars
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as stop:
             bar.stop()
-            console.print(f"interrupted: every completed run is kept in {escape(str(results_dir))}; --resume continues")
-            raise typer.Exit(ExitCode.INTERRUPTED) from None
+            terminated = isinstance(stop, Terminated)
+            why = "terminated (SIGTERM)" if terminated else "interrupted"
+            console.print(f"{why}: every completed run is kept in {escape(str(results_dir))}; --resume continues")
+            raise typer.Exit(ExitCode.TERMINATED if terminated else ExitCode.INTERRUPTED) from None
         for progress in bars.values():
             bar.update(progress.task, completed=progress.total, description="done")  # type: ignore[arg-type]

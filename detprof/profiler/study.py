@@ -14,6 +14,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from detprof import locks
 from detprof.profiler.launcher import WorkerLauncher
 from detprof.profiler.plan import (
     MeasurementTarget,
@@ -41,10 +42,16 @@ def run_planned(
     resume: bool,
     command: str,
     progress: RunProgress | None = None,
+    wait: bool = True,
 ) -> list[MeasuredRun]:
-    """Run every planned run not already complete; returns the records of this invocation."""
+    """Run every planned run not already complete; returns the records of this invocation.
+
+    The study's folder is held first (``ResultsStore.open``), then the device (``wait``: for another detprof
+    measuring on it, else refuse), so that a second command into the same folder refuses rather than waits.
+    """
     progress = progress or RunProgress()
     store.open(manifest, command, resume=resume)
+    locks.hold_device(target.device.lock_key, target.device.label, wait=wait)
     launcher_type = ProgramLauncher if target.program else WorkerLauncher
     launcher = launcher_type(store, target.tracer, target.device, settings)
     records: list[MeasuredRun] = []
@@ -104,8 +111,11 @@ def measure(
     resume: bool,
     command: str,
     console: Console,
+    wait: bool = True,
 ) -> ResultsStore:
-    """``run_planned`` as a command runs it: a line saying what runs where, then the progress display."""
+    """``run_planned`` as a command runs it: a line saying what runs where, then the progress display.
+
+    ``wait``: for the device, where another detprof is measuring on it (``run_planned``)."""
     store = ResultsStore(out, kind)
     parts = measured_parts(target.tracer, whole_runs=target.program)
     untraced = " (and untraced runs for wall time)" if len(parts) > 1 else ""
@@ -115,5 +125,7 @@ def measure(
     )
     total = len(runs_to_measure(plan, target.tracer, whole_runs=target.program))
     with progress_bar(console, kind, total, store.dir) as progress:
-        run_planned(plan, settings, manifest, store, target, resume=resume, command=command, progress=progress)
+        run_planned(
+            plan, settings, manifest, store, target, resume=resume, command=command, progress=progress, wait=wait
+        )
     return store

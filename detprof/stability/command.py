@@ -64,7 +64,7 @@ def print_summary(console: Console, summary: dict[str, Any]) -> None:
         console.print()
 
 
-@with_run_options("backend", "gpu", "gpu_index", "force", "out", "resume", "ray")
+@with_run_options("backend", "gpu", "gpu_index", "force", "out", "resume", "wait", "ray")
 def stability(
     options: RunOptions,
     model: Annotated[
@@ -138,6 +138,7 @@ def stability(
             command=command_line(),
             console=err,
             execute=execute,
+            wait=options.wait,
         )
     print_summary(table_console(), outcome.summary)
     failed = outcome.summary["runs_failed"]

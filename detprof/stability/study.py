@@ -26,7 +26,7 @@ from typing import Any
 
 from rich.console import Console
 
-from detprof import backends
+from detprof import backends, locks
 from detprof.determinism import MODES, Mode, without_implied
 from detprof.errors import UsageError, first_line
 from detprof.models import own, registry
@@ -348,6 +348,7 @@ def run_study(
     console: Console | None = None,
     tasks_per_worker: int | None = None,
     execute: Callable[..., None] | None = None,
+    wait: bool = True,
 ) -> StudyOutcome:
     """Train every planned run not already done, by ``execute`` (``execute_runs``'s signature; default it:
     this machine's pools), then summarize; a fleet's executor spreads the runs over its nodes."""
@@ -358,6 +359,8 @@ def run_study(
         config = replace(config, own_model=inspected_for(config.own_model, data, config.backend))
     store = ResultsStore(out, "stability")
     store.open({**config.manifest(), "device": device.label}, command, resume=resume)
+    if execute is None:
+        locks.hold_device(device.lock_key, device.label, wait=wait)
     planned = plan_runs(variants, config.runs, config.seed)
     pending = [r for r in planned if not store.is_done(r.run_id)]
     train_config = TrainConfig(

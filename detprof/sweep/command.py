@@ -16,11 +16,13 @@ from rich.markup import escape
 
 from detprof.errors import UsageError
 from detprof.options import FLEET, MEASURED_STUDY, MODEL_INPUTS, ModelsOption, RunOptions, with_run_options
+from detprof.profiler.model_plan import SweepRequest, split_models
 from detprof.profiler.plan import default_results_dir
+from detprof.profiler.program.plan import refuse_for_programs
 from detprof.sweep.knobs import split_knobs
-from detprof.sweep.plan import SweepRequest, plan_runs, split_models
+from detprof.sweep.plan import plan_runs
 from detprof.sweep.render import print_outcome
-from detprof.sweep.run import measure_knobs, measure_program, measure_sweep, refuse_for_programs, study_stability
+from detprof.sweep.run import measure_knobs, measure_program, measure_sweep, study_stability
 
 HELP = "Run each model in default and deterministic mode; report the overhead."
 ProgramOption = Annotated[

@@ -25,8 +25,8 @@ from typing import Literal
 from detprof.backends.base import Backend, Knob
 from detprof.determinism import Mode
 from detprof.errors import UsageError
+from detprof.profiler.model_plan import MODEL_WORKLOAD, SweepConfig
 from detprof.profiler.plan import PlannedRun, Workload, mode_order
-from detprof.sweep.plan import MODEL_WORKLOAD, SweepConfig
 
 Side = Literal["a", "b"]
 TOTAL = "total"

@@ -8,7 +8,7 @@ of the swept models; each returns what it wrote and prints only its progress. Th
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,21 +19,16 @@ from rich.markup import escape
 from detprof.errors import UsageError
 from detprof.invocation import command_line
 from detprof.models.own import is_own
-from detprof.options import RunOptions
+from detprof.profiler.model_plan import SweepRequest
 from detprof.profiler.plan import default_results_dir
+from detprof.profiler.presets import PRESETS, STABILITY_MODELS
 from detprof.profiler.study import measure
 from detprof.store import ResultsStore, StudyKind
-from detprof.sweep.plan import SweepRequest, plan_runs
-from detprof.sweep.presets import PRESETS, STABILITY_MODELS
+from detprof.sweep.plan import plan_runs
 
 if TYPE_CHECKING:
     from detprof.profiler.devices import DeviceChoice
     from detprof.profiler.program.plan import ProgramRequest
-
-PROGRAM_OPTIONS = frozenset(
-    ("backend", "gpu", "gpus", "gpu_index", "force", "tracer", "trace_api", "repeats", "out", "resume", "run_timeout")
-)
-"""The shared options that apply to a program (``--command``); it decides its own steps, data and model."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +69,7 @@ def measure_sweep(request: SweepRequest, *, calibrate: bool = False, console: Co
         resume=request.options.resume,
         command=command_line(),
         console=console,
+        wait=request.options.wait,
     )
     return SweepOutcome(
         out,
@@ -112,6 +108,7 @@ def measure_knobs(request: SweepRequest, only: tuple[str, ...] | None, *, consol
         resume=request.options.resume,
         command=command_line(),
         console=console,
+        wait=request.options.wait,
     )
     checks = ResultsStore(store.dir, "knob_checks")
     checks.open(
@@ -169,20 +166,6 @@ def _measure_on_fleet(request: SweepRequest, kind: StudyKind, console: Console) 
     return SweepOutcome(out, kind, {label: study.store for label, study in fleet_outcome.studies.items()})
 
 
-def refuse_for_programs(options: RunOptions, flags: list[str]) -> None:
-    """One line naming every option given that a program (``--command``) cannot take."""
-    given = [
-        f"--{field.name.replace('_', '-')}"
-        for field in fields(options)
-        if field.name not in PROGRAM_OPTIONS and getattr(options, field.name) not in (None, False, ())
-    ]
-    if flags or given:
-        raise UsageError(
-            f"{', '.join([*flags, *given])}: not with --command, which runs a program as it is (it decides its "
-            "own model, data and steps; see README, 'Any training program')"
-        )
-
-
 def measure_program(request: ProgramRequest, *, console: Console) -> SweepOutcome:
     """A training program (``--command``) measured as a model named ``--name``: the same store and tables."""
     from detprof.profiler.program.plan import plan_program_runs
@@ -200,6 +183,7 @@ def measure_program(request: ProgramRequest, *, console: Console) -> SweepOutcom
         resume=request.options.resume,
         command=command_line(),
         console=console,
+        wait=request.options.wait,
     )
     return SweepOutcome(out, "sweep", {target.device.label: store}, device=target.device, backend=target.backend)
 

@@ -36,6 +36,7 @@ VERIFY_OPTIONS = (
     "seed",
     "out",
     "resume",
+    "wait",
     "input_shape",
     "classes",
 )
@@ -68,7 +69,7 @@ def verify(
 
     outcome: VerifyOutcome
     if program is not None:
-        from detprof.sweep.run import refuse_for_programs
+        from detprof.profiler.program.plan import refuse_for_programs
         from detprof.verify.program import ProgramVerifyRequest, verify_program
 
         asked = {"--models": models is not None, "--steps": steps is not None, "--gradients": gradients}
@@ -77,7 +78,7 @@ def verify(
     elif name is not None:
         raise UsageError("--name names the program of --command: give both, or neither for models")
     else:
-        from detprof.sweep.plan import split_models
+        from detprof.profiler.model_plan import split_models
         from detprof.verify.run import DEFAULT_STEPS, VerifyRequest, run_verify
 
         request = VerifyRequest(split_models(models), options, DEFAULT_STEPS if steps is None else steps, gradients)

@@ -33,6 +33,7 @@ from detprof.invocation import command_line
 from detprof.options import RunOptions
 from detprof.profiler.launcher import utc_now
 from detprof.profiler.plan import default_results_dir
+from detprof.profiler.presets import PRESETS
 from detprof.profiler.process import WorkerEnvironment
 from detprof.profiler.program.files import ProgramSpec, in_effect, read_window
 from detprof.profiler.program.plan import ProgramRequest, ProgramSettings
@@ -48,7 +49,6 @@ from detprof.profiler.progress import progress_bar
 from detprof.profiler.tracers import NO_TRACER
 from detprof.records import VerifyRun, verify_run
 from detprof.store import ResultsStore, atomic_write_json
-from detprof.sweep.presets import PRESETS
 from detprof.verify.run import REPLICAS, VERIFY_ORDER, VerifyOutcome, run_id
 from detprof.version import detprof_version
 

@@ -5,7 +5,7 @@ measuring environment of the device (its GPU pinned), with the same seed, the sa
 and the same number of steps (``verify.workload``). On a CPU the two runs of a mode run side
 by side (nothing here is timed, and each process is as deterministic alone as beside
 another); on a GPU one at a time, each with the device to itself. The models are named and
-built as the sweep names and builds them (``sweep.plan``): registry names or your own. Each
+built as the sweep names and builds them (``profiler.model_plan``): registry names or your own. Each
 run's record and fingerprints go to the results store, so ``--resume`` skips what is done and
 the report reads it; ``analysis.verification`` compares. A training program of the user's
 (``--command``) is verified by ``verify.program``, into the same records.
@@ -23,17 +23,18 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from detprof import locks
 from detprof.analysis.verification import ModelVerification, verifications
 from detprof.errors import DetprofError, UsageError
 from detprof.invocation import command_line
 from detprof.options import RunOptions
 from detprof.profiler.launcher import call_in_worker, utc_now
+from detprof.profiler.model_plan import SweepConfig, SweepRequest
 from detprof.profiler.plan import MeasurementTarget, default_results_dir
 from detprof.profiler.process import WorkerEnvironment
 from detprof.profiler.progress import progress_bar
 from detprof.records import VerifyRun, verify_run
 from detprof.store import ResultsStore
-from detprof.sweep.plan import SweepConfig, SweepRequest
 
 DEFAULT_STEPS = 20
 REPLICAS = ("a", "b")
@@ -73,6 +74,7 @@ def run_verify(request: VerifyRequest, *, console: Console) -> VerifyOutcome:
     store.open(
         manifest(config, target, request.steps, request.gradients), command_line(), resume=request.options.resume
     )
+    locks.hold_device(target.device.lock_key, target.device.label, wait=request.options.wait)
     console.print(
         f"detprof verify: {len(config.models)} model{'' if len(config.models) == 1 else 's'} x 2 modes x 2 runs of "
         f"{request.steps} steps on {escape(target.device.label)} ({target.backend}), results in {escape(str(out))}"

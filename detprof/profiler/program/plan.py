@@ -14,7 +14,7 @@ import re
 import shlex
 import shutil
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,39 @@ NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 """A name that is a file name and a run id part everywhere (``NAME--MODE--rN``)."""
 WHAT_THE_PROGRAM_DECIDES = ("steps", "warmup", "batch_size", "input_size", "xla", "compile", "seed", "preset")
 """``RunSettings`` fields that the program decides for itself: its manifest leaves them out."""
+
+
+PROGRAM_OPTIONS = frozenset(
+    (
+        "backend",
+        "gpu",
+        "gpus",
+        "gpu_index",
+        "force",
+        "tracer",
+        "trace_api",
+        "repeats",
+        "out",
+        "resume",
+        "run_timeout",
+        "wait",
+    )
+)
+"""The shared options that apply to a program (``--command``); it decides its own steps, data and model."""
+
+
+def refuse_for_programs(options: RunOptions, flags: list[str]) -> None:
+    """One line naming every option given that a program (``--command``) cannot take."""
+    given = [
+        f"--{field.name.replace('_', '-')}"
+        for field in fields(options)
+        if field.name not in PROGRAM_OPTIONS and getattr(options, field.name) not in (None, False, ())
+    ]
+    if flags or given:
+        raise UsageError(
+            f"{', '.join([*flags, *given])}: not with --command, which runs a program as it is (it decides its "
+            "own model, data and steps; see README, 'Any training program')"
+        )
 
 
 def program_argv(command: str) -> list[str]:

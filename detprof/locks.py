@@ -1,0 +1,124 @@
+"""Exclusive locks: one detprof per results folder, and one measurement per device.
+
+Two sweeps into one ``--out`` overwrite each other's records, and two measurements on one
+device (the CPU, or a GPU) each time the other's load: both results are wrong, and nothing
+in them says so. A results folder is locked when a study opens it (``ResultsStore.open``);
+the second command refuses, naming the holder. A device is locked while runs are measured on
+it; the second measurement waits, and says whom for, or refuses with ``--no-wait``.
+
+The locks are ``flock``s on files that name their holder (pid, host, command, since when). The
+kernel drops a ``flock`` when its process dies however it died, so a crashed holder never
+blocks anyone; its file still names it, and the next holder says it took over. A process
+holds each lock once however often it asks (a knob study opens two stores in one folder
+tree, a sweep measures several studies on one device), until ``release_all`` (the end of
+``cli.main``), which empties the files, so that a finished holder leaves no note behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import fcntl
+import json
+import os
+import socket
+import sys
+import tempfile
+from pathlib import Path
+
+from detprof.errors import EnvironmentFailure, environment_failure
+
+LOCK_DIR_ENV = "DETPROF_LOCK_DIR"
+"""Where the device locks live (default: the system's temporary folder), shared by every detprof on the machine."""
+RESULTS_LOCK = ".detprof.lock"
+
+_held: dict[Path, int] = {}
+
+
+def device_lock_path(device_key: str) -> Path:
+    folder = Path(os.environ.get(LOCK_DIR_ENV) or Path(tempfile.gettempdir()) / "detprof-locks")
+    return folder / f"{device_key}.lock"
+
+
+def hold_results(folder: Path) -> None:
+    """Hold ``folder`` for this process, or refuse in one line naming who holds it."""
+    path = folder / RESULTS_LOCK
+    if not _take(path, wait=False):
+        raise EnvironmentFailure(
+            f"{folder} is in use by another detprof ({_holder_words(path)}): wait for it to finish, or choose "
+            "another --out"
+        )
+
+
+def hold_device(device_key: str, label: str, *, wait: bool) -> None:
+    """Hold the device for this process's measurements: at once, else waiting (saying for whom) or refusing."""
+    path = device_lock_path(device_key)
+    if _take(path, wait=False):
+        return
+    holder = _holder_words(path)
+    if not wait:
+        raise EnvironmentFailure(f"{label} is being measured by another detprof ({holder}); --no-wait refuses to wait")
+    _note(f"waiting for {label}: another detprof is measuring on it ({holder}); --no-wait refuses instead")
+    _take(path, wait=True)
+
+
+def release_all() -> None:
+    """Give back every lock this process holds, leaving their files empty (no holder)."""
+    for path, fd in list(_held.items()):
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, 0)
+        os.close(fd)
+        del _held[path]
+
+
+def _note(line: str) -> None:
+    print(f"detprof: {line}", file=sys.stderr, flush=True)
+
+
+def _take(path: Path, *, wait: bool) -> bool:
+    if path in _held:
+        return True
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    except OSError as exc:
+        raise environment_failure(exc) or EnvironmentFailure(f"cannot use the lock file {path}: {exc}") from exc
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except BlockingIOError:
+        os.close(fd)
+        return False
+    except BaseException:
+        os.close(fd)
+        raise
+    stale = _read_holder(path)
+    if stale:
+        _note(f"took over {path} from {_words(stale)}, which ended without giving it back")
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, json.dumps(_me()).encode(), 0)
+    _held[path] = fd
+    return True
+
+
+def _me() -> dict[str, object]:
+    from detprof.invocation import command_line
+
+    now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    return {"pid": os.getpid(), "host": socket.gethostname(), "command": command_line(), "since": now}
+
+
+def _read_holder(path: Path) -> dict[str, object]:
+    try:
+        data = json.loads(path.read_text() or "{}")
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _holder_words(path: Path) -> str:
+    holder = _read_holder(path)
+    return _words(holder) if holder else "its holder did not say who it is"
+
+
+def _words(holder: dict[str, object]) -> str:
+    return f"pid {holder.get('pid')} on {holder.get('host')}, `{holder.get('command')}` since {holder.get('since')}"
