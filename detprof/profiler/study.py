@@ -115,8 +115,11 @@ def measure(
 ) -> ResultsStore:
     """``run_planned`` as a command runs it: a line saying what runs where, then the progress display.
 
-    ``wait``: for the device, where another detprof is measuring on it (``run_planned``)."""
+    The folder and the device are held before the first line is printed, so that a command refused for
+    either says so in one line; ``run_planned`` opening the folder again finds it as left."""
     store = ResultsStore(out, kind)
+    store.open(manifest, command, resume=resume)
+    locks.hold_device(target.device.lock_key, target.device.label, wait=wait)
     parts = measured_parts(target.tracer, whole_runs=target.program)
     untraced = " (and untraced runs for wall time)" if len(parts) > 1 else ""
     console.print(
