@@ -9,9 +9,10 @@ it; the second measurement waits, and says whom for, or refuses with ``--no-wait
 The locks are ``flock``s on files that name their holder (pid, host, command, since when). The
 kernel drops a ``flock`` when its process dies however it died, so a crashed holder never
 blocks anyone; its file still names it, and the next holder says it took over. A process
-holds each lock once however often it asks (a knob study opens two stores in one folder
-tree, a sweep measures several studies on one device), until ``release_all`` (the end of
-``cli.main``), which empties the files, so that a finished holder leaves no note behind.
+holds each lock once however often it asks, for the ``holding`` block that took it (a knob
+study measures, then verifies, inside one); giving it back empties the file, so that a finished
+holder leaves no note behind. Long-lived processes (a Ray node's workers) therefore never keep
+a lock past the measurement that needed it.
 """
 
 from __future__ import annotations
@@ -24,15 +25,17 @@ import os
 import socket
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
-from detprof.errors import EnvironmentFailure, environment_failure
+from detprof.errors import EnvironmentFailure, UsageError, environment_failure
 
 LOCK_DIR_ENV = "DETPROF_LOCK_DIR"
 """Where the device locks live (default: the system's temporary folder), shared by every detprof on the machine."""
 RESULTS_LOCK = ".detprof.lock"
 
-_held: dict[Path, int] = {}
+_held: dict[Path, list[int]] = {}
+"""Lock file -> [its descriptor, how many ``holding`` blocks of this process hold it]."""
 
 
 def device_lock_path(device_key: str) -> Path:
@@ -40,35 +43,68 @@ def device_lock_path(device_key: str) -> Path:
     return folder / f"{device_key}.lock"
 
 
-def hold_results(folder: Path) -> None:
-    """Hold ``folder`` for this process, or refuse in one line naming who holds it."""
-    path = folder / RESULTS_LOCK
-    if not _take(path, wait=False):
-        raise EnvironmentFailure(
-            f"{folder} is in use by another detprof ({_holder_words(path)}): wait for it to finish, or choose "
-            "another --out"
-        )
+@contextlib.contextmanager
+def holding(results: Path, device: tuple[str, str] | None, *, wait: bool = True) -> Iterator[None]:
+    """Hold the results folder ``results`` and the device (``(lock key, label)``; None: no device) for the block.
+
+    The folder is held first: a second command into it refuses in one line rather than waiting
+    for the device. What this block took is given back when it ends, however it ends; what an
+    enclosing block holds stays held (a knob study measures, then verifies, in one block).
+    """
+    try:
+        results.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        unusable = UsageError(f"cannot write results to {results}: {exc.strerror or exc}")
+        raise environment_failure(exc) or unusable from exc
+    taken: list[Path] = []
+    try:
+        path = results / RESULTS_LOCK
+        if not _take(path, wait=False):
+            raise EnvironmentFailure(
+                f"{results} is in use by another detprof ({_holder_words(path)}): wait for it to finish, or choose "
+                "another --out"
+            )
+        taken.append(path)
+        if device is not None:
+            taken.append(_hold_device(*device, wait=wait))
+        yield
+    finally:
+        for path in reversed(taken):
+            _give_back(path)
 
 
-def hold_device(device_key: str, label: str, *, wait: bool) -> None:
-    """Hold the device for this process's measurements: at once, else waiting (saying for whom) or refusing."""
+def _hold_device(device_key: str, label: str, *, wait: bool) -> Path:
+    """The device's lock, at once, else waiting (saying for whom) or refusing."""
     path = device_lock_path(device_key)
     if _take(path, wait=False):
-        return
+        return path
     holder = _holder_words(path)
     if not wait:
         raise EnvironmentFailure(f"{label} is being measured by another detprof ({holder}); --no-wait refuses to wait")
     _note(f"waiting for {label}: another detprof is measuring on it ({holder}); --no-wait refuses instead")
     _take(path, wait=True)
+    return path
 
 
 def release_all() -> None:
-    """Give back every lock this process holds, leaving their files empty (no holder)."""
-    for path, fd in list(_held.items()):
-        with contextlib.suppress(OSError):
-            os.ftruncate(fd, 0)
-        os.close(fd)
-        del _held[path]
+    """Give back every lock this process holds (the end of ``cli.main``, however the command ended)."""
+    for path in list(_held):
+        _held[path][1] = 1
+        _give_back(path)
+
+
+def _give_back(path: Path) -> None:
+    """One hold fewer; at none, the file is emptied (no holder) and the lock dropped."""
+    entry = _held.get(path)
+    if entry is None:
+        return
+    entry[1] -= 1
+    if entry[1] > 0:
+        return
+    with contextlib.suppress(OSError):
+        os.ftruncate(entry[0], 0)
+    os.close(entry[0])
+    del _held[path]
 
 
 def _note(line: str) -> None:
@@ -77,6 +113,7 @@ def _note(line: str) -> None:
 
 def _take(path: Path, *, wait: bool) -> bool:
     if path in _held:
+        _held[path][1] += 1
         return True
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -96,7 +133,7 @@ def _take(path: Path, *, wait: bool) -> bool:
         _note(f"took over {path} from {_words(stale)}, which ended without giving it back")
     os.ftruncate(fd, 0)
     os.pwrite(fd, json.dumps(_me()).encode(), 0)
-    _held[path] = fd
+    _held[path] = [fd, 1]
     return True
 
 

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from detprof.errors import DetprofError, InputError, UsageError, environment_failure
-from detprof.locks import hold_results
 from detprof.records import RecordKind, checked
 
 if TYPE_CHECKING:
@@ -141,7 +140,6 @@ class ResultsStore:
             self.dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise self._unwritable(exc) from exc
-        hold_results(self.dir)
         if self.exists():
             previous = self.manifest()
             if previous.get("config_hash") != digest:

@@ -8,13 +8,23 @@ itself.
 
 from __future__ import annotations
 
+import os
+import tempfile
+
 import pytest
+
+from detprof import locks
 
 
 @pytest.fixture(autouse=True)
 def _no_terminal_size_from_xdist(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("COLUMNS", raising=False)
     monkeypatch.delenv("LINES", raising=False)
+
+
+os.environ[locks.LOCK_DIR_ENV] = tempfile.mkdtemp(prefix="detprof-locks-")
+"""Each pytest process (an xdist worker) keeps its device locks apart from the other's and from any detprof
+measuring on this machine, module fixtures included; each test then gets a folder of its own (below)."""
 
 
 @pytest.fixture(autouse=True)

@@ -105,14 +105,13 @@ def test_a_second_measurement_on_the_device_waits_and_says_so_or_refuses_with_no
 def test_a_lock_whose_holder_died_is_taken_over_with_a_note(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     folder = tmp_path / "results"
     folder.mkdir()
-    script = f"import os, pathlib; from detprof import locks; locks.hold_results(pathlib.Path({str(folder)!r}))"
-    subprocess.run([sys.executable, "-c", f"{script}; os._exit(0)"], cwd=ROOT, check=True)
-    try:
-        locks.hold_results(folder)
+    script = (
+        f"import os, pathlib\nfrom detprof import locks\nwith locks.holding(pathlib.Path({str(folder)!r}), None):\n"
+    )
+    subprocess.run([sys.executable, "-c", f"{script}    os._exit(0)"], cwd=ROOT, check=True)
+    with locks.holding(folder, None):
         holder = json.loads((folder / locks.RESULTS_LOCK).read_text())
         assert holder["pid"] == os.getpid()
-    finally:
-        locks.release_all()
     err = capsys.readouterr().err
     assert f"took over {folder / locks.RESULTS_LOCK} from pid " in err and "ended without giving it back" in err
     assert (folder / locks.RESULTS_LOCK).read_text() == ""

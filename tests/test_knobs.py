@@ -14,6 +14,7 @@ sorts the writes. That layer is the "needed" case.
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from detprof.analysis.knobs import knob_checks, model_knobs, read_knob_study
 from detprof.cli import main
 from detprof.errors import ExitCode, UsageError
 from detprof.fingerprints import RunFingerprints
+from detprof.reports.command import render_report
 from detprof.store import ResultsStore
 from detprof.sweep.knobs import knob_plan, split_knobs
 
@@ -266,6 +268,13 @@ def test_the_needed_verdict_on_a_layer_that_races_without_deterministic_algorith
     assert fill.needed is False and fill.leave_one_out is not None and fill.add_one is None
     assert [k.applies for k in gpu_only] == [False, False, False]
     assert f"{ALGORITHMS} is needed: without it the runs part at step" in study.advice()
+    page = render_report([tmp_path / "out"], "html", "cdn")
+    assert "Which switch costs what" in page and "needed: without it the runs part at step" in page
+    (entry,) = json.loads(render_report([tmp_path / "out"], "json"))["knobs"]
+    by_knob = {k["knob"]: k for k in entry["knobs"]}
+    assert by_knob[ALGORITHMS]["needed"] is True and by_knob[FILL]["needed"] is False
+    assert set(by_knob[ALGORITHMS]["add_one"]) >= {"ratio", "lo", "hi"} and by_knob[FILL]["add_one"] is None
+    assert by_knob["torch.cudnn_deterministic"]["applies"] is False
 
 
 @pytest.mark.slow

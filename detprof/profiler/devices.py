@@ -261,7 +261,7 @@ class DeviceChoice:
 
     @property
     def lock_key(self) -> str:
-        """What two measurements must not share (``locks.hold_device``): the GPU the workers see, else the CPU."""
+        """What two measurements must not share (``locks.holding``): the GPU the workers see, else the CPU."""
         cuda = self.cuda_visible_devices
         return f"gpu-{cuda}" if cuda else "cpu"
 

@@ -42,16 +42,10 @@ def run_planned(
     resume: bool,
     command: str,
     progress: RunProgress | None = None,
-    wait: bool = True,
 ) -> list[MeasuredRun]:
-    """Run every planned run not already complete; returns the records of this invocation.
-
-    The study's folder is held first (``ResultsStore.open``), then the device (``wait``: for another detprof
-    measuring on it, else refuse), so that a second command into the same folder refuses rather than waits.
-    """
+    """Run every planned run not already complete; returns the records of this invocation."""
     progress = progress or RunProgress()
     store.open(manifest, command, resume=resume)
-    locks.hold_device(target.device.lock_key, target.device.label, wait=wait)
     launcher_type = ProgramLauncher if target.program else WorkerLauncher
     launcher = launcher_type(store, target.tracer, target.device, settings)
     records: list[MeasuredRun] = []
@@ -115,20 +109,18 @@ def measure(
 ) -> ResultsStore:
     """``run_planned`` as a command runs it: a line saying what runs where, then the progress display.
 
-    The folder and the device are held before the first line is printed, so that a command refused for
-    either says so in one line; ``run_planned`` opening the folder again finds it as left."""
+    The folder and the device are held (``locks.holding``) before the first line is printed, so that a command
+    refused for either says so in one line."""
     store = ResultsStore(out, kind)
-    store.open(manifest, command, resume=resume)
-    locks.hold_device(target.device.lock_key, target.device.label, wait=wait)
-    parts = measured_parts(target.tracer, whole_runs=target.program)
-    untraced = " (and untraced runs for wall time)" if len(parts) > 1 else ""
-    console.print(
-        f"detprof {kind}: {what} x 2 modes x {settings.repeats} repeats on {escape(target.device.label)} "
-        f"with tracer {target.tracer.name}{untraced}, results in {escape(str(out))}"
-    )
-    total = len(runs_to_measure(plan, target.tracer, whole_runs=target.program))
-    with progress_bar(console, kind, total, store.dir) as progress:
-        run_planned(
-            plan, settings, manifest, store, target, resume=resume, command=command, progress=progress, wait=wait
+    with locks.holding(store.dir, (target.device.lock_key, target.device.label), wait=wait):
+        store.open(manifest, command, resume=resume)
+        parts = measured_parts(target.tracer, whole_runs=target.program)
+        untraced = " (and untraced runs for wall time)" if len(parts) > 1 else ""
+        console.print(
+            f"detprof {kind}: {what} x 2 modes x {settings.repeats} repeats on {escape(target.device.label)} "
+            f"with tracer {target.tracer.name}{untraced}, results in {escape(str(out))}"
         )
+        total = len(runs_to_measure(plan, target.tracer, whole_runs=target.program))
+        with progress_bar(console, kind, total, store.dir) as progress:
+            run_planned(plan, settings, manifest, store, target, resume=resume, command=command, progress=progress)
     return store

@@ -358,39 +358,38 @@ def run_study(
     if config.own_model is not None:
         config = replace(config, own_model=inspected_for(config.own_model, data, config.backend))
     store = ResultsStore(out, "stability")
-    store.open({**config.manifest(), "device": device.label}, command, resume=resume)
-    if execute is None:
-        locks.hold_device(device.lock_key, device.label, wait=wait)
-    planned = plan_runs(variants, config.runs, config.seed)
-    pending = [r for r in planned if not store.is_done(r.run_id)]
-    train_config = TrainConfig(
-        config.label,
-        config.dataset,
-        config.epochs,
-        config.batch_size,
-        config.lr,
-        config.keep_weights,
-        str(store.dir),
-        config.backend,
-        config.own_model,
-        config.keep_saved_weights,
-    )
-    console = console or Console()
-    with progress_bar(console, f"stability of {config.label}", len(planned), store.dir) as progress:
-        progress.on_start("starting", len(planned) - len(pending))
+    with locks.holding(store.dir, (device.lock_key, device.label) if execute is None else None, wait=wait):
+        store.open({**config.manifest(), "device": device.label}, command, resume=resume)
+        planned = plan_runs(variants, config.runs, config.seed)
+        pending = [r for r in planned if not store.is_done(r.run_id)]
+        train_config = TrainConfig(
+            config.label,
+            config.dataset,
+            config.epochs,
+            config.batch_size,
+            config.lr,
+            config.keep_weights,
+            str(store.dir),
+            config.backend,
+            config.own_model,
+            config.keep_saved_weights,
+        )
+        console = console or Console()
+        with progress_bar(console, f"stability of {config.label}", len(planned), store.dir) as progress:
+            progress.on_start("starting", len(planned) - len(pending))
 
-        def show_running(running: list[PlannedRun]) -> None:
-            labels = ", ".join(f"{r.variant} r{r.run_index}" for r in running)
-            progress.on_start(f"running {labels}", progress.done_count)
+            def show_running(running: list[PlannedRun]) -> None:
+                labels = ", ".join(f"{r.variant} r{r.run_index}" for r in running)
+                progress.on_start(f"running {labels}", progress.done_count)
 
-        def store_record(record: dict[str, Any]) -> None:
-            store.write_record(record)
-            progress.on_done(record)
+            def store_record(record: dict[str, Any]) -> None:
+                store.write_record(record)
+                progress.on_done(record)
 
-        run_all = execute or execute_runs
-        run_all(pending, train_config, jobs, store_record, show_running, tasks_per_worker, device=device)
-    result = write_summary(store, config, variants, data, device)
-    return StudyOutcome(store, result, store.dir / "summary.json", len(pending), len(planned) - len(pending))
+            run_all = execute or execute_runs
+            run_all(pending, train_config, jobs, store_record, show_running, tasks_per_worker, device=device)
+        result = write_summary(store, config, variants, data, device)
+        return StudyOutcome(store, result, store.dir / "summary.json", len(pending), len(planned) - len(pending))
 
 
 def inspected_for(model: own.OwnModel, data: datasets.Dataset, backend: str) -> own.OwnModel:

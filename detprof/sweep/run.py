@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.markup import escape
 
+from detprof import locks
 from detprof.errors import UsageError
 from detprof.invocation import command_line
 from detprof.models.own import is_own
@@ -96,31 +97,33 @@ def measure_knobs(request: SweepRequest, only: tuple[str, ...] | None, *, consol
         reasons = "; ".join(f"{name}: {reason}" for name, reason in plan.not_applicable.items())
         raise UsageError(f"no knob of {target.backend} studied can matter on {target.device.label} ({reasons})")
     out = request.options.out or default_results_dir(target.device, target.backend)
-    names = [c.name for c in plan.comparisons]
-    store = measure(
-        "knobs",
-        plan_knob_runs(config, plan),
-        config,
-        knobs_manifest(config, plan),
-        target,
-        out,
-        what=f"{_models_text(config.models)} x {len(names)} comparisons ({', '.join(names)})",
-        resume=request.options.resume,
-        command=command_line(),
-        console=console,
-        wait=request.options.wait,
-    )
-    checks = ResultsStore(store.dir, "knob_checks")
-    checks.open(
-        manifest(config, target, DEFAULT_STEPS, False) | {"without": plan.dropped()}, command_line(), resume=True
-    )
-    arms = [VerifyArm("deterministic", "deterministic")]
-    arms += [
-        VerifyArm(f"without-{knob}", "deterministic", tuple(sorted(plan.full - {knob})), knob)
-        for knob in plan.dropped()
-    ]
-    console.print(f"detprof knobs: full determinism and {len(arms) - 1} arm(s) without one knob, verified bitwise")
-    run_arms(checks, config, target, arms, DEFAULT_STEPS, False, console=console)
+    device = (target.device.lock_key, target.device.label)
+    with locks.holding(out / "knobs", device, wait=request.options.wait):
+        names = [c.name for c in plan.comparisons]
+        store = measure(
+            "knobs",
+            plan_knob_runs(config, plan),
+            config,
+            knobs_manifest(config, plan),
+            target,
+            out,
+            what=f"{_models_text(config.models)} x {len(names)} comparisons ({', '.join(names)})",
+            resume=request.options.resume,
+            command=command_line(),
+            console=console,
+            wait=request.options.wait,
+        )
+        checks = ResultsStore(store.dir, "knob_checks")
+        checks.open(
+            manifest(config, target, DEFAULT_STEPS, False) | {"without": plan.dropped()}, command_line(), resume=True
+        )
+        arms = [VerifyArm("deterministic", "deterministic")]
+        arms += [
+            VerifyArm(f"without-{knob}", "deterministic", tuple(sorted(plan.full - {knob})), knob)
+            for knob in plan.dropped()
+        ]
+        console.print(f"detprof knobs: full determinism and {len(arms) - 1} arm(s) without one knob, verified bitwise")
+        run_arms(checks, config, target, arms, DEFAULT_STEPS, False, console=console)
     return SweepOutcome(
         out,
         "knobs",

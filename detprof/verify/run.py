@@ -71,16 +71,16 @@ def run_verify(request: VerifyRequest, *, console: Console) -> VerifyOutcome:
     config, target = SweepRequest(request.models, replace(request.options, tracer="none")).resolve()
     out = request.options.out or default_results_dir(target.device, target.backend)
     store = ResultsStore(out, "verify")
-    store.open(
-        manifest(config, target, request.steps, request.gradients), command_line(), resume=request.options.resume
-    )
-    locks.hold_device(target.device.lock_key, target.device.label, wait=request.options.wait)
-    console.print(
-        f"detprof verify: {len(config.models)} model{'' if len(config.models) == 1 else 's'} x 2 modes x 2 runs of "
-        f"{request.steps} steps on {escape(target.device.label)} ({target.backend}), results in {escape(str(out))}"
-    )
-    arms = [VerifyArm(mode, mode) for mode in VERIFY_ORDER]
-    run_arms(store, config, target, arms, request.steps, request.gradients, console=console)
+    with locks.holding(store.dir, (target.device.lock_key, target.device.label), wait=request.options.wait):
+        asked = manifest(config, target, request.steps, request.gradients)
+        store.open(asked, command_line(), resume=request.options.resume)
+        console.print(
+            f"detprof verify: {len(config.models)} model{'' if len(config.models) == 1 else 's'} x 2 modes x 2 runs "
+            f"of {request.steps} steps on {escape(target.device.label)} ({target.backend}), results in "
+            f"{escape(str(out))}"
+        )
+        arms = [VerifyArm(mode, mode) for mode in VERIFY_ORDER]
+        run_arms(store, config, target, arms, request.steps, request.gradients, console=console)
     return VerifyOutcome(store.dir, verifications(store))
 
 
