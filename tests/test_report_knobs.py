@@ -27,6 +27,7 @@ from test_report_headline import calibration
 from test_report_verify import first_screen, md_answer
 
 from detprof import backends
+from detprof.analysis.knobs import within_noise
 from detprof.records import measured_run, verify_run
 from detprof.reports.cells import KNOB_ADVICE, KNOB_HEADERS, WITHIN_NOISE, Words
 from detprof.reports.command import render_report
@@ -253,7 +254,7 @@ def test_a_noise_floor_of_the_same_model_device_and_backend_marks_a_small_cost_a
     cpu, gpu = report.knobs
     assert gpu.floor is not None and gpu.floor > 0.025 and cpu.floor is None
     cublas = next(k for k in gpu.knobs.knobs if k.knob == CUBLAS)
-    assert cublas.within_noise(cublas.add_one, gpu.floor) and not cublas.within_noise(cublas.add_one, None)
+    assert within_noise(cublas.add_one, gpu.floor) and not within_noise(cublas.add_one, None)
 
 
 def test_markdown_words_the_knob_tables_as_the_html_does(rendered: dict[str, str]) -> None:

@@ -54,10 +54,6 @@ class KnobCost:
     """The bitwise check in words: "still bitwise identical over 20 steps" or where the runs part."""
     in_mode: bool = True
 
-    def within_noise(self, overhead: Overhead | None, floor: float | None) -> bool | None:
-        """Whether a cost is indistinguishable from none (``within_noise``)."""
-        return within_noise(overhead, floor)
-
     @property
     def saving(self) -> Overhead | None:
         """The cost it carries within full determinism (what leaving it off saves); else its cost added alone."""
@@ -83,7 +79,7 @@ class ModelKnobs:
         measured = [k for k in self.knobs if k.saving is not None]
         return max(
             measured,
-            key=lambda k: (not k.within_noise(k.saving, floor), k.saving.ratio),  # type: ignore[union-attr]
+            key=lambda k: (not within_noise(k.saving, floor), k.saving.ratio),  # type: ignore[union-attr]
             default=None,
         )
 
@@ -98,23 +94,29 @@ class ModelKnobs:
 
     def advice(self, floor: float | None = None) -> str:
         """The first screen's line: the knob that costs most, its share of the overhead, and whether the model
-        stays deterministic without it."""
+        stays deterministic without it; then every other knob the model needs (what a user must not turn off)."""
         top = self.top(floor)
         if top is None or top.saving is None:
             return "no knob could be measured on this device" + (f" ({self.failures[0]})" if self.failures else "")
         saving = top.saving
+        needed = "".join(f"; {k.knob} is {k.check}" for k in self.knobs if k.needed and k is not top)
+        what = "in full determinism it costs" if top.leave_one_out is not None else "added alone it costs"
+        if not saving.has_interval:
+            return (
+                f"{top.knob} costs most: {what} {saving.ratio - 1:+.1%} (one repeat: no interval, use --repeats 3 "
+                f"or more){'; ' + top.check if top.check else ''}{needed}"
+            )
         cost = f"{saving.ratio - 1:+.1%} [{saving.ci_low - 1:+.1%}, {saving.ci_high - 1:+.1%}]"
         share = self.share(top)
         of_total = "" if share is None else f", {share[0]:.0%} [{share[1]:.0%}, {share[2]:.0%}] of the overhead"
-        what = "in full determinism it costs" if top.leave_one_out is not None else "added alone it costs"
-        if top.within_noise(saving, floor):
-            needed = "".join(f"; {k.knob} is {k.check}" for k in self.knobs if k.needed)
-            return f"every knob's cost is within noise (the largest, {top.knob}: {cost}){needed}"
+        if within_noise(saving, floor):
+            needed_too = f"; {top.knob} is {top.check}" if top.needed else ""
+            return f"every knob's cost is within noise (the largest, {top.knob}: {cost}){needed_too}{needed}"
         if top.needed is False:
-            return f"turn off {top.knob}: it costs {cost} of step time{of_total}; {top.check}"
+            return f"turn off {top.knob}: it costs {cost} of step time{of_total}; {top.check}{needed}"
         if top.needed:
-            return f"{top.knob} costs most ({what} {cost}{of_total}) and is {top.check}"
-        return f"{top.knob} costs most: {what} {cost}{of_total}" + (f"; {top.check}" if top.check else "")
+            return f"{top.knob} costs most ({what} {cost}{of_total}) and is {top.check}{needed}"
+        return f"{top.knob} costs most: {what} {cost}{of_total}" + (f"; {top.check}" if top.check else "") + needed
 
     def unexplained(self) -> float | None:
         """How much of the total's log overhead the add-one costs leave unexplained (0: they sum to it exactly;
@@ -240,8 +242,8 @@ def knobs_json(study: ModelKnobs, floor: float | None = None) -> list[dict[str, 
                 "in_mode": knob.in_mode,
                 "add_one": interval(knob.add_one),
                 "leave_one_out": interval(knob.leave_one_out),
-                "add_one_within_noise": knob.within_noise(knob.add_one, floor),
-                "leave_one_out_within_noise": knob.within_noise(knob.leave_one_out, floor),
+                "add_one_within_noise": within_noise(knob.add_one, floor),
+                "leave_one_out_within_noise": within_noise(knob.leave_one_out, floor),
                 "share": None if share is None else {"share": share[0], "lo": share[1], "hi": share[2]},
                 "needed": knob.needed,
                 "check": knob.check,
