@@ -283,7 +283,7 @@ def test_the_needed_verdict_on_a_layer_that_races_without_deterministic_algorith
 def test_op_determinism_is_priced_on_tensorflow_and_cudnn_autotune_listed_as_not_applicable(
     tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    code, records = knob_study(tmp_path, backends.TENSORFLOW, "smallcnn", "--input-size", "16", "--repeats", "2")
+    code, records = knob_study(tmp_path, backends.TENSORFLOW, "smallcnn", "--input-size", "16", "--repeats", "1")
     out = capfd.readouterr()
     assert code == ExitCode.OK, out.err[-2000:]
     assert_read_back(records, ["tensorflow.op_determinism", "tensorflow.cudnn_autotune"])
