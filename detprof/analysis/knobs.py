@@ -103,10 +103,10 @@ class ModelKnobs:
         what = "in full determinism it costs" if top.leave_one_out is not None else "added alone it costs"
         if not saving.has_interval:
             return (
-                f"{top.knob} costs most: {what} {saving.ratio - 1:+.1%} (one repeat: no interval, use --repeats 3 "
+                f"{top.knob} costs most: {what} {_signed(saving.ratio - 1)} (one repeat: no interval, use --repeats 3 "
                 f"or more){'; ' + top.check if top.check else ''}{needed}"
             )
-        cost = f"{saving.ratio - 1:+.1%} [{saving.ci_low - 1:+.1%}, {saving.ci_high - 1:+.1%}]"
+        cost = f"{_signed(saving.ratio - 1)} [{_signed(saving.ci_low - 1)}, {_signed(saving.ci_high - 1)}]"
         share = self.share(top)
         of_total = "" if share is None else f", {share[0]:.0%} [{share[1]:.0%}, {share[2]:.0%}] of the overhead"
         if within_noise(saving, floor):
@@ -177,6 +177,11 @@ def model_knobs(
             )
         )
     return result
+
+
+def _signed(fraction: float) -> str:
+    """A signed percentage with one decimal; a value that rounds to zero is +0.0%, never -0.0%."""
+    return f"{fraction if round(fraction, 3) != 0 else 0.0:+.1%}"
 
 
 def _needed(full: Comparison | None, without: Comparison | None) -> bool | None:
