@@ -25,8 +25,9 @@ from typing import Literal
 from detprof.backends.base import Backend, Knob
 from detprof.determinism import Mode
 from detprof.errors import UsageError
-from detprof.profiler.model_plan import MODEL_WORKLOAD, SweepConfig
-from detprof.profiler.plan import PlannedRun, Workload, mode_order
+from detprof.profiler.model_plan import SweepConfig
+from detprof.profiler.plan import PlannedRun, mode_order
+from detprof.sweep.plan import model_run
 
 Side = Literal["a", "b"]
 TOTAL = "total"
@@ -113,22 +114,17 @@ def plan_knob_runs(config: SweepConfig, plan: KnobPlan) -> list[PlannedRun]:
                 for side in sides:
                     knobs = comparison.knobs(side)
                     mode: Mode = "deterministic" if knobs else "default"
+                    fields = {"arm": side, "comparison": comparison.name, "knobs": list(knobs)}
+                    shown = f"{comparison.name} {side}"
                     runs.append(
-                        PlannedRun(
-                            run_id=f"{model.label}--{comparison.slug}--{side}--r{repeat}",
-                            label=f"{model.label} {comparison.name} {side} r{repeat}",
-                            mode=mode,
-                            repeat=repeat,
-                            workload=Workload(MODEL_WORKLOAD, model.workload_spec(config.batch_size)),
-                            fields={
-                                "model": model.label,
-                                "repeat": repeat,
-                                "batch_size": config.batch_size,
-                                "arm": side,
-                                "comparison": comparison.name,
-                                "knobs": list(knobs),
-                            }
-                            | ({"model_spec": model.own_model.as_record()} if model.own_model is not None else {}),
+                        model_run(
+                            config,
+                            model,
+                            repeat,
+                            mode,
+                            f"{comparison.slug}--{side}",
+                            shown=shown,
+                            fields=fields,
                             knobs=knobs,
                         )
                     )

@@ -8,8 +8,10 @@ models themselves are resolved by ``profiler.model_plan``.
 
 from __future__ import annotations
 
+from typing import Any
+
 from detprof.determinism import Mode
-from detprof.profiler.model_plan import MODEL_WORKLOAD, SweepConfig
+from detprof.profiler.model_plan import MODEL_WORKLOAD, ModelPlan, SweepConfig
 from detprof.profiler.plan import PlannedRun, Workload, interleaved
 
 CALIBRATION_ARMS: dict[Mode, str] = {"deterministic": "a", "default": "b"}
@@ -26,18 +28,30 @@ def plan_runs(config: SweepConfig, *, calibrate: bool = False) -> list[PlannedRu
     for repeat, plan, slot in interleaved(config.model_plans(), config.repeats):
         arm = CALIBRATION_ARMS[slot] if calibrate else None
         mode: Mode = "deterministic" if calibrate else slot
-        side = arm or mode
-        model = plan.label
-        runs.append(
-            PlannedRun(
-                run_id=f"{model}--{side}--r{repeat}",
-                label=f"{model} {side} r{repeat}",
-                mode=mode,
-                repeat=repeat,
-                workload=Workload(MODEL_WORKLOAD, plan.workload_spec(config.batch_size)),
-                fields={"model": model, "repeat": repeat, "batch_size": config.batch_size}
-                | ({"arm": arm} if arm else {})
-                | ({"model_spec": plan.own_model.as_record()} if plan.own_model is not None else {}),
-            )
-        )
+        runs.append(model_run(config, plan, repeat, mode, arm or mode, fields={"arm": arm} if arm else {}))
     return runs
+
+
+def model_run(
+    config: SweepConfig,
+    plan: ModelPlan,
+    repeat: int,
+    mode: Mode,
+    side: str,
+    *,
+    shown: str | None = None,
+    fields: dict[str, Any],
+    knobs: tuple[str, ...] | None = None,
+) -> PlannedRun:
+    """One run of a model: ``side`` (its mode, an arm, a knob comparison's arm) names it in its run id, ``shown``
+    (default ``side``) in the progress; ``fields`` add to the record's."""
+    own = {"model_spec": plan.own_model.as_record()} if plan.own_model is not None else {}
+    return PlannedRun(
+        run_id=f"{plan.label}--{side}--r{repeat}",
+        label=f"{plan.label} {shown or side} r{repeat}",
+        mode=mode,
+        repeat=repeat,
+        workload=Workload(MODEL_WORKLOAD, plan.workload_spec(config.batch_size)),
+        fields={"model": plan.label, "repeat": repeat, "batch_size": config.batch_size} | fields | own,
+        knobs=knobs,
+    )

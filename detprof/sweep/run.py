@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -20,8 +20,9 @@ from detprof import locks
 from detprof.errors import UsageError
 from detprof.invocation import command_line
 from detprof.models.own import is_own
+from detprof.options import RunOptions
 from detprof.profiler.model_plan import SweepRequest
-from detprof.profiler.plan import default_results_dir
+from detprof.profiler.plan import MeasurementTarget, PlannedRun, RunSettings, default_results_dir
 from detprof.profiler.presets import PRESETS, STABILITY_MODELS
 from detprof.profiler.study import measure
 from detprof.store import ResultsStore, StudyKind
@@ -59,18 +60,9 @@ def measure_sweep(request: SweepRequest, *, calibrate: bool = False, console: Co
         return _measure_on_fleet(request, kind, console)
     config, target = request.resolve()
     out = request.options.out or default_results_dir(target.device, target.backend)
-    store = measure(
-        kind,
-        plan_runs(config, calibrate=calibrate),
-        config,
-        config.manifest(),
-        target,
-        out,
-        what=_models_text(config.models),
-        resume=request.options.resume,
-        command=command_line(),
-        console=console,
-        wait=request.options.wait,
+    plan = plan_runs(config, calibrate=calibrate)
+    store = _measure(
+        kind, plan, config, config.manifest(), target, out, _models_text(config.models), request.options, console
     )
     return SweepOutcome(
         out,
@@ -100,19 +92,9 @@ def measure_knobs(request: SweepRequest, only: tuple[str, ...] | None, *, consol
     device = (target.device.lock_key, target.device.label)
     with locks.holding(out / "knobs", device, wait=request.options.wait):
         names = [c.name for c in plan.comparisons]
-        store = measure(
-            "knobs",
-            plan_knob_runs(config, plan),
-            config,
-            knobs_manifest(config, plan),
-            target,
-            out,
-            what=f"{_models_text(config.models)} x {len(names)} comparisons ({', '.join(names)})",
-            resume=request.options.resume,
-            command=command_line(),
-            console=console,
-            wait=request.options.wait,
-        )
+        what = f"{_models_text(config.models)} x {len(names)} comparisons ({', '.join(names)})"
+        runs, manifest_of_knobs = plan_knob_runs(config, plan), knobs_manifest(config, plan)
+        store = _measure("knobs", runs, config, manifest_of_knobs, target, out, what, request.options, console)
         checks = ResultsStore(store.dir, "knob_checks")
         checks.open(
             manifest(config, target, DEFAULT_STEPS, False) | {"without": plan.dropped()}, command_line(), resume=True
@@ -133,6 +115,33 @@ def measure_knobs(request: SweepRequest, only: tuple[str, ...] | None, *, consol
         target.device,
         target.backend,
         request.options.resume,
+    )
+
+
+def _measure(
+    kind: StudyKind,
+    plan: list[PlannedRun],
+    settings: RunSettings,
+    manifest: dict[str, Any],
+    target: MeasurementTarget,
+    out: Path,
+    what: str,
+    options: RunOptions,
+    console: Console,
+) -> ResultsStore:
+    """``profiler.study.measure`` as this command line asks: resumed or not, waiting for the device or not."""
+    return measure(
+        kind,
+        plan,
+        settings,
+        manifest,
+        target,
+        out,
+        what=what,
+        resume=options.resume,
+        command=command_line(),
+        console=console,
+        wait=options.wait,
     )
 
 
@@ -175,18 +184,9 @@ def measure_program(request: ProgramRequest, *, console: Console) -> SweepOutcom
 
     settings, target = request.resolve(list(PRESETS))
     out = request.options.out or default_results_dir(target.device, target.backend)
-    store = measure(
-        "sweep",
-        plan_program_runs(settings),
-        settings,
-        settings.manifest(),
-        target,
-        out,
-        what=f"program {settings.name}",
-        resume=request.options.resume,
-        command=command_line(),
-        console=console,
-        wait=request.options.wait,
+    what = f"program {settings.name}"
+    store = _measure(
+        "sweep", plan_program_runs(settings), settings, settings.manifest(), target, out, what, request.options, console
     )
     return SweepOutcome(out, "sweep", {target.device.label: store}, device=target.device, backend=target.backend)
 
