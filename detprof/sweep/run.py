@@ -64,16 +64,7 @@ def measure_sweep(request: SweepRequest, *, calibrate: bool = False, console: Co
     store = _measure(
         kind, plan, config, config.manifest(), target, out, _models_text(config.models), request.options, console
     )
-    return SweepOutcome(
-        out,
-        kind,
-        {target.device.label: store},
-        config.models,
-        target.preset,
-        target.device,
-        target.backend,
-        request.options.resume,
-    )
+    return _outcome(out, kind, store, config.models, target, request.options)
 
 
 def measure_knobs(request: SweepRequest, only: tuple[str, ...] | None, *, console: Console) -> SweepOutcome:
@@ -106,16 +97,20 @@ def measure_knobs(request: SweepRequest, only: tuple[str, ...] | None, *, consol
         ]
         console.print(f"detprof knobs: full determinism and {len(arms) - 1} arm(s) without one knob, verified bitwise")
         run_arms(checks, config, target, arms, DEFAULT_STEPS, False, console=console)
-    return SweepOutcome(
-        out,
-        "knobs",
-        {target.device.label: store},
-        config.models,
-        target.preset,
-        target.device,
-        target.backend,
-        request.options.resume,
-    )
+    return _outcome(out, "knobs", store, config.models, target, request.options)
+
+
+def _outcome(
+    out: Path,
+    kind: StudyKind,
+    store: ResultsStore,
+    models: tuple[str, ...],
+    target: MeasurementTarget,
+    options: RunOptions,
+) -> SweepOutcome:
+    """What a study of models measured on this machine wrote."""
+    label = target.device.label
+    return SweepOutcome(out, kind, {label: store}, models, target.preset, target.device, target.backend, options.resume)
 
 
 def _measure(
