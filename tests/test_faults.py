@@ -131,13 +131,28 @@ def workers_of(out: Path) -> list[int]:
     return found
 
 
+def sweep_with_a_record(out: Path, repeats: int, env: dict[str, str]) -> subprocess.Popen[str]:
+    """A sweep into ``out``, once it has recorded its first run: the moment each fault strikes."""
+    driver = detprof("sweep", *SMALL, "--repeats", str(repeats), "--out", out, env=env)
+    wait_until(lambda: any((out / "sweep" / "runs").glob("*.json")), 180, "first record")
+    return driver
+
+
+def assert_resume_completes(out: Path, repeats: int, kept: set[str], env: dict[str, str]) -> None:
+    """``--resume`` measures what is missing: every run recorded once, ok, the runs kept among them."""
+    resumed = detprof("sweep", *SMALL, "--repeats", str(repeats), "--out", out, "--resume", env=env)
+    assert resumed.wait(timeout=300) == ExitCode.OK, resumed.stderr.read()[-2000:]
+    done = records(out)
+    assert len(done) == 2 * repeats and all(r["status"] == "ok" for r in done)
+    assert kept <= {r["run_id"] for r in done}
+
+
 @pytest.mark.slow
 def test_sigterm_to_the_driver_alone_stops_the_workers_keeps_the_runs_and_resume_completes(
     tmp_path: Path, env: dict[str, str]
 ) -> None:
     out = tmp_path / "out"
-    driver = detprof("sweep", *SMALL, "--repeats", "2", "--out", out, env=env)
-    wait_until(lambda: any((out / "sweep" / "runs").glob("*.json")), 180, "first record")
+    driver = sweep_with_a_record(out, 2, env)
     driver.send_signal(signal.SIGTERM)
     assert driver.wait(timeout=60) == ExitCode.TERMINATED
     err = driver.stderr.read()
@@ -146,10 +161,7 @@ def test_sigterm_to_the_driver_alone_stops_the_workers_keeps_the_runs_and_resume
     wait_until(lambda: not workers_of(out), 10, "end of the workers")
     kept = {r["run_id"] for r in records(out)}
     assert kept and len(kept) < 4
-    resumed = detprof("sweep", *SMALL, "--repeats", "2", "--out", out, "--resume", env=env)
-    assert resumed.wait(timeout=300) == ExitCode.OK, resumed.stderr.read()[-2000:]
-    done = records(out)
-    assert len(done) == 4 and all(r["status"] == "ok" for r in done) and kept <= {r["run_id"] for r in done}
+    assert_resume_completes(out, 2, kept, env)
 
 
 @pytest.fixture
@@ -184,8 +196,7 @@ def test_a_disk_that_fills_up_mid_sweep_is_one_line_exit_74_and_resume_completes
     small_disk: Path, env: dict[str, str]
 ) -> None:
     out = small_disk / "out"
-    driver = detprof("sweep", *SMALL, "--repeats", "3", "--out", out, env=env)
-    wait_until(lambda: any((out / "sweep" / "runs").glob("*.json")), 180, "first record")
+    driver = sweep_with_a_record(out, 3, env)
     filler = fill(small_disk)
     assert driver.wait(timeout=300) == ExitCode.ENVIRONMENT
     err = [line for line in driver.stderr.read().splitlines() if line.startswith("detprof: error")]
@@ -193,7 +204,4 @@ def test_a_disk_that_fills_up_mid_sweep_is_one_line_exit_74_and_resume_completes
     assert f"cannot write {out}" in err[0] and "MiB free there); every run recorded so far is kept" in err[0]
     kept = {r["run_id"] for r in records(out) if r["status"] == "ok"}
     filler.unlink()
-    resumed = detprof("sweep", *SMALL, "--repeats", "3", "--out", out, "--resume", env=env)
-    assert resumed.wait(timeout=300) == ExitCode.OK, resumed.stderr.read()[-2000:]
-    done = records(out)
-    assert len(done) == 6 and all(r["status"] == "ok" for r in done) and kept <= {r["run_id"] for r in done}
+    assert_resume_completes(out, 3, kept, env)
