@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import importlib
 import os
-import signal
 import sys
-import threading
 from collections.abc import Iterable
 from enum import Enum
 from typing import Annotated, Any, NamedTuple
@@ -22,8 +20,8 @@ from typing import Annotated, Any, NamedTuple
 import typer
 from typer.core import TyperArgument, TyperCommand, TyperOption
 
-from detprof import invocation, locks
-from detprof.errors import DetprofError, ExitCode, Terminated, environment_failure
+from detprof import interrupts, invocation, locks
+from detprof.errors import DetprofError, ExitCode, environment_failure
 
 # Help reads like any other command line's: "--top INTEGER", "--format [table|json|csv]",
 # "Usage: detprof report [OPTIONS] RESULTS_DIRS...". Typer's own rendering (rich panels or
@@ -204,18 +202,11 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     invocation.remember(args)
     args = with_optional_values(args)
-    on_main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _terminate) if on_main_thread else None
     try:
-        return _run(args)
+        with interrupts.handled():
+            return _run(args)
     finally:
-        if on_main_thread:
-            signal.signal(signal.SIGTERM, previous)
         locks.release_all()
-
-
-def _terminate(signum: int, frame: object) -> None:
-    raise Terminated()
 
 
 def _run(args: list[str]) -> int:
@@ -234,10 +225,10 @@ def _run(args: list[str]) -> int:
     except DetprofError as exc:
         typer.echo(f"detprof: error: {exc}", err=True)
         return exc.exit_code
-    except Terminated:
-        typer.echo("detprof: terminated (SIGTERM)", err=True)
-        return ExitCode.TERMINATED
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
+        if interrupts.terminated(stop):
+            typer.echo("detprof: terminated (SIGTERM)", err=True)
+            return ExitCode.TERMINATED
         typer.echo("detprof: interrupted", err=True)
         return ExitCode.INTERRUPTED
     except OSError as exc:

@@ -58,6 +58,9 @@ class MeasuredRun(TypedDict):
     trace_file: str | None
     telemetry: dict[str, Any] | None
     """What NVML saw of the GPU while the run ran (``profiler.telemetry``); None without a GPU."""
+    load: NotRequired[dict[str, Any] | None]
+    """What else used the machine's cores while the run ran (``profiler.machine_load``): other processes'
+    ``other_cores`` of ``cores``, ``steal_fraction``, ``load_average``; records without it did not look."""
     backend: NotRequired[str]
     """The Keras backend that ran it (``detprof.backends``); records without it ran on TensorFlow."""
     measures: NotRequired[Literal["both", "kernel", "wall"]]

@@ -31,6 +31,8 @@ class FakeGpu:
     utilization_pct: int = 100
     reasons: int = 0
     clock_reads: int = 0
+    processes: list[int] | None = field(default_factory=list)
+    """The pids of the compute processes NVML lists on the GPU; None: the query is not supported."""
 
 
 def _unsupported() -> pynvml.NVMLError:
@@ -127,6 +129,11 @@ class FakeNvml:
 
     def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: FakeGpu) -> int:
         return handle.reasons
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: FakeGpu) -> list[SimpleNamespace]:
+        if handle.processes is None:
+            raise _unsupported()
+        return [SimpleNamespace(pid=pid, usedGpuMemory=2**30) for pid in handle.processes]
 
 
 def a100(uuid: str = "GPU-aaaaaaaa-1111-2222-3333-444444444444") -> FakeGpu:

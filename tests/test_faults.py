@@ -1,9 +1,8 @@
-"""Faults a real machine throws, each a real one: two sweeps at once, a dead lock holder, SIGTERM, a full disk.
+"""Faults a real machine throws, each a real one: two sweeps at once, a dead lock holder, a full disk, another
+process loading the CPU (signals, and a worker killed by one: ``test_signals``).
 
 Every case ends in one clear line and its documented exit code, with nothing lost or recorded
-twice, and ``--resume`` completes the work. The sweeps are small PyTorch ones (its workers start
-fastest) without a tracer, so that each takes seconds; their device locks live in a folder of
-the test's own, shared by the commands it starts.
+twice, and ``--resume`` completes the work.
 """
 
 from __future__ import annotations
@@ -13,40 +12,28 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fault_sweeps import (
+    SMALL,
+    assert_resume_completes,
+    detprof,
+    fault_env,
+    records,
+    sweep_with_a_record,
+    wait_until,
+)
 from script_runner import ROOT
 
 from detprof import locks
 from detprof.errors import ExitCode
-from detprof.store import ResultsStore
-
-SMALL = ["--backend", "torch", "--models", "smallcnn", "--input-size", "16", "--steps", "3", "--warmup", "1"]
-SMALL += ["--tracer", "none", "--no-report"]
-
-
-def detprof(*args: str | Path, env: dict[str, str]) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "detprof.cli", *map(str, args)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-        env=env,
-    )
 
 
 @pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:
-    """The commands' environment: one device-lock folder for all of them."""
-    return {**os.environ, locks.LOCK_DIR_ENV: str(tmp_path / "device-locks"), "COLUMNS": "200"}
-
-
-def records(out: Path) -> list[dict]:
-    return list(ResultsStore(out, "sweep").records())
+    return fault_env(tmp_path)
 
 
 @pytest.mark.slow
@@ -66,14 +53,6 @@ def test_two_sweeps_started_together_into_one_folder_leave_one_complete_set(
         f"smallcnn--{mode}--r{repeat}" for mode in ("default", "deterministic") for repeat in range(2)
     )
     assert all(r["status"] == "ok" for r in records(out))
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"no {what} within {timeout:g} s")
-        time.sleep(0.1)
 
 
 def holds(path: Path, pid: int) -> bool:
@@ -117,53 +96,6 @@ def test_a_lock_whose_holder_died_is_taken_over_with_a_note(tmp_path: Path, caps
     assert (folder / locks.RESULTS_LOCK).read_text() == ""
 
 
-def workers_of(out: Path) -> list[int]:
-    """Processes whose command line names the results folder: the sweep's workers."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if entry.name.isdigit() and str(out) in cmdline and "detprof.cli" not in cmdline and state != "Z":
-            found.append(int(entry.name))
-    return found
-
-
-def sweep_with_a_record(out: Path, repeats: int, env: dict[str, str]) -> subprocess.Popen[str]:
-    """A sweep into ``out``, once it has recorded its first run: the moment each fault strikes."""
-    driver = detprof("sweep", *SMALL, "--repeats", str(repeats), "--out", out, env=env)
-    wait_until(lambda: any((out / "sweep" / "runs").glob("*.json")), 180, "first record")
-    return driver
-
-
-def assert_resume_completes(out: Path, repeats: int, kept: set[str], env: dict[str, str]) -> None:
-    """``--resume`` measures what is missing: every run recorded once, ok, the runs kept among them."""
-    resumed = detprof("sweep", *SMALL, "--repeats", str(repeats), "--out", out, "--resume", env=env)
-    assert resumed.wait(timeout=300) == ExitCode.OK, resumed.stderr.read()[-2000:]
-    done = records(out)
-    assert len(done) == 2 * repeats and all(r["status"] == "ok" for r in done)
-    assert kept <= {r["run_id"] for r in done}
-
-
-@pytest.mark.slow
-def test_sigterm_to_the_driver_alone_stops_the_workers_keeps_the_runs_and_resume_completes(
-    tmp_path: Path, env: dict[str, str]
-) -> None:
-    out = tmp_path / "out"
-    driver = sweep_with_a_record(out, 2, env)
-    driver.send_signal(signal.SIGTERM)
-    assert driver.wait(timeout=60) == ExitCode.TERMINATED
-    err = driver.stderr.read()
-    assert f"terminated (SIGTERM): every completed run is kept in {out / 'sweep'}; --resume continues" in err
-    assert "Traceback" not in err
-    wait_until(lambda: not workers_of(out), 10, "end of the workers")
-    kept = {r["run_id"] for r in records(out)}
-    assert kept and len(kept) < 4
-    assert_resume_completes(out, 2, kept, env)
-
-
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 4 MiB tmpfs: a real file system that fills up (mounting one needs root, as in CI's container)."""
@@ -205,3 +137,38 @@ def test_a_disk_that_fills_up_mid_sweep_is_one_line_exit_74_and_resume_completes
     kept = {r["run_id"] for r in records(out) if r["status"] == "ok"}
     filler.unlink()
     assert_resume_completes(out, 3, kept, env)
+
+
+def cpu_hog() -> int:
+    """A process that spins one core and belongs to no detprof: started through a shell that exits at once."""
+    started = subprocess.run(
+        ["sh", "-c", f"{sys.executable} -c 'while True: pass' >/dev/null 2>&1 & echo $!"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return int(started.stdout)
+
+
+@pytest.mark.slow
+def test_a_process_loading_the_cpu_during_a_sweep_is_named_in_the_report_and_by_check(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    out = tmp_path / "out"
+    hog = cpu_hog()
+    try:
+        swept = detprof("sweep", *SMALL, "--repeats", "2", "--out", out, env=env)
+        assert swept.wait(timeout=300) == ExitCode.OK, swept.stderr.read()[-2000:]
+    finally:
+        os.kill(hog, signal.SIGKILL)
+    loads = [r["load"] for r in records(out)]
+    assert all(load["cores"] == len(os.sched_getaffinity(0)) for load in loads)
+    assert sum(load["other_cores"] >= 0.25 for load in loads) >= 2, loads
+    report = tmp_path / "report.md"
+    assert detprof("report", out, "--format", "md", "-o", report, env=env).wait(timeout=120) == ExitCode.OK
+    assert "runs measured while other processes used up to " in report.read_text()
+    baseline = tmp_path / "baseline.json"
+    assert detprof("baseline", out, "-o", baseline, env=env).wait(timeout=120) == ExitCode.OK
+    check = detprof("check", "--baseline", baseline, "--current", out, env=env)
+    assert check.wait(timeout=120) == ExitCode.OK
+    assert "runs measured while other processes used up to " in check.stderr.read()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -259,3 +260,38 @@ def test_a_stability_study_trains_its_runs_on_the_nodes_of_its_type(cluster, tmp
         assert (store.dir / record["arrays"]).is_file() and (store.dir / record["log"]).is_file()
     summary = json.loads((store.dir / "summary.json").read_text())
     assert summary["device"] == "a100" and summary["runs_ok"] == 2
+
+
+def processes_naming(text: str) -> list[int]:
+    """Live processes whose command line holds ``text``: a unit's measuring workers, by their scratch folder."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if entry.name.isdigit() and text in cmdline and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.slow
+def test_sigterm_to_a_fleet_driver_cancels_its_units_and_keeps_what_came_home(cluster, tmp_path) -> None:
+    ray_cluster, nodes = cluster
+    node = nodes["a100"].node_id
+    out = tmp_path / "out"
+    command = [str(DETPROF), "sweep", "--ray", ray_cluster.address, "--gpu", "a100", "--force", *TINY, "--no-report"]
+    driver = subprocess.Popen([*command, "--out", str(out)], stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not processes_naming(f"{SCRATCH}/") or not any(Path(tempfile.gettempdir()).glob(f"{SCRATCH}/*/{node}/*")):
+        assert driver.poll() is None and time.monotonic() < deadline, "no unit started on the node"
+        time.sleep(0.1)
+    driver.send_signal(signal.SIGTERM)
+    _, err = driver.communicate(timeout=60)
+    assert driver.returncode == 143, err
+    assert "terminated (SIGTERM): every completed run is kept in" in err and "Traceback" not in err
+    deadline = time.monotonic() + 30
+    while processes_naming(f"{SCRATCH}/"):
+        assert time.monotonic() < deadline, "a cancelled unit's workers still run on the node"
+        time.sleep(0.2)

@@ -15,6 +15,7 @@ from detprof.profiler.telemetry import REASON_BITS, NoTelemetry, TelemetrySample
 
 SAMPLE_KEYS = {
     "t_s",
+    "other_processes",
     "sm_clock_mhz",
     "max_sm_clock_mhz",
     "temperature_c",

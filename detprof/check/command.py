@@ -116,6 +116,10 @@ def check(
 
             console.print(f"report: {write_report(outcome.measured.out, outcome.measured.out / 'report.html')}")
     _report(outcome.comparison, outcome.env, strict=strict, title=outcome.title, junit=junit, github=github)
+    for shared in outcome.shared_device:
+        typer.echo(f"detprof: warning: {outcome.results_dir}: {shared}", err=True)
+        if github:
+            typer.echo(f"::warning title=detprof check: device shared with other load::{shared}")
     if outcome.refusal is not None:
         raise InputError(outcome.refusal)
     assert outcome.comparison is not None

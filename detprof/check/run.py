@@ -22,6 +22,7 @@ from typing import Any
 
 from rich.console import Console
 
+from detprof.analysis.conditions import shared_device_warnings
 from detprof.check.baseline_file import (
     Baseline,
     EnvironmentCheck,
@@ -87,6 +88,8 @@ class CheckOutcome:
     """What ``--run`` measured."""
     measured_models: bool
     """Whether ``--run`` swept models (a program's sweep writes no report)."""
+    shared_device: tuple[str, ...] = ()
+    """The current runs that shared their device with other load (``analysis.conditions``)."""
 
     @property
     def refusal(self) -> str | None:
@@ -134,8 +137,9 @@ def run_check(request: CheckRequest, *, console: Console) -> CheckOutcome:
     env = check_environment(reference.fingerprint, found, allow=request.allow_env_change)
     title = f"detprof check: {baseline_file} vs {results_dir}"
     swept_models = measured is not None and reference.config.get("program") is None
+    shared = tuple(shared_device_warnings(sweep.records))
     if not env.comparable:
-        return CheckOutcome(title, results_dir, env, None, measured, swept_models)
+        return CheckOutcome(title, results_dir, env, None, measured, swept_models, shared)
     current = sweep.samples()
     known = set(reference.samples()) | set(reference.unsupported)
     if not known & current.models:
@@ -150,7 +154,7 @@ def run_check(request: CheckRequest, *, console: Console) -> CheckOutcome:
         confidence=request.confidence,
         baseline_unsupported=reference.unsupported,
     )
-    return CheckOutcome(title, results_dir, env, comparison, measured, swept_models)
+    return CheckOutcome(title, results_dir, env, comparison, measured, swept_models, shared)
 
 
 def remeasure(

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from detprof import interrupts
 from detprof.errors import UsageError, first_line
 from detprof.fleet.node_types import carries, ray_accelerator_type, types_carried
 
@@ -39,6 +40,7 @@ def connected(address: str) -> Iterator[ModuleType]:
         ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise UsageError(f"--ray {address}: no Ray cluster to connect to there ({first_line(exc)})") from exc
+    interrupts.reclaim()
     try:
         yield ray
     finally:

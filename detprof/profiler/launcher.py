@@ -28,6 +28,7 @@ from detprof.errors import ExitCode, InputError, UsageError
 from detprof.profiler.devices import DeviceChoice
 from detprof.profiler.lifeline import driver_lifeline
 from detprof.profiler.lockstep import step_in_lockstep
+from detprof.profiler.machine_load import LoadWatch
 from detprof.profiler.plan import ModePair, PlannedRun, RunSettings
 from detprof.profiler.process import (
     Outcome,
@@ -116,6 +117,7 @@ class WorkerProcess:
     control: IO[str] | None = None
     """The worker's answers in a lockstep session (``profiler.lockstep``); None otherwise."""
     sampler: TelemetrySampler | NoTelemetry | None = None
+    load: LoadWatch | None = None
     started: str = ""
     t0: float = 0.0
     finished: str = ""
@@ -127,6 +129,12 @@ class WorkerProcess:
 
     def start(self) -> None:
         self.started, self.t0 = utc_now(), time.monotonic()
+
+    @contextlib.contextmanager
+    def watched(self, sampler: TelemetrySampler | NoTelemetry) -> Iterator[None]:
+        """While the run runs: its GPU's telemetry, and what else used the machine's cores."""
+        with sampler as self.sampler, LoadWatch() as self.load:
+            yield
 
     def end(self) -> None:
         """The run is over: what happens next (reading its trace, filing it) is not part of its duration."""
@@ -229,7 +237,7 @@ class WorkerLauncher:
         worker.make_room()
         atomic_write_json(worker.spec_path, self.spec(worker).to_json())
         worker.start()
-        with self.sampler_factory() as worker.sampler:
+        with worker.watched(self.sampler_factory()):
             proc = spawn(command, self.environment.worker_env(), worker.log_path)
             worker.command = command
             outcome = wait_for_exit(proc, self.timeout_s)
@@ -268,7 +276,7 @@ class WorkerLauncher:
                 with contextlib.ExitStack() as samplers:
                     for worker in workers:
                         worker.start()
-                        worker.sampler = samplers.enter_context(self.sampler_factory())
+                        samplers.enter_context(worker.watched(self.sampler_factory()))
                     if timer is not None:
                         timer.start()
                     try:
@@ -357,6 +365,7 @@ class WorkerLauncher:
             "finished_at": worker.finished,
             "duration_s": worker.duration_s,
             "worker_env": self.environment.timing_env(),
+            "load": None if worker.load is None else worker.load.result(),
         }
         record = measured_run(**(common | fields))
         self.store.write_record(record)

@@ -27,7 +27,8 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from detprof.errors import ExitCode, Terminated
+from detprof import interrupts
+from detprof.errors import ExitCode
 
 
 @dataclass
@@ -43,7 +44,11 @@ class RunProgress:
     """Runs of this invocation that did not end ok (a fleet's display shows them per GPU type)."""
 
     def on_start(self, label: str, completed: int) -> None:
-        """``label``: the run (or runs) in flight; ``completed``: runs finished so far, earlier ones included."""
+        """``label``: the run (or runs) in flight; ``completed``: runs finished so far, earlier ones included.
+
+        No run starts after an interrupt that Python swallowed (``interrupts``): it is raised here.
+        """
+        interrupts.raise_pending()
         self.done_count = completed
         if self.bar is not None and self.task is not None:
             self.bar.update(self.task, completed=completed, description=escape(label))
@@ -94,7 +99,7 @@ def progress_bars(console: Console, totals: Mapping[str, int], results_dir: Path
             yield bars
         except KeyboardInterrupt as stop:
             bar.stop()
-            terminated = isinstance(stop, Terminated)
+            terminated = interrupts.terminated(stop)
             why = "terminated (SIGTERM)" if terminated else "interrupted"
             console.print(f"{why}: every completed run is kept in {escape(str(results_dir))}; --resume continues")
             raise typer.Exit(ExitCode.TERMINATED if terminated else ExitCode.INTERRUPTED) from None

@@ -21,6 +21,7 @@ from typing import Any
 import pynvml
 
 from detprof.profiler.devices import DeviceChoice, Nvml, default_nvml, optional
+from detprof.profiler.machine_load import own_process_tree
 from detprof.records import CLOCK_DROP_FRACTION
 
 DEFAULT_INTERVAL_S = 0.2
@@ -90,6 +91,8 @@ def summarize(samples: list[dict[str, Any]]) -> dict[str, Any]:
         return [s[key] for s in which if s[key] is not None]
 
     reasons = sorted({r for s in samples for r in (s["throttle_reasons"] or [])})
+    others = [s.get("other_processes") for s in samples]
+    known = [set(pids) for pids in others if pids is not None]
     busy_clocks = values("sm_clock_mhz", [s for s in samples if not _is_idle(s)])
     peak = max(busy_clocks, default=None)
     low_clock = 0 if peak is None else sum(c < CLOCK_DROP_FRACTION * peak for c in busy_clocks)
@@ -102,6 +105,7 @@ def summarize(samples: list[dict[str, Any]]) -> dict[str, Any]:
         "throttle_reasons": reasons,
         "low_clock_samples": low_clock,
         "throttled": (bool(low_clock) or any(map(_limits_by_itself, reasons))) if samples else None,
+        "other_processes": sorted(set().union(*known)) if known else None,
     }
 
 
@@ -184,9 +188,25 @@ class TelemetrySampler:
             "power_w": None if power_mw is None else power_mw / 1000.0,
             "utilization_pct": None if utilization is None else utilization.gpu,
             "throttle_reasons": None if reasons is None else decode_reasons(reasons),
+            "other_processes": self._other_processes(),
         }
         self._busy_s += time.perf_counter() - start
         return sample
+
+    def _other_processes(self) -> list[int] | None:
+        """The pids of the processes other than detprof's own that hold the GPU; None where that cannot be told.
+
+        NVML names processes by the host's pids: inside a container whose pids differ, no listed
+        pid is one of detprof's even while its worker computes, and which are others is unknown.
+        """
+        listed = optional(self._nvml.nvmlDeviceGetComputeRunningProcesses, self._handle)
+        if listed is None:
+            return None
+        pids = {process.pid for process in listed}
+        ours = own_process_tree()
+        if pids and not pids & ours:
+            return None
+        return sorted(pids - ours)
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):

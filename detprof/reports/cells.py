@@ -38,7 +38,9 @@ CHEAP = f"{CHEAP_OVERHEAD:.2f}x"
 """The cheap line, as every sentence about it names it."""
 NOISY = f"{NOISY_CHURN:.0%}"
 """The churn under impl from which implementation noise is worth removing."""
-NO_WARNINGS = "No warnings: no throttling, no failed runs, every interval narrow enough to conclude."
+NO_WARNINGS = (
+    "No warnings: no throttling, no other load on the device, no failed runs, every interval narrow enough to conclude."
+)
 OVERHEAD_HEADERS = ("Model", "Kernel time", "Wall time", "Repeats", "Note")
 NOISE_FLOOR_HEADERS = ("Device", "Model", "Kernel time", "Wall time", "Smallest resolvable overhead")
 REFERENCE_HEADERS = ("GPU", "What", "Published")

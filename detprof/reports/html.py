@@ -778,6 +778,36 @@ def conditions(report: Report) -> dict[str, Any]:
             for s in report.sweeps
             if s.clocks
         ],
+        "loads": [
+            {
+                "label": report.where(s.label, s.backend),
+                "table": table(
+                    [
+                        "Mode",
+                        "Runs",
+                        "Other processes' cores, mean / max",
+                        "Steal, max",
+                        "Load average, max",
+                        "Runs that shared the device",
+                    ],
+                    [
+                        [
+                            row.mode,
+                            row.runs,
+                            " / ".join(f.number(v, 2) for v in (row.other_cores_mean, row.other_cores_max))
+                            + (f" of {row.cores}" if row.cores else ""),
+                            f.percent(row.steal_max),
+                            f.number(row.load_average_max, 2),
+                            row.shared_runs,
+                        ]
+                        for row in s.loads
+                    ],
+                    numeric=(1, 4, 5),
+                ),
+            }
+            for s in report.sweeps
+            if s.loads
+        ],
         "warnings": report.warnings,
         "no_warnings": cells.NO_WARNINGS,
     }

@@ -37,6 +37,7 @@ from typing import Any
 import pandas as pd
 
 from detprof import backends
+from detprof.analysis.conditions import LoadRow, load_rows, shared_device_warnings
 from detprof.analysis.overhead import ModelOverhead, model_overheads, noise_floors
 from detprof.analysis.study_results import summarize_model
 from detprof.analysis.verification import ModelVerification
@@ -149,6 +150,8 @@ class SweepStudy(MeasuredStudy):
     models: list[ModelCost]
     clocks: list[ClockRow]
     warnings: list[str]
+    loads: list[LoadRow] = field(default_factory=list)
+    """What else used the machine during each mode's runs (``analysis.conditions``)."""
 
 
 @dataclass
@@ -411,10 +414,16 @@ def load_sweep(store: ResultsStore) -> SweepStudy | None:
     models = [model_cost(store, overheads[m], by_model[m]) for m in order]
     clocks = clock_rows(records)
     warnings = [*where.warnings, *throttle_warnings(label, clocks)]
+    warnings += [f"{label}: {w}" for w in shared_device_warnings(records)]
     warnings += [f"{label}: {m.model}: {m.warning}" for m in models if m.warning]
     warnings += [f"{label}: {m.model}: {m.failure_note}" for m in models if m.failure_note and not m.unsupported_reason]
     return SweepStudy(
-        **where.study_fields(store.root, manifest), config=config, models=models, clocks=clocks, warnings=warnings
+        **where.study_fields(store.root, manifest),
+        config=config,
+        models=models,
+        clocks=clocks,
+        warnings=warnings,
+        loads=load_rows(records),
     )
 
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from rich.console import Console
 
-from detprof import backends, locks
+from detprof import backends, interrupts, locks
 from detprof.determinism import MODES, Mode, without_implied
 from detprof.errors import UsageError, first_line
 from detprof.models import own, registry
@@ -57,6 +57,9 @@ GPU_BYTES_PER_JOB = 2 * GIB
 and cuDNN/cuBLAS workspaces alone take about a gigabyte before the model, its batches and its
 optimizer state. A floor, not a promise: a larger model may still run out, and is then recorded
 as out of memory."""
+
+POLL_S = 0.5
+"""How often the driver looks up from its pool's results for an interrupt that Python swallowed (``interrupts``)."""
 
 
 def default_runs(model: str, dataset: str) -> int:
@@ -275,7 +278,8 @@ def execute_runs(
                 while any(lane.in_flight for lane in lanes):
                     on_start([run for lane in lanes for run in lane.in_flight.values()])
                     futures = [f for lane in lanes for f in lane.in_flight]
-                    done, _ = wait(futures, return_when=FIRST_COMPLETED)
+                    done, _ = wait(futures, timeout=POLL_S, return_when=FIRST_COMPLETED)
+                    interrupts.raise_pending()
                     for lane in lanes:
                         finished = [f for f in lane.in_flight if f in done]
                         broken = any(isinstance(f.exception(), BrokenProcessPool) for f in finished)

@@ -84,7 +84,7 @@ class ProgramLauncher(WorkerLauncher):
         atomic_write_json(worker.spec_path, self.program_spec(worker).to_json())
         worker.command = self.tracer_of(run).command(argv, worker.trace_base)
         env = program_env(self.environment, run.mode, worker.spec_path, in_effect_dir)
-        with self.sampler_factory() as worker.sampler:
+        with worker.watched(self.sampler_factory()):
             started = time.monotonic_ns()
             outcome = run_process(worker.command, env, worker.log_path, stderr_path, self.timeout_s)
             process_ns = time.monotonic_ns() - started

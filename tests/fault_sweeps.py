@@ -1,0 +1,83 @@
+"""Starting a small sweep for a fault to strike, and watching what it leaves: shared by the fault tests.
+
+The sweeps are small PyTorch ones (its workers start fastest) without a tracer, so that each
+takes seconds; their device locks live in a folder of the test's own (``fault_env``), shared
+by the commands it starts.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from script_runner import ROOT
+
+from detprof import locks
+from detprof.errors import ExitCode
+from detprof.store import ResultsStore
+
+SMALL = ["--backend", "torch", "--models", "smallcnn", "--input-size", "16", "--steps", "3", "--warmup", "1"]
+SMALL += ["--tracer", "none", "--no-report"]
+
+
+def detprof(*args: str | Path, env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "detprof.cli", *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env=env,
+    )
+
+
+def fault_env(tmp_path: Path) -> dict[str, str]:
+    """The commands' environment: one device-lock folder for all of them."""
+    return {**os.environ, locks.LOCK_DIR_ENV: str(tmp_path / "device-locks"), "COLUMNS": "200"}
+
+
+def records(out: Path) -> list[dict]:
+    return list(ResultsStore(out, "sweep").records())
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"no {what} within {timeout:g} s")
+        time.sleep(0.1)
+
+
+def workers_of(out: Path) -> list[int]:
+    """Processes whose command line names the results folder: the sweep's workers."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if entry.name.isdigit() and str(out) in cmdline and "detprof.cli" not in cmdline and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def sweep_with_a_record(out: Path, repeats: int, env: dict[str, str]) -> subprocess.Popen[str]:
+    """A sweep into ``out``, once it has recorded its first run: the moment each fault strikes."""
+    driver = detprof("sweep", *SMALL, "--repeats", str(repeats), "--out", out, env=env)
+    wait_until(lambda: any((out / "sweep" / "runs").glob("*.json")), 180, "first record")
+    return driver
+
+
+def assert_resume_completes(out: Path, repeats: int, kept: set[str], env: dict[str, str]) -> None:
+    """``--resume`` measures what is missing: every run recorded once, ok, the runs kept among them."""
+    resumed = detprof("sweep", *SMALL, "--repeats", str(repeats), "--out", out, "--resume", env=env)
+    assert resumed.wait(timeout=300) == ExitCode.OK, resumed.stderr.read()[-2000:]
+    done = records(out)
+    assert len(done) == 2 * repeats and all(r["status"] == "ok" for r in done)
+    assert kept <= {r["run_id"] for r in done}
