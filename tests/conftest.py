@@ -15,6 +15,8 @@ import pytest
 
 from detprof import locks
 
+pytest_plugins = ["fault_sweeps"]
+"""The fault tests' fixtures (``fault_env``)."""
 
 @pytest.fixture(autouse=True)
 def _no_terminal_size_from_xdist(monkeypatch: pytest.MonkeyPatch) -> None:

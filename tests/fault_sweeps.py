@@ -8,6 +8,7 @@ by the commands it starts.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -36,6 +37,7 @@ def detprof(*args: str | Path, env: dict[str, str]) -> subprocess.Popen[str]:
     )
 
 
+@pytest.fixture
 def fault_env(tmp_path: Path) -> dict[str, str]:
     """The commands' environment: one device-lock folder for all of them."""
     return {**os.environ, locks.LOCK_DIR_ENV: str(tmp_path / "device-locks"), "COLUMNS": "200"}
@@ -53,8 +55,8 @@ def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None
         time.sleep(0.1)
 
 
-def workers_of(out: Path) -> list[int]:
-    """Processes whose command line names the results folder: the sweep's workers."""
+def processes_naming(text: str, *, but: str = "detprof.cli") -> list[int]:
+    """Live processes whose command line holds ``text`` and not ``but``: a study's workers, by their folder."""
     found = []
     for entry in Path("/proc").iterdir():
         try:
@@ -62,9 +64,24 @@ def workers_of(out: Path) -> list[int]:
             state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
         except (OSError, IndexError):
             continue
-        if entry.name.isdigit() and str(out) in cmdline and "detprof.cli" not in cmdline and state != "Z":
+        if entry.name.isdigit() and text in cmdline and but not in cmdline and state != "Z":
             found.append(int(entry.name))
     return found
+
+
+def workers_of(out: Path) -> list[int]:
+    """The sweep's workers: processes that name its results folder, the driver aside."""
+    return processes_naming(str(out))
+
+
+def assert_stopped(driver: subprocess.Popen[str], signum: int, study: Path) -> None:
+    """The driver ended for ``signum`` in its exit code and one line that keeps ``study``'s runs; no traceback."""
+    terminated = signum == signal.SIGTERM
+    assert driver.wait(timeout=60) == (ExitCode.TERMINATED if terminated else ExitCode.INTERRUPTED)
+    err = driver.stderr.read()
+    why = "terminated (SIGTERM)" if terminated else "interrupted"
+    assert f"{why}: every completed run is kept in {study}; --resume continues" in err
+    assert "Traceback" not in err and "Exception ignored" not in err, err
 
 
 def sweep_with_a_record(out: Path, repeats: int, env: dict[str, str]) -> subprocess.Popen[str]:

@@ -20,7 +20,6 @@ from fault_sweeps import (
     SMALL,
     assert_resume_completes,
     detprof,
-    fault_env,
     records,
     sweep_with_a_record,
     wait_until,
@@ -31,17 +30,12 @@ from detprof import locks
 from detprof.errors import ExitCode
 
 
-@pytest.fixture
-def env(tmp_path: Path) -> dict[str, str]:
-    return fault_env(tmp_path)
-
-
 @pytest.mark.slow
 def test_two_sweeps_started_together_into_one_folder_leave_one_complete_set(
-    tmp_path: Path, env: dict[str, str]
+    tmp_path: Path, fault_env: dict[str, str]
 ) -> None:
     out = tmp_path / "out"
-    together = [detprof("sweep", *SMALL, "--repeats", "2", "--out", out, env=env) for _ in range(2)]
+    together = [detprof("sweep", *SMALL, "--repeats", "2", "--out", out, env=fault_env) for _ in range(2)]
     for sweep in together:
         sweep.wait(timeout=300)
     refused, ran = sorted(together, key=lambda p: p.returncode != ExitCode.ENVIRONMENT)
@@ -64,16 +58,16 @@ def holds(path: Path, pid: int) -> bool:
 
 @pytest.mark.slow
 def test_a_second_measurement_on_the_device_waits_and_says_so_or_refuses_with_no_wait(
-    tmp_path: Path, env: dict[str, str]
+    tmp_path: Path, fault_env: dict[str, str]
 ) -> None:
-    holder = detprof("sweep", *SMALL, "--repeats", "2", "--out", tmp_path / "first", env=env)
-    device_lock = Path(env[locks.LOCK_DIR_ENV]) / "cpu.lock"
+    holder = detprof("sweep", *SMALL, "--repeats", "2", "--out", tmp_path / "first", env=fault_env)
+    device_lock = Path(fault_env[locks.LOCK_DIR_ENV]) / "cpu.lock"
     wait_until(lambda: holds(device_lock, holder.pid), 120, "device lock held by the first sweep")
-    rushed = detprof("sweep", *SMALL, "--repeats", "1", "--out", tmp_path / "second", "--no-wait", env=env)
+    rushed = detprof("sweep", *SMALL, "--repeats", "1", "--out", tmp_path / "second", "--no-wait", env=fault_env)
     assert rushed.wait(timeout=120) == ExitCode.ENVIRONMENT
     err = rushed.stderr.read().strip()
     assert err.count("\n") == 0 and f"cpu is being measured by another detprof (pid {holder.pid} on " in err
-    patient = detprof("sweep", *SMALL, "--repeats", "1", "--out", tmp_path / "second", env=env)
+    patient = detprof("sweep", *SMALL, "--repeats", "1", "--out", tmp_path / "second", env=fault_env)
     assert holder.wait(timeout=300) == ExitCode.OK and patient.wait(timeout=300) == ExitCode.OK
     assert f"waiting for cpu: another detprof is measuring on it (pid {holder.pid} on " in patient.stderr.read()
     last_of_first = max(r["finished_at"] for r in records(tmp_path / "first"))
@@ -125,10 +119,10 @@ def fill(disk: Path) -> Path:
 
 @pytest.mark.slow
 def test_a_disk_that_fills_up_mid_sweep_is_one_line_exit_74_and_resume_completes(
-    small_disk: Path, env: dict[str, str]
+    small_disk: Path, fault_env: dict[str, str]
 ) -> None:
     out = small_disk / "out"
-    driver = sweep_with_a_record(out, 3, env)
+    driver = sweep_with_a_record(out, 3, fault_env)
     filler = fill(small_disk)
     assert driver.wait(timeout=300) == ExitCode.ENVIRONMENT
     err = [line for line in driver.stderr.read().splitlines() if line.startswith("detprof: error")]
@@ -136,7 +130,7 @@ def test_a_disk_that_fills_up_mid_sweep_is_one_line_exit_74_and_resume_completes
     assert f"cannot write {out}" in err[0] and "MiB free there); every run recorded so far is kept" in err[0]
     kept = {r["run_id"] for r in records(out) if r["status"] == "ok"}
     filler.unlink()
-    assert_resume_completes(out, 3, kept, env)
+    assert_resume_completes(out, 3, kept, fault_env)
 
 
 def cpu_hog() -> int:
@@ -152,12 +146,12 @@ def cpu_hog() -> int:
 
 @pytest.mark.slow
 def test_a_process_loading_the_cpu_during_a_sweep_is_named_in_the_report_and_by_check(
-    tmp_path: Path, env: dict[str, str]
+    tmp_path: Path, fault_env: dict[str, str]
 ) -> None:
     out = tmp_path / "out"
     hog = cpu_hog()
     try:
-        swept = detprof("sweep", *SMALL, "--repeats", "2", "--out", out, env=env)
+        swept = detprof("sweep", *SMALL, "--repeats", "2", "--out", out, env=fault_env)
         assert swept.wait(timeout=300) == ExitCode.OK, swept.stderr.read()[-2000:]
     finally:
         os.kill(hog, signal.SIGKILL)
@@ -165,10 +159,10 @@ def test_a_process_loading_the_cpu_during_a_sweep_is_named_in_the_report_and_by_
     assert all(load["cores"] == len(os.sched_getaffinity(0)) for load in loads)
     assert sum(load["other_cores"] >= 0.25 for load in loads) >= 2, loads
     report = tmp_path / "report.md"
-    assert detprof("report", out, "--format", "md", "-o", report, env=env).wait(timeout=120) == ExitCode.OK
+    assert detprof("report", out, "--format", "md", "-o", report, env=fault_env).wait(timeout=120) == ExitCode.OK
     assert "runs measured while other processes used up to " in report.read_text()
     baseline = tmp_path / "baseline.json"
-    assert detprof("baseline", out, "-o", baseline, env=env).wait(timeout=120) == ExitCode.OK
-    check = detprof("check", "--baseline", baseline, "--current", out, env=env)
+    assert detprof("baseline", out, "-o", baseline, env=fault_env).wait(timeout=120) == ExitCode.OK
+    check = detprof("check", "--baseline", baseline, "--current", out, env=fault_env)
     assert check.wait(timeout=120) == ExitCode.OK
     assert "runs measured while other processes used up to " in check.stderr.read()

@@ -22,6 +22,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from fault_sweeps import processes_naming
 from ray._private.accelerators.nvidia_gpu import NvidiaGPUAcceleratorManager
 from ray.cluster_utils import Cluster
 
@@ -260,20 +261,6 @@ def test_a_stability_study_trains_its_runs_on_the_nodes_of_its_type(cluster, tmp
         assert (store.dir / record["arrays"]).is_file() and (store.dir / record["log"]).is_file()
     summary = json.loads((store.dir / "summary.json").read_text())
     assert summary["device"] == "a100" and summary["runs_ok"] == 2
-
-
-def processes_naming(text: str) -> list[int]:
-    """Live processes whose command line holds ``text``: a unit's measuring workers, by their scratch folder."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if entry.name.isdigit() and text in cmdline and state != "Z":
-            found.append(int(entry.name))
-    return found
 
 
 @pytest.mark.slow
