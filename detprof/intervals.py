@@ -20,7 +20,7 @@ sweep's table, the report and the CI check:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -253,3 +253,41 @@ def bootstrap_spread(values: Sequence[float], resamples: int = BOOTSTRAP_RESAMPL
     rng = np.random.default_rng(seed)
     boot = v[rng.integers(0, n, size=(resamples, n))].std(axis=1, ddof=1)
     return Spread(float(v.mean()), float(v.std(ddof=1)), float(boot.std(ddof=1)), n)
+
+
+@dataclass(frozen=True)
+class HolmStep:
+    rank: int
+    level: float
+    adjusted_p: float
+    rejected: bool
+
+
+def holm(
+    pvalues: Mapping[str, float],
+    alpha: float,
+    rejects: Callable[[str, float], bool] | None = None,
+) -> dict[str, HolmStep]:
+    """Holm's step-down over ``pvalues``; ``rejects(name, level)`` decides a step (default p <= level).
+
+    Every hypothesis gets the level it was tested at: its own step's level while the
+    procedure rejects, the stopping step's level once it has stopped (so none after the
+    stop can be rejected). Ties in p are broken by name, so the outcome is reproducible.
+    """
+    decide = rejects or (lambda name, level: pvalues[name] <= level)
+    order = sorted(pvalues, key=lambda name: (pvalues[name], name))
+    k = len(order)
+    steps: dict[str, HolmStep] = {}
+    running_max = 0.0
+    stop_level: float | None = None
+    for index, name in enumerate(order):
+        running_max = max(running_max, min(1.0, (k - index) * pvalues[name]))
+        if stop_level is None:
+            level = alpha / (k - index)
+            rejected = decide(name, level)
+            if not rejected:
+                stop_level = level
+        else:
+            level, rejected = stop_level, False
+        steps[name] = HolmStep(index + 1, level, running_max, rejected)
+    return steps

@@ -103,6 +103,8 @@ class MeasuredRun(TypedDict):
     """What a model workload reports about itself: input shape, classes, parameter count."""
     classes: NotRequired[int]
     parameters: NotRequired[int]
+    layer_names: NotRequired[list[str]]
+    """Every layer of the model, nested ones included, in model order: what ``traces.attribution`` places ops in."""
     train_step: NotRequired[str]
     """Which compiled training step the model workload ran (``profiler.workloads``), with its compile setting."""
     model_spec: NotRequired[dict[str, Any]]

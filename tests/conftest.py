@@ -9,6 +9,7 @@ itself.
 from __future__ import annotations
 
 import os
+import signal
 import tempfile
 
 import pytest
@@ -17,6 +18,13 @@ from detprof import locks
 
 pytest_plugins = ["fault_sweeps"]
 """The fault tests' fixtures (``fault_env``)."""
+
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+"""A suite started in the background (a shell runs ``make test &`` with SIGINT ignored, and every process inherits
+that) still starts its commands as a terminal would: a handled signal reverts to the default in a child, so the
+commands that tests interrupt see Ctrl-C (``detprof.interrupts`` keeps a signal ignored that it started ignored)."""
+
 
 @pytest.fixture(autouse=True)
 def _no_terminal_size_from_xdist(monkeypatch: pytest.MonkeyPatch) -> None:

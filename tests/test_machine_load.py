@@ -3,43 +3,52 @@
 from __future__ import annotations
 
 import os
+import resource
 import subprocess
 import sys
 import time
 
+import psutil
 from fake_nvml import FakeNvml, a100
 
 from detprof.analysis.conditions import load_rows, shared_device_warnings, shares_device
 from detprof.profiler.machine_load import LoadWatch, own_process_tree
 from detprof.profiler.telemetry import TelemetrySampler, summarize
 
-SPIN = [sys.executable, "-c", "import time\nend = time.monotonic() + 1.5\nwhile time.monotonic() < end: pass"]
-
-
-def watch_while(start: list[str] | None = None, detached: bool = False) -> dict:
-    """What a LoadWatch records over a process spinning one core for 1.5 s: ours, or detached from us."""
-    command = ["sh", "-c", f"{' '.join(SPIN[:2])} '{SPIN[2]}' & echo $!"] if detached else start or SPIN
-    with LoadWatch() as watch:
-        if detached:
-            subprocess.run(command, capture_output=True, check=True)
-            time.sleep(1.6)
-        else:
-            subprocess.run(command, check=True)
-    result = watch.result()
-    assert result is not None
-    return result
+SPIN = "import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end: pass"
 
 
 def test_a_core_spun_by_a_process_of_ours_counts_as_our_own_load() -> None:
-    load = watch_while()
-    assert load["cores"] == len(os.sched_getaffinity(0))
-    assert load["own_cores"] >= 0.4 and load["window_s"] >= 1.5
+    """However busy the machine, the child's CPU time (its own count, ``RUSAGE_CHILDREN``) is detprof's."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    with LoadWatch() as watch:
+        subprocess.run([sys.executable, "-c", SPIN.format(seconds=1.5)], check=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    load = watch.result()
+    assert load is not None and load["cores"] == len(os.sched_getaffinity(0)) and load["window_s"] >= 1.5
+    spun = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    assert load["own_cores"] * load["window_s"] >= 0.9 * spun > 0
     assert len(load["load_average"]) == 2 and 0 <= load["steal_fraction"] < 1
 
 
 def test_a_core_spun_by_a_process_that_is_not_ours_counts_as_other_load() -> None:
-    load = watch_while(detached=True)
-    assert load["other_cores"] >= 0.4, load
+    """A spinner started through a shell that exits is nobody's child here: its CPU time is other load."""
+    started = subprocess.run(
+        ["sh", "-c", f"{sys.executable} -c '{SPIN.format(seconds=30)}' >/dev/null 2>&1 & echo $!"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    spinner = psutil.Process(int(started.stdout))
+    try:
+        first = sum(spinner.cpu_times()[:2])
+        with LoadWatch() as watch:
+            time.sleep(1.5)
+        spun = sum(spinner.cpu_times()[:2]) - first
+    finally:
+        spinner.kill()
+    load = watch.result()
+    assert load is not None and load["other_cores"] * load["window_s"] >= 0.8 * spun > 0.1, load
 
 
 def run(mode: str, other_cores: float | None = 0.0, steal: float = 0.0, gpu: list[int] | None = None) -> dict:

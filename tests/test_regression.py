@@ -20,12 +20,11 @@ from detprof.check.regression import (
     Verdict,
     baseline_models,
     compare,
-    holm,
     samples_from_records,
     severity,
 )
 from detprof.errors import InputError
-from detprof.intervals import repeats_to_settle, welch_difference
+from detprof.intervals import holm, repeats_to_settle, welch_difference
 
 THRESHOLD = 0.10
 MARGIN = math.log(1 + THRESHOLD)

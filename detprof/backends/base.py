@@ -26,6 +26,15 @@ LossOf = Callable[[Any, Any], Any]
 """A loss function, ``loss(y_true, y_pred)``."""
 
 
+LAYER_RANGE = "layer:"
+"""The prefix of the profiler ranges a worker puts around each Keras layer call where the framework's trace
+names no layer (PyTorch): the Kineto parser turns them into layer paths (``traces.attribution``)."""
+
+
+def layer_range_name(layer: str) -> str:
+    return f"{LAYER_RANGE}{layer}"
+
+
 @dataclass(frozen=True)
 class Knob:
     """One switch of a framework's determinism, which ``detprof sweep --knobs`` prices alone.

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 from typing import Any
 
-from .base import Backend, Compiler, Knob, LossOf, StopProfiler
+from .base import Backend, Compiler, Knob, LossOf, StopProfiler, layer_range_name
 
 CUBLAS_WORKSPACE_ENV = "CUBLAS_WORKSPACE_CONFIG"
 CUBLAS_DETERMINISTIC_WORKSPACE = ":4096:8"
@@ -204,10 +205,12 @@ class Torch(Backend):
         if torch.cuda.is_available():
             activities.append(torch.profiler.ProfilerActivity.CUDA)
         profile = torch.profiler.profile(activities=activities)
+        unmark = _mark_layers()
         profile.start()
 
         def stop() -> None:
             profile.stop()
+            unmark()
             profile.export_chrome_trace(trace_path)
 
         return stop
@@ -216,3 +219,29 @@ class Torch(Backend):
         import torch
 
         return torch.profiler.record_function(name)
+
+
+def _mark_layers() -> Callable[[], None]:
+    """While the profiler captures: a range around each Keras layer call, named after the layer.
+
+    A PyTorch trace names no layer: Keras's name scopes do not reach ``torch.profiler``. The
+    ranges (``traces.attribution``) let the Kineto parser place each op, and each backward op
+    through its forward op, in the model's layers. Layers are called through ``Layer.__call__``
+    alone, so wrapping it reaches every layer of every model; the wrapper goes when the capture
+    ends. Without Keras loaded (a program that uses PyTorch alone) nothing is marked.
+    """
+    keras = sys.modules.get("keras")
+    if keras is None:
+        return lambda: None
+    import torch
+
+    layer_type = keras.layers.Layer
+    call = layer_type.__call__
+
+    @functools.wraps(call)
+    def marked(layer: Any, *args: Any, **kwargs: Any) -> Any:
+        with torch.profiler.record_function(layer_range_name(layer.name)):
+            return call(layer, *args, **kwargs)
+
+    layer_type.__call__ = marked
+    return lambda: setattr(layer_type, "__call__", call)

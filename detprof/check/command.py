@@ -116,12 +116,12 @@ def check(
 
             console.print(f"report: {write_report(outcome.measured.out, outcome.measured.out / 'report.html')}")
     _report(outcome.comparison, outcome.env, strict=strict, title=outcome.title, junit=junit, github=github)
+    if outcome.refusal is not None:
+        raise InputError(outcome.refusal)
     for shared in outcome.shared_device:
         typer.echo(f"detprof: warning: {outcome.results_dir}: {shared}", err=True)
         if github:
             typer.echo(f"::warning title=detprof check: device shared with other load::{shared}")
-    if outcome.refusal is not None:
-        raise InputError(outcome.refusal)
     assert outcome.comparison is not None
     _print_noise_floor(outcome.results_dir)
     _write_json(bmf, benchmark_json, outcome.comparison)

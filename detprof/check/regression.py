@@ -27,14 +27,22 @@ the two-sided (1 - 2 alpha) Welch interval.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal
 
 from detprof.analysis.overhead import ModelOverhead, paired_log_ratios
 from detprof.errors import InputError
-from detprof.intervals import MIN_REPEATS, Metric, WelchDifference, repeats_to_settle, welch_difference
+from detprof.intervals import (
+    MIN_REPEATS,
+    HolmStep,
+    Metric,
+    WelchDifference,
+    holm,
+    repeats_to_settle,
+    welch_difference,
+)
 
 Direction = Literal["regression", "improvement"]
 
@@ -141,44 +149,6 @@ def baseline_models(sweep: SweepSamples, source: str) -> dict[str, dict[str, Any
             "kernel_log_ratios": list(sample.kernel) if len(sample.kernel) >= MIN_REPEATS else None,
         }
     return models
-
-
-@dataclass(frozen=True)
-class HolmStep:
-    rank: int
-    level: float
-    adjusted_p: float
-    rejected: bool
-
-
-def holm(
-    pvalues: Mapping[str, float],
-    alpha: float,
-    rejects: Callable[[str, float], bool] | None = None,
-) -> dict[str, HolmStep]:
-    """Holm's step-down over ``pvalues``; ``rejects(name, level)`` decides a step (default p <= level).
-
-    Every hypothesis gets the level it was tested at: its own step's level while the
-    procedure rejects, the stopping step's level once it has stopped (so none after the
-    stop can be rejected). Ties in p are broken by name, so the outcome is reproducible.
-    """
-    decide = rejects or (lambda name, level: pvalues[name] <= level)
-    order = sorted(pvalues, key=lambda name: (pvalues[name], name))
-    k = len(order)
-    steps: dict[str, HolmStep] = {}
-    running_max = 0.0
-    stop_level: float | None = None
-    for index, name in enumerate(order):
-        running_max = max(running_max, min(1.0, (k - index) * pvalues[name]))
-        if stop_level is None:
-            level = alpha / (k - index)
-            rejected = decide(name, level)
-            if not rejected:
-                stop_level = level
-        else:
-            level, rejected = stop_level, False
-        steps[name] = HolmStep(index + 1, level, running_max, rejected)
-    return steps
 
 
 @dataclass(frozen=True)

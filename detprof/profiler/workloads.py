@@ -79,6 +79,7 @@ def model_training(worker: WorkerSpec) -> tuple[Step, dict[str, Any]]:
     else:
         step, train_step = _keras_step(training, x, y, settings.jit_compile)
     facts: dict[str, Any] = {"parameters": int(model.count_params()), "train_step": train_step}
+    facts["layer_names"] = [layer.name for layer in model._flatten_layers(include_self=False)]
     if not isinstance(x, dict):
         facts["input_shape"] = [int(d) for d in x.shape[1:]]
     if not isinstance(y, list) and np.issubdtype(y.dtype, np.integer) and _output_classes(model) is not None:

@@ -18,12 +18,14 @@ header from one mapping, so a column of the same name says the same in both.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
 
 from detprof import formatting as f
 from detprof.analysis.knobs import KnobCost, within_noise
+from detprof.analysis.layers import ModelAttribution, PartCost
 from detprof.analysis.verification import Difference, ModelVerification
 from detprof.intervals import CHEAP_OVERHEAD, Overhead
 from detprof.reports.headline import HeadlineRow, shown_caveats
@@ -492,3 +494,40 @@ def knob_row(k: KnobReading, knob: KnobCost) -> dict[str, Words]:
         "Share of the overhead": Words(f.DASH if share is None else f.share(*share)),
         "Without it (bitwise)": Words(knob.check or f.DASH),
     }
+
+
+PART_HEADERS = (
+    "Default (ms/step)",
+    "Deterministic (ms/step)",
+    "Added (ms/step)",
+    "95% CI",
+    "Share of added",
+    "Reading",
+)
+"""A layer's or op's row after its name (``part``); the report and the sweep's console table share them."""
+PARTS_LEAD = (
+    "What determinism adds per training step to each layer and each op of the model, paired repeat by repeat as the "
+    "model's overhead is; an interval that holds zero, or a change under this machine's noise floor, reads within "
+    "noise. Kernels no layer claims count as (unattributed), so the layers add up to the step."
+)
+
+
+def part(p: PartCost) -> list[str]:
+    interval = f.DASH if math.isnan(p.lo) else f"[{p.lo:+.3f}, {p.hi:+.3f}]"
+    reading = WITHIN_NOISE if p.within_noise else ("pays" if p.added_ms > 0 else "saves")
+    return [
+        p.name,
+        f.number(p.default_ms, 3),
+        f.number(p.deterministic_ms, 3),
+        f"{p.added_ms:+.3f}",
+        interval,
+        f.percent(p.share, 0),
+        reading,
+    ]
+
+
+def unattributed_line(parts: ModelAttribution) -> str:
+    return (
+        f"{parts.unattributed_share:.0%} of the default mode's traced time per step "
+        f"({parts.default_step_ms:.3g} ms) ran in no layer of the model (optimizer updates, input conversion)."
+    )

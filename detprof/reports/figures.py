@@ -19,6 +19,8 @@ import plotly.graph_objects as go
 from plotly.colors import sample_colorscale
 from plotly.subplots import make_subplots
 
+from detprof.analysis.layers import TOP_N as TOP_PARTS
+from detprof.analysis.layers import PartCost
 from detprof.analysis.verification import ModelVerification
 from detprof.determinism import MODES
 from detprof.intervals import CHEAP_OVERHEAD, Overhead
@@ -547,4 +549,57 @@ def knobs_figure(k: KnobReading, shown: str) -> go.Figure | None:
         margin={"t": 50, "b": 40, "l": 10},
     )
     fig.update_yaxes(automargin=True)
+    return fig
+
+
+PART_BAR_HEIGHT = 22
+
+
+def parts_figure(parts: Sequence[PartCost], order: Sequence[str], what: str, title: str) -> go.Figure | None:
+    """The leaderboard as horizontal bars of added ms per step with 95% CI whiskers, the largest on top; bars
+    within noise in grey. With ``order`` (the model's layers), a button lays the same bars out in model order."""
+    shown = list(parts[:TOP_PARTS])
+    if not shown:
+        return None
+    names = [text(p.name) for p in shown]
+    fig = go.Figure(
+        go.Bar(
+            y=names,
+            x=[p.added_ms for p in shown],
+            error_x={
+                "type": "data",
+                "symmetric": False,
+                "array": [0.0 if math.isnan(p.hi) else p.hi - p.added_ms for p in shown],
+                "arrayminus": [0.0 if math.isnan(p.lo) else p.added_ms - p.lo for p in shown],
+            },
+            orientation="h",
+            marker_color=["#bbbbbb" if p.within_noise else "#d62728" for p in shown],
+            hovertext=[
+                f"{name}: {p.added_ms:+.3f} ms per step [{p.lo:+.3f}, {p.hi:+.3f}]"
+                + (" (within noise)" if p.within_noise else "")
+                for name, p in zip(names, shown, strict=True)
+            ],
+            hoverinfo="text",
+        )
+    )
+    by_cost = {"yaxis.categoryorder": "array", "yaxis.categoryarray": list(reversed(names))}
+    in_model = [text(name) for name in order if text(name) in names]
+    in_model += [name for name in names if name not in in_model]
+    buttons = [{"label": "by added time", "method": "relayout", "args": [by_cost]}]
+    if order:
+        model_order = {"yaxis.categoryorder": "array", "yaxis.categoryarray": list(reversed(in_model))}
+        buttons.append({"label": "in model order", "method": "relayout", "args": [model_order]})
+    fig.add_vline(x=0, line_dash="dot", line_color="#555")
+    fig.update_layout(
+        template=TEMPLATE,
+        height=140 + PART_BAR_HEIGHT * len(shown),
+        title=title,
+        xaxis={"title": f"time determinism adds per step (ms), per {what}; grey: within noise"},
+        yaxis={"categoryorder": "array", "categoryarray": list(reversed(names)), "automargin": True},
+        updatemenus=[{"type": "buttons", "direction": "right", "x": 1, "y": 1.12, "buttons": buttons}]
+        if len(buttons) > 1
+        else [],
+        showlegend=False,
+        margin={"l": 10, "r": 10, "t": 70, "b": 40},
+    )
     return fig

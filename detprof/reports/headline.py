@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from detprof import backends
+from detprof.analysis.layers import ModelAttribution
 from detprof.analysis.verification import ModelVerification
 from detprof.intervals import CHEAP_OVERHEAD, Metric, Overhead
 from detprof.reports.provenance import framework_name
@@ -81,6 +82,8 @@ class HeadlineRow:
     caveats: list[str] = field(default_factory=list)
     verification: ModelVerification | None = None
     """Whether determinism held for this model, device label and backend (``detprof verify``), where it was verified."""
+    parts: ModelAttribution | None = None
+    """Its layers and ops by added time per step, read against its noise floor (``analysis.layers``)."""
 
     @property
     def used_stability(self) -> StabilityReading | None:
@@ -264,4 +267,16 @@ def row_json(r: HeadlineRow) -> dict[str, Any]:
         "advice": r.advice,
         "attribution": r.attribution,
         "caveats": r.caveats,
+    } | parts_json(r.parts)
+
+
+def parts_json(parts: ModelAttribution | None) -> dict[str, Any]:
+    """``layers`` and ``ops``, each sorted by added time per step (``PartCost.as_json``), and the share of the
+    traced time no layer claims; absent where the traces place no kernel in a layer or an op."""
+    if parts is None:
+        return {}
+    return {
+        "layers": [part.as_json() for part in parts.layers],
+        "ops": [part.as_json() for part in parts.ops],
+        "unattributed_share": parts.unattributed_share,
     }

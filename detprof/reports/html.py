@@ -32,6 +32,8 @@ from markupsafe import Markup
 
 from detprof import backends
 from detprof import formatting as f
+from detprof.analysis import layers
+from detprof.analysis.layers import ModelAttribution
 from detprof.analysis.verification import ModelVerification
 from detprof.determinism import MODES
 from detprof.reports import cells, figures
@@ -166,34 +168,22 @@ class _Figures:
         )
 
 
+def _study_row(kind: str, study: Any, timing: str = f.DASH) -> list[Any]:
+    """A measured study's provenance row: where it ran, its results, when, and its command line."""
+    ran = f"{study.started or '?'} .. {study.finished or '?'}"
+    return [kind, study.label, study.backend, str(study.path), ran, timing, Cell(study.command, "code")]
+
+
 def _studies(report: Report) -> Table:
-    rows: list[list[Any]] = []
-    for s in report.sweeps:
-        rows.append(
-            [
-                "sweep",
-                s.label,
-                s.backend,
-                str(s.path),
-                f"{s.started or '?'} .. {s.finished or '?'}",
-                s.timing,
-                Cell(s.command, "code"),
-            ]
-        )
-    for c in report.calibrations:
-        ran = f"{c.started or '?'} .. {c.finished or '?'}"
-        rows.append(["calibration", c.label, c.backend, str(c.path), ran, f.DASH, Cell(c.command, "code")])
-    for k in report.kernels:
-        ran = f"{k.started or '?'} .. {k.finished or '?'}"
-        rows.append(["kernels", k.label, k.backend, str(k.path), ran, k.timing, Cell(k.command, "code")])
-    for st in report.stability:
-        rows.append(["stability", st.device, st.backend, str(st.path), "", f.DASH, Cell(st.command, "code")])
-    for v in report.verifications:
-        ran = f"{v.started or '?'} .. {v.finished or '?'}"
-        rows.append(["verify", v.label, v.backend, str(v.path), ran, f.DASH, Cell(v.command, "code")])
-    for k in report.knob_studies:
-        ran = f"{k.started or '?'} .. {k.finished or '?'}"
-        rows.append(["knobs", k.label, k.backend, str(k.path), ran, k.timing, Cell(k.command, "code")])
+    rows = [_study_row("sweep", s, s.timing) for s in report.sweeps]
+    rows += [_study_row("calibration", c) for c in report.calibrations]
+    rows += [_study_row("kernels", k, k.timing) for k in report.kernels]
+    rows += [
+        ["stability", st.device, st.backend, str(st.path), "", f.DASH, Cell(st.command, "code")]
+        for st in report.stability
+    ]
+    rows += [_study_row("verify", v) for v in report.verifications]
+    rows += [_study_row("knobs", k, k.timing) for k in report.knob_studies]
     return table(["Study", "Device", "Backend", "Results", "Ran", "Which runs were traced", "Command line"], rows)
 
 
@@ -595,11 +585,35 @@ def diff_table(diff: pd.DataFrame) -> Table:
     return table(headers, rows, numeric=(2, 3, 4, 5))
 
 
-def model_details(m: ModelCost) -> dict[str, Any]:
+def leaderboards(parts: ModelAttribution | None, model: str) -> list[dict[str, Any]]:
+    """A model's layer leaderboard, then its op leaderboard: each a chart and a table of the top ``TOP_N``."""
+    if parts is None:
+        return []
+    boards = []
+    for what, found, order in (("layer", parts.layers, parts.layer_order), ("op", parts.ops, [])):
+        boards.append(
+            {
+                "title": f"{what.capitalize()}s by time determinism adds",
+                "figure": figures.parts_figure(
+                    found, order, what, f"{figures.text(model)}: {what}s by added time per step"
+                ),
+                "table": table(
+                    [what.capitalize(), *cells.PART_HEADERS],
+                    [cells.part(p) for p in found[: layers.TOP_N]],
+                    numeric=(1, 2, 3, 5),
+                ),
+            }
+        )
+    return boards
+
+
+def model_details(m: ModelCost, parts: ModelAttribution | None = None) -> dict[str, Any]:
     """One model's collapsible block: ``no_kernels`` is set exactly when it has no kernel tables to open."""
     more, delta = m.diff_rest
     return {
         "model": m.model,
+        "boards": leaderboards(parts, m.model),
+        "unattributed": None if parts is None else cells.unattributed_line(parts),
         "summary": cells.cost_summary(m),
         "no_kernels": None if m.top else (m.no_kernels or "no kernel tables"),
         "sides": [
@@ -628,7 +642,7 @@ def cost(report: Report) -> dict[str, Any] | None:
                 "figure": figures.category_figure(s, report.where(s.label, s.backend))
                 if any(m.categories for m in s.models)
                 else None,
-                "models": [model_details(m) for m in s.models],
+                "models": [model_details(m, report.parts_of(s, m)) for m in s.models],
             }
             for s in report.sweeps
         ]

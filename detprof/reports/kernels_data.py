@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from detprof.intervals import Overhead, inconclusive_reason
-from detprof.reports.provenance import MeasuredStudy, read_study
+from detprof.reports.provenance import MeasuredStudy, StudyRead, study_loader
 from detprof.store import ResultsStore
 
 if TYPE_CHECKING:
@@ -68,13 +68,11 @@ def _note(summary: CaseSummary, overhead: Overhead | None) -> str | None:
     return summary.overhead.failure_note() or inconclusive_reason(overhead)
 
 
-def load_kernels(store: ResultsStore) -> KernelsStudy | None:
+@study_loader
+def load_kernels(store: ResultsStore, study: StudyRead) -> KernelsStudy:
     from detprof.kernels_bench.case_results import summarize
 
-    found = read_study(store)
-    if found is None:
-        return None
-    manifest, _, where = found
+    manifest, _, where = study
     label = where.label
     result = summarize(store)
     rows = []

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from detprof.analysis.knobs import TOTAL, ModelKnobs, read_knob_study
-from detprof.reports.provenance import MeasuredStudy, read_study
+from detprof.reports.provenance import MeasuredStudy, StudyRead, study_loader
 from detprof.reports.tradeoff import StudyKey
 from detprof.store import ResultsStore
 
@@ -60,12 +60,10 @@ def _mode_settings(records: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, 
     return settings
 
 
-def load_knobs(store: ResultsStore) -> KnobStudy | None:
+@study_loader
+def load_knobs(store: ResultsStore, study: StudyRead) -> KnobStudy:
     """A knob study, its models read (``analysis.knobs``); None before any run."""
-    found = read_study(store)
-    if found is None:
-        return None
-    manifest, records, where = found
+    manifest, records, where = study
     models = read_knob_study(store)
     failures = [f"{where.label}: knobs {m.model}: {failure}" for m in models for failure in m.failures]
     fields = where.study_fields(store.root, manifest) | {"settings": _mode_settings(records) or where.settings}

@@ -10,15 +10,18 @@ warning in the report rather than a silent mix. Each study ran one Keras backend
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple, TypeVar
 
 from detprof import backends
 from detprof.records import backend_of, environment_values, measures
 from detprof.store import ResultsStore
+
+T = TypeVar("T")
 
 
 def framework_name(backend: str) -> str:
@@ -216,10 +219,24 @@ def provenance(records: Sequence[Mapping[str, Any]], config: Mapping[str, Any]) 
     )
 
 
-def read_study(store: ResultsStore) -> tuple[dict[str, Any], list[dict[str, Any]], Provenance] | None:
-    """A measured study's manifest, its records and their provenance; None while it holds no runs yet."""
-    manifest = store.manifest()
-    records = list(store.records())
-    if not records:
-        return None
-    return manifest, records, provenance(records, manifest.get("config") or {})
+class StudyRead(NamedTuple):
+    """A measured study as its loader gets it: manifest, records and their provenance."""
+
+    manifest: dict[str, Any]
+    records: list[dict[str, Any]]
+    where: Provenance
+
+
+def study_loader(load: Callable[[ResultsStore, StudyRead], T]) -> Callable[[ResultsStore], T | None]:
+    """``load(store, study)`` for a study that holds runs; None for one that holds none yet, which every report
+    reader shows as "holds no runs yet" rather than as an empty study."""
+
+    @functools.wraps(load)
+    def loader(store: ResultsStore) -> T | None:
+        manifest = store.manifest()
+        records = list(store.records())
+        if not records:
+            return None
+        return load(store, StudyRead(manifest, records, provenance(records, manifest.get("config") or {})))
+
+    return loader

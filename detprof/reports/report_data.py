@@ -38,6 +38,7 @@ import pandas as pd
 
 from detprof import backends
 from detprof.analysis.conditions import LoadRow, load_rows, shared_device_warnings
+from detprof.analysis.layers import ModelAttribution, attribute_model
 from detprof.analysis.overhead import ModelOverhead, model_overheads, noise_floors
 from detprof.analysis.study_results import summarize_model
 from detprof.analysis.verification import ModelVerification
@@ -61,9 +62,10 @@ from detprof.reports.knobs_data import KnobReading, KnobStudy, knob_readings, lo
 from detprof.reports.provenance import (
     WHOLE_PROCESS,
     MeasuredStudy,
+    StudyRead,
     backend_order,
     framework,
-    read_study,
+    study_loader,
     whole_process_programs,
 )
 from detprof.reports.published import MeasuredDevice, ReferenceRow, reference_rows
@@ -130,6 +132,8 @@ class ModelCost:
     diff_rest: tuple[int, float] = (0, 0.0)
     """How many further kernels changed, and their summed change (ns per step)."""
     attribution: str | None = None
+    parts: ModelAttribution | None = None
+    """Its layers and ops by added time per step (``analysis.layers``); None where the traces name none."""
     warning: str | None = None
     no_kernels: str | None = None
     """Why there are no kernel tables for this model, when there are none."""
@@ -261,6 +265,12 @@ class Report:
     @property
     def names_backend(self) -> bool:
         return names_backend(self.backends)
+
+    def parts_of(self, sweep: SweepStudy, model: ModelCost) -> ModelAttribution | None:
+        """A swept model's layers and ops as its headline row reads them (against its noise floor)."""
+        key = (model.model, sweep.label, sweep.backend)
+        row = next((r for r in self.headline if (r.model, r.device, r.backend) == key), None)
+        return row.parts if row is not None else model.parts
 
     def where(self, label: str, backend: str) -> str:
         """How every section names a device: ``t4``, or ``t4 (torch)`` where the report names backends."""
@@ -394,15 +404,14 @@ def model_cost(store: ResultsStore, overhead: ModelOverhead, records: Sequence[M
     cost.diff = changed.head(DIFF_ROWS).reset_index(drop=True)
     rest = changed.iloc[DIFF_ROWS:]
     cost.diff_rest = (len(rest), float(rest["delta_ns"].sum()))
+    cost.parts = attribute_model(store, records)
     cost.attribution = attribution(full).sentence
     return cost
 
 
-def load_sweep(store: ResultsStore) -> SweepStudy | None:
-    found = read_study(store)
-    if found is None:
-        return None
-    manifest, records, where = found
+@study_loader
+def load_sweep(store: ResultsStore, study: StudyRead) -> SweepStudy:
+    manifest, records, where = study
     config = manifest.get("config") or {}
     label = where.label
     by_model: dict[str, list[dict[str, Any]]] = {}
@@ -465,12 +474,10 @@ def _stability_backend(store: ResultsStore, summary: Mapping[str, Any]) -> str:
     return str(summary.get("backend") or (summary.get("config") or {}).get("backend") or backends.DEFAULT)
 
 
-def load_calibration(store: ResultsStore) -> CalibrationStudy | None:
+@study_loader
+def load_calibration(store: ResultsStore, study: StudyRead) -> CalibrationStudy:
     """A calibration study: the noise floor per model (``overhead.noise_floors``); None before any run."""
-    found = read_study(store)
-    if found is None:
-        return None
-    manifest, records, where = found
+    manifest, records, where = study
     return CalibrationStudy(
         **where.study_fields(store.root, manifest), models=model_overheads(records), floors=noise_floors(records)
     )
@@ -553,6 +560,7 @@ def _headline_row(sweep: SweepStudy, m: ModelCost, evidence: _Evidence) -> Headl
     if stability is not None and stability.used and m.headline is not None:
         q = reading(Cost(m.headline, m.headline_metric), stability.noise)[0]
     floor = evidence.floors.get(key)
+    parts = None if m.parts is None else m.parts.against(floor)
     verification = evidence.verified.get(key)
     notes = [m.failure_note, *verification_caveats(verification)]
     if m.warning and not v.why:
@@ -573,7 +581,8 @@ def _headline_row(sweep: SweepStudy, m: ModelCost, evidence: _Evidence) -> Headl
         stability=stability,
         quadrant=q,
         advice=advice(v, q, stability, m.model, sweep.backend, held=verification.held if verification else None),
-        attribution=m.attribution,
+        attribution=" ".join(filter(None, (parts.sentence() if parts else None, m.attribution))) or None,
+        parts=parts,
         caveats=caveats(
             v,
             m.headline,

@@ -77,7 +77,13 @@ def diff(
     base: Annotated[Path, typer.Argument(help="The reference trace (e.g. default mode).")],
     other: Annotated[Path, typer.Argument(help="The trace to compare (e.g. deterministic mode).")],
     top: Annotated[int, typer.Option(min=1, help="How many kernels to list.")] = 20,
-    by: ByOption = "name",
+    by: Annotated[
+        str,
+        typer.Option(
+            help="Group kernels by full name, short name, the framework op that launched them, or the model layer "
+            "they ran in: name|short|op|layer."
+        ),
+    ] = "name",
     fmt: Annotated[OutputFormat, typer.Option("--format", help="table|json|csv")] = OutputFormat.table,
     full_names: FullNamesOption = False,
     rank: Annotated[
@@ -86,15 +92,27 @@ def diff(
 ) -> None:
     from detprof.traces.parsers import load_trace
 
-    group = _group_by(by)
+    group = _group_by(by, parts=True)
     tables = load_trace(base, rank=rank), load_trace(other, rank=rank)
     from detprof.traces import render as output
 
+    if group in PARTS:
+        from detprof.traces.attribution import by_part
+
+        tables = (by_part(tables[0], group), by_part(tables[1], group))
+        group = "name"
     output.print_diff(*tables, top=top, fmt=fmt, by=group, full_names=full_names)
 
 
-def _group_by(by: str) -> str:
-    mapping = {"name": "name", "short": "short_name", "short_name": "short_name"}
+PARTS = ("op", "layer")
+"""``diff --by``: the framework op that launched each kernel, or the layer it ran in (``traces.attribution``)."""
+
+
+def _group_by(by: str, parts: bool = False) -> str:
+    mapping = {"name": "name", "short": "short_name", "short_name": "short_name"} | (
+        {part: part for part in PARTS} if parts else {}
+    )
     if by not in mapping:
-        raise UsageError(f"--by must be 'name' or 'short', not {by!r}")
+        allowed = "'name', 'short', 'op' or 'layer'" if parts else "'name' or 'short'"
+        raise UsageError(f"--by must be {allowed}, not {by!r}")
     return mapping[by]

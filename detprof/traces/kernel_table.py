@@ -54,12 +54,18 @@ KERNEL_DTYPES: dict[str, str] = {
     **{c: "Int64" for c in DIM_COLUMNS},
     "op": "category",
     "graph_node_id": "Int64",
+    "op_type": "category",
+    "scope": "category",
 }
 """Names (``name``, ``short_name``, ``op``) are Categoricals: a trace repeats a few hundred
 names over millions of launches, so only the distinct names become Python strings and
 statistics group by the integer codes. ``graph_node_id``: the CUDA graph node that launched
 the kernel (nsys with ``--cuda-graph-trace=node``); null for a kernel launched on its own, or
-where the trace does not say."""
+where the trace does not say. ``op_type``: the kind of framework op that ran the kernel (TensorFlow's
+``Conv2DBackpropFilter``, JAX's ``conv_general_dilated``, PyTorch's ``aten::convolution_backward``);
+``scope``: the name path it ran under, whose parts name the model's layers (TensorFlow's op name,
+JAX's ``op_name`` metadata, the layer ranges a PyTorch worker marks), read by ``traces.attribution``;
+both null where the trace does not say."""
 
 UNNAMED = "<unnamed>"
 """The name of a kernel whose trace records none, so that it still counts as one kernel."""

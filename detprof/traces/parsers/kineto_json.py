@@ -56,6 +56,7 @@ import numpy as np
 import pandas as pd
 
 from detprof.errors import InputError, first_line
+from detprof.traces.attribution import LAYER_RANGE, op_kind
 from detprof.traces.kernel_names import short_kernel_name
 from detprof.traces.kernel_table import (
     DIM_COLUMNS,
@@ -66,7 +67,7 @@ from detprof.traces.kernel_table import (
     conform,
     range_table,
 )
-from detprof.traces.parsers.nesting import self_times
+from detprof.traces.parsers.nesting import containers, self_times
 from detprof.traces.parsers.signatures import GZIP_MAGIC
 from detprof.traces.step_split import STEP_RANGE, step_range_name
 
@@ -108,6 +109,8 @@ class _Args(msgspec.Struct, gc=False):
     grid: list[int] | None = None
     block: list[int] | None = None
     bytes: int | None = None
+    sequence: int | None = msgspec.field(default=None, name="Sequence number")
+    """An op's autograd sequence number: the backward node of a forward op carries the same one."""
 
 
 class _Event(msgspec.Struct, gc=False):
@@ -371,15 +374,60 @@ def _gpu_table(source: str, trace: _Trace, events: _Events) -> KernelTable:
     steps = _gpu_steps(start, start + dur, step, events)
     frame = frame.sort_values(["start_ns", "device_id"], kind="stable", ignore_index=True)
     device_ids = sorted({int(d) for d in frame["device_id"].dropna().unique()})
-    return KernelTable(
+    table = KernelTable(
         source=source,
         format="kineto-json",
-        kernels=conform(frame, KERNEL_DTYPES),
+        kernels=conform(frame, _LAUNCH_DTYPES),
         memory=_memory(events.memory),
         devices=_devices(trace, device_ids),
         nvtx=steps,
         graph_launches=_graph_launches(events.launches),
     )
+    return table.defer_columns(
+        lambda launches: conform(launches.assign(**_launching_ops(launches, events)), KERNEL_DTYPES)
+    )
+
+
+_OP_COLUMNS = ("op", "op_type", "scope")
+_LAUNCH_DTYPES = {column: dtype for column, dtype in KERNEL_DTYPES.items() if column not in _OP_COLUMNS}
+"""A GPU trace's kernel columns but the ops that launched them, which cost a walk over every CPU op (the bulk of a
+trace): ``detprof parse`` never pays for it, a sweep's attribution does on first use (``_launching_ops``)."""
+
+
+def _launching_ops(launches: pd.DataFrame, events: _Events) -> dict[str, pd.Categorical]:
+    """Each kernel's ops and layer: the runtime call of its correlation id, the innermost op around that call on
+    its thread (``op``), the outermost one (``op_type``: what the model called, or the backward node), and the
+    layer ranges around the call, or around the forward op of the backward node's sequence number (``scope``)."""
+    ops = events.cpu_ops
+    calls = {(e.args or _NO_ARGS).correlation: e for e in events.launches}
+    call_of = [calls.get(c) for c in launches["correlation_id"].astype("Int64").tolist()]
+    found = [call for call in call_of if call is not None]
+    op_thread, call_thread = _threads(ops, found)
+    start = _ns([e.ts for e in ops])
+    end = start + _dur_ns([e.dur for e in ops])
+    _, outermost = self_times(op_thread, start, end)
+    at = _ns([e.ts for e in found])
+    _, innermost = containers(op_thread, start, end, call_thread, at)
+    layers = _LayerRanges.of(events)
+    scopes = dict(zip(map(id, ops), layers.scopes(ops, start, outermost), strict=True))
+    around = iter(layers.holding(found, at))
+    names: list[str | None] = []
+    kinds: list[str | None] = []
+    paths: list[str | None] = []
+    held = iter(innermost.tolist())
+    for call in call_of:
+        inner = next(held) if call is not None else -1
+        path = next(around) if call is not None else None
+        if inner < 0:
+            names.append(None)
+            kinds.append(None)
+            paths.append(path)
+            continue
+        top = ops[int(outermost[inner])]
+        names.append(ops[inner].name)
+        kinds.append(op_kind(top.name))
+        paths.append(path or scopes[id(top)])
+    return {"op": pd.Categorical(names), "op_type": pd.Categorical(kinds), "scope": pd.Categorical(paths)}
 
 
 def _placement(events: list[_Event], args: list[_Args]) -> dict[str, pd.arrays.IntegerArray]:
@@ -609,6 +657,57 @@ class _ByStart:
         return int(starts[best]) if best < len(starts) else hi
 
 
+def _threads(*events: Sequence[_Event]) -> list[np.ndarray]:
+    """Each event's thread as one integer per (pid, tid), numbered alike across the lists."""
+    keys, _ = pd.factorize(pd.Series([(e.pid, e.tid) for found in events for e in found], dtype=object))
+    bounds = np.cumsum([0, *map(len, events)])
+    return [keys[a:b].astype(np.int64) for a, b in itertools.pairwise(bounds)]
+
+
+@dataclass(frozen=True)
+class _LayerRanges:
+    """The ranges a detprof worker put around each Keras layer call (``attribution.LAYER_RANGE``), and the
+    layer path of each: a PyTorch trace names no layer otherwise."""
+
+    ranges: list[_Event]
+    paths: list[str]
+
+    @classmethod
+    def of(cls, events: _Events) -> _LayerRanges:
+        ranges = sorted((e for e in events.annotations if e.name.startswith(LAYER_RANGE)), key=lambda e: e.ts)
+        start = _ns([e.ts for e in ranges])
+        (thread,) = _threads(ranges)
+        parent, _ = containers(thread, start, start + _dur_ns([e.dur for e in ranges]), thread[:0], start[:0])
+        paths: list[str] = []
+        for index, event in enumerate(ranges):
+            name = event.name.removeprefix(LAYER_RANGE)
+            paths.append(f"{paths[parent[index]]}/{name}" if parent[index] >= 0 else name)
+        return cls(ranges, paths)
+
+    def holding(self, where: Sequence[_Event], at: np.ndarray) -> list[str | None]:
+        """The layer path around each moment ``at`` on the thread of ``where``; None outside every layer."""
+        if not self.ranges:
+            return [None] * len(at)
+        thread, points = _threads(self.ranges, where)
+        start = _ns([e.ts for e in self.ranges])
+        _, holder = containers(thread, start, start + _dur_ns([e.dur for e in self.ranges]), points, at)
+        return [self.paths[h] if h >= 0 else None for h in holder.tolist()]
+
+    def scopes(self, ops: Sequence[_Event], start: np.ndarray, outermost: np.ndarray) -> list[str | None]:
+        """Each op's layer path: the layer ranges around it, or, for the ops of a backward node (which runs
+        after every layer call has ended), those around the forward op of the same autograd sequence number."""
+        around = self.holding(ops, start)
+        forward: dict[int, str] = {}
+        for op, path in zip(ops, around, strict=True):
+            sequence = (op.args or _NO_ARGS).sequence
+            if path is not None and sequence is not None:
+                forward.setdefault(sequence, path)
+        backward = [(ops[i].args or _NO_ARGS).sequence for i in outermost.tolist()]
+        return [
+            path or (forward.get(seq) if seq is not None else None) for path, seq in zip(around, backward, strict=True)
+        ]
+
+
 def _cpu_table(source: str, trace: _Trace, events: _Events) -> KernelTable:
     ops = events.cpu_ops
     start = _ns([e.ts for e in ops])
@@ -618,6 +717,7 @@ def _cpu_table(source: str, trace: _Trace, events: _Events) -> KernelTable:
     thread = pids.astype(np.int64) * (int(tids.max()) + 1) + tids
     self_ns, outermost = self_times(thread, start, end)
     names = np.array([e.name for e in ops], dtype=object)
+    layers = _LayerRanges.of(events)
     frame = pd.DataFrame(
         {
             "name": pd.Categorical(names),
@@ -626,6 +726,8 @@ def _cpu_table(source: str, trace: _Trace, events: _Events) -> KernelTable:
             "device_id": np.zeros(len(ops), dtype=np.int64),
             "stream_id": _int_array([e.tid for e in ops]),
             "op": pd.Categorical(names[outermost]),
+            "op_type": pd.Categorical([op_kind(name) for name in names[outermost]]),
+            "scope": pd.Categorical(layers.scopes(ops, start, outermost)),
         }
     )
     frame["short_name"] = frame["name"]

@@ -39,3 +39,39 @@ def self_times(thread: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[
             outermost[i] = outermost[parent]
         stack.append(i)
     return np.maximum(np.array(self_ns, dtype=np.int64), 0), np.array(outermost, dtype=np.int64)
+
+
+def containers(
+    thread: np.ndarray, start: np.ndarray, end: np.ndarray, point_thread: np.ndarray, point_time: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The innermost interval that holds each interval (its parent) and each point, on the same thread; -1 for none.
+
+    Intervals are ranges or ops on a thread (nested like a call stack, as in ``self_times``);
+    points are moments on a thread (a kernel's launching call). An interval holds a point
+    from its start up to, not including, its end.
+    """
+    n = len(start)
+    keys = np.concatenate((thread, point_thread)).tolist()
+    at = np.concatenate((start, point_time)).tolist()
+    ends = end.tolist()
+    longest_first = np.concatenate((-end, np.zeros(len(point_time), dtype=end.dtype)))
+    is_point = np.concatenate((np.zeros(n, dtype=np.int8), np.ones(len(point_time), dtype=np.int8)))
+    order = np.lexsort((is_point, longest_first, np.array(at), np.array(keys))).tolist()
+    parent = [-1] * n
+    holder = [-1] * len(point_time)
+    stack: list[int] = []
+    current = None
+    for item in order:
+        if keys[item] != current:
+            stack.clear()
+            current = keys[item]
+        moment = at[item]
+        while stack and ends[stack[-1]] <= moment:
+            stack.pop()
+        top = stack[-1] if stack else -1
+        if item < n:
+            parent[item] = top
+            stack.append(item)
+        else:
+            holder[item - n] = top
+    return np.array(parent, dtype=np.int64), np.array(holder, dtype=np.int64)

@@ -78,6 +78,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from google.protobuf.message import DecodeError
 
 from detprof.errors import InputError
 from detprof.traces.kernel_names import short_kernel_name
@@ -92,7 +93,7 @@ from detprof.traces.kernel_table import (
     range_table,
 )
 from detprof.traces.parsers.nesting import self_times
-from detprof.traces.parsers.xspace_schema import xspace_class
+from detprof.traces.parsers.xspace_schema import hlo_class, xspace_class
 from detprof.traces.step_split import STEP_RANGE
 
 _GPU_PLANE = re.compile(r"^/device:GPU:(\d+)$")
@@ -111,6 +112,7 @@ _BLOCK = re.compile(r"block:(\d+),(\d+),(\d+)")
 # Copies say "size:N" (CUPTI and roctracer alike); sets "size:N" in older TensorFlow, "num_bytes:N" in XLA.
 _SIZE = re.compile(r"(?:^|\s)(?:size|num_bytes):(\d+)")
 _METADATA_PLANE = "/host:metadata"
+_HLO_PROTO_STAT = "Hlo Proto"
 _JAX_VERSION_STAT = "jax_version"
 _TF_RUN_NAME = re.compile(r"^\d{4}_\d{2}_\d{2}_\d{2}_\d{2}_\d{2}$")
 # tf.profiler writes <logdir>/plugins/profile; Keras' TensorBoard callback one level down
@@ -131,6 +133,8 @@ _WANTED_STATS = {
         "memcpy_details",
         "memset_details",
         "hlo_op",
+        "hlo_module",
+        "program_id",
     )
 } | {"Memset_details": "memset_details", "cuda_graph_node_id": "graph_node_id"}
 
@@ -159,6 +163,7 @@ def load_xplane(path: Path) -> KernelTable:
     gpu = _Collected()
     base = 0
     for file, space in spaces:
+        gpu.hlo_names = _hlo_names(space)
         base = _collect_gpu(space, _host_label(file, space) if several else "", base, gpu)
     if gpu.kernels:
         for _, space in spaces:
@@ -168,6 +173,7 @@ def load_xplane(path: Path) -> KernelTable:
 
     cpu = _Collected()
     for index, (file, space) in enumerate(spaces):
+        cpu.hlo_names = _hlo_names(space)
         _collect_cpu_ops(space, _host_label(file, space) if several else "", index, cpu)
         _collect_steps(space, cpu)
     if cpu.kernels:
@@ -228,8 +234,6 @@ def _newest(runs: list[Path]) -> Path:
 
 
 def _read_space(file: Path) -> Any:
-    from google.protobuf.message import DecodeError
-
     try:
         data = file.read_bytes()
     except OSError as exc:
@@ -267,6 +271,8 @@ class _Collected:
     steps: list[dict[str, object]] = field(default_factory=list)
     other_activity: int = 0
     """Events on GPU stream lines that are neither kernels nor memory rows."""
+    hlo_names: dict[str, dict[str, str]] = field(default_factory=dict)
+    """The space being read: each compiled XLA program's instructions and the ``op_name`` each came from."""
 
 
 class _Stats:
@@ -361,6 +367,7 @@ def _collect_stream(plane: Any, line: Any, device_id: int, stats: _Stats, out: _
             "correlation_id": _int_or_none(values.get("correlation_id")),
             "op": _kernel_op(values),
             "graph_node_id": values.get("graph_node_id"),
+            **_framework_op(values, out.hlo_names),
         }
         for match, columns in ((_GRID.search(details), DIM_COLUMNS[:3]), (_BLOCK.search(details), DIM_COLUMNS[3:])):
             if match:
@@ -388,6 +395,77 @@ def _kernel_op(values: dict[str, object]) -> str | None:
     if isinstance(annotation, str) and annotation:
         return annotation.split("::", 1)[0].split("#", 1)[0] or None
     return None
+
+
+def _framework_op(values: dict[str, object], hlo_names: dict[str, dict[str, str]]) -> dict[str, object]:
+    """The kind of framework op behind an event and the name path it ran under (``op_type``, ``scope``).
+
+    An XLA instruction's come from its ``op_name`` metadata (a JAX name stack such as
+    ``jit(train_step)/transpose(jvp(conv6))/conv_general_dilated``), found through the program
+    the event names; a TensorFlow kernel's from its ``name/scope/Op:OpType`` annotation.
+    """
+    hlo_op = values.get("hlo_op")
+    if isinstance(hlo_op, str) and hlo_op:
+        module = values.get("hlo_module")
+        program = hlo_names.get(f"{module}({values.get('program_id')})") or hlo_names.get(str(module)) or {}
+        op_name = program.get(hlo_op)
+        return {"scope": op_name, "op_type": op_name.rsplit("/", 1)[-1]} if op_name else {}
+    tf_op = _kernel_op(values)
+    if tf_op is not None and ":" in tf_op:
+        path, _, kind = tf_op.rpartition(":")
+        return {"scope": path, "op_type": kind}
+    return {}
+
+
+def _hlo_names(space: Any) -> dict[str, dict[str, str]]:
+    """Per compiled program (``name(program id)``, and ``name`` where one program has it), each instruction's
+    ``op_name``, from the HLO modules JAX's profiler keeps in the metadata plane; empty elsewhere."""
+    programs: dict[str, dict[str, str]] = {}
+    by_name: dict[str, list[dict[str, str]]] = {}
+    for plane in space.planes:
+        if plane.name != _METADATA_PLANE:
+            continue
+        names = {key: meta.name for key, meta in plane.stat_metadata.items()}
+        for meta in plane.event_metadata.values():
+            for stat in meta.stats:
+                if names.get(stat.metadata_id) != _HLO_PROTO_STAT:
+                    continue
+                module = hlo_class()()
+                try:
+                    module.ParseFromString(stat.bytes_value)
+                except DecodeError:
+                    continue
+                ops = _op_names(module.hlo_module)
+                programs[meta.name] = ops
+                by_name.setdefault(meta.name.split("(", 1)[0], []).append(ops)
+    return programs | {name: found[0] for name, found in by_name.items() if len(found) == 1}
+
+
+def _op_names(module: Any) -> dict[str, str]:
+    """Each instruction's ``op_name``; one XLA added itself (a layout copy, the reversed kernel of a convolution's
+    backward pass) has none and takes that of the nearest instruction its result feeds, whose work it is."""
+    named: dict[str, str] = {}
+    users: dict[int, list[Any]] = {}
+    unnamed = []
+    for computation in module.computations:
+        for instruction in computation.instructions:
+            for operand in instruction.operand_ids:
+                users.setdefault(operand, []).append(instruction)
+            if instruction.metadata.op_name:
+                named[instruction.name] = instruction.metadata.op_name
+            else:
+                unnamed.append(instruction)
+    for instruction in unnamed:
+        seen, frontier = {instruction.id}, list(users.get(instruction.id, ()))
+        while frontier:
+            user = frontier.pop(0)
+            if user.metadata.op_name:
+                named[instruction.name] = user.metadata.op_name
+                break
+            if user.id not in seen:
+                seen.add(user.id)
+                frontier.extend(users.get(user.id, ()))
+    return named
 
 
 def _int_or_none(value: object) -> int | None:
@@ -423,14 +501,16 @@ def _collect_cpu_ops(space: Any, host: str, device_id: int, out: _Collected) -> 
         stats = _Stats(plane)
         found = False
         for line in plane.lines:
-            rows = _line_ops(plane, line, stats, device_id)
+            rows = _line_ops(plane, line, stats, device_id, out.hlo_names)
             found = found or bool(rows)
             out.kernels.extend(rows)
         if found:
             out.devices.append(Device(id=device_id, name=host + plane.name))
 
 
-def _line_ops(plane: Any, line: Any, stats: _Stats, device_id: int) -> list[dict[str, object]]:
+def _line_ops(
+    plane: Any, line: Any, stats: _Stats, device_id: int, hlo_names: dict[str, dict[str, str]]
+) -> list[dict[str, object]]:
     """One thread's op rows, each timed by its self time (its duration less the ops nested in it, ``nesting``)."""
     metadata = plane.event_metadata
     tf_op_thread = _OP_THREAD.match(line.name) is not None
@@ -438,7 +518,8 @@ def _line_ops(plane: Any, line: Any, stats: _Stats, device_id: int) -> list[dict
     rows: list[dict[str, object]] = []
     spans_ps: list[tuple[int, int]] = []
     for event in sorted(line.events, key=lambda e: (e.offset_ps, -e.duration_ps)):  # rows in start order
-        op = _host_op(metadata[event.metadata_id].name, stats.of(event.stats).get("hlo_op"), tf_op_thread)
+        values = stats.of(event.stats)
+        op = _host_op(metadata[event.metadata_id].name, values.get("hlo_op"), tf_op_thread)
         if op is None:
             continue
         spans_ps.append((event.offset_ps, event.offset_ps + event.duration_ps))
@@ -449,6 +530,7 @@ def _line_ops(plane: Any, line: Any, stats: _Stats, device_id: int) -> list[dict
                 "device_id": device_id,
                 "stream_id": line.id,
                 "op": op[1],
+                **(_framework_op(values, hlo_names) if "hlo_op" in values else {"scope": op[1], "op_type": op[0]}),
             }
         )
     if not rows:

@@ -85,32 +85,67 @@ _MESSAGES: dict[str, tuple[_Field, ...]] = {
 _MAPS = {"XPlane": (("EventMetadataEntry", "XEventMetadata"), ("StatMetadataEntry", "XStatMetadata"))}
 """XPlane's two ``map<int64, ...>`` fields, which protobuf declares as nested entry messages."""
 
+HLO_FILE = "xla/service/hlo.proto"
+HLO_PACKAGE = "xla"
+_HLO_MESSAGES: dict[str, tuple[_Field, ...]] = {
+    "HloProto": (("hlo_module", 1, "HloModuleProto", False, None),),
+    "HloModuleProto": (
+        ("name", 1, _STRING, False, None),
+        ("entry_computation_name", 2, _STRING, False, None),
+        ("computations", 3, "HloComputationProto", True, None),
+    ),
+    "HloComputationProto": (
+        ("name", 1, _STRING, False, None),
+        ("instructions", 2, "HloInstructionProto", True, None),
+        ("id", 5, _INT64, False, None),
+        ("root_id", 6, _INT64, False, None),
+    ),
+    "HloInstructionProto": (
+        ("name", 1, _STRING, False, None),
+        ("opcode", 2, _STRING, False, None),
+        ("metadata", 7, "OpMetadata", False, None),
+        ("id", 35, _INT64, False, None),
+        ("operand_ids", 36, _INT64, True, None),
+        ("called_computation_ids", 38, _INT64, True, None),
+    ),
+    "OpMetadata": (("op_type", 1, _STRING, False, None), ("op_name", 2, _STRING, False, None)),
+}
+"""The part of XLA's ``hlo.proto`` that names what each HLO instruction came from: the module the
+JAX profiler stores per compiled program (the ``Hlo Proto`` stat of its ``/host:metadata`` plane),
+its computations and instructions, and each instruction's ``OpMetadata`` (``op_name`` carries the
+name stack of the Keras layer). Fields this leaves out are skipped as unknown when parsed."""
 
-def schema() -> descriptor_pb2.FileDescriptorProto:
-    """xplane.proto as a FileDescriptorProto."""
-    file = descriptor_pb2.FileDescriptorProto(name=SCHEMA_FILE, package=PACKAGE, syntax="proto3")
-    for name, fields in _MESSAGES.items():
+
+def schema(
+    file_name: str = SCHEMA_FILE,
+    package: str = PACKAGE,
+    messages: dict[str, tuple[_Field, ...]] = _MESSAGES,
+    maps: dict[str, tuple[tuple[str, str], ...]] = _MAPS,
+) -> descriptor_pb2.FileDescriptorProto:
+    """A schema as a FileDescriptorProto: xplane.proto unless told otherwise."""
+    file = descriptor_pb2.FileDescriptorProto(name=file_name, package=package, syntax="proto3")
+    for name, fields in messages.items():
         message = file.message_type.add(name=name)
-        for entry, value in _MAPS.get(name, ()):
+        for entry, value in maps.get(name, ()):
             nested = message.nested_type.add(name=entry)
             nested.options.map_entry = True
-            _add_field(nested, ("key", 1, _INT64, False, None), [])
-            _add_field(nested, ("value", 2, value, False, None), [])
+            _add_field(nested, ("key", 1, _INT64, False, None), [], package)
+            _add_field(nested, ("value", 2, value, False, None), [], package)
         oneofs: list[str] = []
         for field in fields:
-            _add_field(message, field, oneofs)
+            _add_field(message, field, oneofs, package)
         for oneof in oneofs:
             message.oneof_decl.add(name=oneof)
     return file
 
 
-def _add_field(message: descriptor_pb2.DescriptorProto, field: _Field, oneofs: list[str]) -> None:
+def _add_field(message: descriptor_pb2.DescriptorProto, field: _Field, oneofs: list[str], package: str) -> None:
     name, number, kind, repeated, oneof = field
     label = _F.LABEL_REPEATED if repeated else _F.LABEL_OPTIONAL
     added = message.field.add(name=name, number=number, label=label)
     if isinstance(kind, str):
         added.type = _F.TYPE_MESSAGE
-        added.type_name = f".{PACKAGE}.{kind}"
+        added.type_name = f".{package}.{kind}"
     else:
         added.type = kind
     if oneof is not None:
@@ -126,3 +161,11 @@ def xspace_class() -> Any:
     pool = descriptor_pool.DescriptorPool()
     pool.Add(schema())
     return message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{PACKAGE}.XSpace"))
+
+
+@functools.cache
+def hlo_class() -> Any:
+    """The ``HloProto`` message class (the subset ``_HLO_MESSAGES`` declares), built once per process."""
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(schema(HLO_FILE, HLO_PACKAGE, _HLO_MESSAGES, {}))
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{HLO_PACKAGE}.HloProto"))

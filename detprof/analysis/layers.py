@@ -1,0 +1,249 @@
+"""Which layer and which op of a model pay for determinism, each with a paired 95% interval.
+
+A user changes layers and ops, not kernels. Each traced run's kernel table places every kernel
+in a layer and an op (``traces.attribution``); here each run's time per step is summed per
+layer and per op, and the two modes are paired repeat by repeat, as the model's own overhead
+is: the added time per step of a layer is the mean of its per-repeat differences, with a
+t-interval over repeats. A difference whose interval holds zero, or that is smaller than this
+machine's noise floor (an A/A calibration's, as a share of the model's step), reads "within
+noise". Kernels that nothing places count as the "(unattributed)" layer or op, so that the
+layers always add up to the step's traced time.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from detprof.analysis.overhead import model_overheads
+from detprof.intervals import MIN_REPEATS, Overhead, paired_t
+from detprof.records import kernel_table_steps
+from detprof.store import ResultsStore
+from detprof.traces.attribution import UNATTRIBUTED, layer_of, op_kind
+
+MS = 1e6
+NEGLIGIBLE_SHARE = 0.01
+"""Without a calibration, a change under 1% of the model's traced step is run-to-run jitter (as for the
+kernel-level attribution, ``reports.attribution.NEGLIGIBLE_CHANGE``): with a leaderboard of many layers, some
+interval would exclude zero by chance alone."""
+TOP_N = 20
+"""The leaderboards the report shows; JSON holds every layer and op."""
+
+
+@dataclass(frozen=True)
+class PartCost:
+    """One layer's (or op's) time per step in each mode, and what determinism adds to it."""
+
+    name: str
+    default_ms: float
+    deterministic_ms: float
+    added_ms: float
+    lo: float
+    """The 95% interval of the added time per step, in ms (NaN with a single repeat)."""
+    hi: float
+    ratio: float | None
+    ratio_lo: float | None
+    ratio_hi: float | None
+    share: float | None
+    """Of the model's added kernel time per step, where that is told from noise; None where not."""
+    within_noise: bool
+    repeats: int
+
+    def as_json(self) -> dict[str, Any]:
+        def number(value: float | None) -> float | None:
+            return None if value is None or math.isnan(value) else round(value, 6)
+
+        return {
+            "name": self.name,
+            "default_ms": number(self.default_ms),
+            "deterministic_ms": number(self.deterministic_ms),
+            "added_ms": number(self.added_ms),
+            "lo": number(self.lo),
+            "hi": number(self.hi),
+            "ratio": number(self.ratio),
+            "ratio_lo": number(self.ratio_lo),
+            "ratio_hi": number(self.ratio_hi),
+            "share": number(self.share),
+            "within_noise": self.within_noise,
+            "repeats": self.repeats,
+        }
+
+
+@dataclass(frozen=True)
+class ModelAttribution:
+    """A model's layers and ops by added time per step, largest first."""
+
+    model: str
+    layers: list[PartCost]
+    ops: list[PartCost]
+    layer_order: list[str]
+    """The model's layers in model order (``layer_names``), for the report's "in model order" view."""
+    unattributed_share: float
+    """Of the default mode's traced time per step, what no layer claims."""
+    default_step_ms: float
+    """The default mode's traced time per step: what a noise floor (a share of the step) is a share of."""
+
+    def against(self, floor: float | None) -> ModelAttribution:
+        """The same leaderboards with differences under ``floor`` (an A/A calibration's, ``intervals.noise_floor``,
+        a share of the step; ``NEGLIGIBLE_SHARE`` where none was measured) read as within noise."""
+        noise_ms = (NEGLIGIBLE_SHARE if floor is None else max(floor, NEGLIGIBLE_SHARE)) * self.default_step_ms
+        return replace(
+            self,
+            layers=[replace(p, within_noise=_within(p, noise_ms)) for p in self.layers],
+            ops=[replace(p, within_noise=_within(p, noise_ms)) for p in self.ops],
+        )
+
+    def leader(self) -> PartCost | None:
+        """The layer that carries most of the added time, when one does (over half of it, told from noise)."""
+        return _leader(self.layers)
+
+    def leading_op(self) -> PartCost | None:
+        return _leader(self.ops)
+
+    def sentence(self) -> str | None:
+        """The first screen's words when one layer carries most of the added time: which, how much, and the op."""
+        layer = self.leader()
+        if layer is None:
+            return None
+        op = self.leading_op()
+        said = (
+            f"Layer {layer.name} pays {layer.share:.0%} of the time determinism adds "
+            f"({layer.added_ms:+.3g} ms per step, 95% CI [{layer.lo:+.3g}, {layer.hi:+.3g}])"
+        )
+        return said + (f", most of it in {op.name} ({op.added_ms:+.3g} ms)." if op is not None else ".")
+
+
+def _leader(parts: Sequence[PartCost]) -> PartCost | None:
+    top = next((p for p in parts if p.name != UNATTRIBUTED), None)
+    if top is None or top.within_noise or top.share is None or top.share <= 0.5:
+        return None
+    return top
+
+
+@dataclass(frozen=True)
+class RunParts:
+    """One run's time per step (ns) by layer and by op."""
+
+    layers: dict[str, float]
+    ops: dict[str, float]
+
+
+def run_parts(frame: pd.DataFrame, steps: int, layer_names: Sequence[str]) -> RunParts:
+    """A run's kernel table summed per layer and per op, per step."""
+    scopes = frame["scope"].astype("category") if "scope" in frame else pd.Series(pd.Categorical([None] * len(frame)))
+    kinds = (
+        frame["op_type"].astype("category") if "op_type" in frame else pd.Series(pd.Categorical([None] * len(frame)))
+    )
+    layer_by_scope = {scope: layer_of(scope, layer_names) for scope in scopes.cat.categories}
+    layer = scopes.map(layer_by_scope).astype(object).fillna(UNATTRIBUTED)
+    op = kinds.map({kind: op_kind(kind) for kind in kinds.cat.categories}).astype(object).fillna(UNATTRIBUTED)
+    durations = frame["dur_ns"].to_numpy(dtype=np.float64) / max(steps, 1)
+    by_layer = pd.Series(durations, index=layer.to_numpy()).groupby(level=0).sum()
+    by_op = pd.Series(durations, index=op.to_numpy()).groupby(level=0).sum()
+    return RunParts({str(k): float(v) for k, v in by_layer.items()}, {str(k): float(v) for k, v in by_op.items()})
+
+
+def _paired(runs: Sequence[tuple[dict[str, float], dict[str, float]]], total_added: float | None) -> list[PartCost]:
+    """Each part's cost over the paired repeats ``(default, deterministic)``, largest added time first; its share
+    of ``total_added``, the model's added time per step where its overhead is told from none (else None)."""
+    names = sorted({name for pair in runs for side in pair for name in side})
+    n = len(runs)
+    out = []
+    for name in names:
+        default = np.array([pair[0].get(name, 0.0) for pair in runs]) / MS
+        deterministic = np.array([pair[1].get(name, 0.0) for pair in runs]) / MS
+        added, lo, hi = _mean_interval(deterministic - default)
+        both = (default > 0) & (deterministic > 0)
+        ratio = paired_t(np.log(deterministic[both] / default[both])) if both.all() and n else None
+        out.append(
+            PartCost(
+                name=name,
+                default_ms=float(default.mean()),
+                deterministic_ms=float(deterministic.mean()),
+                added_ms=added,
+                lo=lo,
+                hi=hi,
+                ratio=ratio.ratio if ratio is not None else None,
+                ratio_lo=ratio.ci_low if ratio is not None and ratio.has_interval else None,
+                ratio_hi=ratio.ci_high if ratio is not None and ratio.has_interval else None,
+                share=added / total_added if total_added else None,
+                within_noise=True,
+                repeats=n,
+            )
+        )
+    return sorted((replace(p, within_noise=_within(p, None)) for p in out), key=lambda p: p.added_ms, reverse=True)
+
+
+def _names(frame: pd.DataFrame, column: str) -> pd.Series:
+    """A name column as categories; all null in a table written before its parser filled it."""
+    if column in frame:
+        return frame[column].astype("category")
+    return pd.Series(pd.Categorical([None] * len(frame)), index=frame.index)
+
+
+def _mean_interval(values: np.ndarray) -> tuple[float, float, float]:
+    """The mean of paired differences and its two-sided 95% t-interval (NaN bounds from one pair)."""
+    from scipy import stats
+
+    mean = float(values.mean())
+    if len(values) < MIN_REPEATS:
+        return mean, math.nan, math.nan
+    half = float(stats.t.ppf(0.975, len(values) - 1)) * float(values.std(ddof=1)) / math.sqrt(len(values))
+    return mean, mean - half, mean + half
+
+
+def _within(part: PartCost, noise_ms: float | None) -> bool:
+    """A difference this data cannot tell from none: no interval, one that holds zero, or one under the floor."""
+    return math.isnan(part.lo) or part.lo <= 0 <= part.hi or (noise_ms is not None and abs(part.added_ms) < noise_ms)
+
+
+def _told_total(runs: Sequence[tuple[dict[str, float], dict[str, float]]], overhead: Overhead | None) -> float | None:
+    """The model's added traced time per step (ms), where its kernel-time overhead (``analysis.overhead``, the
+    median step of each run) is told from none: an interval above 1. Shares of an overhead that may be none would
+    say nothing."""
+    if overhead is None or not overhead.has_interval or overhead.ci_low <= 1.0:
+        return None
+    added = float(np.mean([sum(t.values()) - sum(d.values()) for d, t in runs])) / MS
+    return added if added > 0 else None
+
+
+def attribute_model(store: ResultsStore, records: Sequence[Mapping[str, Any]]) -> ModelAttribution | None:
+    """A model's layer and op leaderboards from its sweep runs; None where no pair of runs has a kernel table
+    whose trace places kernels (a trace without names: nvprof, or runs recorded before attribution)."""
+    by_repeat: dict[int, dict[str, Mapping[str, Any]]] = {}
+    model = ""
+    for record in records:
+        if record.get("status") == "ok" and record.get("kernel_table") and record.get("kernel_table_kind") != "summary":
+            by_repeat.setdefault(int(record["repeat"]), {})[str(record["mode"])] = record
+            model = str(record["model"])
+    pairs = [(p["default"], p["deterministic"]) for _, p in sorted(by_repeat.items()) if len(p) == 2]
+    if not pairs:
+        return None
+    layer_names = list(pairs[0][0].get("layer_names") or [])
+    parts = [tuple(_parts(store, record, layer_names) for record in pair) for pair in pairs]
+    if all(set(run.layers) == {UNATTRIBUTED} and set(run.ops) == {UNATTRIBUTED} for pair in parts for run in pair):
+        return None
+    layer_runs = [(d.layers, t.layers) for d, t in parts]
+    overhead = model_overheads(records).get(model)
+    total = _told_total(layer_runs, overhead.kernel if overhead is not None else None)
+    default_step = float(np.mean([sum(d.values()) for d, _ in layer_runs])) / MS
+    unattributed = float(np.mean([d.get(UNATTRIBUTED, 0.0) for d, _ in layer_runs])) / MS
+    attributed = ModelAttribution(
+        model=model,
+        layers=_paired(layer_runs, total),
+        ops=_paired([(d.ops, t.ops) for d, t in parts], total),
+        layer_order=layer_names,
+        unattributed_share=unattributed / default_step if default_step else 0.0,
+        default_step_ms=default_step,
+    )
+    return attributed.against(None)
+
+
+def _parts(store: ResultsStore, record: Mapping[str, Any], layer_names: Sequence[str]) -> RunParts:
+    frame = store.read_table(str(record["kernel_table"]))
+    return run_parts(frame, kernel_table_steps(record), layer_names)

@@ -1,0 +1,119 @@
+"""Which op and which layer of the model each kernel (or CPU op) belongs to, from the trace's name paths.
+
+Every parser fills two columns of the kernel table where its trace says (``kernel_table``):
+``op_type``, the kind of framework op that ran the kernel, and ``scope``, the name path it ran
+under. TensorFlow's op names and JAX's ``op_name`` metadata carry the Keras layers' name scopes
+(``mediumcnn_k3_1/conv4_1/convolution``, ``jit(train_step)/transpose(jvp(conv4))/conv_general_dilated``);
+a PyTorch worker marks each layer call with a range (``layer_range_name``) that the Kineto parser
+turns into the same kind of path. Here a path becomes the model's layer: the innermost part that
+names one of its layers (TensorFlow appends ``_1`` to a scope it enters again; JAX wraps scopes in
+the transformations applied, ``transpose(jvp(...))``). A kernel no path places is "unattributed",
+never dropped, so per-layer times always add up to the step's.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import replace
+
+import pandas as pd
+
+from detprof.backends.base import LAYER_RANGE, layer_range_name
+from detprof.errors import InputError
+from detprof.traces.kernel_table import KernelTable
+
+__all__ = [
+    "BACKWARD_PREFIX",
+    "LAYER_RANGE",
+    "UNATTRIBUTED",
+    "by_part",
+    "layer_of",
+    "layer_path",
+    "layer_range_name",
+    "op_kind",
+    "parts",
+]
+
+UNATTRIBUTED = "(unattributed)"
+"""The layer, or op, of a kernel that no op or layer claims."""
+BACKWARD_PREFIX = "autograd::engine::evaluate_function: "
+
+_WRAPPED = re.compile(r"^[\w.-]+\((.*)\)$")
+_REPEATED_SCOPE = re.compile(r"_\d+$")
+
+
+def parts(scope: str) -> list[str]:
+    """A name path's parts, each unwrapped from the transformations around it (``transpose(jvp(conv4))``)."""
+    found = []
+    for part in scope.split("/"):
+        while (inner := _WRAPPED.match(part)) is not None:
+            part = inner.group(1)
+        found.append(part)
+    return found
+
+
+def layer_of(scope: object, layers: Iterable[str]) -> str:
+    """The innermost part of ``scope`` that names one of ``layers`` (as given, or as TensorFlow renamed
+    a scope entered again); ``UNATTRIBUTED`` where none does."""
+    if not isinstance(scope, str) or not scope:
+        return UNATTRIBUTED
+    names = set(layers)
+    for part in reversed(parts(scope)):
+        if part in names:
+            return part
+        base = _REPEATED_SCOPE.sub("", part)
+        if base in names:
+            return base
+    return UNATTRIBUTED
+
+
+def op_kind(op_type: object) -> str:
+    """The op as a reader names it: PyTorch's backward nodes without the autograd engine's prefix."""
+    if not isinstance(op_type, str) or not op_type:
+        return UNATTRIBUTED
+    return op_type.removeprefix(BACKWARD_PREFIX)
+
+
+_GRADIENT_SCOPE = "gradient_tape"
+_JITTED = re.compile(r"^(?:jit|pjit)\(")
+_RANGES_ONLY = frozenset({"kineto-json", "kineto-cpu-json"})
+"""Formats whose scope holds layer ranges only; the others end in the op's own name."""
+
+
+def layer_path(scope: object, ranges_only: bool) -> str:
+    """A layer's path read off a trace alone, without the model's layer names.
+
+    Layer ranges (PyTorch) are the path as they are. A name path (TensorFlow, JAX) loses what names
+    no layer: the jitted function JAX names first (``jit(train_step)``), TensorFlow's ``gradient_tape``
+    and, at the end, the op's own name (a gradient op's path also ends in its forward op's name);
+    each part unwrapped and without TensorFlow's ``_1`` of a scope entered again.
+    """
+    if not isinstance(scope, str) or not scope:
+        return UNATTRIBUTED
+    names = scope.split("/")
+    found = [_REPEATED_SCOPE.sub("", part) for part in parts(scope)]
+    if not ranges_only:
+        drop_end = 2 if names[0] == _GRADIENT_SCOPE else 1
+        keep = [not _JITTED.match(name) and name != _GRADIENT_SCOPE for name in names]
+        found = [part for part, kept in zip(found, keep, strict=True) if kept]
+        found = found[:-drop_end]
+    return "/".join(found) or UNATTRIBUTED
+
+
+def by_part(table: KernelTable, part: str) -> KernelTable:
+    """``table`` with each kernel named by its op (``op_kind``) or its layer path instead: what the kernel-level
+    statistics and diff then group by. A trace that names no op (nvprof, a summary) is refused in one line."""
+    if table.is_summary or table.launches("scope", "op_type").isna().all().all():
+        raise InputError(
+            f"{table.source}: this trace names no op or layer for its kernels (--by {part} reads TensorFlow and "
+            "JAX profiler traces and PyTorch Kineto traces; nvprof and nsys summaries name none)"
+        )
+    kernels = table.kernels
+    if part == "op":
+        names = [op_kind(kind) for kind in kernels["op_type"].astype(object)]
+    else:
+        ranges_only = table.format in _RANGES_ONLY
+        names = [layer_path(scope, ranges_only) for scope in kernels["scope"].astype(object)]
+    named = pd.Categorical(names)
+    return replace(table, kernels=kernels.assign(name=named, short_name=named))

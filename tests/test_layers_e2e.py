@@ -1,0 +1,98 @@
+"""Which layer pays, end to end on each backend: a real sweep of a model with a slow-down planted in one layer.
+
+The model has two convolutions of different kernel sizes and a layer that does extra work in
+deterministic mode only (a deterministic path that costs more, as a scatter's sort-based one
+does on a GPU). The framework's own profiler traces both modes; the report's JSON must place
+every layer in the traces of both modes, add the layers up to the traced step, name the
+layers as the model does, and put the planted layer first with an interval above zero; every
+other layer reads within noise or adds under a quarter of what the planted one adds (with a 95%
+interval per layer, one layer in twenty excludes zero by chance alone).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from script_runner import ROOT
+
+MODEL = '''
+import os
+
+import keras
+
+
+def _deterministic():
+    backend = keras.config.backend()
+    if backend == "tensorflow":
+        from tensorflow.python.framework import config
+
+        return config.is_op_determinism_enabled()
+    if backend == "torch":
+        import torch
+
+        return torch.are_deterministic_algorithms_enabled()
+    return "xla_gpu_deterministic_ops=true" in os.environ.get("XLA_FLAGS", "")
+
+
+class Planted(keras.layers.Layer):
+    """Extra matrix products in deterministic mode only: the planted slow-down."""
+
+    def build(self, input_shape):
+        self.mix = self.add_weight(shape=(input_shape[-1], input_shape[-1]), initializer="identity", trainable=False)
+
+    def call(self, x):
+        if _deterministic():
+            for _ in range(12):
+                x = keras.ops.matmul(x, self.mix)
+        return x
+
+
+def build(input_shape, classes):
+    inputs = keras.Input(shape=input_shape)
+    x = keras.layers.Conv2D(16, 3, padding="same", activation="relu", name="conv_k3")(inputs)
+    x = Planted(name="planted")(x)
+    x = keras.layers.Conv2D(16, 5, padding="same", activation="relu", name="conv_k5")(x)
+    x = keras.layers.GlobalAveragePooling2D(name="gap")(x)
+    return keras.Model(inputs, keras.layers.Dense(classes, name="logits")(x), name="twoconv")
+'''
+OWN_LAYERS = {"conv_k3", "planted", "conv_k5", "gap", "logits"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["tensorflow", "jax", "torch"])
+def test_the_planted_layer_tops_the_leaderboard_and_the_layers_add_up(tmp_path: Path, backend: str) -> None:
+    (tmp_path / "planted_model.py").write_text(MODEL)
+    out = tmp_path / "out"
+    sweep = [sys.executable, "-m", "detprof.cli", "sweep", "--backend", backend, "--models", "planted_model.py:build"]
+    sweep += ["--input-size", "24", "--batch-size", "16", "--steps", "3", "--warmup", "1", "--repeats", "3"]
+    done = subprocess.run([*sweep, "--no-report", "--out", str(out)], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = subprocess.run(
+        [sys.executable, "-m", "detprof.cli", "report", str(out), "--format", "json", "-o", "-"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    (model,) = json.loads(report.stdout)["models"]
+    layers = {layer["name"]: layer for layer in model["layers"]}
+    assert set(layers) >= OWN_LAYERS, sorted(layers)
+    assert set(layers) - OWN_LAYERS <= {"(unattributed)"}
+    for layer in OWN_LAYERS - {"planted"}:
+        assert layers[layer]["default_ms"] > 0 and layers[layer]["deterministic_ms"] > 0, layer
+    top, *others = model["layers"]
+    assert top["name"] == "planted" and top["lo"] > 0 and not top["within_noise"], model["layers"][:3]
+    assert all(o["within_noise"] or abs(o["added_ms"]) < top["added_ms"] / 4 for o in others), others
+    told = model["overhead"]["kernel"]["lo"] > 1
+    assert (top["share"] > 0.5 and "Layer planted pays" in model["attribution"]) if told else top["share"] is None
+    step = sum(layer["default_ms"] for layer in model["layers"])
+    assert step * (1 - model["unattributed_share"]) == pytest.approx(
+        sum(layer["default_ms"] for layer in model["layers"] if layer["name"] != "(unattributed)"), rel=1e-6
+    )
+    assert model["ops"] and all(
+        {"name", "added_ms", "lo", "hi", "share", "within_noise"} <= set(op) for op in model["ops"]
+    )
