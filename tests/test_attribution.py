@@ -122,6 +122,8 @@ def test_diff_by_op_of_a_trace_that_names_no_op_is_one_line(capsys: pytest.Captu
 def test_run_parts_add_up_to_the_table_with_what_no_layer_claims() -> None:
     frame = pd.DataFrame(
         {
+            "name": pd.Categorical(["conv", "conv_grad", "assign", "copy"]),
+            "short_name": pd.Categorical(["conv", "conv_grad", "assign", "copy"]),
             "dur_ns": [4_000_000, 2_000_000, 1_000_000, 500_000],
             "scope": pd.Categorical(["m/conv1/Conv2D", "gradient_tape/m/conv1/Conv2D/Grad", "sgd/update", None]),
             "op_type": pd.Categorical(["Conv2D", "Conv2DBackpropFilter", "AssignSub", None]),
@@ -130,6 +132,7 @@ def test_run_parts_add_up_to_the_table_with_what_no_layer_claims() -> None:
     parts = run_parts(frame, steps=2, layer_names=["conv1"])
     assert parts.layers == {"conv1": 3_000_000.0, UNATTRIBUTED: 750_000.0}
     assert sum(parts.ops.values()) == pytest.approx(frame["dur_ns"].sum() / 2)
+    assert parts.layer_kernels[("conv1", "conv_grad")] == 1_000_000.0
 
 
 def part(name: str, added: float, lo: float, hi: float) -> PartCost:
@@ -137,7 +140,8 @@ def part(name: str, added: float, lo: float, hi: float) -> PartCost:
 
 
 def test_a_floor_reads_small_changes_as_within_noise_and_the_leader_needs_most_of_the_cost() -> None:
-    parts = ModelAttribution("m", [part("planted", 5.0, 4.0, 6.0), part("conv1", 0.05, 0.01, 0.09)], [], [], 0.0, 10.0)
+    boards = [part("planted", 5.0, 4.0, 6.0), part("conv1", 0.05, 0.01, 0.09)]
+    parts = ModelAttribution("m", boards, [], [], 0.0, 10.0, {})
     floored = parts.against(0.02)
     assert [p.within_noise for p in floored.layers] == [False, True]
     assert floored.leader() is not None and floored.leader().name == "planted"

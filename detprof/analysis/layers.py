@@ -74,6 +74,22 @@ class PartCost:
         }
 
 
+KERNELS_PER_LAYER = 5
+
+
+@dataclass(frozen=True)
+class KernelChange:
+    """A kernel under a layer: its mean time per step in each mode, over the paired repeats."""
+
+    name: str
+    default_ms: float
+    deterministic_ms: float
+
+    @property
+    def added_ms(self) -> float:
+        return self.deterministic_ms - self.default_ms
+
+
 @dataclass(frozen=True)
 class ModelAttribution:
     """A model's layers and ops by added time per step, largest first."""
@@ -87,6 +103,8 @@ class ModelAttribution:
     """Of the default mode's traced time per step, what no layer claims."""
     default_step_ms: float
     """The default mode's traced time per step: what a noise floor (a share of the step) is a share of."""
+    layer_kernels: dict[str, list[KernelChange]]
+    """Per layer, the kernels whose time changed most (``KERNELS_PER_LAYER``): what the report opens on demand."""
 
     def against(self, floor: float | None) -> ModelAttribution:
         """The same leaderboards with differences under ``floor`` (an A/A calibration's, ``intervals.noise_floor``,
@@ -111,8 +129,14 @@ class ModelAttribution:
         if layer is None:
             return None
         op = self.leading_op()
+        assert layer.share is not None
+        how_much = (
+            f"more than all ({layer.share:.0%}) of the time determinism adds, as other layers got faster"
+            if layer.share > 1
+            else f"{layer.share:.0%} of the time determinism adds"
+        )
         said = (
-            f"Layer {layer.name} pays {layer.share:.0%} of the time determinism adds "
+            f"Layer {layer.name} pays {how_much} "
             f"({layer.added_ms:+.3g} ms per step, 95% CI [{layer.lo:+.3g}, {layer.hi:+.3g}])"
         )
         return said + (f", most of it in {op.name} ({op.added_ms:+.3g} ms)." if op is not None else ".")
@@ -127,25 +151,29 @@ def _leader(parts: Sequence[PartCost]) -> PartCost | None:
 
 @dataclass(frozen=True)
 class RunParts:
-    """One run's time per step (ns) by layer and by op."""
+    """One run's time per step (ns) by layer, by op, and by kernel within each layer."""
 
     layers: dict[str, float]
     ops: dict[str, float]
+    layer_kernels: dict[tuple[str, str], float]
 
 
 def run_parts(frame: pd.DataFrame, steps: int, layer_names: Sequence[str]) -> RunParts:
-    """A run's kernel table summed per layer and per op, per step."""
-    scopes = frame["scope"].astype("category") if "scope" in frame else pd.Series(pd.Categorical([None] * len(frame)))
-    kinds = (
-        frame["op_type"].astype("category") if "op_type" in frame else pd.Series(pd.Categorical([None] * len(frame)))
-    )
-    layer_by_scope = {scope: layer_of(scope, layer_names) for scope in scopes.cat.categories}
-    layer = scopes.map(layer_by_scope).astype(object).fillna(UNATTRIBUTED)
+    """A run's kernel table summed per layer, per op and per (layer, kernel), per step."""
+    scopes, kinds = (_names(frame, column) for column in ("scope", "op_type"))
+    layer = scopes.map({scope: layer_of(scope, layer_names) for scope in scopes.cat.categories})
+    layer = layer.astype(object).fillna(UNATTRIBUTED).to_numpy()
     op = kinds.map({kind: op_kind(kind) for kind in kinds.cat.categories}).astype(object).fillna(UNATTRIBUTED)
-    durations = frame["dur_ns"].to_numpy(dtype=np.float64) / max(steps, 1)
-    by_layer = pd.Series(durations, index=layer.to_numpy()).groupby(level=0).sum()
-    by_op = pd.Series(durations, index=op.to_numpy()).groupby(level=0).sum()
-    return RunParts({str(k): float(v) for k, v in by_layer.items()}, {str(k): float(v) for k, v in by_op.items()})
+    kernel = frame["short_name"].astype(object).fillna(frame["name"].astype(object)).to_numpy()
+    durations = pd.Series(frame["dur_ns"].to_numpy(dtype=np.float64) / max(steps, 1))
+    by_layer = durations.groupby(layer).sum()
+    by_op = durations.groupby(op.to_numpy()).sum()
+    by_kernel = durations.groupby([layer, kernel]).sum()
+    return RunParts(
+        {str(k): float(v) for k, v in by_layer.items()},
+        {str(k): float(v) for k, v in by_op.items()},
+        {(str(a), str(b)): float(v) for (a, b), v in by_kernel.items()},
+    )
 
 
 def _paired(runs: Sequence[tuple[dict[str, float], dict[str, float]]], total_added: float | None) -> list[PartCost]:
@@ -240,8 +268,25 @@ def attribute_model(store: ResultsStore, records: Sequence[Mapping[str, Any]]) -
         layer_order=layer_names,
         unattributed_share=unattributed / default_step if default_step else 0.0,
         default_step_ms=default_step,
+        layer_kernels=_layer_kernels(parts),
     )
     return attributed.against(None)
+
+
+def _layer_kernels(parts: Sequence[tuple[RunParts, RunParts]]) -> dict[str, list[KernelChange]]:
+    """Per layer, its kernels by how much their mean time per step changed, largest change first."""
+    keys = {key for pair in parts for run in pair for key in run.layer_kernels}
+    by_layer: dict[str, list[KernelChange]] = {}
+    for layer, kernel in keys:
+        default, deterministic = (
+            float(np.mean([pair[side].layer_kernels.get((layer, kernel), 0.0) for pair in parts])) / MS
+            for side in (0, 1)
+        )
+        by_layer.setdefault(layer, []).append(KernelChange(kernel, default, deterministic))
+    return {
+        layer: sorted(found, key=lambda k: (-abs(k.added_ms), k.name))[:KERNELS_PER_LAYER]
+        for layer, found in by_layer.items()
+    }
 
 
 def _parts(store: ResultsStore, record: Mapping[str, Any], layer_names: Sequence[str]) -> RunParts:

@@ -25,7 +25,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from detprof import formatting as f
 from detprof.analysis.knobs import KnobCost, within_noise
-from detprof.analysis.layers import ModelAttribution, PartCost
+from detprof.analysis.layers import KernelChange, ModelAttribution, PartCost
 from detprof.analysis.verification import Difference, ModelVerification
 from detprof.intervals import CHEAP_OVERHEAD, Overhead
 from detprof.reports.headline import HeadlineRow, shown_caveats
@@ -526,8 +526,26 @@ def part(p: PartCost) -> list[str]:
     ]
 
 
+KERNEL_CHANGE_HEADERS = ("Kernel", "Default (ms/step)", "Deterministic (ms/step)", "Added (ms/step)")
+LAYERS_OPENED = 10
+"""The leaderboard's layers whose kernels the report lists on demand."""
+
+
+def kernel_change(k: KernelChange) -> list[str]:
+    return [k.name, f.number(k.default_ms, 3), f.number(k.deterministic_ms, 3), f"{k.added_ms:+.3f}"]
+
+
 def unattributed_line(parts: ModelAttribution) -> str:
     return (
         f"{parts.unattributed_share:.0%} of the default mode's traced time per step "
         f"({parts.default_step_ms:.3g} ms) ran in no layer of the model (optimizer updates, input conversion)."
     )
+
+
+def layer_notes(report: Report) -> list[RowNote]:
+    """The first screen's line for each row whose added time one layer mostly carries: which, and the op."""
+    return [
+        RowNote(r.model, report.where(r.device, r.backend), f"Where the cost comes from: {said}")
+        for r in report.headline
+        if r.parts is not None and (said := r.parts.sentence())
+    ]

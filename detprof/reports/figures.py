@@ -596,7 +596,17 @@ def parts_figure(parts: Sequence[PartCost], order: Sequence[str], what: str, tit
         title=title,
         xaxis={"title": f"time determinism adds per step (ms), per {what}; grey: within noise"},
         yaxis={"categoryorder": "array", "categoryarray": list(reversed(names)), "automargin": True},
-        updatemenus=[{"type": "buttons", "direction": "right", "x": 1, "y": 1.12, "buttons": buttons}]
+        updatemenus=[
+            {
+                "type": "buttons",
+                "direction": "right",
+                "x": 1,
+                "xanchor": "right",
+                "y": 1.02,
+                "yanchor": "bottom",
+                "buttons": buttons,
+            }
+        ]
         if len(buttons) > 1
         else [],
         showlegend=False,

@@ -336,6 +336,7 @@ def answer(report: Report) -> dict[str, Any] | None:
                 (f"{n.model} on {n.device}", f"{cells.KNOB_ADVICE}: {n.text}")
                 for n in cells.knob_notes(report.knobs_beside_headline, report.where)
             ),
+            *((f"{n.model} on {n.device}", n.text) for n in cells.layer_notes(report)),
         ],
         "cpu_notes": report.cpu_notes,
         "notes": report.notes,
@@ -602,6 +603,18 @@ def leaderboards(parts: ModelAttribution | None, model: str) -> list[dict[str, A
                     [cells.part(p) for p in found[: layers.TOP_N]],
                     numeric=(1, 2, 3, 5),
                 ),
+                "kernels": [
+                    {
+                        "layer": p.name,
+                        "table": table(
+                            list(cells.KERNEL_CHANGE_HEADERS),
+                            [cells.kernel_change(k) for k in parts.layer_kernels.get(p.name, [])],
+                            numeric=(1, 2, 3),
+                        ),
+                    }
+                    for p in found[: cells.LAYERS_OPENED]
+                    if what == "layer" and parts.layer_kernels.get(p.name)
+                ],
             }
         )
     return boards
