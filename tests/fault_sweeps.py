@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import psutil
 import pytest
 from script_runner import ROOT
 
@@ -35,6 +36,17 @@ def detprof(*args: str | Path, env: dict[str, str]) -> subprocess.Popen[str]:
         cwd=ROOT,
         env=env,
     )
+
+
+def cpu_hog() -> psutil.Process:
+    """A process that spins one core until killed and belongs to no detprof: started through a shell that exits."""
+    started = subprocess.run(
+        ["sh", "-c", f"{sys.executable} -c 'while True: pass' >/dev/null 2>&1 & echo $!"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return psutil.Process(int(started.stdout))
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,6 +18,7 @@ import pytest
 from fault_sweeps import (
     SMALL,
     assert_resume_completes,
+    cpu_hog,
     detprof,
     records,
     sweep_with_a_record,
@@ -133,17 +133,6 @@ def test_a_disk_that_fills_up_mid_sweep_is_one_line_exit_74_and_resume_completes
     assert_resume_completes(out, 3, kept, fault_env)
 
 
-def cpu_hog() -> int:
-    """A process that spins one core and belongs to no detprof: started through a shell that exits at once."""
-    started = subprocess.run(
-        ["sh", "-c", f"{sys.executable} -c 'while True: pass' >/dev/null 2>&1 & echo $!"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return int(started.stdout)
-
-
 @pytest.mark.slow
 def test_a_process_loading_the_cpu_during_a_sweep_is_named_in_the_report_and_by_check(
     tmp_path: Path, fault_env: dict[str, str]
@@ -154,7 +143,7 @@ def test_a_process_loading_the_cpu_during_a_sweep_is_named_in_the_report_and_by_
         swept = detprof("sweep", *SMALL, "--repeats", "2", "--out", out, env=fault_env)
         assert swept.wait(timeout=300) == ExitCode.OK, swept.stderr.read()[-2000:]
     finally:
-        os.kill(hog, signal.SIGKILL)
+        hog.kill()
     loads = [r["load"] for r in records(out)]
     assert all(load["cores"] == len(os.sched_getaffinity(0)) for load in loads)
     assert sum(load["other_cores"] >= 0.25 for load in loads) >= 2, loads

@@ -8,8 +8,8 @@ import subprocess
 import sys
 import time
 
-import psutil
 from fake_nvml import FakeNvml, a100
+from fault_sweeps import cpu_hog
 
 from detprof.analysis.conditions import load_rows, shared_device_warnings, shares_device
 from detprof.profiler.machine_load import LoadWatch, own_process_tree
@@ -33,13 +33,7 @@ def test_a_core_spun_by_a_process_of_ours_counts_as_our_own_load() -> None:
 
 def test_a_core_spun_by_a_process_that_is_not_ours_counts_as_other_load() -> None:
     """A spinner started through a shell that exits is nobody's child here: its CPU time is other load."""
-    started = subprocess.run(
-        ["sh", "-c", f"{sys.executable} -c '{SPIN.format(seconds=30)}' >/dev/null 2>&1 & echo $!"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    spinner = psutil.Process(int(started.stdout))
+    spinner = cpu_hog()
     try:
         first = sum(spinner.cpu_times()[:2])
         with LoadWatch() as watch:
