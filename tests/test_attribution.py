@@ -162,3 +162,18 @@ def test_by_part_renames_kernels_by_op_or_layer_for_the_kernel_statistics() -> N
     table = KernelTable("t", "tf-xplane", kernels=frame)
     assert list(by_part(table, "layer").kernels["name"].astype(str)) == ["m/conv", "m/dense"]
     assert list(by_part(table, "op").kernels["name"].astype(str)) == ["Conv2D", "MatMul"]
+
+
+def test_an_interrupted_step_is_left_out_of_every_layer_as_it_is_of_the_run() -> None:
+    frame = pd.DataFrame(
+        {
+            "name": pd.Categorical(["conv"] * 3),
+            "short_name": pd.Categorical(["conv"] * 3),
+            "dur_ns": [1_000_000, 1_100_000, 9_000_000],
+            "scope": pd.Categorical(["m/conv1/Conv2D"] * 3),
+            "op_type": pd.Categorical(["Conv2D"] * 3),
+            "step": pd.array([0, 1, 2], dtype="Int64"),
+        }
+    )
+    assert run_parts(frame, steps=3, layer_names=["conv1"]).layers == {"conv1": 1_050_000.0}
+    assert run_parts(frame.drop(columns="step"), steps=3, layer_names=["conv1"]).layers == {"conv1": 3_700_000.0}

@@ -122,9 +122,11 @@ then Keras applications: bottleneck residual blocks, depthwise convolutions, sep
 and GELU. Every model is more than ``make test`` can carry (here TensorFlow took 8 min for all 47, JAX 7 min for
 22 of them: it compiles each step for up to 40 s): ``DETPROF_VERIFY_EVERY_MODEL=1 pytest -o timeout=0 -m slow -k
 registry tests/test_verify.py`` runs them all."""
-SLOW_TO_COMPILE = {backends.JAX: ("resnet50", "xception", "convnexttiny")}
-"""Left out of ``make test`` on a backend that compiles each for tens of seconds (JAX took 137 s for the set):
-their layers are verified there by detprof's own models and MobileNet, and on the other backends by them."""
+BESIDE_TENSORFLOW = ("smallcnn_bn", "resnet18", "mobilenet")
+"""On JAX and PyTorch, ``make test`` verifies the models whose layers the others repeat: detprof's small CNN with
+batch norm (plain convolutions, pooling, dense), its ResNet18 (residual blocks; the medium CNN's layers) and
+MobileNet (depthwise convolutions). JAX compiles each step of the larger applications for tens of seconds (137 s
+for the set): the whole set runs on TensorFlow, and on every backend with ``DETPROF_VERIFY_EVERY_MODEL=1``."""
 UNAVAILABLE = {
     (backends.TORCH, "nasnetmobile"): "failed: ValueError: NASNetMobile is not available with the torch backend",
     (backends.TORCH, "nasnetlarge"): "failed: ValueError: NASNetLarge is not available with the torch backend",
@@ -135,7 +137,7 @@ UNAVAILABLE = {
 def registry_models_to_verify(backend: str) -> list[str]:
     if os.environ.get("DETPROF_VERIFY_EVERY_MODEL") == "1":
         return list(registry.all_models())
-    return [name for name in LAYER_KINDS if name not in SLOW_TO_COMPILE.get(backend, ())]
+    return list(LAYER_KINDS) if backend == backends.TENSORFLOW else list(BESIDE_TENSORFLOW)
 
 
 @pytest.mark.slow

@@ -158,8 +158,25 @@ class RunParts:
     layer_kernels: dict[tuple[str, str], float]
 
 
+INTERRUPTED_STEP = 1.5
+"""A step whose traced time exceeds the run's median step by half again was interrupted (another process took
+the core, the framework re-traced): as for a run's own time per step (``records.time_per_step``), it says
+nothing about determinism, and in a run of a few steps it would swing every layer's mean."""
+
+
+def _uninterrupted(frame: pd.DataFrame, steps: int) -> tuple[pd.DataFrame, int]:
+    """The rows of the steps that were not interrupted, and how many steps they are; all of them where the
+    table does not say which step each row ran in."""
+    if "step" not in frame or frame["step"].isna().all():
+        return frame, steps
+    totals = frame.groupby(frame["step"].astype("int64"))["dur_ns"].sum().reindex(range(steps), fill_value=0)
+    kept = totals.index[totals <= INTERRUPTED_STEP * float(totals.median())]
+    return frame[frame["step"].isin(kept)], len(kept)
+
+
 def run_parts(frame: pd.DataFrame, steps: int, layer_names: Sequence[str]) -> RunParts:
-    """A run's kernel table summed per layer, per op and per (layer, kernel), per step."""
+    """A run's kernel table summed per layer, per op and per (layer, kernel), per uninterrupted step."""
+    frame, steps = _uninterrupted(frame, steps)
     scopes, kinds = (_names(frame, column) for column in ("scope", "op_type"))
     layer = scopes.map({scope: layer_of(scope, layer_names) for scope in scopes.cat.categories})
     layer = layer.astype(object).fillna(UNATTRIBUTED).to_numpy()

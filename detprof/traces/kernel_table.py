@@ -56,6 +56,7 @@ KERNEL_DTYPES: dict[str, str] = {
     "graph_node_id": "Int64",
     "op_type": "category",
     "scope": "category",
+    "step": "Int64",
 }
 """Names (``name``, ``short_name``, ``op``) are Categoricals: a trace repeats a few hundred
 names over millions of launches, so only the distinct names become Python strings and
@@ -65,7 +66,8 @@ where the trace does not say. ``op_type``: the kind of framework op that ran the
 ``Conv2DBackpropFilter``, JAX's ``conv_general_dilated``, PyTorch's ``aten::convolution_backward``);
 ``scope``: the name path it ran under, whose parts name the model's layers (TensorFlow's op name,
 JAX's ``op_name`` metadata, the layer ranges a PyTorch worker marks), read by ``traces.attribution``;
-both null where the trace does not say."""
+both null where the trace does not say. ``step``: the measured step the kernel ran in, where the table was cut
+to the worker's step ranges (``step_split.within_steps``)."""
 
 UNNAMED = "<unnamed>"
 """The name of a kernel whose trace records none, so that it still counts as one kernel."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+import pandas as pd
 
 from detprof.traces.kernel_table import KernelTable
 
@@ -48,7 +49,8 @@ def kernel_ns_by_step(table: KernelTable) -> list[int] | None:
 
 
 def within_steps(table: KernelTable) -> KernelTable | None:
-    """The table with only the kernels inside ``step i`` ranges; None where the trace marks no steps.
+    """The table with only the kernels inside ``step i`` ranges, each with its step; None where the trace marks
+    no steps.
 
     What a capture holds outside the measured steps (the worker's settling step right after
     the tracer started, a stray launch before the first range) is not a step's work.
@@ -56,5 +58,6 @@ def within_steps(table: KernelTable) -> KernelTable | None:
     found = _step_of_kernels(table)
     if found is None:
         return None
-    _step, inside, _count = found
-    return replace(table, kernels=table.kernels[inside].reset_index(drop=True))
+    step, inside, _count = found
+    kernels = table.kernels[inside].reset_index(drop=True)
+    return replace(table, kernels=kernels.assign(step=pd.array(step[inside], dtype="Int64")))
