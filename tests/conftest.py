@@ -42,3 +42,10 @@ def own_device_locks(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pyte
     """Each test takes its device locks in a folder of its own: tests that measure side by side (``-n 2``) must
     not wait for each other. The lock tests share one folder between their commands on purpose."""
     monkeypatch.setenv("DETPROF_LOCK_DIR", str(tmp_path_factory.mktemp("device-locks")))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Files with slow end-to-end tests first: two workers each take whole files (``--dist loadfile``), and a
+    long file started last keeps one worker running it alone while the other idles."""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)

@@ -19,26 +19,16 @@ def self_times(thread: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[
     rounded) only takes the part inside the parent, so self times never go negative and
     add up to the time the thread spent in ops.
     """
-    order = np.lexsort((-end, start, thread)).tolist()
-    ends = end.tolist()
-    self_ns = (end - start).tolist()
-    outermost = list(range(len(ends)))
-    threads, starts = thread.tolist(), start.tolist()
-    stack: list[int] = []
-    current = None
-    for i in order:
-        if threads[i] != current:
-            stack.clear()
-            current = threads[i]
-        begin = starts[i]
-        while stack and ends[stack[-1]] <= begin:
-            stack.pop()
-        if stack:
-            parent = stack[-1]
-            self_ns[parent] -= min(ends[i], ends[parent]) - begin
-            outermost[i] = outermost[parent]
-        stack.append(i)
-    return np.maximum(np.array(self_ns, dtype=np.int64), 0), np.array(outermost, dtype=np.int64)
+    parent, _ = containers(thread, start, end, thread[:0], start[:0])
+    nested = np.flatnonzero(parent >= 0)
+    inside_parent = np.minimum(end[nested], end[parent[nested]]) - start[nested]
+    self_ns = (end - start).astype(np.int64)
+    np.subtract.at(self_ns, parent[nested], inside_parent)
+    outermost = np.arange(len(start))
+    for i in np.lexsort((-end, start, thread)).tolist():
+        if parent[i] >= 0:
+            outermost[i] = outermost[parent[i]]
+    return np.maximum(self_ns, 0), outermost.astype(np.int64)
 
 
 def containers(
