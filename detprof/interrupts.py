@@ -59,7 +59,7 @@ def reclaim() -> None:
 def handled() -> Iterator[None]:
     """For the life of one command: SIGINT and SIGTERM raise, are remembered, and are never printed as ignored.
 
-    A signal the command was started with ignored (``nohup``, a shell's background job) stays ignored.
+    A signal the command was started with ignored (SIGINT in a shell's background job) stays ignored.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
