@@ -63,14 +63,20 @@ def paired_t(log_ratios: Iterable[float], confidence: float = 0.95) -> Overhead 
     values = tuple(float(v) for v in log_ratios)
     if not values:
         return None
+    mean, low, high = t_interval(values, confidence)
+    return Overhead(math.exp(mean), math.exp(low), math.exp(high), values, confidence)
+
+
+def t_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float]:
+    """The mean of paired differences and its two-sided t-interval; NaN bounds from fewer than ``MIN_REPEATS``."""
     mean = float(np.mean(values))
     if len(values) < MIN_REPEATS:
-        return Overhead(math.exp(mean), math.nan, math.nan, values, confidence)
+        return mean, math.nan, math.nan
     from scipy import stats
 
     sem = float(np.std(values, ddof=1)) / math.sqrt(len(values))
     half = float(stats.t.ppf(0.5 + confidence / 2, df=len(values) - 1)) * sem
-    return Overhead(math.exp(mean), math.exp(mean - half), math.exp(mean + half), values, confidence)
+    return mean, mean - half, mean + half
 
 
 def headline_metric(kernel_traced: bool) -> Metric:

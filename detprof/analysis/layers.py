@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from detprof.analysis.overhead import model_overheads
-from detprof.intervals import MIN_REPEATS, Overhead, paired_t
+from detprof.intervals import Overhead, paired_t, t_interval
 from detprof.records import kernel_table_steps
 from detprof.store import ResultsStore
 from detprof.traces.attribution import UNATTRIBUTED, layer_of, op_kind
@@ -109,11 +109,11 @@ class ModelAttribution:
     def against(self, floor: float | None) -> ModelAttribution:
         """The same leaderboards with differences under ``floor`` (an A/A calibration's, ``intervals.noise_floor``,
         a share of the step; ``NEGLIGIBLE_SHARE`` where none was measured) read as within noise."""
-        noise_ms = (NEGLIGIBLE_SHARE if floor is None else max(floor, NEGLIGIBLE_SHARE)) * self.default_step_ms
+        noise_ms = _noise_ms(floor, self.default_step_ms)
         return replace(
             self,
-            layers=[replace(p, within_noise=_within(p, noise_ms)) for p in self.layers],
-            ops=[replace(p, within_noise=_within(p, noise_ms)) for p in self.ops],
+            layers=[replace(p, within_noise=_within(p.added_ms, p.lo, p.hi, noise_ms)) for p in self.layers],
+            ops=[replace(p, within_noise=_within(p.added_ms, p.lo, p.hi, noise_ms)) for p in self.ops],
         )
 
     def leader(self) -> PartCost | None:
@@ -193,7 +193,9 @@ def run_parts(frame: pd.DataFrame, steps: int, layer_names: Sequence[str]) -> Ru
     )
 
 
-def _paired(runs: Sequence[tuple[dict[str, float], dict[str, float]]], total_added: float | None) -> list[PartCost]:
+def _paired(
+    runs: Sequence[tuple[dict[str, float], dict[str, float]]], total_added: float | None, noise_ms: float
+) -> list[PartCost]:
     """Each part's cost over the paired repeats ``(default, deterministic)``, largest added time first; its share
     of ``total_added``, the model's added time per step where its overhead is told from none (else None)."""
     names = sorted({name for pair in runs for side in pair for name in side})
@@ -202,7 +204,7 @@ def _paired(runs: Sequence[tuple[dict[str, float], dict[str, float]]], total_add
     for name in names:
         default = np.array([pair[0].get(name, 0.0) for pair in runs]) / MS
         deterministic = np.array([pair[1].get(name, 0.0) for pair in runs]) / MS
-        added, lo, hi = _mean_interval(deterministic - default)
+        added, lo, hi = t_interval(deterministic - default)
         both = (default > 0) & (deterministic > 0)
         ratio = paired_t(np.log(deterministic[both] / default[both])) if both.all() and n else None
         out.append(
@@ -217,11 +219,11 @@ def _paired(runs: Sequence[tuple[dict[str, float], dict[str, float]]], total_add
                 ratio_lo=ratio.ci_low if ratio is not None and ratio.has_interval else None,
                 ratio_hi=ratio.ci_high if ratio is not None and ratio.has_interval else None,
                 share=added / total_added if total_added else None,
-                within_noise=True,
+                within_noise=_within(added, lo, hi, noise_ms),
                 repeats=n,
             )
         )
-    return sorted((replace(p, within_noise=_within(p, None)) for p in out), key=lambda p: p.added_ms, reverse=True)
+    return sorted(out, key=lambda p: p.added_ms, reverse=True)
 
 
 def _names(frame: pd.DataFrame, column: str) -> pd.Series:
@@ -231,20 +233,14 @@ def _names(frame: pd.DataFrame, column: str) -> pd.Series:
     return pd.Series(pd.Categorical([None] * len(frame)), index=frame.index)
 
 
-def _mean_interval(values: np.ndarray) -> tuple[float, float, float]:
-    """The mean of paired differences and its two-sided 95% t-interval (NaN bounds from one pair)."""
-    from scipy import stats
-
-    mean = float(values.mean())
-    if len(values) < MIN_REPEATS:
-        return mean, math.nan, math.nan
-    half = float(stats.t.ppf(0.975, len(values) - 1)) * float(values.std(ddof=1)) / math.sqrt(len(values))
-    return mean, mean - half, mean + half
-
-
-def _within(part: PartCost, noise_ms: float | None) -> bool:
+def _within(added: float, lo: float, hi: float, noise_ms: float) -> bool:
     """A difference this data cannot tell from none: no interval, one that holds zero, or one under the floor."""
-    return math.isnan(part.lo) or part.lo <= 0 <= part.hi or (noise_ms is not None and abs(part.added_ms) < noise_ms)
+    return math.isnan(lo) or lo <= 0 <= hi or abs(added) < noise_ms
+
+
+def _noise_ms(floor: float | None, default_step_ms: float) -> float:
+    """The smallest change per step told from jitter: the calibration's floor, never under ``NEGLIGIBLE_SHARE``."""
+    return (NEGLIGIBLE_SHARE if floor is None else max(floor, NEGLIGIBLE_SHARE)) * default_step_ms
 
 
 def _told_total(runs: Sequence[tuple[dict[str, float], dict[str, float]]], overhead: Overhead | None) -> float | None:
@@ -278,16 +274,16 @@ def attribute_model(store: ResultsStore, records: Sequence[Mapping[str, Any]]) -
     total = _told_total(layer_runs, overhead.kernel if overhead is not None else None)
     default_step = float(np.mean([sum(d.values()) for d, _ in layer_runs])) / MS
     unattributed = float(np.mean([d.get(UNATTRIBUTED, 0.0) for d, _ in layer_runs])) / MS
-    attributed = ModelAttribution(
+    noise_ms = _noise_ms(None, default_step)
+    return ModelAttribution(
         model=model,
-        layers=_paired(layer_runs, total),
-        ops=_paired([(d.ops, t.ops) for d, t in parts], total),
+        layers=_paired(layer_runs, total, noise_ms),
+        ops=_paired([(d.ops, t.ops) for d, t in parts], total, noise_ms),
         layer_order=layer_names,
         unattributed_share=unattributed / default_step if default_step else 0.0,
         default_step_ms=default_step,
         layer_kernels=_layer_kernels(parts),
     )
-    return attributed.against(None)
 
 
 def _layer_kernels(parts: Sequence[tuple[RunParts, RunParts]]) -> dict[str, list[KernelChange]]:

@@ -670,27 +670,29 @@ class _LayerRanges:
     layer path of each: a PyTorch trace names no layer otherwise."""
 
     ranges: list[_Event]
+    start: np.ndarray
+    end: np.ndarray
     paths: list[str]
 
     @classmethod
     def of(cls, events: _Events) -> _LayerRanges:
         ranges = sorted((e for e in events.annotations if e.name.startswith(LAYER_RANGE)), key=lambda e: e.ts)
         start = _ns([e.ts for e in ranges])
+        end = start + _dur_ns([e.dur for e in ranges])
         (thread,) = _threads(ranges)
-        parent, _ = containers(thread, start, start + _dur_ns([e.dur for e in ranges]), thread[:0], start[:0])
+        parent, _ = containers(thread, start, end, thread[:0], start[:0])
         paths: list[str] = []
         for index, event in enumerate(ranges):
             name = event.name.removeprefix(LAYER_RANGE)
             paths.append(f"{paths[parent[index]]}/{name}" if parent[index] >= 0 else name)
-        return cls(ranges, paths)
+        return cls(ranges, start, end, paths)
 
     def holding(self, where: Sequence[_Event], at: np.ndarray) -> list[str | None]:
         """The layer path around each moment ``at`` on the thread of ``where``; None outside every layer."""
         if not self.ranges:
             return [None] * len(at)
         thread, points = _threads(self.ranges, where)
-        start = _ns([e.ts for e in self.ranges])
-        _, holder = containers(thread, start, start + _dur_ns([e.dur for e in self.ranges]), points, at)
+        _, holder = containers(thread, self.start, self.end, points, at)
         return [self.paths[h] if h >= 0 else None for h in holder.tolist()]
 
     def scopes(self, ops: Sequence[_Event], start: np.ndarray, outermost: np.ndarray) -> list[str | None]:
