@@ -7,12 +7,14 @@ every layer in the traces of both modes, add the layers up to the traced step, n
 layers as the model does, and put the planted layer first with an interval above zero; every
 other layer reads within noise or adds under a third of what the planted one adds (with a 95%
 interval per layer, one layer in twenty excludes zero by chance alone, and XLA may fuse the planted
-layer's first product into the convolution before it).
+layer's first product into the convolution before it). The sweep's closing summary and the
+Markdown report name it first too.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -97,3 +99,14 @@ def test_the_planted_layer_tops_the_leaderboard_and_the_layers_add_up(tmp_path: 
     assert model["ops"] and all(
         {"name", "added_ms", "lo", "hi", "share", "within_noise"} <= set(op) for op in model["ops"]
     )
+    closing = done.stdout[done.stdout.index("Layers by time determinism adds") :]
+    assert re.search(r": planted \+\d", " ".join(closing.split())), closing
+    markdown = subprocess.run(
+        [sys.executable, "-m", "detprof.cli", "report", str(out), "--format", "md", "-o", "-"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    board = markdown[markdown.index("| Layer | Default (ms/step)") :].splitlines()
+    assert board[2].startswith("| planted |"), board[:4]

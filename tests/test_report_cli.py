@@ -6,6 +6,7 @@ import json
 import re
 from pathlib import Path
 
+import pandas as pd
 import plotly.offline
 import pytest
 import synthetic_sweep as synth
@@ -13,6 +14,7 @@ import synthetic_sweep as synth
 from detprof.cli import main
 from detprof.reports.command import write_report
 from detprof.store import ResultsStore
+from detprof.traces.kernel_table import KERNEL_DTYPES, conform
 
 PLOTLY_JS_HEAD = plotly.offline.get_plotlyjs()[:300]
 
@@ -195,3 +197,21 @@ def test_kernels_manifest_without_cases_is_input_error(tmp_path: Path, capsys: p
     assert main(["report", str(tmp_path / "res"), "-o", str(tmp_path / "r.html")]) == 3
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no valid 'cases'" in err and "manifest.json" in err
+
+
+def test_kernels_whose_traces_name_no_layer_are_said_to_name_none(tmp_path: Path) -> None:
+    """nvprof names no op or layer for a kernel: the cost section says so under each model instead of showing
+    empty leaderboards."""
+    ratios = {"resnet50": [1.21, 1.25, 1.19]}
+    records = synth.records(ratios, tracer="nvprof")
+    res = synth.write_sweep(tmp_path / "res", synth.config(list(ratios), 3, tracer="nvprof"), [])
+    store = ResultsStore(res, "sweep")
+    for record in records:
+        names = ["volta_sgemm_128x64_nn"] * 4 + ["scatter_atomic_add"] * (record["mode"] == "deterministic")
+        frame = pd.DataFrame({"name": names, "short_name": names, "start_ns": range(len(names)), "dur_ns": 10})
+        table = store.write_table(record["run_id"], conform(frame, KERNEL_DTYPES))
+        store.write_record({**record, "kernel_table": table, "kernel_table_kind": "launches"})
+    page = write_report(res, tmp_path / "r.html", plotlyjs="cdn").read_text()
+    cost = page[page.index('<section id="cost">') : page.index('<section id="stability">')]
+    assert "These traces name no op or layer for their kernels (nvprof records none" in cost
+    assert "by time determinism adds" not in cost

@@ -26,9 +26,11 @@ LossOf = Callable[[Any, Any], Any]
 """A loss function, ``loss(y_true, y_pred)``."""
 
 
+NVTX_DOMAIN = "detprof"
+"""The NVTX domain of the ranges a worker pushes (its steps, its layers), apart from the frameworks' own."""
 LAYER_RANGE = "layer:"
 """The prefix of the profiler ranges a worker puts around each Keras layer call where the framework's trace
-names no layer (PyTorch): the Kineto parser turns them into layer paths (``traces.attribution``)."""
+names no layer (PyTorch): the Kineto and nsys parsers turn them into layer paths (``traces.attribution``)."""
 
 
 def layer_range_name(layer: str) -> str:
@@ -209,6 +211,18 @@ class Backend:
     def step_mark(self, name: str) -> contextlib.AbstractContextManager[None]:
         """A range named ``name`` around one step in the profiler's trace (``traces.step_split`` reads it)."""
         raise NotImplementedError
+
+    # Under nsys, which names no framework op by itself.
+
+    def mark_ops_for_nvtx(self) -> StopProfiler:
+        """Have the ops and layers of the traced steps push NVTX ranges (``traces.parsers.nsys_ops`` reads them);
+        returns what stops it. Nothing by default: a framework whose layers run only while a step is compiled
+        (TensorFlow, JAX) names its ops in ranges of its own, or in none."""
+        return _nothing_to_stop
+
+
+def _nothing_to_stop() -> None:
+    pass
 
 
 @contextlib.contextmanager

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable, MutableMapping
 from typing import Any
 
-from .base import Backend, Compiler, Knob, LossOf, StopProfiler, layer_range_name
+from .base import NVTX_DOMAIN, Backend, Compiler, Knob, LossOf, StopProfiler, layer_range_name
 
 CUBLAS_WORKSPACE_ENV = "CUBLAS_WORKSPACE_CONFIG"
 CUBLAS_DETERMINISTIC_WORKSPACE = ":4096:8"
@@ -205,7 +205,7 @@ class Torch(Backend):
         if torch.cuda.is_available():
             activities.append(torch.profiler.ProfilerActivity.CUDA)
         profile = torch.profiler.profile(activities=activities)
-        unmark = _mark_layers()
+        unmark = _mark_layers(torch.profiler.record_function)
         profile.start()
 
         def stop() -> None:
@@ -220,12 +220,28 @@ class Torch(Backend):
 
         return torch.profiler.record_function(name)
 
+    def mark_ops_for_nvtx(self) -> StopProfiler:
+        """Each Keras layer call in an NVTX range of its own and, on a GPU, each op in one (``emit_nvtx``, whose
+        ranges carry the autograd sequence numbers that place a backward op in its forward op's layer)."""
+        import nvtx
+        import torch
 
-def _mark_layers() -> Callable[[], None]:
-    """While the profiler captures: a range around each Keras layer call, named after the layer.
+        unmark = _mark_layers(lambda name: nvtx.annotate(name, domain=NVTX_DOMAIN))
+        ops = torch.autograd.profiler.emit_nvtx() if torch.cuda.is_available() else contextlib.nullcontext()
+        ops.__enter__()
 
-    A PyTorch trace names no layer: Keras's name scopes do not reach ``torch.profiler``. The
-    ranges (``traces.attribution``) let the Kineto parser place each op, and each backward op
+        def stop() -> None:
+            ops.__exit__(None, None, None)
+            unmark()
+
+        return stop
+
+
+def _mark_layers(range_named: Callable[[str], contextlib.AbstractContextManager[Any]]) -> Callable[[], None]:
+    """While a tracer captures: a range around each Keras layer call, named after the layer.
+
+    A PyTorch trace names no layer: Keras's name scopes do not reach ``torch.profiler`` or nsys.
+    The ranges (``traces.attribution``) let the parsers place each op, and each backward op
     through its forward op, in the model's layers. Layers are called through ``Layer.__call__``
     alone, so wrapping it reaches every layer of every model; the wrapper goes when the capture
     ends. Without Keras loaded (a program that uses PyTorch alone) nothing is marked.
@@ -233,14 +249,13 @@ def _mark_layers() -> Callable[[], None]:
     keras = sys.modules.get("keras")
     if keras is None:
         return lambda: None
-    import torch
 
     layer_type = keras.layers.Layer
     call = layer_type.__call__
 
     @functools.wraps(call)
     def marked(layer: Any, *args: Any, **kwargs: Any) -> Any:
-        with torch.profiler.record_function(layer_range_name(layer.name)):
+        with range_named(layer_range_name(layer.name)):
             return call(layer, *args, **kwargs)
 
     layer_type.__call__ = marked

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import ClassVar, Protocol
 
 import detprof.backends as backends
-from detprof.backends.base import StopProfiler
+from detprof.backends.base import NVTX_DOMAIN, StopProfiler
 from detprof.errors import UsageError
 from detprof.traces.step_split import step_range_name
 
@@ -63,26 +63,33 @@ class _NoCapture:
 
 
 class _CudaProfilerRange(_NoCapture):
-    """``cudaProfilerStart``/``Stop`` for nsys and nvprof; nsys's steps as NVTX ranges (nvprof reads none)."""
+    """``cudaProfilerStart``/``Stop`` for nsys and nvprof. Under nsys, NVTX ranges for the steps and, where the
+    backend pushes them (``Backend.mark_ops_for_nvtx``), for its ops and layers; nvprof reads none."""
 
-    def __init__(self, nvtx_steps: bool) -> None:
+    def __init__(self, nvtx: bool, backend: str | None) -> None:
         from detprof.profiler.cuda_profiler_api import CudaProfilerRange
 
         self.range = CudaProfilerRange()
-        self.nvtx_steps = nvtx_steps
+        self.nvtx = nvtx
+        self.backend = backend
+        self._unmark: StopProfiler | None = None
 
     def start(self) -> None:
+        if self.nvtx and self.backend is not None:
+            self._unmark = backends.get(self.backend).mark_ops_for_nvtx()
         self.range.start()
 
     def stop(self) -> None:
         self.range.stop()
+        if self._unmark is not None:
+            self._unmark()
 
     def step(self, index: int) -> contextlib.AbstractContextManager[None]:
-        if not self.nvtx_steps:
+        if not self.nvtx:
             return contextlib.nullcontext()
         import nvtx
 
-        return nvtx.annotate(step_range_name(index), domain="detprof")
+        return nvtx.annotate(step_range_name(index), domain=NVTX_DOMAIN)
 
 
 class _FrameworkProfile(_NoCapture):
@@ -137,8 +144,9 @@ class Tracer:
         """Where the trace is once the worker has exited (``None``: nothing is traced)."""
         return None
 
-    def capture(self, trace_path: str | None) -> Capture:
-        """What the worker switches on around its traced steps."""
+    def capture(self, trace_path: str | None, backend: str | None = None) -> Capture:
+        """What the worker switches on around its traced steps; ``backend``: the framework it runs, where known
+        (a user's program runs what it likes)."""
         return _NoCapture()
 
 
@@ -155,7 +163,7 @@ class FrameworkProfiler(Tracer):
     def trace_path(self, trace_base: Path) -> Path:
         return trace_base.with_name(trace_base.name + self.framework.trace_suffix)
 
-    def capture(self, trace_path: str | None) -> Capture:
+    def capture(self, trace_path: str | None, backend: str | None = None) -> Capture:
         return _FrameworkProfile(self.framework, str(trace_path))
 
 
@@ -230,8 +238,8 @@ class Nsys(ProcessTracer):
             *worker,
         ]
 
-    def capture(self, trace_path: str | None) -> Capture:
-        return _CudaProfilerRange(nvtx_steps=True)
+    def capture(self, trace_path: str | None, backend: str | None = None) -> Capture:
+        return _CudaProfilerRange(nvtx=True, backend=backend)
 
 
 @dataclass(frozen=True)
@@ -252,8 +260,8 @@ class Nvprof(ProcessTracer):
             *worker,
         ]
 
-    def capture(self, trace_path: str | None) -> Capture:
-        return _CudaProfilerRange(nvtx_steps=False)
+    def capture(self, trace_path: str | None, backend: str | None = None) -> Capture:
+        return _CudaProfilerRange(nvtx=False, backend=None)
 
 
 NO_TRACER = Tracer()

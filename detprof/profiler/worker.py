@@ -101,7 +101,7 @@ def run(spec: WorkerSpec, pacer: Pacer | None = None) -> dict[str, Any]:
     result: dict[str, Any] = {"settings": apply(settings), "versions": software_versions(settings.backend)}
     if spec.cpu_threads and backend.limit_threads(spec.cpu_threads):
         result["cpu_threads"] = spec.cpu_threads
-    capture = TRACERS[spec.tracer].capture(spec.trace_path)
+    capture = TRACERS[spec.tracer].capture(spec.trace_path, settings.backend)
     pacer = pacer or Pacer(None)
     try:
         step, facts = entry_point(spec.workload)(spec)

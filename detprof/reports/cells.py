@@ -512,6 +512,23 @@ PARTS_LEAD = (
 )
 
 
+CONSOLE_LAYERS = 3
+"""The layers a sweep's closing summary names per model; the report has them all."""
+
+
+def layers_line(parts: ModelAttribution) -> str:
+    """A sweep's closing line for a model's layers: those that pay or save, largest first, else that none does."""
+    told = [p for p in parts.layers if not p.within_noise][:CONSOLE_LAYERS]
+    if not told:
+        return f"every layer {WITHIN_NOISE}"
+    said = [
+        f"{p.name} {p.added_ms:+.3f} ms/step [{p.lo:+.3f}, {p.hi:+.3f}]"
+        + (f" ({f.percent(p.share, 0)} of the added time)" if p.share is not None else "")
+        for p in told
+    ]
+    return "; ".join(said)
+
+
 def part(p: PartCost) -> list[str]:
     interval = f.DASH if math.isnan(p.lo) else f"[{p.lo:+.3f}, {p.hi:+.3f}]"
     reading = WITHIN_NOISE if p.within_noise else ("pays" if p.added_ms > 0 else "saves")
@@ -535,7 +552,16 @@ def kernel_change(k: KernelChange) -> list[str]:
     return [k.name, f.number(k.default_ms, 3), f.number(k.deterministic_ms, 3), f"{k.added_ms:+.3f}"]
 
 
-def unattributed_line(parts: ModelAttribution) -> str:
+NO_ATTRIBUTION = (
+    "These traces name no op or layer for their kernels (nvprof records none; nsys names them from the NVTX ranges "
+    "frameworks push, the frameworks' own profilers from their ops), so which layer pays is not known here."
+)
+
+
+def unattributed_line(parts: ModelAttribution | None) -> str:
+    """What of the step no layer claims; where the traces name no layer at all, that they do not."""
+    if parts is None:
+        return NO_ATTRIBUTION
     return (
         f"{parts.unattributed_share:.0%} of the default mode's traced time per step "
         f"({parts.default_step_ms:.3g} ms) ran in no layer of the model (optimizer updates, input conversion)."

@@ -626,7 +626,7 @@ def model_details(m: ModelCost, parts: ModelAttribution | None = None) -> dict[s
     return {
         "model": m.model,
         "boards": leaderboards(parts, m.model),
-        "unattributed": None if parts is None else cells.unattributed_line(parts),
+        "unattributed": cells.unattributed_line(parts) if parts is not None or set(MODES) <= set(m.top) else None,
         "summary": cells.cost_summary(m),
         "no_kernels": None if m.top else (m.no_kernels or "no kernel tables"),
         "sides": [

@@ -1,14 +1,14 @@
 """The report's headline tables as GitHub-flavoured Markdown, for pull-request comments.
 
 Only the numbers a reviewer acts on, the answer first: the same headline rows as the HTML's
-first screen (cost, verdict, what it buys, noise floor, what to do) with the same caveats
-and notes, then overheads per model and device, the published figures they can be held
-against, one sentence per model on where the cost comes from, the stability headline, the
-trade-off readings and the warnings. Where the results hold several Keras backends (or one
-that is not TensorFlow), the headline table has a backend column, with each model's
-backends in adjacent rows, and each device with backends side by side gets a table of its
-own; the last section always says which backend(s) ran. Where a ``detprof verify`` study is
-among the results, whether determinism held is a column of the headline (or a table of its
+first screen (cost, verdict, what it buys, noise floor, what to do) with the same caveats and
+notes, then overheads per model and device, the published figures they can be held against, one
+sentence per model on where the cost comes from and its layer and op leaderboards, the
+stability headline, the trade-off readings and the warnings. Where the results hold several
+Keras backends (or one that is not TensorFlow), the headline table has a backend column, with
+each model's backends in adjacent rows, and each device with backends side by side gets a table
+of its own; the last section always says which backend(s) ran. Where a ``detprof verify`` study
+is among the results, whether determinism held is a column of the headline (or a table of its
 own for models no sweep measured) and a section says where each mode's runs part. Where a
 ``detprof sweep --knobs`` study is, each model's advice on which switch to turn off joins the
 answer and a section prices every switch, table by table. Every cell the HTML shows too is
@@ -23,6 +23,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from detprof.analysis import layers
 from detprof.reports import cells
 from detprof.reports.cells import Words
 from detprof.reports.headline import published_reference
@@ -218,6 +219,22 @@ def backends_side_by_side(report: Report) -> list[str]:
     return out
 
 
+def leaderboards(report: Report) -> list[str]:
+    """Per swept model whose traces name its layers, the top layers and ops by time determinism adds, as the HTML's
+    tables (its bar chart and the kernels under each layer have no Markdown counterpart)."""
+    out: list[str] = []
+    for s in report.sweeps:
+        for m in s.models:
+            parts = report.parts_of(s, m)
+            if parts is None:
+                continue
+            out += [f"### {md(m.model)} on {md(report.where(s.label, s.backend))}: layers and ops", ""]
+            for what, found in (("Layer", parts.layers), ("Op", parts.ops)):
+                out += [table([what, *cells.PART_HEADERS], [cells.part(p) for p in found[: layers.TOP_N]]), ""]
+            out += [md(cells.unattributed_line(parts)), ""]
+    return [md(cells.PARTS_LEAD), "", *out] if out else []
+
+
 def render(report: Report) -> str:
     out = [
         "# detprof: what deterministic training costs, and what it buys",
@@ -253,6 +270,7 @@ def render(report: Report) -> str:
             for m in s.models
         ]
         out.append("")
+        out += leaderboards(report)
     out += knobs(report)
     out += verification(report)
     out += [f"## {SECTIONS['stability']}", ""]

@@ -5,6 +5,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -47,14 +50,22 @@ def print_summary(store: ResultsStore) -> None:
     The verdict (``reports.verdict``) and the sentence on where the added time went
     (``reports.attribution``) are the ones the report prints, from the same per-step kernel
     diff, so the console and the report cannot name different kernels or numbers. The
-    sentences follow the table, one per model, where a terminal has the width to show them.
+    sentences follow the table, one per model, where a terminal has the width to show them, and
+    then the layers that pay (``analysis.layers``, as the report's leaderboard reads them without a
+    calibration's floor).
     """
+    from detprof.analysis.layers import attribute_model
     from detprof.analysis.study_results import summarize
     from detprof.intervals import headline
     from detprof.reports.attribution import attribution
+    from detprof.reports.cells import layers_line
     from detprof.reports.verdict import verdict
 
     summaries = summarize(store)
+    by_model: dict[str, list[Mapping[str, Any]]] = {}
+    for record in store.records():
+        by_model.setdefault(str(record.get("model")), []).append(record)
+    layer_lines: list[str] = []
     notes = {s.model: s.overhead.failure_note() for s in summaries}
     table = Table(title="Overhead of determinism (deterministic / default, 95% CI over repeats)")
     table.add_column("Model", no_wrap=True)
@@ -75,11 +86,18 @@ def print_summary(store: ResultsStore) -> None:
         table.add_row(*row)
         if summary.kernel_diff is not None:
             sentences.append(f"  {escape(summary.model)}: {escape(attribution(summary.kernel_diff).sentence)}")
+        parts = attribute_model(store, by_model.get(summary.model, []))
+        if parts is not None:
+            layer_lines.append(f"  {escape(summary.model)}: {escape(layers_line(parts))}")
     console = table_console()
     print_table(console, table)
     if sentences:
         console.print("Where the added time went:")
         for line in sentences:
+            console.print(line)
+    if layer_lines:
+        console.print("Layers by time determinism adds (95% CI; the report has every layer and op):")
+        for line in layer_lines:
             console.print(line)
 
 

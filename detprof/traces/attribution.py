@@ -107,7 +107,8 @@ def by_part(table: KernelTable, part: str) -> KernelTable:
     if table.is_summary or table.launches("scope", "op_type").isna().all().all():
         raise InputError(
             f"{table.source}: this trace names no op or layer for its kernels (--by {part} reads TensorFlow and "
-            "JAX profiler traces and PyTorch Kineto traces; nvprof and nsys summaries name none)"
+            "JAX profiler traces, PyTorch Kineto traces and nsys exports with op or layer NVTX ranges; nvprof traces "
+            "and nsys summaries name none)"
         )
     kernels = table.kernels
     if part == "op":

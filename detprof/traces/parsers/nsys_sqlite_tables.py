@@ -9,8 +9,10 @@ the standard library.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sqlite3
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -26,6 +28,7 @@ from detprof.traces.kernel_table import (
     empty,
     range_table,
 )
+from detprof.traces.parsers.nsys_ops import NvtxRanges
 from detprof.traces.parsers.nsys_schema import (
     API_TABLE,
     EAGER_KERNEL_COLUMNS,
@@ -83,12 +86,20 @@ def kernel_table(conn: sqlite3.Connection, launches: LaunchRead, shown: str) -> 
         graph_launches=_graph_launches(conn, tables),
     )
     later = launches.later
-    if not later:
+    ranges = NvtxRanges.read(conn, launches.tables)
+    if ranges is not None and not launches.defer:
+        return replace(table, kernels=conform(kernels.assign(**ranges.launching_ops(conn)), KERNEL_DTYPES))
+    if not later and ranges is None:
         return table
 
     def complete(kernels: pd.DataFrame) -> pd.DataFrame:
-        rest = read_int_columns(launches.uri, KERNEL_TABLE, later, launches.rows, shown)
-        return conform(kernels.assign(**_int_arrays(rest)), KERNEL_DTYPES)
+        if later:
+            rest = read_int_columns(launches.uri, KERNEL_TABLE, later, launches.rows, shown)
+            kernels = kernels.assign(**_int_arrays(rest))
+        if ranges is not None:
+            with contextlib.closing(sqlite3.connect(launches.uri, uri=True)) as again:
+                kernels = kernels.assign(**ranges.launching_ops(again))
+        return conform(kernels, KERNEL_DTYPES)
 
     return table.defer_columns(complete)
 
