@@ -31,14 +31,7 @@ import pandas as pd
 
 from detprof.traces.attribution import LAYER_RANGE, UNATTRIBUTED, op_kind
 from detprof.traces.parsers.nesting import containers
-from detprof.traces.parsers.nsys_schema import (
-    API_TABLE,
-    KERNEL_TABLE,
-    NVTX_RANGE_EVENT_TYPES,
-    NVTX_TABLE,
-    STRINGS_TABLE,
-    columns,
-)
+from detprof.traces.parsers.nsys_schema import API_TABLE, KERNEL_TABLE, columns, nvtx_range_rows
 from detprof.traces.step_split import STEP_RANGE
 
 _PROCESS = 1 << 24
@@ -101,21 +94,9 @@ class NvtxRanges:
     @classmethod
     def read(cls, conn: sqlite3.Connection, tables: frozenset[str]) -> NvtxRanges | None:
         """The ranges that name an op or a layer; None where there are none (no work for the launches' read)."""
-        if NVTX_TABLE not in tables or API_TABLE not in tables:
+        rows = nvtx_range_rows(conn, tables, "globalTid") if API_TABLE in tables else None
+        if not rows:
             return None
-        cols = columns(conn, NVTX_TABLE)
-        if not {"start", "end", "eventType", "globalTid"} <= cols:
-            return None
-        text = "e.text" if "text" in cols else "NULL"
-        join = ""
-        if "textId" in cols and STRINGS_TABLE in tables:
-            text = f"COALESCE({text}, s.value)"
-            join = f"LEFT JOIN {STRINGS_TABLE} AS s ON s.id = e.textId"
-        types = ", ".join(str(t) for t in NVTX_RANGE_EVENT_TYPES)
-        rows = conn.execute(
-            f'SELECT {text}, e.start, e."end", e.globalTid FROM {NVTX_TABLE} AS e {join} '
-            f'WHERE e.eventType IN ({types}) AND e."end" IS NOT NULL AND e.globalTid IS NOT NULL'
-        ).fetchall()
         kept = [(said, start, end, tid) for text, start, end, tid in rows if (said := read_range(str(text or "")))]
         if not kept:
             return None

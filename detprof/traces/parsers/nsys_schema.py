@@ -47,6 +47,29 @@ EAGER_KERNEL_COLUMNS = ("name", "short_name", "dur_ns", "device_id")
 cost is per value read."""
 
 
+def nvtx_range_rows(conn: sqlite3.Connection, tables: frozenset[str], *extra: str) -> list[tuple[object, ...]] | None:
+    """The NVTX ranges that ended, push/pop and start/end alike, as ``(text, start, end, *extra)`` in start order
+    (a registered string's text from ``StringIds``); None where the export has no NVTX table, or one without
+    ``extra`` (rows where an ``extra`` column is null are left out)."""
+    if NVTX_TABLE not in tables:
+        return None
+    cols = columns(conn, NVTX_TABLE)
+    if not {"start", "end", "eventType", *extra} <= cols:
+        return None
+    text = "e.text" if "text" in cols else "NULL"
+    join = ""
+    if "textId" in cols and STRINGS_TABLE in tables:
+        text = f"COALESCE({text}, s.value)"
+        join = f"LEFT JOIN {STRINGS_TABLE} AS s ON s.id = e.textId"
+    types = ", ".join(str(t) for t in NVTX_RANGE_EVENT_TYPES)
+    picked = "".join(f", e.{column}" for column in extra)
+    present = "".join(f" AND e.{column} IS NOT NULL" for column in extra)
+    return conn.execute(
+        f'SELECT {text}, e.start, e."end"{picked} FROM {NVTX_TABLE} AS e {join} '
+        f'WHERE e.eventType IN ({types}) AND e."end" IS NOT NULL{present} ORDER BY e.start'
+    ).fetchall()
+
+
 def columns(conn: sqlite3.Connection, table: str) -> set[str]:
     return {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
 

@@ -38,12 +38,11 @@ from detprof.traces.parsers.nsys_schema import (
     MEMCPY_ENUM,
     MEMCPY_TABLE,
     MEMSET_TABLE,
-    NVTX_RANGE_EVENT_TYPES,
-    NVTX_TABLE,
     STRINGS_TABLE,
     LaunchRead,
     columns,
     first,
+    nvtx_range_rows,
 )
 from detprof.traces.parsers.sqlite_columns import IntColumn, read_int_columns
 
@@ -82,7 +81,7 @@ def kernel_table(conn: sqlite3.Connection, launches: LaunchRead, shown: str) -> 
         kernels=kernels,
         memory=_memory(conn, tables),
         devices=_devices(conn, tables, kernels),
-        nvtx=_nvtx(conn, tables),
+        nvtx=_nvtx(conn, launches.tables),
         graph_launches=_graph_launches(conn, tables),
     )
     later = launches.later
@@ -213,23 +212,9 @@ def _memory(conn: sqlite3.Connection, tables: set[str]) -> pd.DataFrame:
     return conform(pd.concat(frames, ignore_index=True), MEMORY_DTYPES)
 
 
-def _nvtx(conn: sqlite3.Connection, tables: set[str]) -> pd.DataFrame | None:
-    if NVTX_TABLE not in tables:
-        return None
-    cols = columns(conn, NVTX_TABLE)
-    if not {"start", "end", "eventType"} <= cols:
-        return None
-    text = "e.text" if "text" in cols else "NULL"
-    join = ""
-    if "textId" in cols and STRINGS_TABLE in tables:
-        text = f"COALESCE({text}, s.value)"
-        join = f"LEFT JOIN {STRINGS_TABLE} AS s ON s.id = e.textId"
-    types = ", ".join(str(t) for t in NVTX_RANGE_EVENT_TYPES)
-    rows = conn.execute(
-        f'SELECT {text}, e.start, e."end" FROM {NVTX_TABLE} AS e {join} '
-        f'WHERE e.eventType IN ({types}) AND e."end" IS NOT NULL ORDER BY e.start'
-    ).fetchall()
-    return range_table(rows)
+def _nvtx(conn: sqlite3.Connection, tables: frozenset[str]) -> pd.DataFrame | None:
+    rows = nvtx_range_rows(conn, tables)
+    return None if rows is None else range_table(rows)
 
 
 def _graph_launches(conn: sqlite3.Connection, tables: set[str]) -> int | None:
