@@ -3,8 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 # What `make sweep` needs (detprof and TensorFlow, the framework of the embedded default), and what `make test`
 # adds: the other backends, Ray, the browser and the test tools. Each stamp re-installs when
-# pyproject.toml changes. --no-compile: Python compiles each module on its first import, and a command imports a
-# small part of TensorFlow, JAX and PyTorch; compiling all of them up front took 14 s of PyTorch's 19 s install here.
+# pyproject.toml changes.
 RUN_STAMP := $(VENV)/.installed-run
 TEST_STAMP := $(VENV)/.installed-test
 
@@ -23,11 +22,11 @@ $(BIN)/python:
 	$(BIN)/pip install --quiet --upgrade pip
 
 $(RUN_STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet --no-compile -e '.[tensorflow]'
+	$(BIN)/pip install --quiet -e '.[tensorflow]'
 	touch $(RUN_STAMP)
 
 $(TEST_STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet --no-compile -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(TEST_STAMP) $(RUN_STAMP)
 
 install: $(TEST_STAMP)
@@ -79,7 +78,7 @@ $(GPU_STAMP): pyproject.toml
 	$(GPU_PYTHON) -m venv --system-site-packages $(GPU_VENV)
 	$(GPU_PYTHON) -c 'import site; print("\n".join(site.getsitepackages()))' \
 	  > "$$(echo $(GPU_VENV)/lib/python3*/site-packages)/gpu_python.pth"
-	$(GPU_VENV)/bin/python -m pip install --quiet --no-compile \
+	$(GPU_VENV)/bin/python -m pip install --quiet \
 	  $(if $(wildcard $(WHEELHOUSE)/detprof-*.whl),--no-index --find-links $(WHEELHOUSE) 'detprof[measure]',-e '.[measure]')
 	touch $(GPU_STAMP)
 

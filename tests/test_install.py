@@ -54,9 +54,7 @@ TORCH = "torch==2.13.0"
 NOT_INSTALLED_WITH_DETPROF = ("tensorflow", "jax", "torch", "keras", "sklearn", "nvtx")
 FRAMEWORK_WHEELS = ("tensorflow", "tensorflow_cpu", "jax", "jaxlib", "torch", "triton")
 FRAMEWORK_COMMANDS = ("sweep", "stability", "kernels", "models")
-PIP_INSTALL = ("-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-compile")
-"""``--no-compile``: Python compiles what a command imports when it imports it; compiling every module of PyTorch,
-pandas and plotly up front took longer than installing them (14 s of torch's 19 s here)."""
+PIP_INSTALL = ("-m", "pip", "install", "--quiet", "--disable-pip-version-check")
 
 
 def fresh_env(**extra: str) -> dict[str, str]:
