@@ -1,4 +1,5 @@
-"""Keras 3 on TensorFlow, JAX and PyTorch: one determinism switch per backend, its tracer, and real CPU sweeps.
+"""Keras 3 on TensorFlow, JAX and PyTorch: one determinism switch per backend and its tracer (real CPU sweeps on
+each backend: tests/test_layers_e2e.py).
 
 What each framework reports in effect is read in a fresh process per case (determinism is
 switched before the framework starts and cannot be switched back), and a JAX or PyTorch
@@ -11,7 +12,6 @@ import importlib.util
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -23,7 +23,6 @@ from detprof.options import RunOptions
 from detprof.profiler.devices import DeviceChoice
 from detprof.profiler.plan import chosen_backend, default_results_dir
 from detprof.profiler.tracers import resolve_tracer
-from detprof.store import ResultsStore
 
 PROBE = """
 import json, sys
@@ -160,29 +159,3 @@ def test_dry_run_shows_the_backends_switch_and_compiler(capsys) -> None:
     out = capsys.readouterr().out
     assert "backend      jax" in out and "tracer       jax" in out
     assert "XLA_FLAGS+=--xla_gpu_deterministic_ops=true" in out and "jax.jit in both modes" in out
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("backend", ["jax", "torch"])
-def test_sweep_traces_kernels_in_both_modes_on_each_backend(backend: str, tmp_path) -> None:
-    out = tmp_path / backend
-    args = ["--steps", "3", "--warmup", "1", "--batch-size", "8", "--input-size", "16", "--repeats", "2"]
-    code = main(["sweep", "--backend", backend, "--models", "smallcnn", *args, "--out", str(out), "--no-report"])
-    assert code == 0
-    store = ResultsStore(out, "sweep")
-    assert store.manifest()["config"]["backend"] == backend
-    recs = list(store.records())
-    assert len(recs) == 4
-    for rec in recs:
-        assert rec["status"] == "ok", rec["reason"]
-        assert rec["backend"] == backend and rec["tracer"] == {"jax": "jax", "torch": "torch"}[backend]
-        assert rec["settings"]["op_determinism"] is (rec["mode"] == "deterministic")
-        assert rec["kernel_count"] > 0 and rec["kernel_ns_per_step"] > 0
-        assert len(rec["step_kernel_ns"]) == 3 and all(ns > 0 for ns in rec["step_kernel_ns"])
-        assert rec["kernel_table_format"] == {"jax": "jax-xplane", "torch": "kineto-cpu-json"}[backend]
-        assert "tensorflow" not in rec["versions"]
-        table = store.read_table(rec["kernel_table"])
-        assert table["dur_ns"].sum() == pytest.approx(rec["kernel_ns_per_step"] * 3)
-    # The report reads every backend's tables the same way.
-    assert main(["report", str(out), "-o", str(tmp_path / "r.html")]) == 0
-    assert Path(tmp_path / "r.html").stat().st_size > 0

@@ -8,7 +8,8 @@ layers as the model does, and put the planted layer first with an interval above
 other layer reads within noise or adds under a third of what the planted one adds (with a 95%
 interval per layer, one layer in twenty excludes zero by chance alone, and XLA may fuse the planted
 layer's first product into the convolution before it). The sweep's closing summary and the
-Markdown report name it first too.
+Markdown report name it first too. The same sweep shows that each backend is traced by its own
+profiler in both modes, with determinism in effect exactly where asked.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from pathlib import Path
 
 import pytest
 from script_runner import ROOT
+
+from detprof.store import ResultsStore
 
 MODEL = '''
 import os
@@ -65,6 +68,33 @@ def build(input_shape, classes):
 OWN_LAYERS = {"conv_k3", "planted", "conv_k5", "gap", "logits"}
 
 
+TRACED_AS = {
+    "tensorflow": ("tf", "tf-xplane"),
+    "jax": ("jax", "jax-xplane"),
+    "torch": ("torch", "kineto-cpu-json"),
+}
+"""The profiler that traces each backend on a CPU, and the format its kernel tables carry."""
+
+
+def assert_traced_by_the_backends_own_profiler(store: ResultsStore, backend: str, steps: int) -> None:
+    """Every run of both modes on ``backend``: determinism in effect exactly in deterministic mode, its own
+    profiler's kernels per measured step, a table that adds up to the record's kernel time, and no TensorFlow on
+    another backend (a TensorFlow study names no backend: TensorFlow is the implied one)."""
+    assert store.manifest()["config"].get("backend", "tensorflow") == backend
+    records = list(store.records())
+    assert {r["mode"] for r in records} == {"default", "deterministic"}
+    tracer, table_format = TRACED_AS[backend]
+    for record in records:
+        assert record["status"] == "ok", record["reason"]
+        assert record.get("backend", "tensorflow") == backend and record["tracer"] == tracer
+        assert record["settings"]["op_determinism"] is (record["mode"] == "deterministic")
+        assert record["kernel_count"] > 0 and record["kernel_table_format"] == table_format
+        assert len(record["step_kernel_ns"]) == steps and all(ns > 0 for ns in record["step_kernel_ns"])
+        assert ("tensorflow" in record["versions"]) is (backend == "tensorflow")
+        table = store.read_table(record["kernel_table"])
+        assert table["dur_ns"].sum() == pytest.approx(record["kernel_ns_per_step"] * steps)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["tensorflow", "jax", "torch"])
 def test_the_planted_layer_tops_the_leaderboard_and_the_layers_add_up(tmp_path: Path, backend: str) -> None:
@@ -74,6 +104,7 @@ def test_the_planted_layer_tops_the_leaderboard_and_the_layers_add_up(tmp_path: 
     sweep += ["--input-size", "24", "--batch-size", "16", "--steps", "2", "--warmup", "1", "--repeats", "3"]
     done = subprocess.run([*sweep, "--no-report", "--out", str(out)], cwd=tmp_path, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
+    assert_traced_by_the_backends_own_profiler(ResultsStore(out, "sweep"), backend, steps=2)
     report = subprocess.run(
         [sys.executable, "-m", "detprof.cli", "report", str(out), "--format", "json", "-o", "-"],
         cwd=ROOT,
