@@ -538,8 +538,8 @@ def test_two_real_cpu_sweeps_of_one_configuration_are_not_regressed(tmp_path: Pa
     that this test's own false-failure rate stays below 0.5%; the threshold is the default.
     """
     sweep_options = [
-        *("--models", "smallcnn", "--steps", "5", "--warmup", "2", "--repeats", "3"),
-        *("--input-size", "32", "--batch-size", "16", "--gpu", "cpu", "--tracer", "tf"),
+        *("--models", "smallcnn", "--steps", "5", "--warmup", "2", "--repeats", "2"),
+        *("--input-size", "16", "--batch-size", "8", "--gpu", "cpu", "--tracer", "tf"),
     ]
     code, _, err = run_cli(capsys, "sweep", *sweep_options, "--out", tmp_path / "first")
     assert code == 0, err
