@@ -29,6 +29,7 @@ from detprof.findings import finding_of
 from detprof.fingerprints import SAMPLE_SIZE, RunFingerprints, digest, fingerprint, sample_positions
 from detprof.models import registry
 from detprof.reports.command import render_report
+from detprof.store import ResultsStore
 
 PLANTED = '''
 import numpy as np
@@ -181,3 +182,16 @@ def test_the_planted_layer_is_named_at_the_step_it_parts(tmp_path: Path, capsys:
     (read,) = json.loads(render_report([tmp_path / "out"], "json"))["verification"]
     assert (read["held"], read["device_label"], read["backend"]) == (False, "cpu", backends.TORCH)
     assert read["deterministic"]["first_difference"] == model["deterministic"]["first_difference"]
+
+
+def test_a_model_run_past_the_run_timeout_is_ended_and_recorded_as_failed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Half a second is shorter than any worker takes to import its framework: every run is ended and recorded as
+    failed with the timeout for its reason, and the command says the check failed."""
+    out = tmp_path / "res"
+    args = ["verify", "--models", "smallcnn", "--gpu", "cpu", "--run-timeout", "0.5", "--out", str(out)]
+    assert main(args) == ExitCode.CHECK_FAILED
+    found = list(ResultsStore(out, "verify").records())
+    assert len(found) == 4
+    assert {(r["status"], r["reason"]) for r in found} == {("failed", "timed out after 0.5 s (--run-timeout)")}

@@ -289,3 +289,32 @@ def test_an_op_a_program_could_not_run_deterministically_is_read_off_its_stderr(
     found = program_finding(line, "torch")
     assert (found.op, found.message, found.layer) == ("index_add_cuda_", line, None)
     assert found.advice.startswith("torch.use_deterministic_algorithms(True, warn_only=True)")
+
+
+STUCK = """
+import time
+
+import detprof
+
+with detprof.measure():
+    detprof.step()
+    time.sleep(120)
+"""
+
+
+@pytest.mark.slow
+def test_a_run_past_the_run_timeout_is_ended_and_recorded_as_failed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A program stuck in its first step: each of its four runs is ended after ``--run-timeout`` and recorded as
+    failed with that reason; nothing is verified, and no process of the program is left."""
+    program = script(tmp_path, "stuck.py", STUCK)
+    line = shlex.join([sys.executable, str(program)])
+    args = ["verify", "--command", line, "--name", "stuck", "--gpu", "cpu", "--run-timeout", "2"]
+    assert main([*args, "--out", str(tmp_path / "res"), "--format", "json"]) == ExitCode.CHECK_FAILED
+    found = records(tmp_path / "res")
+    assert len(found) == 4
+    assert {(r["status"], r["reason"]) for r in found.values()} == {("failed", "timed out after 2 s (--run-timeout)")}
+    assert all(r["duration_s"] < 30 for r in found.values())
+    left = subprocess.run(["pgrep", "-f", str(program)], capture_output=True, text=True)
+    assert left.stdout == "", left.stdout

@@ -60,6 +60,7 @@ def call_in_worker(
     *,
     environment: WorkerEnvironment | None = None,
     log: Path | None = None,
+    timeout_s: float | None = None,
 ) -> Any:
     """``entry(request)`` in a fresh worker process; its answer, or its error as it was.
 
@@ -68,7 +69,7 @@ def call_in_worker(
     the measuring ``environment``, its GPU pinned, its output in ``log``). The parent stays free
     of the framework's memory and start-up chatter. A ``UsageError`` raised there is the same
     one-line ``UsageError`` here; any other failure is an ``InputError`` saying what could not
-    be done.
+    be done, and a call that outlasts ``timeout_s`` is ended (its process group killed) and said to have timed out.
     """
     if environment is None:
         env = dict(os.environ) | {"TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""} | driver_lifeline()[0]
@@ -78,17 +79,11 @@ def call_in_worker(
         spec_path, result_path = Path(tmp) / "spec.json", Path(tmp) / "result.json"
         output = log or Path(tmp) / "output.log"
         atomic_write_json(spec_path, {"call": entry, "request": dict(request)})
-        with open(output, "wb") as sink:
-            code = subprocess.run(
-                worker_command(spec_path, result_path),
-                stdout=sink,
-                stderr=subprocess.STDOUT,
-                env=env,
-                pass_fds=driver_lifeline()[1],
-                check=False,
-            ).returncode
+        code = wait_for_exit(spawn(worker_command(spec_path, result_path), env, output), timeout_s)
         answer = json.loads(result_path.read_text()) if result_path.is_file() else None
         said = last_log_line(output)
+    if code == "timeout":
+        raise InputError(timeout_reason(timeout_s))
     if code == ExitCode.USAGE and answer is not None:
         raise UsageError(answer["error"])
     if code != ExitCode.OK or answer is None:

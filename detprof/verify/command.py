@@ -39,6 +39,7 @@ VERIFY_OPTIONS = (
     "wait",
     "input_shape",
     "classes",
+    "run_timeout",
 )
 
 

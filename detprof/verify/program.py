@@ -107,10 +107,11 @@ def _run(
     atomic_write_json(spec_path, spec.to_json())
     argv = list(settings.command)
     started, t0 = utc_now(), time.monotonic()
-    outcome = run_process(argv, program_env(environment, mode, spec_path, in_effect_dir), log, stderr_path, None)
+    timeout_s = settings.run_timeout_s
+    outcome = run_process(argv, program_env(environment, mode, spec_path, in_effect_dir), log, stderr_path, timeout_s)
     duration_s = round(time.monotonic() - t0, 3)
     window, effect, stderr = read_window(window_path), in_effect(in_effect_dir, mode), stderr_tail(stderr_path)
-    status, reason = program_status(outcome, effect, stderr, mode, None)
+    status, reason = program_status(outcome, effect, stderr, mode, timeout_s)
     backend = program_backend(settings.backend, effect)
     finding = program_finding(last_line(stderr), backend).to_json() if status == "unsupported" else None
     record = verify_run(

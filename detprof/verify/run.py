@@ -136,7 +136,8 @@ def run_arms(
                 "gradients": gradients,
             } | ({} if arm.knobs is None else {"knobs": list(arm.knobs)})
             with ThreadPoolExecutor(side_by_side) as pool:
-                for record in pool.map(partial(_run, store, environment, plan.label, arm, ask=ask), todo):
+                run = partial(_run, store, environment, plan.label, arm, ask=ask, timeout_s=config.run_timeout_s)
+                for record in pool.map(run, todo):
                     progress.on_done(record)
 
 
@@ -153,8 +154,10 @@ def _run(
     replica: str,
     *,
     ask: dict[str, Any],
+    timeout_s: float | None,
 ) -> VerifyRun:
-    """One run (``ask``: the workload's arguments) in a fresh worker; its record, written whatever happened."""
+    """One run (``ask``: the workload's arguments) in a fresh worker, ended after ``timeout_s`` (``--run-timeout``);
+    its record, written whatever happened."""
     this = run_id(model, arm.name, replica)
     folder = Path("fingerprints") / this
     log = store.dir / "logs" / f"{this}.log"
@@ -162,7 +165,12 @@ def _run(
     started, t0 = utc_now(), time.monotonic()
     try:
         answer = call_in_worker(
-            WORKLOAD, ask | {"out": str(store.dir / folder)}, f"verifying {model}", environment=environment, log=log
+            WORKLOAD,
+            ask | {"out": str(store.dir / folder)},
+            f"verifying {model}",
+            environment=environment,
+            log=log,
+            timeout_s=timeout_s,
         )
     except DetprofError as exc:
         answer = {"status": "failed", "reason": str(exc), "steps": 0}
