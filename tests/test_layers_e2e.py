@@ -96,6 +96,12 @@ def assert_traced_by_the_backends_own_profiler(store: ResultsStore, backend: str
         assert table["dur_ns"].sum() == pytest.approx(record["kernel_ns_per_step"] * steps)
 
 
+def report(results: Path, fmt: str) -> str:
+    """``detprof report RESULTS --format FMT`` as a user runs it, its output."""
+    command = [sys.executable, "-m", "detprof.cli", "report", str(results), "--format", fmt, "-o", "-"]
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=True).stdout
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["tensorflow", "jax", "torch"])
 def test_the_planted_layer_tops_the_leaderboard_and_the_layers_add_up(tmp_path: Path, backend: str) -> None:
@@ -106,14 +112,7 @@ def test_the_planted_layer_tops_the_leaderboard_and_the_layers_add_up(tmp_path: 
     done = subprocess.run([*sweep, "--no-report", "--out", str(out)], cwd=tmp_path, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     assert_traced_by_the_backends_own_profiler(ResultsStore(out, "sweep"), backend, steps=2)
-    report = subprocess.run(
-        [sys.executable, "-m", "detprof.cli", "report", str(out), "--format", "json", "-o", "-"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    (model,) = json.loads(report.stdout)["models"]
+    (model,) = json.loads(report(out, "json"))["models"]
     layers = {layer["name"]: layer for layer in model["layers"]}
     assert set(layers) >= OWN_LAYERS, sorted(layers)
     assert set(layers) - OWN_LAYERS <= {"(unattributed)"}
@@ -133,12 +132,6 @@ def test_the_planted_layer_tops_the_leaderboard_and_the_layers_add_up(tmp_path: 
     )
     closing = done.stdout[done.stdout.index("Layers by time determinism adds") :]
     assert re.search(r": planted \+\d", " ".join(closing.split())), closing
-    markdown = subprocess.run(
-        [sys.executable, "-m", "detprof.cli", "report", str(out), "--format", "md", "-o", "-"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    markdown = report(out, "md")
     board = markdown[markdown.index("| Layer | Default (ms/step)") :].splitlines()
     assert board[2].startswith("| planted |"), board[:4]
