@@ -74,11 +74,13 @@ wheelhouse: | $(BIN)/python
 	@echo "$(WHEELHOUSE)/: $$(ls $(WHEELHOUSE) | wc -l) wheels, $$(du -sh $(WHEELHOUSE) | cut -f1); offline:" \
 	  "pip install --no-index --find-links $(WHEELHOUSE) 'detprof[torch]' (or [jax], [tensorflow])"
 
+# The environment is made without pip and GPU_PYTHON's pip installs into it (`pip --python`): a GPU image's Python
+# is often a distribution's, whose venv module has no ensurepip (Debian and Ubuntu without python3-venv).
 $(GPU_STAMP): pyproject.toml
-	$(GPU_PYTHON) -m venv --system-site-packages $(GPU_VENV)
+	$(GPU_PYTHON) -m venv --without-pip --system-site-packages $(GPU_VENV)
 	$(GPU_PYTHON) -c 'import site; print("\n".join(site.getsitepackages()))' \
 	  > "$$(echo $(GPU_VENV)/lib/python3*/site-packages)/gpu_python.pth"
-	$(GPU_VENV)/bin/python -m pip install --quiet \
+	$(GPU_PYTHON) -m pip --python $(GPU_VENV)/bin/python install --quiet \
 	  $(if $(wildcard $(WHEELHOUSE)/detprof-*.whl),--no-index --find-links $(WHEELHOUSE) 'detprof[measure]',-e '.[measure]')
 	touch $(GPU_STAMP)
 

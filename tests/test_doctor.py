@@ -1,4 +1,4 @@
-"""``detprof doctor``: ready for the CPU here (a real smoke run), not ready for a T4 (no GPU, no nsys).
+"""``detprof doctor``: ready for the CPU here (a real smoke run), not ready for a T4 (no GPU; nsys shown, optional).
 
 The CPU checks run the real command end to end: its smoke run is a real sweep of smallcnn in
 both modes on TensorFlow, traced by TensorFlow's profiler. The GPU checks run against the
@@ -75,7 +75,7 @@ def test_t4_is_not_ready_here_naming_the_gpu_and_nsys_with_their_fixes() -> None
     assert done.returncode == 1, done.stdout + done.stderr
     lines = done.stdout.splitlines()
     missing = {line.split()[1]: line for line in lines if line.startswith("missing")}
-    assert set(missing) == {"gpu", "nsys"}
+    assert set(missing) == {"gpu", "nsys"} and "(optional); fix:" in missing["nsys"]
     assert "NVML sees no NVIDIA GPU" in missing["gpu"] and "fix: run on a t4 node" in missing["gpu"]
     assert "nsys is not on PATH" in missing["nsys"] and "fix: install the Nsight Systems CLI" in missing["nsys"]
     assert lines[-1] == "detprof doctor: not ready for t4"
@@ -134,6 +134,20 @@ def test_a_t4_node_with_nsys_is_ready_and_nvprof_is_optional(monkeypatch: pytest
     ] * 3
 
 
+def test_a_gpu_node_without_nsys_is_ready_to_trace_with_the_frameworks_profilers(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A cloud image's PyTorch or JAX, no nsys (an H200 in gpu-check, 2026-11-26): sweeps trace with the framework's
+    own profiler, so the missing nsys is shown with its fix but does not block."""
+    on_gpus(monkeypatch, FakeNvml([a100()]))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    answer = readiness("a100", ["tensorflow"], smoke=False)
+    nsys = by_name(answer.checks)["nsys"]
+    assert answer.ready, answer.reason()
+    assert (nsys.status, nsys.required) == ("missing", False)
+    assert "each framework's own profiler" in nsys.detail and nsys.fix.startswith("install the Nsight Systems CLI")
+
+
 def test_the_wrong_gpu_or_a_broken_nsys_blocks(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     on_gpus(monkeypatch, FakeNvml([a100()]))
     put_on_path(monkeypatch, tmp_path, "nsys", "echo 'libcupti.so: cannot open shared object file' >&2; exit 127")
@@ -169,3 +183,19 @@ def test_a_failed_smoke_run_blocks_and_keeps_the_workers_logs() -> None:
     finally:
         shutil.rmtree(logs.parents[1])
     assert answer["reason"].startswith("jax failed: no worker started")
+
+
+@pytest.mark.parametrize(
+    ("backend", "versions", "said"),
+    [
+        ("jax", {"jax": "0.11.2", "cuda_build": "13", "is_cuda_build": True, "gpus_visible": 1}, "jax 0.11.2 (CUDA 13"),
+        ("jax", {"jax": "0.4.30", "is_cuda_build": True, "gpus_visible": 1}, "jax 0.4.30 (CUDA build)"),
+        ("jax", {"jax": "0.10.2", "is_cuda_build": False, "gpus_visible": 0}, "jax 0.10.2 (CPU build)"),
+    ],
+)
+def test_the_framework_line_names_the_cuda_build(backend: str, versions: dict[str, Any], said: str) -> None:
+    """JAX's CUDA comes as a plugin package (``jax-cuda13-plugin``): a GPU machine's JAX is not called a CPU build."""
+    from detprof.doctor.checks import _framework_check
+
+    check = _framework_check(backend, [{"versions": versions}], uses_gpu=False, logs="")
+    assert check.detail.startswith(said), check.detail

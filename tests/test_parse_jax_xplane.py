@@ -4,12 +4,15 @@ The CPU traces are written here by real ``jax.profiler`` runs, in a fresh interp
 picks its backend at import, and this process may hold Keras on TensorFlow). Expected
 values come from walking the protobuf messages plainly (detprof's runtime XSpace classes,
 which ``test_parse_xplane`` holds to TensorFlow's generated ones), and nesting is resolved
-by brute force, not by the parser's stack. No real JAX GPU trace is at hand: the GPU case is
-an XSpace built here the way XLA's GPU tracer writes one (see ``_xla_gpu_space``).
+by brute force, not by the parser's stack. The GPU cases: an XSpace built here the way XLA's GPU
+tracer writes one (``_xla_gpu_space``), and two real ones, ``tests/data/h200-jax/``: detprof's own
+sweep of ``smallcnn`` (32x32, batch 32) on an NVIDIA H200 in ``make gpu-check`` on 2026-11-26, JAX 0.11.2
+with CUDA 13, in each mode, as the sweep's traced run wrote them.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import re
@@ -622,3 +625,62 @@ def test_tables_are_the_same_where_tensorflow_cannot_be_imported(jax_logdir: Pat
     blocked = runs["blocked"]["tables"]
     assert [t["format"] for t in blocked] == ["jax-xplane", "tf-xplane", "tf-xplane"][: len(paths)]
     assert [len(t["kernels"][1]) for t in blocked] == [load_trace(path).kernel_count for path in paths]
+
+
+H200_TRACES = Path(__file__).parent / "data" / "h200-jax"
+SMALLCNN_POOLS = {"pool1", "pool2", "pool3"}
+
+
+@pytest.fixture(scope="module")
+def h200(tmp_path_factory) -> dict[str, Path]:
+    """The real H200 traces of smallcnn in each mode, unpacked."""
+    folder = tmp_path_factory.mktemp("h200-jax")
+    traces = {}
+    for mode in ("default", "deterministic"):
+        traces[mode] = folder / f"smallcnn-{mode}.xplane.pb"
+        traces[mode].write_bytes(gzip.decompress((H200_TRACES / f"smallcnn-{mode}.xplane.pb.gz").read_bytes()))
+    return traces
+
+
+def _gpu_kernels(path: Path) -> list[tuple[str, int, object]]:
+    """(name, duration ns, hlo_op) of every event of the GPU plane that carries ``kernel_details``: a plain read."""
+    space = XSpace()
+    space.ParseFromString(path.read_bytes())
+    [gpu] = [p for p in space.planes if p.name.startswith("/device:GPU:")]
+    found = []
+    for line in gpu.lines:
+        for event in line.events:
+            meta = gpu.event_metadata[event.metadata_id]
+            stats = {gpu.stat_metadata[s.metadata_id].name for s in [*meta.stats, *event.stats]}
+            if "kernel_details" in stats:
+                found.append((meta.name, event.duration_ps // 1000, _stat(gpu, event, "hlo_op")))
+    return found
+
+
+@pytest.mark.parametrize("mode", ["default", "deterministic"])
+def test_a_real_h200_trace_keeps_every_kernel(h200: dict[str, Path], mode: str) -> None:
+    table = load_trace(h200[mode])
+    plain = _gpu_kernels(h200[mode])
+    assert table.format == "jax-xplane" and [d.name for d in table.devices] == ["NVIDIA H200"]
+    assert (table.kernel_count, table.total_ns) == (len(plain), sum(dur for _, dur, _ in plain))
+
+
+def test_kernels_xla_launched_from_command_buffers_find_their_layer(h200: dict[str, Path]) -> None:
+    """XLA:GPU runs most of a deterministic step as command buffers (CUDA graphs), whose kernels name the
+    buffer (``command_buffer_36``), not their instruction. The sorts that make max pooling's backward
+    scatter deterministic are most of the added time: they belong to the pooling layers, and at most a
+    tenth of either mode's kernel time is left unattributed (library GEMMs inside command buffers)."""
+    from detprof.traces.attribution import UNATTRIBUTED, layer_of
+
+    plain = _gpu_kernels(h200["deterministic"])
+    in_buffers = sum(dur for _, dur, hlo_op in plain if str(hlo_op).startswith("command_buffer"))
+    assert in_buffers > 0.7 * sum(dur for _, dur, _ in plain)
+    for mode, trace in h200.items():
+        kernels = load_trace(trace).kernels
+        layers = kernels["scope"].map(lambda scope: layer_of(scope, SMALLCNN_POOLS | {"conv1", "conv2", "conv3"}))
+        unattributed = kernels["dur_ns"][kernels["scope"].isna()].sum()
+        assert unattributed < 0.1 * kernels["dur_ns"].sum(), mode
+        sorts = kernels["name"].str.match(r"sort_")
+        assert sorts.any() == (mode == "deterministic")
+        assert set(layers[sorts]) <= SMALLCNN_POOLS and UNATTRIBUTED not in set(layers[sorts])
+        assert set(kernels["op_type"][sorts]) <= {"select_and_scatter"}

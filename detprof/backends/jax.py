@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import re
 import sys
 from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass
@@ -158,10 +159,12 @@ class Jax(Backend):
         import jaxlib
 
         plugins = [str(d.metadata["Name"] or "") for d in distributions()]
+        cuda = [name for name in plugins if name.startswith(("jax-cuda", "jax_cuda"))]
         return {
             "jax": jax.__version__,
             "jaxlib": jaxlib.__version__,
-            "is_cuda_build": any(name.startswith(("jax-cuda", "jax_cuda")) for name in plugins),
+            "cuda_build": next((m[1] for name in cuda if (m := re.match(r"jax[-_]cuda(\d+)", name))), None),
+            "is_cuda_build": bool(cuda),
             "gpus_visible": len([d for d in jax.devices() if d.platform == "gpu"]),
         }
 

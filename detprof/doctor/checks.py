@@ -156,13 +156,21 @@ def _gpu_check(choice: devices.DeviceChoice, probe: devices.GpuProbe, *, gpu_req
 
 
 def _tool_checks(choice: devices.DeviceChoice, *, gpu_required: bool) -> list[Check]:
-    """nsys on a GPU target; nvprof where the GPU is older than compute capability 8.0, which it alone can trace."""
+    """nsys on a GPU target; nvprof where the GPU is older than compute capability 8.0, which it alone can trace.
+
+    An nsys that is missing does not block: a sweep then traces the GPU with each framework's own profiler, as on
+    the PyTorch and JAX images cloud GPUs come with. One on PATH that does not run blocks, since a sweep would pick it.
+    """
     nsys = _tool_check(TRACERS["nsys"], NSYS_FIX)
     if not _on_gpu(choice):
         if nsys.status == "ok":
             return [Check(nsys.name, "ok", f"{nsys.detail} (not needed on the CPU)", required=False)]
         return [Check("nsys", "skipped", "not needed on the CPU: the backend's own profiler traces there")]
-    checks = [Check(nsys.name, nsys.status, nsys.detail, nsys.fix, gpu_required)]
+    if nsys.status == "missing":
+        detail = f"{nsys.detail}: sweeps trace with each framework's own profiler, without the CUDA API timeline"
+        checks = [Check(nsys.name, "missing", detail, nsys.fix, required=False)]
+    else:
+        checks = [Check(nsys.name, nsys.status, nsys.detail, nsys.fix, gpu_required)]
     cc = choice.gpu.cc_tuple if choice.gpu is not None and not choice.forced else None
     if cc is None:
         checks.append(Check("nvprof", "skipped", "needs the GPU's compute capability, and the GPU was not found"))
@@ -260,6 +268,7 @@ def _framework_check(backend: str, records: list[dict[str, Any]], uses_gpu: bool
         return Check(backend, "failed", f"no worker started: {_reasons(records)}", logs)
     built_for = (("cuda_build", "CUDA"), ("cudnn_build", "cuDNN"))
     build = ", ".join(f"{what} {versions[key]}" for key, what in built_for if versions.get(key))
+    build = build or ("CUDA build" if versions.get("is_cuda_build") else "")
     seen = int(versions.get("gpus_visible") or 0)
     detail = f"{backend} {versions.get(backend, '?')} ({build or 'CPU build'}), sees {seen} GPU{'s' * (seen != 1)}"
     if uses_gpu and seen == 0:

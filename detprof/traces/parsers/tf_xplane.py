@@ -106,6 +106,7 @@ _TF_OP = re.compile(r"^(?P<op>[A-Za-z0-9.][A-Za-z0-9_.\\/>-]*):(?P<type>[A-Z_][A
 _MEMORY_EVENT = re.compile(r"^Mem(?:cpy|set)")
 _XLA_LAUNCH_OPS = frozenset({"_XlaRun", "_XlaCompile", "XlaLaunch", "XlaLaunchV2"})
 _XLA_INSTANCE_SUFFIX = re.compile(r"\.\d+$")
+_KERNEL_STAGE_SUFFIX = re.compile(r"__\d+$")
 _COPY_DIRECTION = re.compile(r"^Memcpy([A-Z])2([A-Z])$")
 _GRID = re.compile(r"grid:(\d+),(\d+),(\d+)")
 _BLOCK = re.compile(r"block:(\d+),(\d+),(\d+)")
@@ -367,7 +368,7 @@ def _collect_stream(plane: Any, line: Any, device_id: int, stats: _Stats, out: _
             "correlation_id": _int_or_none(values.get("correlation_id")),
             "op": _kernel_op(values),
             "graph_node_id": values.get("graph_node_id"),
-            **_framework_op(values, out.hlo_names),
+            **_framework_op(values, out.hlo_names, meta.name),
         }
         for match, columns in ((_GRID.search(details), DIM_COLUMNS[:3]), (_BLOCK.search(details), DIM_COLUMNS[3:])):
             if match:
@@ -397,18 +398,22 @@ def _kernel_op(values: dict[str, object]) -> str | None:
     return None
 
 
-def _framework_op(values: dict[str, object], hlo_names: dict[str, dict[str, str]]) -> dict[str, object]:
+def _framework_op(
+    values: dict[str, object], hlo_names: dict[str, dict[str, str]], kernel: str = ""
+) -> dict[str, object]:
     """The kind of framework op behind an event and the name path it ran under (``op_type``, ``scope``).
 
     An XLA instruction's come from its ``op_name`` metadata (a JAX name stack such as
     ``jit(train_step)/transpose(jvp(conv6))/conv_general_dilated``), found through the program
-    the event names; a TensorFlow kernel's from its ``name/scope/Op:OpType`` annotation.
+    the event names; a TensorFlow kernel's from its ``name/scope/Op:OpType`` annotation. A kernel
+    XLA:GPU launched from a command buffer (a CUDA graph) names the buffer (``command_buffer_11``),
+    not its instruction: there the kernel's own name, which XLA takes from its instruction, finds it.
     """
     hlo_op = values.get("hlo_op")
     if isinstance(hlo_op, str) and hlo_op:
         module = values.get("hlo_module")
         program = hlo_names.get(f"{module}({values.get('program_id')})") or hlo_names.get(str(module)) or {}
-        op_name = program.get(hlo_op)
+        op_name = program.get(hlo_op) or program.get(_kernel_key(kernel))
         return {"scope": op_name, "op_type": op_name.rsplit("/", 1)[-1]} if op_name else {}
     tf_op = _kernel_op(values)
     if tf_op is not None and ":" in tf_op:
@@ -441,12 +446,22 @@ def _hlo_names(space: Any) -> dict[str, dict[str, str]]:
     return programs | {name: found[0] for name, found in by_name.items() if len(found) == 1}
 
 
+def _kernel_key(name: str) -> str:
+    """The key ``_op_names`` files a kernel's instruction under: the kernel's name as XLA:GPU spells its
+    instruction's (``.`` and ``-`` as ``_``), less the ``__N`` of one of several kernels it launches
+    (a sort's stages: ``sort_1_1__5``)."""
+    return "kernel:" + _KERNEL_STAGE_SUFFIX.sub("", re.sub(r"[.-]", "_", name))
+
+
 def _op_names(module: Any) -> dict[str, str]:
     """Each instruction's ``op_name``; one XLA added itself (a layout copy, the reversed kernel of a convolution's
-    backward pass) has none and takes that of the nearest instruction its result feeds, whose work it is."""
+    backward pass, the sort that makes a scatter deterministic) has none and takes that of the nearest
+    instruction its result feeds, whose work it is. Each is also filed under the kernel names XLA:GPU gives
+    its kernels (``_kernel_key``): its own, and for a fusion its fused computation's root's (``sort.4``)."""
     named: dict[str, str] = {}
     users: dict[int, list[Any]] = {}
     unnamed = []
+    instructions = [i for computation in module.computations for i in computation.instructions]
     for computation in module.computations:
         for instruction in computation.instructions:
             for operand in instruction.operand_ids:
@@ -465,7 +480,23 @@ def _op_names(module: Any) -> dict[str, str]:
             if user.id not in seen:
                 seen.add(user.id)
                 frontier.extend(users.get(user.id, ()))
-    return named
+    return named | _kernel_names(module, instructions, named)
+
+
+def _kernel_names(module: Any, instructions: list[Any], named: dict[str, str]) -> dict[str, str]:
+    by_id = {instruction.id: instruction for instruction in instructions}
+    roots = {computation.id: by_id.get(computation.root_id) for computation in module.computations}
+    keys: dict[str, str] = {}
+    for instruction in instructions:
+        op_name = named.get(instruction.name)
+        if op_name is None:
+            continue
+        keys.setdefault(_kernel_key(instruction.name), op_name)
+        if instruction.opcode == "fusion" and instruction.called_computation_ids:
+            root = roots.get(instruction.called_computation_ids[0])
+            if root is not None:
+                keys.setdefault(_kernel_key(root.name), op_name)
+    return keys
 
 
 def _int_or_none(value: object) -> int | None:
