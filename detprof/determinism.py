@@ -23,7 +23,7 @@ import os
 import platform
 import random
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -81,13 +81,33 @@ def apply(settings: DeterminismSettings) -> dict[str, Any]:
 
     Runs in worker processes only, before any framework is imported.
     """
-    backend = backends.get(settings.backend)
+    _switch(backends.get(settings.backend), settings.knob_set(), settings.seed)
+    return effective_settings(settings)
+
+
+def apply_shared(arms: Sequence[DeterminismSettings]) -> None:
+    """Set up a worker that runs ``arms`` in turn, a step of each (``Backend.arm_steps``): the backend, and the
+    knobs only a fresh process takes that every arm sets (``Backend.process_knobs``); each arm's step sets the rest.
+
+    Runs in worker processes only, before any framework is imported.
+    """
+    backend = backends.get(arms[0].backend)
+    _switch(backend, backend.process_knobs([arm.knob_set() for arm in arms]), arms[0].seed)
+
+
+def _switch(backend: backends.Backend, knobs: frozenset[str], seed: int) -> None:
     os.environ["KERAS_BACKEND"] = backend.name
     if backend.keeps_out:
         sys.meta_path.insert(0, _NotInThisWorker(backend.keeps_out))
-    backend.switch(settings.knob_set())
-    _seed(settings.seed, backend)
-    return effective_settings(settings)
+    backend.switch(knobs)
+    _seed(seed, backend)
+
+
+def arm_settings(settings: DeterminismSettings, in_effect: Mapping[str, Any]) -> dict[str, Any]:
+    """What a run asked for, with what the framework reports ``in_effect`` (``knobs``: each knob as read back; a
+    knob study's record names the knobs its arm asked for)."""
+    asked = {key: value for key, value in asdict(settings).items() if key != "knobs"}
+    return {**asked, "jit_compile": settings.jit_compile, **in_effect}
 
 
 class _NotInThisWorker(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -131,10 +151,8 @@ def _seed(seed: int, backend: backends.Backend) -> None:
 
 
 def effective_settings(settings: DeterminismSettings) -> dict[str, Any]:
-    """What the framework itself reports is in effect, not merely what was asked for: ``knobs`` is each knob as
-    read back (a knob study's record names the knobs its arm asked for)."""
-    asked = {key: value for key, value in asdict(settings).items() if key != "knobs"}
-    return {**asked, "jit_compile": settings.jit_compile, **backends.get(settings.backend).in_effect()}
+    """What the framework itself reports is in effect, not merely what was asked for (``arm_settings``)."""
+    return arm_settings(settings, backends.get(settings.backend).in_effect())
 
 
 def software_versions(backend: str = backends.DEFAULT) -> dict[str, Any]:

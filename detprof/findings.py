@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 import sys
-import types
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -75,7 +74,7 @@ def finding_of(exc: BaseException, backend: str) -> Finding:
     """The finding an op's refusal makes: the op and layer read off the error, the backend's advice."""
     line = _refusal_line(exc)
     message = (f"{type(exc).__name__}: {line}" if line else first_line(exc, with_type=True))[:MESSAGE_CHARS]
-    return Finding(_op_in(line or ""), message, _layer_of(exc.__traceback__), _advice(backend))
+    return Finding(_op_in(line or ""), message, _layer_of(exc), _advice(backend))
 
 
 def program_finding(line: str, backend: str) -> Finding:
@@ -105,15 +104,25 @@ def _refusal_line(exc: BaseException) -> str | None:
     return next((line.strip() for line in lines if line[:1].strip() and REFUSAL.search(line)), None)
 
 
-def _layer_of(tb: types.TracebackType | None) -> str | None:
-    """The innermost Keras layer (not a model) whose ``call`` the error passed through, by its name."""
-    found = None
-    while tb is not None:
-        owner = tb.tb_frame.f_locals.get("self")
-        if _is_layer(owner):
-            found = owner.name
-        tb = tb.tb_next
-    return found
+def _layer_of(exc: BaseException) -> str | None:
+    """The innermost Keras layer (not a model) whose ``call`` the error passed through, by its name; where its own
+    traceback names none, the error it was raised from does (Keras re-raises an error of its symbolic build from
+    the build, its layers' frames only in the error it caught)."""
+    seen: set[int] = set()
+    error: BaseException | None = exc
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        found = None
+        tb = error.__traceback__
+        while tb is not None:
+            owner = tb.tb_frame.f_locals.get("self")
+            if _is_layer(owner):
+                found = owner.name
+            tb = tb.tb_next
+        if found is not None:
+            return found
+        error = error.__cause__ or error.__context__
+    return None
 
 
 def _is_layer(value: Any) -> bool:

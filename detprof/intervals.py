@@ -1,12 +1,19 @@
 """Every interval detprof reports, and the one reading of an overhead's interval.
 
-Three designs, three intervals, one module, so that a ratio reads the same in the
+Four designs, four intervals, one module, so that a ratio reads the same in the
 sweep's table, the report and the CI check:
 
 - paired t (``paired_t``): the two modes' runs of one repeat ran side by side, so the
   unit is the per-repeat log ratio ln(det/default); a Student t-interval on their mean,
   exponentiated. Log ratios make the interval multiplicative (an overhead cannot go
   below 0x), and the t distribution keeps it honest for the 3-10 repeats a sweep affords.
+- Stein's two-stage interval (``stein_interval``), for a sweep that adds repeats until the
+  interval is within a precision (``--precision``): a t-interval on the mean of every repeat
+  with the spread of the first stage alone (its first ``first_stage`` repeats), whose number
+  of repeats was fixed by that spread (``stein_repeats``). Stopping when a usual t-interval
+  looks narrow enough favours the runs whose spread came out small and covers less than it
+  says; Stein's covers at least its confidence for normal units, whatever the spread (Stein,
+  1945: the mean of all repeats, given the first stage, is independent of its spread).
 - Welch (``welch_difference``): a baseline and a current sweep are independent samples
   with their own spread; the difference of their mean log ratios with Welch's standard
   error and Welch-Satterthwaite degrees of freedom.
@@ -48,6 +55,8 @@ class Overhead:
     ci_high: float
     log_ratios: tuple[float, ...]
     confidence: float = 0.95
+    first_stage: int | None = None
+    """Stein's two-stage interval (``stein_interval``): the repeats of its first stage; None: a paired t-interval."""
 
     @property
     def n(self) -> int:
@@ -56,6 +65,13 @@ class Overhead:
     @property
     def has_interval(self) -> bool:
         return self.n >= MIN_REPEATS and not math.isnan(self.ci_low)
+
+    @property
+    def precision(self) -> float | None:
+        """The interval's half-width as a fraction of the ratio (0.02: within +/-2%); None without an interval."""
+        if not self.has_interval:
+            return None
+        return math.expm1((math.log(self.ci_high) - math.log(self.ci_low)) / 2)
 
 
 def paired_t(log_ratios: Iterable[float], confidence: float = 0.95) -> Overhead | None:
@@ -77,6 +93,50 @@ def t_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float
     sem = float(np.std(values, ddof=1)) / math.sqrt(len(values))
     half = float(stats.t.ppf(0.5 + confidence / 2, df=len(values) - 1)) * sem
     return mean, mean - half, mean + half
+
+
+def stein_interval(log_ratios: Iterable[float], first_stage: int, confidence: float = 0.95) -> Overhead | None:
+    """Stein's two-stage interval on the mean log ratio of every repeat, its half-width t(n0 - 1) * s0 / sqrt(n)
+    from the first ``first_stage`` repeats' spread s0 alone; fewer repeats than that are a paired t-interval
+    (no stopping decided anything yet)."""
+    values = tuple(float(v) for v in log_ratios)
+    if len(values) < first_stage or first_stage < MIN_REPEATS:
+        return paired_t(values, confidence)
+    from scipy import stats
+
+    mean = float(np.mean(values))
+    spread = float(np.std(values[:first_stage], ddof=1))
+    half = float(stats.t.ppf(0.5 + confidence / 2, df=first_stage - 1)) * spread / math.sqrt(len(values))
+    return Overhead(math.exp(mean), math.exp(mean - half), math.exp(mean + half), values, confidence, first_stage)
+
+
+def stein_repeats(first_stage: Sequence[float], precision: float, confidence: float = 0.95) -> int:
+    """The repeats Stein's interval needs to be within +/-``precision`` (a fraction), fixed by the first stage's
+    spread: the first n >= n0 with t(n0 - 1) * s0 / sqrt(n) <= ln(1 + precision)."""
+    from scipy import stats
+
+    n0 = len(first_stage)
+    if n0 < MIN_REPEATS:
+        raise ValueError("Stein's first stage needs at least two repeats")
+    half_one = float(stats.t.ppf(0.5 + confidence / 2, df=n0 - 1)) * float(np.std(first_stage, ddof=1))
+    return max(n0, math.ceil((half_one / math.log1p(precision)) ** 2))
+
+
+def repeats_for_precision(overhead: Overhead, precision: float) -> int | None:
+    """Repeats in all after which the interval would be within +/-``precision``: Stein's own number where it is
+    one (``stein_repeats``), else the smallest n whose paired t half-width, with the spread seen, would be.
+    None without a spread to go on (fewer than two repeats) or where not even ``SETTLE_LIMIT`` would do."""
+    if overhead.n < MIN_REPEATS:
+        return None
+    if overhead.first_stage is not None:
+        return stein_repeats(overhead.log_ratios[: overhead.first_stage], precision, overhead.confidence)
+    from scipy import stats
+
+    sd = float(np.std(overhead.log_ratios, ddof=1))
+    n = np.arange(MIN_REPEATS, SETTLE_LIMIT + 1, dtype=float)
+    half = stats.t.ppf(0.5 + overhead.confidence / 2, n - 1) * sd / np.sqrt(n)
+    enough = np.nonzero(half <= math.log1p(precision))[0]
+    return int(n[enough[0]]) if enough.size else None
 
 
 def headline_metric(kernel_traced: bool) -> Metric:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -91,6 +92,21 @@ class RunOptions:
         flags=("--wait/--no-wait",),
     )
     run_timeout: float | None = option("Seconds after which a run is stopped and recorded as failed.")
+    precision: str | None = option(
+        "Add repeats, model by model, until each model's 95% interval of the overhead is within +/-this "
+        "(2%, 0.02; off: exactly --repeats), --repeats being the first of them "
+        "(default: the preset's, cpu-small 2%; paper off)."
+    )
+    budget: str | None = option(
+        "With --precision: the time the measuring may take (90s, 10m, 1h); a repeat is added only while it fits, "
+        "and the models left wider than the precision are named with the repeats they would need "
+        "(default: the preset's, cpu-small 2m; paper none)."
+    )
+    pairing: str | None = option(
+        "auto | in-process | processes: how a repeat pairs the two modes. in-process: one process runs both, a step "
+        "of each in turn, switching determinism between steps (PyTorch, JAX); processes: a process per mode "
+        "(stepped in turn on a CPU, one after the other on a GPU). Default auto: in-process where the backend can."
+    )
     dry_run: bool = option(
         "Print the plan (each run's worker and tracer command line, the environment detprof sets) and exit without "
         "running it; works with --force and a tracer that is not installed.",
@@ -120,6 +136,39 @@ class RunOptions:
     """Every ``--gpu`` given: one label, or with ``--ray`` the GPU types of a fleet (``gpu`` is then None)."""
 
 
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h)?\s*$", re.IGNORECASE)
+_SECONDS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600}
+OFF = ("off", "none")
+
+
+def parse_duration(value: str | float | None, flag: str) -> float | None:
+    """``90s``, ``10m``, ``1.5h`` or plain seconds, in seconds; None where not given."""
+    if value is None or isinstance(value, int | float):
+        return None if value is None else float(value)
+    found = _DURATION.match(value)
+    seconds = float(found.group(1)) * _SECONDS[(found.group(2) or "s").lower()] if found else 0.0
+    if seconds <= 0:
+        raise UsageError(f"{flag} takes a positive duration such as 90s, 10m or 1h, not {value!r}")
+    return seconds
+
+
+def parse_precision(value: str | float | None) -> float | None:
+    """``--precision`` as a fraction: ``2%`` and ``0.02`` are 0.02; ``off`` is 0 (exactly ``--repeats``); None where
+    not given."""
+    if value is None or isinstance(value, int | float):
+        return None if value is None else float(value)
+    text = value.strip().lower()
+    if text in OFF:
+        return 0.0
+    try:
+        fraction = float(text.removesuffix("%")) / (100 if text.endswith("%") else 1)
+    except ValueError:
+        fraction = -1.0
+    if not 0 < fraction < 1:
+        raise UsageError(f"--precision takes a fraction of the overhead such as 2% or 0.02 (or off), not {value!r}")
+    return fraction
+
+
 def _option_types() -> dict[str, Any]:
     """Each shared option's Typer declaration, built from its ``RunOptions`` field, in the fields' order."""
     hints = get_type_hints(RunOptions)
@@ -136,7 +185,10 @@ FLEET = ("ray", "max_trace_mb")
 """What runs a study on a Ray cluster (``detprof.fleet``): the sweep and ``check --run`` take these."""
 MODEL_INPUTS = ("input_shape", "classes", "data")
 """How the sweep's models are built and fed (``profiler.model_plan``): the sweep and ``check --run`` take these."""
-MEASURED_STUDY = tuple(n for n in OPTION_TYPES if n not in FLEET + MODEL_INPUTS)
+TIME_TO_ANSWER = ("precision", "budget", "pairing")
+"""How the sweep reaches its answer (``profiler.study``): repeats until precise enough, within a budget, paired in
+one process where it can; kernels_bench's op cases take a fixed number of repeats in a process per mode."""
+MEASURED_STUDY = tuple(n for n in OPTION_TYPES if n not in FLEET + MODEL_INPUTS + TIME_TO_ANSWER)
 """What the sweep and kernels_bench both take."""
 CHECK_RUN = tuple(n for n in OPTION_TYPES if n not in ("preset", "out", "resume", "dry_run", "wait"))
 """What ``check --run`` may override of the baseline's sweep."""

@@ -78,8 +78,13 @@ class MeasuredRun(TypedDict):
     cuda_graph_launches: NotRequired[int]
     """CUDA graphs launched in the trace, and how many kernels graph nodes launched (``traces.graphs``)."""
     graph_kernel_count: NotRequired[int | None]
-    pairing: NotRequired[Literal["lockstep"]]
-    """Set on the two runs of a lockstep pair: their steps ran in turn and pair up step by step."""
+    pairing: NotRequired[Literal["lockstep", "in_process"]]
+    """Set on the two runs of a pair whose steps ran in turn and pair up step by step: two processes in lockstep,
+    or both arms in one process (``in_process``; their ``trace_file`` is the same, each arm's steps marked)."""
+    precision: NotRequired[float]
+    """``--precision``: the study added repeats until each model's interval was within +/-this fraction."""
+    first_stage: NotRequired[int]
+    """With ``precision``: the repeats of Stein's first stage, whose spread fixed how many more (``intervals``)."""
     cpu_core: NotRequired[int]
     """The core both workers of a lockstep pair were pinned to, each with ``cpu_threads`` TensorFlow threads."""
     cpu_threads: NotRequired[int]
@@ -360,14 +365,14 @@ def time_per_step(record: Mapping[str, Any], metric: Metric) -> float | None:
 def pair_log_ratio(base: Mapping[str, Any], other: Mapping[str, Any], metric: Metric) -> float | None:
     """ln(other / base) for one repeat, the paired unit of every overhead interval.
 
-    A lockstep pair ran its steps in turn, so step i of one and step i of the other saw the
-    same moment of the machine: the median of the per-step log ratios. Runs measured one
+    A lockstep pair (or both arms in one process) ran its steps in turn, so step i of one and
+    step i of the other saw the same moment of the machine: the median of the per-step log ratios. Runs measured one
     after the other compare their ``time_per_step``. None when either side lacks ``metric``.
     """
     steps_field = PER_STEP_FIELDS[metric][0]
     a, b = base.get(steps_field), other.get(steps_field)
-    lockstep = base.get("pairing") == other.get("pairing") == "lockstep"
-    if lockstep and a and b and len(a) == len(b) and all(x > 0 for x in (*a, *b)):
+    in_turn = base.get("pairing") == other.get("pairing") and base.get("pairing") in ("lockstep", "in_process")
+    if in_turn and a and b and len(a) == len(b) and all(x > 0 for x in (*a, *b)):
         return float(statistics.median(math.log(y / x) for x, y in zip(a, b, strict=True)))
     t_base, t_other = time_per_step(base, metric), time_per_step(other, metric)
     if t_base is None or t_other is None or t_base <= 0 or t_other <= 0:

@@ -266,8 +266,25 @@ def test_dry_run_on_the_cpu_shows_the_lockstep_sessions(monkeypatch, capsys, tmp
     code, out, _ = dry_run(monkeypatch, capsys, tmp_path, "--gpu", "cpu", "--models", "smallcnn", "--repeats", "2")
     assert code == 0
     assert "lockstep" in out and "session.json" in out and "CUDA_VISIBLE_DEVICES" not in out
-    assert out.count("wall time from 80 untraced steps, then kernel time from 80 traced steps") == 4
+    assert out.count("wall time from up to 80 untraced steps, then kernel time from up to 80 traced steps") == 4
+    assert "as many per phase as take 3 s (at most 80)" in out
+    assert "within +/-2.0%, as many as its first 2 repeats' spread asks for" in out
     assert not list(tmp_path.iterdir())
+
+
+def test_dry_run_of_a_backend_that_switches_between_steps_shows_one_worker_per_repeat(
+    monkeypatch, capsys, tmp_path
+) -> None:
+    args = ("--gpu", "cpu", "--backend", "torch", "--models", "smallcnn", "--repeats", "2", "--steps", "7")
+    code, out, _ = dry_run(monkeypatch, capsys, tmp_path, *args)
+    assert code == 0
+    assert "in-process: one worker per repeat runs both modes" in out and "lockstep" not in out
+    assert out.count("both modes: ") == 2 and "as many per phase" not in out
+    assert "smallcnn--deterministic--r0 + smallcnn--default--r0: deterministic + default in turn" in out
+    assert "smallcnn--default--r1 + smallcnn--deterministic--r1: default + deterministic in turn" in out
+    assert "wall time from 7 untraced steps, then kernel time from 7 traced steps" in out
+    code, out, _ = dry_run(monkeypatch, capsys, tmp_path, *args, "--pairing", "processes")
+    assert code == 0 and "lockstep: two warm workers per repeat" in out
 
 
 @pytest.mark.slow

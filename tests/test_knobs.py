@@ -184,7 +184,8 @@ def test_the_dry_run_shows_every_arm_with_its_knobs_and_the_checks(capsys: pytes
     assert main([*args, "--out", "/nonexistent/out"]) == ExitCode.OK
     out = capsys.readouterr().out
     assert out.startswith("detprof knobs --dry-run: the plan, in order; nothing runs and nothing is written")
-    assert "default (no knob) worker:" in out and f"deterministic ({ALGORITHMS}) worker:" in out
+    assert "in-process: one worker per repeat runs both modes" in out
+    assert f"default (no knob) + deterministic ({ALGORITHMS}) in turn" in out
     assert f"Comparisons (arm b against arm a): total, add:{ALGORITHMS}, drop:{ALGORITHMS}, drop:{FILL}" in out
     assert "Not run: torch.cudnn_deterministic: cuDNN and cuBLAS run only on a CUDA GPU" in out
     assert f"without {ALGORITHMS}, {FILL}, into /nonexistent/out/knobs/knob_checks." in out

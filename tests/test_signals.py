@@ -57,8 +57,9 @@ def test_a_worker_killed_mid_run_is_recorded_as_failed_with_why_and_resume_rerun
     victim = workers_of(out)[0]
     os.kill(victim, signal.SIGKILL)
     driver.wait(timeout=300)
-    failed = [r for r in records(out) if r["status"] == "failed"]
-    assert len(failed) == 1 and "worker crashed (exit code -9)" in failed[0]["reason"], failed
+    failed = [r for r in records(out) if r["status"] == "failed"]  # both modes of its pair: one process ran them
+    assert len(failed) == 2 and all("worker crashed (exit code -9)" in r["reason"] for r in failed), failed
+    assert failed[0]["repeat"] == failed[1]["repeat"] and failed[0]["model"] == failed[1]["model"]
     assert_resume_completes(out, 1, set(), fault_env)
 
 

@@ -14,7 +14,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from detprof.findings import Finding
-from detprof.intervals import Metric, Overhead, headline, noise_floor, paired_t
+from detprof.intervals import (
+    SETTLE_LIMIT,
+    Metric,
+    Overhead,
+    headline,
+    headline_metric,
+    noise_floor,
+    paired_t,
+    repeats_for_precision,
+    stein_interval,
+)
 from detprof.records import measures, pair_log_ratio
 
 
@@ -24,6 +34,35 @@ class ModelOverhead:
     kernel: Overhead | None = None
     wall: Overhead | None = None
     failures: list[dict[str, Any]] = field(default_factory=list)
+    precision_asked: float | None = None
+    """``--precision``, where the study added repeats until the interval was within it."""
+
+    def precision_short(self) -> int | None:
+        """Repeats more the headline interval would need to be within the precision asked; None where it is (or
+        none was asked)."""
+        interval = headline(self.kernel, self.wall)[1]
+        if self.precision_asked is None or interval is None or not interval.has_interval:
+            return None
+        need = repeats_for_precision(interval, self.precision_asked)
+        if need is None:
+            return SETTLE_LIMIT
+        return need - interval.n if need > interval.n else None
+
+    def precision_line(self) -> str | None:
+        """How precise the headline interval came out against ``--precision``, in the words every output uses;
+        None where no precision was asked."""
+        metric, interval = headline(self.kernel, self.wall)
+        asked = self.precision_asked
+        if asked is None or interval is None:
+            return None
+        if interval.precision is None:
+            return f"{metric} time: no interval (fewer than two repeats); not within +/-{asked:.1%}"
+        got = f"{metric} time +/-{interval.precision:.1%} after {interval.n} repeats"
+        short = self.precision_short()
+        if short is None:
+            return f"{got}, within +/-{asked:.1%}"
+        more = f"about {short} more repeat{'s' * (short != 1)}" if short < SETTLE_LIMIT else "far more repeats"
+        return f"{got}: not within +/-{asked:.1%}; {more} would settle it (--resume with more --budget adds them)"
 
     @property
     def unsupported_reason(self) -> str | None:
@@ -85,18 +124,42 @@ def paired_log_ratios(
 def model_overheads(
     records: Iterable[Mapping[str, Any]], confidence: float = 0.95, key: str = "model"
 ) -> dict[str, ModelOverhead]:
-    """Every model's (or op case's) kernel-time and wall-time overhead, and the runs that failed."""
+    """Every model's (or op case's) kernel-time and wall-time overhead, and the runs that failed.
+
+    Where the study added repeats until a precision (its records name their ``first_stage``),
+    the interval of the time that decided how many (the headline's) is Stein's two-stage interval.
+    """
     records = list(records)
     result: dict[str, ModelOverhead] = {}
+    first_stage: dict[str, int] = {}
     for rec in records:
         entry = result.setdefault(rec[key], ModelOverhead(rec[key]))
+        if rec.get("first_stage"):
+            first_stage[rec[key]] = int(rec["first_stage"])
+            entry.precision_asked = rec.get("precision")
         if rec.get("status") != "ok":
             failure = {k: rec.get(k) for k in ("run_id", "mode", "repeat", "status", "reason")}
             entry.failures.append(failure | ({"finding": rec["finding"]} if rec.get("finding") else {}))
-    for metric in ("kernel", "wall"):
-        for model, logs in paired_log_ratios(records, metric, key).items():
-            setattr(result[model], metric, paired_t(logs, confidence))
+    logs_of = {metric: paired_log_ratios(records, metric, key) for metric in ("kernel", "wall")}
+    for metric, by_model in logs_of.items():
+        for model, logs in by_model.items():
+            decided = metric == headline_metric(model in logs_of["kernel"]) and model in first_stage
+            interval = stein_interval(logs, first_stage[model], confidence) if decided else paired_t(logs, confidence)
+            setattr(result[model], metric, interval)
     return result
+
+
+def repeats_wanted(records: Iterable[Mapping[str, Any]], precision: float) -> dict[str, tuple[int, int]]:
+    """Per model that has an interval: the repeats it has, and the repeats its interval needs to be within
+    +/-``precision`` (``intervals.repeats_for_precision``; Stein's number where the records name a first stage).
+    A model that failed, or whose spread not even ``SETTLE_LIMIT`` repeats would tame, is left out."""
+    wanted = {}
+    for model, overhead in model_overheads(records).items():
+        interval = headline(overhead.kernel, overhead.wall)[1]
+        need = None if interval is None or overhead.failures else repeats_for_precision(interval, precision)
+        if interval is not None and need is not None:
+            wanted[model] = (interval.n, need)
+    return wanted
 
 
 def noise_floors(calibration_records: Iterable[Mapping[str, Any]]) -> dict[str, float | None]:

@@ -16,12 +16,17 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import sys
-from collections.abc import Callable, Iterator, MutableMapping
+from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 StopProfiler = Callable[[], None]
 """What ``Backend.start_profiler`` returns: the call that stops the capture and writes the trace."""
+Step = Callable[[], None]
+"""One training step, run to completion."""
+ArmStep = tuple[Step, dict[str, Any]]
+"""An arm's step in a process that runs two arms in turn (``Backend.arm_steps``), and what that arm has in effect
+(``Backend.in_effect`` as it reads there)."""
 LossOf = Callable[[Any, Any], Any]
 """A loss function, ``loss(y_true, y_pred)``."""
 
@@ -114,6 +119,9 @@ class Backend:
     switched_after_import: ClassVar[bool] = False
     """Whether a program's deterministic mode needs ``switch_on`` once it imports the framework (no
     environment variable switches it: ``backends.program``)."""
+    pairs_in_process: ClassVar[bool] = False
+    """Whether one process can run two arms, a step of each in turn (``arm_steps``): the framework's switches take
+    effect between steps, or its step compiles once per arm."""
 
     def installed(self) -> bool:
         """Whether the framework is installed, found without importing it."""
@@ -159,6 +167,21 @@ class Backend:
 
     def knobs_in_effect(self) -> dict[str, bool]:
         """Each knob as the framework reports it in effect, once it is imported."""
+        raise NotImplementedError
+
+    def shared_process_refusal(self, arms: Sequence[frozenset[str]], *, compile: bool) -> str | None:
+        """Why ``arms`` (each a knob set) cannot run in one process (``arm_steps``); None where they can. ``compile``:
+        the step runs under the backend's compiler option (``--compile``)."""
+        return None if self.pairs_in_process else f"{self.framework}'s determinism is set once per process"
+
+    def process_knobs(self, arms: Sequence[frozenset[str]]) -> frozenset[str]:
+        """What ``switch`` sets for a process that runs ``arms`` in turn: the knobs a process takes only when it
+        starts, where every arm sets them; the rest each arm's step sets (``arm_steps``)."""
+        return frozenset()
+
+    def arm_steps(self, model: Any, x: Any, y: Any, arms: Sequence[frozenset[str]]) -> list[ArmStep]:
+        """Per arm, one training step of the compiled Keras ``model`` on ``x``, ``y`` under that arm's knobs, to run
+        in turn in this process (``pairs_in_process``), with what the arm has in effect."""
         raise NotImplementedError
 
     def switch_on(self) -> None:

@@ -7,11 +7,11 @@ import functools
 import os
 import re
 import sys
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .base import Backend, Compiler, Knob, LossOf, StopProfiler
+from .base import ArmStep, Backend, Compiler, Knob, LossOf, StopProfiler
 
 XLA_FLAGS_ENV = "XLA_FLAGS"
 DETERMINISTIC_FLAG = "--xla_gpu_deterministic_ops"
@@ -112,10 +112,45 @@ class Jax(Backend):
         "JAX compiles every step with XLA in both modes; op determinism is XLA's own flag, as XLA parsed it."
     )
 
+    pairs_in_process = True
+
     def switch(self, knobs: frozenset[str]) -> None:
         """The flags go into ``XLA_FLAGS`` beside the user's own flags, which XLA reads when JAX starts."""
         _set_flags(os.environ, knobs)
         import jax  # noqa: F401
+
+    def arm_steps(self, model: Any, x: Any, y: Any, arms: Sequence[frozenset[str]]) -> list[ArmStep]:
+        """Keras' own JAX step (``train_step``, as ``train_on_batch`` jits it) traced and compiled once per arm, each
+        with its knobs as XLA compile options: XLA reads its flags once, when JAX starts, and a compile option
+        overrides them for that one executable (an option XLA does not know fails the compilation). The arms take
+        turns on one model state, each step's output state the next step's input."""
+        import jax
+
+        data = (x, y, None)
+        model._symbolic_build(data_batch=data)
+        state = [model._get_jax_state(**dict.fromkeys(_JAX_STATE, True), purge_model_variables=False)]
+
+        def arm(knobs: frozenset[str]) -> ArmStep:
+            def train_step(state: Any, data: Any) -> Any:  # a function of its own: JAX traces each arm anew
+                return model.train_step(state, data)
+
+            options = compiler_options(knobs)
+            with _flags_while_traced(knobs):
+                compiled = jax.jit(train_step, donate_argnums=0).lower(state[0], data).compile(compiler_options=options)
+
+            def step() -> None:
+                logs, state[0] = compiled(state[0], data)
+                jax.block_until_ready(logs)
+
+            effect = {
+                "op_determinism": XLA_KNOBS[0].knob.name in knobs,
+                "xla_flags": xla_flags(os.environ.get(XLA_FLAGS_ENV, ""), knobs),
+                "compiler_options": options,
+                "knobs": {xla.knob.name: xla.knob.name in knobs for xla in XLA_KNOBS},
+            }
+            return step, effect
+
+        return [arm(knobs) for knobs in arms]
 
     def program_environment(self, env: MutableMapping[str, str], deterministic: bool) -> None:
         _set_flags(env, self.mode_knobs() if deterministic else frozenset())
@@ -202,6 +237,35 @@ class Jax(Backend):
         import jax
 
         return jax.profiler.TraceAnnotation(name)
+
+
+_JAX_STATE = ("trainable_variables", "non_trainable_variables", "optimizer_variables", "metrics_variables")
+
+
+def compiler_options(knobs: frozenset[str]) -> dict[str, bool | int]:
+    """The knobs as XLA compile options (each flag's name without its dashes, its value typed as the option is):
+    those of one executable."""
+    typed = {"true": True, "false": False}
+    return {
+        xla.flag.removeprefix("--"): typed[xla.value] if xla.value in typed else int(xla.value)
+        for xla in XLA_KNOBS
+        if xla.knob.name in knobs
+    }
+
+
+@contextlib.contextmanager
+def _flags_while_traced(knobs: frozenset[str]) -> Iterator[None]:
+    """``XLA_FLAGS`` as a process of the arm's own would have it, while the arm's step is traced: Python code that
+    reads it (a layer that takes another path under determinism) sees its arm's; XLA itself read the flags when JAX
+    started, and takes the arm's as compile options."""
+    before = os.environ.get(XLA_FLAGS_ENV)
+    _set_flags(os.environ, knobs)
+    try:
+        yield
+    finally:
+        os.environ.pop(XLA_FLAGS_ENV, None)
+        if before is not None:
+            os.environ[XLA_FLAGS_ENV] = before
 
 
 def _set_flags(env: MutableMapping[str, str], knobs: frozenset[str]) -> None:

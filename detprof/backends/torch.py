@@ -6,10 +6,10 @@ import contextlib
 import functools
 import os
 import sys
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, MutableMapping, Sequence
 from typing import Any
 
-from .base import NVTX_DOMAIN, Backend, Compiler, Knob, LossOf, StopProfiler, layer_range_name
+from .base import NVTX_DOMAIN, ArmStep, Backend, Compiler, Knob, LossOf, StopProfiler, layer_range_name
 
 CUBLAS_WORKSPACE_ENV = "CUBLAS_WORKSPACE_CONFIG"
 CUBLAS_DETERMINISTIC_WORKSPACE = ":4096:8"
@@ -91,6 +91,8 @@ class Torch(Backend):
         "torch.compile", "compile", "compiles with --compile", "--compile is torch.compile, for --backend torch"
     )
 
+    pairs_in_process = True
+
     def switch(self, knobs: frozenset[str]) -> None:
         """The knobs asked for; the rest at PyTorch's defaults.
 
@@ -99,15 +101,43 @@ class Torch(Backend):
         """
         if CUBLAS_WORKSPACE in knobs:
             os.environ.setdefault(CUBLAS_WORKSPACE_ENV, CUBLAS_DETERMINISTIC_WORKSPACE)
+        self._flip(knobs)
+
+    def _flip(self, knobs: frozenset[str]) -> None:
+        """Every switch PyTorch reads at each op, to ``knobs`` (the ones left out at PyTorch's defaults)."""
         import torch
 
-        if DETERMINISTIC_ALGORITHMS in knobs:
-            torch.use_deterministic_algorithms(True)
-            torch.utils.deterministic.fill_uninitialized_memory = FILL_UNINITIALIZED in knobs
-        if CUDNN_DETERMINISTIC in knobs:
-            torch.backends.cudnn.deterministic = True
-        if CUDNN_BENCHMARK in knobs:
-            torch.backends.cudnn.benchmark = False
+        algorithms = DETERMINISTIC_ALGORITHMS in knobs
+        torch.use_deterministic_algorithms(algorithms)
+        torch.utils.deterministic.fill_uninitialized_memory = FILL_UNINITIALIZED in knobs or not algorithms
+        torch.backends.cudnn.deterministic = CUDNN_DETERMINISTIC in knobs
+        torch.backends.cudnn.benchmark = False
+
+    def shared_process_refusal(self, arms: Sequence[frozenset[str]], *, compile: bool) -> str | None:
+        """cuBLAS reads its workspace setting once, when CUDA starts; and what torch.compile compiled under one
+        setting is not shown to follow a switch between steps."""
+        if compile:
+            return "torch.compile keeps what it compiled under one setting of the switches"
+        if len({CUBLAS_WORKSPACE in knobs for knobs in arms}) > 1:
+            return f"{CUBLAS_WORKSPACE_ENV} is read once, when CUDA starts"
+        return None
+
+    def process_knobs(self, arms: Sequence[frozenset[str]]) -> frozenset[str]:
+        return frozenset({CUBLAS_WORKSPACE}) if all(CUBLAS_WORKSPACE in knobs for knobs in arms) else frozenset()
+
+    def arm_steps(self, model: Any, x: Any, y: Any, arms: Sequence[frozenset[str]]) -> list[ArmStep]:
+        """Keras' own step (``train_on_batch``) with the arm's switches flipped before it: PyTorch reads them at
+        every op it runs, as its reproducibility notes set them."""
+
+        def arm(knobs: frozenset[str]) -> ArmStep:
+            def step() -> None:
+                self._flip(knobs)
+                model.train_on_batch(x, y)
+
+            self._flip(knobs)
+            return step, self.in_effect()
+
+        return [arm(knobs) for knobs in arms]
 
     def switch_on(self) -> None:
         """Deterministic algorithms, cuDNN deterministic, no cuDNN benchmark: in a program as soon as it has

@@ -40,8 +40,18 @@ def plan_lines(
     lines += ["", f"Runs ({len(runs)}):"]
     if settings.pairing == "lockstep":
         lines += _lockstep_lines(launcher, settings, runs)
+    elif settings.pairing == "in_process":
+        lines += _in_process_lines(launcher, settings, runs, target)
     else:
         lines += _sequential_lines(launcher, settings, runs)
+    if settings.precision is not None:
+        within = f", while the next repeat fits in {settings.budget_s:g} s" if settings.budget_s is not None else ""
+        lines += [
+            "",
+            f"Then repeats {settings.repeats}, {settings.repeats + 1}, ... of each model whose interval is not yet "
+            f"within +/-{settings.precision:.1%}, as many as its first {settings.repeats} repeats' spread asks for "
+            f"(at most {planned.MAX_REPEATS}){within}.",
+        ]
     return lines
 
 
@@ -64,15 +74,23 @@ def _setting_lines(target: MeasurementTarget, settings: RunSettings) -> list[str
         timing = f"runs traced by {tracer.name} give kernel time; an untraced run beside each gives wall time"
     settle = f"; {SETTLING_STEPS} untimed settling step after the tracer starts" if parts != ("wall",) else ""
     pairing = {
+        "in_process": "in-process: one worker per repeat runs both modes, a step of each in turn",
         "lockstep": "lockstep: two warm workers per repeat, one per mode, stepping in turn on one core",
         "sequential": "sequential: one worker at a time, each with the device to itself",
     }[settings.pairing]
     backend = backends.get(settings.backend)
+    sized = []
+    if settings.run_seconds is not None:
+        sized = [
+            f"  steps        as many per phase as take {settings.run_seconds:g} s (at most {settings.steps}), "
+            "sized on a model's first repeat from its warm-up, and the same on its later repeats"
+        ]
     return [
         f"  device       {where}",
         f"  backend      {settings.backend} (KERAS_BACKEND, set in the worker before Keras loads)",
         f"  tracer       {tracer.name}{installed}",
         f"  timing       {timing}{settle}",
+        *sized,
         f"  pairing      {pairing}",
         f"  determinism  deterministic mode: {backend.switch_words} in the worker, "
         "before the framework does any work; seeds set in both modes",
@@ -114,6 +132,20 @@ def _lockstep_lines(launcher: WorkerLauncher, settings: RunSettings, runs: Seque
     return lines
 
 
+def _in_process_lines(
+    launcher: WorkerLauncher, settings: RunSettings, runs: Sequence[PlannedRun], target: MeasurementTarget
+) -> list[str]:
+    lines = []
+    for n, session in enumerate(planned.lockstep_sessions(planned.mode_pairs(runs))):
+        core = "" if target.on_gpu else f" on core {planned.session_core(n)}"
+        command = launcher.session_command([pair[0] for pair in session])
+        lines.append(f"  repeat {session[0][0].repeat}: one worker{core}, both modes: {shlex.join(command)}")
+        for pair in session:
+            sides = " + ".join(_switched(run) for run in pair)
+            lines.append(f"    {pair[0].run_id} + {pair[1].run_id}: {sides} in turn, {_measures(pair[0], settings)}")
+    return lines
+
+
 def _switched(run: PlannedRun) -> str:
     """A run's mode, and the knobs it sets where it names them (a knob study's arm)."""
     if run.knobs is None:
@@ -122,5 +154,6 @@ def _switched(run: PlannedRun) -> str:
 
 
 def _measures(run: PlannedRun, settings: RunSettings) -> str:
-    text = MEASURES_TEXT[run.measures].format(steps=settings.steps)
+    steps = str(settings.steps) if settings.run_seconds is None else f"up to {settings.steps}"
+    text = MEASURES_TEXT[run.measures].format(steps=steps)
     return f"{text}, after {settings.warmup} warm-up steps"

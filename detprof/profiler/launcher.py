@@ -27,9 +27,9 @@ from typing import IO, Any
 from detprof.errors import ExitCode, InputError, UsageError
 from detprof.profiler.devices import DeviceChoice
 from detprof.profiler.lifeline import driver_lifeline
-from detprof.profiler.lockstep import step_in_lockstep
+from detprof.profiler.lockstep import step_in_lockstep, wait_until_done
 from detprof.profiler.machine_load import LoadWatch
-from detprof.profiler.plan import ModePair, PlannedRun, RunSettings
+from detprof.profiler.plan import ModePair, PlannedRun, RunSettings, arm_of
 from detprof.profiler.process import (
     Outcome,
     WorkerEnvironment,
@@ -42,9 +42,9 @@ from detprof.profiler.process import (
     worker_command,
 )
 from detprof.profiler.telemetry import NoTelemetry, TelemetrySampler
-from detprof.profiler.trace_fields import FAILURE, kernel_fields
+from detprof.profiler.trace_fields import FAILURE, TraceRead, kernel_fields, read_trace
 from detprof.profiler.tracers import NO_TRACER, Tracer
-from detprof.profiler.worker_spec import WorkerSpec
+from detprof.profiler.worker_spec import WorkerSpec, sized_steps
 from detprof.records import MeasuredRun, measured_run
 from detprof.store import ResultsStore, atomic_write_json
 
@@ -113,6 +113,8 @@ class WorkerProcess:
     """The worker's answers in a lockstep session (``profiler.lockstep``); None otherwise."""
     sampler: TelemetrySampler | NoTelemetry | None = None
     load: LoadWatch | None = None
+    arm: str | None = None
+    """Where both arms of a pair ran in one process: this run's arm in the trace they share (``step i ARM``)."""
     started: str = ""
     t0: float = 0.0
     finished: str = ""
@@ -166,6 +168,12 @@ class WorkerLauncher:
         self.settings = settings
         self.environment = WorkerEnvironment(device)
         self.sampler_factory = sampler_factory or (lambda: TelemetrySampler.for_device(device))
+        self.pinned_steps: dict[str, int] = {}
+        """The steps each model's runs took so far in this study: its later repeats take the same, so that its
+        repeats are alike (the first repeat's were sized to the machine, ``RunSettings.run_seconds``)."""
+        if store.exists():
+            for record in store.records():
+                self._pin(record)
 
     @property
     def timeout_s(self) -> float | None:
@@ -189,11 +197,37 @@ class WorkerLauncher:
             fields=run.fields | fields,
         )
 
-    def spec(self, worker: WorkerProcess, *, cpu_core: int | None = None, control_fd: int | None = None) -> WorkerSpec:
-        run, steps = worker.run, self.settings.steps
+    def _pin(self, record: Mapping[str, Any]) -> None:
+        model = record.get("model")
+        if record.get("status") == "ok" and model is not None and record.get("steps"):
+            self.pinned_steps.setdefault(str(model), int(record["steps"]))
+
+    def steps_of(self, run: PlannedRun) -> tuple[int, float | None]:
+        """The steps of the run's phases (at most), and the seconds to size them to (None: exactly those): the
+        steps its model took earlier in this study, else the study's, sized where it sizes them."""
+        pinned = self.pinned_steps.get(str(run.fields.get("model")))
+        if pinned is not None:
+            return pinned, None
+        return self.settings.steps, self.settings.run_seconds
+
+    def size(self, run: PlannedRun) -> Callable[[int], int]:
+        """The steps of a lockstep pair's phases, from the step time the workers' warm-ups measured."""
+        most, seconds = self.steps_of(run)
+        return lambda step_ns: sized_steps(most, seconds, step_ns)
+
+    def spec(
+        self,
+        worker: WorkerProcess,
+        *,
+        cpu_core: int | None = None,
+        control_fd: int | None = None,
+        arm: str | None = None,
+    ) -> WorkerSpec:
+        run = worker.run
+        steps, run_seconds = self.steps_of(run)
         return WorkerSpec(
             run_id=run.run_id,
-            workload=run.workload.entry,
+            workload=run.workload.entry if arm is None else str(run.workload.arms_entry),
             determinism=self.settings.determinism(run.mode, run.knobs),
             warmup=self.settings.warmup,
             wall_steps=run.wall_steps(steps),
@@ -207,6 +241,8 @@ class WorkerLauncher:
             control_fd=control_fd,
             cpu_core=cpu_core,
             cpu_threads=None if cpu_core is None else 1,
+            run_seconds=run_seconds,
+            arm=arm,
         )
 
     def commands(self, run: PlannedRun, *, require_installed: bool = True) -> tuple[list[str], list[str]]:
@@ -276,9 +312,8 @@ class WorkerLauncher:
                         timer.start()
                     try:
                         first = workers[0].run
-                        step_in_lockstep(
-                            workers, first.wall_steps(self.settings.steps), first.traced_steps(self.settings.steps)
-                        )
+                        most = self.steps_of(first)[0]
+                        step_in_lockstep(workers, first.wall_steps(most), first.traced_steps(most), self.size(first))
                     finally:
                         if timer is not None:
                             timer.cancel()
@@ -289,6 +324,95 @@ class WorkerLauncher:
                         if worker.proc is not None:
                             kill_group(worker.proc)
                     return
+
+    def run_in_process(self, pairs: Sequence[ModePair], *, cpu_core: int | None) -> Iterator[MeasuredRun]:
+        """Pairs measured by one worker that runs both arms of each, a step of each in turn (``worker.run_arms``).
+
+        The worker lives for all of ``pairs`` (the models of one repeat), which are measured one
+        after the other, both arms of a pair in one trace; pinned to ``cpu_core`` with one
+        compute thread once warm, as a lockstep pair is, where there is one (a CPU). Under a
+        tracer that wraps the process (nsys), the process traces one pair. Yields each run's
+        record as its pair finishes; when the worker dies or ``--run-timeout`` (per pair)
+        expires, the session ends after that pair's records and the caller starts a fresh one.
+        """
+        if not pairs:
+            return
+        with self._pair_session(pairs, cpu_core) as sessions:
+            for workers in sessions:
+                proc = workers[0].proc
+                assert proc is not None
+                timer, expired = watchdog(self.timeout_s, [proc])
+                for worker in workers:
+                    worker.start()
+                with workers[0].watched(self.sampler_factory()):
+                    if timer is not None:
+                        timer.start()
+                    try:
+                        wait_until_done(workers[0])
+                    finally:
+                        if timer is not None:
+                            timer.cancel()
+                workers[1].sampler, workers[1].load = workers[0].sampler, workers[0].load
+                trace_path = workers[0].trace_path
+                trace = read_trace(trace_path) if trace_path is not None and trace_path.exists() else None
+                for worker in workers:
+                    yield self._finish(worker, "timeout" if expired.is_set() else worker.outcome(), trace)
+                if proc.poll() is not None:
+                    kill_group(proc)
+                    return
+
+    @contextlib.contextmanager
+    def _pair_session(
+        self, pairs: Sequence[ModePair], cpu_core: int | None
+    ) -> Iterator[list[tuple[WorkerProcess, WorkerProcess]]]:
+        """One worker process that measures ``pairs`` in order, both arms of each, saying when each is done."""
+        control_read, control_write = os.pipe()
+        sessions = [self._pair_workers(pair) for pair in pairs]
+        for workers in sessions:
+            for worker in workers:
+                worker.make_room()
+            workers[0].log_path.write_bytes(b"")
+        spec_path = self._session_spec_path(pairs[0][0])
+        specs = [
+            [self.spec(w, cpu_core=cpu_core, control_fd=control_write, arm=w.arm).to_json() for w in workers]
+            for workers in sessions
+        ]
+        atomic_write_json(spec_path, {"pairs": specs})
+        first = sessions[0][0]
+        command = self.tracer_of(first.run).command(worker_command(spec_path), first.trace_base)
+        proc = spawn(command, self.environment.worker_env(), first.log_path, control_write=control_write)
+        os.close(control_write)
+        control = os.fdopen(control_read)
+        for workers in sessions:
+            for worker in workers:
+                worker.command, worker.spec_path, worker.proc, worker.control = command, spec_path, proc, control
+        try:
+            yield sessions
+            if proc.stdin is not None:
+                proc.stdin.close()
+            proc.wait()
+        except BaseException:
+            kill_group(proc)
+            raise
+        finally:
+            control.close()
+            if proc.stdin is not None:
+                with contextlib.suppress(OSError):
+                    proc.stdin.close()
+            spec_path.unlink(missing_ok=True)
+
+    def _pair_workers(self, pair: ModePair) -> tuple[WorkerProcess, WorkerProcess]:
+        """Both arms' paths: a record each, one log and one trace for the pair, named after both."""
+        name = f"{pair[0].run_id}+{arm_of(pair[1])}"
+        workers = []
+        for run in pair:
+            worker = self.worker_of(run, pairing="in_process")
+            worker.log_path = self.store.dir / "logs" / f"{name}.log"
+            worker.trace_base = self.store.dir / "traces" / name
+            worker.trace_path = self.tracer_of(run).trace_path(worker.trace_base)
+            worker.arm = arm_of(run)
+            workers.append(worker)
+        return workers[0], workers[1]
 
     @contextlib.contextmanager
     def _session(self, runs: Sequence[PlannedRun], cpu_core: int) -> Iterator[list[WorkerProcess]]:
@@ -324,24 +448,30 @@ class WorkerLauncher:
                     proc.stdin.close()
             spec_path.unlink(missing_ok=True)
 
-    def _finish(self, worker: WorkerProcess, outcome: Outcome) -> MeasuredRun:
+    def _finish(self, worker: WorkerProcess, outcome: Outcome, trace: TraceRead | None = None) -> MeasuredRun:
+        """The run's record from its worker's result and its trace (``trace``: read once for both arms of a pair
+        that shared a process and a trace)."""
         worker.end()
         run = worker.run
         result = self._worker_result(worker.result_path, outcome, worker.log_path)
         window = result.pop("measured_window_monotonic", None)
-        traced_steps = len(result.get("traced_step_wall_ns") or []) or run.traced_steps(self.settings.steps)
+        steps = result.pop("steps", None) or self.steps_of(run)[0]
+        traced_steps = len(result.get("traced_step_wall_ns") or []) or run.traced_steps(steps)
         kernels = {}
-        if result["status"] == "ok":
-            kernels = kernel_fields(self.store, run.run_id, worker.trace_path, traced_steps, SETTLING_STEPS)
+        if result["status"] == "ok" and worker.trace_path is not None:
+            read = trace or read_trace(worker.trace_path)
+            kernels = kernel_fields(self.store, run.run_id, read, traced_steps, SETTLING_STEPS, worker.arm)
         if FAILURE in kernels:
             result.update(status="failed", reason=kernels.pop(FAILURE))
-        return self.file_record(
+        record = self.file_record(
             worker,
-            steps=self.settings.steps,
+            steps=steps,
             warmup=self.settings.warmup,
             telemetry=worker.sampler.result(window=tuple(window) if window else None) if worker.sampler else None,
             **(worker.fields | result | kernels),
         )
+        self._pin(record)
+        return record
 
     def file_record(self, worker: WorkerProcess, **fields: Any) -> MeasuredRun:
         """The run's record (what every run has, then ``fields``, which win), written atomically; its spec and
@@ -362,6 +492,8 @@ class WorkerLauncher:
             "worker_env": self.environment.timing_env(),
             "load": None if worker.load is None else worker.load.result(),
         }
+        if self.settings.precision is not None:
+            common |= {"precision": self.settings.precision, "first_stage": self.settings.repeats}
         record = measured_run(**(common | fields))
         self.store.write_record(record)
         worker.spec_path.unlink(missing_ok=True)

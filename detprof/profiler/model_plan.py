@@ -17,7 +17,7 @@ from typing import Any
 from detprof.errors import UsageError
 from detprof.models import own, registry
 from detprof.models.npz_data import ArrayHeader, headers, npz_path
-from detprof.options import RunOptions
+from detprof.options import RunOptions, parse_duration, parse_precision
 from detprof.profiler.launcher import call_in_worker
 from detprof.profiler.plan import (
     MeasurementTarget,
@@ -28,6 +28,7 @@ from detprof.profiler.plan import (
 from detprof.profiler.presets import PRESETS
 
 MODEL_WORKLOAD = "detprof.profiler.workloads:model_training"
+MODEL_ARMS_WORKLOAD = "detprof.profiler.workloads:model_training_arms"
 
 
 @dataclass(frozen=True)
@@ -110,14 +111,30 @@ class SweepRequest:
             "batch_size": run.batch_size,
             "input_size": run.input_size,
             "classes": run.classes,
+            "precision": parse_precision(run.precision),
+            "budget_s": parse_duration(run.budget, "--budget"),
         }
         data = _data_path(run)
         values = preset_values(PRESETS[target.preset], given)
         if data is not None:
             values["input_size"] = None
+        if run.steps is not None:  # the steps asked for, not a number sized to the machine
+            values["run_seconds"] = None
+        if given["precision"] is None and run.repeats is not None:  # the repeats asked for, no more
+            values["precision"] = None
+        values["precision"] = values["precision"] or None
+        if values["precision"] is None:
+            if given["budget_s"] is not None:
+                raise UsageError("--budget bounds the repeats --precision adds: give --precision too")
+            values["budget_s"] = None
         shape = own.parse_input_shape(run.input_shape)
         config = SweepConfig.for_target(
-            target, run, **values, input_shape=None if shape is None else own.shape_text(shape), data=run.data
+            target,
+            run,
+            in_process=True,
+            **values,
+            input_shape=None if shape is None else own.shape_text(shape),
+            data=run.data,
         )
         return replace(config, plans=model_plans(config, data, target.backend)), target
 

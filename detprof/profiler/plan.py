@@ -22,6 +22,7 @@ from detprof import backends
 from detprof.determinism import MODES, DeterminismSettings, Mode, without_implied
 from detprof.errors import UsageError
 from detprof.gpu_labels import CPU_LABEL
+from detprof.intervals import MIN_REPEATS
 from detprof.options import RunOptions
 from detprof.profiler import devices
 from detprof.profiler.devices import DeviceChoice, usable_core_ids
@@ -29,13 +30,22 @@ from detprof.profiler.tracers import Tracer, resolve_tracer
 
 RUN_ORDER: tuple[Mode, ...] = ("deterministic", "default")
 Unit = TypeVar("Unit")
-Pairing = Literal["lockstep", "sequential"]
-"""``lockstep``: a repeat is two warm workers, one per mode, stepped in turn (A, B, A, B, ...), so each
+Pairing = Literal["in_process", "lockstep", "sequential"]
+"""``in_process``: a repeat is one worker that runs both modes, a step of one then a step of the
+other (A, B, A, B, ...), switching determinism between steps; where the backend can
+(``Backend.pairs_in_process``: PyTorch flips its switches, JAX compiles the step once per mode), on
+any device, as it pays one process start per repeat and no offset between two processes.
+``lockstep``: a repeat is two warm workers, one per mode, stepped in turn (A, B, A, B, ...), so each
 pair of steps shares the machine's state; used on a CPU, where both fit and load from other work
 is the main noise. ``sequential``: a repeat is one worker per mode, one after the other, each with
 the device to itself; used on a GPU, where device memory may not hold two processes of a large
 model and kernel time is stable. Either way the repeat is the paired unit of the interval: the
 worker process is a random effect, so the interval comes from the spread between repeats."""
+PAIRING_CHOICES = ("auto", "in-process", "processes")
+"""``--pairing``: ``in-process`` where the backend can, ``processes`` a process per mode, ``auto`` the first."""
+MAX_REPEATS = 40
+"""The most repeats a sweep with ``--precision`` adds per model, budget or not: a model whose interval is not
+within the precision by then needs another design (more steps, a quieter machine), not more of the same."""
 Measures = Literal["both", "kernel", "wall"]
 """What a run measures: wall time from untraced steps, kernel time from traced ones, or both
 (an in-process tracer: untraced steps first, then traced ones). A tracer that wraps the
@@ -49,6 +59,8 @@ class Workload:
 
     entry: str
     params: dict[str, Any] = field(default_factory=dict)
+    arms_entry: str | None = None
+    """The entry that builds both arms of a pair in one process (``worker.run_arms``); None: it cannot."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,7 +85,16 @@ class RunSettings:
     preset: str | None = None
     pairing: Pairing = "sequential"
     """How the two modes of a repeat are paired: see ``Pairing``."""
+    precision: float | None = None
+    """``--precision``: repeats are added, model by model, until each interval is within +/-this fraction (Stein's
+    two-stage design, ``intervals.stein_repeats``: ``repeats`` is its first stage); None: ``repeats`` repeats."""
+    run_seconds: float | None = None
+    """The steps of a run are sized to this many seconds per phase (untraced, traced), from the step time its
+    warm-up measured, at most ``steps``; None: ``steps`` steps."""
     run_timeout_s: float | None = field(default=None, compare=False)
+    budget_s: float | None = field(default=None, compare=False)
+    """``--budget``: with ``precision``, repeats are added while the next one fits in this many seconds of
+    measuring; None: until every model is within the precision (or ``MAX_REPEATS``)."""
 
     def __post_init__(self) -> None:
         """One line per bad value, before any worker starts."""
@@ -89,25 +110,34 @@ class RunSettings:
             raise UsageError(f"--input-size must be at least 8, not {self.input_size}")
         if self.run_timeout_s is not None and self.run_timeout_s <= 0:
             raise UsageError(f"--run-timeout must be positive, not {self.run_timeout_s}")
+        if self.precision is not None and self.repeats < MIN_REPEATS:
+            raise UsageError(f"--precision needs --repeats {MIN_REPEATS} or more: the first repeats give the spread")
 
     def manifest(self) -> dict[str, Any]:
-        """What identifies the measurement (a resumed study must match it exactly); not the timeout.
+        """What identifies the measurement (a resumed study must match it exactly); not the timeout or the budget.
 
         Settings at their implied value are left out (``determinism.without_implied``), so that a
         sweep whose manifest does not name them still resumes.
         """
         config = without_implied(asdict(self))
-        config.pop("run_timeout_s")
+        for key in ("run_timeout_s", "budget_s"):
+            config.pop(key)
+        for key in ("precision", "run_seconds"):  # unset: left out, as in the studies made before they were
+            if config[key] is None:
+                config.pop(key)
         config["modes"] = list(MODES)
         return config
 
     @classmethod
-    def for_target(cls, target: MeasurementTarget, options: RunOptions, **measured: Any) -> Self:
+    def for_target(
+        cls, target: MeasurementTarget, options: RunOptions, *, in_process: bool = False, **measured: Any
+    ) -> Self:
         """The settings of a study on ``target``: what comes from the target and the options, whatever is
-        measured, plus ``measured`` (the steps, repeats, models or ops of the command that measures)."""
+        measured, plus ``measured`` (the steps, repeats, models or ops of the command that measures).
+        ``in_process``: its workloads can run both modes in one process (``Workload.in_process``)."""
         return cls(
             **measured,
-            pairing=target.pairing,
+            pairing=target.pairing_for(options.pairing, in_process=in_process, compile=options.compile),
             backend=target.backend,
             compile=options.compile,
             tracer=target.tracer.name,
@@ -142,8 +172,33 @@ class MeasurementTarget:
 
     @property
     def pairing(self) -> Pairing:
+        """How a repeat pairs the modes in a process each."""
         steppable = not self.program and not self.tracer.wraps_process
         return "lockstep" if not self.on_gpu and steppable else "sequential"
+
+    def applying(self, knobs: frozenset[str]) -> frozenset[str]:
+        """Those of ``knobs`` that can matter on this device (``Knob.applies``: no cuDNN switch on a CPU)."""
+        backend = backends.get(self.backend)
+        return frozenset(knob for knob in knobs if backend.knob(knob).applies(self.on_gpu) is None)
+
+    def pairing_for(self, asked: str | None, *, in_process: bool, compile: bool = False) -> Pairing:
+        """``--pairing`` (``PAIRING_CHOICES``; None: auto) for a study whose workloads can share a process
+        (``in_process``) or cannot: in one process where the backend and the workloads can, else ``pairing``."""
+        choice = {"in_process": "in-process", "lockstep": "processes", "sequential": "processes"}.get(asked, asked)
+        if choice not in (None, *PAIRING_CHOICES):
+            raise UsageError(f"unknown --pairing {asked!r}; choose one of {', '.join(PAIRING_CHOICES)}")
+        backend = backends.get(self.backend)
+        why = (
+            "a training program of your own runs whole, a process per mode"
+            if self.program
+            else None
+            if in_process
+            else "this study's workloads build one mode per process"
+        )
+        why = why or backend.shared_process_refusal([self.applying(backend.mode_knobs()), frozenset()], compile=compile)
+        if choice == "in-process" and why is not None:
+            raise UsageError(f"--pairing in-process: {why}; use --pairing processes")
+        return "in_process" if why is None and choice != "processes" else self.pairing
 
 
 def choose_target(options: RunOptions, presets: Sequence[str], *, dry_run: bool = False) -> MeasurementTarget:
@@ -265,12 +320,24 @@ def mode_order(repeat: int) -> tuple[Mode, ...]:
     return RUN_ORDER if repeat % 2 == 0 else RUN_ORDER[::-1]
 
 
-def interleaved(units: Sequence[Unit], repeats: int) -> list[tuple[int, Unit, Mode]]:
-    """Repeat by repeat, unit by unit, the two modes back to back in ``mode_order`` (D, N, ..., N, D, ...)."""
-    return [(repeat, unit, mode) for repeat in range(repeats) for unit in units for mode in mode_order(repeat)]
+def interleaved(units: Sequence[Unit], repeats: int, *, first: int = 0) -> list[tuple[int, Unit, Mode]]:
+    """Repeat by repeat (``repeats`` of them from ``first``), unit by unit, the two modes back to back in
+    ``mode_order`` (D, N, ..., N, D, ...)."""
+    return [
+        (repeat, unit, mode)
+        for repeat in range(first, first + repeats)
+        for unit in units
+        for mode in mode_order(repeat)
+    ]
 
 
 ModePair = tuple[PlannedRun, PlannedRun]
+
+
+def arm_of(run: PlannedRun) -> str:
+    """The run's side of its pair, as its steps are named where both sides share a process: its arm (a
+    calibration's or a knob comparison's) or its mode."""
+    return str(run.fields.get("arm") or run.mode)
 
 
 def mode_pairs(plan: Sequence[PlannedRun]) -> list[ModePair]:

@@ -16,21 +16,30 @@ PRESETS: dict[str, dict[str, Any]] = {
         "batch_size": 64,
         "input_size": None,
         "classes": None,
+        "precision": None,
+        "budget_s": None,
+        "run_seconds": None,
     },
-    # The embedded default on a machine without a GPU: small models, small inputs, measured in
-    # lockstep pairs (profiler.plan.Pairing) on a heap that stays put (process.STEADY_HEAP_ENV),
-    # the models of a repeat by one pair of workers. The worker process is a random effect, so
-    # precision comes from the number of pairs and their steps; each run takes its steps twice,
-    # untraced (wall time) and traced (kernel time). These are the fewest that conclude within
-    # the budget (README, "How the measurement concludes", has the A/A figures).
+    # The embedded default on a machine without a GPU: small models, small inputs, paired in one
+    # process where the backend can switch between steps, else in lockstep pairs
+    # (profiler.plan.Pairing), on a heap that stays put (process.STEADY_HEAP_ENV), the models of a
+    # repeat by one process (or pair of them). The worker process is a random effect, so precision
+    # comes from the number of repeats: after a first stage of 4, each model gets repeats until its
+    # interval is within +/-2% or the budget is spent. Each run takes its steps twice, untraced
+    # (wall time) and traced (kernel time), as many as fill 3 s per phase on this machine (at most
+    # 80), so a slow machine takes fewer steps, not more time (README, "How the measurement
+    # concludes", has the A/A figures).
     "cpu-small": {
         "models": ("smallcnn", "mediumcnn_k1", "mediumcnn_k3"),
         "steps": 80,
         "warmup": 5,
-        "repeats": 6,
+        "repeats": 4,
         "batch_size": 32,
         "input_size": 32,
         "classes": 10,
+        "precision": 0.02,
+        "budget_s": 120.0,
+        "run_seconds": 3.0,
     },
 }
 

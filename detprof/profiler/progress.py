@@ -53,6 +53,13 @@ class RunProgress:
         if self.bar is not None and self.task is not None:
             self.bar.update(self.task, completed=completed, description=escape(label))
 
+    def add_runs(self, count: int, why: str) -> None:
+        """``count`` runs more than planned (a sweep adding repeats to reach its precision), and why."""
+        self.total += count
+        if self.bar is not None and self.task is not None:
+            self.bar.update(self.task, total=self.total)
+            self.bar.console.print(f"{self.title}: {escape(why)}")
+
     def on_done(self, record: Mapping[str, Any]) -> None:
         self.done_count += 1
         status = str(record.get("status"))

@@ -2,12 +2,18 @@
 
 The plan (``profiler.plan``) says what runs in which order; here every run not already
 complete is measured, one atomic record per run, ``--resume`` skipping every run already
-complete, with the progress display beside it.
+complete, with the progress display beside it. A study with a precision
+(``RunSettings.precision``) then adds repeats, model by model, until each model's interval is
+within it (Stein's two-stage design: ``analysis.overhead.repeats_wanted``), while the next repeat
+fits the budget.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import statistics
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +23,9 @@ from rich.markup import escape
 from detprof import locks
 from detprof.profiler.launcher import WorkerLauncher
 from detprof.profiler.plan import (
+    MAX_REPEATS,
     MeasurementTarget,
+    ModePair,
     PlannedRun,
     RunSettings,
     lockstep_sessions,
@@ -31,6 +39,14 @@ from detprof.profiler.progress import RunProgress, progress_bar
 from detprof.records import MeasuredRun
 from detprof.store import ResultsStore, StudyKind
 
+_pairing_words = {
+    "in_process": "both modes in one process per repeat",
+    "lockstep": "a process per mode, stepped in turn",
+    "sequential": "a process per mode, one after the other",
+}
+Extend = Callable[[int, Sequence[str]], list[PlannedRun]]
+"""The runs of repeat ``r`` of these models, both modes in the plan's order: how a study adds a repeat."""
+
 
 def run_planned(
     plan: Sequence[PlannedRun],
@@ -42,18 +58,47 @@ def run_planned(
     resume: bool,
     command: str,
     progress: RunProgress | None = None,
+    extend: Extend | None = None,
 ) -> list[MeasuredRun]:
-    """Run every planned run not already complete; returns the records of this invocation."""
+    """Run every planned run not already complete; then, with a precision and ``extend``, the repeats each model
+    needs to reach it (``_until_precise``). Returns the records of this invocation."""
     progress = progress or RunProgress()
     store.open(manifest, command, resume=resume)
     launcher_type = ProgramLauncher if target.program else WorkerLauncher
     launcher = launcher_type(store, target.tracer, target.device, settings)
-    records: list[MeasuredRun] = []
+    clock = _Clock(time.monotonic())
+    records = clock.timed(_measure_runs(plan, settings, target, store, launcher, progress))
+    if settings.precision is not None and extend is not None:
+        while (more := _repeat_to_add(settings, target, store, clock, extend, progress)) is not None:
+            records += clock.timed(_measure_runs(more, settings, target, store, launcher, progress))
+    return records
+
+
+def _measure_runs(
+    plan: Sequence[PlannedRun],
+    settings: RunSettings,
+    target: MeasurementTarget,
+    store: ResultsStore,
+    launcher: WorkerLauncher,
+    progress: RunProgress,
+) -> list[MeasuredRun]:
+    """The runs of ``plan`` not yet complete, paired as the study pairs them (``Pairing``)."""
     plan = runs_to_measure(plan, target.tracer, whole_runs=target.program)
+    base = progress.done_count
     if settings.pairing == "lockstep":
-        return _run_lockstep_pairs(plan, store, launcher, progress)
+        return _run_pairs(
+            plan, store, progress, base, lambda pairs, n: launcher.run_pairs(pairs, cpu_core=session_core(n))
+        )
+    if settings.pairing == "in_process":
+        core = (lambda n: None) if target.on_gpu else session_core
+
+        def in_process(pairs: Sequence[ModePair], n: int) -> Iterator[MeasuredRun]:
+            return launcher.run_in_process(pairs, cpu_core=core(n))
+
+        return _run_pairs(plan, store, progress, base, in_process, one_per_process=target.tracer.wraps_process)
     todo = [run for run in plan if not store.is_done(run.run_id)]
-    for index, run in enumerate(todo, start=len(plan) - len(todo)):
+    records: list[MeasuredRun] = []
+    for index, run in enumerate(todo, start=base + len(plan) - len(todo)):
         progress.on_start(run.label, index)
         record = launcher.run(run)
         records.append(record)
@@ -61,28 +106,38 @@ def run_planned(
     return records
 
 
-def _run_lockstep_pairs(
-    plan: Sequence[PlannedRun], store: ResultsStore, launcher: WorkerLauncher, progress: RunProgress
+def _run_pairs(
+    plan: Sequence[PlannedRun],
+    store: ResultsStore,
+    progress: RunProgress,
+    base: int,
+    measure_session: Callable[[Sequence[ModePair], int], Iterator[MeasuredRun]],
+    *,
+    one_per_process: bool = False,
 ) -> list[MeasuredRun]:
-    """Every lockstep pair not yet complete, a repeat at a time, the cores taken in turn.
+    """Every pair not yet complete, a repeat at a time, each repeat's pairs by one session of workers.
 
-    The pairs of one repeat share a pair of workers (``WorkerLauncher.run_pairs``); the next
-    repeat starts fresh ones, so the worker process stays a random effect across repeats.
-    One session at a time: two pairs side by side on two cores interfered through the
-    shared caches and memory, which widened A/A intervals several times over. A pair that is
-    half done (a crash between its two records) is measured again whole: its two halves must
-    share the machine's state. When a session ends early (a worker died, or a pair ran past
-    ``--run-timeout``), fresh workers take the pairs left.
+    A session is a pair of lockstep workers, or one worker that runs both arms of each pair
+    (``one_per_process``: a session per pair, for a tracer that wraps the process). The next
+    repeat starts fresh workers, so the worker process stays a random effect across repeats,
+    and the cores are taken in turn. One session at a time: two pairs side by side on two cores
+    interfered through the shared caches and memory, which widened A/A intervals several times
+    over. A pair that is half done (a crash between its two records) is measured again whole:
+    its two halves must share the machine's state. When a session ends early (a worker died,
+    or a pair ran past ``--run-timeout``), fresh workers take the pairs left.
     """
     pairs = mode_pairs(plan)
     todo = [pair for pair in pairs if not all(store.is_done(run.run_id) for run in pair)]
     records: list[MeasuredRun] = []
-    completed = 2 * (len(pairs) - len(todo))
-    for n, left in enumerate(lockstep_sessions(todo)):
+    completed = base + 2 * (len(pairs) - len(todo))
+    sessions = lockstep_sessions(todo)
+    if one_per_process:
+        sessions = [[pair] for session in sessions for pair in session]
+    for n, left in enumerate(sessions):
         while left:
             progress.on_start(" + ".join(run.label for run in left[0]), completed)
             measured = 0
-            for record in launcher.run_pairs(left, cpu_core=session_core(n)):
+            for record in measure_session(left, n):
                 records.append(record)
                 progress.on_done(record)
                 measured += 1
@@ -91,6 +146,74 @@ def _run_lockstep_pairs(
                     progress.on_start(" + ".join(run.label for run in left[measured // 2]), completed)
             left = left[max(measured // 2, 1) :]
     return records
+
+
+@dataclass
+class _Clock:
+    """How long the study has measured, and what a repeat of a model costs, to hold a budget."""
+
+    started: float
+    overheads: list[float] = field(default_factory=list)
+    """Per session of workers: its time beyond its pairs' (starting processes, importing, building)."""
+    last: float = 0.0
+
+    def timed(self, records: list[MeasuredRun]) -> list[MeasuredRun]:
+        """Once ``records`` are measured: what their sessions cost beyond their pairs, from the time they took."""
+        now = time.monotonic()
+        elapsed, self.last = now - (self.last or self.started), now
+        sessions = len({record["repeat"] for record in records})
+        if sessions:
+            beyond = max(0.0, elapsed - sum(_pair_seconds(records).values())) / sessions
+            self.overheads += [beyond] * sessions
+        return records
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def repeat_seconds(self, models: Sequence[str], store: ResultsStore) -> float:
+        """A session of one more repeat of ``models``: a session's overhead and each model's pair, as measured."""
+        per_model: dict[str, list[float]] = {}
+        for (model, _repeat), seconds in _pair_seconds(store.records()).items():
+            per_model.setdefault(model, []).append(seconds)
+        overhead = statistics.mean(self.overheads) if self.overheads else 0.0
+        return overhead + sum(statistics.median(per_model.get(model) or [0.0]) for model in models)
+
+
+def _pair_seconds(records: Iterable[Mapping[str, Any]]) -> dict[tuple[str, int], float]:
+    """Each (model, repeat)'s pair: the longer of its two runs' durations."""
+    pairs: dict[tuple[str, int], float] = {}
+    for record in records:
+        key = (str(record.get("model")), int(record["repeat"]))
+        pairs[key] = max(pairs.get(key, 0.0), float(record.get("duration_s") or 0.0))
+    return pairs
+
+
+def _repeat_to_add(
+    settings: RunSettings,
+    target: MeasurementTarget,
+    store: ResultsStore,
+    clock: _Clock,
+    extend: Extend,
+    progress: RunProgress,
+) -> list[PlannedRun] | None:
+    """The next repeat of the models whose interval is not yet within the precision, where it fits the budget
+    and no model would pass ``MAX_REPEATS``; None when there is none to add."""
+    from detprof.analysis.overhead import repeats_wanted
+
+    assert settings.precision is not None
+    records = list(store.records())
+    wanted = repeats_wanted(records, settings.precision)
+    models = [model for model, (have, need) in wanted.items() if have < min(need, MAX_REPEATS)]
+    if not models:
+        return None
+    if settings.budget_s is not None and clock.elapsed() + clock.repeat_seconds(models, store) > settings.budget_s:
+        return None
+    repeat = 1 + max(int(record["repeat"]) for record in records)
+    runs = extend(repeat, models)
+    count = len(runs_to_measure(runs, target.tracer, whole_runs=target.program))
+    needs = ", ".join(f"{model} {wanted[model][0]} of {wanted[model][1]}" for model in models)
+    progress.add_runs(count, f"repeat {repeat + 1} for +/-{settings.precision:.0%} (repeats so far of needed: {needs})")
+    return runs
 
 
 def measure(
@@ -106,6 +229,7 @@ def measure(
     command: str,
     console: Console,
     wait: bool = True,
+    extend: Extend | None = None,
 ) -> ResultsStore:
     """``run_planned`` as a command runs it: a line saying what runs where, then the progress display.
 
@@ -116,11 +240,26 @@ def measure(
         store.open(manifest, command, resume=resume)
         parts = measured_parts(target.tracer, whole_runs=target.program)
         untraced = " (and untraced runs for wall time)" if len(parts) > 1 else ""
+        repeats = f"{settings.repeats} repeats"
+        if settings.precision is not None and extend is not None:
+            within = f" within {settings.budget_s:g} s" if settings.budget_s is not None else ""
+            repeats += f" and more{within} until each is within +/-{settings.precision:.1%}"
         console.print(
-            f"detprof {kind}: {what} x 2 modes x {settings.repeats} repeats on {escape(target.device.label)} "
-            f"with tracer {target.tracer.name}{untraced}, results in {escape(str(out))}"
+            f"detprof {kind}: {what} x 2 modes x {repeats} on {escape(target.device.label)} "
+            f"with tracer {target.tracer.name}{untraced}, {_pairing_words[settings.pairing]}, "
+            f"results in {escape(str(out))}"
         )
         total = len(runs_to_measure(plan, target.tracer, whole_runs=target.program))
         with progress_bar(console, kind, total, store.dir) as progress:
-            run_planned(plan, settings, manifest, store, target, resume=resume, command=command, progress=progress)
+            run_planned(
+                plan,
+                settings,
+                manifest,
+                store,
+                target,
+                resume=resume,
+                command=command,
+                progress=progress,
+                extend=extend,
+            )
     return store

@@ -9,6 +9,7 @@ has no settling step.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,22 +23,38 @@ FAILURE = "failure"
 """The key of the reason a trace is unusable, which fails the run."""
 
 
-def kernel_fields(
-    store: ResultsStore, run_id: str, trace_path: Path | None, steps: int, settling: int
-) -> dict[str, Any]:
-    """The record's kernel fields from the trace; ``{FAILURE: reason}`` (beside the trace file) when it is unusable."""
-    if trace_path is None:
-        return {}
+@dataclass(frozen=True)
+class TraceRead:
+    """A run's trace file, and what reading it gave: its table, or why it is unusable."""
+
+    path: Path
+    table: KernelTable | None
+    problem: str | None = None
+
+
+def read_trace(trace_path: Path) -> TraceRead:
+    """The trace parsed once (both arms of an in-process pair share one)."""
     from detprof.traces.parsers import load_trace
 
-    found: dict[str, Any] = {"trace_file": str(trace_path.relative_to(store.dir))}
     try:
-        table = load_trace(trace_path)
+        return TraceRead(trace_path, load_trace(trace_path))
     except DetprofError as exc:
-        return found | {FAILURE: f"trace unusable: {exc}"}
-    measured = within_steps(table)
+        return TraceRead(trace_path, None, f"trace unusable: {exc}")
+
+
+def kernel_fields(
+    store: ResultsStore, run_id: str, trace: TraceRead, steps: int, settling: int, arm: str | None = None
+) -> dict[str, Any]:
+    """The record's kernel fields from the trace (``arm``'s steps only, where one process ran two arms);
+    ``{FAILURE: reason}`` (beside the trace file) when it is unusable."""
+    found: dict[str, Any] = {"trace_file": str(trace.path.relative_to(store.dir))}
+    if trace.table is None:
+        return found | {FAILURE: trace.problem}
+    measured = within_steps(trace.table, arm)
+    if measured is None and arm is not None:
+        return found | {FAILURE: f"the trace marks no step of arm {arm}"}
     table_steps = steps if measured is not None else steps + settling
-    table = measured if measured is not None else table
+    table = measured if measured is not None else trace.table
     if table.kernel_count == 0:
         return found | {FAILURE: "the measured window holds no kernels"}
     graphs = cuda_graph_use(table)

@@ -9,7 +9,8 @@ Kineto JSON) are started and stopped inside the worker by their backend
 tracer there is. They and nsys/nvprof all use CUPTI on a GPU, so a worker only ever runs
 under one of them.
 
-Every tracer marks measured step ``i`` with a range named ``step i`` (``step_range_name``):
+Every tracer marks measured step ``i`` with a range named ``step i`` (``step_range_name``; ``step i ARM`` where
+one process measures two arms in turn):
 nsys an NVTX range, the framework profilers their own annotation, so that the parsers split
 kernel time into steps the same way whatever traced it.
 
@@ -48,7 +49,7 @@ class Capture(Protocol):
 
     def stop(self) -> None: ...
 
-    def step(self, index: int) -> contextlib.AbstractContextManager[None]: ...
+    def step(self, index: int, arm: str | None = None) -> contextlib.AbstractContextManager[None]: ...
 
 
 class _NoCapture:
@@ -58,7 +59,7 @@ class _NoCapture:
     def stop(self) -> None:
         pass
 
-    def step(self, index: int) -> contextlib.AbstractContextManager[None]:
+    def step(self, index: int, arm: str | None = None) -> contextlib.AbstractContextManager[None]:
         return contextlib.nullcontext()
 
 
@@ -84,12 +85,12 @@ class _CudaProfilerRange(_NoCapture):
         if self._unmark is not None:
             self._unmark()
 
-    def step(self, index: int) -> contextlib.AbstractContextManager[None]:
+    def step(self, index: int, arm: str | None = None) -> contextlib.AbstractContextManager[None]:
         if not self.nvtx:
             return contextlib.nullcontext()
         import nvtx
 
-        return nvtx.annotate(step_range_name(index), domain=NVTX_DOMAIN)
+        return nvtx.annotate(step_range_name(index, arm), domain=NVTX_DOMAIN)
 
 
 class _FrameworkProfile(_NoCapture):
@@ -105,8 +106,8 @@ class _FrameworkProfile(_NoCapture):
         if self._stop is not None:
             self._stop()
 
-    def step(self, index: int) -> contextlib.AbstractContextManager[None]:
-        return self.backend.step_mark(step_range_name(index))
+    def step(self, index: int, arm: str | None = None) -> contextlib.AbstractContextManager[None]:
+        return self.backend.step_mark(step_range_name(index, arm))
 
 
 @dataclass(frozen=True)

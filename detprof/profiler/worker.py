@@ -20,23 +20,24 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import itertools
 import json
 import os
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from detprof import backends
-from detprof.determinism import apply, software_versions
+from detprof.determinism import DeterminismSettings, apply, apply_shared, arm_settings, software_versions
 from detprof.errors import ExitCode, UsageError, first_line
 from detprof.findings import finding_of, refuses_determinism
 from detprof.profiler.lifeline import end_with_driver, inherited_lifeline
 from detprof.profiler.lockstep import Message, Pacer
 from detprof.profiler.tracers import TRACERS, Capture
-from detprof.profiler.worker_spec import WorkerSpec
+from detprof.profiler.worker_spec import WorkerSpec, sized_steps, typical_step_ns
 from detprof.store import atomic_write_json
 
 _REASON_CHARS = 500
@@ -72,9 +73,10 @@ def entry_point(entry: str) -> Callable[..., Any]:
 
 
 def _timed_steps(step: Callable[[], None], count: int, pacer: Pacer, capture: Capture | None) -> list[int]:
-    """``count`` steps, each timed and, under a tracer's ``capture``, marked as step ``i`` in the trace."""
+    """``count`` steps (paced: as many as the coordinator asks for), each timed and, under a tracer's ``capture``,
+    marked as step ``i`` in the trace."""
     wall_ns: list[int] = []
-    for i in range(count):
+    for i in itertools.count() if pacer.paced and count else range(count):
         if not pacer.wait_for(Message.STEP):
             break
         with capture.step(i) if capture is not None else contextlib.nullcontext():
@@ -83,6 +85,17 @@ def _timed_steps(step: Callable[[], None], count: int, pacer: Pacer, capture: Ca
             wall_ns.append(time.perf_counter_ns() - t0)
         pacer.answer(str(wall_ns[-1]))
     return wall_ns
+
+
+def _warm_up(steps: Sequence[Callable[[], None]], count: int) -> list[int]:
+    """``count`` rounds of ``steps`` in turn, untimed as a measurement; each round's wall time, for sizing."""
+    rounds = []
+    for _ in range(count):
+        t0 = time.perf_counter_ns()
+        for step in steps:
+            step()
+        rounds.append((time.perf_counter_ns() - t0) // len(steps))
+    return rounds
 
 
 def run(spec: WorkerSpec, pacer: Pacer | None = None) -> dict[str, Any]:
@@ -106,14 +119,14 @@ def run(spec: WorkerSpec, pacer: Pacer | None = None) -> dict[str, Any]:
     try:
         step, facts = entry_point(spec.workload)(spec)
         result.update(facts)
-        for _ in range(spec.warmup):
-            step()
+        step_ns = typical_step_ns(_warm_up([step], spec.warmup))
         window_start = time.monotonic()
         if spec.cpu_core is not None:
             pin_threads({spec.cpu_core})
             result["cpu_core"] = spec.cpu_core
-        pacer.answer(Message.READY)
-        wall_ns = _timed_steps(step, spec.wall_steps, pacer, None)
+        pacer.answer(f"{Message.READY} {step_ns}")
+        steps = sized_steps(spec.most_steps, spec.run_seconds, step_ns)
+        wall_ns = _timed_steps(step, min(spec.wall_steps, steps), pacer, None)
         traced_ns: list[int] = []
         if spec.traced_steps and pacer.wait_for(Message.TRACE):
             capture.start()
@@ -121,28 +134,139 @@ def run(spec: WorkerSpec, pacer: Pacer | None = None) -> dict[str, Any]:
                 for _ in range(spec.settling_steps):
                     step()
                 pacer.answer(Message.TRACED)
-                traced_ns = _timed_steps(step, spec.traced_steps, pacer, capture)
+                traced_ns = _timed_steps(step, min(spec.traced_steps, steps), pacer, capture)
             finally:
                 capture.stop()
-        result.update(
-            status="ok",
-            reason=None,
-            step_wall_ns=wall_ns or None,
-            traced_step_wall_ns=traced_ns or None,
-            measured_window_monotonic=[window_start, time.monotonic()],
-        )
+        result.update(_measured(wall_ns, traced_ns, window_start))
     except Exception as exc:
         pacer.failed()
         traceback.print_exc()
-        status, reason = classify_failure(exc, settings.deterministic)
-        if backends.out_of_memory(exc):
-            status, reason = "failed", f"out of memory: {reason}"
-        if status == "unsupported":
-            finding = finding_of(exc, settings.backend)
-            result["finding"] = finding.to_json()
-            reason = finding.message
-        result.update(status=status, reason=reason)
+        result.update(_failure(exc, settings))
     return result
+
+
+def _measured(wall_ns: list[int], traced_ns: list[int], window_start: float) -> dict[str, Any]:
+    """A run's result once its steps ran: their times, and how many a phase took."""
+    return {
+        "status": "ok",
+        "reason": None,
+        "steps": max(len(wall_ns), len(traced_ns)),
+        "step_wall_ns": wall_ns or None,
+        "traced_step_wall_ns": traced_ns or None,
+        "measured_window_monotonic": [window_start, time.monotonic()],
+    }
+
+
+def _failure(exc: Exception, settings: DeterminismSettings) -> dict[str, Any]:
+    """A run's result when its workload raised: failed, or unsupported with the op that refused (a finding)."""
+    status, reason = classify_failure(exc, settings.deterministic)
+    if backends.out_of_memory(exc):
+        status, reason = "failed", f"out of memory: {reason}"
+    found: dict[str, Any] = {}
+    if status == "unsupported":
+        finding = finding_of(exc, settings.backend)
+        found["finding"] = finding.to_json()
+        reason = finding.message
+    return found | {"status": status, "reason": reason}
+
+
+def run_arms(specs: Sequence[WorkerSpec], pacer: Pacer) -> list[dict[str, Any]]:
+    """The arms of one pair in this process, a step of each in turn (A, B, A, B, ...): their results, in order.
+
+    As ``run``, after a warm-up of both, untraced steps for wall time and then traced ones for
+    kernel time, each arm's marked ``step i ARM`` in the one trace, so that every pair of steps
+    saw the same moment of the process and the machine, and no start-up or offset between two
+    processes lies between the arms. An arm whose step raises drops out with its failure (an op
+    that refuses determinism is a finding) and the other goes on alone.
+    """
+    first = specs[0]
+    backend = backends.get(first.determinism.backend)
+    common: dict[str, Any] = {"versions": software_versions(backend.name)}
+    if first.cpu_threads and backend.limit_threads(first.cpu_threads):
+        common["cpu_threads"] = first.cpu_threads
+    capture = TRACERS[first.tracer].capture(first.trace_path, backend.name)
+    try:
+        arms, facts = entry_point(first.workload)(specs)
+    except Exception as exc:
+        pacer.failed()
+        traceback.print_exc()
+        return [common | {"settings": None} | _failure(exc, spec.determinism) for spec in specs]
+    results = [
+        common | facts | {"settings": arm_settings(spec.determinism, effect)}
+        for spec, (_, effect) in zip(specs, arms, strict=True)
+    ]
+    steps = _Turns([step for step, _ in arms], [spec.arm for spec in specs])
+    steps.warm_up(first.warmup)
+    window_start = time.monotonic()
+    if first.cpu_core is not None:
+        pin_threads({first.cpu_core})
+        common["cpu_core"] = first.cpu_core
+    count = sized_steps(first.most_steps, first.run_seconds, steps.step_ns)
+    wall_ns = steps.timed(min(first.wall_steps, count))
+    traced_ns: list[list[int]] = [[] for _ in specs]
+    if first.traced_steps and steps.alive:
+        capture.start()
+        try:
+            steps.untimed(first.settling_steps)
+            traced_ns = steps.timed(min(first.traced_steps, count), capture)
+        finally:
+            capture.stop()
+    for k, result in enumerate(results):
+        failed = steps.failures.get(k)
+        result.update(common)
+        measured = _measured(wall_ns[k], traced_ns[k], window_start)
+        result.update(measured if failed is None else _failure(failed, specs[k].determinism))
+    return results
+
+
+class _Turns:
+    """Steps of several arms taken in turn, one round at a time; an arm whose step raises leaves the rotation."""
+
+    def __init__(self, steps: list[Callable[[], None]], arms: list[str | None]) -> None:
+        self.steps = steps
+        self.arms = arms
+        self.alive = list(range(len(steps)))
+        self.failures: dict[int, Exception] = {}
+        self.step_ns = 0
+
+    def _one(self, k: int, timed: list[int] | None, mark: contextlib.AbstractContextManager[None]) -> None:
+        try:
+            with mark:
+                t0 = time.perf_counter_ns()
+                self.steps[k]()
+                elapsed = time.perf_counter_ns() - t0
+        except Exception as exc:
+            traceback.print_exc()
+            self.failures[k] = exc
+            self.alive.remove(k)
+            return
+        if timed is not None:
+            timed.append(elapsed)
+
+    def warm_up(self, rounds: int) -> None:
+        """``rounds`` untimed rounds; the step time of their later half, for sizing."""
+        times: list[int] = []
+        for _ in range(rounds):
+            round_ns: list[int] = []
+            for k in list(self.alive):
+                self._one(k, round_ns, contextlib.nullcontext())
+            if round_ns:
+                times.append(sum(round_ns) // len(round_ns))
+        self.step_ns = typical_step_ns(times)
+
+    def untimed(self, rounds: int) -> None:
+        for _ in range(rounds):
+            for k in list(self.alive):
+                self._one(k, None, contextlib.nullcontext())
+
+    def timed(self, rounds: int, capture: Capture | None = None) -> list[list[int]]:
+        """``rounds`` timed rounds, each arm's step ``i`` marked ``step i ARM`` under ``capture``."""
+        times: list[list[int]] = [[] for _ in self.steps]
+        for i in range(rounds):
+            for k in list(self.alive):
+                mark = capture.step(i, self.arms[k]) if capture is not None else contextlib.nullcontext()
+                self._one(k, times[k], mark)
+        return times
 
 
 def session(runs: list[WorkerSpec]) -> int:
@@ -163,6 +287,29 @@ def session(runs: list[WorkerSpec]) -> int:
             keras.backend.clear_session()
         pacer.begin()
         atomic_write_json(Path(spec.result_path), run(spec, pacer))
+        pacer.written()
+    return ExitCode.OK
+
+
+def pair_session(pairs: list[list[WorkerSpec]]) -> int:
+    """Pairs of arms in this one process, one pair after the other (the models of a repeat), both arms of each
+    a step of each in turn (``run_arms``); each result written, then ``DONE`` to the coordinator.
+
+    The process is switched once for what every arm shares and can only be set at start
+    (``determinism.apply_shared``); each arm's step sets the rest of its knobs itself.
+    """
+    pacer = Pacer(pairs[0][0].control_fd)
+    apply_shared([spec.determinism for spec in pairs[0]])
+    cpus = os.sched_getaffinity(0)
+    for specs in pairs:
+        _log_to(Path(specs[0].log_path))
+        pin_threads(cpus)
+        keras = sys.modules.get("keras")
+        if keras is not None:
+            keras.backend.clear_session()
+        pacer.begin()
+        for spec, result in zip(specs, run_arms(specs, pacer), strict=True):
+            atomic_write_json(Path(spec.result_path), result)
         pacer.written()
     return ExitCode.OK
 
@@ -194,6 +341,8 @@ def main(argv: list[str]) -> int:
     spec = json.loads(Path(argv[0]).read_text())
     if "runs" in spec:
         return session([WorkerSpec.from_json(run_spec) for run_spec in spec["runs"]])
+    if "pairs" in spec:
+        return pair_session([[WorkerSpec.from_json(arm) for arm in pair] for pair in spec["pairs"]])
     result_path = Path(argv[1])
     if "call" in spec:
         return call(spec, result_path)

@@ -43,6 +43,17 @@ class WorkerSpec:
     """The core the measured steps are pinned to (a lockstep pair's shared core)."""
     cpu_threads: int | None = None
     """The framework's compute threads, where it can be told (``Backend.limit_threads``)."""
+    run_seconds: float | None = None
+    """Size the steps of each phase to about this many seconds from the warm-up's step time (``sized_steps``), at
+    most ``wall_steps``/``traced_steps``; None: exactly those."""
+    arm: str | None = None
+    """Where one process runs both arms of a pair (``worker.pair_session``): this arm's name in its step ranges
+    (``step i ARM``); None: the process runs this run alone."""
+
+    @property
+    def most_steps(self) -> int:
+        """The steps of a measured phase, before any sizing."""
+        return max(self.wall_steps, self.traced_steps)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -53,3 +64,21 @@ class WorkerSpec:
         known = {f.name for f in fields(cls)}
         values = {key: value for key, value in data.items() if key in known}
         return cls(**values | {"determinism": DeterminismSettings(**data["determinism"])})
+
+
+MIN_SIZED_STEPS = 5
+"""The fewest steps a phase is sized to: a per-step median of fewer says little."""
+
+
+def sized_steps(most: int, run_seconds: float | None, step_ns: float | None) -> int:
+    """The steps of a phase: ``most``, or as many as take about ``run_seconds`` at ``step_ns`` per step, between
+    ``MIN_SIZED_STEPS`` and ``most``: a slow machine takes fewer steps per run, not more time."""
+    if run_seconds is None or not step_ns:
+        return most
+    return max(min(MIN_SIZED_STEPS, most), min(most, round(run_seconds * 1e9 / step_ns)))
+
+
+def typical_step_ns(warmup_ns: list[int]) -> int:
+    """A step's time from the warm-up: the median of its later half (the first steps compile and autotune)."""
+    later = sorted(warmup_ns[len(warmup_ns) // 2 :])
+    return later[len(later) // 2] if later else 0

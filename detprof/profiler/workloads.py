@@ -11,17 +11,17 @@ Only the compiled step is each backend's own, and the record says which it was.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from detprof import backends
+from detprof.backends.base import ArmStep, Step
 from detprof.profiler.worker_spec import WorkerSpec
 
 if TYPE_CHECKING:
     import keras
 
-Step = Callable[[], None]
 Batch = Any
 """One array, or a dict of arrays by input (or output) name for a model with several."""
 LEARNING_RATE = 0.01
@@ -68,23 +68,40 @@ def training_of(spec: Mapping[str, Any]) -> Training:
 
 def model_training(worker: WorkerSpec) -> tuple[Step, dict[str, Any]]:
     """One training step of the model the spec names, on its batch; facts about what was run."""
-    import numpy as np
-
     spec, settings = worker.params, worker.determinism
     training = training_of(spec)
-    model = training.model
-    x, y = batch_of(model, spec, training.classes, settings.seed)
+    x, y = batch_of(training.model, spec, training.classes, settings.seed)
     if settings.backend == backends.TENSORFLOW:
         step, train_step = _tensorflow_step(training, x, y, settings.jit_compile)
     else:
         step, train_step = _keras_step(training, x, y, settings.jit_compile)
+    return step, _facts(training.model, x, y, train_step)
+
+
+def model_training_arms(workers: Sequence[WorkerSpec]) -> tuple[list[ArmStep], dict[str, Any]]:
+    """The arms of an in-process pair (``worker.run_arms``): one model on one batch, compiled by Keras as for
+    ``train_on_batch``, and a step of it per arm, each under that arm's knobs (``Backend.arm_steps``)."""
+    spec, settings = workers[0].params, workers[0].determinism
+    training = training_of(spec)
+    x, y = batch_of(training.model, spec, training.classes, settings.seed)
+    x_t, y_t = _keras_compiled(training, x, y, settings.jit_compile)
+    knobs = [worker.determinism.knob_set() for worker in workers]
+    arms = backends.get(settings.backend).arm_steps(training.model, x_t, y_t, knobs)
+    train_step = f"keras train_step (jit_compile={settings.jit_compile}), the arms in turn in one process"
+    return arms, _facts(training.model, x, y, train_step)
+
+
+def _facts(model: keras.Model, x: Batch, y: Batch, train_step: str) -> dict[str, Any]:
+    """What a model workload records of itself: its size, its layers, its input and classes, its step."""
+    import numpy as np
+
     facts: dict[str, Any] = {"parameters": int(model.count_params()), "train_step": train_step}
     facts["layer_names"] = [layer.name for layer in model._flatten_layers(include_self=False)]
     if not isinstance(x, dict):
         facts["input_shape"] = [int(d) for d in x.shape[1:]]
     if not isinstance(y, list) and np.issubdtype(y.dtype, np.integer) and _output_classes(model) is not None:
         facts["classes"] = _output_classes(model)
-    return step, facts
+    return facts
 
 
 def _output_classes(model: keras.Model) -> int | None:
@@ -173,15 +190,22 @@ def _keras_step(training: Training, x: Batch, y: Batch, jit_compile: bool) -> tu
     a Python float, so the step has finished when it returns. A model of your own that was
     compiled keeps its loss (and loss weights) and optimizer; only its metrics are left out.
     """
-    import keras
-
     model = training.model
-    loss_weights = model.get_compile_config().get("loss_weights") if getattr(model, "compiled", False) else None
-    model.compile(optimizer=training.optimizer, loss=training.loss, loss_weights=loss_weights, jit_compile=jit_compile)
-    x_t = keras.tree.map_structure(keras.ops.convert_to_tensor, x)
-    y_t = keras.tree.map_structure(keras.ops.convert_to_tensor, y)
+    x_t, y_t = _keras_compiled(training, x, y, jit_compile)
 
     def step() -> None:
         model.train_on_batch(x_t, y_t)
 
     return step, f"keras train_on_batch (jit_compile={jit_compile})"
+
+
+def _keras_compiled(training: Training, x: Batch, y: Batch, jit_compile: bool) -> tuple[Batch, Batch]:
+    """The model compiled by Keras with its loss (and loss weights) and optimizer, and the batch as backend tensors."""
+    import keras
+
+    model = training.model
+    loss_weights = model.get_compile_config().get("loss_weights") if getattr(model, "compiled", False) else None
+    model.compile(optimizer=training.optimizer, loss=training.loss, loss_weights=loss_weights, jit_compile=jit_compile)
+    return keras.tree.map_structure(keras.ops.convert_to_tensor, x), keras.tree.map_structure(
+        keras.ops.convert_to_tensor, y
+    )

@@ -221,7 +221,7 @@ def interval_json(o: Overhead | None) -> dict[str, Any] | None:
         return None
     lo = o.ci_low if o.has_interval else None
     hi = o.ci_high if o.has_interval else None
-    return {"ratio": o.ratio, "lo": lo, "hi": hi, "n": o.n}
+    return {"ratio": o.ratio, "lo": lo, "hi": hi, "n": o.n, "half_width": o.precision, "first_stage": o.first_stage}
 
 
 def _stability_json(s: StabilityReading | None) -> dict[str, Any] | None:

@@ -137,6 +137,8 @@ class ModelCost:
     warning: str | None = None
     no_kernels: str | None = None
     """Why there are no kernel tables for this model, when there are none."""
+    precision: str | None = None
+    """Where the sweep asked for a precision its interval did not reach: how far it got, and what would settle it."""
 
     @property
     def headline_metric(self) -> Metric:
@@ -387,6 +389,7 @@ def model_cost(store: ResultsStore, overhead: ModelOverhead, records: Sequence[M
         overhead.unsupported_reason,
         overhead.failure_note(),
         warning=inconclusive_reason(headline(overhead.kernel, overhead.wall)[1]),
+        precision=overhead.precision_line() if overhead.precision_short() is not None else None,
     )
     summary = summarize_model(store, overhead, records)
     for mode, kernels in summary.modes.items():
@@ -563,6 +566,8 @@ def _headline_row(sweep: SweepStudy, m: ModelCost, evidence: _Evidence) -> Headl
     parts = None if m.parts is None else m.parts.against(floor)
     verification = evidence.verified.get(key)
     notes = [m.failure_note, *verification_caveats(verification)]
+    if m.precision:
+        notes.append(f"Precision: {m.precision}.")
     if m.warning and not v.why:
         notes.append(f"Wide interval: {m.warning}.")
     return HeadlineRow(

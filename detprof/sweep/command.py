@@ -15,7 +15,15 @@ from rich.console import Console
 from rich.markup import escape
 
 from detprof.errors import UsageError
-from detprof.options import FLEET, MEASURED_STUDY, MODEL_INPUTS, ModelsOption, RunOptions, with_run_options
+from detprof.options import (
+    FLEET,
+    MEASURED_STUDY,
+    MODEL_INPUTS,
+    TIME_TO_ANSWER,
+    ModelsOption,
+    RunOptions,
+    with_run_options,
+)
 from detprof.profiler.model_plan import SweepRequest, split_models
 from detprof.profiler.plan import default_results_dir
 from detprof.profiler.program.plan import refuse_for_programs
@@ -45,7 +53,7 @@ KnobsOption = Annotated[
 ]
 
 
-@with_run_options(*MEASURED_STUDY, *MODEL_INPUTS, *FLEET)
+@with_run_options(*MEASURED_STUDY, *TIME_TO_ANSWER, *MODEL_INPUTS, *FLEET)
 def sweep(
     options: RunOptions,
     models: ModelsOption = None,
@@ -143,12 +151,13 @@ def print_knob_plan(request: SweepRequest, only: tuple[str, ...] | None) -> None
     """What ``run_knob_study`` would measure and verify."""
     from detprof import backends
     from detprof.profiler.dry_run import plan_lines
-    from detprof.sweep.knobs import knob_plan, plan_knob_runs
+    from detprof.sweep.knobs import knob_plan, knob_settings, plan_knob_runs
     from detprof.verify.run import DEFAULT_STEPS
 
     config, target = request.resolve(dry_run=True)
     out = request.options.out or default_results_dir(target.device, target.backend)
     plan = knob_plan(backends.get(target.backend), target.on_gpu, only)
+    config = knob_settings(config, target, plan)
     lines = plan_lines("knobs", plan_knob_runs(config, plan), config, target, out)
     lines += ["", f"Comparisons (arm b against arm a): {', '.join(c.name for c in plan.comparisons)}"]
     lines += [f"Not run: {name}: {reason}" for name, reason in plan.not_applicable.items()]

@@ -19,14 +19,15 @@ stays deterministic without that knob, which turns a cost into advice.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
+from detprof.backends import get
 from detprof.backends.base import Backend, Knob
 from detprof.determinism import Mode
 from detprof.errors import UsageError
 from detprof.profiler.model_plan import SweepConfig
-from detprof.profiler.plan import PlannedRun, mode_order
+from detprof.profiler.plan import MeasurementTarget, PlannedRun, mode_order
 from detprof.sweep.plan import model_run
 
 Side = Literal["a", "b"]
@@ -101,6 +102,17 @@ def split_knobs(knobs: str | None) -> tuple[str, ...] | None:
     if knobs is None or knobs.strip().lower() in ("", ALL_KNOBS):
         return None
     return tuple(name.strip() for name in knobs.split(",") if name.strip())
+
+
+def knob_settings(config: SweepConfig, target: MeasurementTarget, plan: KnobPlan) -> SweepConfig:
+    """The sweep's settings as a knob study measures them: the repeats asked for (no precision, so that every
+    comparison has as many), in one process per repeat only where every comparison's arms can share one (a knob
+    set once per process, such as cuBLAS's workspace, needs a process per arm)."""
+    backend = get(config.backend)
+    arms = [[target.applying(c.reference), target.applying(c.treated)] for c in plan.comparisons]
+    apart = any(backend.shared_process_refusal(pair, compile=config.compile) for pair in arms)
+    pairing = target.pairing if apart else config.pairing
+    return replace(config, precision=None, budget_s=None, pairing=pairing)
 
 
 def plan_knob_runs(config: SweepConfig, plan: KnobPlan) -> list[PlannedRun]:

@@ -8,10 +8,11 @@ models themselves are resolved by ``profiler.model_plan``.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from detprof.determinism import Mode
-from detprof.profiler.model_plan import MODEL_WORKLOAD, ModelPlan, SweepConfig
+from detprof.profiler.model_plan import MODEL_ARMS_WORKLOAD, MODEL_WORKLOAD, ModelPlan, SweepConfig
 from detprof.profiler.plan import PlannedRun, Workload, interleaved
 
 CALIBRATION_ARMS: dict[Mode, str] = {"deterministic": "a", "default": "b"}
@@ -24,8 +25,17 @@ def plan_runs(config: SweepConfig, *, calibrate: bool = False) -> list[PlannedRu
     ``calibrate``: the same plan with both slots deterministic (arms a and b), an A/A test whose
     interval shows the smallest overhead this machine and design can resolve.
     """
+    return [run for repeat in range(config.repeats) for run in plan_repeat(config, repeat, calibrate=calibrate)]
+
+
+def plan_repeat(
+    config: SweepConfig, repeat: int, models: Collection[str] | None = None, *, calibrate: bool = False
+) -> list[PlannedRun]:
+    """Repeat ``repeat`` of ``models`` (default every one), as ``plan_runs`` plans it: how a sweep with a precision
+    adds a repeat (``profiler.study.Extend``)."""
+    plans = [plan for plan in config.model_plans() if models is None or plan.label in models]
     runs = []
-    for repeat, plan, slot in interleaved(config.model_plans(), config.repeats):
+    for _repeat, plan, slot in interleaved(plans, 1, first=repeat):
         arm = CALIBRATION_ARMS[slot] if calibrate else None
         mode: Mode = "deterministic" if calibrate else slot
         runs.append(model_run(config, plan, repeat, mode, arm or mode, fields={"arm": arm} if arm else {}))
@@ -51,7 +61,7 @@ def model_run(
         label=f"{plan.label} {shown or side} r{repeat}",
         mode=mode,
         repeat=repeat,
-        workload=Workload(MODEL_WORKLOAD, plan.workload_spec(config.batch_size)),
+        workload=Workload(MODEL_WORKLOAD, plan.workload_spec(config.batch_size), MODEL_ARMS_WORKLOAD),
         fields={"model": plan.label, "repeat": repeat, "batch_size": config.batch_size} | fields | own,
         knobs=knobs,
     )

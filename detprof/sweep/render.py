@@ -99,6 +99,11 @@ def print_summary(store: ResultsStore) -> None:
         console.print("Layers by time determinism adds (95% CI; the report has every layer and op):")
         for line in layer_lines:
             console.print(line)
+    precision = [(s.model, s.overhead.precision_line()) for s in summaries]
+    if any(line for _, line in precision):
+        console.print("Precision (repeats added until each interval was within it, or the budget was spent):")
+        for model, line in precision:
+            console.print(f"  {escape(model)}: {escape(line or 'no precision asked')}")
 
 
 def print_knobs(store: ResultsStore) -> None:

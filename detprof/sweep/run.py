@@ -24,9 +24,9 @@ from detprof.options import RunOptions
 from detprof.profiler.model_plan import SweepRequest
 from detprof.profiler.plan import MeasurementTarget, PlannedRun, RunSettings, default_results_dir
 from detprof.profiler.presets import PRESETS, STABILITY_MODELS
-from detprof.profiler.study import measure
+from detprof.profiler.study import Extend, measure
 from detprof.store import ResultsStore, StudyKind
-from detprof.sweep.plan import plan_runs
+from detprof.sweep.plan import plan_repeat, plan_runs
 
 if TYPE_CHECKING:
     from detprof.profiler.devices import DeviceChoice
@@ -62,7 +62,16 @@ def measure_sweep(request: SweepRequest, *, calibrate: bool = False, console: Co
     out = request.options.out or default_results_dir(target.device, target.backend)
     plan = plan_runs(config, calibrate=calibrate)
     store = _measure(
-        kind, plan, config, config.manifest(), target, out, _models_text(config.models), request.options, console
+        kind,
+        plan,
+        config,
+        config.manifest(),
+        target,
+        out,
+        _models_text(config.models),
+        request.options,
+        console,
+        extend=partial(plan_repeat, config, calibrate=calibrate),
     )
     return _outcome(out, kind, store, config.models, target, request.options)
 
@@ -71,11 +80,12 @@ def measure_knobs(request: SweepRequest, only: tuple[str, ...] | None, *, consol
     """Each knob's arms measured (``sweep.knobs``), then full determinism and every arm without one knob verified
     bitwise into the study's ``knob_checks``."""
     from detprof import backends
-    from detprof.sweep.knobs import knob_plan, knobs_manifest, plan_knob_runs
+    from detprof.sweep.knobs import knob_plan, knob_settings, knobs_manifest, plan_knob_runs
     from detprof.verify.run import DEFAULT_STEPS, VerifyArm, manifest, run_arms
 
     config, target = request.resolve()
     plan = knob_plan(backends.get(target.backend), target.on_gpu, only)
+    config = knob_settings(config, target, plan)
     if len(plan.comparisons) == 1:
         reasons = "; ".join(f"{name}: {reason}" for name, reason in plan.not_applicable.items())
         raise UsageError(f"no knob of {target.backend} studied can matter on {target.device.label} ({reasons})")
@@ -123,6 +133,7 @@ def _measure(
     what: str,
     options: RunOptions,
     console: Console,
+    extend: Extend | None = None,
 ) -> ResultsStore:
     """``profiler.study.measure`` as this command line asks: resumed or not, waiting for the device or not."""
     return measure(
@@ -137,6 +148,7 @@ def _measure(
         command=command_line(),
         console=console,
         wait=options.wait,
+        extend=extend,
     )
 
 

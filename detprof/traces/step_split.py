@@ -1,7 +1,7 @@
-"""Kernel time of each measured step, from the per-step NVTX ranges the worker emits.
+"""Kernel time of each measured step, from the per-step ranges the worker emits.
 
-The worker wraps step ``i`` in an NVTX range ``step i`` and ends every step by reading its
-loss back to the host, so each step's kernels are launched after its range opens and have
+The worker wraps step ``i`` in a range ``step i`` (NVTX, or the framework profiler's own) and ends
+every step by reading its loss back to the host, so each step's kernels are launched after its range opens and have
 finished before it closes. A kernel therefore belongs to the range its start falls in. Per-step
 times show what a mean hides: a slow first step, or one step of ten that autotuned again.
 """
@@ -15,21 +15,32 @@ import pandas as pd
 
 from detprof.traces.kernel_table import KernelTable
 
-STEP_RANGE = r"^step \d+$"
+STEP_RANGE = r"^step \d+(?: \w+)?$"
+"""A measured step's range: ``step i``, or ``step i ARM`` where one process measured two arms in turn (an
+in-process pair: ``step 3 deterministic``), each arm's steps numbered on their own."""
 
 
-def step_range_name(index: int) -> str:
-    return f"step {index}"
+def step_range_name(index: int, arm: str | None = None) -> str:
+    return f"step {index}" if arm is None else f"step {index} {arm}"
 
 
-def _step_of_kernels(table: KernelTable) -> tuple[np.ndarray, np.ndarray, int] | None:
-    """Each kernel's step index, whether it lies inside that step's range, and the number of steps."""
+def _step_ranges(table: KernelTable, arm: str | None) -> pd.DataFrame | None:
+    """The table's step ranges in time order: ``arm``'s only where given, else every one."""
     if table.nvtx is None or table.is_summary:
         return None
-    ranges = table.nvtx[table.nvtx["text"].astype(str).str.match(STEP_RANGE)]
-    if ranges.empty:
+    text = table.nvtx["text"].astype(str)
+    steps = text.str.match(STEP_RANGE)
+    if arm is not None:
+        steps &= text.str.endswith(f" {arm}")
+    ranges = table.nvtx[steps]
+    return None if ranges.empty else ranges.sort_values("start_ns")
+
+
+def _step_of_kernels(table: KernelTable, arm: str | None) -> tuple[np.ndarray, np.ndarray, int] | None:
+    """Each kernel's step index, whether it lies inside that step's range, and the number of steps."""
+    ranges = _step_ranges(table, arm)
+    if ranges is None:
         return None
-    ranges = ranges.sort_values("start_ns")
     starts = ranges["start_ns"].to_numpy(dtype=np.int64)
     ends = ranges["end_ns"].to_numpy(dtype=np.int64)
     kernel_start = table.kernels["start_ns"].to_numpy(dtype=np.int64)
@@ -38,9 +49,10 @@ def _step_of_kernels(table: KernelTable) -> tuple[np.ndarray, np.ndarray, int] |
     return step, inside, len(starts)
 
 
-def kernel_ns_by_step(table: KernelTable) -> list[int] | None:
-    """Total kernel time inside each ``step i`` range, in step order; None without such ranges."""
-    found = _step_of_kernels(table)
+def kernel_ns_by_step(table: KernelTable, arm: str | None = None) -> list[int] | None:
+    """Total kernel time inside each step range (``arm``'s only, where given), in step order; None without such
+    ranges."""
+    found = _step_of_kernels(table, arm)
     if found is None:
         return None
     step, inside, count = found
@@ -48,16 +60,21 @@ def kernel_ns_by_step(table: KernelTable) -> list[int] | None:
     return [int(t) for t in totals]
 
 
-def within_steps(table: KernelTable) -> KernelTable | None:
-    """The table with only the kernels inside ``step i`` ranges, each with its step; None where the trace marks
-    no steps.
+def within_steps(table: KernelTable, arm: str | None = None) -> KernelTable | None:
+    """The table with only the kernels inside step ranges (``arm``'s only, where given), each with its step; None
+    where the trace marks no such steps.
 
     What a capture holds outside the measured steps (the worker's settling step right after
-    the tracer started, a stray launch before the first range) is not a step's work.
+    the tracer started, a stray launch before the first range, the other arm's steps of an
+    in-process pair) is not a step's work. The table keeps only the step ranges it was cut to.
     """
-    found = _step_of_kernels(table)
+    found = _step_of_kernels(table, arm)
     if found is None:
         return None
     step, inside, _count = found
     kernels = table.kernels[inside].reset_index(drop=True)
-    return replace(table, kernels=kernels.assign(step=pd.array(step[inside], dtype="Int64")))
+    nvtx = table.nvtx
+    if arm is not None and nvtx is not None:
+        text = nvtx["text"].astype(str)
+        nvtx = nvtx[~text.str.match(STEP_RANGE) | text.str.endswith(f" {arm}")].reset_index(drop=True)
+    return replace(table, kernels=kernels.assign(step=pd.array(step[inside], dtype="Int64")), nvtx=nvtx)

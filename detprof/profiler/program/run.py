@@ -36,7 +36,7 @@ from detprof.profiler.launcher import WorkerLauncher, WorkerProcess
 from detprof.profiler.plan import PlannedRun
 from detprof.profiler.process import Outcome, WorkerEnvironment, spawn, timeout_reason, wait_for_exit
 from detprof.profiler.program.files import SPEC_ENV, InEffect, ProgramSpec, Window, in_effect, read_window
-from detprof.profiler.trace_fields import FAILURE, kernel_fields
+from detprof.profiler.trace_fields import FAILURE, kernel_fields, read_trace
 from detprof.profiler.worker import classify_failure
 from detprof.records import MeasuredRun
 from detprof.store import atomic_write_json
@@ -122,7 +122,8 @@ class ProgramLauncher(WorkerLauncher):
         elif status == "ok" and window is not None:
             steps = len(window.step_wall_ns)
             measured = {"traced_step_wall_ns": window.step_wall_ns}
-            measured |= kernel_fields(self.store, run.run_id, worker.trace_path, steps, settling=0)
+            assert worker.trace_path is not None, "a run that measures kernels is traced"
+            measured |= kernel_fields(self.store, run.run_id, read_trace(worker.trace_path), steps, settling=0)
             if FAILURE in measured:
                 status, reason = "failed", measured.pop(FAILURE)
         worker.command = worker.command or argv

@@ -48,7 +48,7 @@ import re
 import zlib
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import msgspec
@@ -493,6 +493,9 @@ class _Ranges:
 
     starts: np.ndarray
     ends: np.ndarray
+    names: tuple[str, ...] = ()
+    """The steps' range names (``step_split``'s), where known: detprof's markers as they are (``step 3 default`` where
+    one process ran two arms), ``ProfilerStep#N`` numbered as detprof's."""
 
     def __len__(self) -> int:
         return len(self.starts)
@@ -508,7 +511,13 @@ class _Ranges:
 
     def table(self) -> pd.DataFrame:
         bounds = zip(self.starts.tolist(), self.ends.tolist(), strict=True)
-        return range_table([(step_range_name(i), start, end) for i, (start, end) in enumerate(bounds)])
+        names = self.names or tuple(step_range_name(i) for i in range(len(self)))
+        return range_table([(name, start, end) for name, (start, end) in zip(names, bounds, strict=True)])
+
+    def named(self, steps: list[_Event]) -> _Ranges:
+        """These ranges named after ``steps`` (``_step_annotations``)."""
+        names = tuple(e.name if _DETPROF_STEP.match(e.name) else step_range_name(i) for i, e in enumerate(steps))
+        return replace(self, names=names)
 
 
 def _step_annotations(events: _Events) -> list[_Event]:
@@ -549,8 +558,8 @@ def _gpu_steps(start: np.ndarray, end: np.ndarray, step: np.ndarray, events: _Ev
         return None
     gpu = _gpu_annotation_ranges(annotations, events.gpu_annotations)
     if gpu is not None and np.array_equal(gpu.index_of(start), step):
-        return gpu.table()
-    return _kernel_time_ranges(start, end, step, len(annotations)).table()
+        return gpu.named(annotations).table()
+    return _kernel_time_ranges(start, end, step, len(annotations)).named(annotations).table()
 
 
 def _gpu_annotation_ranges(steps: list[_Event], gpu_annotations: list[_Event]) -> _Ranges | None:
@@ -741,6 +750,6 @@ def _cpu_table(source: str, trace: _Trace, events: _Events) -> KernelTable:
         format="kineto-cpu-json",
         kernels=conform(frame, KERNEL_DTYPES),
         devices=[Device(id=0, name=host)],
-        nvtx=_cpu_ranges(steps).table() if steps else None,
+        nvtx=_cpu_ranges(steps).named(steps).table() if steps else None,
         cpu_ops=True,
     )

@@ -1,0 +1,170 @@
+"""Time to a conclusive answer: the old fixed design against the new one, side by side in one run.
+
+Target (issue "Time to a conclusive answer"): on PyTorch and JAX, the new design (both modes in one
+process per repeat, steps sized to the machine, repeats added until the interval is within +/-2%:
+``detprof sweep --precision 2%``) reaches +/-2% on kernel time in at most 60% of the wall time
+the old one takes (a process per mode stepped in lockstep, 80 steps per phase, a fixed number of
+repeats: ``--pairing processes --steps 80 --precision off``), per model of the default preset;
+and an A/A calibration of each design (both arms deterministic, alternated the same way) holds
+1.00, the in-process one no wider than the two-process one, and Stein's two-stage rule on the
+recorded A/A repeats covers 1.00 at least 95% of the time.
+
+How the old design's time to +/-2% is read: its repeats in order, the first k whose paired
+t-interval is within +/-2% (a rule that favours it: stopping on a t-interval's own width covers
+less than it says), at the time its k-th repeat ended; where no k of those measured does, the
+repeats its interval asks for (``intervals.repeats_for_precision``) times its mean repeat.
+Each model's time is its pairs' durations plus its share of each session's start-up. The
+coverage simulation resamples each design's recorded A/A repeats (ln(b/a) per repeat, pooled
+over models, not centred: an offset between the arms counts against it) into studies that run
+Stein's rule, and counts the intervals that hold 0.
+
+``python -m benchmarks.bench_time_to_answer [--backends torch,jax] [--models ...] [--old-repeats 6]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from detprof.analysis.overhead import model_overheads, paired_log_ratios
+from detprof.intervals import paired_t, repeats_for_precision, stein_interval, stein_repeats
+from detprof.profiler.presets import PRESETS
+from detprof.store import ResultsStore
+
+TARGET = 0.60
+PRECISION = 0.02
+FIRST_STAGE = PRESETS["cpu-small"]["repeats"]
+SIMULATED_STUDIES = 20_000
+COMMON = ["--gpu", "cpu", "--no-report"]
+OLD = ["--pairing", "processes", "--steps", str(PRESETS["cpu-small"]["steps"]), "--precision", "off"]
+
+
+def _sweep(backend: str, models: str, out: Path, *args: str) -> list[dict[str, Any]]:
+    command = [sys.executable, "-m", "detprof.cli", "sweep", "--backend", backend, "--models", models, *COMMON]
+    subprocess.run([*command, *args, "--out", str(out)], check=True, capture_output=True)
+    kind = "calibration" if "--calibrate" in args else "sweep"
+    return list(ResultsStore(out, kind).records())
+
+
+def _seconds_per_model(records: Sequence[Mapping[str, Any]]) -> dict[str, list[float]]:
+    """Per model, the time each of its repeats took in order: its pair, and its share of its session's start-up."""
+    runs = pd.DataFrame(records)
+    runs["start"] = pd.to_datetime(runs["started_at"])
+    runs["end"] = pd.to_datetime(runs["finished_at"])
+    by_pair = runs.groupby(["repeat", "model"])
+    pairs = by_pair.agg(start=("start", "min"), end=("end", "max"), took=("duration_s", "max"))
+    sessions = pairs.groupby(level="repeat").agg(start=("start", "min"), end=("end", "max"), paired=("took", "sum"))
+    # A session's span misses the process start before its first pair: the next session's start marks it.
+    following = sessions["start"].shift(-1).fillna(sessions["end"])
+    spent = (following - sessions["start"]).dt.total_seconds().clip(lower=sessions["paired"])
+    overhead = (spent - sessions["paired"]) / pairs.groupby(level="repeat").size()
+    seconds: dict[str, list[float]] = {}
+    for (repeat, model), pair in pairs.iterrows():
+        seconds.setdefault(str(model), []).append(float(pair["took"] + overhead[repeat]))
+    return seconds
+
+
+def _old_time_to_precision(logs: Sequence[float], seconds: Sequence[float]) -> tuple[float, str]:
+    """The time the old design took to reach +/-``PRECISION`` (or would, extrapolated), and how it was read."""
+    for k in range(2, len(logs) + 1):
+        interval = paired_t(logs[:k])
+        if interval is not None and interval.precision is not None and interval.precision <= PRECISION:
+            return sum(seconds[:k]), f"reached in {k} repeats"
+    interval = paired_t(logs)
+    need = None if interval is None else repeats_for_precision(interval, PRECISION)
+    if need is None:
+        return math.inf, f"not reached in {len(logs)} repeats, no spread to extrapolate from"
+    return need * float(np.mean(seconds)), f"not reached in {len(logs)} repeats: {need} extrapolated"
+
+
+def _coverage(units: Sequence[float], rng: np.random.Generator) -> float:
+    """How often Stein's rule, run on repeats drawn from ``units``, gives an interval that holds 0."""
+    pool = np.asarray(units)
+    held = 0
+    for _ in range(SIMULATED_STUDIES):
+        first = list(rng.choice(pool, FIRST_STAGE))
+        more = min(stein_repeats(first, PRECISION), 200) - FIRST_STAGE
+        interval = stein_interval(first + list(rng.choice(pool, more)), FIRST_STAGE)
+        held += interval is not None and interval.ci_low <= 1.0 <= interval.ci_high
+    return held / SIMULATED_STUDIES
+
+
+def _aa(backend: str, models: str, out: Path, repeats: int, design: Sequence[str]) -> tuple[list[float], Any]:
+    """An A/A calibration: its per-repeat kernel log ratios (every model's), and its intervals per model."""
+    records = _sweep(backend, models, out, "--calibrate", "--repeats", str(repeats), *design)
+    units = [value for logs in paired_log_ratios(records, "kernel").values() for value in logs]
+    return units, model_overheads(records)
+
+
+def _backend(backend: str, models: str, old_repeats: int, aa_repeats: int, tmp: Path) -> bool:
+    print(f"-- {backend}: {models}")
+    new = _sweep(backend, models, tmp / f"{backend}-new", "--precision", f"{PRECISION:.0%}")
+    old = _sweep(backend, models, tmp / f"{backend}-old", *OLD, "--repeats", str(old_repeats))
+    new_seconds, old_seconds = _seconds_per_model(new), _seconds_per_model(old)
+    new_overheads, old_logs = model_overheads(new), paired_log_ratios(old, "kernel")
+    passed = True
+    for model in models.split(","):
+        kernel = new_overheads[model].kernel
+        reached = kernel is not None and kernel.precision is not None and kernel.precision <= PRECISION
+        new_time = sum(new_seconds[model])
+        old_time, how = _old_time_to_precision(old_logs.get(model, []), old_seconds.get(model, []))
+        ratio = new_time / old_time if reached else math.inf
+        ok = ratio <= TARGET
+        passed &= ok
+        got = f"+/-{kernel.precision:.1%} in {kernel.n} repeats" if kernel and kernel.precision else "no interval"
+        print(
+            f"{'PASS' if ok else 'FAIL'}  {model}: new {new_time:6.1f} s ({got}), old {old_time:6.1f} s ({how}): "
+            f"{ratio:.2f}x (target <= {TARGET:.2f}x)"
+        )
+    rng = np.random.default_rng(0)
+    widths = {}
+    for name, design in (("in-process", ["--precision", "off"]), ("two-process", OLD)):
+        units, intervals = _aa(backend, models, tmp / f"{backend}-aa-{name}", aa_repeats, design)
+        coverage = _coverage(units, rng)
+        held = all(o.kernel is not None and o.kernel.ci_low <= 1.0 <= o.kernel.ci_high for o in intervals.values())
+        halves = [o.kernel.precision for o in intervals.values() if o.kernel is not None and o.kernel.precision]
+        widths[name] = float(np.mean(halves))
+        said = ", ".join(
+            f"{model} {o.kernel.ratio:.3f}x [{o.kernel.ci_low:.3f}, {o.kernel.ci_high:.3f}]"
+            for model, o in intervals.items()
+            if o.kernel is not None
+        )
+        ok = held and coverage >= 0.95
+        passed &= ok
+        print(f"{'PASS' if ok else 'FAIL'}  A/A {name}: {said}; Stein's rule on its repeats covers 1.00 {coverage:.1%}")
+    narrower = widths["in-process"] <= widths["two-process"]
+    passed &= narrower
+    print(
+        f"{'PASS' if narrower else 'FAIL'}  A/A mean half-width: in-process +/-{widths['in-process']:.1%}, "
+        f"two-process +/-{widths['two-process']:.1%}"
+    )
+    return passed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--backends", default="torch,jax")
+    parser.add_argument("--models", default=",".join(PRESETS["cpu-small"]["models"]))
+    parser.add_argument("--old-repeats", type=int, default=6, help="the old preset's repeats")
+    parser.add_argument("--aa-repeats", type=int, default=8)
+    args = parser.parse_args(argv or [])
+    print(f"== time to +/-{PRECISION:.0%}: the old fixed design against the new one (target {TARGET:.0%} of its time)")
+    with tempfile.TemporaryDirectory(prefix="detprof-bench-answer-") as tmp:
+        results = [
+            _backend(backend, args.models, args.old_repeats, args.aa_repeats, Path(tmp))
+            for backend in args.backends.split(",")
+        ]
+    return 0 if all(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

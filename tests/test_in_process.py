@@ -1,0 +1,218 @@
+"""Both modes in one process, a step of each in turn: PyTorch flips its switches between steps, JAX compiles its
+step once per mode (``Backend.arm_steps``, ``worker.run_arms``).
+
+Real sweeps on each backend that can, at a tiny size: the records of a pair share one process and one trace, each
+arm's steps are marked apart in it and read apart from it, and each arm reports what it had in effect. An op that
+refuses determinism fails its own arm only. The step split is checked on a table built here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from detprof.cli import main
+from detprof.profiler.worker_spec import MIN_SIZED_STEPS, sized_steps, typical_step_ns
+from detprof.store import ResultsStore
+from detprof.traces.kernel_table import KernelTable
+from detprof.traces.parsers import load_trace
+from detprof.traces.step_split import kernel_ns_by_step, step_range_name, within_steps
+
+TINY = ["--gpu", "cpu", "--input-size", "16", "--batch-size", "8", "--steps", "4", "--warmup", "2"]
+STEPS = 4
+
+
+def _table(ranges: list[tuple[str, int, int]], kernels: list[tuple[int, int]]) -> KernelTable:
+    nvtx = pd.DataFrame(ranges, columns=["text", "start_ns", "end_ns"])
+    frame = pd.DataFrame({"name": [f"k{i}" for i in range(len(kernels))], "start_ns": [s for s, _ in kernels]})
+    frame["dur_ns"] = [d for _, d in kernels]
+    return KernelTable("synthetic", "kineto-cpu-json", kernels=frame, nvtx=nvtx, cpu_ops=True)
+
+
+def test_each_arms_steps_are_read_apart_from_one_trace() -> None:
+    arms = ("deterministic", "default")
+    starts = [(step_range_name(i, arm), 100 + 100 * (2 * i + k)) for i in range(3) for k, arm in enumerate(arms)]
+    ranges = [(name, start, start + 90) for name, start in starts]
+    kernels = [(110 + 100 * j, 10 + j) for j in range(6)] + [(5, 7)]  # the last: before any step (settling)
+    table = _table([*ranges, ("layer:conv1", 0, 700)], kernels)
+    assert kernel_ns_by_step(table, "deterministic") == [10, 12, 14]
+    assert kernel_ns_by_step(table, "default") == [11, 13, 15]
+    assert kernel_ns_by_step(table) == [10, 11, 12, 13, 14, 15]
+    default = within_steps(table, "default")
+    assert default is not None and default.kernels["name"].tolist() == ["k1", "k3", "k5"]
+    assert default.kernels["step"].tolist() == [0, 1, 2]
+    assert default.nvtx is not None and sorted(default.nvtx["text"]) == [
+        "layer:conv1",
+        "step 0 default",
+        "step 1 default",
+        "step 2 default",
+    ]
+    assert kernel_ns_by_step(default) == [11, 13, 15]
+    assert within_steps(table, "a") is None
+
+
+def test_steps_are_sized_to_the_machine_within_their_bounds() -> None:
+    assert sized_steps(80, None, 40_000_000) == 80
+    assert sized_steps(80, 3.0, 40_000_000) == 75
+    assert sized_steps(80, 3.0, 10_000_000) == 80
+    assert sized_steps(80, 3.0, 2_000_000_000) == MIN_SIZED_STEPS
+    assert sized_steps(3, 3.0, 2_000_000_000) == 3
+    assert sized_steps(80, 3.0, 0) == 80
+    assert typical_step_ns([900, 50, 40, 42, 41]) == 41
+    assert typical_step_ns([]) == 0
+
+
+def _records(out: Path) -> dict[str, dict[str, Any]]:
+    return {r["run_id"]: r for r in ResultsStore(out, "sweep").records()}
+
+
+def _sweep(tmp_path: Path, backend: str, *more: str, models: str = "smallcnn") -> dict[str, dict[str, Any]]:
+    out = tmp_path / "res"
+    args = ["sweep", "--backend", backend, "--models", models, "--repeats", "2", "--precision", "off", *TINY]
+    assert main([*args, *more, "--no-report", "--out", str(out)]) == 0
+    return _records(out)
+
+
+def _check_pairs(out: Path, records: dict[str, dict[str, Any]], model: str) -> None:
+    """Each repeat's two runs: one process and one trace, each arm's steps marked apart in turn, read apart."""
+    for repeat in (0, 1):
+        det, default = records[f"{model}--deterministic--r{repeat}"], records[f"{model}--default--r{repeat}"]
+        for rec in (det, default):
+            assert rec["status"] == "ok", rec["reason"]
+            assert rec["pairing"] == "in_process" and rec["steps"] == STEPS and rec["cpu_core"] in (0, 1)
+            assert len(rec["step_wall_ns"]) == len(rec["step_kernel_ns"]) == STEPS
+        assert det["trace_file"] == default["trace_file"] and det["command"] == default["command"]
+        assert det["settings"]["op_determinism"] is True and default["settings"]["op_determinism"] is False
+        trace = load_trace(out / "sweep" / det["trace_file"])
+        assert trace.nvtx is not None
+        marks = [t for t in trace.nvtx.sort_values("start_ns")["text"] if t.startswith("step ")]
+        first = "deterministic" if repeat == 0 else "default"  # the modes' order alternates by repeat
+        second = "default" if repeat == 0 else "deterministic"
+        assert marks == [step_range_name(i, arm) for i in range(STEPS) for arm in (first, second)]
+        for rec, arm in ((det, "deterministic"), (default, "default")):
+            assert rec["step_kernel_ns"] == kernel_ns_by_step(trace, arm)
+            table = ResultsStore(out, "sweep").read_table(rec["kernel_table"])
+            assert table["dur_ns"].sum() == sum(rec["step_kernel_ns"])
+
+
+@pytest.mark.slow
+def test_torch_runs_both_modes_in_one_process_a_step_of_each_in_turn(tmp_path: Path) -> None:
+    records = _sweep(tmp_path, "torch")
+    _check_pairs(tmp_path / "res", records, "smallcnn")
+    det, default = records["smallcnn--deterministic--r0"], records["smallcnn--default--r0"]
+    assert det["settings"]["knobs"]["torch.use_deterministic_algorithms"] is True
+    assert default["settings"]["knobs"]["torch.use_deterministic_algorithms"] is False
+    assert "the arms in turn in one process" in det["train_step"]
+
+
+@pytest.mark.slow
+def test_jax_compiles_its_step_once_per_mode(tmp_path: Path) -> None:
+    records = _sweep(tmp_path, "jax")
+    _check_pairs(tmp_path / "res", records, "smallcnn")
+    det, default = records["smallcnn--deterministic--r0"], records["smallcnn--default--r0"]
+    assert det["settings"]["compiler_options"] == {"xla_gpu_deterministic_ops": True}
+    assert default["settings"]["compiler_options"] == {}
+    # Traced with XLA_FLAGS as its own process would have it, for Python code that reads it.
+    assert det["settings"]["xla_flags"] == "--xla_gpu_deterministic_ops=true" and default["settings"]["xla_flags"] == ""
+
+
+REFUSING = '''
+import keras
+import torch
+
+
+class Unpool(keras.layers.Layer):
+    """Max pooling and back: PyTorch has no deterministic max_unpool2d, on any device."""
+
+    def call(self, x):
+        channels_first = torch.permute(x, (0, 3, 1, 2))
+        pooled, indices = torch.nn.functional.max_pool2d(channels_first, 2, return_indices=True)
+        return torch.permute(torch.nn.functional.max_unpool2d(pooled, indices, 2), (0, 2, 3, 1))
+
+
+def model(input_shape, classes):
+    inputs = keras.Input(input_shape)
+    x = keras.layers.Conv2D(4, 3, padding="same", name="conv")(inputs)
+    x = Unpool(name="unpool")(x)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    return keras.Model(inputs, keras.layers.Dense(classes)(x))
+'''
+
+
+@pytest.mark.slow
+def test_an_op_that_refuses_determinism_fails_its_own_arm_only(tmp_path: Path) -> None:
+    source = tmp_path / "refusing.py"
+    source.write_text(textwrap.dedent(REFUSING))
+    records = _sweep(tmp_path, "torch", models=f"{source}:model")
+    for repeat in (0, 1):
+        det, default = records[f"model--deterministic--r{repeat}"], records[f"model--default--r{repeat}"]
+        assert det["status"] == "unsupported" and "max_unpool" in det["reason"]
+        assert det["finding"]["layer"] == "unpool"
+        assert default["status"] == "ok" and len(default["step_kernel_ns"]) == STEPS
+        assert default["trace_file"] == f"traces/{'+'.join(_pair_name(repeat))}.pt.trace.json"
+
+
+@pytest.mark.slow
+def test_an_aa_calibration_in_one_process_contains_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "res"
+    args = ["sweep", "--calibrate", "--backend", "torch", "--models", "smallcnn", "--repeats", "4"]
+    assert main([*args, "--precision", "off", *TINY, "--steps", "10", "--out", str(out)]) == 0
+    records = list(ResultsStore(out, "calibration").records())
+    assert {r["arm"] for r in records} == {"a", "b"} and {r["pairing"] for r in records} == {"in_process"}
+    assert all(r["settings"]["op_determinism"] is True for r in records)
+    printed = capsys.readouterr().out
+    kernel = re.search(r"smallcnn\s+│\s+(\S+)x \[(\S+), (\S+)\]", printed)
+    assert kernel is not None, printed
+    low, high = float(kernel.group(2)), float(kernel.group(3).rstrip("]x"))
+    assert low <= 1.0 <= high, printed
+
+
+@pytest.mark.slow
+def test_a_sweep_adds_repeats_until_its_budget_is_spent_and_says_what_is_left(tmp_path: Path) -> None:
+    """An unreachable precision: repeats are added while the next fits the budget, and the summary names the rest."""
+    out = tmp_path / "res"
+    args = ["sweep", "--backend", "torch", "--models", "smallcnn", "--repeats", "2", *TINY, "--steps", "3"]
+    done = _cli([*args, "--precision", "0.01%", "--budget", "45s", "--no-report", "--out", str(out)])
+    assert done.returncode == 0, done.stderr[-2000:]
+    records = list(ResultsStore(out, "sweep").records())
+    repeats = {r["repeat"] for r in records}
+    assert len(repeats) > 2 and len(records) == 2 * len(repeats)
+    assert all(r["first_stage"] == 2 and r["precision"] == 0.0001 for r in records)
+    started = min(r["started_at"] for r in records)
+    finished = max(r["finished_at"] for r in records)
+    assert (pd.Timestamp(finished) - pd.Timestamp(started)).total_seconds() < 45 + 30
+    said = " ".join(done.stdout.split())
+    assert "kernel time +/-" in said and f"after {len(repeats)} repeats: not within +/-0.0%" in said
+    assert "more repeats would settle it" in said
+    assert "for +/-0% (repeats so far of needed: smallcnn 2 of" in " ".join(done.stderr.split())
+    settled = tmp_path / "settled"
+    done = _cli([*args, "--precision", "90%", "--no-report", "--out", str(settled)])
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert {r["repeat"] for r in ResultsStore(settled, "sweep").records()} == {0, 1}
+    assert "within +/-90.0%" in done.stdout
+
+
+def _pair_name(repeat: int) -> tuple[str, str]:
+    """The trace of a pair is named after its first run and the other's mode, which alternate by repeat."""
+    return ("model--deterministic--r0", "default") if repeat == 0 else ("model--default--r1", "deterministic")
+
+
+def _cli(args: list[str]) -> Any:
+    import subprocess
+
+    return subprocess.run([sys.executable, "-m", "detprof.cli", *args], capture_output=True, text=True)
+
+
+def test_records_of_a_pair_name_how_it_was_paired() -> None:
+    from detprof.records import pair_log_ratio
+
+    base = {"pairing": "in_process", "step_kernel_ns": [100, 100, 100], "kernel_ns_per_step": 100.0}
+    other = {"pairing": "in_process", "step_kernel_ns": [110, 200, 111], "kernel_ns_per_step": 140.0}
+    assert pair_log_ratio(base, other, "kernel") == pytest.approx(json.loads("0.1043600153242437"))
