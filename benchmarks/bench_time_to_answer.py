@@ -5,20 +5,23 @@ process per repeat, steps sized to the machine, repeats added until the interval
 ``detprof sweep --precision 2%``) reaches +/-2% on kernel time in at most 60% of the wall time
 the old one takes (a process per mode stepped in lockstep, 80 steps per phase, a fixed number of
 repeats: ``--pairing processes --steps 80 --precision off``), per model of the default preset;
-and an A/A calibration of each design (both arms deterministic, alternated the same way) holds
-1.00, the in-process one no wider than the two-process one, and Stein's two-stage rule on the
-recorded A/A repeats covers 1.00 at least 95% of the time.
+and an A/A calibration of each design (both arms deterministic, alternated the same way, the
+same 80 steps) holds 1.00, the in-process one no wider than the two-process one, and Stein's
+two-stage rule on the recorded A/A repeats covers the truth at least 95% of the time.
 
 How the old design's time to +/-2% is read: its repeats in order, the first k whose paired
 t-interval is within +/-2% (a rule that favours it: stopping on a t-interval's own width covers
 less than it says), at the time its k-th repeat ended; where no k of those measured does, the
 repeats its interval asks for (``intervals.repeats_for_precision``) times its mean repeat.
-Each model's time is its pairs' durations plus its share of each session's start-up. The
-coverage simulation resamples each design's recorded A/A repeats (ln(b/a) per repeat, pooled
-over models, not centred: an offset between the arms counts against it) into studies that run
-Stein's rule, and counts the intervals that hold 0.
+Each model's time is its pairs' durations plus its share of each session's start-up. Two
+things make an A/A answer honest, and each is checked apart: the design has no offset between
+its arms (each A/A interval holds 1.00), and Stein's rule covers the true ratio given the shape
+and spread that real repeats have (not the normal ones ``tests/test_precision.py`` draws). For
+the second, each design's recorded A/A repeats (ln(b/a) per repeat, from its per-step times) are
+centred per model, pooled, and resampled into studies that run Stein's rule; the share of their
+intervals that hold the truth, 0, is the coverage.
 
-``python -m benchmarks.bench_time_to_answer [--backends torch,jax] [--models ...] [--old-repeats 6]``
+``python -m benchmarks.bench_time_to_answer [--backends torch,jax] [--models ...] [--old-repeats 6] [--keep DIR]``
 """
 
 from __future__ import annotations
@@ -86,9 +89,10 @@ def _old_time_to_precision(logs: Sequence[float], seconds: Sequence[float]) -> t
     return need * float(np.mean(seconds)), f"not reached in {len(logs)} repeats: {need} extrapolated"
 
 
-def _coverage(units: Sequence[float], rng: np.random.Generator) -> float:
-    """How often Stein's rule, run on repeats drawn from ``units``, gives an interval that holds 0."""
-    pool = np.asarray(units)
+def _coverage(units: Mapping[str, Sequence[float]], rng: np.random.Generator) -> float:
+    """How often Stein's rule, run on repeats drawn from ``units`` (each model's centred on its mean), gives an
+    interval that holds the truth."""
+    pool = np.concatenate([np.asarray(logs) - np.mean(logs) for logs in units.values() if len(logs) > 1])
     held = 0
     for _ in range(SIMULATED_STUDIES):
         first = list(rng.choice(pool, FIRST_STAGE))
@@ -98,16 +102,15 @@ def _coverage(units: Sequence[float], rng: np.random.Generator) -> float:
     return held / SIMULATED_STUDIES
 
 
-def _aa(backend: str, models: str, out: Path, repeats: int, design: Sequence[str]) -> tuple[list[float], Any]:
-    """An A/A calibration: its per-repeat kernel log ratios (every model's), and its intervals per model."""
+def _aa(backend: str, models: str, out: Path, repeats: int, design: Sequence[str]) -> tuple[dict[str, Any], Any]:
+    """An A/A calibration: its per-repeat kernel log ratios per model, and its intervals per model."""
     records = _sweep(backend, models, out, "--calibrate", "--repeats", str(repeats), *design)
-    units = [value for logs in paired_log_ratios(records, "kernel").values() for value in logs]
-    return units, model_overheads(records)
+    return paired_log_ratios(records, "kernel"), model_overheads(records)
 
 
 def _backend(backend: str, models: str, old_repeats: int, aa_repeats: int, tmp: Path) -> bool:
     print(f"-- {backend}: {models}")
-    new = _sweep(backend, models, tmp / f"{backend}-new", "--precision", f"{PRECISION:.0%}")
+    new = _sweep(backend, models, tmp / f"{backend}-new", "--precision", f"{PRECISION:.0%}", "--budget", "1h")
     old = _sweep(backend, models, tmp / f"{backend}-old", *OLD, "--repeats", str(old_repeats))
     new_seconds, old_seconds = _seconds_per_model(new), _seconds_per_model(old)
     new_overheads, old_logs = model_overheads(new), paired_log_ratios(old, "kernel")
@@ -127,7 +130,7 @@ def _backend(backend: str, models: str, old_repeats: int, aa_repeats: int, tmp: 
         )
     rng = np.random.default_rng(0)
     widths = {}
-    for name, design in (("in-process", ["--precision", "off"]), ("two-process", OLD)):
+    for name, design in (("in-process", [*OLD[2:], "--pairing", "in-process"]), ("two-process", OLD)):
         units, intervals = _aa(backend, models, tmp / f"{backend}-aa-{name}", aa_repeats, design)
         coverage = _coverage(units, rng)
         held = all(o.kernel is not None and o.kernel.ci_low <= 1.0 <= o.kernel.ci_high for o in intervals.values())
@@ -140,7 +143,7 @@ def _backend(backend: str, models: str, old_repeats: int, aa_repeats: int, tmp: 
         )
         ok = held and coverage >= 0.95
         passed &= ok
-        print(f"{'PASS' if ok else 'FAIL'}  A/A {name}: {said}; Stein's rule on its repeats covers 1.00 {coverage:.1%}")
+        print(f"{'PASS' if ok else 'FAIL'}  A/A {name}: {said}; Stein's rule on its repeats covers {coverage:.1%}")
     narrower = widths["in-process"] <= widths["two-process"]
     passed &= narrower
     print(
@@ -156,11 +159,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", default=",".join(PRESETS["cpu-small"]["models"]))
     parser.add_argument("--old-repeats", type=int, default=6, help="the old preset's repeats")
     parser.add_argument("--aa-repeats", type=int, default=8)
+    parser.add_argument("--keep", type=Path, help="keep every study measured in this folder (default: none kept)")
     args = parser.parse_args(argv or [])
     print(f"== time to +/-{PRECISION:.0%}: the old fixed design against the new one (target {TARGET:.0%} of its time)")
     with tempfile.TemporaryDirectory(prefix="detprof-bench-answer-") as tmp:
+        folder = args.keep or Path(tmp)
         results = [
-            _backend(backend, args.models, args.old_repeats, args.aa_repeats, Path(tmp))
+            _backend(backend, args.models, args.old_repeats, args.aa_repeats, folder)
             for backend in args.backends.split(",")
         ]
     return 0 if all(results) else 1

@@ -263,11 +263,12 @@ def test_dry_run_pins_the_chosen_gpu_by_its_uuid(monkeypatch, capsys, tmp_path) 
 
 
 def test_dry_run_on_the_cpu_shows_the_lockstep_sessions(monkeypatch, capsys, tmp_path) -> None:
-    code, out, _ = dry_run(monkeypatch, capsys, tmp_path, "--gpu", "cpu", "--models", "smallcnn", "--repeats", "2")
+    args = ("--gpu", "cpu", "--models", "smallcnn", "--repeats", "2", "--precision", "2%")
+    code, out, _ = dry_run(monkeypatch, capsys, tmp_path, *args)
     assert code == 0
     assert "lockstep" in out and "session.json" in out and "CUDA_VISIBLE_DEVICES" not in out
     assert out.count("wall time from up to 80 untraced steps, then kernel time from up to 80 traced steps") == 4
-    assert "as many per phase as take 3 s (at most 80)" in out
+    assert "as many per phase as take 0.25 s (at most 80)" in out
     assert "within +/-2.0%, as many as its first 2 repeats' spread asks for" in out
     assert not list(tmp_path.iterdir())
 

@@ -158,3 +158,25 @@ def test_torch_keeps_a_process_per_mode_where_a_switch_is_read_once() -> None:
     assert get("tensorflow").shared_process_refusal([frozenset(), frozenset()], compile=False) is not None
     with pytest.raises(UsageError):
         parse_precision("-1%")
+
+
+@pytest.mark.parametrize(
+    ("args", "adds"),
+    [
+        ((), "Then repeats 4, 5, ... of each model whose interval is not yet within +/-2.0%, as many as its first 4"),
+        (("--repeats", "3"), None),
+        (("--repeats", "3", "--precision", "5%"), "not yet within +/-5.0%, as many as its first 3 repeats' spread"),
+        (("--precision", "off"), None),
+    ],
+)
+def test_the_preset_adds_repeats_unless_the_repeats_are_given(
+    args: tuple[str, ...], adds: str | None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``cpu-small`` asks for +/-2% within 90 s; ``--repeats N`` alone is N repeats, no more."""
+    assert main(["sweep", "--dry-run", "--models", "smallcnn", "--gpu", "cpu", *args]) == ExitCode.OK
+    out = " ".join(capsys.readouterr().out.split())
+    if adds is None:
+        assert "Then repeats" not in out
+    else:
+        assert adds in out
+    assert ("while the next repeat fits in 90 s" in out) is (adds is not None)

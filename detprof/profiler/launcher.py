@@ -366,40 +366,23 @@ class WorkerLauncher:
         self, pairs: Sequence[ModePair], cpu_core: int | None
     ) -> Iterator[list[tuple[WorkerProcess, WorkerProcess]]]:
         """One worker process that measures ``pairs`` in order, both arms of each, saying when each is done."""
-        control_read, control_write = os.pipe()
         sessions = [self._pair_workers(pair) for pair in pairs]
         for workers in sessions:
             for worker in workers:
                 worker.make_room()
             workers[0].log_path.write_bytes(b"")
-        spec_path = self._session_spec_path(pairs[0][0])
-        specs = [
-            [self.spec(w, cpu_core=cpu_core, control_fd=control_write, arm=w.arm).to_json() for w in workers]
-            for workers in sessions
-        ]
-        atomic_write_json(spec_path, {"pairs": specs})
+
+        def spec(control_fd: int) -> dict[str, Any]:
+            def arm(worker: WorkerProcess) -> dict[str, Any]:
+                return self.spec(worker, cpu_core=cpu_core, control_fd=control_fd, arm=worker.arm).to_json()
+
+            return {"pairs": [[arm(worker) for worker in workers] for workers in sessions]}
+
         first = sessions[0][0]
+        spec_path = self._session_spec_path(pairs[0][0])
         command = self.tracer_of(first.run).command(worker_command(spec_path), first.trace_base)
-        proc = spawn(command, self.environment.worker_env(), first.log_path, control_write=control_write)
-        os.close(control_write)
-        control = os.fdopen(control_read)
-        for workers in sessions:
-            for worker in workers:
-                worker.command, worker.spec_path, worker.proc, worker.control = command, spec_path, proc, control
-        try:
+        with self._controlled([w for ws in sessions for w in ws], spec, spec_path, command):
             yield sessions
-            if proc.stdin is not None:
-                proc.stdin.close()
-            proc.wait()
-        except BaseException:
-            kill_group(proc)
-            raise
-        finally:
-            control.close()
-            if proc.stdin is not None:
-                with contextlib.suppress(OSError):
-                    proc.stdin.close()
-            spec_path.unlink(missing_ok=True)
 
     def _pair_workers(self, pair: ModePair) -> tuple[WorkerProcess, WorkerProcess]:
         """Both arms' paths: a record each, one log and one trace for the pair, named after both."""
@@ -419,22 +402,36 @@ class WorkerLauncher:
         """One worker process that measures ``runs`` in order, paced over a control pipe."""
         if self.tracer.wraps_process:
             raise UsageError(f"tracer {self.tracer.name} wraps a process and cannot trace lockstep pairs")
-        control_read, control_write = os.pipe()
         workers = [self.worker_of(run, pairing="lockstep") for run in runs]
         for worker in workers:
             worker.make_room()
             worker.log_path.write_bytes(b"")
-        spec_path = self._session_spec_path(runs[0])
-        specs = [self.spec(worker, cpu_core=cpu_core, control_fd=control_write).to_json() for worker in workers]
-        atomic_write_json(spec_path, {"runs": specs})
-        command = self.session_command(runs)
+
+        def spec(control_fd: int) -> dict[str, Any]:
+            return {"runs": [self.spec(w, cpu_core=cpu_core, control_fd=control_fd).to_json() for w in workers]}
+
+        with self._controlled(workers, spec, self._session_spec_path(runs[0]), self.session_command(runs)):
+            yield workers
+
+    @contextlib.contextmanager
+    def _controlled(
+        self,
+        workers: Sequence[WorkerProcess],
+        spec: Callable[[int], dict[str, Any]],
+        spec_path: Path,
+        command: list[str],
+    ) -> Iterator[None]:
+        """One worker process for ``workers``, answering on a control pipe: its spec (``spec`` of the pipe's end the
+        worker writes to) written, the process started, and, when the caller is done, ended and its spec removed."""
+        control_read, control_write = os.pipe()
+        atomic_write_json(spec_path, spec(control_write))
         proc = spawn(command, self.environment.worker_env(), workers[0].log_path, control_write=control_write)
         os.close(control_write)
         control = os.fdopen(control_read)
         for worker in workers:
             worker.command, worker.spec_path, worker.proc, worker.control = command, spec_path, proc, control
         try:
-            yield workers
+            yield
             if proc.stdin is not None:
                 proc.stdin.close()
             proc.wait()

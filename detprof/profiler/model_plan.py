@@ -128,6 +128,7 @@ class SweepRequest:
                 raise UsageError("--budget bounds the repeats --precision adds: give --precision too")
             values["budget_s"] = None
         shape = own.parse_input_shape(run.input_shape)
+        lengths = values.pop("run_seconds")
         config = SweepConfig.for_target(
             target,
             run,
@@ -136,7 +137,8 @@ class SweepRequest:
             input_shape=None if shape is None else own.shape_text(shape),
             data=run.data,
         )
-        return replace(config, plans=model_plans(config, data, target.backend)), target
+        run_seconds = lengths.get(config.pairing) if isinstance(lengths, dict) else lengths
+        return replace(config, run_seconds=run_seconds, plans=model_plans(config, data, target.backend)), target
 
 
 def _data_path(run: RunOptions) -> Path | None:

@@ -23,7 +23,7 @@ from detprof.models.own import is_own
 from detprof.options import RunOptions
 from detprof.profiler.model_plan import SweepRequest
 from detprof.profiler.plan import MeasurementTarget, PlannedRun, RunSettings, default_results_dir
-from detprof.profiler.presets import PRESETS, STABILITY_MODELS
+from detprof.profiler.presets import PRESETS, STABILITY_MODELS, STABILITY_RUNS
 from detprof.profiler.study import Extend, measure
 from detprof.store import ResultsStore, StudyKind
 from detprof.sweep.plan import plan_repeat, plan_runs
@@ -57,6 +57,8 @@ def measure_sweep(request: SweepRequest, *, calibrate: bool = False, console: Co
     """The models of ``request`` in both modes (or, ``calibrate``, deterministic against itself)."""
     kind: StudyKind = "calibration" if calibrate else "sweep"
     if request.options.ray is not None:
+        if request.options.precision is not None or request.options.budget is not None:
+            raise UsageError("--precision and --budget add repeats on this machine; on a fleet give --repeats")
         return _measure_on_fleet(request, kind, console)
     config, target = request.resolve()
     out = request.options.out or default_results_dir(target.device, target.backend)
@@ -202,7 +204,7 @@ def study_stability(outcome: SweepOutcome, *, console: Console) -> list[Path]:
     """The stability side for the report's overhead-versus-variance pairing, one study per swept model that can
     learn the embedded digits study in its budget; returns each study's summary.
 
-    The embedded default study's size (5 runs per variant on the bundled digits data, the
+    The preset's study size (``STABILITY_RUNS`` per variant on the bundled digits data, the
     default epochs) for every swept model: it must fit in the embedded default's time;
     ``detprof stability --runs 10`` runs the full protocol.
     """
@@ -221,7 +223,8 @@ def study_stability(outcome: SweepOutcome, *, console: Console) -> list[Path]:
         )
     summaries = []
     for model in models:
-        config = study.StudyConfig(model=model, runs=study.EMBEDDED_RUNS, backend=outcome.backend)
+        runs = STABILITY_RUNS.get(outcome.preset or "", study.EMBEDDED_RUNS)
+        config = study.StudyConfig(model=model, runs=runs, backend=outcome.backend)
         result = study.run_study(
             config,
             outcome.out / "stability" / model,
