@@ -10,6 +10,7 @@ another repeat, and what the outputs say of a model the budget left wider than a
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -180,3 +181,13 @@ def test_the_preset_adds_repeats_unless_the_repeats_are_given(
     else:
         assert adds in out
     assert ("while the next repeat fits in 90 s" in out) is (adds is not None)
+
+
+def test_an_interval_just_wider_than_asked_does_not_read_as_the_precision_asked() -> None:
+    """+/-2.02% against +/-2%: one digit would print "+/-2.0%: not within +/-2.0%"."""
+    shape = np.array([-1.0, -1 / 3, 1 / 3, 1.0])
+    t3 = 3.182446305284263
+    scale = 1.003 * math.log1p(PRECISION) * 2 / (t3 * float(np.std(shape, ddof=1)))
+    ratios = [math.exp(0.03 + scale * v) for v in shape]
+    line = model_overheads(_sweep({"edge": ratios}))["edge"].precision_line()
+    assert line is not None and re.search(r"\+/-2\.0\d% after 4 repeats: not within \+/-2\.0%", line), line

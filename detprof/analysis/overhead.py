@@ -57,7 +57,10 @@ class ModelOverhead:
             return None
         if interval.precision is None:
             return f"{metric} time: no interval (fewer than two repeats); not within +/-{asked:.1%}"
-        got = f"{metric} time +/-{interval.precision:.1%} after {interval.n} repeats"
+        # One more digit where one digit would read the same as the precision asked for ("+/-2.0%: not within
+        # +/-2.0%").
+        digits = 2 if f"{interval.precision:.1%}" == f"{asked:.1%}" else 1
+        got = f"{metric} time +/-{interval.precision:.{digits}%} after {interval.n} repeats"
         short = self.precision_short()
         if short is None:
             return f"{got}, within +/-{asked:.1%}"
