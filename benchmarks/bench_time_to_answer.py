@@ -92,9 +92,9 @@ def _old_time_to_precision(logs: Sequence[float], seconds: Sequence[float]) -> t
         if interval is not None and interval.precision is not None and interval.precision <= PRECISION:
             return sum(seconds[:k]), f"reached in {k} repeats"
     interval = paired_t(logs)
-    need = None if interval is None else repeats_for_precision(interval, PRECISION)
     if interval is None:
         return math.inf, f"not reached in {len(logs)} repeats, no spread to extrapolate from"
+    need = repeats_for_precision(interval, PRECISION)
     if need is None:
         return math.inf, f"+/-{interval.precision:.0%} in {len(logs)} repeats: over {SETTLE_LIMIT} needed"
     return need * float(np.mean(seconds)), f"not reached in {len(logs)} repeats: {need} extrapolated"
