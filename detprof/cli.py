@@ -133,7 +133,7 @@ _COMMANDS: dict[str, _Command] = {
     "baseline": _Command(
         "detprof.check.command", "baseline", help="Freeze a sweep's per-repeat overheads as the CI baseline (JSON)."
     ),
-    "check": _Command("detprof.check.command", "check", "CHECK_HELP"),
+    "check": _Command("detprof.sweep.check_command", "check", "CHECK_HELP"),
     "doctor": _Command("detprof.doctor.command", "doctor", "HELP"),
 }
 """Every command, in the order ``detprof --help`` lists them."""

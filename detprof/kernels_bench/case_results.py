@@ -18,7 +18,7 @@ from detprof.analysis.overhead import ModelOverhead, model_overheads
 from detprof.analysis.study_results import per_step_table
 from detprof.errors import InputError
 from detprof.intervals import METRIC_FIELDS, Metric, headline_metric
-from detprof.kernels_bench.cases import CONV_OPS
+from detprof.kernels_bench.op_names import CONV_OPS
 from detprof.store import ResultsStore
 from detprof.traces.kernel_tables import diff
 

@@ -35,12 +35,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from detprof.backends import keras_first_import
 from detprof.errors import UsageError, first_line
+from detprof.kernels_bench.op_names import CONV_OPS
 from detprof.profiler.launcher import call_in_worker
 
 if TYPE_CHECKING:
     import keras
 
-CONV_OPS = ("conv2d_forward", "conv2d_backward_data", "conv2d_backward_filter")
 OTHER_OPS = (
     "depthwise_conv_forward",
     "depthwise_conv_backward_data",

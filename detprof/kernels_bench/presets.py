@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from detprof import backends
-from detprof.kernels_bench.cases import CONV_OPS
+from detprof.kernels_bench.op_names import CONV_OPS
 
 PRESETS: dict[str, dict[str, Any]] = {
     "paper": {

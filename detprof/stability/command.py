@@ -26,6 +26,10 @@ if TYPE_CHECKING:
     from detprof.profiler.devices import DeviceChoice
 
 HELP = "Train many copies under chosen noise sources and measure what the noise does to the models."
+KEEP_SAVED_WEIGHTS_HELP = (
+    "--model FILE.keras: start every run from the saved weights instead of fresh ones drawn from the run's init seed "
+    "(init then no longer varies)."
+)
 
 
 def variant_table(v: dict[str, Any]) -> Table:
@@ -100,13 +104,7 @@ def stability(
         ),
     ] = None,
     keep_weights: Annotated[bool, typer.Option(help="Also store every run's final weights (npz).")] = False,
-    keep_saved_weights: Annotated[
-        bool,
-        typer.Option(
-            help="--model FILE.keras: start every run from the saved weights instead of fresh ones drawn from the "
-            "run's init seed (init then no longer varies)."
-        ),
-    ] = False,
+    keep_saved_weights: Annotated[bool, typer.Option(help=KEEP_SAVED_WEIGHTS_HELP)] = False,
 ) -> None:
     """Train many copies of a model under chosen noise sources and measure what the noise does."""
     from detprof import backends
@@ -119,10 +117,10 @@ def stability(
         dataset=dataset,
         variants=tuple(variants.split(",")),
         runs=runs if runs is not None else study.default_runs(model, dataset),
-        epochs=epochs if epochs is not None else study.DEFAULT_EPOCHS,
         batch_size=batch_size,
         lr=lr,
         seed=seed,
+        epochs=epochs if epochs is not None else study.DEFAULT_EPOCHS,
         keep_weights=keep_weights,
         backend=backend,
         keep_saved_weights=keep_saved_weights,

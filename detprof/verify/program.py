@@ -86,7 +86,7 @@ def verify_program(request: ProgramVerifyRequest, *, console: Console) -> Verify
                 continue
             progress.on_start(f"{settings.name} {mode} {replica}", index)
             progress.on_done(_run(store, environment, settings, mode, replica))
-    return VerifyOutcome(store.dir, verifications(store))
+    return VerifyOutcome(store.dir, tuple(verifications(store)))
 
 
 def _run(

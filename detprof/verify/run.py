@@ -58,7 +58,7 @@ class VerifyRequest:
 @dataclass(frozen=True)
 class VerifyOutcome:
     out: Path
-    models: list[ModelVerification]
+    models: tuple[ModelVerification, ...]
 
     @property
     def held(self) -> bool:
@@ -81,7 +81,7 @@ def run_verify(request: VerifyRequest, *, console: Console) -> VerifyOutcome:
         )
         arms = [VerifyArm(mode, mode) for mode in VERIFY_ORDER]
         run_arms(store, config, target, arms, request.steps, request.gradients, console=console)
-    return VerifyOutcome(store.dir, verifications(store))
+    return VerifyOutcome(store.dir, tuple(verifications(store)))
 
 
 def manifest(config: SweepConfig, target: MeasurementTarget, steps: int, gradients: bool) -> dict[str, Any]:

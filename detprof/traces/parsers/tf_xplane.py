@@ -108,8 +108,7 @@ _XLA_LAUNCH_OPS = frozenset({"_XlaRun", "_XlaCompile", "XlaLaunch", "XlaLaunchV2
 _XLA_INSTANCE_SUFFIX = re.compile(r"\.\d+$")
 _KERNEL_STAGE_SUFFIX = re.compile(r"__\d+$")
 _COPY_DIRECTION = re.compile(r"^Memcpy([A-Z])2([A-Z])$")
-_GRID = re.compile(r"grid:(\d+),(\d+),(\d+)")
-_BLOCK = re.compile(r"block:(\d+),(\d+),(\d+)")
+_LAUNCH_SHAPE = re.compile(r"(grid|block):(\d+),(\d+),(\d+)")
 # Copies say "size:N" (CUPTI and roctracer alike); sets "size:N" in older TensorFlow, "num_bytes:N" in XLA.
 _SIZE = re.compile(r"(?:^|\s)(?:size|num_bytes):(\d+)")
 _METADATA_PLANE = "/host:metadata"
@@ -370,9 +369,8 @@ def _collect_stream(plane: Any, line: Any, device_id: int, stats: _Stats, out: _
             "graph_node_id": values.get("graph_node_id"),
             **_framework_op(values, out.hlo_names, meta.name),
         }
-        for match, columns in ((_GRID.search(details), DIM_COLUMNS[:3]), (_BLOCK.search(details), DIM_COLUMNS[3:])):
-            if match:
-                row.update(zip(columns, map(int, match.groups()), strict=True))
+        for shape, *sizes in _LAUNCH_SHAPE.findall(details):
+            row.update(zip(DIM_COLUMNS[:3] if shape == "grid" else DIM_COLUMNS[3:], map(int, sizes), strict=True))
         out.kernels.append(row)
 
 

@@ -15,7 +15,8 @@ way, so it is as fast as with TensorFlow's generated module.
 from __future__ import annotations
 
 import functools
-from typing import Any
+import re
+from typing import Any, NamedTuple
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
@@ -23,92 +24,71 @@ SCHEMA_FILE = "tsl/profiler/protobuf/xplane.proto"
 PACKAGE = "tensorflow.profiler"
 
 _F = descriptor_pb2.FieldDescriptorProto
-_INT64, _UINT64, _DOUBLE = _F.TYPE_INT64, _F.TYPE_UINT64, _F.TYPE_DOUBLE
-_STRING, _BYTES = _F.TYPE_STRING, _F.TYPE_BYTES
+_SCALARS = {
+    "int64": _F.TYPE_INT64,
+    "uint64": _F.TYPE_UINT64,
+    "double": _F.TYPE_DOUBLE,
+    "string": _F.TYPE_STRING,
+    "bytes": _F.TYPE_BYTES,
+}
+_DECLARATION = re.compile(
+    r"(?:oneof (?P<oneof>\w+): )?(?P<repeated>repeated )?(?P<kind>[\w.]+) (?P<name>\w+) = (?P<number>\d+)"
+)
 
-# (name, number, type or message name, repeated, oneof) in xplane.proto's declaration order.
-_Field = tuple[str, int, int | str, bool, str | None]
-_MESSAGES: dict[str, tuple[_Field, ...]] = {
-    "XSpace": (
-        ("planes", 1, "XPlane", True, None),
-        ("errors", 2, _STRING, True, None),
-        ("warnings", 3, _STRING, True, None),
-        ("hostnames", 4, _STRING, True, None),
-    ),
-    "XPlane": (
-        ("id", 1, _INT64, False, None),
-        ("name", 2, _STRING, False, None),
-        ("lines", 3, "XLine", True, None),
-        ("event_metadata", 4, "XPlane.EventMetadataEntry", True, None),
-        ("stat_metadata", 5, "XPlane.StatMetadataEntry", True, None),
-        ("stats", 6, "XStat", True, None),
-    ),
-    "XLine": (
-        ("id", 1, _INT64, False, None),
-        ("display_id", 10, _INT64, False, None),
-        ("name", 2, _STRING, False, None),
-        ("display_name", 11, _STRING, False, None),
-        ("timestamp_ns", 3, _INT64, False, None),
-        ("duration_ps", 9, _INT64, False, None),
-        ("events", 4, "XEvent", True, None),
-    ),
-    "XEvent": (
-        ("metadata_id", 1, _INT64, False, None),
-        ("offset_ps", 2, _INT64, False, "data"),
-        ("num_occurrences", 5, _INT64, False, "data"),
-        ("duration_ps", 3, _INT64, False, None),
-        ("stats", 4, "XStat", True, None),
-    ),
-    "XStat": (
-        ("metadata_id", 1, _INT64, False, None),
-        ("double_value", 2, _DOUBLE, False, "value"),
-        ("uint64_value", 3, _UINT64, False, "value"),
-        ("int64_value", 4, _INT64, False, "value"),
-        ("str_value", 5, _STRING, False, "value"),
-        ("bytes_value", 6, _BYTES, False, "value"),
-        ("ref_value", 7, _UINT64, False, "value"),
-    ),
-    "XEventMetadata": (
-        ("id", 1, _INT64, False, None),
-        ("name", 2, _STRING, False, None),
-        ("display_name", 4, _STRING, False, None),
-        ("metadata", 3, _BYTES, False, None),
-        ("stats", 5, "XStat", True, None),
-        ("child_id", 6, _INT64, True, None),
-    ),
-    "XStatMetadata": (
-        ("id", 1, _INT64, False, None),
-        ("name", 2, _STRING, False, None),
-        ("description", 3, _STRING, False, None),
-    ),
+
+class _Field(NamedTuple):
+    name: str
+    number: int
+    kind: int | str
+    """A scalar type (``_SCALARS``) or the name of a message of the same package."""
+    repeated: bool = False
+    oneof: str | None = None
+
+
+def _fields(declarations: str) -> list[_Field]:
+    """A message's fields, declared as the .proto file declares them (``repeated XLine lines = 3``), separated by
+    semicolons; a member of a ``oneof`` is written after its name (``oneof data: int64 offset_ps = 2``)."""
+    fields = []
+    for text in declarations.split(";"):
+        found = _DECLARATION.fullmatch(text.strip())
+        if found is None:
+            raise ValueError(f"not a field declaration: {text.strip()!r}")
+        kind = _SCALARS.get(found["kind"], found["kind"])
+        fields.append(_Field(found["name"], int(found["number"]), kind, bool(found["repeated"]), found["oneof"]))
+    return fields
+
+
+_MESSAGES: dict[str, str] = {
+    "XSpace": "repeated XPlane planes = 1; repeated string errors = 2; repeated string warnings = 3; "
+    "repeated string hostnames = 4",
+    "XPlane": "int64 id = 1; string name = 2; repeated XLine lines = 3; "
+    "repeated XPlane.EventMetadataEntry event_metadata = 4; "
+    "repeated XPlane.StatMetadataEntry stat_metadata = 5; repeated XStat stats = 6",
+    "XLine": "int64 id = 1; int64 display_id = 10; string name = 2; string display_name = 11; "
+    "int64 timestamp_ns = 3; int64 duration_ps = 9; repeated XEvent events = 4",
+    "XEvent": "int64 metadata_id = 1; oneof data: int64 offset_ps = 2; oneof data: int64 num_occurrences = 5; "
+    "int64 duration_ps = 3; repeated XStat stats = 4",
+    "XStat": "int64 metadata_id = 1; oneof value: double double_value = 2; "
+    "oneof value: uint64 uint64_value = 3; oneof value: int64 int64_value = 4; "
+    "oneof value: string str_value = 5; oneof value: bytes bytes_value = 6; oneof value: uint64 ref_value = 7",
+    "XEventMetadata": "int64 id = 1; string name = 2; string display_name = 4; bytes metadata = 3; "
+    "repeated XStat stats = 5; repeated int64 child_id = 6",
+    "XStatMetadata": "int64 id = 1; string name = 2; string description = 3",
 }
 _MAPS = {"XPlane": (("EventMetadataEntry", "XEventMetadata"), ("StatMetadataEntry", "XStatMetadata"))}
 """XPlane's two ``map<int64, ...>`` fields, which protobuf declares as nested entry messages."""
 
 HLO_FILE = "xla/service/hlo.proto"
 HLO_PACKAGE = "xla"
-_HLO_MESSAGES: dict[str, tuple[_Field, ...]] = {
-    "HloProto": (("hlo_module", 1, "HloModuleProto", False, None),),
-    "HloModuleProto": (
-        ("name", 1, _STRING, False, None),
-        ("entry_computation_name", 2, _STRING, False, None),
-        ("computations", 3, "HloComputationProto", True, None),
-    ),
-    "HloComputationProto": (
-        ("name", 1, _STRING, False, None),
-        ("instructions", 2, "HloInstructionProto", True, None),
-        ("id", 5, _INT64, False, None),
-        ("root_id", 6, _INT64, False, None),
-    ),
-    "HloInstructionProto": (
-        ("name", 1, _STRING, False, None),
-        ("opcode", 2, _STRING, False, None),
-        ("metadata", 7, "OpMetadata", False, None),
-        ("id", 35, _INT64, False, None),
-        ("operand_ids", 36, _INT64, True, None),
-        ("called_computation_ids", 38, _INT64, True, None),
-    ),
-    "OpMetadata": (("op_type", 1, _STRING, False, None), ("op_name", 2, _STRING, False, None)),
+_HLO_MESSAGES: dict[str, str] = {
+    "HloProto": "HloModuleProto hlo_module = 1",
+    "HloModuleProto": "string name = 1; string entry_computation_name = 2; "
+    "repeated HloComputationProto computations = 3",
+    "HloComputationProto": "string name = 1; repeated HloInstructionProto instructions = 2; int64 id = 5; "
+    "int64 root_id = 6",
+    "HloInstructionProto": "string name = 1; string opcode = 2; OpMetadata metadata = 7; int64 id = 35; "
+    "repeated int64 operand_ids = 36; repeated int64 called_computation_ids = 38",
+    "OpMetadata": "string op_type = 1; string op_name = 2",
 }
 """The part of XLA's ``hlo.proto`` that names what each HLO instruction came from: the module the
 JAX profiler stores per compiled program (the ``Hlo Proto`` stat of its ``/host:metadata`` plane),
@@ -119,7 +99,7 @@ name stack of the Keras layer). Fields this leaves out are skipped as unknown wh
 def schema(
     file_name: str = SCHEMA_FILE,
     package: str = PACKAGE,
-    messages: dict[str, tuple[_Field, ...]] = _MESSAGES,
+    messages: dict[str, str] = _MESSAGES,
     maps: dict[str, tuple[tuple[str, str], ...]] = _MAPS,
 ) -> descriptor_pb2.FileDescriptorProto:
     """A schema as a FileDescriptorProto: xplane.proto unless told otherwise."""
@@ -129,10 +109,10 @@ def schema(
         for entry, value in maps.get(name, ()):
             nested = message.nested_type.add(name=entry)
             nested.options.map_entry = True
-            _add_field(nested, ("key", 1, _INT64, False, None), [], package)
-            _add_field(nested, ("value", 2, value, False, None), [], package)
+            _add_field(nested, _Field("key", 1, _SCALARS["int64"]), [], package)
+            _add_field(nested, _Field("value", 2, value), [], package)
         oneofs: list[str] = []
-        for field in fields:
+        for field in _fields(fields):
             _add_field(message, field, oneofs, package)
         for oneof in oneofs:
             message.oneof_decl.add(name=oneof)

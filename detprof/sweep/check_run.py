@@ -3,7 +3,7 @@
 The statistics live in ``check.regression``, the file format and fingerprint in
 ``check.baseline_file``; this module checks the request, measures afresh where asked
 (``--run``, through ``sweep.run``), compares, and decides the exit code. The command
-(``check.command``) prints and writes the outputs.
+(``sweep.check_command``) prints and writes the outputs.
 
 ``check --run`` measures afresh with the baseline's own sweep configuration unless an
 option overrides it: re-measuring what the baseline measured is the only comparison that
