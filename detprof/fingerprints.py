@@ -21,6 +21,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+import detprof.backends as backends
+
 SAMPLE_SIZE = 1024
 """Values kept per tensor per step to size a difference: 4 KiB for a float32 tensor, so that 20 steps of
 ResNet50 (about 290 tensors a step) keep 23 MB a run."""
@@ -114,22 +116,25 @@ def tensors_of(name: str, value: Any) -> Iterator[tuple[str, Kind, list[np.ndarr
     """What ``detprof.fingerprint(name, value)`` fingerprints: each tensor's name, kind and arrays.
 
     A ``keras.Model``: each layer's weights as one fingerprint (``name/layer``), as ``verify``
-    fingerprints a model's layers; a ``torch.nn.Module``: each parameter and buffer
-    (``name/0.weight``); a mapping: each of its values as ``name/key``; anything else is one
-    tensor (``name``). Each is converted by the framework the program loaded (a framework not
-    in ``sys.modules`` cannot have made ``value``, and importing it would put a framework into
-    a program that does not use it).
+    fingerprints a model's layers; a framework's own model (a ``torch.nn.Module``): each of its
+    tensors (``name/0.weight``, ``Backend.named_tensors``); a mapping: each of its values as
+    ``name/key``; anything else is one tensor (``name``). Each is read by the framework the
+    program loaded (a framework not in ``sys.modules`` cannot have made ``value``, and importing
+    it would put a framework into a program that does not use it).
     """
     keras = sys.modules.get("keras")
-    torch = sys.modules.get("torch")
     if keras is not None and isinstance(value, keras.Model):
         for layer in value.layers:
             if layer.weights:
                 yield f"{name}/{layer.name}", "weights", [keras.ops.convert_to_numpy(w.value) for w in layer.weights]
-    elif torch is not None and isinstance(value, torch.nn.Module):
-        for key, tensor in [*value.named_parameters(), *value.named_buffers()]:
-            yield f"{name}/{key}", "weights", [_from_torch(tensor)]
-    elif isinstance(value, Mapping):
+        return
+    for backend in backends.loaded():
+        named = backend.named_tensors(value)
+        if named is not None:
+            for key, tensor in named:
+                yield f"{name}/{key}", "weights", [_array(f"{name}/{key}", tensor)]
+            return
+    if isinstance(value, Mapping):
         for key, item in value.items():
             yield from tensors_of(f"{name}/{key}", item)
     else:
@@ -137,11 +142,12 @@ def tensors_of(name: str, value: Any) -> Iterator[tuple[str, Kind, list[np.ndarr
 
 
 def _array(name: str, value: Any) -> np.ndarray:
-    """One array or tensor as NumPy: a torch tensor through torch (``np.asarray`` refuses one on a GPU, or one that
-    requires grad), the rest through their own ``__array__`` (TensorFlow, JAX, Keras variables, NumPy, numbers)."""
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(value, torch.Tensor):
-        return _from_torch(value)
+    """One array or tensor as NumPy: through its framework where ``np.asarray`` cannot read it (a torch tensor), the
+    rest through their own ``__array__`` (TensorFlow, JAX, Keras variables, NumPy, numbers)."""
+    for backend in backends.loaded():
+        host = backend.host_array(value)
+        if host is not None:
+            return host
     array = np.asarray(value)
     if array.dtype == object:
         raise TypeError(
@@ -149,16 +155,6 @@ def _array(name: str, value: Any) -> np.ndarray:
             "keras.Model, a torch.nn.Module, a mapping of names to values, or an array or tensor"
         )
     return array
-
-
-def _from_torch(tensor: Any) -> np.ndarray:
-    """A torch tensor's values on the host; a float type NumPy lacks (bfloat16, float8) widened to float32, which
-    holds each of its values exactly, so that equal digests still mean equal tensors."""
-    torch = sys.modules["torch"]  # loaded: the tensor came from it
-    host = tensor.detach().cpu()
-    if host.dtype.is_floating_point and host.dtype not in (torch.float16, torch.float32, torch.float64):
-        host = host.float()
-    return host.numpy()
 
 
 def sampled_difference(a: np.ndarray, b: np.ndarray) -> float:

@@ -225,6 +225,16 @@ class Backend:
         """
         raise NotImplementedError
 
+    # What ``detprof.fingerprint`` reads of the framework's own objects (asked only once it is loaded).
+
+    def named_tensors(self, value: Any) -> list[tuple[str, Any]] | None:
+        """A model of the framework's own that is not a ``keras.Model``: its tensors by name; None for anything else."""
+        return None
+
+    def host_array(self, value: Any) -> Any | None:
+        """A tensor of the framework's that ``np.asarray`` cannot read as it is, as NumPy; None for anything else."""
+        return None
+
     # The framework's own profiler, the tracer on a CPU.
 
     def start_profiler(self, trace_path: str) -> StopProfiler:

@@ -125,6 +125,25 @@ class Torch(Backend):
     def process_knobs(self, arms: Sequence[frozenset[str]]) -> frozenset[str]:
         return frozenset({CUBLAS_WORKSPACE}) if all(CUBLAS_WORKSPACE in knobs for knobs in arms) else frozenset()
 
+    def named_tensors(self, value: Any) -> list[tuple[str, Any]] | None:
+        """A ``torch.nn.Module``'s parameters and buffers."""
+        torch = sys.modules[self.module]
+        if not isinstance(value, torch.nn.Module):
+            return None
+        return [*value.named_parameters(), *value.named_buffers()]
+
+    def host_array(self, value: Any) -> Any | None:
+        """A tensor's values on the host (``np.asarray`` refuses one on a GPU, or one that requires grad); a float
+        type NumPy lacks (bfloat16, float8) widened to float32, which holds each of its values exactly, so that equal
+        digests still mean equal tensors."""
+        torch = sys.modules[self.module]
+        if not isinstance(value, torch.Tensor):
+            return None
+        host = value.detach().cpu()
+        if host.dtype.is_floating_point and host.dtype not in (torch.float16, torch.float32, torch.float64):
+            host = host.float()
+        return host.numpy()
+
     def arm_steps(self, model: Any, x: Any, y: Any, arms: Sequence[frozenset[str]]) -> list[ArmStep]:
         """Keras' own step (``train_on_batch``) with the arm's switches flipped before it: PyTorch reads them at
         every op it runs, as its reproducibility notes set them."""
