@@ -39,7 +39,7 @@ from detprof.profiler.progress import RunProgress, progress_bar
 from detprof.records import MeasuredRun
 from detprof.store import ResultsStore, StudyKind
 
-_pairing_words = {
+_PAIRING_WORDS = {
     "in_process": "both modes in one process per repeat",
     "lockstep": "a process per mode, stepped in turn",
     "sequential": "a process per mode, one after the other",
@@ -246,7 +246,7 @@ def measure(
             repeats += f" and more{within} until each is within +/-{settings.precision:.1%}"
         console.print(
             f"detprof {kind}: {what} x 2 modes x {repeats} on {escape(target.device.label)} "
-            f"with tracer {target.tracer.name}{untraced}, {_pairing_words[settings.pairing]}, "
+            f"with tracer {target.tracer.name}{untraced}, {_PAIRING_WORDS[settings.pairing]}, "
             f"results in {escape(str(out))}"
         )
         total = len(runs_to_measure(plan, target.tracer, whole_runs=target.program))
