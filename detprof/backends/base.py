@@ -70,6 +70,20 @@ class Knob:
 
 
 @dataclass(frozen=True)
+class SettingColumn:
+    """One setting a report shows for a backend's runs: its heading, and the ``Backend.in_effect`` key it reads."""
+
+    heading: str
+    key: str
+    environment: bool = False
+    """The setting is an environment variable: an empty one reads as unset."""
+
+    def shown(self, in_effect: dict[str, Any]) -> Any:
+        value = in_effect.get(self.key)
+        return (value or "unset") if self.environment else value
+
+
+@dataclass(frozen=True)
 class Compiler:
     """How a backend compiles its training step, pinned to one explicit choice in both modes."""
 
@@ -106,10 +120,8 @@ class Backend:
     """How to install the framework's CUDA build (``detprof doctor``'s fix)."""
     switch_words: ClassVar[str]
     """What deterministic mode switches, as a plan shows it (``sweep --dry-run``)."""
-    in_effect_columns: ClassVar[tuple[tuple[str, str], ...]]
-    """(heading, key of ``in_effect``): the settings a report shows for this backend's runs."""
-    environment_keys: ClassVar[frozenset[str]] = frozenset()
-    """Keys of ``in_effect`` that are environment variables: empty reads as unset."""
+    in_effect_columns: ClassVar[tuple[SettingColumn, ...]]
+    """The settings a report shows for this backend's runs."""
     settings_note: ClassVar[str]
     """One sentence under that table: what is pinned alike in both modes."""
     nondeterministic_op_advice: ClassVar[str]

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .base import ArmStep, Backend, Compiler, Knob, LossOf, StopProfiler
+from .base import ArmStep, Backend, Compiler, Knob, LossOf, SettingColumn, StopProfiler
 
 XLA_FLAGS_ENV = "XLA_FLAGS"
 DETERMINISTIC_FLAG = "--xla_gpu_deterministic_ops"
@@ -104,10 +104,9 @@ class Jax(Backend):
     compiler = Compiler("jax.jit", None, "always compiles with XLA")
     knobs = tuple(xla.knob for xla in XLA_KNOBS)
     in_effect_columns = (
-        ("op determinism (xla_gpu_deterministic_ops)", "op_determinism"),
-        ("XLA_FLAGS", "xla_flags"),
+        SettingColumn("op determinism (xla_gpu_deterministic_ops)", "op_determinism"),
+        SettingColumn("XLA_FLAGS", "xla_flags", environment=True),
     )
-    environment_keys = frozenset({"xla_flags"})
     settings_note = (
         "JAX compiles every step with XLA in both modes; op determinism is XLA's own flag, as XLA parsed it."
     )

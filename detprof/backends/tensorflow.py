@@ -8,7 +8,7 @@ import sys
 from collections.abc import Iterator, MutableMapping
 from typing import Any
 
-from .base import Backend, Compiler, Knob, LossOf, StopProfiler
+from .base import Backend, Compiler, Knob, LossOf, SettingColumn, StopProfiler
 
 DEBUG_ENV = "DETPROF_DEBUG"
 """Set (non-empty) to see everything: tracebacks of internal errors and TensorFlow's own log lines."""
@@ -53,12 +53,11 @@ class TensorFlow(Backend):
     knobs = KNOBS
     compiler = Compiler("jit_compile (XLA)", "xla", "compiles with --xla", "--xla is TensorFlow's jit_compile")
     in_effect_columns = (
-        ("op determinism", "op_determinism"),
-        ("jit_compile (XLA, pinned)", "jit_compile"),
-        ("cuDNN autotune", "cudnn_autotune"),
-        ("TF_DETERMINISTIC_OPS", "deprecated_tf_deterministic_ops_env"),
+        SettingColumn("op determinism", "op_determinism"),
+        SettingColumn("jit_compile (XLA, pinned)", "jit_compile"),
+        SettingColumn("cuDNN autotune", "cudnn_autotune"),
+        SettingColumn("TF_DETERMINISTIC_OPS", "deprecated_tf_deterministic_ops_env", environment=True),
     )
-    environment_keys = frozenset({"deprecated_tf_deterministic_ops_env"})
     settings_note = (
         "jit_compile is pinned to the same explicit value in both modes: Keras would otherwise turn XLA "
         "off under op determinism and compare XLA against non-XLA."

@@ -9,7 +9,17 @@ import sys
 from collections.abc import Callable, MutableMapping, Sequence
 from typing import Any
 
-from .base import NVTX_DOMAIN, ArmStep, Backend, Compiler, Knob, LossOf, StopProfiler, layer_range_name
+from .base import (
+    NVTX_DOMAIN,
+    ArmStep,
+    Backend,
+    Compiler,
+    Knob,
+    LossOf,
+    SettingColumn,
+    StopProfiler,
+    layer_range_name,
+)
 
 CUBLAS_WORKSPACE_ENV = "CUBLAS_WORKSPACE_CONFIG"
 CUBLAS_DETERMINISTIC_WORKSPACE = ":4096:8"
@@ -73,14 +83,13 @@ class Torch(Backend):
         "itself stays non-deterministic), or replace the op"
     )
     in_effect_columns = (
-        ("op determinism (use_deterministic_algorithms)", "op_determinism"),
-        ("warn only", "deterministic_warn_only"),
-        ("cudnn.deterministic", "cudnn_deterministic"),
-        ("cudnn.benchmark", "cudnn_benchmark"),
-        ("CUBLAS_WORKSPACE_CONFIG", "cublas_workspace_config"),
-        ("torch.compile (pinned)", "jit_compile"),
+        SettingColumn("op determinism (use_deterministic_algorithms)", "op_determinism"),
+        SettingColumn("warn only", "deterministic_warn_only"),
+        SettingColumn("cudnn.deterministic", "cudnn_deterministic"),
+        SettingColumn("cudnn.benchmark", "cudnn_benchmark"),
+        SettingColumn("CUBLAS_WORKSPACE_CONFIG", "cublas_workspace_config", environment=True),
+        SettingColumn("torch.compile (pinned)", "jit_compile"),
     )
-    environment_keys = frozenset({"cublas_workspace_config"})
     settings_note = (
         "torch.compile is on in both modes or in neither (--compile); deterministic mode also fixes cuBLAS's "
         "workspace, as PyTorch's reproducibility notes require."

@@ -35,6 +35,7 @@ from detprof import formatting as f
 from detprof.analysis import layers
 from detprof.analysis.layers import ModelAttribution
 from detprof.analysis.verification import ModelVerification
+from detprof.backends.base import SettingColumn
 from detprof.determinism import MODES
 from detprof.reports import cells, figures
 from detprof.reports.cells import Words
@@ -205,13 +206,11 @@ def _devices(report: Report) -> Table:
     )
 
 
-OTHER_SETTINGS = (("op determinism", "op_determinism"), ("jit_compile (pinned)", "jit_compile"))
+OTHER_SETTINGS = (
+    SettingColumn("op determinism", "op_determinism"),
+    SettingColumn("jit_compile (pinned)", "jit_compile"),
+)
 """The settings shown for a backend detprof does not know (results of a newer detprof)."""
-
-
-def _setting(settings: dict[str, Any], key: str, environment: frozenset[str]) -> Any:
-    value = settings.get(key)
-    return (value or "unset") if key in environment else value
 
 
 def _settings(report: Report) -> list[dict[str, Any]]:
@@ -220,16 +219,15 @@ def _settings(report: Report) -> list[dict[str, Any]]:
     for backend in backend_order(b for _, b, _, _ in report.settings):
         known = backends.REGISTRY.get(backend)
         columns = known.in_effect_columns if known else OTHER_SETTINGS
-        environment = known.environment_keys if known else frozenset()
         rows = [
-            [name, mode, *(_setting(s, key, environment) for _, key in columns), s.get("seed")]
+            [name, mode, *(column.shown(s) for column in columns), s.get("seed")]
             for name, b, mode, s in report.settings
             if b == backend
         ]
         tables.append(
             {
                 "title": f": {backend} ({report.framework(backend)})" if report.names_backend else "",
-                "table": table(["Study", "Mode", *(h for h, _ in columns), "Seed"], rows),
+                "table": table(["Study", "Mode", *(c.heading for c in columns), "Seed"], rows),
                 "note": known.settings_note if known else "",
             }
         )

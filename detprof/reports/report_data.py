@@ -111,7 +111,9 @@ def where(label: str, backend: str, *, named: bool) -> str:
 
 @dataclass
 class ModelCost:
-    """One model on one device: its overheads, its kernels in each mode and what changed."""
+    """One model on one device: its overheads, its kernels in each mode and what changed.
+
+    The fields up to ``precision`` come from the overheads; the rest are filled from the kernel tables."""
 
     model: str
     kernel: Overhead | None
@@ -119,6 +121,10 @@ class ModelCost:
     unsupported_reason: str | None
     failure_note: str | None
     """``ModelOverhead.failure_note``: why runs are missing, if any are."""
+    warning: str | None = None
+    """Why the headline interval is too wide to conclude, where it is (``inconclusive_reason``)."""
+    precision: str | None = None
+    """Where the sweep asked for a precision its interval did not reach: how far it got, and what would settle it."""
     top: dict[str, pd.DataFrame] = field(default_factory=dict)
     """mode -> the ``TOP_N`` kernels by time per step (``STAT_COLUMNS``), nsys-style."""
     other_ns: dict[str, float] = field(default_factory=dict)
@@ -132,13 +138,11 @@ class ModelCost:
     diff_rest: tuple[int, float] = (0, 0.0)
     """How many further kernels changed, and their summed change (ns per step)."""
     attribution: str | None = None
+    """Where the added kernel time goes, in one sentence read off the kernel diff (``reports.attribution``)."""
     parts: ModelAttribution | None = None
     """Its layers and ops by added time per step (``analysis.layers``); None where the traces name none."""
-    warning: str | None = None
     no_kernels: str | None = None
     """Why there are no kernel tables for this model, when there are none."""
-    precision: str | None = None
-    """Where the sweep asked for a precision its interval did not reach: how far it got, and what would settle it."""
 
     @property
     def headline_metric(self) -> Metric:

@@ -10,7 +10,7 @@ leave ``kernels`` empty. ``kernel_stats`` hides that difference from the analyse
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import pandas as pd
@@ -109,9 +109,6 @@ class Device:
     sm_count: int | None = None
     compute_capability: str | None = None
     memory_bytes: int | None = None
-
-    def to_dict(self) -> dict[str, object]:
-        return asdict(self)
 
 
 def conform(frame: pd.DataFrame, dtypes: dict[str, str]) -> pd.DataFrame:

@@ -53,7 +53,7 @@ def parse_document(table: KernelTable, top: int = 20, by: GroupBy = "name") -> d
         "format": table.format,
         "summary_only": table.is_summary,
         "devices": [
-            {k: v for k, v in d.to_dict().items() if k in ("id", "name", "sm_count", "compute_capability")}
+            {"id": d.id, "name": d.name, "sm_count": d.sm_count, "compute_capability": d.compute_capability}
             for d in table.devices
         ],
         "kernel_count": table.kernel_count,

@@ -17,6 +17,7 @@ import importlib.abc
 import importlib.util
 import json
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +57,7 @@ def rows(table: Any) -> dict[str, object]:
     frames = {"kernels": table.kernels, "memory": table.memory, "nvtx": table.nvtx}
     return {
         "format": table.format,
-        "devices": [d.to_dict() for d in table.devices],
+        "devices": [asdict(d) for d in table.devices],
         **{
             name: None if frame is None else [list(frame.columns), frame.astype(str).to_numpy().tolist()]
             for name, frame in frames.items()
