@@ -227,7 +227,7 @@ def _settings(report: Report) -> list[dict[str, Any]]:
         tables.append(
             {
                 "title": f": {backend} ({report.framework(backend)})" if report.names_backend else "",
-                "table": table(["Study", "Mode", *(c.heading for c in columns), "Seed"], rows),
+                "table": table(["Study", "Mode", *(column.heading for column in columns), "Seed"], rows),
                 "note": known.settings_note if known else "",
             }
         )
