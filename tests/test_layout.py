@@ -4,6 +4,7 @@ framework's name is known to its backend module."""
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -26,8 +27,10 @@ def _modules() -> dict[str, Path]:
 MODULES = _modules()
 
 
-def _imported(module: str) -> set[str]:
-    """The detprof modules ``module`` imports anywhere in its text, inside functions too."""
+@functools.cache
+def _imported(module: str) -> frozenset[str]:
+    """The detprof modules ``module`` imports anywhere in its text, inside functions too (each file parsed once: every
+    closure walked here passes through most of the package)."""
     names: set[str] = set()
     for node in ast.walk(ast.parse(MODULES[module].read_text())):
         if isinstance(node, ast.Import):
@@ -35,7 +38,7 @@ def _imported(module: str) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module:
             names.add(node.module)
             names.update(f"{node.module}.{alias.name}" for alias in node.names)
-    return {name for name in names if name in MODULES and name != module}
+    return frozenset(name for name in names if name in MODULES and name != module)
 
 
 def _reached_through(start: str) -> dict[str, str]:
