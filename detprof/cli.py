@@ -10,6 +10,7 @@ sweep's, the report's or TensorFlow's imports. ``main`` is the one place that tu
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import os
 import sys
@@ -18,7 +19,7 @@ from enum import Enum
 from typing import Annotated, Any, NamedTuple
 
 import typer
-from typer.core import TyperArgument, TyperCommand, TyperOption
+from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 from detprof import interrupts, invocation, locks
 from detprof.errors import DetprofError, ExitCode, environment_failure
@@ -114,39 +115,118 @@ def _root(
 class _Command(NamedTuple):
     module: str
     function: str
-    help_constant: str | None = None
-    """The module's constant that holds the help text; without one, ``help`` is the text."""
-    help: str = ""
+    summary: str
+    """The help's first paragraph, which ``detprof --help`` lists: here, so that listing imports no command."""
+    details: str | None = None
+    """The module's constant that holds the rest of the help, where there is more."""
+
+    def help(self, module: Any) -> str:
+        return self.summary if self.details is None else f"{self.summary}\n\n{getattr(module, self.details)}"
 
 
 _COMMANDS: dict[str, _Command] = {
-    "parse": _Command("detprof.traces.command", "parse", "PARSE_HELP"),
-    "diff": _Command("detprof.traces.command", "diff", "DIFF_HELP"),
-    "models": _Command("detprof.models.command", "models", help="List the models detprof can profile."),
-    "gpus": _Command("detprof.profiler.command", "gpus", help="List the NVIDIA GPUs that NVML sees."),
-    "sweep": _Command("detprof.sweep.command", "sweep", "HELP"),
-    "kernels": _Command("detprof.kernels_bench.command", "kernels", "HELP"),
-    "stability": _Command("detprof.stability.command", "stability", "HELP"),
-    "verify": _Command("detprof.verify.command", "verify", "HELP"),
-    "knobs": _Command("detprof.sweep.knobs_command", "knobs", "HELP"),
-    "report": _Command("detprof.reports.command", "report", "HELP"),
-    "baseline": _Command(
-        "detprof.check.command", "baseline", help="Freeze a sweep's per-repeat overheads as the CI baseline (JSON)."
+    "parse": _Command(
+        "detprof.traces.command",
+        "parse",
+        "Parse a kernel trace (nsys, nvprof, TensorFlow profiler, PyTorch profiler JSON) and show its top kernels.",
+        "PARSE_DETAILS",
     ),
-    "check": _Command("detprof.sweep.check_command", "check", "CHECK_HELP"),
-    "doctor": _Command("detprof.doctor.command", "doctor", "HELP"),
+    "diff": _Command(
+        "detprof.traces.command",
+        "diff",
+        "Compare two traces kernel by kernel: what was added, removed, slowed down.",
+        "DIFF_DETAILS",
+    ),
+    "models": _Command("detprof.models.command", "models", "List the models detprof can profile."),
+    "gpus": _Command("detprof.profiler.command", "gpus", "List the NVIDIA GPUs that NVML sees."),
+    "sweep": _Command(
+        "detprof.sweep.command", "sweep", "Run each model in default and deterministic mode; report the overhead."
+    ),
+    "kernels": _Command(
+        "detprof.kernels_bench.command",
+        "kernels",
+        "Measure what determinism costs op by op (convolutions, pooling, scatters, ...).",
+    ),
+    "stability": _Command(
+        "detprof.stability.command",
+        "stability",
+        "Train many copies under chosen noise sources and measure what the noise does to the models.",
+    ),
+    "verify": _Command(
+        "detprof.verify.command",
+        "verify",
+        "Prove that determinism holds: train each model twice in deterministic mode and twice in default mode, "
+        "fingerprint every layer's output and weights at every step, and say where runs part ways; or verify your "
+        "own training program (--command), comparing what it fingerprints with detprof.fingerprint(). "
+        "Exit 0 held, 1 not, 3 unusable input.",
+    ),
+    "knobs": _Command(
+        "detprof.sweep.knobs_command",
+        "knobs",
+        "List a backend's determinism knobs (what sweep --knobs prices): how each is set and what it does.",
+    ),
+    "report": _Command(
+        "detprof.reports.command",
+        "report",
+        "Write one self-contained HTML (or Markdown, or JSON) report from sweep, kernels and stability results.",
+    ),
+    "baseline": _Command(
+        "detprof.check.command", "baseline", "Freeze a sweep's per-repeat overheads as the CI baseline (JSON)."
+    ),
+    "check": _Command(
+        "detprof.sweep.check_command",
+        "check",
+        "Compare each model's determinism overhead with a baseline; fail on a regression.",
+        "CHECK_DETAILS",
+    ),
+    "doctor": _Command(
+        "detprof.doctor.command",
+        "doctor",
+        "Check that this machine is ready to measure: the GPU (NVML), driver and CUDA, nsys, each Keras backend, "
+        "its determinism switch, and a 5-step smoke run that must be traced. Exit 0 ready, 1 not.",
+    ),
 }
 """Every command, in the order ``detprof --help`` lists them."""
 
 
-def build_app(commands: Iterable[str] = _COMMANDS) -> typer.Typer:
-    """The ``detprof`` application with these commands, importing only their modules.
+class _CommandTable(TyperGroup):
+    """``detprof`` itself: every command of ``_COMMANDS`` is known by name and summary, and only those added
+    (the one a command line runs) are imported.
+
+    ``detprof --help``, ``--version`` and a command detprof does not know import no command module: the
+    listing is the table's summaries, wrapped and cut as Click cuts a command's help.
+    """
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return list(_COMMANDS)
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        """Each command's summary, cut to the width as Click cuts a command's help."""
+        limit = formatter.width - 6 - max(len(name) for name in _COMMANDS)
+        rows = [
+            (name, TyperCommand(name, help=spec.summary).get_short_help_str(limit)) for name, spec in _COMMANDS.items()
+        ]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        """As Click's, suggesting the table's names for a command detprof does not know (none is imported then)."""
+        word = args[0] if args else ""
+        close = [] if word.startswith("-") else difflib.get_close_matches(word, _COMMANDS)
+        if word not in _COMMANDS and close:
+            ctx.fail(f"No such command {word!r}. Did you mean {', '.join(repr(name) for name in close)}?")
+        return super().resolve_command(ctx, args)
+
+
+def build_app(commands: Iterable[str] = ()) -> typer.Typer:
+    """The ``detprof`` application, with ``commands`` (each imported) added to the table's names.
 
     The root callback keeps it a group however few commands it has, so ``detprof parse
     ...`` parses, and its help reads, exactly as with all of them.
     """
     app = typer.Typer(
         name="detprof",
+        cls=_CommandTable,
         help="What deterministic training costs on your GPU, where the cost comes from, and what it buys.",
         no_args_is_help=True,
         pretty_exceptions_enable=False,
@@ -159,19 +239,18 @@ def build_app(commands: Iterable[str] = _COMMANDS) -> typer.Typer:
     for name in commands:
         spec = _COMMANDS[name]
         module = importlib.import_module(spec.module)
-        text = getattr(module, spec.help_constant) if spec.help_constant else spec.help
-        app.command(name, help=text, cls=HelpCommand)(getattr(module, spec.function))
+        app.command(name, help=spec.help(module), cls=HelpCommand)(getattr(module, spec.function))
     return app
 
 
 def _commands_for(args: list[str]) -> list[str]:
-    """The commands a command line needs: the one it names, or all (help, or a command detprof does not know).
+    """The command a command line runs, or none (help, the version, or a command detprof does not know).
 
     ``detprof`` itself takes only flags (``--help``, ``--version``), so the first word that
     is not an option names the command.
     """
     word = next((a for a in args if not a.startswith("-")), None)
-    return [word] if word in _COMMANDS else list(_COMMANDS)
+    return [word] if word in _COMMANDS else []
 
 
 OPTIONAL_VALUES = {"--knobs": "all"}

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import re
 
 import pytest
+from script_runner import run_script
 
 import detprof
 from detprof.cli import main
@@ -62,3 +64,15 @@ def test_version(capsys) -> None:
     assert err == ""
     assert out == f"detprof {importlib.metadata.version('detprof')}\n"
     assert detprof.__version__ == importlib.metadata.version("detprof")
+
+
+@pytest.mark.parametrize("args", [["--help"], ["--version"], [], ["swep"]], ids=["help", "version", "bare", "typo"])
+def test_detprof_itself_imports_no_command(args: list[str]) -> None:
+    """``detprof --help`` lists every command from the table in ``cli``: start-up is all that these command lines
+    cost, and each command module brings its own imports (pandas, the sweep's driver)."""
+    done = run_script("without_tensorflow.py", "cli", *args)
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["result"] == (2 if args == ["swep"] else 0), done.stderr
+    commands = [m for m in report["modules"] if m.endswith("command") and m.startswith("detprof.")]
+    assert commands == []
+    assert not {"pandas", "numpy", "rich"} & set(report["modules"])

@@ -22,10 +22,6 @@ if TYPE_CHECKING:
 
     from detprof.doctor.checks import Readiness
 
-HELP = (
-    "Check that this machine is ready to measure: the GPU (NVML), driver and CUDA, nsys, each Keras backend, "
-    "its determinism switch, and a 5-step smoke run that must be traced. Exit 0 ready, 1 not."
-)
 STATUS_STYLES = {"ok": "green", "missing": "red", "failed": "red", "skipped": "dim"}
 
 

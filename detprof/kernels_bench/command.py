@@ -32,7 +32,6 @@ if TYPE_CHECKING:
     from detprof.intervals import Metric
     from detprof.kernels_bench.case_results import CaseSummary
 
-HELP = "Measure what determinism costs op by op (convolutions, pooling, scatters, ...)."
 DIFF_NAMES_SHOWN = 3
 
 

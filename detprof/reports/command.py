@@ -16,7 +16,6 @@ import typer
 from detprof.errors import InputError, UsageError
 from detprof.store import atomic_write_bytes
 
-HELP = "Write one self-contained HTML (or Markdown, or JSON) report from sweep, kernels and stability results."
 STDOUT = "-"
 FORMATS = ("html", "md", "json")
 

@@ -25,7 +25,6 @@ from detprof.stability.variants import DEFAULT_VARIANTS, NAMED_VARIANTS
 if TYPE_CHECKING:
     from detprof.profiler.devices import DeviceChoice
 
-HELP = "Train many copies under chosen noise sources and measure what the noise does to the models."
 KEEP_SAVED_WEIGHTS_HELP = (
     "--model FILE.keras: start every run from the saved weights instead of fresh ones drawn from the run's init seed "
     "(init then no longer varies)."

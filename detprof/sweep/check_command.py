@@ -23,8 +23,7 @@ if TYPE_CHECKING:
     from detprof.check.regression import Comparison
 
 
-CHECK_HELP = (
-    "Compare each model's determinism overhead with a baseline; fail on a regression.\n\n"
+CHECK_DETAILS = (
     "The change is current overhead / baseline overhead (overhead = deterministic / default time per "
     "step: kernel time when both sides traced kernels, else wall time). Its interval is a one-sided "
     "Welch t-interval on the per-repeat log ratios, sound for 3-10 repeats per side (2 work, widely); "
@@ -73,7 +72,7 @@ def check(
     ] = None,
     models: ModelsOption = None,
 ) -> None:
-    """Compare each model's determinism overhead with the baseline's (help: CHECK_HELP)."""
+    """Compare each model's determinism overhead with the baseline's (help: CHECK_DETAILS)."""
     from rich.console import Console
 
     from detprof.sweep.check_run import CheckRequest, run_check

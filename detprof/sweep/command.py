@@ -32,7 +32,6 @@ from detprof.sweep.plan import plan_runs
 from detprof.sweep.render import print_outcome
 from detprof.sweep.run import measure_knobs, measure_program, measure_sweep, study_stability
 
-HELP = "Run each model in default and deterministic mode; report the overhead."
 ProgramOption = Annotated[
     str | None,
     typer.Option(

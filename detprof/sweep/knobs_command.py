@@ -12,8 +12,6 @@ from detprof import backends
 from detprof.console import print_table, table_console
 from detprof.errors import UsageError
 
-HELP = "List a backend's determinism knobs (what sweep --knobs prices): how each is set and what it does."
-
 
 def knobs(
     backend: Annotated[

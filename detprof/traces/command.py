@@ -10,13 +10,11 @@ import typer
 from detprof.errors import UsageError
 from detprof.formatting import OutputFormat
 
-PARSE_HELP = (
-    "Parse a kernel trace (nsys, nvprof, TensorFlow profiler, PyTorch profiler JSON) and show its top kernels.\n\n"
+PARSE_DETAILS = (
     "The table labels kernels by short name (with abbreviated template arguments where several "
     "share one); --full-names shows whole demangled names. JSON and CSV always carry both."
 )
-DIFF_HELP = (
-    "Compare two traces kernel by kernel: what was added, removed, slowed down.\n\n"
+DIFF_DETAILS = (
     "Kernels are paired by full name, or by short name with --by short (template instances "
     "merged). The table labels kernels by short name; --full-names shows whole demangled names; "
     "JSON and CSV always carry both.\n\n"

@@ -20,12 +20,6 @@ from detprof.options import ModelsOption, RunOptions, with_run_options
 if TYPE_CHECKING:
     from detprof.verify.run import VerifyOutcome
 
-HELP = (
-    "Prove that determinism holds: train each model twice in deterministic mode and twice in default mode, "
-    "fingerprint every layer's output and weights at every step, and say where runs part ways; or verify your own "
-    "training program (--command), comparing what it fingerprints with detprof.fingerprint(). "
-    "Exit 0 held, 1 not, 3 unusable input."
-)
 VERIFY_OPTIONS = (
     "backend",
     "gpu",

@@ -3,10 +3,12 @@
 usage: without_tensorflow.py load_xplane PATH...
        without_tensorflow.py load_trace PATH...
        without_tensorflow.py parse PATH
+       without_tensorflow.py cli ARGS...
 
 Whatever the reader prints comes first; the last line of stdout is one JSON object:
 ``{"result": ..., "tensorflow_modules": [...], "modules": [...]}``, where ``result`` is each
-path's kernel count (the loaders) or the exit code of ``detprof parse PATH --format json``,
+path's kernel count (the loaders) or the exit code of ``detprof parse PATH --format json`` (of
+``detprof ARGS...``),
 and ``modules`` every module imported, so that a test can see what a command line pays for.
 """
 
@@ -30,6 +32,10 @@ def run(action: str, paths: list[str]) -> object:
         from detprof.cli import main
 
         return main(["parse", *paths, "--format", "json"])
+    if action == "cli":
+        from detprof.cli import main
+
+        return main(paths)
     raise SystemExit(f"unknown action {action!r}")
 
 
