@@ -26,6 +26,7 @@ from detprof.profiler.tracers import resolve_tracer
 
 PROBE = """
 import json, sys
+import detprof.profiler.worker  # everything a worker imports before it is switched
 from detprof import determinism
 settings = determinism.DeterminismSettings({mode!r}, 7, backend={backend!r}, knobs={knobs!r})
 effective = determinism.apply(settings, detprof_code_only={detprof_code_only!r})

@@ -20,13 +20,14 @@ import pandas as pd
 import pytest
 
 from detprof.analysis.overhead import paired_log_ratios
+from detprof.backends.base import step_range_name
 from detprof.cli import main
 from detprof.intervals import stein_repeats
 from detprof.profiler.worker_spec import MIN_SIZED_STEPS, sized_steps, typical_step_ns
 from detprof.store import ResultsStore
 from detprof.traces.kernel_table import KernelTable
 from detprof.traces.parsers import load_trace
-from detprof.traces.step_split import kernel_ns_by_step, step_range_name, within_steps
+from detprof.traces.step_split import kernel_ns_by_step, within_steps
 
 TINY = ["--gpu", "cpu", "--input-size", "16", "--batch-size", "8", "--steps", "4", "--warmup", "2"]
 STEPS = 4

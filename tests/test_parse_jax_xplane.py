@@ -26,13 +26,14 @@ import pytest
 from fixtures_traces import SHARED_TRACES
 from script_runner import ROOT, run_script
 
+from detprof.backends.base import step_range_name
 from detprof.cli import main
 from detprof.errors import InputError
 from detprof.traces.classify import classify
 from detprof.traces.kernel_table import KERNEL_DTYPES
 from detprof.traces.parsers import load_trace
 from detprof.traces.parsers.xspace_schema import xspace_class
-from detprof.traces.step_split import kernel_ns_by_step, step_range_name, within_steps
+from detprof.traces.step_split import kernel_ns_by_step, within_steps
 
 STEPS = 3
 XSpace = xspace_class()
@@ -46,7 +47,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from detprof.traces.step_split import step_range_name
+from detprof.backends.base import step_range_name
 
 logdir, kind = sys.argv[1:]
 rng = np.random.default_rng(0)

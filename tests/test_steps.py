@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from fixtures_traces import Kernel, write_nsys_sqlite
 
+from detprof.backends.base import step_range_name
 from detprof.traces.parsers import load_trace
-from detprof.traces.step_split import kernel_ns_by_step, step_range_name
+from detprof.traces.step_split import kernel_ns_by_step
 
 
 def test_kernels_are_summed_per_step_range(tmp_path) -> None:

@@ -42,6 +42,16 @@ def layer_range_name(layer: str) -> str:
     return f"{LAYER_RANGE}{layer}"
 
 
+STEP_RANGE = r"^step \d+(?: \w+)?$"
+"""A measured step's range, as the worker marks it (``profiler.tracers``) and the trace layer splits kernels by it
+(``traces.step_split``): ``step i``, or ``step i ARM`` where one process measured two arms in turn (an in-process
+pair: ``step 3 deterministic``), each arm's steps numbered on their own."""
+
+
+def step_range_name(index: int, arm: str | None = None) -> str:
+    return f"step {index}" if arm is None else f"step {index} {arm}"
+
+
 @dataclass(frozen=True)
 class Knob:
     """One switch of a framework's determinism, which ``detprof sweep --knobs`` prices alone.

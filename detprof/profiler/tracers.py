@@ -30,9 +30,8 @@ from pathlib import Path
 from typing import ClassVar, Protocol
 
 import detprof.backends as backends
-from detprof.backends.base import NVTX_DOMAIN, StopProfiler
+from detprof.backends.base import NVTX_DOMAIN, StopProfiler, step_range_name
 from detprof.errors import UsageError
-from detprof.traces.step_split import step_range_name
 
 _VERSION = re.compile(r"[Vv]ersion\s+(\d[\w.]*)")
 """The version in ``nsys --version`` ("NVIDIA Nsight Systems version 2025.3.1.90-253135822870v0", whose

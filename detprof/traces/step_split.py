@@ -13,15 +13,8 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
+from detprof.backends.base import STEP_RANGE
 from detprof.traces.kernel_table import KernelTable
-
-STEP_RANGE = r"^step \d+(?: \w+)?$"
-"""A measured step's range: ``step i``, or ``step i ARM`` where one process measured two arms in turn (an
-in-process pair: ``step 3 deterministic``), each arm's steps numbered on their own."""
-
-
-def step_range_name(index: int, arm: str | None = None) -> str:
-    return f"step {index}" if arm is None else f"step {index} {arm}"
 
 
 def _step_ranges(table: KernelTable, arm: str | None) -> pd.DataFrame | None:

@@ -55,6 +55,7 @@ import msgspec
 import numpy as np
 import pandas as pd
 
+from detprof.backends.base import STEP_RANGE, step_range_name
 from detprof.errors import InputError, first_line
 from detprof.traces.attribution import LAYER_RANGE, op_kind
 from detprof.traces.kernel_names import short_kernel_name
@@ -69,7 +70,6 @@ from detprof.traces.kernel_table import (
 )
 from detprof.traces.parsers.nesting import containers, self_times
 from detprof.traces.parsers.signatures import GZIP_MAGIC
-from detprof.traces.step_split import STEP_RANGE, step_range_name
 
 UTF8_BOM = b"\xef\xbb\xbf"
 KERNEL_CATEGORY = "kernel"

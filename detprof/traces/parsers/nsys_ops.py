@@ -29,10 +29,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from detprof.backends.base import STEP_RANGE
 from detprof.traces.attribution import LAYER_RANGE, UNATTRIBUTED, op_kind
 from detprof.traces.parsers.nesting import containers
 from detprof.traces.parsers.nsys_schema import API_TABLE, KERNEL_TABLE, columns, nvtx_range_rows
-from detprof.traces.step_split import STEP_RANGE
 
 _PROCESS = 1 << 24
 """nsys's serialized global ids keep the thread in their low 24 bits: a thread's id over this is its process's."""

@@ -80,6 +80,7 @@ import numpy as np
 import pandas as pd
 from google.protobuf.message import DecodeError
 
+from detprof.backends.base import STEP_RANGE
 from detprof.errors import InputError
 from detprof.traces.kernel_names import short_kernel_name
 from detprof.traces.kernel_table import (
@@ -94,7 +95,6 @@ from detprof.traces.kernel_table import (
 )
 from detprof.traces.parsers.nesting import self_times
 from detprof.traces.parsers.xspace_schema import hlo_class, xspace_class
-from detprof.traces.step_split import STEP_RANGE
 
 _GPU_PLANE = re.compile(r"^/device:GPU:(\d+)$")
 _HOST_PLANE = "/host:CPU"
