@@ -10,20 +10,22 @@ counts on TensorFlow being there. Here:
   that measures says in one line which extra to install;
 - ``make wheelhouse``: every wheel detprof needs beside the framework, and nothing of the
   framework;
-- ``detprof[torch]`` as an offline GPU machine installs it: PyTorch first (the CPU build on
-  this machine's disk: any other torch requirement in a fresh environment pulls several GB of
-  CUDA wheels), then detprof from the wheelhouse alone with ``--no-index``. There a sweep, a
-  stability study and the kernels bench pick PyTorch without ``--backend``, and neither
-  TensorFlow nor JAX is there to fall back on.
+- ``detprof[torch]`` as an offline GPU machine installs it: PyTorch is the image's (as a GPU
+  image's Python has it, its site packages seen through a ``.pth`` file, as ``make gpu-check``
+  sees them: here the dev environment's CPU build, torch and what it requires, and nothing
+  else), then detprof from the wheelhouse alone with ``--no-index``. There a sweep, a stability
+  study and the kernels bench pick PyTorch without ``--backend``, and neither TensorFlow nor JAX
+  is there to fall back on.
 
 Each environment is built once per module, from one wheel of a copy of the tree (a build
 writes ``build/`` and ``*.egg-info`` beside its sources), with pip's index and cache. On the
 2-core dev machine: the wheel and the core environment 23 s, a wheelhouse 4 s and the offline
-torch environment 42 s.
+torch environment 42 s when torch itself was installed into it (754 MB unpacked and compiled).
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import platform
@@ -40,6 +42,8 @@ import pytest
 import synthetic_sweep as synth
 from fixtures_kineto import simple_gpu_trace
 from fixtures_traces import Kernel, a100, write_nsys_sqlite
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from detprof.backends import NO_FRAMEWORK
 
@@ -49,18 +53,22 @@ ROOT = Path(__file__).resolve().parents[1]
 SOURCES = ("pyproject.toml", "README.md", "Makefile", "detprof")
 """What a build of detprof reads (the readme is the package's description), and the Makefile for ``make wheelhouse``."""
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
-TORCH = "torch==2.13.0"
-"""The CPU build on this machine's disk, standing for the framework a GPU machine has installed."""
+TORCH = "torch"
+"""The framework a GPU machine's image has installed; here the dev environment's CPU build (2.13.0)."""
 NOT_INSTALLED_WITH_DETPROF = ("tensorflow", "jax", "torch", "keras", "sklearn", "nvtx")
 FRAMEWORK_WHEELS = ("tensorflow", "tensorflow_cpu", "jax", "jaxlib", "torch", "triton")
 FRAMEWORK_COMMANDS = ("sweep", "stability", "kernels", "models")
-PIP_INSTALL = ("-m", "pip", "install", "--quiet", "--disable-pip-version-check")
+PIP_INSTALL = ("-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-compile")
+"""Modules are compiled when first imported (``fresh_env``), not all at install: the environments run a few commands,
+and compiling every module of pandas, SciPy, plotly and Keras up front took 14 s of each install here."""
+NOT_FROM_HERE = {"PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "KERAS_BACKEND", "PYTHONDONTWRITEBYTECODE"}
+"""What would let a fresh environment see the working tree or the dev one, and what would keep its processes from
+caching what they compile (CI and this machine set it), as a user's machine does."""
 
 
 def fresh_env(**extra: str) -> dict[str, str]:
-    """This process's environment without what would let a fresh environment see the working tree or the dev one."""
-    env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "KERAS_BACKEND"}}
-    return env | extra
+    """This process's environment as a user's machine has it (``NOT_FROM_HERE`` left out), and ``extra``."""
+    return {k: v for k, v in os.environ.items() if k not in NOT_FROM_HERE} | extra
 
 
 def run(
@@ -94,6 +102,11 @@ class Venv:
 
     def install(self, *requirements: str | Path, env: dict[str, str] | None = None) -> None:
         checked([self.python, *PIP_INSTALL, *requirements], self.root, env)
+
+    @property
+    def site_packages(self) -> Path:
+        (found,) = self.root.glob("lib/python3*/site-packages")
+        return found
 
     def detprof(self, *args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
         return run([self.root / "bin" / "detprof", *args], cwd)
@@ -133,13 +146,47 @@ def core(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Venv:
     return venv
 
 
+def distributions_needed(name: str, present: set[str]) -> dict[str, importlib.metadata.Distribution]:
+    """``name``'s distribution in this environment and those it requires on this machine (extras left out), by
+    normalised name; ``present`` (the fresh environment's own: pip) are not looked for."""
+    found: dict[str, importlib.metadata.Distribution] = {}
+    todo = [name]
+    while todo:
+        key = canonicalize_name(todo.pop())
+        if key in found or key in present:
+            continue
+        found[key] = dist = importlib.metadata.distribution(key)
+        for text in dist.requires or ():
+            requirement = Requirement(text)
+            if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+                todo.append(requirement.name)
+    return found
+
+
+def image_site(folder: Path, framework: str, present: set[str]) -> Path:
+    """A folder standing for a GPU image's site packages: ``framework`` and what it requires, linked from this
+    environment (each distribution's top-level files and its metadata), nothing else."""
+    folder.mkdir()
+    for dist in distributions_needed(framework, present).values():
+        tops = {Path(str(file)).parts[0] for file in dist.files or () if not str(file).startswith("..")}
+        for top in tops - {"__pycache__"}:
+            source = Path(str(dist.locate_file(top)))
+            if source.exists():
+                (folder / top).symlink_to(source)
+    return folder
+
+
 @pytest.fixture(scope="module")
 def with_torch(wheelhouse: Path, tmp_path_factory: pytest.TempPathFactory) -> Venv:
-    """PyTorch first, then ``detprof[torch]`` as an offline GPU machine installs it: from the wheelhouse alone, with
-    no index, no pip configuration (this machine's pip.conf names local indexes) and no other folder of wheels; the
-    torch installed satisfies the extra's requirement."""
-    venv = Venv.create(tmp_path_factory.mktemp("torch") / "venv")
-    venv.install(TORCH)
+    """The image's PyTorch, then ``detprof[torch]`` as an offline GPU machine installs it: from the wheelhouse alone,
+    with no index, no pip configuration (this machine's pip.conf names local indexes) and no other folder of wheels;
+    the torch installed satisfies the extra's requirement."""
+    root = tmp_path_factory.mktemp("torch")
+    venv = Venv.create(root / "venv")
+    # Python 3.11's venv brings a setuptools older than torch requires; the image has its own.
+    checked([venv.python, "-m", "pip", "uninstall", "--quiet", "--yes", "setuptools"], root)
+    site = image_site(root / "image-site", TORCH, present={"pip"})
+    (venv.site_packages / "image.pth").write_text(f"{site}\n")
     offline = fresh_env(PIP_CONFIG_FILE=os.devnull)
     offline.pop("PIP_FIND_LINKS", None)
     venv.install("--no-index", "--find-links", wheelhouse, "detprof[torch]", env=offline)
