@@ -15,7 +15,7 @@ GPU_VENV := .venv-gpu
 GPU_STAMP := $(GPU_VENV)/.installed
 GPU_CHECK_OUT ?= gpu-check
 
-.PHONY: test sweep lint bench install gpu-check wheelhouse
+.PHONY: test test-fast sweep lint bench install gpu-check wheelhouse
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,14 +31,25 @@ $(TEST_STAMP): pyproject.toml | $(BIN)/python
 
 install: $(TEST_STAMP)
 
-# The suite runs two test files at a time (a file's tests share its module fixtures):
-# 10 min instead of 14 on a 2-core machine.
+# The suite runs two test files at a time (a file's tests share its module fixtures; the studies that several
+# files read are made once per run, tests/shared_studies.py), and prints its 30 slowest tests. detprof's own
+# modules are compiled first: where PYTHONDONTWRITEBYTECODE is set (this machine, CI) every process of the suite
+# would compile what it imports again.
+PYTEST := $(BIN)/python -m pytest -q -ra -n 2 --dist loadfile --durations=30
+
 test: $(TEST_STAMP)
 	@command -v chromium >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get install -y -q chromium >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; }; \
 	  else sudo apt-get install -y -q chromium >/dev/null; fi; }
 	$(BIN)/ruff check detprof tests benchmarks
-	$(BIN)/python -m pytest -q -ra -n 2 --dist loadfile
+	$(BIN)/python -m compileall -q detprof tests
+	$(PYTEST)
+
+# The inner loop: the tests that start no framework process (parsers, statistics, reports over recorded
+# results, command-line errors), within 3 minutes; `make test` runs everything, as CI does.
+test-fast: $(TEST_STAMP)
+	$(BIN)/python -m compileall -q detprof tests
+	$(PYTEST) -m "not slow"
 
 sweep: $(RUN_STAMP)
 	$(BIN)/detprof sweep --stability --resume

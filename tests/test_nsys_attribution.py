@@ -221,6 +221,7 @@ print(json.dumps({"during": during, "after": pushed[len(during):]}))
 """
 
 
+@pytest.mark.slow
 def test_a_pytorch_worker_under_nsys_pushes_a_range_per_layer_call_while_capturing() -> None:
     """``nvtx.annotate`` is recorded on the way through: without nsys attached its ranges go nowhere to look."""
     done = subprocess.run(

@@ -174,6 +174,7 @@ def form(spec: str) -> str:
     return spec.removeprefix("forms.py:").removeprefix("saved_").removesuffix(".keras")
 
 
+@pytest.mark.slow
 def test_every_form_is_inspected_with_its_inputs_outputs_and_loss(on_backend: tuple[str, dict[str, Any]]) -> None:
     _, found = on_backend
     for spec, answer in found.items():

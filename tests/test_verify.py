@@ -93,6 +93,7 @@ def test_runs_part_at_the_first_tensor_that_differs_and_the_growth_is_read_per_l
     assert result.growth == {"conv": [0.0, 0.0, pytest.approx(0.25)], "relu": [0.0, pytest.approx(0.5), 1.0]}
 
 
+@pytest.mark.slow
 def test_a_refusal_is_a_finding_naming_the_op_the_layer_and_the_advice() -> None:
     """PyTorch's own refusal, raised in a fresh process where deterministic algorithms are on."""
     script = (
