@@ -76,31 +76,29 @@ class DeterminismSettings:
         return backends.get(self.backend).jit_compile(self.xla, self.compile)
 
 
-def apply(settings: DeterminismSettings, *, detprof_code_only: bool = False) -> dict[str, Any]:
-    """Switch ``settings.backend`` into ``settings.mode``; returns the settings in effect. ``detprof_code_only``: the
-    worker runs detprof's own workload alone, and keeps out what only a user's code could want (``backends.kept_out``).
+def apply(settings: DeterminismSettings) -> dict[str, Any]:
+    """Switch ``settings.backend`` into ``settings.mode``; returns the settings in effect.
 
     Runs in worker processes only, before any framework is imported.
     """
-    _switch(backends.get(settings.backend), settings.knob_set(), settings.seed, detprof_code_only)
+    _switch(backends.get(settings.backend), settings.knob_set(), settings.seed)
     return effective_settings(settings)
 
 
-def apply_shared(arms: Sequence[DeterminismSettings], *, detprof_code_only: bool = False) -> None:
+def apply_shared(arms: Sequence[DeterminismSettings]) -> None:
     """Set up a worker that runs ``arms`` in turn, a step of each (``Backend.arm_steps``): the backend, and the
     knobs only a fresh process takes that every arm sets (``Backend.process_knobs``); each arm's step sets the rest.
 
     Runs in worker processes only, before any framework is imported.
     """
     backend = backends.get(arms[0].backend)
-    _switch(backend, backend.process_knobs([arm.knob_set() for arm in arms]), arms[0].seed, detprof_code_only)
+    _switch(backend, backend.process_knobs([arm.knob_set() for arm in arms]), arms[0].seed)
 
 
-def _switch(backend: backends.Backend, knobs: frozenset[str], seed: int, detprof_code_only: bool) -> None:
+def _switch(backend: backends.Backend, knobs: frozenset[str], seed: int) -> None:
     os.environ["KERAS_BACKEND"] = backend.name
-    kept_out = backends.kept_out(backend.name, detprof_code_only)
-    if kept_out:
-        sys.meta_path.insert(0, _NotInThisWorker(kept_out))
+    if backend.keeps_out:
+        sys.meta_path.insert(0, _NotInThisWorker(backend.keeps_out))
     backend.switch(knobs)
     _seed(seed, backend)
 
@@ -116,9 +114,9 @@ class _NotInThisWorker(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Imports of ``modules`` (and their submodules) fail as if they were not installed.
 
     Keras probes for TensorFlow (``keras.utils.set_random_seed`` seeds it whenever it is
-    installed), for JAX (its checkpoint callback), scikit-learn and pandas, which would load them
-    into every worker: seconds of start-up, the frameworks' thread pools and, on a GPU, their own
-    claim on device memory. Answering "not installed" makes Keras take the path it takes where they are not
+    installed) and for JAX (its checkpoint callback), which would load them into every
+    worker: seconds of start-up, their thread pools and, on a GPU, their own claim on device
+    memory. Answering "not installed" makes Keras take the path it takes where they are not
     installed. A ``None`` entry in ``sys.modules`` would not do: Keras tests whether
     TensorFlow is in ``sys.modules`` (its preprocessing layers ask whether they run in a
     tf.data graph) and would take TensorFlow for loaded. The failure comes when the module
@@ -133,7 +131,7 @@ class _NotInThisWorker(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return importlib.machinery.ModuleSpec(name, self) if name.split(".", 1)[0] in self.modules else None
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> None:
-        raise ModuleNotFoundError(f"No module named {spec.name!r} (kept out of this detprof worker)")
+        raise ModuleNotFoundError(f"No module named {spec.name!r} (kept out of a detprof worker of another backend)")
 
     def exec_module(self, module: object) -> None:
         """Never reached: ``create_module`` refuses first."""

@@ -29,36 +29,26 @@ import json, sys
 import detprof.profiler.worker  # everything a worker imports before it is switched
 from detprof import determinism
 settings = determinism.DeterminismSettings({mode!r}, 7, backend={backend!r}, knobs={knobs!r})
-effective = determinism.apply(settings, detprof_code_only={detprof_code_only!r})
+effective = determinism.apply(settings)
 from detprof.profiler.worker_spec import WorkerSpec
 from detprof.profiler.workloads import model_training
 params = {{"model": "smallcnn", "input_shape": [16, 16, 3], "classes": 10, "batch_size": 4}}
 spec = WorkerSpec("probe", "", settings, 0, 1, 0, 0, "none", None, "", "", params)
 step, facts = model_training(spec)
 step()
-loaded = [m for m in ("tensorflow", "jax", "torch", "sklearn", "pandas") if sys.modules.get(m) is not None]
+loaded = [m for m in ("tensorflow", "jax", "torch") if sys.modules.get(m) is not None]
 print(json.dumps({{"effective": effective, "versions": determinism.software_versions({backend!r}),
                   "facts": facts, "loaded": loaded}}))
 """
 
 
-def probe(
-    backend: str,
-    mode: str,
-    env: dict[str, str] | None = None,
-    knobs: tuple[str, ...] | None = None,
-    detprof_code_only: bool = False,
-) -> dict:
-    """Apply ``mode`` (or ``knobs``) on ``backend`` in a fresh process, take one training step of a registry model,
-    and say what is in effect and which frameworks and Keras' optional packages the process loaded."""
+def probe(backend: str, mode: str, env: dict[str, str] | None = None, knobs: tuple[str, ...] | None = None) -> dict:
+    """Apply ``mode`` (or ``knobs``) on ``backend`` in a fresh process, take one training step, and say what is in
+    effect."""
     import os
 
     done = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            PROBE.format(backend=backend, mode=mode, knobs=knobs, detprof_code_only=detprof_code_only),
-        ],
+        [sys.executable, "-c", PROBE.format(backend=backend, mode=mode, knobs=knobs)],
         capture_output=True,
         text=True,
         check=True,
@@ -71,18 +61,13 @@ def probe(
 @pytest.mark.parametrize("backend", ["jax", "torch"])
 @pytest.mark.parametrize("mode", ["default", "deterministic"])
 def test_each_backend_reports_determinism_in_effect_exactly_in_deterministic_mode(backend: str, mode: str) -> None:
-    """A worker of detprof's code alone (here: deterministic mode's) keeps out what Keras loads only because it is
-    installed; one that may run a user's code (default mode's) loads it as Keras asks."""
-    detprof_code_only = mode == "deterministic"
-    found = probe(backend, mode, detprof_code_only=detprof_code_only)
+    found = probe(backend, mode)
     effective = found["effective"]
     assert effective["backend"] == backend and effective["mode"] == mode
     assert effective["op_determinism"] is (mode == "deterministic")
     assert found["versions"][backend] and found["versions"]["keras"]
     # A JAX or PyTorch worker never loads TensorFlow, whatever Keras probes for.
     assert "tensorflow" not in found["loaded"] and backend in found["loaded"]
-    assert ("sklearn" in found["loaded"]) is not detprof_code_only
-    assert ("pandas" in found["loaded"]) is not detprof_code_only
     if backend == "torch":
         assert effective["cudnn_deterministic"] is (mode == "deterministic")
         assert effective["cudnn_benchmark"] is False
@@ -92,13 +77,6 @@ def test_each_backend_reports_determinism_in_effect_exactly_in_deterministic_mod
     else:
         assert effective["jit_compile"] is True
         assert found["facts"]["train_step"] == "keras train_on_batch (jit_compile=True)"
-
-
-@pytest.mark.slow
-def test_a_tensorflow_worker_of_detprofs_code_alone_keeps_out_the_other_frameworks_scikit_learn_and_pandas() -> None:
-    found = probe("tensorflow", "deterministic", detprof_code_only=True)
-    assert found["effective"]["op_determinism"] is True
-    assert found["loaded"] == ["tensorflow"]
 
 
 @pytest.mark.slow

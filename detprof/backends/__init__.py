@@ -30,21 +30,6 @@ NO_FRAMEWORK = "no deep-learning framework is installed here: pip install " + " 
 KERAS_BACKEND_ENV = "KERAS_BACKEND"
 
 
-KERAS_OPTIONAL = ("sklearn", "pandas")
-"""Packages Keras imports whenever they are installed (its scikit-learn wrappers; pandas frames as ``fit``'s
-input) and detprof's own workloads never use: a second or two of every worker's start-up."""
-
-
-def kept_out(name: str, detprof_code_only: bool) -> tuple[str, ...]:
-    """The modules a worker of backend ``name`` keeps out (``determinism.apply``): the other frameworks Keras would
-    load for nothing, and where it runs detprof's code alone (a registry model, an op case: not a user's model, whose
-    code may import anything), what only a user's code could want."""
-    backend = get(name)
-    if not detprof_code_only:
-        return backend.keeps_out
-    return backend.keeps_out + backend.keeps_out_of_detprof_code + KERAS_OPTIONAL
-
-
 def get(name: str) -> Backend:
     """The backend called ``name``; KeyError for a name detprof does not know (``require`` says it in one line)."""
     return REGISTRY[name]

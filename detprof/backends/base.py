@@ -121,11 +121,9 @@ class Backend:
     trace_suffix: ClassVar[str]
     """What the own profiler's trace is named after the run id."""
     keeps_out: ClassVar[tuple[str, ...]] = ()
-    """Modules kept out of every one of this backend's workers (``determinism.apply``): frameworks Keras would load
-    for nothing. Keras on JAX reaches into torch's types, so torch stays importable where a user's code may use it."""
-    keeps_out_of_detprof_code: ClassVar[tuple[str, ...]] = ()
-    """Modules kept out besides, where the worker runs detprof's code alone (``backends.kept_out``): TensorFlow
-    imports JAX whenever it is installed (for TFLite), which a user's TensorFlow model may also use."""
+    """Modules kept out of this backend's workers (``determinism.apply``): frameworks Keras would load
+    for nothing. TensorFlow's modules import JAX where it is installed, and Keras on JAX reaches into
+    torch's types, so those must stay importable where they are used."""
     version_keys: ClassVar[tuple[str, ...]]
     """The packages of ``versions`` a CI baseline compares (``check.baseline_file``)."""
     cuda_build: ClassVar[str]

@@ -43,7 +43,6 @@ class TensorFlow(Backend):
     framework = "TensorFlow"
     tracer = "tf"
     trace_suffix = ".tfprof"
-    keeps_out_of_detprof_code = ("jax", "torch")
     version_keys = ("tensorflow",)
     cuda_build = "install TensorFlow's CUDA build: pip install 'tensorflow[and-cuda]'"
     switch_words = "tf.config.experimental.enable_op_determinism()"

@@ -243,7 +243,6 @@ class WorkerLauncher:
             cpu_threads=None if cpu_core is None else 1,
             run_seconds=run_seconds,
             arm=arm,
-            detprof_code_only=run.workload.detprof_code_only,
         )
 
     def commands(self, run: PlannedRun, *, require_installed: bool = True) -> tuple[list[str], list[str]]:

@@ -46,11 +46,6 @@ class ModelPlan:
     feed: dict[str, Any] | None = None
     """Which arrays of ``--data`` feed its inputs and targets (``own.data_feed``); None: a synthetic batch."""
 
-    @property
-    def detprof_code_only(self) -> bool:
-        """A registry model runs detprof's code alone; your own model runs yours (``WorkerSpec.detprof_code_only``)."""
-        return self.own_model is None
-
     def workload_spec(self, batch_size: int) -> dict[str, Any]:
         spec = {"model": self.label, "batch_size": batch_size, "input_shape": self.input_shape, "classes": self.classes}
         if self.own_model is not None:

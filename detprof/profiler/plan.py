@@ -61,8 +61,6 @@ class Workload:
     params: dict[str, Any] = field(default_factory=dict)
     arms_entry: str | None = None
     """The entry that builds both arms of a pair in one process (``worker.run_arms``); None: it cannot."""
-    detprof_code_only: bool = False
-    """It runs detprof's code alone (``WorkerSpec.detprof_code_only``), not a user's model or program."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -111,8 +111,7 @@ def run(spec: WorkerSpec, pacer: Pacer | None = None) -> dict[str, Any]:
     """
     settings = spec.determinism
     backend = backends.get(settings.backend)
-    effect = apply(settings, detprof_code_only=spec.detprof_code_only)
-    result: dict[str, Any] = {"settings": effect, "versions": software_versions(settings.backend)}
+    result: dict[str, Any] = {"settings": apply(settings), "versions": software_versions(settings.backend)}
     if spec.cpu_threads and backend.limit_threads(spec.cpu_threads):
         result["cpu_threads"] = spec.cpu_threads
     capture = TRACERS[spec.tracer].capture(spec.trace_path, settings.backend)
@@ -300,7 +299,7 @@ def pair_session(pairs: list[list[WorkerSpec]]) -> int:
     (``determinism.apply_shared``); each arm's step sets the rest of its knobs itself.
     """
     pacer = Pacer(pairs[0][0].control_fd)
-    apply_shared([spec.determinism for spec in pairs[0]], detprof_code_only=pairs[0][0].detprof_code_only)
+    apply_shared([spec.determinism for spec in pairs[0]])
     cpus = os.sched_getaffinity(0)
     for specs in pairs:
         _log_to(Path(specs[0].log_path))

@@ -49,9 +49,6 @@ class WorkerSpec:
     arm: str | None = None
     """Where one process runs both arms of a pair (``worker.pair_session``): this arm's name in its step ranges
     (``step i ARM``); None: the process runs this run alone."""
-    detprof_code_only: bool = False
-    """The workload is detprof's own code alone (a registry model, an op case): the worker keeps out what only a
-    user's code could want (``backends.kept_out``)."""
 
     @property
     def most_steps(self) -> int:

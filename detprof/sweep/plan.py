@@ -61,9 +61,7 @@ def model_run(
         label=f"{plan.label} {shown or side} r{repeat}",
         mode=mode,
         repeat=repeat,
-        workload=Workload(
-            MODEL_WORKLOAD, plan.workload_spec(config.batch_size), MODEL_ARMS_WORKLOAD, plan.detprof_code_only
-        ),
+        workload=Workload(MODEL_WORKLOAD, plan.workload_spec(config.batch_size), MODEL_ARMS_WORKLOAD),
         fields={"model": plan.label, "repeat": repeat, "batch_size": config.batch_size} | fields | own,
         knobs=knobs,
     )

@@ -134,7 +134,6 @@ def run_arms(
                 "seed": config.seed,
                 "steps": steps,
                 "gradients": gradients,
-                "detprof_code_only": plan.detprof_code_only,
             } | ({} if arm.knobs is None else {"knobs": list(arm.knobs)})
             with ThreadPoolExecutor(side_by_side) as pool:
                 run = partial(_run, store, environment, plan.label, arm, ask=ask, timeout_s=config.run_timeout_s)

@@ -38,15 +38,12 @@ def fingerprint_run(
     gradients: bool,
     out: str,
     knobs: list[str] | None = None,
-    detprof_code_only: bool = False,
 ) -> dict[str, Any]:
     """``launcher.call_in_worker``'s entry: the run, its fingerprints written to ``out``; what it found, as JSON.
 
-    ``knobs``: the backend's knobs the run sets (a knob study's arm without one knob); None: the mode's.
-    ``detprof_code_only``: a registry model, whose worker keeps out what only a user's code could want."""
+    ``knobs``: the backend's knobs the run sets (a knob study's arm without one knob); None: the mode's."""
     settings = DeterminismSettings(mode, seed, backend=backend, knobs=None if knobs is None else tuple(knobs))  # type: ignore[arg-type]
-    effect = apply(settings, detprof_code_only=detprof_code_only)
-    answer: dict[str, Any] = {"settings": effect, "versions": software_versions(backend)}
+    answer: dict[str, Any] = {"settings": apply(settings), "versions": software_versions(backend)}
     answer["device_name"] = backends.get(backend).device_name()
     taken = RunFingerprints()
     try:
