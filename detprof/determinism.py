@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 import detprof.backends as backends
+from detprof.backends.base import UNUSED_AT_IMPORT
 
 Mode = Literal["default", "deterministic"]
 MODES: tuple[Mode, ...] = ("default", "deterministic")
@@ -96,11 +97,18 @@ def apply_shared(arms: Sequence[DeterminismSettings]) -> None:
 
 
 def _switch(backend: backends.Backend, knobs: frozenset[str], seed: int) -> None:
+    """The framework and Keras load here: what their imports load only because it is installed is kept out while
+    they do (``Backend.unused_at_import``), and stays importable for whatever runs after."""
     os.environ["KERAS_BACKEND"] = backend.name
     if backend.keeps_out:
         sys.meta_path.insert(0, _NotInThisWorker(backend.keeps_out))
-    backend.switch(knobs)
-    _seed(seed, backend)
+    while_importing = _NotInThisWorker(UNUSED_AT_IMPORT + backend.unused_at_import)
+    sys.meta_path.insert(0, while_importing)
+    try:
+        backend.switch(knobs)
+        _seed(seed, backend)
+    finally:
+        sys.meta_path.remove(while_importing)
 
 
 def arm_settings(settings: DeterminismSettings, in_effect: Mapping[str, Any]) -> dict[str, Any]:
@@ -116,10 +124,11 @@ class _NotInThisWorker(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     Keras probes for TensorFlow (``keras.utils.set_random_seed`` seeds it whenever it is
     installed) and for JAX (its checkpoint callback), which would load them into every
     worker: seconds of start-up, their thread pools and, on a GPU, their own claim on device
-    memory. Answering "not installed" makes Keras take the path it takes where they are not
-    installed. A ``None`` entry in ``sys.modules`` would not do: Keras tests whether
-    TensorFlow is in ``sys.modules`` (its preprocessing layers ask whether they run in a
-    tf.data graph) and would take TensorFlow for loaded. The failure comes when the module
+    memory; while the framework and Keras load, their imports probe for scikit-learn, pandas
+    and (TensorFlow's) JAX and torch the same way. Answering "not installed" makes Keras take
+    the path it takes where they are not installed. A ``None`` entry in ``sys.modules`` would
+    not do: Keras tests whether TensorFlow is in ``sys.modules`` (its preprocessing layers ask
+    whether they run in a tf.data graph) and would take TensorFlow for loaded. The failure comes when the module
     would load, not when it is looked up: torch asks ``importlib.util.find_spec`` about other
     frameworks at import and must get an answer.
     """
@@ -131,7 +140,7 @@ class _NotInThisWorker(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return importlib.machinery.ModuleSpec(name, self) if name.split(".", 1)[0] in self.modules else None
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> None:
-        raise ModuleNotFoundError(f"No module named {spec.name!r} (kept out of a detprof worker of another backend)")
+        raise ModuleNotFoundError(f"No module named {spec.name!r} (kept out of this detprof worker)")
 
     def exec_module(self, module: object) -> None:
         """Never reached: ``create_module`` refuses first."""

@@ -36,7 +36,8 @@ params = {{"model": "smallcnn", "input_shape": [16, 16, 3], "classes": 10, "batc
 spec = WorkerSpec("probe", "", settings, 0, 1, 0, 0, "none", None, "", "", params)
 step, facts = model_training(spec)
 step()
-loaded = [m for m in ("tensorflow", "jax", "torch") if sys.modules.get(m) is not None]
+loaded = [m for m in ("tensorflow", "jax", "torch", "sklearn", "pandas") if sys.modules.get(m) is not None]
+import sklearn, pandas  # a user's code may import what the framework's and Keras' imports were kept from
 print(json.dumps({{"effective": effective, "versions": determinism.software_versions({backend!r}),
                   "facts": facts, "loaded": loaded}}))
 """
@@ -44,7 +45,7 @@ print(json.dumps({{"effective": effective, "versions": determinism.software_vers
 
 def probe(backend: str, mode: str, env: dict[str, str] | None = None, knobs: tuple[str, ...] | None = None) -> dict:
     """Apply ``mode`` (or ``knobs``) on ``backend`` in a fresh process, take one training step, and say what is in
-    effect."""
+    effect and which frameworks and packages the process loaded (scikit-learn and pandas are imported after)."""
     import os
 
     done = subprocess.run(
@@ -66,8 +67,9 @@ def test_each_backend_reports_determinism_in_effect_exactly_in_deterministic_mod
     assert effective["backend"] == backend and effective["mode"] == mode
     assert effective["op_determinism"] is (mode == "deterministic")
     assert found["versions"][backend] and found["versions"]["keras"]
-    # A JAX or PyTorch worker never loads TensorFlow, whatever Keras probes for.
-    assert "tensorflow" not in found["loaded"] and backend in found["loaded"]
+    # A JAX or PyTorch worker never loads TensorFlow, whatever Keras probes for, nor what Keras' import would load
+    # only because it is installed.
+    assert found["loaded"] == [backend]
     if backend == "torch":
         assert effective["cudnn_deterministic"] is (mode == "deterministic")
         assert effective["cudnn_benchmark"] is False
@@ -77,6 +79,15 @@ def test_each_backend_reports_determinism_in_effect_exactly_in_deterministic_mod
     else:
         assert effective["jit_compile"] is True
         assert found["facts"]["train_step"] == "keras train_on_batch (jit_compile=True)"
+
+
+@pytest.mark.slow
+def test_a_tensorflow_worker_loads_tensorflow_alone() -> None:
+    """TensorFlow's import loads JAX whenever it is installed, Keras' scikit-learn and pandas: none of them while
+    the worker is switched, each importable after."""
+    found = probe("tensorflow", "deterministic")
+    assert found["effective"]["op_determinism"] is True
+    assert found["loaded"] == ["tensorflow"]
 
 
 @pytest.mark.slow

@@ -38,6 +38,12 @@ LAYER_RANGE = "layer:"
 names no layer (PyTorch): the Kineto and nsys parsers turn them into layer paths (``traces.attribution``)."""
 
 
+UNUSED_AT_IMPORT = ("sklearn", "pandas")
+"""Packages Keras' own import loads whenever they are installed, for its scikit-learn wrappers and for pandas
+frames as ``fit``'s input, which no worker uses: a second or more of every worker's start-up. Keras asks for
+them only at its import, so a worker's own code (a user's model) may import them later."""
+
+
 def layer_range_name(layer: str) -> str:
     return f"{LAYER_RANGE}{layer}"
 
@@ -124,6 +130,9 @@ class Backend:
     """Modules kept out of this backend's workers (``determinism.apply``): frameworks Keras would load
     for nothing. TensorFlow's modules import JAX where it is installed, and Keras on JAX reaches into
     torch's types, so those must stay importable where they are used."""
+    unused_at_import: ClassVar[tuple[str, ...]] = ()
+    """Packages the framework's own import loads whenever they are installed, for features a worker never uses
+    (``determinism.apply`` keeps them out while the framework and Keras load; ``UNUSED_AT_IMPORT``)."""
     version_keys: ClassVar[tuple[str, ...]]
     """The packages of ``versions`` a CI baseline compares (``check.baseline_file``)."""
     cuda_build: ClassVar[str]
