@@ -223,14 +223,18 @@ class _Lane:
             self.in_flight[self.pool.submit(worker.execute, run, config)] = run
 
     def stop(self, *, cancel: bool) -> None:
+        """Shut the pool down once its workers are done, or (``cancel``) once ``_ending_new_children`` ended them:
+        the pool's manager thread is joined either way, so that none is left for the interpreter's exit to wake
+        through a pipe whose workers are gone (Python 3.11 then prints a ``BrokenPipeError``)."""
         if self.pool is not None:
-            self.pool.shutdown(wait=not cancel, cancel_futures=cancel)
+            self.pool.shutdown(wait=True, cancel_futures=cancel)
             self.pool = None
 
 
 @contextmanager
-def _terminating_new_children() -> Iterator[None]:
-    """On Ctrl-C or an error, end the worker processes this block started (they ignore SIGINT)."""
+def _ending_new_children(lanes: list[_Lane]) -> Iterator[None]:
+    """On Ctrl-C or an error, end the worker processes this block started (they ignore SIGINT), then the lanes'
+    pools; once the block ends, the pools."""
     before = {p.pid for p in multiprocessing.active_children()}
     try:
         yield
@@ -238,7 +242,11 @@ def _terminating_new_children() -> Iterator[None]:
         for child in multiprocessing.active_children():
             if child.pid not in before:
                 child.terminate()
+        for lane in lanes:
+            lane.stop(cancel=True)
         raise
+    for lane in lanes:
+        lane.stop(cancel=False)
 
 
 def execute_runs(
@@ -270,31 +278,24 @@ def execute_runs(
             )
             for mode, workers in phase.items()
         ]
-        with _terminating_new_children():
-            try:
-                for lane in lanes:
-                    lane.start()
-                    lane.fill(config)
-                while any(lane.in_flight for lane in lanes):
-                    on_start([run for lane in lanes for run in lane.in_flight.values()])
-                    futures = [f for lane in lanes for f in lane.in_flight]
-                    done, _ = wait(futures, timeout=POLL_S, return_when=FIRST_COMPLETED)
-                    interrupts.raise_pending()
-                    for lane in lanes:
-                        finished = [f for f in lane.in_flight if f in done]
-                        broken = any(isinstance(f.exception(), BrokenProcessPool) for f in finished)
-                        for f in finished:
-                            if not isinstance(f.exception(), BrokenProcessPool):
-                                on_record(_record_of(f, lane.in_flight.pop(f), config.backend))
-                        if broken:
-                            _recover(lane, attempts, on_record, config.backend)
-                        lane.fill(config)
-            except BaseException:
-                for lane in lanes:
-                    lane.stop(cancel=True)
-                raise
+        with _ending_new_children(lanes):
             for lane in lanes:
-                lane.stop(cancel=False)
+                lane.start()
+                lane.fill(config)
+            while any(lane.in_flight for lane in lanes):
+                on_start([run for lane in lanes for run in lane.in_flight.values()])
+                futures = [f for lane in lanes for f in lane.in_flight]
+                done, _ = wait(futures, timeout=POLL_S, return_when=FIRST_COMPLETED)
+                interrupts.raise_pending()
+                for lane in lanes:
+                    finished = [f for f in lane.in_flight if f in done]
+                    broken = any(isinstance(f.exception(), BrokenProcessPool) for f in finished)
+                    for f in finished:
+                        if not isinstance(f.exception(), BrokenProcessPool):
+                            on_record(_record_of(f, lane.in_flight.pop(f), config.backend))
+                    if broken:
+                        _recover(lane, attempts, on_record, config.backend)
+                    lane.fill(config)
 
 
 def _record_of(future: Future[dict[str, Any]], run: PlannedRun, backend: str) -> dict[str, Any]:
