@@ -17,8 +17,6 @@ switched through its environment instead (``backends.program``).
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
 import os
 import platform
 import random
@@ -28,7 +26,6 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 import detprof.backends as backends
-from detprof.backends.base import UNUSED_AT_IMPORT
 
 Mode = Literal["default", "deterministic"]
 MODES: tuple[Mode, ...] = ("default", "deterministic")
@@ -101,14 +98,10 @@ def _switch(backend: backends.Backend, knobs: frozenset[str], seed: int) -> None
     they do (``Backend.unused_at_import``), and stays importable for whatever runs after."""
     os.environ["KERAS_BACKEND"] = backend.name
     if backend.keeps_out:
-        sys.meta_path.insert(0, _NotInThisWorker(backend.keeps_out))
-    while_importing = _NotInThisWorker(UNUSED_AT_IMPORT + backend.unused_at_import)
-    sys.meta_path.insert(0, while_importing)
-    try:
+        sys.meta_path.insert(0, backends.NotInstalled(backend.keeps_out))
+    with backends.unused_kept_out(backend.name):
         backend.switch(knobs)
         _seed(seed, backend)
-    finally:
-        sys.meta_path.remove(while_importing)
 
 
 def arm_settings(settings: DeterminismSettings, in_effect: Mapping[str, Any]) -> dict[str, Any]:
@@ -116,34 +109,6 @@ def arm_settings(settings: DeterminismSettings, in_effect: Mapping[str, Any]) ->
     knob study's record names the knobs its arm asked for)."""
     asked = {key: value for key, value in asdict(settings).items() if key != "knobs"}
     return {**asked, "jit_compile": settings.jit_compile, **in_effect}
-
-
-class _NotInThisWorker(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Imports of ``modules`` (and their submodules) fail as if they were not installed.
-
-    Keras probes for TensorFlow (``keras.utils.set_random_seed`` seeds it whenever it is
-    installed) and for JAX (its checkpoint callback), which would load them into every
-    worker: seconds of start-up, their thread pools and, on a GPU, their own claim on device
-    memory; while the framework and Keras load, their imports probe for scikit-learn, pandas
-    and (TensorFlow's) JAX and torch the same way. Answering "not installed" makes Keras take
-    the path it takes where they are not installed. A ``None`` entry in ``sys.modules`` would
-    not do: Keras tests whether TensorFlow is in ``sys.modules`` (its preprocessing layers ask
-    whether they run in a tf.data graph) and would take TensorFlow for loaded. The failure comes when the module
-    would load, not when it is looked up: torch asks ``importlib.util.find_spec`` about other
-    frameworks at import and must get an answer.
-    """
-
-    def __init__(self, modules: tuple[str, ...]) -> None:
-        self.modules = modules
-
-    def find_spec(self, name: str, path: object = None, target: object = None) -> importlib.machinery.ModuleSpec | None:
-        return importlib.machinery.ModuleSpec(name, self) if name.split(".", 1)[0] in self.modules else None
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> None:
-        raise ModuleNotFoundError(f"No module named {spec.name!r} (kept out of this detprof worker)")
-
-    def exec_module(self, module: object) -> None:
-        """Never reached: ``create_module`` refuses first."""
 
 
 def _seed(seed: int, backend: backends.Backend) -> None:

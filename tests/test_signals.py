@@ -82,7 +82,7 @@ def test_sigint_to_the_driver_of_a_kernels_run_keeps_its_cases_and_resume_comple
     assert len(runs) == 8 and all(r["status"] == "ok" for r in runs) and kept <= {r["run_id"] for r in runs}
 
 
-STABILITY = ["stability", "--variants", "control", "--runs", "3", "--epochs", "25", "--jobs", "1"]
+STABILITY = ["stability", "--variants", "control", "--runs", "3", "--epochs", "5", "--jobs", "1"]
 
 
 @pytest.mark.slow

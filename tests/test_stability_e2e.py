@@ -125,7 +125,7 @@ def test_a_failed_run_is_recorded_the_rest_continue_and_resume_retries_it(tmp_pa
 @pytest.mark.slow
 def test_a_worker_killed_mid_run_is_replaced_and_its_run_retried(tmp_path: Path) -> None:
     out = tmp_path / "results"
-    args = ["stability", "--variants", "control", "--runs", "4", "--epochs", "15", "--jobs", "1", "--out", str(out)]
+    args = ["stability", "--variants", "control", "--runs", "4", "--epochs", "5", "--jobs", "1", "--out", str(out)]
     proc = subprocess.Popen(
         [sys.executable, "-m", "detprof.cli", *args],
         cwd=tmp_path,
@@ -152,7 +152,7 @@ def test_a_worker_killed_mid_run_is_replaced_and_its_run_retried(tmp_path: Path)
 @pytest.mark.slow
 def test_ctrl_c_keeps_completed_runs_ends_the_workers_and_resume_finishes(tmp_path: Path) -> None:
     out = tmp_path / "results"
-    args = ["stability", "--variants", "control", "--runs", "3", "--epochs", "25", "--jobs", "1", "--out", str(out)]
+    args = ["stability", "--variants", "control", "--runs", "3", "--epochs", "8", "--jobs", "1", "--out", str(out)]
     proc = subprocess.Popen(
         [sys.executable, "-m", "detprof.cli", *args],
         cwd=tmp_path,

@@ -9,11 +9,15 @@ backend never loads a framework.
 from __future__ import annotations
 
 import contextlib
+import importlib
+import importlib.abc
+import importlib.machinery
 import os
 import sys
 from collections.abc import Iterator
+from types import ModuleType
 
-from .base import Backend
+from .base import UNUSED_AT_IMPORT, Backend
 from .jax import Jax
 from .tensorflow import TensorFlow, quiet_tensorflow
 from .torch import Torch
@@ -94,26 +98,70 @@ def require(name: str | None) -> Backend:
     return backend
 
 
+class NotInstalled(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Imports of ``modules`` (and their submodules) fail as if they were not installed.
+
+    Keras probes for TensorFlow (``keras.utils.set_random_seed`` seeds it whenever it is
+    installed) and for JAX (its checkpoint callback), which would load them into every
+    worker: seconds of start-up, their thread pools and, on a GPU, their own claim on device
+    memory; while the framework and Keras load, their imports probe for scikit-learn, pandas
+    and (TensorFlow's) JAX and torch the same way (``unused_kept_out``). Answering "not
+    installed" makes Keras take the path it takes where they are not installed. A ``None``
+    entry in ``sys.modules`` would not do: Keras tests whether TensorFlow is in
+    ``sys.modules`` (its preprocessing layers ask whether they run in a tf.data graph) and
+    would take TensorFlow for loaded. The failure comes when the module would load, not when
+    it is looked up: torch asks ``importlib.util.find_spec`` about other frameworks at import
+    and must get an answer.
+    """
+
+    def __init__(self, modules: tuple[str, ...]) -> None:
+        self.modules = modules
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> importlib.machinery.ModuleSpec | None:
+        return importlib.machinery.ModuleSpec(name, self) if name.split(".", 1)[0] in self.modules else None
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> None:
+        raise ModuleNotFoundError(f"No module named {spec.name!r} (kept out of this detprof process)")
+
+    def exec_module(self, module: object) -> None:
+        """Never reached: ``create_module`` refuses first."""
+
+
 @contextlib.contextmanager
-def keras_first_import(name: str | None = None) -> Iterator[None]:
-    """Keras imported in this block, in detprof's own process, runs on ``name``'s framework (None: the installed one).
+def unused_kept_out(name: str) -> Iterator[None]:
+    """Around the first import of ``name``'s framework and Keras: what their imports load only because it is
+    installed (``UNUSED_AT_IMPORT``, ``Backend.unused_at_import``) fails as if it were not, and is importable
+    again after, for whatever code runs next (a user's model)."""
+    finder = NotInstalled(UNUSED_AT_IMPORT + get(name).unused_at_import)
+    sys.meta_path.insert(0, finder)
+    try:
+        yield
+    finally:
+        sys.meta_path.remove(finder)
+
+
+def import_keras(name: str | None = None) -> ModuleType:
+    """Keras, imported first here in detprof's own process, on ``name``'s framework (None: the installed one).
 
     Keras picks its framework at its first import, from ``KERAS_BACKEND``, and falls back to
     TensorFlow, so on a machine with only PyTorch or JAX a bare ``import keras`` fails, and on
     one with several it would load TensorFlow for a PyTorch study. The variable is set for the
-    block and restored after (the workers set their own); TensorFlow loads quietly. Once Keras
-    is loaded its framework is chosen and the block changes nothing. A framework that is not
-    installed is ``require``'s one line.
+    import and restored after (the workers set their own); TensorFlow loads quietly, and
+    without what its import and Keras' load for nothing (``unused_kept_out``). Once Keras is
+    loaded its framework is chosen and this returns it. A framework that is not installed is
+    ``require``'s one line.
     """
     if "keras" in sys.modules:
-        yield
-        return
+        return sys.modules["keras"]
     backend = require(name)
     previous = os.environ.get(KERAS_BACKEND_ENV)
     os.environ[KERAS_BACKEND_ENV] = backend.name
     try:
-        with quiet_tensorflow() if backend.name == TENSORFLOW else contextlib.nullcontext():
-            yield
+        with (
+            quiet_tensorflow() if backend.name == TENSORFLOW else contextlib.nullcontext(),
+            unused_kept_out(backend.name),
+        ):
+            return importlib.import_module("keras")
     finally:
         if previous is None:
             os.environ.pop(KERAS_BACKEND_ENV, None)

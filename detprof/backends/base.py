@@ -40,8 +40,9 @@ names no layer (PyTorch): the Kineto and nsys parsers turn them into layer paths
 
 UNUSED_AT_IMPORT = ("sklearn", "pandas")
 """Packages Keras' own import loads whenever they are installed, for its scikit-learn wrappers and for pandas
-frames as ``fit``'s input, which no worker uses: a second or more of every worker's start-up. Keras asks for
-them only at its import, so a worker's own code (a user's model) may import them later."""
+frames as ``fit``'s input, which detprof never uses: a second or more of every worker's start-up
+(``backends.unused_kept_out``). Keras asks for them only at its import, so a worker's own code (a user's model)
+may import them later."""
 
 
 def layer_range_name(layer: str) -> str:
@@ -131,8 +132,8 @@ class Backend:
     for nothing. TensorFlow's modules import JAX where it is installed, and Keras on JAX reaches into
     torch's types, so those must stay importable where they are used."""
     unused_at_import: ClassVar[tuple[str, ...]] = ()
-    """Packages the framework's own import loads whenever they are installed, for features a worker never uses
-    (``determinism.apply`` keeps them out while the framework and Keras load; ``UNUSED_AT_IMPORT``)."""
+    """Packages the framework's own import loads whenever they are installed, for features detprof never uses
+    (kept out while the framework and Keras load: ``backends.unused_kept_out``)."""
     version_keys: ClassVar[tuple[str, ...]]
     """The packages of ``versions`` a CI baseline compares (``check.baseline_file``)."""
     cuda_build: ClassVar[str]

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from detprof.backends import keras_first_import
+from detprof.backends import import_keras
 from detprof.errors import UsageError, first_line
 from detprof.kernels_bench.op_names import CONV_OPS
 from detprof.profiler.launcher import call_in_worker
@@ -340,8 +340,8 @@ def case_dicts(backend: str, **request: Any) -> list[dict[str, Any]]:
     The models are built by Keras on the bench's own framework: a machine that has only
     PyTorch has no TensorFlow for Keras to fall back on.
     """
-    with keras_first_import(backend):
-        return [case.as_dict() for case in derive_cases(**request)]
+    import_keras(backend)
+    return [case.as_dict() for case in derive_cases(**request)]
 
 
 def derive_in_subprocess(backend: str, **request: Any) -> list[OpCase]:

@@ -47,11 +47,10 @@ def models(
     all_models: Annotated[bool, typer.Option("--all", help="Also list every other keras.applications model.")] = False,
 ) -> None:
     """List the models detprof can profile: name, family, parameters, default input shape."""
-    from detprof.backends import keras_first_import
+    from detprof.backends import import_keras
     from detprof.models import registry
 
-    with keras_first_import():
-        import keras
+    keras = import_keras()
 
     specs = registry.all_models() if all_models else registry.PAPER_MODELS
     console = Console(stderr=True)

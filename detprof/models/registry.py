@@ -87,10 +87,9 @@ def _other_keras_applications() -> dict[str, ModelSpec]:
     stability validate names before starting workers), hence Keras on the framework installed,
     loaded quietly.
     """
-    from detprof.backends import keras_first_import
+    from detprof.backends import import_keras
 
-    with keras_first_import():
-        import keras
+    keras = import_keras()
 
     found = {}
     for attr in dir(keras.applications):

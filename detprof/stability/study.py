@@ -433,10 +433,11 @@ def load_in_parent(name: str, backend: str) -> datasets.Dataset:
     """The dataset, loaded in detprof's own process to validate it and to score the study.
 
     CIFAR comes through Keras, which imports its backend with it: the study's own, so that a
-    JAX or PyTorch study never loads TensorFlow (``backends.keras_first_import``).
+    JAX or PyTorch study never loads TensorFlow (``backends.import_keras``).
     """
-    with backends.keras_first_import(backend):
-        return datasets.load(name)
+    if datasets.canonical_name(name) in datasets.CIFAR_ORIGINS:
+        backends.import_keras(backend)
+    return datasets.load(name)
 
 
 def write_summary(
