@@ -13,11 +13,12 @@ import signal
 import tempfile
 
 import pytest
+from shared_studies import SHARED_STUDIES
 
 from detprof import locks
 
-pytest_plugins = ["fault_sweeps"]
-"""The fault tests' fixtures (``fault_env``)."""
+pytest_plugins = ["fault_sweeps", "shared_studies"]
+"""The fault tests' fixtures (``fault_env``); the real studies several files read, made once per run."""
 
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -46,6 +47,18 @@ def own_device_locks(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pyte
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Files with slow end-to-end tests first: two workers each take whole files (``--dist loadfile``), and a
-    long file started last keeps one worker running it alone while the other idles."""
+    long file started last keeps one worker running it alone while the other idles. Of the files that read a
+    study made once per run (``shared_studies``), one comes first, so that it is made while the other worker
+    starts on other files, and the others after the rest of the slow files, when it is there to read."""
     slow_files = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.path not in slow_files)
+    readers = sorted({item.path for item in items if SHARED_STUDIES & set(getattr(item, "fixturenames", ()))})
+    first_reader = readers[:1]
+
+    def rank(item: pytest.Item) -> int:
+        if item.path in first_reader:
+            return 0
+        if item.path in readers:
+            return 2
+        return 1 if item.path in slow_files else 3
+
+    items.sort(key=rank)

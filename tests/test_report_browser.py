@@ -1,10 +1,10 @@
 """The report of real CPU results, opened in a real headless Chromium.
 
-The module runs a tiny real sweep (two models, tf tracer) and a small real stability study
-of one of them on the same device label (enough epochs for its models to learn: a study
-that does not learn is left out of the verdicts), so every section has real data, then renames one
-real kernel in the sweep's tables to a name full of ``<``, ``>`` and ``&`` (with markup that
-would run if it were not escaped). The browser is Debian's ``chromium`` (``make test``
+The module reads the run's real TensorFlow studies (``shared_studies``: a tiny sweep of two
+models with the tf tracer, a small stability study of one of them on the same device label,
+learning, and a kernels bench), so every section has real data, and in its own copy renames
+one real kernel in the sweep's tables to a name full of ``<``, ``>`` and ``&`` (with markup
+that would run if it were not escaped). The browser is Debian's ``chromium`` (``make test``
 installs it), driven by playwright through ``executable_path``: no browser is downloaded.
 """
 
@@ -18,6 +18,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from shared_studies import Study
 
 from detprof.cli import main
 from detprof.reports.command import render_report
@@ -34,7 +35,6 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 HOSTILE = 'void tensorflow::LaunchConv2DBackpropFilterOp<float>&::operator()<img src=x onerror="window.__xss=1">'
-TINY_SWEEP = ["--repeats", "2", "--steps", "3", "--warmup", "1", "--batch-size", "8", "--input-size", "16"]
 ALL_PLOTS_DRAWN = (
     "() => { const d = document.querySelectorAll('.plotly-graph-div');"
     " return d.length > 0 && Array.from(d).every(e => e.querySelector('svg.main-svg')); }"
@@ -66,14 +66,8 @@ def rename_top_kernel(results: Path, model: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("report") / "res"
-    sweep = ["sweep", "--models", "smallcnn,mediumcnn_k3", *TINY_SWEEP, "--gpu", "cpu", "--tracer", "tf"]
-    assert main([*sweep, "--out", str(out)]) == 0
-    stability = ["stability", "--model", "smallcnn", "--runs", "2", "--epochs", "15", "--jobs", "2", "--gpu", "cpu"]
-    assert main([*stability, "--out", str(out)]) == 0
-    kernels = ["kernels", "--ops", "conv2d_backward_filter", "--kernel-sizes", "3", "--max-shapes", "1"]
-    assert main([*kernels, *TINY_SWEEP, "--gpu", "cpu", "--tracer", "tf", "--out", str(out)]) == 0
+def results(tensorflow_study: Study, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tensorflow_study.copy(tmp_path_factory.mktemp("report") / "res")
     rename_top_kernel(out, "smallcnn")
     return out
 

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from shared_studies import Study
 
 from detprof.cli import main
 from detprof.profiler.process import STEADY_HEAP_ENV
@@ -37,10 +38,9 @@ def records(out: Path) -> dict[str, dict]:
 
 
 @pytest.mark.slow
-def test_sweep_two_models_end_to_end(tmp_path, capsys) -> None:
-    out = tmp_path / "res"
-    code = main(["sweep", "--models", "smallcnn,mediumcnn_k3", "--repeats", "2", *TINY, "--out", str(out)])
-    assert code == 0
+def test_sweep_two_models_end_to_end(tensorflow_study: Study) -> None:
+    """The run's real TensorFlow sweep of two models (``shared_studies``), as ``TINY`` sweeps."""
+    out = tensorflow_study.results
     recs = records(out)
     assert len(recs) == 8
     for rec in recs.values():
@@ -68,7 +68,7 @@ def test_sweep_two_models_end_to_end(tmp_path, capsys) -> None:
         assert partner["cpu_core"] == rec["cpu_core"]
         # Every worker keeps its tensors on the heap (launcher.STEADY_HEAP_ENV), and says so.
         assert rec["worker_env"] == STEADY_HEAP_ENV
-    printed = capsys.readouterr().out
+    printed = tensorflow_study.stdout("sweep")
     assert "smallcnn" in printed and "mediumcnn_k3" in printed and "[" in printed
     manifest = json.loads((out / "sweep" / "manifest.json").read_text())
     assert manifest["config"]["models"] == ["smallcnn", "mediumcnn_k3"]
