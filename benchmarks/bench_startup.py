@@ -1,0 +1,167 @@
+"""Start-up targets of "fast to start and fast to test": detprof's own command lines and its workers.
+
+Side by side in one run, the code of this tree against the code before the change
+(``BASELINE``, taken out of git into a temporary folder with ``git archive``), each version
+put first on ``sys.path`` of its own processes, the two taking turns round by round so that a
+change in the machine's load hits both alike; figures are medians over rounds.
+
+- ``detprof --version`` and ``detprof --help``, the whole process: within 0.3 s (the baseline
+  imported every command's module, pandas and the sweep's driver among them, to list them).
+- A worker's start-up on each installed backend: the CPU a fresh process spends importing
+  what a worker imports and switching itself into deterministic mode (``determinism.apply``:
+  the framework and Keras loaded), which every measured run, verification run and stability
+  pool worker pays. Target: at least 25% less than the baseline's. The CPU of a whole worker
+  (``python -m detprof.profiler.worker``: smallcnn at 32x32, batch 32, a warm-up step and two
+  measured ones, untraced) is shown beside it: on JAX most of a worker's CPU is XLA compiling
+  the weights' initializers and the training step, which no import saves.
+
+Run: ``make bench`` or ``python -m benchmarks`` (all benchmarks), or ``python -m benchmarks.bench_startup``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from detprof import backends
+from detprof.determinism import DeterminismSettings
+from detprof.profiler.worker_spec import WorkerSpec
+
+BASELINE = "8b88b35"
+"""The last commit before workers kept out what their imports load for nothing and ``detprof --help`` stopped
+importing every command."""
+ROOT = Path(__file__).resolve().parents[1]
+CLI_ROUNDS = 7
+WORKER_ROUNDS = 3
+TARGET_CLI_S = 0.3
+TARGET_STARTUP_SAVING = 0.25
+STARTUP = """
+import json, resource, sys
+import detprof.profiler.worker
+from detprof import determinism
+determinism.apply(determinism.DeterminismSettings("deterministic", backend=sys.argv[1]))
+usage = resource.getrusage(resource.RUSAGE_SELF)
+print(json.dumps(usage.ru_utime + usage.ru_stime))
+"""
+"""A worker's start-up: its imports, then the switch, which loads the framework and Keras."""
+
+
+def environment(tree: Path) -> dict[str, str]:
+    """This process's environment with ``tree`` first on ``sys.path``, quiet TensorFlow, no GPU."""
+    return os.environ | {"PYTHONPATH": str(tree), "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""}
+
+
+def timed(command: Sequence[str], env: dict[str, str]) -> tuple[float, float, str]:
+    """``command``'s wall seconds, CPU seconds and stdout, from ``getrusage`` of the children it leaves; run in an
+    empty folder, so that ``python -m`` finds detprof on ``PYTHONPATH``, not in the working directory."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="detprof-bench-cwd-") as cwd:
+        done = subprocess.run(command, env=env, capture_output=True, text=True, cwd=cwd)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode:
+        raise SystemExit(f"{' '.join(command)}: exit {done.returncode}\n{done.stderr[-2000:]}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, done.stdout
+
+
+def baseline_tree(folder: Path) -> Path:
+    """``BASELINE``'s ``detprof`` package, out of this clone's history."""
+    archive = subprocess.run(["git", "archive", BASELINE, "detprof"], cwd=ROOT, capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(folder)], input=archive.stdout, check=True)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(folder / "detprof")], check=True)
+    return folder
+
+
+def worker_spec(folder: Path, backend: str) -> Path:
+    """A registry model's measured run, untraced, as the launcher writes it."""
+    spec = WorkerSpec(
+        run_id="bench",
+        workload="detprof.profiler.workloads:model_training",
+        determinism=DeterminismSettings("deterministic", backend=backend),
+        warmup=1,
+        wall_steps=2,
+        traced_steps=0,
+        settling_steps=0,
+        tracer="none",
+        trace_path=None,
+        result_path=str(folder / "result.json"),
+        log_path=str(folder / "worker.log"),
+        params={"model": "smallcnn", "batch_size": 32, "input_shape": [32, 32, 3], "classes": 10},
+    )
+    path = folder / f"{backend}.json"
+    path.write_text(json.dumps(spec.to_json()))
+    return path
+
+
+def cli_figures(trees: dict[str, Path]) -> dict[tuple[str, str], float]:
+    """Median wall seconds of ``detprof --version`` and ``--help`` per tree."""
+    times: dict[tuple[str, str], list[float]] = {}
+    for _ in range(CLI_ROUNDS):
+        for args in (["--version"], ["--help"]):
+            for name, tree in trees.items():
+                wall, _, _ = timed([sys.executable, "-m", "detprof.cli", *args], environment(tree))
+                times.setdefault((args[0], name), []).append(wall)
+    return {key: statistics.median(values) for key, values in times.items()}
+
+
+def worker_figures(trees: dict[str, Path], backend: str, folder: Path) -> dict[tuple[str, str], float]:
+    """Median CPU seconds of a worker's start-up and of a whole worker per tree, on ``backend``."""
+    spec = worker_spec(folder, backend)
+    cpu: dict[tuple[str, str], list[float]] = {}
+    for _ in range(WORKER_ROUNDS):
+        for name, tree in trees.items():
+            _, _, out = timed([sys.executable, "-c", STARTUP, backend], environment(tree))
+            cpu.setdefault(("start-up", name), []).append(json.loads(out))
+            worker = [sys.executable, "-m", "detprof.profiler.worker", str(spec), str(folder / "result.json")]
+            _, used, _ = timed(worker, environment(tree))
+            result = json.loads((folder / "result.json").read_text())
+            if result["status"] != "ok":
+                raise SystemExit(f"{backend} worker of {name}: {result['reason']}")
+            cpu.setdefault(("worker", name), []).append(used)
+    return {key: statistics.median(values) for key, values in cpu.items()}
+
+
+def main() -> int:
+    print(f"== start-up: this tree against {BASELINE} (medians; CLI over {CLI_ROUNDS} rounds, workers over "
+          f"{WORKER_ROUNDS}) ==")  # fmt: skip
+    checks: dict[str, bool] = {}
+    with tempfile.TemporaryDirectory(prefix="detprof-bench-startup-") as tmp:
+        trees = {"before": baseline_tree(Path(tmp)), "now": ROOT}
+        cli = cli_figures(trees)
+        for flag in ("--version", "--help"):
+            before, now = cli[(flag, "before")], cli[(flag, "now")]
+            print(f"detprof {flag:<9}  before {before:.2f} s  now {now:.2f} s  ({before / now:.1f}x)")
+            checks[f"detprof {flag} {now:.2f} s <= {TARGET_CLI_S} s"] = now <= TARGET_CLI_S
+        for backend in backends.all_backends():
+            if not backend.installed():
+                print(f"{backend.name}: not installed, skipped")
+                continue
+            cpu = worker_figures(trees, backend.name, Path(tmp))
+            saving = 1 - cpu[("start-up", "now")] / cpu[("start-up", "before")]
+            print(
+                f"{backend.name:<10} start-up CPU before {cpu[('start-up', 'before')]:.2f} s  now "
+                f"{cpu[('start-up', 'now')]:.2f} s  ({saving:.0%} less); whole smallcnn worker before "
+                f"{cpu[('worker', 'before')]:.2f} s  now {cpu[('worker', 'now')]:.2f} s "
+                f"({1 - cpu[('worker', 'now')] / cpu[('worker', 'before')]:.0%} less)"
+            )
+            checks[f"{backend.name} start-up {saving:.0%} less >= {TARGET_STARTUP_SAVING:.0%}"] = (
+                saving >= TARGET_STARTUP_SAVING
+            )
+    for check, ok in checks.items():
+        print(f"{'PASS' if ok else 'FAIL'}  {check}")
+    return 0 if all(checks.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
