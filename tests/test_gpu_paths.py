@@ -263,7 +263,7 @@ def test_dry_run_pins_the_chosen_gpu_by_its_uuid(monkeypatch, capsys, tmp_path) 
 
 
 def test_dry_run_on_the_cpu_shows_the_lockstep_sessions(monkeypatch, capsys, tmp_path) -> None:
-    args = ("--gpu", "cpu", "--models", "smallcnn", "--repeats", "2", "--precision", "2%")
+    args = ("--gpu", "cpu", "--models", "smallcnn", "--repeats", "2", "--precision", "2%", "--pairing", "processes")
     code, out, _ = dry_run(monkeypatch, capsys, tmp_path, *args)
     assert code == 0
     assert "lockstep" in out and "session.json" in out and "CUDA_VISIBLE_DEVICES" not in out
@@ -273,10 +273,11 @@ def test_dry_run_on_the_cpu_shows_the_lockstep_sessions(monkeypatch, capsys, tmp
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("backend", ["tensorflow", "torch"])
 def test_dry_run_of_a_backend_that_switches_between_steps_shows_one_worker_per_repeat(
-    monkeypatch, capsys, tmp_path
+    monkeypatch, capsys, tmp_path, backend: str
 ) -> None:
-    args = ("--gpu", "cpu", "--backend", "torch", "--models", "smallcnn", "--repeats", "2", "--steps", "7")
+    args = ("--gpu", "cpu", "--backend", backend, "--models", "smallcnn", "--repeats", "2", "--steps", "7")
     code, out, _ = dry_run(monkeypatch, capsys, tmp_path, *args)
     assert code == 0
     assert "in-process: one worker per repeat runs both modes" in out and "lockstep" not in out

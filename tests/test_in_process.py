@@ -1,5 +1,6 @@
 """Both modes in one process, a step of each in turn: PyTorch flips its switches between steps, JAX compiles its
-step once per mode (``Backend.arm_steps``, ``worker.run_arms``).
+step once per mode, TensorFlow traces a function per mode and sets its switch before each step
+(``Backend.arm_steps``, ``worker.run_arms``).
 
 Real sweeps on each backend that can, at a tiny size: the records of a pair share one process and one trace, each
 arm's steps are marked apart in it and read apart from it, and each arm reports what it had in effect. An op that
@@ -231,10 +232,18 @@ def test_records_of_a_pair_name_how_it_was_paired() -> None:
     assert pair_log_ratio(base, other, "kernel") == pytest.approx(json.loads("0.1043600153242437"))
 
 
-TF_SWITCH_AFTER_TRACING = textwrap.dedent(
+TF_ARMS_PROBE = textwrap.dedent(
     """
     import json
+    import keras
     import tensorflow as tf
+    from tensorflow.python.framework import config
+
+    from detprof import backends, determinism
+    from detprof.determinism import DeterminismSettings
+
+    ON = frozenset({"tensorflow.op_determinism"})
+    determinism.apply_shared([DeterminismSettings(mode, backend="tensorflow") for mode in ("deterministic", "default")])
 
     def attempt(step):
         try:
@@ -243,39 +252,81 @@ TF_SWITCH_AFTER_TRACING = textwrap.dedent(
         except RuntimeError as error:
             return "refused" if "require a seed" in str(error) else f"other: {error}"
 
+    # One function, traced before the switch: determinism does not reach what it traced.
     @tf.function
-    def traced_off():
+    def unseeded():
         return tf.random.uniform([2])
 
-    said = {"traced_off": attempt(traced_off)}
-    tf.config.experimental.enable_op_determinism()
-    said["traced_off_after"] = attempt(traced_off)
+    said = {"traced_off": attempt(unseeded)}
+    config.enable_op_determinism()
+    said["traced_off_after"] = attempt(unseeded)
+    config.disable_op_determinism()
 
-    @tf.function
-    def traced_on():
-        return tf.random.uniform([2])
+    # Each arm's own step: the switch as read when the step is traced, and when it runs.
+    read = {"traced": [], "ran": []}
 
-    said["traced_on"] = attempt(traced_on)
+    class Probe(keras.layers.Layer):
+        def call(self, x):
+            read["traced"].append(bool(config.is_op_determinism_enabled()))
+
+            def running(x):
+                read["ran"].append(bool(config.is_op_determinism_enabled()))
+                return x
+
+            read_at_run = tf.py_function(running, [x], x.dtype)
+            read_at_run.set_shape(x.shape)
+            return read_at_run
+
+        def compute_output_shape(self, shape):
+            return shape
+
+    inputs = keras.Input((4,))
+    model = keras.Model(inputs, keras.layers.Dense(2)(Probe()(inputs)))
+    read["traced"].clear()  # what building the model read is not a step's
+    model.compile(optimizer="sgd", loss="mse", jit_compile=False)
+    x, y = tf.ones((2, 4)), tf.zeros((2, 2))
+    steps = backends.get("tensorflow").arm_steps(model, x, y, [ON, frozenset()])
+    for _ in range(3):
+        for step, _ in steps:
+            step()
+    said |= {"effect": [effect["op_determinism"] for _, effect in steps], **read}
     print(json.dumps(said))
     """
 )
 
 
 @pytest.mark.slow
-def test_tensorflows_switch_does_not_reach_a_function_traced_before_it_so_it_keeps_a_process_per_mode(
-    tmp_path: Path,
-) -> None:
-    """Why TensorFlow refuses ``--pairing in-process``: op determinism is read when a function is traced. An unseeded
-    random op, which determinism refuses, runs on in a function traced before the switch and is refused in one traced
-    after it; Keras's train function, traced at the first step, would keep the first mode it ran in."""
+def test_tensorflow_reads_each_arms_switch_when_its_step_is_traced_and_when_it_runs(tmp_path: Path) -> None:
+    """TensorFlow reads op determinism when a function is traced (an unseeded random op traced before the switch runs
+    on after it) and when its kernels run, so each arm has a function of its own, traced under its switch, and the
+    switch is set again before each of its steps: the deterministic arm reads it on, the default arm off, at both."""
     import subprocess
 
     from detprof.backends import get
 
-    (tmp_path / "flip.py").write_text(TF_SWITCH_AFTER_TRACING)
+    (tmp_path / "arms.py").write_text(TF_ARMS_PROBE)
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    done = subprocess.run([sys.executable, "flip.py"], cwd=tmp_path, capture_output=True, text=True, env=env)
+    done = subprocess.run([sys.executable, "arms.py"], cwd=tmp_path, capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     said = json.loads(done.stdout.splitlines()[-1])
-    assert said == {"traced_off": "ran", "traced_off_after": "ran", "traced_on": "refused"}
-    assert get("tensorflow").shared_process_refusal([frozenset(), frozenset()], compile=False) is not None
+    assert (said["traced_off"], said["traced_off_after"]) == ("ran", "ran")
+    assert said["effect"] == [True, False]
+    assert said["traced"] == [True, False]
+    assert said["ran"] == [True, False] * 3
+    tensorflow, arms = get("tensorflow"), [frozenset(), frozenset({"tensorflow.op_determinism"})]
+    assert tensorflow.shared_process_refusal(arms, compile=False, on_gpu=False) is None
+    assert "cuDNN's autotuned algorithms" in str(tensorflow.shared_process_refusal(arms, compile=False, on_gpu=True))
+    autotune = [frozenset(), frozenset({"tensorflow.cudnn_autotune"})]
+    assert tensorflow.shared_process_refusal(autotune, compile=False, on_gpu=False) is not None
+
+
+@pytest.mark.slow
+def test_tensorflow_runs_both_modes_in_one_process_each_with_its_own_ops(tmp_path: Path) -> None:
+    """A real sweep: each repeat one process and one trace, and each arm traced with its mode's ops (sparse
+    cross-entropy's fused op by default, a log-softmax and a gather under determinism)."""
+    records = _sweep(tmp_path, "tensorflow")
+    _check_pairs(tmp_path / "res", records, "smallcnn")
+    for rec in records.values():
+        ops = set(ResultsStore(tmp_path / "res", "sweep").read_table(rec["kernel_table"])["op_type"].dropna())
+        fused = "SparseSoftmaxCrossEntropyWithLogits" in ops
+        assert fused is (rec["mode"] == "default") and ("LogSoftmax" in ops) is (rec["mode"] == "deterministic")

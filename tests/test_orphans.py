@@ -113,10 +113,10 @@ def logs_saying(folder: Path, text: str) -> list[Path]:
 
 @pytest.mark.slow
 def test_a_killed_sweep_takes_its_workers_with_it(tmp_path: Path) -> None:
-    """The CPU sweep's two lockstep workers, killed mid warm-up (which alone would take many minutes)."""
+    """A CPU sweep's two lockstep workers, killed mid warm-up (which alone would take many minutes)."""
     driver = detprof(
         "sweep", "--models", "smallcnn", "--steps", "2", "--repeats", "2", "--warmup", "1000000",
-        "--no-report", "--out", tmp_path / "out",
+        "--pairing", "processes", "--no-report", "--out", tmp_path / "out",
         log=tmp_path / "driver.log",
     )  # fmt: skip
     try:

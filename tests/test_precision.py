@@ -134,7 +134,6 @@ def test_budget_reads_as_seconds(given: str | float, seconds: float) -> None:
         (("--precision", "off", "--budget", "5m"), "--budget bounds the repeats --precision adds"),
         (("--precision", "2%", "--repeats", "1"), "--precision needs --repeats 2 or more"),
         (("--pairing", "threads"), "unknown --pairing 'threads'; choose one of auto, in-process, processes"),
-        (("--pairing", "in-process"), "--pairing in-process: TensorFlow's determinism is set once per process"),
     ],
 )
 def test_bad_precision_budget_or_pairing_is_one_line(
@@ -152,11 +151,10 @@ def test_torch_keeps_a_process_per_mode_where_a_switch_is_read_once() -> None:
     torch = get("torch")
     deterministic = torch.mode_knobs()
     flippable = deterministic - {"torch.cublas_workspace_config"}
-    assert torch.shared_process_refusal([flippable, frozenset()], compile=False) is None
-    refusal = torch.shared_process_refusal([deterministic, frozenset()], compile=False)
+    assert torch.shared_process_refusal([flippable, frozenset()], compile=False, on_gpu=True) is None
+    refusal = torch.shared_process_refusal([deterministic, frozenset()], compile=False, on_gpu=True)
     assert "read once, when CUDA starts" in str(refusal)
-    assert "torch.compile" in str(torch.shared_process_refusal([frozenset(), frozenset()], compile=True))
-    assert get("tensorflow").shared_process_refusal([frozenset(), frozenset()], compile=False) is not None
+    assert "torch.compile" in str(torch.shared_process_refusal([frozenset(), frozenset()], compile=True, on_gpu=False))
     with pytest.raises(UsageError):
         parse_precision("-1%")
 

@@ -201,9 +201,9 @@ class Backend:
         """Each knob as the framework reports it in effect, once it is imported."""
         raise NotImplementedError
 
-    def shared_process_refusal(self, arms: Sequence[frozenset[str]], *, compile: bool) -> str | None:
+    def shared_process_refusal(self, arms: Sequence[frozenset[str]], *, compile: bool, on_gpu: bool) -> str | None:
         """Why ``arms`` (each a knob set) cannot run in one process (``arm_steps``); None where they can. ``compile``:
-        the step runs under the backend's compiler option (``--compile``)."""
+        the step runs under the backend's compiler option (``--compile``); ``on_gpu``: on a GPU."""
         return None if self.pairs_in_process else f"{self.framework}'s determinism is set once per process"
 
     def process_knobs(self, arms: Sequence[frozenset[str]]) -> frozenset[str]:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Iterator, MutableMapping, Sequence
 from typing import Any
 
-from .base import Backend, Compiler, Knob, LossOf, SettingColumn, StopProfiler
+from .base import ArmStep, Backend, Compiler, Knob, LossOf, SettingColumn, StopProfiler
 
 DEBUG_ENV = "DETPROF_DEBUG"
 """Set (non-empty) to see everything: tracebacks of internal errors and TensorFlow's own log lines."""
@@ -64,6 +64,7 @@ class TensorFlow(Backend):
         "jit_compile is pinned to the same explicit value in both modes: Keras would otherwise turn XLA "
         "off under op determinism and compare XLA against non-XLA."
     )
+    pairs_in_process = True
 
     def switch(self, knobs: frozenset[str]) -> None:
         """Its stderr is the worker's log file: warnings and errors belong there, not every info line."""
@@ -74,6 +75,53 @@ class TensorFlow(Backend):
 
         if OP_DETERMINISM in knobs:
             tf.config.experimental.enable_op_determinism()
+
+    def shared_process_refusal(self, arms: Sequence[frozenset[str]], *, compile: bool, on_gpu: bool) -> str | None:
+        """On a GPU, cuDNN's autotuning keeps the algorithm it picked for a convolution's shape for the whole process,
+        whichever arm picked it, so one arm could run the other's algorithms (not shown otherwise: no GPU here has
+        TensorFlow); and its switch (``TF_CUDNN_USE_AUTOTUNE``) is set for the whole process."""
+        if on_gpu:
+            return "TensorFlow keeps cuDNN's autotuned algorithms for the whole process, whichever mode chose them"
+        if len({CUDNN_AUTOTUNE in knobs for knobs in arms}) > 1:
+            return f"{AUTOTUNE_ENV} is set for the whole process"
+        return None
+
+    def process_knobs(self, arms: Sequence[frozenset[str]]) -> frozenset[str]:
+        return frozenset({CUDNN_AUTOTUNE}) if all(CUDNN_AUTOTUNE in knobs for knobs in arms) else frozenset()
+
+    def arm_steps(self, model: Any, x: Any, y: Any, arms: Sequence[frozenset[str]]) -> list[ArmStep]:
+        """Keras' own step (``train_step``) in a ``tf.function`` of each arm's own, with the arm's op determinism
+        switched before each call. TensorFlow reads the switch twice: when it traces a function (the Python API
+        picks an op's implementation then: sparse cross-entropy is a log-softmax and a gather under determinism,
+        one fused op without) and when a kernel runs (an op without a deterministic kernel raises then). Each arm's
+        function is traced at its first call, under its arm's switch, and never reused by the other arm: a function
+        traced under one setting keeps its ops under the other (``tests/test_in_process.py``)."""
+        import tensorflow as tf
+        from tensorflow.python.framework import config as tf_config
+
+        def arm(knobs: frozenset[str]) -> ArmStep:
+            deterministic = OP_DETERMINISM in knobs
+
+            def switch() -> None:
+                if deterministic:
+                    tf_config.enable_op_determinism()
+                else:
+                    tf_config.disable_op_determinism()
+
+            def train_step(data: Any) -> Any:  # a function of its own: TensorFlow traces each arm anew
+                return model.train_step(data)
+
+            compiled = tf.function(train_step, jit_compile=model.jit_compile, reduce_retracing=True)
+
+            def step() -> None:
+                switch()
+                logs = compiled((x, y))
+                tf.nest.map_structure(lambda value: value.numpy(), logs)  # the step is over once its logs are read
+
+            switch()
+            return step, self.in_effect()
+
+        return [arm(knobs) for knobs in arms]
 
     def program_environment(self, env: MutableMapping[str, str], deterministic: bool) -> None:
         """``TF_DETERMINISTIC_OPS``: TensorFlow 2.21 still honours it (``is_op_determinism_enabled()`` is then True)."""

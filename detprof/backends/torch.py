@@ -122,7 +122,7 @@ class Torch(Backend):
         torch.backends.cudnn.deterministic = CUDNN_DETERMINISTIC in knobs
         torch.backends.cudnn.benchmark = False
 
-    def shared_process_refusal(self, arms: Sequence[frozenset[str]], *, compile: bool) -> str | None:
+    def shared_process_refusal(self, arms: Sequence[frozenset[str]], *, compile: bool, on_gpu: bool) -> str | None:
         """cuBLAS reads its workspace setting once, when CUDA starts; and what torch.compile compiled under one
         setting is not shown to follow a switch between steps."""
         if compile:

@@ -195,7 +195,8 @@ class MeasurementTarget:
             if in_process
             else "this study's workloads build one mode per process"
         )
-        why = why or backend.shared_process_refusal([self.applying(backend.mode_knobs()), frozenset()], compile=compile)
+        arms = [self.applying(backend.mode_knobs()), frozenset()]
+        why = why or backend.shared_process_refusal(arms, compile=compile, on_gpu=self.on_gpu)
         if choice == "in-process" and why is not None:
             raise UsageError(f"--pairing in-process: {why}; use --pairing processes")
         return "in_process" if why is None and choice != "processes" else self.pairing

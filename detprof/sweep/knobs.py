@@ -110,7 +110,7 @@ def knob_settings(config: SweepConfig, target: MeasurementTarget, plan: KnobPlan
     set once per process, such as cuBLAS's workspace, needs a process per arm)."""
     backend = get(config.backend)
     arms = [[target.applying(c.reference), target.applying(c.treated)] for c in plan.comparisons]
-    apart = any(backend.shared_process_refusal(pair, compile=config.compile) for pair in arms)
+    apart = any(backend.shared_process_refusal(pair, compile=config.compile, on_gpu=target.on_gpu) for pair in arms)
     pairing = target.pairing if apart else config.pairing
     return replace(config, precision=None, budget_s=None, pairing=pairing)
 
