@@ -307,7 +307,7 @@ def test_models_of_your_own_are_swept_with_determinism_verified(zoo: Path, sweep
     for record in records.values():
         assert record["status"] == "ok", record["reason"]
         assert record["settings"]["op_determinism"] is (record["mode"] == "deterministic")
-        assert record["train_step"] == "tf.function (jit_compile=False)"
+        assert record["train_step"] == "keras train_step (jit_compile=False), the arms in turn in one process"
         spec = record["model_spec"]
         assert spec["label"] == record["model"] and spec["sha256"] == own.file_sha256(spec["path"])
     # Built at the size of --data's grey images, for the preset's 10 classes (or their own).

@@ -319,7 +319,8 @@ class WorkerLauncher:
                             timer.cancel()
                 for worker in workers:
                     yield self._finish(worker, "timeout" if expired.is_set() else worker.outcome())
-                if any(worker.proc is None or worker.proc.poll() is not None for worker in workers):
+                # A worker killed by the watchdog may not have died yet: the session ends on the timeout itself.
+                if expired.is_set() or any(worker.proc is None or worker.proc.poll() is not None for worker in workers):
                     for worker in workers:
                         if worker.proc is not None:
                             kill_group(worker.proc)
@@ -357,7 +358,7 @@ class WorkerLauncher:
                 trace = read_trace(trace_path) if trace_path is not None and trace_path.exists() else None
                 for worker in workers:
                     yield self._finish(worker, "timeout" if expired.is_set() else worker.outcome(), trace)
-                if proc.poll() is not None:
+                if expired.is_set() or proc.poll() is not None:
                     kill_group(proc)
                     return
 

@@ -183,8 +183,12 @@ class MeasurementTarget:
 
     def pairing_for(self, asked: str | None, *, in_process: bool, compile: bool = False) -> Pairing:
         """``--pairing`` (``PAIRING_CHOICES``; None: auto) for a study whose workloads can share a process
-        (``in_process``) or cannot: in one process where the backend and the workloads can, else ``pairing``."""
-        choice = {"in_process": "in-process", "lockstep": "processes", "sequential": "processes"}.get(asked, asked)
+        (``in_process``) or cannot: in one process where the backend and the workloads can, else ``pairing``.
+
+        ``asked`` may be a configuration's own pairing, which ``check --run`` replays: one a process per mode stays
+        one; one process was chosen because the target could, so it is again where this target can (a baseline of
+        TensorFlow on a CPU, measured again on a GPU, takes a process per mode there)."""
+        choice = {"in_process": "auto", "lockstep": "processes", "sequential": "processes"}.get(asked, asked)
         if choice not in (None, *PAIRING_CHOICES):
             raise UsageError(f"unknown --pairing {asked!r}; choose one of {', '.join(PAIRING_CHOICES)}")
         backend = backends.get(self.backend)
