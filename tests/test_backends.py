@@ -58,11 +58,21 @@ def probe(backend: str, mode: str, env: dict[str, str] | None = None, knobs: tup
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+USER_XLA_FLAGS = {
+    "default": "--xla_cpu_enable_fast_math=false --xla_gpu_deterministic_ops=true",
+    "deterministic": "--xla_cpu_enable_fast_math=false",
+}
+"""A user's own ``XLA_FLAGS`` per mode: kept in both, and a deterministic flag they set dropped by default mode."""
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["jax", "torch"])
 @pytest.mark.parametrize("mode", ["default", "deterministic"])
 def test_each_backend_reports_determinism_in_effect_exactly_in_deterministic_mode(backend: str, mode: str) -> None:
-    found = probe(backend, mode)
+    """Each knob is read back from the framework as the mode sets it, those that matter only on a GPU too (XLA
+    parses its GPU flags, PyTorch keeps cuDNN's settings here; the fill: where deterministic algorithms are on), and
+    JAX keeps the user's own XLA flags."""
+    found = probe(backend, mode, {"XLA_FLAGS": USER_XLA_FLAGS[mode]} if backend == "jax" else None)
     effective = found["effective"]
     assert effective["backend"] == backend and effective["mode"] == mode
     assert effective["op_determinism"] is (mode == "deterministic")
@@ -70,7 +80,10 @@ def test_each_backend_reports_determinism_in_effect_exactly_in_deterministic_mod
     # A JAX or PyTorch worker never loads TensorFlow, whatever Keras probes for, nor what Keras' import would load
     # only because it is installed.
     assert found["loaded"] == [backend]
+    mode_knobs = backends.get(backend).mode_knobs() if mode == "deterministic" else frozenset()
+    expected = {name: name in mode_knobs for name in backends.get(backend).knob_names()}
     if backend == "torch":
+        expected["torch.cudnn_benchmark"] = True
         assert effective["cudnn_deterministic"] is (mode == "deterministic")
         assert effective["cudnn_benchmark"] is False
         assert (effective["cublas_workspace_config"] == ":4096:8") is (mode == "deterministic")
@@ -79,6 +92,9 @@ def test_each_backend_reports_determinism_in_effect_exactly_in_deterministic_mod
     else:
         assert effective["jit_compile"] is True
         assert found["facts"]["train_step"] == "keras train_on_batch (jit_compile=True)"
+        kept = "--xla_cpu_enable_fast_math=false"
+        assert effective["xla_flags"] == (kept if mode == "default" else f"{kept} --xla_gpu_deterministic_ops=true")
+    assert effective["knobs"] == expected
 
 
 @pytest.mark.slow
@@ -91,28 +107,13 @@ def test_a_tensorflow_worker_loads_tensorflow_alone() -> None:
 
 
 @pytest.mark.slow
-def test_jax_keeps_the_users_xla_flags_and_default_mode_drops_a_deterministic_flag_they_set() -> None:
-    user = "--xla_cpu_enable_fast_math=false --xla_gpu_deterministic_ops=true"
-    default = probe("jax", "default", {"XLA_FLAGS": user})["effective"]
-    assert default["op_determinism"] is False
-    assert default["xla_flags"] == "--xla_cpu_enable_fast_math=false"
-    deterministic = probe("jax", "deterministic", {"XLA_FLAGS": "--xla_cpu_enable_fast_math=false"})["effective"]
-    assert deterministic["op_determinism"] is True
-    assert deterministic["xla_flags"] == "--xla_cpu_enable_fast_math=false --xla_gpu_deterministic_ops=true"
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("backend", ["jax", "torch"])
-def test_every_knob_is_read_back_from_the_framework_as_set_even_those_that_matter_only_on_a_gpu(backend: str) -> None:
-    """The GPU knobs cannot be priced on a CPU, but XLA parses its GPU flags and PyTorch keeps cuDNN's settings
-    here too: each is in effect exactly where it was set (the fill: where deterministic algorithms are on)."""
-    names = backends.get(backend).knob_names()
-    for knobs in (names, ()):
-        found = probe(backend, "deterministic" if knobs else "default", knobs=knobs)["effective"]["knobs"]
-        expected = {name: bool(knobs) for name in names}
-        if backend == "torch":
-            expected["torch.cudnn_benchmark"] = True
-        assert found == expected
+def test_every_jax_knob_is_read_back_from_xla_as_set_even_those_that_matter_only_on_a_gpu() -> None:
+    """Beyond deterministic mode's flag (above), the knobs a knob study may set: XLA parses its GPU flags here too.
+    (PyTorch's deterministic mode sets every one of its knobs.)"""
+    names = backends.get("jax").knob_names()
+    assert backends.get("torch").mode_knobs() == frozenset(backends.get("torch").knob_names())
+    found = probe("jax", "deterministic", knobs=names)["effective"]["knobs"]
+    assert found == dict.fromkeys(names, True)
 
 
 def test_xla_flags_replace_only_detprofs_knobs() -> None:
