@@ -211,6 +211,11 @@ class Backend:
         starts, where every arm sets them; the rest each arm's step sets (``arm_steps``)."""
         return frozenset()
 
+    def arm_switch(self, knobs: frozenset[str]) -> Step:
+        """What puts this process under an arm's ``knobs`` where the framework reads them between steps: called
+        before the arm's step is built and before each of its steps (``profiler.workloads.switched_arms``)."""
+        raise NotImplementedError(f"{self.framework} does not switch its determinism between steps")
+
     def arm_steps(self, model: Any, x: Any, y: Any, arms: Sequence[frozenset[str]]) -> list[ArmStep]:
         """Per arm, one training step of the compiled Keras ``model`` on ``x``, ``y`` under that arm's knobs, to run
         in turn in this process (``pairs_in_process``), with what the arm has in effect."""

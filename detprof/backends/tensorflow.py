@@ -8,7 +8,7 @@ import sys
 from collections.abc import Iterator, MutableMapping, Sequence
 from typing import Any
 
-from .base import ArmStep, Backend, Compiler, Knob, LossOf, SettingColumn, StopProfiler
+from .base import ArmStep, Backend, Compiler, Knob, LossOf, SettingColumn, Step, StopProfiler
 
 DEBUG_ENV = "DETPROF_DEBUG"
 """Set (non-empty) to see everything: tracebacks of internal errors and TensorFlow's own log lines."""
@@ -89,6 +89,12 @@ class TensorFlow(Backend):
     def process_knobs(self, arms: Sequence[frozenset[str]]) -> frozenset[str]:
         return frozenset({CUDNN_AUTOTUNE}) if all(CUDNN_AUTOTUNE in knobs for knobs in arms) else frozenset()
 
+    def arm_switch(self, knobs: frozenset[str]) -> Step:
+        """Op determinism, on or off; TensorFlow reads it when it traces a function and when a kernel runs."""
+        from tensorflow.python.framework import config as tf_config
+
+        return tf_config.enable_op_determinism if OP_DETERMINISM in knobs else tf_config.disable_op_determinism
+
     def arm_steps(self, model: Any, x: Any, y: Any, arms: Sequence[frozenset[str]]) -> list[ArmStep]:
         """Keras' own step (``train_step``) in a ``tf.function`` of each arm's own, with the arm's op determinism
         switched before each call. TensorFlow reads the switch twice: when it traces a function (the Python API
@@ -97,16 +103,9 @@ class TensorFlow(Backend):
         function is traced at its first call, under its arm's switch, and never reused by the other arm: a function
         traced under one setting keeps its ops under the other (``tests/test_in_process.py``)."""
         import tensorflow as tf
-        from tensorflow.python.framework import config as tf_config
 
         def arm(knobs: frozenset[str]) -> ArmStep:
-            deterministic = OP_DETERMINISM in knobs
-
-            def switch() -> None:
-                if deterministic:
-                    tf_config.enable_op_determinism()
-                else:
-                    tf_config.disable_op_determinism()
+            switch = self.arm_switch(knobs)
 
             def train_step(data: Any) -> Any:  # a function of its own: TensorFlow traces each arm anew
                 return model.train_step(data)

@@ -17,6 +17,7 @@ from .base import (
     Knob,
     LossOf,
     SettingColumn,
+    Step,
     StopProfiler,
     layer_range_name,
 )
@@ -153,16 +154,21 @@ class Torch(Backend):
             host = host.float()
         return host.numpy()
 
+    def arm_switch(self, knobs: frozenset[str]) -> Step:
+        """PyTorch reads its switches at every op it runs, as its reproducibility notes set them."""
+        return lambda: self._flip(knobs)
+
     def arm_steps(self, model: Any, x: Any, y: Any, arms: Sequence[frozenset[str]]) -> list[ArmStep]:
-        """Keras' own step (``train_on_batch``) with the arm's switches flipped before it: PyTorch reads them at
-        every op it runs, as its reproducibility notes set them."""
+        """Keras' own step (``train_on_batch``) with the arm's switches flipped before it (``arm_switch``)."""
 
         def arm(knobs: frozenset[str]) -> ArmStep:
+            switch = self.arm_switch(knobs)
+
             def step() -> None:
-                self._flip(knobs)
+                switch()
                 model.train_on_batch(x, y)
 
-            self._flip(knobs)
+            switch()
             return step, self.in_effect()
 
         return [arm(knobs) for knobs in arms]

@@ -68,6 +68,8 @@ class OpCase:
 
     workload: ClassVar[str] = "detprof.kernels_bench.ops:op_benchmark"
     """The worker's entry point that builds and runs the op (``module:function``): TensorFlow's ops here."""
+    arms_workload: ClassVar[str] = "detprof.kernels_bench.ops:op_benchmark_arms"
+    """The entry that builds both modes of it in one process (``Workload.arms_entry``)."""
 
     op: str
     model: str

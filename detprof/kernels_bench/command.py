@@ -101,7 +101,7 @@ def kernels(
         if max_shapes < 0:
             raise UsageError(f"--max-shapes must be at least 0, not {max_shapes}")
         values["max_shapes"] = max_shapes or None
-    config = KernelsConfig.for_target(target, options, ops=selected, **values)
+    config = KernelsConfig.for_target(target, options, in_process=True, ops=selected, **values)
     cases = derive(config)
     out = options.out or default_results_dir(target.device, target.backend)
     plan = plan_runs(cases, config.repeats, config.batch_size)

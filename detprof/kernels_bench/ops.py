@@ -16,10 +16,13 @@ no op events of eager execution on the CPU) and waits for the device before retu
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from detprof.profiler.workloads import switched_arms
+
 if TYPE_CHECKING:
+    from detprof.backends.base import ArmStep
     from detprof.profiler.worker_spec import WorkerSpec
 
 Step = Callable[[], None]
@@ -189,6 +192,11 @@ BUILDERS: dict[str, Builder] = {
     "sparse_softmax_xent_backward": _sparse_softmax_xent_backward,
     "dense_matmul": _dense_matmul,
 }
+
+
+def op_benchmark_arms(workers: Sequence[WorkerSpec]) -> tuple[list[ArmStep], dict[str, Any]]:
+    """Both modes of one op case in one process, each its own ``tf.function`` traced under its mode."""
+    return switched_arms(workers, op_benchmark)
 
 
 def op_benchmark(worker: WorkerSpec) -> tuple[Step, dict[str, Any]]:

@@ -17,12 +17,15 @@ step waits for the GPU before returning.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
+
+from detprof.profiler.workloads import switched_arms
 
 if TYPE_CHECKING:
     import torch
 
+    from detprof.backends.base import ArmStep
     from detprof.profiler.worker_spec import WorkerSpec
 
 Step = Callable[[], None]
@@ -219,6 +222,11 @@ BUILDERS: dict[str, Builder] = {
     "cumsum": _cumsum,
     "max_unpool2d": _max_unpool2d,
 }
+
+
+def op_benchmark_arms(workers: Sequence[WorkerSpec]) -> tuple[list[ArmStep], dict[str, Any]]:
+    """Both modes of one op case in one process, PyTorch's switches flipped before each arm's step."""
+    return switched_arms(workers, op_benchmark)
 
 
 def op_benchmark(worker: WorkerSpec) -> tuple[Step, dict[str, Any]]:

@@ -11,7 +11,7 @@ Only the compiled step is each backend's own, and the record says which it was.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -89,6 +89,42 @@ def model_training_arms(workers: Sequence[WorkerSpec]) -> tuple[list[ArmStep], d
     arms = backends.get(settings.backend).arm_steps(training.model, x_t, y_t, knobs)
     train_step = f"keras train_step (jit_compile={settings.jit_compile}), the arms in turn in one process"
     return arms, _facts(training.model, x, y, train_step)
+
+
+def switched_arms(
+    workers: Sequence[WorkerSpec], single: Callable[[WorkerSpec], tuple[Step, dict[str, Any]]]
+) -> tuple[list[ArmStep], dict[str, Any]]:
+    """The arms of an in-process pair of a workload that builds a step of one mode (``single``, an op case), on a
+    backend that switches between steps (``Backend.arm_switch``): each arm's step built under its switches, which
+    are set again before each of its steps. An arm whose step cannot be built (an op that refuses determinism when
+    it is set up) fails at its first step, alone."""
+    backend = backends.get(workers[0].determinism.backend)
+    arms: list[ArmStep] = []
+    facts: dict[str, Any] = {}
+    for worker in workers:
+        switch = backend.arm_switch(worker.determinism.knob_set())
+        switch()
+        try:
+            step, facts = single(worker)
+        except Exception as exc:
+            step = _raising(exc)
+        arms.append((_switched(switch, step), backend.in_effect()))
+    return arms, facts
+
+
+def _switched(switch: Step, step: Step) -> Step:
+    def run() -> None:
+        switch()
+        step()
+
+    return run
+
+
+def _raising(exc: Exception) -> Step:
+    def fail() -> None:
+        raise exc
+
+    return fail
 
 
 def _facts(model: keras.Model, x: Batch, y: Batch, train_step: str) -> dict[str, Any]:
