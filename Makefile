@@ -31,11 +31,11 @@ $(TEST_STAMP): pyproject.toml | $(BIN)/python
 
 install: $(TEST_STAMP)
 
-# The suite runs two test files at a time (a file's tests share its module fixtures; the studies that several
-# files read are made once per run, tests/shared_studies.py), and prints its 30 slowest tests. detprof's own
-# modules are compiled first: where PYTHONDONTWRITEBYTECODE is set (this machine, CI) every process of the suite
-# would compile what it imports again.
-PYTEST := $(BIN)/python -m pytest -q -ra -n 2 --dist loadfile --durations=30
+# The suite runs two test files at a time (a file's tests share its module fixtures; the files that read a
+# study made once per run, tests/shared_studies.py, go together: tests/conftest.py), and prints its 30 slowest
+# tests. detprof's own modules are compiled first: where PYTHONDONTWRITEBYTECODE is set (this machine, CI) every
+# process of the suite would compile what it imports again.
+PYTEST := $(BIN)/python -m pytest -q -ra -n 2 --dist loadgroup --durations=30
 
 test: $(TEST_STAMP)
 	@command -v chromium >/dev/null 2>&1 || { \

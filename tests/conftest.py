@@ -45,20 +45,14 @@ def own_device_locks(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pyte
     monkeypatch.setenv("DETPROF_LOCK_DIR", str(tmp_path_factory.mktemp("device-locks")))
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Files with slow end-to-end tests first: two workers each take whole files (``--dist loadfile``), and a
-    long file started last keeps one worker running it alone while the other idles. Of the files that read a
-    study made once per run (``shared_studies``), one comes first, so that it is made while the other worker
-    starts on other files, and the others after the rest of the slow files, when it is there to read."""
+    """Each file a unit of its own for the workers (``--dist loadgroup``: a file's tests share its module
+    fixtures), but the files that read a study made once per run (``shared_studies``), which are one unit: one
+    worker makes the study and reads it, while the other works on other files instead of waiting for it. The slow
+    units first: a long one started last keeps one worker running it alone while the other idles."""
+    readers = {item.path for item in items if SHARED_STUDIES & set(getattr(item, "fixturenames", ()))}
     slow_files = {item.path for item in items if item.get_closest_marker("slow")}
-    readers = sorted({item.path for item in items if SHARED_STUDIES & set(getattr(item, "fixturenames", ()))})
-    first_reader = readers[:1]
-
-    def rank(item: pytest.Item) -> int:
-        if item.path in first_reader:
-            return 0
-        if item.path in readers:
-            return 2
-        return 1 if item.path in slow_files else 3
-
-    items.sort(key=rank)
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group("shared studies" if item.path in readers else item.path.name))
+    items.sort(key=lambda item: 0 if item.path in readers else 1 if item.path in slow_files else 2)

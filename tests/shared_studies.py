@@ -2,10 +2,12 @@
 
 A study that only feeds assertions about what it wrote (its records, tables, reports and what
 its commands printed) says the same to every test that reads it; made per file, the same real
-TensorFlow sweep ran twice. Each study here is made by the first pytest-xdist worker that asks
-for it, under a file lock in the run's shared temporary folder, and read by every other. Its
-commands run as a user runs them, one process each, and what each printed is kept beside the
-results. A test that changes what it reads works on its own copy (``Study.copy``).
+TensorFlow sweep ran twice. The files that read one run in one pytest-xdist worker, one after
+the other (``conftest.py`` groups them), so the study is made there once while the other worker
+goes on with other files; a file lock in the run's shared temporary folder keeps it made once
+however the files are spread (``--dist loadfile``, more workers). Its commands run as a user
+runs them, one process each, and what each printed is kept beside the results. A test that
+changes what it reads works on its own copy (``Study.copy``).
 """
 
 from __future__ import annotations
