@@ -331,6 +331,15 @@ PER_STEP_FIELDS: dict[Metric, tuple[str, str]] = {
 }
 
 
+GPU_LIKE_FIELDS = ("compute_capability", "sm_count", "cuda_driver", "uuid")
+"""The fields of a run record's ``device`` that only a GPU fills."""
+
+
+def is_cpu(label: str, device: Mapping[str, Any]) -> bool:
+    """A CPU device: labelled ``cpu``, or its record names no GPU (no compute capability, SMs, CUDA, UUID)."""
+    return label.lower() == "cpu" or not any(device.get(k) for k in GPU_LIKE_FIELDS)
+
+
 def backend_of(record: Mapping[str, Any]) -> str:
     """The backend a run (measured or stability) ran on: a record that names none ran on TensorFlow."""
     return str(record.get("backend") or backends.DEFAULT)

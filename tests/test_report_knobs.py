@@ -325,6 +325,21 @@ def test_an_arm_whose_knob_did_not_take_effect_is_a_warning(tmp_path: Path) -> N
     )
 
 
+def test_a_knob_that_cannot_matter_on_the_device_reads_back_off_without_a_warning(tmp_path: Path) -> None:
+    """A PyTorch study on a CPU whose full-determinism arm asked for cuBLAS's workspace (GPU-only), which a CPU
+    reads back off: the arm is as it asked. The same knob off on a GPU would be a warning."""
+    for device, costs, warned in ((CPU, CPU_COSTS, False), (synth.DEVICE, GPU_COSTS, True)):
+        root = write_knobs(tmp_path / device["label"], "smallcnn", costs, device, needed=set())
+        store = ResultsStore(root, "knobs")
+        for path in (store.dir / "runs").glob("smallcnn--total--b--r*.json"):
+            record = json.loads(path.read_text())
+            record["knobs"] = sorted({*record["knobs"], CUBLAS})
+            record["settings"]["knobs"][CUBLAS] = False
+            store.write_record(record)
+        warnings = build_report([root]).warnings
+        assert any("determinism was not in effect as the run asked" in w for w in warnings) is warned, warnings
+
+
 def test_a_report_without_a_knob_study_shows_none_of_it(tmp_path: Path) -> None:
     root = synth.write_sweep(tmp_path, synth.config(list(SWEPT), 3, "torch"), synth.records(SWEPT, backend="torch"))
     page, text = render_report([root], "html", "cdn"), render_report([root], "md")

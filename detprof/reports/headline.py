@@ -16,7 +16,7 @@ the published GPU figures up as the reference instead.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,18 +30,12 @@ from detprof.reports.tradeoff import NOISY_CHURN, QUADRANT_ADVICE, Learning, Noi
 from detprof.reports.verdict import Verdict
 
 CALIBRATE_HINT = "detprof sweep --calibrate measures it (deterministic against itself)"
-GPU_LIKE_FIELDS = ("compute_capability", "sm_count", "cuda_driver", "uuid")
 CPU_CAVEAT = "CPU op time: does not predict the GPU cost (see the published GPU figures)."
 CPU_CHURN = "'s CPU kernels (deterministic with the default threads), not of the model."
 """How the caveat on a CPU's churn ends, whichever framework's kernels it names (``caveats``)."""
 NOT_HELD_ADVICE = "determinism does not hold here: fix what the notes name first, then weigh its cost"
 LEFT_OUT = "Stability study left out"
 """What the caveats that a report-level note repeats say (``shown_caveats`` drops them under it)."""
-
-
-def is_cpu(label: str, device: Mapping[str, Any]) -> bool:
-    """A CPU device: labelled ``cpu``, or its record names no GPU (no compute capability, SMs, CUDA, UUID)."""
-    return label.lower() == "cpu" or not any(device.get(k) for k in GPU_LIKE_FIELDS)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
 from detprof import backends
-from detprof.records import backend_of, environment_values, measures
+from detprof.records import backend_of, environment_values, is_cpu, measures
 from detprof.store import ResultsStore
 
 T = TypeVar("T")
@@ -159,14 +159,18 @@ def timing_note(records: Sequence[Mapping[str, Any]]) -> str:
 def _as_asked(record: Mapping[str, Any]) -> bool:
     """Whether determinism was in effect as the run asked: op determinism exactly in deterministic mode, or in a
     knob study's arm (``sweep --knobs``, whose mode only says whether it set any) each knob it set, as read back,
-    but one that works only with a knob the arm left off (``Knob.needs``: it reads back off)."""
+    but one that works only with a knob the arm left off (``Knob.needs``: it reads back off) and one that cannot
+    matter on the run's device (``Knob.applies``: cuBLAS's workspace on a CPU reads back off)."""
     settings = record["settings"]
     if "knobs" not in record:
         return bool(settings.get("op_determinism")) == (record.get("mode") == "deterministic")
     asked, in_effect = set(record["knobs"]), settings.get("knobs") or {}
     known = backends.REGISTRY.get(backend_of(record))
+    device = record.get("device") or {}
+    on_gpu = not is_cpu(str(device.get("label", "")), device)
+    excused = {knob.name for knob in known.knobs if knob.applies(on_gpu) is not None} if known else set()
     needs = {knob.name: knob.needs for knob in known.knobs} if known else {}
-    return all(in_effect.get(name, True) or needs.get(name) not in (None, *asked) for name in asked)
+    return all(in_effect.get(name, True) or name in excused or needs.get(name) not in (None, *asked) for name in asked)
 
 
 def _settings_warnings(label: str, records: Sequence[Mapping[str, Any]]) -> list[str]:

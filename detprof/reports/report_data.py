@@ -45,7 +45,7 @@ from detprof.analysis.verification import ModelVerification
 from detprof.determinism import MODES
 from detprof.errors import InputError
 from detprof.intervals import Metric, Overhead, headline, inconclusive_reason
-from detprof.records import backend_of
+from detprof.records import backend_of, is_cpu
 from detprof.reports import kernels_data
 from detprof.reports.attribution import attribution
 from detprof.reports.gpu_clocks import ClockRow, clock_rows, throttle_warnings
@@ -56,7 +56,6 @@ from detprof.reports.headline import (
     advice,
     caveats,
     cpu_notes,
-    is_cpu,
 )
 from detprof.reports.knobs_data import KnobReading, KnobStudy, knob_readings, load_knobs
 from detprof.reports.provenance import (
