@@ -23,10 +23,13 @@ from detprof.errors import UsageError
 ModelsOption = Annotated[
     str | None,
     typer.Option(
+        "--models",
+        "--model",
         help="Comma-separated models: names from `detprof models`, or your own: FILE.py:FUNCTION, "
-        "package.module:FUNCTION (a function returning a keras.Model) or FILE.keras (a saved model)."
+        "package.module:FUNCTION (a function returning a keras.Model) or FILE.keras (a saved model).",
     ),
 ]
+"""``--models``, which ``--model`` spells too: every command that takes models takes either word."""
 OPTION = "option"
 
 

@@ -76,3 +76,11 @@ def test_detprof_itself_imports_no_command(args: list[str]) -> None:
     commands = [m for m in report["modules"] if m.endswith("command") and m.startswith("detprof.")]
     assert commands == []
     assert not {"pandas", "numpy", "rich"} & set(report["modules"])
+
+
+def test_every_command_that_takes_models_takes_either_spelling(capsys: pytest.CaptureFixture[str]) -> None:
+    for command in ("sweep", "verify", "check"):
+        assert "--models, --model" in help_of(capsys, command), command
+    assert "--model, --models" in help_of(capsys, "stability")
+    assert main(["sweep", "--model", "smallcnn", "--gpu", "cpu", "--repeats", "2", "--dry-run"]) == 0
+    assert "smallcnn--deterministic--r0" in capsys.readouterr().out

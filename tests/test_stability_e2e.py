@@ -189,6 +189,7 @@ def test_ctrl_c_keeps_completed_runs_ends_the_workers_and_resume_finishes(tmp_pa
         (["--dataset", "npz:/no/such.npz"], 3, "no such file"),
         (["--runs", "1"], 2, "--runs must be at least 2"),
         (["--jobs", "0"], 2, "--jobs must be at least 1"),
+        (["--models", "smallcnn,mediumcnn_k1"], 2, "a stability study trains one model"),
     ],
 )
 def test_bad_input_is_one_line_and_an_exit_code(tmp_path: Path, args: list[str], code: int, message: str) -> None:

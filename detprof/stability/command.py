@@ -73,8 +73,10 @@ def stability(
     model: Annotated[
         str,
         typer.Option(
+            "--model",
+            "--models",
             help="A registry model (see `detprof models`), or your own: FILE.py:FUNCTION, package.module:FUNCTION "
-            "(a function returning a keras.Model) or FILE.keras (a saved model, re-initialised from each run's seed)."
+            "(a function returning a keras.Model) or FILE.keras (a saved model, re-initialised from each run's seed).",
         ),
     ] = "smallcnn",
     dataset: Annotated[
@@ -110,6 +112,8 @@ def stability(
     from detprof.profiler.plan import default_results_dir
     from detprof.stability import study
 
+    if "," in model:
+        raise UsageError(f"--model: a stability study trains one model, not {model!r}; run one study per model")
     backend = backends.require(options.backend).name
     config = study.StudyConfig(
         model=model,
