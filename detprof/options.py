@@ -101,9 +101,9 @@ class RunOptions:
         "(default: the preset's, cpu-small 2%; paper off)."
     )
     budget: str | None = option(
-        "With --precision: the time the measuring may take (90s, 10m, 1h); a repeat is added only while it fits, "
-        "and the models left wider than the precision are named with the repeats they would need "
-        "(default: the preset's, cpu-small 2m; paper none)."
+        "With --precision: the time the repeats added after the first --repeats may take (90s, 10m, 1h); a repeat "
+        "is added only while it fits, and the models left wider than the precision are named with the repeats they "
+        "would need (default: the preset's, cpu-small 90s; paper none)."
     )
     pairing: str | None = option(
         "auto | in-process | processes: how a repeat pairs the two modes. in-process: one process runs both, a step "

@@ -13,9 +13,11 @@ import signal
 import tempfile
 
 import pytest
-from shared_studies import SHARED_STUDIES
 
-from detprof import locks
+pytest.register_assert_rewrite("shared_studies")
+from shared_studies import SHARED_STUDIES  # noqa: E402 (its asserts rewritten, as a plugin's are)
+
+from detprof import locks  # noqa: E402
 
 pytest_plugins = ["fault_sweeps", "shared_studies"]
 """The fault tests' fixtures (``fault_env``); the real studies several files read, made once per run."""

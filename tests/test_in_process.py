@@ -190,10 +190,13 @@ def test_a_sweep_adds_repeats_until_its_budget_is_spent_and_says_what_is_left(tm
     repeats = {r["repeat"] for r in records}
     assert len(repeats) > 2 and len(records) == 2 * len(repeats)
     assert all(r["first_stage"] == 2 and r["precision"] == 0.0001 for r in records)
-    started = min(r["started_at"] for r in records)
+    # The budget is the added repeats' time, after the first stage: each added while the next fitted.
+    first_stage = max(r["finished_at"] for r in records if r["repeat"] < 2)
     finished = max(r["finished_at"] for r in records)
-    assert (pd.Timestamp(finished) - pd.Timestamp(started)).total_seconds() < 25 + 30
+    assert (pd.Timestamp(finished) - pd.Timestamp(first_stage)).total_seconds() < 25 + 10
     said = " ".join(done.stdout.split())
+    spent = re.search(rf"repeats added after the first 2: {len(repeats) - 2}, in (\d+) s of the 25 s budget", said)
+    assert spent is not None and int(spent[1]) < 25 + 10, said
     assert "kernel time +/-" in said and f"after {len(repeats)} repeats: not within +/-0.0%" in said
     assert "more repeats would settle it" in said
     assert "for +/-0% (repeats so far of needed: smallcnn 2 of" in " ".join(done.stderr.split())

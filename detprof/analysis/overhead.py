@@ -10,9 +10,10 @@ interval.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
 
+from detprof.errors import InputError
 from detprof.findings import Finding
 from detprof.intervals import (
     SETTLE_LIMIT,
@@ -26,6 +27,10 @@ from detprof.intervals import (
     stein_interval,
 )
 from detprof.records import measures, pair_log_ratio
+from detprof.store import read_json_object
+
+if TYPE_CHECKING:
+    from detprof.store import ResultsStore
 
 
 @dataclass
@@ -172,3 +177,39 @@ def noise_floors(calibration_records: Iterable[Mapping[str, Any]]) -> dict[str, 
         overhead = headline(o.kernel, o.wall)[1]
         floors[model] = None if overhead is None else noise_floor(overhead)
     return floors
+
+
+ADDED_REPEATS_FILE = "added_repeats.json"
+
+
+@dataclass(frozen=True)
+class AddedRepeats:
+    """What the repeats a study's last invocation added after its first stage took: the time ``--budget`` bounds.
+
+    The study writes it (a resumed study's clock starts again, so its record timestamps, spanning both
+    invocations, could not say it); the closing summary reads it.
+    """
+
+    first_stage: int
+    added: int
+    seconds: float
+    budget_s: float | None
+
+    def write(self, store: ResultsStore) -> None:
+        store.write_json(ADDED_REPEATS_FILE, asdict(self))
+
+    @classmethod
+    def read(cls, store: ResultsStore) -> AddedRepeats | None:
+        """None where the study added no repeats by precision (none asked, or not measured here)."""
+        path = store.dir / ADDED_REPEATS_FILE
+        if not path.is_file():
+            return None
+        data = read_json_object(path, "added repeats")
+        try:
+            return cls(int(data["first_stage"]), int(data["added"]), float(data["seconds"]), data.get("budget_s"))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InputError(f"{path}: not a detprof added-repeats file ({exc})") from exc
+
+    def line(self) -> str:
+        of = f" of the {self.budget_s:g} s budget" if self.budget_s is not None else " (no budget)"
+        return f"repeats added after the first {self.first_stage}: {self.added}, in {self.seconds:.0f} s{of}"

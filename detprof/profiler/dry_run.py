@@ -45,7 +45,11 @@ def plan_lines(
     else:
         lines += _sequential_lines(launcher, settings, runs)
     if settings.precision is not None:
-        within = f", while the next repeat fits in {settings.budget_s:g} s" if settings.budget_s is not None else ""
+        within = (
+            f", while the next repeat fits in {settings.budget_s:g} s after the first {settings.repeats}"
+            if settings.budget_s is not None
+            else ""
+        )
         lines += [
             "",
             f"Then repeats {settings.repeats}, {settings.repeats + 1}, ... of each model whose interval is not yet "

@@ -5,7 +5,7 @@ complete is measured, one atomic record per run, ``--resume`` skipping every run
 complete, with the progress display beside it. A study with a precision
 (``RunSettings.precision``) then adds repeats, model by model, until each model's interval is
 within it (Stein's two-stage design: ``analysis.overhead.repeats_wanted``), while the next repeat
-fits the budget.
+fits the budget: the seconds that the repeats added after the first stage may take.
 """
 
 from __future__ import annotations
@@ -69,8 +69,13 @@ def run_planned(
     clock = _Clock(time.monotonic())
     records = clock.timed(_measure_runs(plan, settings, target, store, launcher, progress))
     if settings.precision is not None and extend is not None:
+        from detprof.analysis.overhead import AddedRepeats
+
+        added = 0
         while (more := _repeat_to_add(settings, target, store, clock, extend, progress)) is not None:
             records += clock.timed(_measure_runs(more, settings, target, store, launcher, progress))
+            added += 1
+        AddedRepeats(settings.repeats, added, clock.added(), settings.budget_s).write(store)
     return records
 
 
@@ -150,25 +155,28 @@ def _run_pairs(
 
 @dataclass
 class _Clock:
-    """How long the study has measured, and what a repeat of a model costs, to hold a budget."""
+    """What the repeats added after the first stage have taken (the budget's), and what a repeat of a model costs."""
 
     started: float
     overheads: list[float] = field(default_factory=list)
     """Per session of workers: its time beyond its pairs' (starting processes, importing, building)."""
     last: float = 0.0
+    first_stage_end: float | None = None
 
     def timed(self, records: list[MeasuredRun]) -> list[MeasuredRun]:
         """Once ``records`` are measured: what their sessions cost beyond their pairs, from the time they took."""
         now = time.monotonic()
         elapsed, self.last = now - (self.last or self.started), now
+        self.first_stage_end = self.first_stage_end or now
         sessions = len({record["repeat"] for record in records})
         if sessions:
             beyond = max(0.0, elapsed - sum(_pair_seconds(records).values())) / sessions
             self.overheads += [beyond] * sessions
         return records
 
-    def elapsed(self) -> float:
-        return time.monotonic() - self.started
+    def added(self) -> float:
+        """Seconds since the first stage ended: what the repeats added after it have taken."""
+        return 0.0 if self.first_stage_end is None else time.monotonic() - self.first_stage_end
 
     def repeat_seconds(self, models: Sequence[str], store: ResultsStore) -> float:
         """A session of one more repeat of ``models``: a session's overhead and each model's pair, as measured."""
@@ -206,7 +214,7 @@ def _repeat_to_add(
     models = [model for model, (have, need) in wanted.items() if have < min(need, MAX_REPEATS)]
     if not models:
         return None
-    if settings.budget_s is not None and clock.elapsed() + clock.repeat_seconds(models, store) > settings.budget_s:
+    if settings.budget_s is not None and clock.added() + clock.repeat_seconds(models, store) > settings.budget_s:
         return None
     repeat = 1 + max(int(record["repeat"]) for record in records)
     runs = extend(repeat, models)
@@ -242,8 +250,8 @@ def measure(
         untraced = " (and untraced runs for wall time)" if len(parts) > 1 else ""
         repeats = f"{settings.repeats} repeats"
         if settings.precision is not None and extend is not None:
-            within = f" within {settings.budget_s:g} s" if settings.budget_s is not None else ""
-            repeats += f" and more{within} until each is within +/-{settings.precision:.1%}"
+            within = f" (within {settings.budget_s:g} s after them)" if settings.budget_s is not None else ""
+            repeats += f", then more{within} until each is within +/-{settings.precision:.1%}"
         console.print(
             f"detprof {kind}: {what} x 2 modes x {repeats} on {escape(target.device.label)} "
             f"with tracer {target.tracer.name}{untraced}, {_PAIRING_WORDS[settings.pairing]}, "

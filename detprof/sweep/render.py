@@ -55,6 +55,7 @@ def print_summary(store: ResultsStore) -> None:
     calibration's floor).
     """
     from detprof.analysis.layers import attribute_model
+    from detprof.analysis.overhead import AddedRepeats
     from detprof.analysis.study_results import summarize
     from detprof.intervals import headline
     from detprof.reports.attribution import attribution
@@ -104,6 +105,8 @@ def print_summary(store: ResultsStore) -> None:
         console.print("Precision (repeats added until each interval was within it, or the budget was spent):")
         for model, line in precision:
             console.print(f"  {escape(model)}: {escape(line or 'no precision asked')}")
+        if (added := AddedRepeats.read(store)) is not None:
+            console.print(f"  {added.line()}")
 
 
 def print_knobs(store: ResultsStore) -> None:
