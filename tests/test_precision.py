@@ -9,8 +9,11 @@ another repeat, and what the outputs say of a model the budget left wider than a
 
 from __future__ import annotations
 
+import json
 import math
 import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -189,3 +192,40 @@ def test_an_interval_just_wider_than_asked_does_not_read_as_the_precision_asked(
     ratios = [math.exp(0.03 + scale * v) for v in shape]
     line = model_overheads(_sweep({"edge": ratios}))["edge"].precision_line()
     assert line is not None and re.search(r"\+/-2\.0\d% after 4 repeats: not within \+/-2\.0%", line), line
+
+
+def test_the_json_report_and_checks_outputs_carry_the_precision_as_fields(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One model settled within +/-2%, one left wider: the fields, not only the caveat sentence."""
+    quiet, noisy = [1.030, 1.031, 1.029, 1.030], [1.01, 1.05, 1.03, 1.07]
+    records = _sweep({"quiet": quiet, "noisy": noisy})
+    results = synth.write_sweep(tmp_path / "res", synth.config(["quiet", "noisy"], FIRST_STAGE), records)
+    assert main(["report", str(results), "--format", "json", "-o", "-"]) == ExitCode.OK
+    rows = {row["model"]: row for row in json.loads(capsys.readouterr().out)["models"]}
+    need = stein_repeats([math.log(r) for r in noisy], PRECISION)
+    assert rows["quiet"]["precision"] == {
+        "metric": "wall",
+        "half_width": pytest.approx(rows["quiet"]["overhead"]["wall"]["half_width"]),
+        "target": PRECISION,
+        "settled": True,
+        "repeats": 4,
+        "repeats_to_target": 4,
+    }
+    noisy_precision = rows["noisy"]["precision"]
+    assert noisy_precision["settled"] is False and noisy_precision["half_width"] > PRECISION
+    assert (noisy_precision["repeats"], noisy_precision["repeats_to_target"]) == (4, need)
+    assert noisy_precision["repeats_to_target"] != rows["noisy"]["repeats_needed"]
+
+    assert main(["baseline", str(results), "-o", str(tmp_path / "base.json")]) == ExitCode.OK
+    junit, bench = tmp_path / "check.xml", tmp_path / "bench.json"
+    args = ["check", "--baseline", str(tmp_path / "base.json"), "--current", str(results)]
+    main([*args, "--junit", str(junit), "--benchmark-json", str(bench)])
+    capsys.readouterr()
+    cases = {case.get("name"): case for case in ET.parse(junit).getroot().iter("testcase")}
+    properties = {p.get("name"): p.get("value") for p in cases["noisy"].iter("property")}
+    assert properties["precision_settled"] == "False" and properties["precision_repeats_to_target"] == str(need)
+    assert float(properties["precision_target"]) == PRECISION
+    entries = {entry["name"].split()[0]: entry for entry in json.loads(bench.read_text())}
+    assert entries["quiet"]["precision"] == rows["quiet"]["precision"]
+    assert entries["noisy"]["precision"]["repeats_to_target"] == need

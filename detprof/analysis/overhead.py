@@ -33,6 +33,27 @@ if TYPE_CHECKING:
     from detprof.store import ResultsStore
 
 
+@dataclass(frozen=True)
+class PrecisionReached:
+    """How precise a model's headline interval came out against ``--precision``: the fields the JSON report and
+    ``check``'s outputs carry beside the sentence (``ModelOverhead.precision_line``).
+
+    ``repeats_to_target`` counts the repeats in all the interval needs to be within the target (Stein's number
+    where the study added repeats), distinct from a verdict's ``repeats_needed``, which counts repeats to clear
+    1.10x; None where no interval says (fewer than two repeats) or more than ``SETTLE_LIMIT`` would be needed.
+    """
+
+    metric: Metric
+    half_width: float | None
+    target: float
+    settled: bool
+    repeats: int
+    repeats_to_target: int | None
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
 @dataclass
 class ModelOverhead:
     model: str
@@ -52,6 +73,16 @@ class ModelOverhead:
         if need is None:
             return SETTLE_LIMIT
         return need - interval.n if need > interval.n else None
+
+    def precision_reached(self) -> PrecisionReached | None:
+        """The precision fields; None where no precision was asked or no run of the model was measured."""
+        metric, interval = headline(self.kernel, self.wall)
+        asked = self.precision_asked
+        if asked is None or interval is None:
+            return None
+        need = repeats_for_precision(interval, asked) if interval.has_interval else None
+        settled = interval.has_interval and self.precision_short() is None
+        return PrecisionReached(metric, interval.precision, asked, settled, interval.n, need)
 
     def precision_line(self) -> str | None:
         """How precise the headline interval came out against ``--precision``, in the words every output uses;

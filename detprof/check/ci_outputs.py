@@ -145,6 +145,9 @@ def _note(result: ModelComparison) -> str:
         parts.append(result.metric_note)
     if result.ratio is not None and min(result.n_baseline, result.n_current) < 3:
         parts.append("only 2 repeats: valid but wide")
+    precision = result.precision
+    if precision is not None and not precision.settled and precision.half_width is not None:
+        parts.append(f"current results +/-{precision.half_width:.1%}, not within the +/-{precision.target:.1%} asked")
     return "; ".join(parts)
 
 
@@ -195,6 +198,10 @@ def _junit_case(
     suite: ET.Element, result: ModelComparison, threshold: float, strict: bool, counts: dict[str, int]
 ) -> None:
     case = ET.SubElement(suite, "testcase", classname=CLASSNAME, name=result.model, time="0")
+    if result.precision is not None:
+        properties = ET.SubElement(case, "properties")
+        for name, value in _precision(result).items():
+            ET.SubElement(properties, "property", name=f"precision_{name}", value=_plain(value))
     message = describe(result, threshold)
     level = severity(result, strict=strict)
     if level == "failure":
@@ -231,6 +238,11 @@ def _details(result: ModelComparison) -> str:
         "reason",
     )
     return "\n".join(f"{name}: {_plain(getattr(result, name))}" for name in fields)
+
+
+def _precision(result: ModelComparison) -> dict[str, Any]:
+    """The current results' precision fields (``PrecisionReached``), where their sweep asked a precision."""
+    return {} if result.precision is None else result.precision.as_json()
 
 
 def _plain(value: Any) -> str:
@@ -353,5 +365,6 @@ def benchmark_json(comparison: Comparison) -> list[dict[str, Any]]:
                 "extra": f"{METRIC_NAMES[result.metric]}, {result.n_current} repeats; "
                 + describe(result, comparison.threshold),
             }
+            | ({"precision": _precision(result)} if result.precision is not None else {})
         )
     return entries

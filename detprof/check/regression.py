@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal
 
-from detprof.analysis.overhead import ModelOverhead, paired_log_ratios
+from detprof.analysis.overhead import ModelOverhead, PrecisionReached, model_overheads, paired_log_ratios
 from detprof.errors import InputError
 from detprof.intervals import (
     MIN_REPEATS,
@@ -68,6 +68,8 @@ class ModelSample:
     warmup: int | None = None
     batch_size: int | None = None
     input_shape: tuple[int, ...] | None = None
+    precision: PrecisionReached | None = None
+    """How precise its overhead came out against the sweep's ``--precision``, where it asked one."""
 
     def log_ratios(self, metric: Metric) -> tuple[float, ...]:
         return self.kernel if metric == "kernel" else self.wall
@@ -102,6 +104,7 @@ def samples_from_records(records: Iterable[Mapping[str, Any]]) -> SweepSamples:
             unsupported.setdefault(model, str(rec.get("reason") or "not supported under determinism"))
         else:
             failed.setdefault(model, []).append(rec)
+    overheads = model_overheads(records)
     samples = {}
     for model in sorted(set(wall) | set(kernel)):
         rec = first_ok[model]
@@ -113,6 +116,7 @@ def samples_from_records(records: Iterable[Mapping[str, Any]]) -> SweepSamples:
             warmup=rec.get("warmup"),
             batch_size=rec.get("batch_size"),
             input_shape=tuple(shape) if shape is not None else None,
+            precision=overheads[model].precision_reached(),
         )
     failures = {
         model: str(ModelOverhead(model, failures=[dict(r) for r in runs]).failure_note())
@@ -178,6 +182,8 @@ class ModelComparison:
     df: float | None = None
     log_se: float | None = None
     repeats_to_settle: int | None = None
+    precision: PrecisionReached | None = None
+    """The current results' precision against their ``--precision`` (``ModelSample.precision``)."""
 
     @property
     def width(self) -> float | None:
@@ -261,6 +267,7 @@ class _Test:
     metric: Metric
     note: str | None
     current: tuple[float, ...]
+    precision: PrecisionReached | None
 
 
 def _pair(
@@ -293,7 +300,7 @@ def _pair(
     if len(c) < MIN_REPEATS:
         reason = f"{len(c)} paired repeat(s) in the current results; R < 2 cannot give an interval"
         return ModelComparison(model, Verdict.FAILED, reason=reason, n_baseline=len(b), n_current=len(c))
-    return _Test(welch_difference(b, c), metric, note, c)
+    return _Test(welch_difference(b, c), metric, note, c, cur.precision)
 
 
 def _verdict(
@@ -337,6 +344,7 @@ def _verdict(
         df=welch.df,
         log_se=welch.se,
         repeats_to_settle=settle,
+        precision=test.precision,
     )
 
 

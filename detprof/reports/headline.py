@@ -22,6 +22,7 @@ from typing import Any
 
 from detprof import backends
 from detprof.analysis.layers import ModelAttribution
+from detprof.analysis.overhead import PrecisionReached
 from detprof.analysis.verification import ModelVerification
 from detprof.intervals import CHEAP_OVERHEAD, Metric, Overhead
 from detprof.reports.provenance import framework_name
@@ -78,6 +79,8 @@ class HeadlineRow:
     """Whether determinism held for this model, device label and backend (``detprof verify``), where it was verified."""
     parts: ModelAttribution | None = None
     """Its layers and ops by added time per step, read against its noise floor (``analysis.layers``)."""
+    precision: PrecisionReached | None = None
+    """How precise its interval came out against ``--precision``, where the sweep asked one."""
 
     @property
     def used_stability(self) -> StabilityReading | None:
@@ -253,6 +256,7 @@ def row_json(r: HeadlineRow) -> dict[str, Any]:
         "repeats": v.repeats,
         "repeats_needed": v.repeats_needed,
         "more_repeats": v.more_repeats,
+        "precision": None if r.precision is None else r.precision.as_json(),
         "calibrated": r.calibrated,
         "learned": None if r.stability is None else r.stability.learning.learned,
         "churn_impl": None if r.used_stability is None else r.used_stability.noise.churn_impl,

@@ -39,7 +39,7 @@ import pandas as pd
 from detprof import backends
 from detprof.analysis.conditions import LoadRow, load_rows, shared_device_warnings
 from detprof.analysis.layers import ModelAttribution, attribute_model
-from detprof.analysis.overhead import ModelOverhead, model_overheads, noise_floors
+from detprof.analysis.overhead import ModelOverhead, PrecisionReached, model_overheads, noise_floors
 from detprof.analysis.study_results import summarize_model
 from detprof.analysis.verification import ModelVerification
 from detprof.determinism import MODES
@@ -124,6 +124,8 @@ class ModelCost:
     """Why the headline interval is too wide to conclude, where it is (``inconclusive_reason``)."""
     precision: str | None = None
     """Where the sweep asked for a precision its interval did not reach: how far it got, and what would settle it."""
+    precision_reached: PrecisionReached | None = None
+    """Where the sweep asked for a precision: how precise the interval came out, as fields."""
     top: dict[str, pd.DataFrame] = field(default_factory=dict)
     """mode -> the ``TOP_N`` kernels by time per step (``STAT_COLUMNS``), nsys-style."""
     other_ns: dict[str, float] = field(default_factory=dict)
@@ -393,6 +395,7 @@ def model_cost(store: ResultsStore, overhead: ModelOverhead, records: Sequence[M
         overhead.failure_note(),
         warning=inconclusive_reason(headline(overhead.kernel, overhead.wall)[1]),
         precision=overhead.precision_line() if overhead.precision_short() is not None else None,
+        precision_reached=overhead.precision_reached(),
     )
     summary = summarize_model(store, overhead, records)
     for mode, kernels in summary.modes.items():
@@ -601,6 +604,7 @@ def _headline_row(sweep: SweepStudy, m: ModelCost, evidence: _Evidence) -> Headl
             backend=sweep.backend,
         ),
         verification=verification,
+        precision=m.precision_reached,
     )
 
 
