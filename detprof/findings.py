@@ -27,6 +27,10 @@ OP_PATTERNS = (
     re.compile(rf"deterministic (?:GPU )?implementation of {OP}"),
 )
 """Where PyTorch, TensorFlow and XLA name the op in their refusal."""
+UNSEEDED = re.compile(r"Random ops require a seed")
+"""TensorFlow's refusal of a random op drawn without a seed under determinism: the program's to fix (it words it
+with "determinism", but no op lacks a deterministic implementation)."""
+SEED_ADVICE = "seed the program at its start (keras.utils.set_random_seed(N)), or give --seed N"
 PYTHON_ERROR = re.compile(r"^[\w.]+: ")
 """The exception's type that Python prints before its message on a program's stderr."""
 MESSAGE_CHARS = 500
@@ -67,7 +71,13 @@ class Finding:
 
 def refuses_determinism(exc: BaseException) -> bool:
     """Whether ``exc`` is the framework refusing an op in deterministic mode (it says so in words)."""
-    return bool(REFUSAL.search(str(exc)))
+    message = str(exc)
+    return bool(REFUSAL.search(message)) and not UNSEEDED.search(message)
+
+
+def fix_for(reason: str) -> str | None:
+    """What a user does about a failed run whose reason is one detprof knows the fix of; None otherwise."""
+    return SEED_ADVICE if UNSEEDED.search(reason) else None
 
 
 def finding_of(exc: BaseException, backend: str) -> Finding:

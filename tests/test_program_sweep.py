@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from detprof.analysis.overhead import ModelOverhead
 from detprof.backends.program import program_environment
 from detprof.cli import main
 from detprof.errors import ExitCode
@@ -25,7 +26,7 @@ from detprof.profiler.presets import PRESETS
 from detprof.profiler.process import STEADY_HEAP_ENV
 from detprof.profiler.program.files import in_effect
 from detprof.profiler.program.plan import ProgramRequest, plan_program_runs
-from detprof.profiler.program.run import HOOK_DIR, NO_WINDOW
+from detprof.profiler.program.run import HOOK_DIR, NO_WINDOW, program_status
 from detprof.store import ResultsStore
 
 STEPS = 3
@@ -59,11 +60,16 @@ KERAS_FIT = """
 import keras
 import numpy as np
 
-keras.utils.set_random_seed(0)  # TensorFlow refuses random ops without a seed under determinism
+# Unseeded: TensorFlow refuses its random ops under determinism unless --seed has the hook seed them.
 x, y = np.random.rand(64, 8).astype("float32"), np.random.randint(0, 2, 64)
 model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(2)])
 model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
 model.fit(x, y, batch_size=32, epochs=1, verbose=0)
+"""
+TENSORFLOW_UNSEEDED = """
+import tensorflow as tf
+
+print(float(tf.random.uniform(())))
 """
 TORCH_SWITCHED_OFF = """
 import torch
@@ -183,21 +189,47 @@ def test_the_window_steps_are_timed_untraced_and_traced_apart(torch_sweep: Path)
 
 @pytest.fixture(scope="module")
 def keras_sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A Keras program on TensorFlow that opens no window: timed as a whole process, two repeats, the report."""
+    """A Keras program on TensorFlow that opens no window and seeds nothing: timed as a whole process, two repeats
+    seeded by ``--seed``, the report."""
     folder = tmp_path_factory.mktemp("keras-program")
     train = script(folder, "fit.py", KERAS_FIT)
     out = folder / "res"
-    assert sweep(out, [sys.executable, train], "fit", "--tracer", "none", "--repeats", "2") == 0
+    assert sweep(out, [sys.executable, train], "fit", "--tracer", "none", "--repeats", "2", "--seed", "3") == 0
     return out
 
 
 @pytest.mark.slow
-def test_tensorflow_is_switched_through_its_environment(keras_sweep: Path) -> None:
+def test_tensorflow_is_switched_through_its_environment_and_seeded_by_seed(keras_sweep: Path) -> None:
     for rec in records(keras_sweep).values():
         assert rec["status"] == "ok", rec["reason"]
         tensorflow = rec["settings"]["frameworks"]["tensorflow"]
         assert tensorflow["op_determinism"] is (rec["mode"] == "deterministic") is rec["settings"]["op_determinism"]
-        assert rec["backend"] == "tensorflow" and rec["versions"]["keras"]
+        assert rec["backend"] == "tensorflow" and rec["versions"]["keras"] and rec["settings"]["seed"] == 3
+    manifest = json.loads((keras_sweep / "sweep" / "manifest.json").read_text())["config"]
+    assert manifest["program"]["seed"] == 3
+
+
+@pytest.mark.slow
+def test_an_unseeded_tensorflow_program_fails_determinism_with_the_fix_and_runs_with_seed(tmp_path: Path) -> None:
+    """TensorFlow refuses a random op without a seed under determinism: a failed run (no op lacks a deterministic
+    implementation) whose note says how to seed it; with ``--seed`` the hook seeds it and the run reads it back."""
+    program = script(tmp_path, "draw.py", TENSORFLOW_UNSEEDED)
+    for seed in (None, 5):
+        reports = tmp_path / f"in-effect-{seed}"
+        reports.mkdir()
+        env = program_environment("deterministic", os.environ, str(reports), seed) | {"PYTHONPATH": str(HOOK_DIR)}
+        ran = subprocess.run([sys.executable, program], env=env, capture_output=True, text=True, check=False)
+        effect = in_effect(reports, "deterministic")
+        status, reason = program_status(ran.returncode, effect, ran.stderr, "deterministic", None)
+        if seed is None:
+            assert status == "failed" and reason is not None and "Random ops require a seed" in reason, reason
+            note = ModelOverhead("draw", failures=[{"run_id": "draw--deterministic--r0", "reason": reason}])
+            assert "(fix: seed the program at its start (keras.utils.set_random_seed(N)), or give --seed N)" in str(
+                note.failure_note()
+            )
+        else:
+            assert (status, reason) == ("ok", None), ran.stderr[-2000:]
+            assert effect.settings("deterministic")["seed"] == seed
 
 
 @pytest.mark.slow

@@ -174,7 +174,7 @@ def test_a_deterministic_run_without_determinism_in_effect_is_failed(
     ("options", "message"),
     [
         (("--command", "PYTHON -c pass", "--name", "p", "--models", "smallcnn"), "--models: not with --command"),
-        (("--command", "PYTHON -c pass", "--name", "p", "--steps", "3", "--seed", "1"), "--steps, --seed: not with"),
+        (("--command", "PYTHON -c pass", "--name", "p", "--steps", "3", "--batch-size", "8"), "--batch-size: not"),
         (("--command", "PYTHON -c pass"), "--command needs --name"),
         (("--models", "smallcnn", "--name", "p"), "--name names the program of --command"),
     ],

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from detprof.errors import InputError
-from detprof.findings import Finding
+from detprof.findings import Finding, fix_for
 from detprof.intervals import (
     SETTLE_LIMIT,
     Metric,
@@ -134,7 +134,8 @@ class ModelOverhead:
         first = self.failures[0]
         reason = first.get("reason") or first.get("status")
         example = f"{first['run_id']}: {reason}" if first.get("run_id") else reason
-        return f"{len(self.failures)} run(s) failed, e.g. {example}"
+        fix = fix_for(str(reason))
+        return f"{len(self.failures)} run(s) failed, e.g. {example}" + (f" (fix: {fix})" if fix else "")
 
 
 def paired_log_ratios(

@@ -108,7 +108,8 @@ def _run(
     argv = list(settings.command)
     started, t0 = utc_now(), time.monotonic()
     timeout_s = settings.run_timeout_s
-    outcome = run_process(argv, program_env(environment, mode, spec_path, in_effect_dir), log, stderr_path, timeout_s)
+    env = program_env(environment, mode, spec_path, in_effect_dir, settings.program_seed)
+    outcome = run_process(argv, env, log, stderr_path, timeout_s)
     duration_s = round(time.monotonic() - t0, 3)
     window, effect, stderr = read_window(window_path), in_effect(in_effect_dir, mode), stderr_tail(stderr_path)
     status, reason = program_status(outcome, effect, stderr, mode, timeout_s)

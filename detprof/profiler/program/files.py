@@ -90,6 +90,8 @@ class InEffect:
     """Backend name -> what each process that loaded its framework reported."""
     versions: dict[str, str] = field(default_factory=dict)
     processes: int = 0
+    seed: int | None = None
+    """The seed the hook gave the program's generators (``--seed``); None where the program seeded its own."""
     problem: str | None = None
     """Why the run cannot count as measured in its mode; None when determinism was as asked."""
 
@@ -102,7 +104,8 @@ class InEffect:
     def settings(self, mode: Mode) -> dict[str, Any]:
         """The record's ``settings``: the mode, ``op_determinism`` over all frameworks, and each framework's own."""
         per_framework = {name: found[0] if len(found) == 1 else found for name, found in self.frameworks.items()}
-        return {"mode": mode, "op_determinism": self.op_determinism, "frameworks": per_framework}
+        seeded = {"seed": self.seed} if self.seed is not None else {}
+        return {"mode": mode, "op_determinism": self.op_determinism, "frameworks": per_framework} | seeded
 
 
 def in_effect(folder: Path, mode: Mode) -> InEffect:
@@ -119,6 +122,7 @@ def in_effect(folder: Path, mode: Mode) -> InEffect:
         for name, state in (report.get("frameworks") or {}).items():
             found.frameworks.setdefault(name, []).append(state)
         found.versions.update(report.get("versions") or {})
+        found.seed = report.get("seed", found.seed)
     deterministic = mode == "deterministic"
     errors = [str(report["error"]) for report in reports if report.get("error")]
     wrong = [name for name, states in found.frameworks.items() if any(_on(s) != deterministic for s in states)]

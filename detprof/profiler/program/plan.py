@@ -44,9 +44,11 @@ PROGRAM_OPTIONS = frozenset(
         "resume",
         "run_timeout",
         "wait",
+        "seed",
     )
 )
-"""The shared options that apply to a program (``--command``); it decides its own steps, data and model."""
+"""The shared options that apply to a program (``--command``); it decides its own steps, data and model, and
+seeds itself unless ``--seed`` is given."""
 
 
 def refuse_for_programs(options: RunOptions, flags: list[str]) -> None:
@@ -97,10 +99,13 @@ class ProgramSettings(RunSettings):
 
     name: str
     command: tuple[str, ...]
+    program_seed: int | None = None
+    """``--seed``: what the hook seeds the program's generators with; None where the program seeds its own."""
 
     def manifest(self) -> dict[str, Any]:
         config = {k: v for k, v in super().manifest().items() if k not in WHAT_THE_PROGRAM_DECIDES}
-        return config | {"program": {"name": self.name, "command": shlex.join(self.command)}}
+        seeded = {"seed": self.program_seed} if self.program_seed is not None else {}
+        return config | {"program": {"name": self.name, "command": shlex.join(self.command)} | seeded}
 
 
 @dataclass(frozen=True)
@@ -117,7 +122,10 @@ class ProgramRequest:
         name = program_name(self.name)
         target = replace(choose_target(self.options, presets), program=True)
         given = {"repeats": self.options.repeats} if self.options.repeats is not None else {}
-        return ProgramSettings.for_target(target, self.options, name=name, command=tuple(argv), **given), target
+        settings = ProgramSettings.for_target(
+            target, self.options, name=name, command=tuple(argv), program_seed=self.options.seed, **given
+        )
+        return settings, target
 
 
 def plan_program_runs(settings: ProgramSettings) -> list[PlannedRun]:

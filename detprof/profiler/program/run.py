@@ -83,7 +83,7 @@ class ProgramLauncher(WorkerLauncher):
             return self._record(worker, argv, None, None, in_effect_dir, stderr_path)
         atomic_write_json(worker.spec_path, self.program_spec(worker).to_json())
         worker.command = self.tracer_of(run).command(argv, worker.trace_base)
-        env = program_env(self.environment, run.mode, worker.spec_path, in_effect_dir)
+        env = program_env(self.environment, run.mode, worker.spec_path, in_effect_dir, self.settings.program_seed)
         with worker.watched(self.sampler_factory()):
             started = time.monotonic_ns()
             outcome = run_process(worker.command, env, worker.log_path, stderr_path, self.timeout_s)
@@ -161,9 +161,12 @@ class ProgramLauncher(WorkerLauncher):
         return "ok", None
 
 
-def program_env(environment: WorkerEnvironment, mode: Mode, spec_path: Path, in_effect_dir: Path) -> dict[str, str]:
-    """The program's whole environment: a worker's, switched to ``mode``, with the hook first on its path."""
-    env = program_environment(mode, environment.worker_env(), str(in_effect_dir))
+def program_env(
+    environment: WorkerEnvironment, mode: Mode, spec_path: Path, in_effect_dir: Path, seed: int | None
+) -> dict[str, str]:
+    """The program's whole environment: a worker's, switched to ``mode`` and seeded with ``--seed`` where given,
+    with the hook first on its path."""
+    env = program_environment(mode, environment.worker_env(), str(in_effect_dir), seed)
     path = [str(HOOK_DIR), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])]
     return env | {SPEC_ENV: str(spec_path), "PYTHONPATH": os.pathsep.join(path)}
 

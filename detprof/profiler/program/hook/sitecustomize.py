@@ -1,7 +1,7 @@
 """Run by every Python process of a program that ``detprof sweep --command`` runs: determinism in effect, checked.
 
 Python imports ``sitecustomize`` at start-up from the first folder on its path that has one,
-and detprof puts this folder first on the program's ``PYTHONPATH``. It does three things, then
+and detprof puts this folder first on the program's ``PYTHONPATH``. It does these things, then
 runs the ``sitecustomize`` that the program would have run without detprof, if any:
 
 - It ends the process with the detprof that started it (``profiler.lifeline``), so that a
@@ -9,6 +9,9 @@ runs the ``sitecustomize`` that the program would have run without detprof, if a
 - In deterministic mode it switches on, as soon as the program has imported it, each
   framework that has no environment variable for it (``Backend.switched_after_import``:
   PyTorch), unlike TensorFlow and JAX, which ``backends.program.program_environment`` switches.
+- With ``--seed N`` (``PROGRAM_SEED_ENV``) it seeds Python's and NumPy's generators, and Keras' and
+  each framework's as each is imported, as ``keras.utils.set_random_seed(N)`` at the program's start
+  would: TensorFlow refuses a random op without a seed under determinism.
 - After each framework's import and again at exit it writes what the frameworks this process
   loaded report in effect (``backends.program.in_effect_here``) to a file of its own in
   ``IN_EFFECT_DIR_ENV``, which detprof reads into the run's record: a deterministic run
@@ -30,6 +33,7 @@ import importlib.machinery
 import importlib.util
 import json
 import os
+import random
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -142,12 +146,31 @@ def _install() -> None:
         return
     write = _writer(Path(out_dir), program.in_effect_here)
     after_import = _AfterImport()
+    seed = program.program_seed()
+    if seed is not None:
+        random.seed(seed)
+        after_import.add("numpy", _seeding("numpy", lambda n: sys.modules["numpy"].random.seed(n), seed))
+        after_import.add("keras", _seeding("keras", lambda n: sys.modules["keras"].utils.set_random_seed(n), seed))
     for backend in backends.REGISTRY.values():
         if mode == program.DETERMINISTIC and backend.switched_after_import:
             after_import.add(backend.module, backend.switch_on)
+        if seed is not None:
+            after_import.add(backend.module, _seeding(backend.module, backend.seed, seed))
         after_import.add(backend.module, write)
     sys.meta_path.insert(0, after_import)
     atexit.register(write)
+
+
+def _seeding(module: str, seed_it: Callable[[int], None], seed: int) -> Callable[[], None]:
+    """``seed_it(seed)`` once ``module`` is imported; a failure is said on stderr, never raised into the program."""
+
+    def seed_now() -> None:
+        try:
+            seed_it(seed)
+        except Exception as exc:
+            print(f"detprof: cannot seed {module} with --seed {seed}: {type(exc).__name__}: {exc}", file=sys.stderr)
+
+    return seed_now
 
 
 def _chain_to_the_programs_own() -> None:
