@@ -196,3 +196,34 @@ def test_a_model_run_past_the_run_timeout_is_ended_and_recorded_as_failed(
     found = list(ResultsStore(out, "verify").records())
     assert len(found) == 4
     assert {(r["status"], r["reason"]) for r in found} == {("failed", "timed out after 0.5 s (--run-timeout)")}
+
+
+TOKENS = """
+import keras
+
+
+def tokens():
+    inputs = keras.Input(shape=(12,), dtype="int32", name="tokens")
+    x = keras.layers.Embedding(50, 8)(inputs)
+    x = keras.layers.GlobalAveragePooling1D()(x)
+    return keras.Model(inputs, keras.layers.Dense(5)(x))
+"""
+
+
+@pytest.mark.slow
+def test_a_model_that_takes_tokens_is_verified_on_data(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Synthetic images cannot feed integer tokens: without ``--data`` one line says what it needs; with it the
+    runs train on its rows and the verification holds, its manifest naming the data (a resume must match it)."""
+    (tmp_path / "nets.py").write_text(TOKENS)
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "tokens.npz", x_train=rng.integers(0, 50, (16, 12)), y_train=rng.integers(0, 5, 16))
+    args = ["verify", "--models", f"{tmp_path / 'nets.py'}:tokens", "--steps", "2", "--batch-size", "8"]
+    out = ["--out", str(tmp_path / "out")]
+    assert main([*args, *out]) == ExitCode.USAGE
+    assert "tokens's input tokens takes int32 values, not images: pass --data npz:PATH" in capsys.readouterr().err
+    assert main([*args, "--data", f"npz:{tmp_path / 'tokens.npz'}", "--format", "json", *out]) == ExitCode.OK
+    (model,) = json.loads(capsys.readouterr().out)["models"]
+    assert model["model"] == "tokens" and model["held"] is True and model["deterministic"]["identical"] is True
+    runs = list(ResultsStore(tmp_path / "out", "verify").records())
+    assert len(runs) == 4 and all(r["status"] == "ok" and r["steps"] == 2 for r in runs)
+    assert ResultsStore(tmp_path / "out", "verify").manifest()["config"]["data"] == f"npz:{tmp_path / 'tokens.npz'}"

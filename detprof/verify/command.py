@@ -33,6 +33,7 @@ VERIFY_OPTIONS = (
     "wait",
     "input_shape",
     "classes",
+    "data",
     "run_timeout",
 )
 

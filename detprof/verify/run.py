@@ -2,7 +2,8 @@
 
 Four fresh processes per model (deterministic a and b, default a and b), each in the
 measuring environment of the device (its GPU pinned), with the same seed, the same batches
-and the same number of steps (``verify.workload``). On a CPU the two runs of a mode run side
+(drawn from the seed, or ``--data``'s leading rows at every step: what a model that takes tokens
+or several inputs needs) and the same number of steps (``verify.workload``). On a CPU the two runs of a mode run side
 by side (nothing here is timed, and each process is as deterministic alone as beside
 another); on a GPU one at a time, each with the device to itself. The models are named and
 built as the sweep names and builds them (``profiler.model_plan``): registry names or your own. Each
@@ -86,7 +87,8 @@ def run_verify(request: VerifyRequest, *, console: Console) -> VerifyOutcome:
 
 def manifest(config: SweepConfig, target: MeasurementTarget, steps: int, gradients: bool) -> dict[str, Any]:
     """What identifies a verification: a resumed one must match it."""
-    return {
+    data = {"data": config.data} if config.data is not None else {}
+    return data | {
         "models": list(config.models),
         "backend": target.backend,
         "gpu_label": target.device.label,
