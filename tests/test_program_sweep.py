@@ -257,7 +257,7 @@ def test_baseline_and_check_read_the_program_as_a_model(
     assert set(again) == {"fit--deterministic--r0", "fit--default--r0"}
     first = next(iter(records(keras_sweep).values()))
     assert {rec["program"]["command"] for rec in again.values()} == {first["program"]["command"]}
-    assert all(rec["status"] == "ok" for rec in again.values())
+    assert all(rec["status"] == "ok" and rec["settings"]["seed"] == 3 for rec in again.values())  # --seed replayed
     assert main(["check", "--baseline", str(baseline), "--run", "--steps", "5"]) == 2
     assert "--steps: not with --command" in capsys.readouterr().err
 

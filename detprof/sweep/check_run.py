@@ -185,7 +185,7 @@ def _remeasure_program(
     reference: Baseline, given: RunOptions, models: str | None, out: Path | None, console: Console
 ) -> SweepOutcome:
     """The baseline's training program (``sweep --command``) measured again as it was: its command, name,
-    backend, tracer and repeats, the options given that a program takes overriding them."""
+    backend, tracer, repeats and ``--seed``, the options given that a program takes overriding them."""
     from detprof.profiler.program.plan import PROGRAM_OPTIONS, ProgramRequest, refuse_for_programs
     from detprof.sweep.run import measure_program
 
@@ -193,7 +193,8 @@ def _remeasure_program(
     if models:
         raise UsageError(f"--models: the baseline measured the program {program['name']!r}, not models")
     refuse_for_programs(given, [])
-    options = _replayed(reference, given, [n for n in PROGRAM_OPTIONS if n != "backend"], out)
+    seed = given.seed if given.seed is not None else program.get("seed")
+    options = _replayed(reference, given, [n for n in PROGRAM_OPTIONS if n not in ("backend", "seed")], out, seed=seed)
     return measure_program(ProgramRequest(program["command"], program["name"], options), console=console)
 
 
