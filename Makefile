@@ -35,7 +35,7 @@ install: $(TEST_STAMP)
 # study made once per run, tests/shared_studies.py, go together: tests/conftest.py), and prints its 30 slowest
 # tests. detprof's own modules are compiled first: where PYTHONDONTWRITEBYTECODE is set (this machine, CI) every
 # process of the suite would compile what it imports again.
-PYTEST := $(BIN)/python -m pytest -q -ra -n 2 --dist loadgroup --durations=30
+PYTEST := $(BIN)/python -m pytest -q -ra -n 2 --dist loadfile --durations=30
 
 test: $(TEST_STAMP)
 	@command -v chromium >/dev/null 2>&1 || { \

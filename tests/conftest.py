@@ -11,11 +11,13 @@ from __future__ import annotations
 import os
 import signal
 import tempfile
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 pytest.register_assert_rewrite("shared_studies")
-from shared_studies import SHARED_STUDIES  # noqa: E402 (its asserts rewritten, as a plugin's are)
+from shared_studies import READERS, SHARED_STUDIES  # noqa: E402 (its asserts rewritten, as a plugin's are)
 
 from detprof import locks  # noqa: E402
 
@@ -47,14 +49,33 @@ def own_device_locks(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pyte
     monkeypatch.setenv("DETPROF_LOCK_DIR", str(tmp_path_factory.mktemp("device-locks")))
 
 
-@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Each file a unit of its own for the workers (``--dist loadgroup``: a file's tests share its module
-    fixtures), but the files that read a study made once per run (``shared_studies``), which are one unit: one
-    worker makes the study and reads it, while the other works on other files instead of waiting for it. The slow
-    units first: a long one started last keeps one worker running it alone while the other idles."""
-    readers = {item.path for item in items if SHARED_STUDIES & set(getattr(item, "fixturenames", ()))}
-    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    """The files that read a study made once per run first (``shared_studies.READERS``: one unit, below), then the
+    slow files: a long one started last keeps one worker running it alone while the other idles. Each worker
+    collects and sorts alike, and the scheduler deals the files out in this order."""
     for item in items:
-        item.add_marker(pytest.mark.xdist_group("shared studies" if item.path in readers else item.path.name))
-    items.sort(key=lambda item: 0 if item.path in readers else 1 if item.path in slow_files else 2)
+        if SHARED_STUDIES & set(getattr(item, "fixturenames", ())) and item.path.name not in READERS:
+            raise pytest.UsageError(f"{item.path.name} reads a shared study: add it to shared_studies.READERS")
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: 0 if item.path.name in READERS else 1 if item.path in slow_files else 2)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile``, but the files that read a study made once per run are one unit: one worker makes the
+    study and reads it while the other goes on with other files, instead of waiting on its lock; and the files in
+    the order the workers sort them (above), not by their number of tests.
+
+    A scheduler of our own rather than ``--dist loadgroup`` with an ``xdist_group`` mark per file: on pytest 9.2
+    with pytest-xdist 3.8 the group never reaches the scheduler (pytest-dev/pytest-xdist#1386) and every test is
+    dealt out alone, so a file's module fixtures were made once on each worker."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class FilesAndSharedStudies(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = super()._split_scope(nodeid)
+            return "shared studies" if Path(path).name in READERS else path
+
+    config.option.loadscopereorder = False
+    return FilesAndSharedStudies(config, log)

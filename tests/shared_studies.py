@@ -3,9 +3,9 @@
 A study that only feeds assertions about what it wrote (its records, tables, reports and what
 its commands printed) says the same to every test that reads it; made per file, the same real
 TensorFlow sweep ran twice. The files that read one run in one pytest-xdist worker, one after
-the other (``conftest.py`` groups them), so the study is made there once while the other worker
-goes on with other files; a file lock in the run's shared temporary folder keeps it made once
-however the files are spread (``--dist loadfile``, more workers). Its commands run as a user
+the other (``conftest.py`` schedules them as one unit), so the study is made there once while
+the other worker goes on with other files; a file lock in the run's shared temporary folder keeps
+it made once however the files are spread (another ``--dist``, more workers). Its commands run as a user
 runs them, one process each, and what each printed is kept beside the results. A test that
 changes what it reads works on its own copy (``Study.copy``).
 """
@@ -87,6 +87,8 @@ def shared(factory: pytest.TempPathFactory, worker_id: str, name: str, make: Cal
 
 SHARED_STUDIES = {"tensorflow_study"}
 """The fixtures below: a test file that asks for one reads a study made once per run."""
+READERS = frozenset({"test_report_browser.py", "test_sweep_e2e.py"})
+"""The test files that read one: one unit for the workers (``conftest.py``), which checks that no other file does."""
 
 
 @pytest.fixture(scope="session")
