@@ -340,6 +340,12 @@ def is_cpu(label: str, device: Mapping[str, Any]) -> bool:
     return label.lower() == "cpu" or not any(device.get(k) for k in GPU_LIKE_FIELDS)
 
 
+def is_aa(record: Mapping[str, Any]) -> bool:
+    """A calibration's run: arm "a" or "b" of deterministic mode against itself (a knob study's arms name their
+    ``comparison``)."""
+    return record.get("arm") in ("a", "b") and "comparison" not in record
+
+
 def backend_of(record: Mapping[str, Any]) -> str:
     """The backend a run (measured or stability) ran on: a record that names none ran on TensorFlow."""
     return str(record.get("backend") or backends.DEFAULT)

@@ -229,3 +229,20 @@ def test_the_json_report_and_checks_outputs_carry_the_precision_as_fields(
     entries = {entry["name"].split()[0]: entry for entry in json.loads(bench.read_text())}
     assert entries["quiet"]["precision"] == rows["quiet"]["precision"]
     assert entries["noisy"]["precision"]["repeats_to_target"] == need
+
+
+def test_an_aa_calibration_adds_repeats_until_both_metrics_are_within_the_precision() -> None:
+    """Kernel time settled, wall time not: a sweep stops on its headline (kernel time); an A/A, the noise floor of
+    both metrics, asks for the repeats its wall time needs, and both its intervals are Stein's."""
+    wall, kernel = [1.01, 0.97, 1.03, 0.99], [1.001, 0.999, 1.000, 1.002]
+    sweep = [dict(r) for r in synth.records({"m": wall}, kernel_overheads={"m": kernel})]
+    for record in sweep:
+        record |= {"precision": PRECISION, "first_stage": FIRST_STAGE}
+    assert repeats_wanted(sweep, PRECISION) == {"m": (4, 4)}
+    aa = [r | {"mode": "deterministic", "arm": "a" if r["mode"] == "default" else "b"} for r in sweep]
+    measured = model_overheads(aa)["m"]
+    assert measured.wall is not None and measured.wall.first_stage == FIRST_STAGE
+    need = stein_repeats(list(measured.wall.log_ratios), PRECISION)
+    assert need > 4 and repeats_wanted(aa, PRECISION) == {"m": (4, need)}
+    knob_arms = [r | {"comparison": "total"} for r in aa]
+    assert repeats_wanted(knob_arms, PRECISION) == {"m": (4, 4)}

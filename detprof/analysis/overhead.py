@@ -26,7 +26,7 @@ from detprof.intervals import (
     repeats_for_precision,
     stein_interval,
 )
-from detprof.records import measures, pair_log_ratio
+from detprof.records import is_aa, measures, pair_log_ratio
 from detprof.store import read_json_object
 
 if TYPE_CHECKING:
@@ -167,11 +167,13 @@ def model_overheads(
     """Every model's (or op case's) kernel-time and wall-time overhead, and the runs that failed.
 
     Where the study added repeats until a precision (its records name their ``first_stage``),
-    the interval of the time that decided how many (the headline's) is Stein's two-stage interval.
+    the interval of each time that decided how many is Stein's two-stage interval: the headline's, and in an A/A
+    calibration both (``stopping_metrics``).
     """
     records = list(records)
     result: dict[str, ModelOverhead] = {}
     first_stage: dict[str, int] = {}
+    aa = {rec[key] for rec in records if is_aa(rec)}
     for rec in records:
         entry = result.setdefault(rec[key], ModelOverhead(rec[key]))
         if rec.get("first_stage"):
@@ -183,22 +185,35 @@ def model_overheads(
     logs_of = {metric: paired_log_ratios(records, metric, key) for metric in ("kernel", "wall")}
     for metric, by_model in logs_of.items():
         for model, logs in by_model.items():
-            decided = metric == headline_metric(model in logs_of["kernel"]) and model in first_stage
+            decided = model in first_stage and metric in stopping_metrics(model in logs_of["kernel"], model in aa)
             interval = stein_interval(logs, first_stage[model], confidence) if decided else paired_t(logs, confidence)
             setattr(result[model], metric, interval)
     return result
 
 
+def stopping_metrics(kernel_traced: bool, aa: bool) -> tuple[Metric, ...]:
+    """The times whose intervals ``--precision`` holds a study to: the headline's, and in an A/A calibration both,
+    since it is the noise floor of both (a sweep untraced, or a program timed whole, reads the wall-time floor) and
+    in one process its wall time is the noisier (untraced steps beside traced ones)."""
+    return ("kernel", "wall") if aa and kernel_traced else (headline_metric(kernel_traced),)
+
+
 def repeats_wanted(records: Iterable[Mapping[str, Any]], precision: float) -> dict[str, tuple[int, int]]:
-    """Per model that has an interval: the repeats it has, and the repeats its interval needs to be within
-    +/-``precision`` (``intervals.repeats_for_precision``; Stein's number where the records name a first stage).
-    A model that failed, or whose spread not even ``SETTLE_LIMIT`` repeats would tame, is left out."""
+    """Per model that has an interval: the repeats it has, and the repeats its intervals need to be within
+    +/-``precision`` (``intervals.repeats_for_precision``; Stein's number where the records name a first stage),
+    the widest of its ``stopping_metrics``. A model that failed, or whose spread not even ``SETTLE_LIMIT`` repeats
+    would tame, is left out."""
+    records = list(records)
+    aa = {rec["model"] for rec in records if is_aa(rec)}
     wanted = {}
     for model, overhead in model_overheads(records).items():
         interval = headline(overhead.kernel, overhead.wall)[1]
-        need = None if interval is None or overhead.failures else repeats_for_precision(interval, precision)
-        if interval is not None and need is not None:
-            wanted[model] = (interval.n, need)
+        if interval is None or overhead.failures:
+            continue
+        metrics = stopping_metrics(overhead.kernel is not None, model in aa)
+        needs = [repeats_for_precision(o, precision) for o in (getattr(overhead, m) for m in metrics) if o is not None]
+        if needs and None not in needs:
+            wanted[model] = (interval.n, max(n for n in needs if n is not None))
     return wanted
 
 
