@@ -80,6 +80,10 @@ class Knob:
     """Part of detprof's deterministic mode; False: an extra switch, priced added to the default only."""
     needs: str | None = None
     """The knob without which this one has no effect: it is priced only where that one is on."""
+    per_process: str | None = None
+    """Why the framework takes it only when a process starts: arms that differ in it cannot share a process, and
+    one that runs arms which all set it sets it when it starts (``Backend.process_knobs``); None: switchable
+    between steps."""
 
     def applies(self, on_gpu: bool) -> str | None:
         """None where the knob can matter on the device measured; else why it cannot."""
@@ -204,12 +208,14 @@ class Backend:
     def shared_process_refusal(self, arms: Sequence[frozenset[str]], *, compile: bool, on_gpu: bool) -> str | None:
         """Why ``arms`` (each a knob set) cannot run in one process (``arm_steps``); None where they can. ``compile``:
         the step runs under the backend's compiler option (``--compile``); ``on_gpu``: on a GPU."""
-        return None if self.pairs_in_process else f"{self.framework}'s determinism is set once per process"
+        if not self.pairs_in_process:
+            return f"{self.framework}'s determinism is set once per process"
+        return next((k.per_process for k in self.knobs if k.per_process and len({k.name in a for a in arms}) > 1), None)
 
     def process_knobs(self, arms: Sequence[frozenset[str]]) -> frozenset[str]:
         """What ``switch`` sets for a process that runs ``arms`` in turn: the knobs a process takes only when it
-        starts, where every arm sets them; the rest each arm's step sets (``arm_steps``)."""
-        return frozenset()
+        starts (``Knob.per_process``), where every arm sets them; the rest each arm's step sets (``arm_steps``)."""
+        return frozenset(k.name for k in self.knobs if k.per_process and all(k.name in arm for arm in arms))
 
     def arm_switch(self, knobs: frozenset[str]) -> Step:
         """What puts this process under an arm's ``knobs`` where the framework reads them between steps: called

@@ -33,6 +33,7 @@ KNOBS = (
         "deterministic mode, since op determinism already restricts autotuning to deterministic algorithms",
         gpu_only="cuDNN runs only on a CUDA GPU",
         in_mode=False,
+        per_process=f"{AUTOTUNE_ENV} is set for the whole process",
     ),
 )
 
@@ -79,15 +80,10 @@ class TensorFlow(Backend):
     def shared_process_refusal(self, arms: Sequence[frozenset[str]], *, compile: bool, on_gpu: bool) -> str | None:
         """On a GPU, cuDNN's autotuning keeps the algorithm it picked for a convolution's shape for the whole process,
         whichever arm picked it, so one arm could run the other's algorithms (not shown otherwise: no GPU here has
-        TensorFlow); and its switch (``TF_CUDNN_USE_AUTOTUNE``) is set for the whole process."""
+        TensorFlow); and its switch (``TF_CUDNN_USE_AUTOTUNE``) is set for the whole process (``Knob.per_process``)."""
         if on_gpu:
             return "TensorFlow keeps cuDNN's autotuned algorithms for the whole process, whichever mode chose them"
-        if len({CUDNN_AUTOTUNE in knobs for knobs in arms}) > 1:
-            return f"{AUTOTUNE_ENV} is set for the whole process"
-        return None
-
-    def process_knobs(self, arms: Sequence[frozenset[str]]) -> frozenset[str]:
-        return frozenset({CUDNN_AUTOTUNE}) if all(CUDNN_AUTOTUNE in knobs for knobs in arms) else frozenset()
+        return super().shared_process_refusal(arms, compile=compile, on_gpu=on_gpu)
 
     def arm_switch(self, knobs: frozenset[str]) -> Step:
         """Op determinism, on or off; TensorFlow reads it when it traces a function and when a kernel runs."""

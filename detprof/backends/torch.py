@@ -62,6 +62,7 @@ KNOBS = (
         f"{CUBLAS_WORKSPACE_ENV}={CUBLAS_DETERMINISTIC_WORKSPACE}",
         "a fixed cuBLAS workspace, without which cuBLAS is not deterministic per stream",
         gpu_only=CUDA_ONLY,
+        per_process=f"{CUBLAS_WORKSPACE_ENV} is read once, when CUDA starts",
     ),
 )
 
@@ -124,16 +125,11 @@ class Torch(Backend):
         torch.backends.cudnn.benchmark = False
 
     def shared_process_refusal(self, arms: Sequence[frozenset[str]], *, compile: bool, on_gpu: bool) -> str | None:
-        """cuBLAS reads its workspace setting once, when CUDA starts; and what torch.compile compiled under one
-        setting is not shown to follow a switch between steps."""
+        """What torch.compile compiled under one setting is not shown to follow a switch between steps; cuBLAS reads
+        its workspace setting once, when CUDA starts (``Knob.per_process``)."""
         if compile:
             return "torch.compile keeps what it compiled under one setting of the switches"
-        if len({CUBLAS_WORKSPACE in knobs for knobs in arms}) > 1:
-            return f"{CUBLAS_WORKSPACE_ENV} is read once, when CUDA starts"
-        return None
-
-    def process_knobs(self, arms: Sequence[frozenset[str]]) -> frozenset[str]:
-        return frozenset({CUBLAS_WORKSPACE}) if all(CUBLAS_WORKSPACE in knobs for knobs in arms) else frozenset()
+        return super().shared_process_refusal(arms, compile=compile, on_gpu=on_gpu)
 
     def named_tensors(self, value: Any) -> list[tuple[str, Any]] | None:
         """A ``torch.nn.Module``'s parameters and buffers."""
