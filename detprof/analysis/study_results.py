@@ -95,7 +95,9 @@ def _run_table(store: ResultsStore, record: Mapping[str, Any]) -> KernelTable:
 
 def _merged_summaries(tables: Sequence[KernelTable]) -> pd.DataFrame:
     """Summary-only tables add up per kernel; a median or std over all launches cannot be recovered."""
-    grouped = sum_per_kernel(pd.concat([kernel_stats(t) for t in tables], ignore_index=True), keep=("short_name",))
+    grouped = sum_per_kernel(
+        pd.concat([kernel_stats(t) for t in tables], ignore_index=True), keep=("short_name", "op_type")
+    )
     grouped["avg_ns"] = grouped["total_ns"] / grouped["instances"]
     return conform(grouped, SUMMARY_DTYPES)
 

@@ -13,6 +13,9 @@ gets wrong:
   (``all-reduce``, ``reduce-scatter``, ...) and TensorFlow's Send/Recv and collective ops.
   People who train on several GPUs read computation, communication and memory apart (as
   HTA does), and collective names contain generic words ("Reduce", "Sum").
+- XLA's ``select_and_scatter`` is max pooling's gradient (the op JAX and TensorFlow's XLA lower it to): pooling,
+  ahead of the scatter rule. Under XLA's determinism it runs as sorts named after its own instructions
+  (``sort_5_1``), which the kernel tables file under their op's category (``kernel_tables``).
 - Host transfers, optimizer updates, softmax/loss, normalization and pooling come next,
   because their kernels also contain generic words ("reduce", "gemm", "backward").
 - Convolution backward-filter before backward-data before forward, and all three before
@@ -177,7 +180,10 @@ _RULES: tuple[tuple[str, str], ...] = (
         "batch-norm",
         r"batch_?norm|(?<![a-z])bn_(?:fw|bw)|(?:layer|instance|group)_?norm|(?<![a-z])lrn|GammaBetaBackward",
     ),
-    ("pooling", r"(?:max|avg|average|adaptive\w*)_?pool|pooling|pool_?(?:fw|bw|fwd|bwd|forward|backward)"),
+    (
+        "pooling",
+        r"(?:max|avg|average|adaptive\w*)_?pool|pooling|pool_?(?:fw|bw|fwd|bwd|forward|backward)|select[-_]and[-_]scatter",
+    ),
     (
         "conv backward filter",
         r"(?<![a-z])wgrad|(?-i:Wgrad)|backprop_?filter|conv\w*(?:backward|bwd)_?(?:filter|weight)|conv\w*grad_?weight|"

@@ -91,7 +91,10 @@ SUMMARY_DTYPES: dict[str, str] = {
     "min_ns": "float64",
     "max_ns": "float64",
     "std_ns": "float64",
+    "op_type": "string",
 }
+"""One row per kernel. ``op_type``: the framework op that ran it where the launches said (their first one that
+does), null where a summary's source does not; a kernel whose name says nothing is classified by it."""
 
 NVTX_DTYPES: dict[str, str] = {"text": "string", "start_ns": "int64", "end_ns": "int64"}
 
@@ -187,6 +190,10 @@ class KernelTable:
         """
         self.__dict__["_complete"] = complete
         return self
+
+    def loaded(self, column: str) -> bool:
+        """Whether ``launches`` gives ``column`` without reading the columns a parser deferred."""
+        return column in self.__dict__["_kernels"].columns
 
     def launches(self, *columns: str) -> pd.DataFrame:
         """These launch columns, reading deferred columns only when they are among them."""

@@ -22,21 +22,38 @@ DiffStatus = Literal["added", "removed", "slower", "faster", "same"]
 STAT_COLUMNS = ["instances", "total_ns", "avg_ns", "med_ns", "min_ns", "max_ns", "std_ns"]
 
 
+def _launch_columns(table: KernelTable) -> tuple[str, ...]:
+    """The launch columns statistics read: the op type too where the table has it at hand, which classifies the
+    kernels whose names say nothing (``_ranked``), without making a parser that deferred it (nsys) read it."""
+    return ("name", "short_name", "dur_ns", *(("op_type",) if table.loaded("op_type") else ()))
+
+
 def kernel_stats(table: KernelTable, by: GroupBy = "name") -> pd.DataFrame:
     """One row per kernel, ordered by total time (descending), with its share of all kernel time."""
     if table.summary is not None:
         stats = _merge_summary(table.summary, by)
     else:
-        stats = _launch_stats(table.launches("name", "short_name", "dur_ns"), by)
+        stats = _launch_stats(table.launches(*_launch_columns(table)), by)
     return _ranked(stats, int(stats["total_ns"].sum()))
 
 
 def _ranked(stats: pd.DataFrame, total_ns: int) -> pd.DataFrame:
-    """``stats`` with each kernel's share of ``total_ns`` and its category, by total time (descending), then name."""
+    """``stats`` with each kernel's share of ``total_ns`` and its category, by total time (descending), then name.
+
+    A kernel whose name no rule knows takes the category of the op that ran it, where the trace says
+    (``op_type``): XLA:GPU names a kernel after its HLO instruction, and the deterministic gradient of max pooling
+    runs as ``sort_5_1`` kernels of a ``select_and_scatter`` op, pooling's cost that its name does not tell."""
     stats["pct"] = stats["total_ns"] / total_ns * 100.0 if total_ns else 0.0
-    stats["category"] = [classify(str(n)) for n in stats["name"]]
+    stats["category"] = [_category(str(name), op) for name, op in zip(stats["name"], stats["op_type"], strict=True)]
     stats = stats.sort_values(["total_ns", "name"], ascending=[False, True], kind="stable")
     return stats.reset_index(drop=True)
+
+
+def _category(name: str, op_type: object) -> str:
+    category = classify(name)
+    if category == "other" and isinstance(op_type, str):
+        return classify(op_type)
+    return category
 
 
 def _launch_stats(kernels: pd.DataFrame, by: GroupBy) -> pd.DataFrame:
@@ -65,7 +82,19 @@ def _launch_stats(kernels: pd.DataFrame, by: GroupBy) -> pd.DataFrame:
     )
     out.insert(0, "name", key.cat.categories.to_numpy(dtype=object)[agg.index.to_numpy()])
     out["short_name"] = short.cat.categories.to_numpy(dtype=object)[agg["short"].to_numpy()]
+    out["op_type"] = _first_op_types(kernels, key.cat.codes.to_numpy(), agg.index.to_numpy())
     return out.reset_index(drop=True)
+
+
+def _first_op_types(kernels: pd.DataFrame, codes: np.ndarray, kinds: np.ndarray) -> np.ndarray:
+    """Per kernel (``kinds``, name codes), the op type of its first launch that has one; None where none has."""
+    if "op_type" not in kernels:
+        return np.full(len(kinds), None, dtype=object)
+    ops = kernels["op_type"].to_numpy(dtype=object)
+    known = pd.notna(ops)
+    first = pd.Series(ops[known], index=codes[known])
+    first = first[~first.index.duplicated()]
+    return first.reindex(kinds).astype(object).where(lambda s: s.notna(), None).to_numpy(dtype=object)
 
 
 def _named(names: pd.Series) -> pd.Series:
@@ -110,12 +139,13 @@ def _merge_summary(summary: pd.DataFrame, by: GroupBy) -> pd.DataFrame:
         first = grouped.first().reset_index()
         out["med_ns"] = np.where(single, first["med_ns"].astype("float64"), np.nan)
         out["std_ns"] = np.where(single, first["std_ns"].astype("float64"), np.nan)
+        out["op_type"] = first["op_type"]
         out = out.drop(columns="rows")
     for col in ("avg_ns", "med_ns", "min_ns", "max_ns", "std_ns"):
         out[col] = out[col].astype("float64")
     out["instances"] = out["instances"].astype("int64")
     out["total_ns"] = out["total_ns"].astype("int64")
-    return out[["name", "short_name", *STAT_COLUMNS]]
+    return out[["name", "short_name", *STAT_COLUMNS, "op_type"]]
 
 
 def top_n(table: KernelTable, n: int = 20, by: GroupBy = "name") -> tuple[pd.DataFrame, int]:
@@ -130,7 +160,7 @@ def top_n(table: KernelTable, n: int = 20, by: GroupBy = "name") -> tuple[pd.Dat
         stats = kernel_stats(table, by)
         other_ns = int(stats["total_ns"].iloc[n:].sum()) if len(stats) > n else 0
         return stats.head(n).reset_index(drop=True), other_ns
-    launches = table.launches("name", "short_name", "dur_ns")
+    launches = table.launches(*_launch_columns(table))
     key = _named(launches[by])
     codes = key.cat.codes.to_numpy()
     durations = launches["dur_ns"].to_numpy(dtype=np.int64)
