@@ -36,6 +36,7 @@ def test_models_command_lists_the_paper_models(tmp_path, monkeypatch, capsys) ->
     monkeypatch.setenv("COLUMNS", "200")
     assert main(["models"]) == 0
     out = capsys.readouterr().out
-    for name in registry.PAPER_MODELS:
+    for name in registry.BUILT_IN:
         assert name in out
     assert "224x224x3" in out and "keras-applications" in out and "medium-cnn" in out
+    assert "256 tokens" in out and "8192 (vocabulary)" in out

@@ -105,7 +105,7 @@ def _run_models(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
     """``detprof models`` with every parameter count cached, so only the TensorFlow import is left."""
     cache = tmp_path / "detprof" / "model-parameters.json"
     cache.parent.mkdir(parents=True, exist_ok=True)
-    cache.write_text(json.dumps({importlib.metadata.version("keras"): dict.fromkeys(registry.PAPER_MODELS, 1)}))
+    cache.write_text(json.dumps({importlib.metadata.version("keras"): dict.fromkeys(registry.BUILT_IN, 1)}))
     base = {k: v for k, v in os.environ.items() if k not in (DEBUG_ENV, LOG_LEVEL_ENV)}
     return subprocess.run(
         [sys.executable, "-m", "detprof.cli", "models"],

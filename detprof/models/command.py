@@ -46,13 +46,14 @@ def parameter_counts(names: list[str], keras_version: str) -> dict[str, int]:
 def models(
     all_models: Annotated[bool, typer.Option("--all", help="Also list every other keras.applications model.")] = False,
 ) -> None:
-    """List the models detprof can profile: name, family, parameters, default input shape."""
+    """List the models detprof can profile: name, family, parameters, default input shape (a GPT's is its sequence
+    length, its classes its vocabulary)."""
     from detprof.backends import import_keras
     from detprof.models import registry
 
     keras = import_keras()
 
-    specs = registry.all_models() if all_models else registry.PAPER_MODELS
+    specs = registry.all_models() if all_models else registry.BUILT_IN
     console = Console(stderr=True)
     with console.status("counting parameters (cached after the first time)"):
         counts = parameter_counts(list(specs), keras.__version__)
@@ -60,5 +61,8 @@ def models(
     for col in ("Name", "Family", "Parameters", "Default input", "Classes"):
         table.add_column(col)
     for name, spec in specs.items():
-        table.add_row(name, spec.family, f"{counts[name]:,}", "x".join(map(str, spec.input_shape)), str(spec.classes))
+        tokens = spec.takes == "tokens"
+        shape = f"{spec.input_shape[0]} tokens" if tokens else "x".join(map(str, spec.input_shape))
+        classes = f"{spec.classes} (vocabulary)" if tokens else str(spec.classes)
+        table.add_row(name, spec.family, f"{counts[name]:,}", shape, classes)
     print_table(table_console(), table)

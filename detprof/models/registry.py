@@ -18,7 +18,8 @@ from detprof.models import paper_cnns
 if TYPE_CHECKING:
     import keras
 
-InputShape = tuple[int, int, int]
+InputShape = tuple[int, ...]
+"""An image's (height, width, channels), or a token model's (sequence length,)."""
 Builder = Callable[[InputShape, int], "keras.Model"]
 
 IMAGENET_SHAPE: InputShape = (224, 224, 3)
@@ -43,6 +44,12 @@ class ModelSpec:
     builder: Builder
     input_shape: InputShape
     classes: int
+    takes: str = "images"
+    """``images`` (float HxWxC) or ``tokens`` (integer ids; ``classes`` is then the vocabulary)."""
+
+    def shape_at(self, size: int) -> InputShape:
+        """The input shape at ``--input-size``: square images with the model's channels, or ``size`` tokens."""
+        return (size,) if self.takes == "tokens" else (size, size, self.input_shape[-1])
 
     def build(self, input_shape: InputShape | None = None, classes: int | None = None) -> keras.Model:
         return self.builder(input_shape or self.input_shape, classes or self.classes)
@@ -77,7 +84,36 @@ def _paper_specs() -> dict[str, ModelSpec]:
     return specs
 
 
+def _transformer(kind: str, **sizes: int) -> Builder:
+    def build(input_shape: InputShape, classes: int) -> keras.Model:
+        from detprof.models import transformers
+
+        if kind == "vit":
+            return transformers.vit(input_shape, classes, **sizes)
+        return transformers.gpt(input_shape, classes, **sizes)
+
+    return build
+
+
+def _transformer_specs() -> dict[str, ModelSpec]:
+    """Each at two sizes: ``tiny`` trains on a CPU in seconds, ``small`` is sized for a GPU step of tens of
+    milliseconds. A GPT's ``--input-size`` is its sequence length and ``--classes`` its vocabulary."""
+    tiny = {"width": 32, "depth": 2, "heads": 2}
+    small = {"width": 384, "depth": 4, "heads": 6}
+    return {
+        "gpt_tiny": ModelSpec("gpt_tiny", "gpt", _transformer("gpt", **tiny), (16,), 64, "tokens"),
+        "gpt_small": ModelSpec("gpt_small", "gpt", _transformer("gpt", **small), (256,), 8192, "tokens"),
+        "moe_tiny": ModelSpec("moe_tiny", "moe", _transformer("gpt", **tiny, experts=4), (16,), 64, "tokens"),
+        "moe_small": ModelSpec("moe_small", "moe", _transformer("gpt", **small, experts=8), (256,), 8192, "tokens"),
+        "vit_tiny": ModelSpec("vit_tiny", "vit", _transformer("vit", patch=8, **tiny), (32, 32, 3), 10),
+        "vit_small": ModelSpec("vit_small", "vit", _transformer("vit", patch=16, **small), IMAGENET_SHAPE, 1000),
+    }
+
+
 PAPER_MODELS: dict[str, ModelSpec] = _paper_specs()
+"""The paper's zoo, which the ``paper`` preset sweeps."""
+BUILT_IN: dict[str, ModelSpec] = PAPER_MODELS | _transformer_specs()
+"""Every model detprof defines itself: the paper's and the transformers."""
 
 
 def _other_keras_applications() -> dict[str, ModelSpec]:
@@ -95,19 +131,19 @@ def _other_keras_applications() -> dict[str, ModelSpec]:
     for attr in dir(keras.applications):
         if attr[0].isupper() and callable(getattr(keras.applications, attr)):
             name = attr.lower()
-            if name not in PAPER_MODELS:
+            if name not in BUILT_IN:
                 found[name] = _application_spec(name, attr)
     return found
 
 
 def all_models() -> dict[str, ModelSpec]:
-    return {**PAPER_MODELS, **_other_keras_applications()}
+    return {**BUILT_IN, **_other_keras_applications()}
 
 
 def get(name: str) -> ModelSpec:
     key = name.strip().lower()
-    if key in PAPER_MODELS:
-        return PAPER_MODELS[key]
+    if key in BUILT_IN:
+        return BUILT_IN[key]
     every = all_models()
     if key in every:
         return every[key]

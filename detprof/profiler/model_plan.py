@@ -214,9 +214,11 @@ def registry_plan(
     """A registry model at ``--input-size`` (its own channels) on synthetic data, or at ``--data``'s images on them."""
     spec = registry.get(model)
     if data is None or arrays is None:
-        shape = None if config.input_size is None else [config.input_size, config.input_size, spec.input_shape[-1]]
+        shape = None if config.input_size is None else list(spec.shape_at(config.input_size))
         return ModelPlan(model, model, input_shape=shape, classes=config.classes)
     images = own.image_shape(data, arrays)
+    if spec.takes != "images":
+        raise UsageError(f"{model} takes {spec.takes}; --data gives a registry model images (x_train, y_train)")
     if len(images) != len(spec.input_shape):
         raise UsageError(f"{data}: {model} takes images (H, W, C); x_train holds {own.shape_text(images)} examples")
     classes = config.classes or own.label_classes(data, arrays) or spec.classes

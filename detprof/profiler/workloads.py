@@ -146,7 +146,8 @@ def _output_classes(model: keras.Model) -> int | None:
 
 
 def batch_of(model: keras.Model, spec: Mapping[str, Any], classes: int, seed: int) -> tuple[Batch, Batch]:
-    """The spec's real batch (``--data``), else a synthetic one: normal inputs, uniform labels per output."""
+    """The spec's real batch (``--data``), else a synthetic one: normal inputs (uniform ids where the model takes
+    tokens, its output classes being the vocabulary), uniform labels per output."""
     import numpy as np
 
     feed = spec.get("data")
@@ -154,7 +155,11 @@ def batch_of(model: keras.Model, spec: Mapping[str, Any], classes: int, seed: in
         return _real_batch(model, feed, int(spec["batch_size"]))
     rng = np.random.default_rng(seed)
     (tensor,) = model.inputs
-    x = rng.standard_normal((spec["batch_size"], *tensor.shape[1:]), dtype=np.float32)
+    shape = (spec["batch_size"], *tensor.shape[1:])
+    if np.issubdtype(np.dtype(str(tensor.dtype)), np.integer):
+        x = rng.integers(0, _output_classes(model) or classes, size=shape).astype(str(tensor.dtype))
+    else:
+        x = rng.standard_normal(shape, dtype=np.float32)
     labels = (spec["batch_size"], *model.outputs[0].shape[1:-1])
     return x, rng.integers(0, _output_classes(model) or classes, size=labels).astype(np.int32)
 
@@ -192,7 +197,9 @@ def _tensorflow_step(training: Training, x: Batch, y: Batch, jit_compile: bool) 
     (``model_supports_jit``), which would compare XLA in default mode against no XLA in
     deterministic mode. Here ``jit_compile`` is exactly the same value in both modes. A
     model compiled with its own loss computes it as its ``fit`` would (``compute_loss``:
-    the compiled loss, its weights, and the model's added losses).
+    the compiled loss, its weights, and the model's added losses); a registry model adds its
+    added losses (a mixture of experts' load balancing) to the cross-entropy, as Keras' own
+    step does on the other backends.
     """
     import tensorflow as tf
 
@@ -201,7 +208,10 @@ def _tensorflow_step(training: Training, x: Batch, y: Batch, jit_compile: bool) 
     model, optimizer = training.model, training.optimizer
 
     def loss_of(y: Any, y_pred: Any) -> tf.Tensor:
-        return model.compute_loss(y=y, y_pred=y_pred) if training.compiled else training.loss(y, y_pred)
+        if training.compiled:
+            return model.compute_loss(y=y, y_pred=y_pred)
+        added = model.losses
+        return training.loss(y, y_pred) + (tf.add_n(added) if added else 0.0)
 
     @tf.function(jit_compile=jit_compile)
     def train_step(x: Any, y: Any) -> tf.Tensor:

@@ -1,0 +1,79 @@
+"""The transformers in the zoo (``detprof.models.transformers``): built with their blocks in their layers' names,
+trained with their own added losses, and swept on every backend at the tiny size."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from detprof.models import registry
+from detprof.store import ResultsStore
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ("gpt_tiny", "moe_tiny", "vit_tiny")
+
+
+@pytest.mark.slow  # builds Keras models
+def test_each_transformer_names_its_layers_by_block_and_takes_its_inputs() -> None:
+    import keras
+
+    for name in TINY:
+        model = registry.build(name)
+        names = [layer.name for layer in model._flatten_layers(include_self=False)]
+        assert len(names) == len(set(names)), name
+        assert {"block0_attn_qkv", "block1_attn_qkv", "block0_norm1", "block1_norm2"} <= set(names), names
+        assert ("block1_moe_router" in names) == (name == "moe_tiny")
+        assert ("block1_mlp_in" in names) == (name != "moe_tiny"), names
+    gpt = registry.build("gpt_tiny")
+    assert (gpt.inputs[0].dtype, tuple(gpt.inputs[0].shape), tuple(gpt.outputs[0].shape)) == (
+        "int32",
+        (None, 16),
+        (None, 16, 64),
+    )
+    assert tuple(registry.build("vit_tiny").outputs[0].shape) == (None, 10)
+    assert registry.get("gpt_small").shape_at(128) == (128,) and registry.get("vit_small").shape_at(64) == (64, 64, 3)
+    assert registry.get("moe_small").takes == "tokens" and registry.get("vit_small").takes == "images"
+    assert isinstance(registry.build("vit_tiny", (48, 48, 3), 7), keras.Model)
+
+
+@pytest.mark.slow  # builds and runs a Keras model
+def test_the_mixture_of_experts_trains_with_its_load_balancing_loss() -> None:
+    """Each block's Switch balancing loss is an added loss, which the compiled loss includes: dropping it would
+    train (and time) a different model without a word."""
+    import keras
+    import numpy as np
+
+    model = registry.build("moe_tiny")
+    tokens = np.random.default_rng(0).integers(0, 64, (8, 16)).astype("int32")
+    cross_entropy = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    model.compile(optimizer="sgd", loss=cross_entropy)
+    predicted = model(tokens, training=True)
+    balancing = [float(loss) for loss in model.losses]
+    assert len(balancing) == 2 and all(0.005 < loss < 0.1 for loss in balancing), balancing
+    total = float(model.compute_loss(x=tokens, y=tokens, y_pred=predicted))
+    assert total == pytest.approx(float(cross_entropy(tokens, predicted)) + sum(balancing), rel=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["tensorflow", "jax", "torch"])
+def test_the_tiny_transformers_sweep_with_their_blocks_on_the_leaderboard(tmp_path: Path, backend: str) -> None:
+    out = tmp_path / "out"
+    sweep = [sys.executable, "-m", "detprof.cli", "sweep", "--backend", backend, "--models", ",".join(TINY)]
+    sweep += ["--steps", "3", "--warmup", "1", "--repeats", "2", "--precision", "off", "--no-report", "--out", str(out)]
+    done = subprocess.run(sweep, cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = list(ResultsStore(out, "sweep").records())
+    assert {r["model"] for r in records} == set(TINY)
+    for record in records:
+        assert record["status"] == "ok", record.get("reason")
+        assert record["settings"]["op_determinism"] == (record["mode"] == "deterministic"), record["run_id"]
+    report = [sys.executable, "-m", "detprof.cli", "report", str(out), "--format", "json", "-o", "-"]
+    models = json.loads(subprocess.run(report, cwd=ROOT, capture_output=True, text=True, check=True).stdout)["models"]
+    for model in models:
+        layers = {layer["name"] for layer in model["layers"]}
+        assert {"block0_attn", "block1_attn", "block0_norm1", "block1_norm2"} <= layers, sorted(layers)
+        assert model["unattributed_share"] < 0.15, (model["model"], model["unattributed_share"])
