@@ -58,11 +58,13 @@ def probe(backend: str, mode: str, env: dict[str, str] | None = None, knobs: tup
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+EXPANDER = "--xla_gpu_enable_scatter_determinism_expander"
 USER_XLA_FLAGS = {
-    "default": "--xla_cpu_enable_fast_math=false --xla_gpu_deterministic_ops=true",
-    "deterministic": "--xla_cpu_enable_fast_math=false",
+    "default": f"--xla_cpu_enable_fast_math=false {EXPANDER}=false --xla_gpu_deterministic_ops=true",
+    "deterministic": f"--xla_cpu_enable_fast_math=false {EXPANDER}=true",
 }
-"""A user's own ``XLA_FLAGS`` per mode: kept in both, and a deterministic flag they set dropped by default mode."""
+"""A user's own ``XLA_FLAGS`` per mode: kept in both, and a deterministic flag they set dropped by default mode;
+the scatter determinism expander, whose default differs between XLA versions, read back as set."""
 
 
 @pytest.mark.slow
@@ -92,8 +94,9 @@ def test_each_backend_reports_determinism_in_effect_exactly_in_deterministic_mod
     else:
         assert effective["jit_compile"] is True
         assert found["facts"]["train_step"] == "keras train_on_batch (jit_compile=True)"
-        kept = "--xla_cpu_enable_fast_math=false"
+        kept = USER_XLA_FLAGS[mode].removesuffix(" --xla_gpu_deterministic_ops=true")
         assert effective["xla_flags"] == (kept if mode == "default" else f"{kept} --xla_gpu_deterministic_ops=true")
+        assert effective["scatter_determinism_expander"] is (mode == "deterministic")
     assert effective["knobs"] == expected
 
 

@@ -17,6 +17,10 @@ XLA_FLAGS_ENV = "XLA_FLAGS"
 DETERMINISTIC_FLAG = "--xla_gpu_deterministic_ops"
 DEBUG_OPTIONS_PATH = (3, 3)
 """``CompileOptionsProto.executable_build_options`` (3), then ``ExecutableBuildOptionsProto.debug_options`` (3)."""
+SCATTER_EXPANDER_FIELD = 345
+"""``DebugOptions.xla_gpu_enable_scatter_determinism_expander`` (read off this jaxlib: the field its flag sets).
+Without it, a deterministic scatter on a GPU falls back to a much slower loop, and its default has changed between
+XLA versions: every run records it (``scatter_determinism_expander``) beside ``XLA_FLAGS``."""
 XLA_GPU_ONLY = "an XLA GPU flag: XLA compiles for the CPU the same either way"
 
 
@@ -106,6 +110,7 @@ class Jax(Backend):
     in_effect_columns = (
         SettingColumn("op determinism (xla_gpu_deterministic_ops)", "op_determinism"),
         SettingColumn("XLA_FLAGS", "xla_flags", environment=True),
+        SettingColumn("scatter determinism expander", "scatter_determinism_expander"),
     )
     settings_note = (
         "JAX compiles every step with XLA in both modes; op determinism is XLA's own flag, as XLA parsed it."
@@ -145,6 +150,7 @@ class Jax(Backend):
                 "op_determinism": XLA_KNOBS[0].knob.name in knobs,
                 "xla_flags": xla_flags(os.environ.get(XLA_FLAGS_ENV, ""), knobs),
                 "compiler_options": options,
+                "scatter_determinism_expander": scatter_expander(),
                 "knobs": {xla.knob.name: xla.knob.name in knobs for xla in XLA_KNOBS},
             }
             return step, effect
@@ -159,32 +165,14 @@ class Jax(Backend):
         return {
             "op_determinism": knobs[XLA_KNOBS[0].knob.name],
             "xla_flags": os.environ.get(XLA_FLAGS_ENV, ""),
+            "scatter_determinism_expander": scatter_expander(),
             "knobs": knobs,
         }
 
     def knobs_in_effect(self) -> dict[str, bool]:
-        """The flags as XLA parsed them: the ``DebugOptions`` that XLA builds from ``XLA_FLAGS`` for every
-        compilation.
-
-        jaxlib exposes those options only as a serialized ``CompileOptionsProto``, without the
-        message classes, so the fields are read from the wire format (proto3 writes a field
-        only where it is not at its default). An ``XLA_FLAGS`` typo would not pass: XLA aborts
-        on unknown flags.
-        """
-        from google.protobuf import empty_pb2
-        from google.protobuf.unknown_fields import UnknownFieldSet
-        from jax._src.lib import _jax
-
-        def fields(wire: bytes) -> UnknownFieldSet:
-            message = empty_pb2.Empty()
-            message.ParseFromString(wire)
-            return UnknownFieldSet(message)
-
-        wire = _jax.CompileOptions().SerializeAsString()
-        for number in DEBUG_OPTIONS_PATH:
-            wire = next((f.data for f in fields(wire) if f.field_number == number), b"")
-        debug_options = {f.field_number: f.data for f in fields(wire)}
-        return {xla.knob.name: debug_options.get(xla.field, 0) == xla.on for xla in XLA_KNOBS}
+        """The flags as XLA parsed them (``debug_options``)."""
+        options = debug_options()
+        return {xla.knob.name: options.get(xla.field, 0) == xla.on for xla in XLA_KNOBS}
 
     def versions(self) -> dict[str, Any]:
         from importlib.metadata import distributions
@@ -283,3 +271,32 @@ def _compiled_step(model: Any, loss_of: LossOf) -> Callable[..., Any]:
         return loss_of(y, outputs[-1]), (outputs, non_trainable)
 
     return jax.jit(jax.value_and_grad(loss_and_outputs, has_aux=True))
+
+
+def scatter_expander() -> bool:
+    """Whether XLA rewrites scatters for determinism (``SCATTER_EXPANDER_FIELD``), as this process's XLA parsed it."""
+    return debug_options().get(SCATTER_EXPANDER_FIELD, 0) == 1
+
+
+def debug_options() -> dict[int, Any]:
+    """Field by field, the ``DebugOptions`` that XLA builds from ``XLA_FLAGS`` for every
+    compilation.
+
+    jaxlib exposes those options only as a serialized ``CompileOptionsProto``, without the
+    message classes, so the fields are read from the wire format (proto3 writes a field
+    only where it is not at its default). An ``XLA_FLAGS`` typo would not pass: XLA aborts
+    on unknown flags.
+    """
+    from google.protobuf import empty_pb2
+    from google.protobuf.unknown_fields import UnknownFieldSet
+    from jax._src.lib import _jax
+
+    def fields(wire: bytes) -> UnknownFieldSet:
+        message = empty_pb2.Empty()
+        message.ParseFromString(wire)
+        return UnknownFieldSet(message)
+
+    wire = _jax.CompileOptions().SerializeAsString()
+    for number in DEBUG_OPTIONS_PATH:
+        wire = next((f.data for f in fields(wire) if f.field_number == number), b"")
+    return {f.field_number: f.data for f in fields(wire)}

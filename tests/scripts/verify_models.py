@@ -1,7 +1,7 @@
 """One replica of ``detprof verify``'s deterministic runs for several models, in one process of one backend.
 
 ``python verify_models.py BACKEND OUT MODEL[:SIZE] ...``: each model trained ``STEPS`` steps at
-its input size (32 unless given: InceptionV3 needs 75) by the verification workload, its
+its input size (32 unless given: InceptionV3 needs 75; a GPT's sequence length) by the verification workload, its
 fingerprints in ``OUT/<model>``; prints each model's status as JSON. Two such processes are
 two replicas, compared by the test.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import sys
 
+from detprof.models import registry
 from detprof.verify.workload import fingerprint_run
 
 STEPS = 2
@@ -23,7 +24,8 @@ def main(backend: str, out: str, models: list[str]) -> dict[str, str]:
     for given in models:
         name, _, size = given.partition(":")
         side = int(size or 32)
-        params = {"model": name, "input_shape": [side, side, 3], "classes": CLASSES, "batch_size": BATCH}
+        shape = list(registry.get(name).shape_at(side))
+        params = {"model": name, "input_shape": shape, "classes": CLASSES, "batch_size": BATCH}
         answer = fingerprint_run(params, "deterministic", backend, 0, STEPS, False, f"{out}/{name}")
         found[name] = f"{answer['status']}: {answer['reason']}" if answer["status"] != "ok" else "ok"
     return found
