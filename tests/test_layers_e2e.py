@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 from script_runner import ROOT
 
+from detprof.backends.base import STEP_PARTS
 from detprof.store import ResultsStore
 
 MODEL = '''
@@ -119,7 +120,8 @@ def test_the_planted_layer_tops_the_leaderboard_and_the_layers_add_up(tmp_path: 
     (model,) = json.loads(report(out, "json"))["models"]
     layers = {layer["name"]: layer for layer in model["layers"]}
     assert set(layers) >= OWN_LAYERS, sorted(layers)
-    assert set(layers) - OWN_LAYERS <= {"(unattributed)"}
+    step_parts = set(STEP_PARTS) if backend == "torch" else set()
+    assert set(layers) - OWN_LAYERS - step_parts <= {"(unattributed)"} and set(layers) >= step_parts
     for layer in OWN_LAYERS - {"planted"}:
         assert layers[layer]["default_ms"] > 0 and layers[layer]["deterministic_ms"] > 0, layer
     top, *others = model["layers"]

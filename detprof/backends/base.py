@@ -45,6 +45,14 @@ frames as ``fit``'s input, which detprof never uses: a second or more of every w
 may import them later."""
 
 
+LOSS_PART = "(loss)"
+OPTIMIZER_PART = "(optimizer update)"
+STEP_PARTS = (LOSS_PART, OPTIMIZER_PART)
+"""The parts of a training step that are no layer of the model, marked as layers are where the framework's trace
+names neither (PyTorch): the loss (its backward pass with it) and the optimizer's update are rows of their own in
+the leaderboard, not "(unattributed)"."""
+
+
 def layer_range_name(layer: str) -> str:
     return f"{LAYER_RANGE}{layer}"
 

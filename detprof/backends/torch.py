@@ -10,7 +10,9 @@ from collections.abc import Callable, MutableMapping, Sequence
 from typing import Any
 
 from .base import (
+    LOSS_PART,
     NVTX_DOMAIN,
+    OPTIMIZER_PART,
     ArmStep,
     Backend,
     Compiler,
@@ -303,20 +305,34 @@ def _mark_layers(range_named: Callable[[str], contextlib.AbstractContextManager[
     A PyTorch trace names no layer: Keras's name scopes do not reach ``torch.profiler`` or nsys.
     The ranges (``traces.attribution``) let the parsers place each op, and each backward op
     through its forward op, in the model's layers. Layers are called through ``Layer.__call__``
-    alone, so wrapping it reaches every layer of every model; the wrapper goes when the capture
-    ends. Without Keras loaded (a program that uses PyTorch alone) nothing is marked.
+    alone, so wrapping it reaches every layer of every model; the loss (``Model.compute_loss``)
+    and the optimizer's update (``Optimizer.apply``) get ranges of their own (``STEP_PARTS``).
+    The wrappers go when the capture ends. Without Keras loaded (a program that uses PyTorch
+    alone) nothing is marked.
     """
     keras = sys.modules.get("keras")
     if keras is None:
         return lambda: None
 
-    layer_type = keras.layers.Layer
-    call = layer_type.__call__
+    def mark(owner: type, method: str, name: Callable[[Any], str]) -> Callable[[], None]:
+        unmarked = getattr(owner, method)
 
-    @functools.wraps(call)
-    def marked(layer: Any, *args: Any, **kwargs: Any) -> Any:
-        with range_named(layer_range_name(layer.name)):
-            return call(layer, *args, **kwargs)
+        @functools.wraps(unmarked)
+        def marked(self: Any, *args: Any, **kwargs: Any) -> Any:
+            with range_named(layer_range_name(name(self))):
+                return unmarked(self, *args, **kwargs)
 
-    layer_type.__call__ = marked
-    return lambda: setattr(layer_type, "__call__", call)
+        setattr(owner, method, marked)
+        return lambda: setattr(owner, method, unmarked)
+
+    unmarks = [
+        mark(keras.layers.Layer, "__call__", lambda layer: layer.name),
+        mark(keras.Model, "compute_loss", lambda _: LOSS_PART),
+        mark(keras.optimizers.Optimizer, "apply", lambda _: OPTIMIZER_PART),
+    ]
+
+    def unmark_all() -> None:
+        for unmark in reversed(unmarks):
+            unmark()
+
+    return unmark_all

@@ -19,7 +19,7 @@ from dataclasses import replace
 
 import pandas as pd
 
-from detprof.backends.base import LAYER_RANGE, layer_range_name
+from detprof.backends.base import LAYER_RANGE, STEP_PARTS, layer_range_name
 from detprof.errors import InputError
 from detprof.traces.kernel_table import KernelTable
 
@@ -55,10 +55,11 @@ def parts(scope: str) -> list[str]:
 
 def layer_of(scope: object, layers: Iterable[str]) -> str:
     """The innermost part of ``scope`` that names one of ``layers`` (as given, or as TensorFlow renamed
-    a scope entered again); ``UNATTRIBUTED`` where none does."""
+    a scope entered again) or a part of the step that is no layer (``STEP_PARTS``: the loss, the optimizer's
+    update); ``UNATTRIBUTED`` where none does."""
     if not isinstance(scope, str) or not scope:
         return UNATTRIBUTED
-    names = set(layers)
+    names = {*layers, *STEP_PARTS}
     for part in reversed(parts(scope)):
         if part in names:
             return part
