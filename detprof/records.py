@@ -112,6 +112,9 @@ class MeasuredRun(TypedDict):
     """Every layer of the model, nested ones included, in model order: what ``traces.attribution`` places ops in."""
     train_step: NotRequired[str]
     """Which compiled training step the model workload ran (``profiler.workloads``), with its compile setting."""
+    dtype_policy: NotRequired[str]
+    """The Keras dtype policy the model was built in: ``float32``, or a transformer's ``mixed_bfloat16`` on a GPU
+    (``models.registry.ModelSpec.gpu_dtype_policy``)."""
     model_spec: NotRequired[dict[str, Any]]
     """A model of your own (``models.own.OwnModel``): the spec as given, its file, function and the file's sha256."""
     case: NotRequired[str]

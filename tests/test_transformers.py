@@ -79,3 +79,27 @@ def test_the_tiny_transformers_sweep_with_their_blocks_on_the_leaderboard(tmp_pa
         assert {"block0_attn", "block1_attn", "block0_norm1", "block1_norm2"} <= layers, sorted(layers)
         assert model["unattributed_share"] < (0.07 if backend == "torch" else 0.15), model["unattributed_share"]
         assert (set(STEP_PARTS) <= layers) == (backend == "torch"), sorted(layers)
+
+
+@pytest.mark.slow  # builds Keras models
+def test_a_transformer_trains_in_bfloat16_mixed_precision_on_a_gpu_and_a_cnn_stays_in_float32(monkeypatch) -> None:
+    """The device is faked at its one boundary, the backend's ``device_name``: where Keras trains on a GPU, the
+    transformers are built in ``mixed_bfloat16`` (their users' dtype there, where the fused attention kernels run)
+    and the CNNs in float32; on a CPU every model is float32; the global policy is left as it was."""
+    import keras
+
+    from detprof import backends
+    from detprof.profiler.workloads import training_of
+
+    backend = backends.get(keras.config.backend())
+
+    def policy(model: str) -> str:
+        return training_of({"model": model, "input_shape": None, "classes": None}).model.dtype_policy.name
+
+    assert (policy("gpt_tiny"), policy("smallcnn")) == ("float32", "float32")
+    monkeypatch.setattr(type(backend), "device_name", lambda self: "NVIDIA H100 80GB HBM3")
+    assert (policy("gpt_tiny"), policy("moe_tiny"), policy("vit_tiny")) == ("mixed_bfloat16",) * 3
+    assert policy("smallcnn") == "float32" and keras.config.dtype_policy().name == "float32"
+    model = training_of({"model": "moe_tiny", "input_shape": None, "classes": None}).model
+    for layer in (model.get_layer("block0_attn").qkv, model.get_layer("block1_moe").router):
+        assert (layer.compute_dtype, layer.variable_dtype) == ("bfloat16", "float32"), layer.name

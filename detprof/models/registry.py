@@ -46,6 +46,9 @@ class ModelSpec:
     classes: int
     takes: str = "images"
     """``images`` (float HxWxC) or ``tokens`` (integer ids; ``classes`` is then the vocabulary)."""
+    gpu_dtype_policy: str | None = None
+    """The Keras dtype policy the model trains in on a GPU, as its users train it there (a transformer in bfloat16
+    mixed precision, where the fused attention kernels run); None: float32 everywhere."""
 
     def shape_at(self, size: int) -> InputShape:
         """The input shape at ``--input-size``: square images with the model's channels, or ``size`` tokens."""
@@ -97,17 +100,27 @@ def _transformer(kind: str, **sizes: int) -> Builder:
 
 def _transformer_specs() -> dict[str, ModelSpec]:
     """Each at two sizes: ``tiny`` trains on a CPU in seconds, ``small`` is sized for a GPU step of tens of
-    milliseconds. A GPT's ``--input-size`` is its sequence length and ``--classes`` its vocabulary."""
+    milliseconds. A GPT's ``--input-size`` is its sequence length and ``--classes`` its vocabulary. On a GPU they
+    train in bfloat16 mixed precision, as their users train them there."""
     tiny = {"width": 32, "depth": 2, "heads": 2}
     small = {"width": 384, "depth": 4, "heads": 6}
-    return {
-        "gpt_tiny": ModelSpec("gpt_tiny", "gpt", _transformer("gpt", **tiny), (16,), 64, "tokens"),
-        "gpt_small": ModelSpec("gpt_small", "gpt", _transformer("gpt", **small), (256,), 8192, "tokens"),
-        "moe_tiny": ModelSpec("moe_tiny", "moe", _transformer("gpt", **tiny, experts=4), (16,), 64, "tokens"),
-        "moe_small": ModelSpec("moe_small", "moe", _transformer("gpt", **small, experts=8), (256,), 8192, "tokens"),
-        "vit_tiny": ModelSpec("vit_tiny", "vit", _transformer("vit", patch=8, **tiny), (32, 32, 3), 10),
-        "vit_small": ModelSpec("vit_small", "vit", _transformer("vit", patch=16, **small), IMAGENET_SHAPE, 1000),
+    tokens = {"tiny": ((16,), 64), "small": ((256,), 8192)}
+    images = {"tiny": ((32, 32, 3), 10), "small": (IMAGENET_SHAPE, 1000)}
+    builders = {
+        ("gpt", "tiny"): _transformer("gpt", **tiny),
+        ("gpt", "small"): _transformer("gpt", **small),
+        ("moe", "tiny"): _transformer("gpt", **tiny, experts=4),
+        ("moe", "small"): _transformer("gpt", **small, experts=8),
+        ("vit", "tiny"): _transformer("vit", patch=8, **tiny),
+        ("vit", "small"): _transformer("vit", patch=16, **small),
     }
+    specs = {}
+    for (family, size), builder in builders.items():
+        takes = "images" if family == "vit" else "tokens"
+        shape, classes = (images if family == "vit" else tokens)[size]
+        name = f"{family}_{size}"
+        specs[name] = ModelSpec(name, family, builder, shape, classes, takes, gpu_dtype_policy="mixed_bfloat16")
+    return specs
 
 
 PAPER_MODELS: dict[str, ModelSpec] = _paper_specs()

@@ -11,7 +11,8 @@ Only the compiled step is each backend's own, and the record says which it was.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -52,7 +53,8 @@ def training_of(spec: Mapping[str, Any]) -> Training:
         model_spec = registry.get(spec["model"])
         shape = tuple(spec["input_shape"] or model_spec.input_shape)
         classes = int(spec["classes"] or model_spec.classes)
-        model = model_spec.build(shape, classes)
+        with dtype_policy(_policy_here(model_spec.gpu_dtype_policy)):
+            model = model_spec.build(shape, classes)
         from_logits = True
     else:
         shape = tuple(spec["input_shape"] or DEFAULT_INPUT_SHAPE)
@@ -64,6 +66,32 @@ def training_of(spec: Mapping[str, Any]) -> Training:
         return Training(model, model.loss, model.optimizer, True, classes)
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=from_logits)
     return Training(model, loss, keras.optimizers.SGD(learning_rate=LEARNING_RATE), False, classes)
+
+
+def _policy_here(gpu_policy: str | None) -> str | None:
+    """A registry model's dtype policy on this process's device: its GPU policy where Keras trains on a GPU."""
+    import keras
+
+    if gpu_policy is None or backends.get(keras.config.backend()).device_name() == "cpu":
+        return None
+    return gpu_policy
+
+
+@contextlib.contextmanager
+def dtype_policy(policy: str | None) -> Iterator[None]:
+    """Models built inside take ``policy`` (None: the policy as it is); the global policy is put back after, so
+    that the next model a worker builds starts from its own."""
+    import keras
+
+    if policy is None:
+        yield
+        return
+    before = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(policy)
+    try:
+        yield
+    finally:
+        keras.config.set_dtype_policy(before)
 
 
 def model_training(worker: WorkerSpec) -> tuple[Step, dict[str, Any]]:
@@ -132,6 +160,7 @@ def _facts(model: keras.Model, x: Batch, y: Batch, train_step: str) -> dict[str,
     import numpy as np
 
     facts: dict[str, Any] = {"parameters": int(model.count_params()), "train_step": train_step}
+    facts["dtype_policy"] = model.dtype_policy.name
     facts["layer_names"] = [layer.name for layer in model._flatten_layers(include_self=False)]
     if not isinstance(x, dict):
         facts["input_shape"] = [int(d) for d in x.shape[1:]]
