@@ -104,6 +104,13 @@ def test_the_sized_ops_take_the_batch_size_where_they_have_one() -> None:
     assert by_op["ctc_loss_backward"].params["batch"] == 64
     assert by_op["max_unpool2d"].shape == "64x64x112x112 -> 224x224"
     assert all(describe(c.op, c.params) == c.shape for c in cases)
+    # The transformers' ops at gpt_small's and moe_small's sizes: 64 sequences of 256 tokens, 8 experts of
+    # capacity ceil(16384 tokens x 2 / 8 x 1.25) = 5120 slots each.
+    assert by_op["embedding_backward"].shape == "64x256 tokens from 8192x384"
+    assert by_op["sdpa_backward"].shape == "64x6x256x64, causal"
+    assert by_op["layer_norm_backward_weight"].shape == "64x256x384"
+    assert by_op["moe_dispatch"].shape == "32768 rows into 40960x384"
+    assert (by_op["moe_dispatch"].model, by_op["sdpa_backward"].model) == ("moe_small", "gpt_small")
 
 
 def test_torch_runs_use_the_torch_workload_and_refuse_tensorflow_ops() -> None:

@@ -14,7 +14,8 @@ backward, ``bincount`` with weights, ``histc``, ``median`` with indices, floatin
 ``cumsum``) or everywhere (``max_unpool2d``). The registry's CNNs have none of these layers,
 so their sizes are typed here, each the size of the workload it is named after; ops with a
 batch dimension take ``--batch-size`` (the paper preset's 64 puts bilinear upsampling at
-64x128x56x56).
+64x128x56x56). The transformers' ops (``TRANSFORMER_OPS``) run at ``gpt_small``'s and
+``moe_small``'s sizes.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def describe(op: str, p: Params) -> str:
     if op in CONV_OPS:
         out, _, kh, kw = p["weight_shape"]
         return f"{_dims(p['input_shape'])} -> {out}, {kh}x{kw}/{p['stride'][0]} pad {p['padding'][0]}"
-    if op in ("index_add", "scatter_add", "index_put_accumulate"):
+    if op in ("index_add", "scatter_add", "index_put_accumulate", "moe_dispatch"):
         return f"{p['updates']} rows into {_dims(p['table_shape'])}"
     if op == "put_accumulate":
         return f"{p['updates']} values into {_dims(p['table_shape'])}"
@@ -77,6 +78,12 @@ def describe(op: str, p: Params) -> str:
     if op in ("bincount", "histc"):
         weighted = ", weighted" if op == "bincount" else ""
         return f"{p['values']} values into {p['bins']} bins{weighted}"
+    if op == "embedding_backward":
+        return f"{_dims(p['tokens'])} tokens from {_dims(p['table_shape'])}"
+    if op == "sdpa_backward":
+        return f"{_dims(p['shape'])}" + (", causal" if p["causal"] else "")
+    if op == "layer_norm_backward_weight":
+        return _dims(p["input_shape"])
     if op in ("median", "cumsum"):
         return f"{_dims(p['shape'])} along dim {p['dim']}"
     raise ValueError(f"no shape description for op {op!r}")
@@ -123,6 +130,41 @@ SIZED_OPS: dict[str, SizedOp] = {
     "median": ("statistics", "rows", lambda b: {"shape": MATRIX_SHAPE, "dim": 1}),
     "cumsum": ("statistics", "rows", lambda b: {"shape": MATRIX_SHAPE, "dim": 1}),
 }
+GPT = {"vocabulary": 8_192, "length": 256, "width": 384, "heads": 6}
+"""``gpt_small``'s sizes (``models.registry``): the transformer ops run at them, ``--batch-size`` sequences."""
+MOE = {"experts": 8, "top_k": 2, "capacity_factor": 1.25}
+"""``moe_small``'s mixture (``models.transformers.MixtureOfExperts``)."""
+
+
+def _moe_dispatch(batch: int) -> Params:
+    """The mixture's dispatch: each token's ``top_k`` choices added into its experts' slots."""
+    tokens = batch * GPT["length"]
+    slots = MOE["experts"] * -(-tokens * MOE["top_k"] * 5 // (MOE["experts"] * 4))
+    return {"updates": tokens * MOE["top_k"], "table_shape": [slots, GPT["width"]]}
+
+
+TRANSFORMER_OPS: dict[str, SizedOp] = {
+    "embedding_backward": (
+        "gpt_small",
+        "token_embedding",
+        lambda b: {"tokens": [b, GPT["length"]], "table_shape": [GPT["vocabulary"], GPT["width"]]},
+    ),
+    "sdpa_backward": (
+        "gpt_small",
+        "attention",
+        lambda b: {"shape": [b, GPT["heads"], GPT["length"], GPT["width"] // GPT["heads"]], "causal": True},
+    ),
+    "layer_norm_backward_weight": (
+        "gpt_small",
+        "layer_norm",
+        lambda b: {"input_shape": [b, GPT["length"], GPT["width"]]},
+    ),
+    "moe_dispatch": ("moe_small", "dispatch", _moe_dispatch),
+}
+"""The ops the transformers add: the embedding's gradient (a scatter-add into the table), attention's backward pass
+(``scaled_dot_product_attention``, whichever back end PyTorch picks), layer norm's weight gradient (a reduction
+over every position) and the experts' dispatch (``index_put_`` with ``accumulate=True``)."""
+SIZED_OPS |= TRANSFORMER_OPS
 OTHER_OPS = tuple(SIZED_OPS)
 SUITES: dict[str, tuple[str, ...]] = {"conv": CONV_OPS, "ops": OTHER_OPS, "all": CONV_OPS + OTHER_OPS}
 

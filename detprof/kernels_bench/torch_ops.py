@@ -204,6 +204,34 @@ def _max_unpool2d(p: Params, inputs: _Inputs) -> Callable[[], Any]:
     return lambda: F.max_unpool2d(pooled, indices, k)
 
 
+def _embedding_backward(p: Params, inputs: _Inputs) -> Callable[[], Any]:
+    """The token embedding's gradient: every looked-up row's gradient added into the table."""
+    from torch.nn import functional as F
+
+    table = inputs.normal(p["table_shape"], grad=True)
+    return _gradient(F.embedding(inputs.ints(p["tokens"], p["table_shape"][0]), table), table, inputs)
+
+
+def _sdpa_backward(p: Params, inputs: _Inputs) -> Callable[[], Any]:
+    """Attention's backward pass for the queries, keys and values together, as training asks for all three."""
+    import torch
+    from torch.nn import functional as F
+
+    q, k, v = (inputs.normal(p["shape"], grad=True) for _ in range(3))
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=p["causal"])
+    grad_output = inputs.normal(p["shape"])
+    return lambda: torch.autograd.grad(out, (q, k, v), grad_output, retain_graph=True)
+
+
+def _layer_norm_backward_weight(p: Params, inputs: _Inputs) -> Callable[[], Any]:
+    """Layer norm's scale gradient: a sum over every position of the batch."""
+    from torch.nn import functional as F
+
+    width = p["input_shape"][-1]
+    weight = inputs.normal([width], grad=True)
+    return _gradient(F.layer_norm(inputs.normal(p["input_shape"]), [width], weight), weight, inputs)
+
+
 BUILDERS: dict[str, Builder] = {
     "conv2d_forward": _conv_forward,
     "conv2d_backward_data": _conv_backward(wrt_data=True),
@@ -221,6 +249,10 @@ BUILDERS: dict[str, Builder] = {
     "median": _median,
     "cumsum": _cumsum,
     "max_unpool2d": _max_unpool2d,
+    "embedding_backward": _embedding_backward,
+    "sdpa_backward": _sdpa_backward,
+    "layer_norm_backward_weight": _layer_norm_backward_weight,
+    "moe_dispatch": _index_put_accumulate,
 }
 
 
