@@ -64,7 +64,7 @@ def test_the_mixture_of_experts_trains_with_its_load_balancing_loss() -> None:
 def test_the_tiny_transformers_sweep_with_their_blocks_on_the_leaderboard(tmp_path: Path, backend: str) -> None:
     out = tmp_path / "out"
     sweep = [sys.executable, "-m", "detprof.cli", "sweep", "--backend", backend, "--models", ",".join(TINY)]
-    sweep += ["--steps", "3", "--warmup", "1", "--repeats", "2", "--precision", "off", "--no-report", "--out", str(out)]
+    sweep += ["--steps", "3", "--warmup", "1", "--repeats", "1", "--precision", "off", "--no-report", "--out", str(out)]
     done = subprocess.run(sweep, cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     records = list(ResultsStore(out, "sweep").records())
