@@ -335,3 +335,12 @@ def test_provenance_warns_when_runs_had_different_malloc_settings() -> None:
     assert not provenance(same, {}).warnings
     mixed = [same[0], base | {"worker_env": {"MALLOC_TOP_PAD_": "0"}}]
     assert any("different malloc settings" in w for w in provenance(mixed, {}).warnings)
+
+
+def test_a_device_reads_as_its_name_where_its_label_is_the_name_spelled_as_a_label() -> None:
+    """A GPU without a short label (an H100 is labelled from its name) shows once, not twice in two spellings."""
+    from detprof.reports.cells import device_named
+
+    assert device_named("nvidia-h100-80gb-hbm3", "NVIDIA H100 80GB HBM3") == "NVIDIA H100 80GB HBM3"
+    assert device_named("t4", "Tesla T4") == "t4 (Tesla T4)"
+    assert device_named("cpu", None) == "cpu"

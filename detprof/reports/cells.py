@@ -27,6 +27,7 @@ from detprof import formatting as f
 from detprof.analysis.knobs import KnobCost, within_noise
 from detprof.analysis.layers import KernelChange, ModelAttribution, PartCost
 from detprof.analysis.verification import Difference, ModelVerification
+from detprof.gpu_labels import slug
 from detprof.intervals import CHEAP_OVERHEAD, Overhead
 from detprof.reports.headline import HeadlineRow, shown_caveats
 from detprof.reports.knobs_data import KnobReading
@@ -159,7 +160,10 @@ def _floor(r: HeadlineRow) -> Words:
 
 
 def device_named(label: str, name: str | None) -> str:
-    """A device in a first-screen row: its label, with its name where known: ``t4 (Tesla T4)``."""
+    """A device in a first-screen row: its label, with its name where known: ``t4 (Tesla T4)``; the name alone
+    where the label is only the name spelled as a label (``nvidia-h100-80gb-hbm3``)."""
+    if name and slug(name) == label:
+        return name
     return label + (f" ({name})" if name else "")
 
 
