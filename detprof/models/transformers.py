@@ -155,14 +155,8 @@ class MixtureOfExperts(layers.Layer):
         return ops.reshape(combined, (batch, length, width))
 
     def get_config(self) -> dict[str, Any]:
-        return {
-            **super().get_config(),
-            "experts": self.experts,
-            "top_k": self.top_k,
-            "hidden": self.hidden,
-            "capacity_factor": self.capacity_factor,
-            "balance": self.balance,
-        }
+        settings = ("experts", "top_k", "hidden", "capacity_factor", "balance")
+        return {**super().get_config(), **{name: getattr(self, name) for name in settings}}
 
 
 def _block(x: Any, index: int, *, heads: int, causal: bool, mlp: int, experts: int, top_k: int) -> Any:
