@@ -7,7 +7,7 @@ import functools
 import os
 import re
 import sys
-from collections.abc import Callable, Iterator, MutableMapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -161,18 +161,18 @@ class Jax(Backend):
         _set_flags(env, self.mode_knobs() if deterministic else frozenset())
 
     def in_effect(self) -> dict[str, Any]:
-        knobs = self.knobs_in_effect()
+        options = debug_options()
+        knobs = _knobs_in(options)
         return {
             "op_determinism": knobs[XLA_KNOBS[0].knob.name],
             "xla_flags": os.environ.get(XLA_FLAGS_ENV, ""),
-            "scatter_determinism_expander": scatter_expander(),
+            "scatter_determinism_expander": scatter_expander(options),
             "knobs": knobs,
         }
 
     def knobs_in_effect(self) -> dict[str, bool]:
         """The flags as XLA parsed them (``debug_options``)."""
-        options = debug_options()
-        return {xla.knob.name: options.get(xla.field, 0) == xla.on for xla in XLA_KNOBS}
+        return _knobs_in(debug_options())
 
     def versions(self) -> dict[str, Any]:
         from importlib.metadata import distributions
@@ -273,9 +273,14 @@ def _compiled_step(model: Any, loss_of: LossOf) -> Callable[..., Any]:
     return jax.jit(jax.value_and_grad(loss_and_outputs, has_aux=True))
 
 
-def scatter_expander() -> bool:
-    """Whether XLA rewrites scatters for determinism (``SCATTER_EXPANDER_FIELD``), as this process's XLA parsed it."""
-    return debug_options().get(SCATTER_EXPANDER_FIELD, 0) == 1
+def _knobs_in(options: Mapping[int, Any]) -> dict[str, bool]:
+    return {xla.knob.name: options.get(xla.field, 0) == xla.on for xla in XLA_KNOBS}
+
+
+def scatter_expander(options: Mapping[int, Any] | None = None) -> bool:
+    """Whether XLA rewrites scatters for determinism (``SCATTER_EXPANDER_FIELD``), as this process's XLA parsed it
+    (``options``: its ``debug_options``, where the caller has read them)."""
+    return (debug_options() if options is None else options).get(SCATTER_EXPANDER_FIELD, 0) == 1
 
 
 def debug_options() -> dict[int, Any]:

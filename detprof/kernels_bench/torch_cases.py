@@ -26,6 +26,8 @@ from typing import Any, ClassVar
 
 from detprof import backends
 from detprof.kernels_bench.cases import CONV_OPS, OpCase, derive_in_subprocess
+from detprof.models import registry
+from detprof.models.routing import TOP_K, expert_capacity
 
 Params = dict[str, Any]
 
@@ -130,34 +132,33 @@ SIZED_OPS: dict[str, SizedOp] = {
     "median": ("statistics", "rows", lambda b: {"shape": MATRIX_SHAPE, "dim": 1}),
     "cumsum": ("statistics", "rows", lambda b: {"shape": MATRIX_SHAPE, "dim": 1}),
 }
-GPT = {"vocabulary": 8_192, "length": 256, "width": 384, "heads": 6}
-"""``gpt_small``'s sizes (``models.registry``): the transformer ops run at them, ``--batch-size`` sequences."""
-MOE = {"experts": 8, "top_k": 2, "capacity_factor": 1.25}
-"""``moe_small``'s mixture (``models.transformers.MixtureOfExperts``)."""
+(LENGTH,), VOCABULARY = registry.TOKENS["small"]
+WIDTH, HEADS = registry.TRANSFORMER_SIZES["small"]["width"], registry.TRANSFORMER_SIZES["small"]["heads"]
+"""``gpt_small``'s sizes: the transformer ops run at them, ``--batch-size`` sequences."""
 
 
 def _moe_dispatch(batch: int) -> Params:
-    """The mixture's dispatch: each token's ``top_k`` choices added into its experts' slots."""
-    tokens = batch * GPT["length"]
-    slots = MOE["experts"] * -(-tokens * MOE["top_k"] * 5 // (MOE["experts"] * 4))
-    return {"updates": tokens * MOE["top_k"], "table_shape": [slots, GPT["width"]]}
+    """``moe_small``'s dispatch: each token's choices added into its experts' slots."""
+    tokens, experts = batch * LENGTH, registry.EXPERTS["small"]
+    slots = experts * expert_capacity(tokens, experts)
+    return {"updates": tokens * TOP_K, "table_shape": [slots, WIDTH]}
 
 
 TRANSFORMER_OPS: dict[str, SizedOp] = {
     "embedding_backward": (
         "gpt_small",
         "token_embedding",
-        lambda b: {"tokens": [b, GPT["length"]], "table_shape": [GPT["vocabulary"], GPT["width"]]},
+        lambda b: {"tokens": [b, LENGTH], "table_shape": [VOCABULARY, WIDTH]},
     ),
     "sdpa_backward": (
         "gpt_small",
         "attention",
-        lambda b: {"shape": [b, GPT["heads"], GPT["length"], GPT["width"] // GPT["heads"]], "causal": True},
+        lambda b: {"shape": [b, HEADS, LENGTH, WIDTH // HEADS], "causal": True},
     ),
     "layer_norm_backward_weight": (
         "gpt_small",
         "layer_norm",
-        lambda b: {"input_shape": [b, GPT["length"], GPT["width"]]},
+        lambda b: {"input_shape": [b, LENGTH, WIDTH]},
     ),
     "moe_dispatch": ("moe_small", "dispatch", _moe_dispatch),
 }

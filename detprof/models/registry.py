@@ -87,39 +87,42 @@ def _paper_specs() -> dict[str, ModelSpec]:
     return specs
 
 
-def _transformer(kind: str, **sizes: int) -> Builder:
+TRANSFORMER_SIZES = {"tiny": {"width": 32, "depth": 2, "heads": 2}, "small": {"width": 384, "depth": 4, "heads": 6}}
+"""Each transformer at two sizes: ``tiny`` trains on a CPU in seconds, ``small`` is sized for a GPU step of tens of
+milliseconds (the kernels bench times its ops at ``small``)."""
+EXPERTS = {"tiny": 4, "small": 8}
+"""A mixture's experts per size."""
+TOKENS = {"tiny": ((16,), 64), "small": ((256,), 8192)}
+"""A GPT's (sequence length,) and vocabulary per size."""
+IMAGES = {"tiny": ((32, 32, 3), 10), "small": (IMAGENET_SHAPE, 1000)}
+PATCHES = {"tiny": 8, "small": 16}
+"""A ViT's images and classes, and its patches' side, per size."""
+
+
+def _transformer(family: str, size: str) -> Builder:
     def build(input_shape: InputShape, classes: int) -> keras.Model:
         from detprof.models import transformers
 
-        if kind == "vit":
-            return transformers.vit(input_shape, classes, **sizes)
-        return transformers.gpt(input_shape, classes, **sizes)
+        sizes = TRANSFORMER_SIZES[size]
+        if family == "vit":
+            return transformers.vit(input_shape, classes, patch=PATCHES[size], **sizes)
+        return transformers.gpt(input_shape, classes, experts=EXPERTS[size] if family == "moe" else 0, **sizes)
 
     return build
 
 
 def _transformer_specs() -> dict[str, ModelSpec]:
-    """Each at two sizes: ``tiny`` trains on a CPU in seconds, ``small`` is sized for a GPU step of tens of
-    milliseconds. A GPT's ``--input-size`` is its sequence length and ``--classes`` its vocabulary. On a GPU they
-    train in bfloat16 mixed precision, as their users train them there."""
-    tiny = {"width": 32, "depth": 2, "heads": 2}
-    small = {"width": 384, "depth": 4, "heads": 6}
-    tokens = {"tiny": ((16,), 64), "small": ((256,), 8192)}
-    images = {"tiny": ((32, 32, 3), 10), "small": (IMAGENET_SHAPE, 1000)}
-    builders = {
-        ("gpt", "tiny"): _transformer("gpt", **tiny),
-        ("gpt", "small"): _transformer("gpt", **small),
-        ("moe", "tiny"): _transformer("gpt", **tiny, experts=4),
-        ("moe", "small"): _transformer("gpt", **small, experts=8),
-        ("vit", "tiny"): _transformer("vit", patch=8, **tiny),
-        ("vit", "small"): _transformer("vit", patch=16, **small),
-    }
+    """``gpt``, ``moe`` and ``vit`` at each of ``TRANSFORMER_SIZES``. A GPT's ``--input-size`` is its sequence length
+    and ``--classes`` its vocabulary. On a GPU they train in bfloat16 mixed precision, as their users train them
+    there."""
     specs = {}
-    for (family, size), builder in builders.items():
-        takes = "images" if family == "vit" else "tokens"
-        shape, classes = (images if family == "vit" else tokens)[size]
-        name = f"{family}_{size}"
-        specs[name] = ModelSpec(name, family, builder, shape, classes, takes, gpu_dtype_policy="mixed_bfloat16")
+    for family in ("gpt", "moe", "vit"):
+        for size in TRANSFORMER_SIZES:
+            takes = "images" if family == "vit" else "tokens"
+            shape, classes = (IMAGES if family == "vit" else TOKENS)[size]
+            name = f"{family}_{size}"
+            builder = _transformer(family, size)
+            specs[name] = ModelSpec(name, family, builder, shape, classes, takes, gpu_dtype_policy="mixed_bfloat16")
     return specs
 
 

@@ -14,11 +14,12 @@ put both blocks' attention under one name.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import keras
 from keras import layers, ops
+
+from detprof.models.routing import CAPACITY_FACTOR, TOP_K, expert_capacity
 
 PACKAGE = "detprof"
 
@@ -108,7 +109,7 @@ class MixtureOfExperts(layers.Layer):
         experts: int,
         top_k: int,
         hidden: int,
-        capacity_factor: float = 1.25,
+        capacity_factor: float = CAPACITY_FACTOR,
         balance: float = 0.01,
         **kwargs: Any,
     ) -> None:
@@ -132,7 +133,7 @@ class MixtureOfExperts(layers.Layer):
     def call(self, x: Any) -> Any:
         batch, length, width = x.shape
         count = batch * length
-        capacity = math.ceil(count * self.top_k / self.experts * self.capacity_factor)
+        capacity = expert_capacity(count, self.experts, self.top_k, self.capacity_factor)
         tokens = ops.reshape(x, (count, width))
         probabilities = ops.softmax(ops.cast(self.router(tokens), "float32"))
         weights, chosen = ops.top_k(probabilities, self.top_k)
@@ -181,7 +182,7 @@ def gpt(
     depth: int,
     heads: int,
     experts: int = 0,
-    top_k: int = 2,
+    top_k: int = TOP_K,
     name: str = "gpt",
 ) -> keras.Model:
     """A decoder-only language model: ``input_shape`` is ``(sequence length,)`` and ``classes`` the vocabulary; it

@@ -15,7 +15,7 @@ gets wrong:
   HTA does), and collective names contain generic words ("Reduce", "Sum").
 - XLA's ``select_and_scatter`` is max pooling's gradient (the op JAX and TensorFlow's XLA lower it to): pooling,
   ahead of the scatter rule. Under XLA's determinism it runs as sorts named after its own instructions
-  (``sort_5_1``), which the kernel tables file under their op's category (``kernel_tables``).
+  (``sort_5_1``), which ``classify`` files under their op's category where the trace names it.
 - Host transfers, optimizer updates, softmax/loss, normalization and pooling come next,
   because their kernels also contain generic words ("reduce", "gemm", "backward").
 - Convolution backward-filter before backward-data before forward, and all three before
@@ -363,9 +363,18 @@ _TRITON_OP_WORDS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
 _TRITON_TEMPLATE_CONV = re.compile(r"convolution|conv\dd|(?<![a-z])conv(?![a-z])")
 
 
+def classify(name: str, op_type: object = None) -> str:
+    """The category of a kernel, TF op type or PyTorch op name; where no rule knows the name, that of ``op_type``,
+    the op that ran the kernel where the trace says (XLA's ``sort_5_1`` of a ``select_and_scatter`` is pooling);
+    "other" when neither is known."""
+    category = _by_name(name)
+    if category == "other" and isinstance(op_type, str):
+        return _by_name(op_type)
+    return category
+
+
 @functools.lru_cache(maxsize=65536)
-def classify(name: str) -> str:
-    """The category of a kernel, TF op type or PyTorch op name; "other" when no rule knows it."""
+def _by_name(name: str) -> str:
     head = _without_arguments(name).removeprefix(_AUTOGRAD_FUNCTION)
     node = _AUTOGRAD_NODE.match(head)
     if node is not None:

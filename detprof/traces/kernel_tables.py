@@ -44,16 +44,9 @@ def _ranked(stats: pd.DataFrame, total_ns: int) -> pd.DataFrame:
     (``op_type``): XLA:GPU names a kernel after its HLO instruction, and the deterministic gradient of max pooling
     runs as ``sort_5_1`` kernels of a ``select_and_scatter`` op, pooling's cost that its name does not tell."""
     stats["pct"] = stats["total_ns"] / total_ns * 100.0 if total_ns else 0.0
-    stats["category"] = [_category(str(name), op) for name, op in zip(stats["name"], stats["op_type"], strict=True)]
+    stats["category"] = [classify(str(name), op) for name, op in zip(stats["name"], stats["op_type"], strict=True)]
     stats = stats.sort_values(["total_ns", "name"], ascending=[False, True], kind="stable")
     return stats.reset_index(drop=True)
-
-
-def _category(name: str, op_type: object) -> str:
-    category = classify(name)
-    if category == "other" and isinstance(op_type, str):
-        return classify(op_type)
-    return category
 
 
 def _launch_stats(kernels: pd.DataFrame, by: GroupBy) -> pd.DataFrame:
