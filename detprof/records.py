@@ -110,6 +110,8 @@ class MeasuredRun(TypedDict):
     parameters: NotRequired[int]
     layer_names: NotRequired[list[str]]
     """Every layer of the model, nested ones included, in model order: what ``traces.attribution`` places ops in."""
+    step_scopes: NotRequired[dict[str, str]]
+    """Name scopes of the step's parts that are no layer (the loss, the optimizer's update), by their row."""
     train_step: NotRequired[str]
     """Which compiled training step the model workload ran (``profiler.workloads``), with its compile setting."""
     dtype_policy: NotRequired[str]

@@ -42,6 +42,26 @@ os.environ[locks.LOCK_DIR_ENV] = tempfile.mkdtemp(prefix="detprof-locks-")
 measuring on this machine, module fixtures included; each test then gets a folder of its own (below)."""
 
 
+JAX_CACHE_SETTINGS = {
+    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+    "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+}
+"""Every compilation cached, the weights' initialisers (milliseconds each, dozens per model) as much as the step."""
+
+
+@pytest.fixture(scope="session", autouse=True)
+def one_jax_compilation_cache(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> None:
+    """Every JAX process the suite starts compiles through one persistent compilation cache (JAX's own, keyed by
+    the program, the compiler options and the versions), shared by both xdist workers: the same model's step and
+    its weights' initialisers compiled once per run instead of once per process. Two processes that compile one
+    program get one executable, as two compilations of it would be alike; a user's runs compile as they always do.
+    A cache hit saved about three quarters of the CPU time of a process that verifies MobileNet (16.8 s to 4.4 s)."""
+    base = tmp_path_factory.getbasetemp() if worker_id == "master" else tmp_path_factory.getbasetemp().parent
+    os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(base / "jax-compilation-cache"))
+    for name, value in JAX_CACHE_SETTINGS.items():
+        os.environ.setdefault(name, value)
+
+
 @pytest.fixture(autouse=True)
 def own_device_locks(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each test takes its device locks in a folder of its own: tests that measure side by side (``-n 2``) must

@@ -36,7 +36,7 @@ def needs(*paths: Path) -> pytest.MarkDecorator:
     return pytest.mark.skipif(bool(missing), reason=f"real trace not present: {', '.join(map(str, missing))}")
 
 
-LAYERS = ["conv1", "conv2", "bn1", "planted", "dense"]
+LAYERS = ["conv1", "conv2", "bn1", "planted", "dense", "block0", "block1", "attention", "value"]
 
 
 @pytest.mark.parametrize(
@@ -47,13 +47,39 @@ LAYERS = ["conv1", "conv2", "bn1", "planted", "dense"]
         ("jit(train_step)/transpose(jvp(planted))/dot_general", "planted"),
         ("jit(train_step)/jvp(bn1)/jit(_var)/reduce_sum", "bn1"),
         ("mediumcnn/dense", "dense"),
+        ("functional_1/block1/attention/value/einsum", "block1/attention/value"),
+        ("gradient_tape/functional_1/block0_1/attention_1/value_1/einsum/Einsum", "block0/attention/value"),
+        (
+            "jit(train_step)/transpose(jvp(block1))/transpose(jvp(attention))/transpose(jvp(value))/dot_general",
+            "block1/attention/value",
+        ),
         ("sgd/Cast/ReadVariableOp", UNATTRIBUTED),
         (None, UNATTRIBUTED),
         (math.nan, UNATTRIBUTED),
     ],
 )
-def test_a_scope_names_the_innermost_layer_of_the_model(scope: object, layer: str) -> None:
+def test_a_scope_names_the_path_of_the_model_s_layers_it_runs_in(scope: object, layer: str) -> None:
     assert layer_of(scope, LAYERS) == layer
+
+
+STEP_SCOPES = {"compile_loss": "(loss)", "sgd": "(optimizer update)", "AddN": "(gradient sums)"}
+
+
+@pytest.mark.parametrize(
+    ("scope", "part"),
+    [
+        ("sgd_1/AssignSubVariableOp_22", "(optimizer update)"),
+        ("compile_loss/sparse_categorical_crossentropy/SparseSoftmaxCrossEntropyWithLogits", "(loss)"),
+        ("gradient_tape/compile_loss/sparse_categorical_crossentropy/mul", "(loss)"),
+        ("jit(train_step)/transpose(jvp(compile_loss))/sparse_categorical_crossentropy/mul", "(loss)"),
+        ("AddN_14/inputs_1", "(gradient sums)"),
+        ("functional_1/block0/AddN", "block0"),
+    ],
+)
+def test_the_step_s_parts_that_are_no_layer_go_to_rows_of_their_own(scope: str, part: str) -> None:
+    """A run's record names the scopes of its loss and optimizer (``profiler.workloads.step_scopes``), and TensorFlow
+    its tape's sums of gradients: each a row of the leaderboard, unless a layer's scope holds it."""
+    assert layer_of(scope, LAYERS, STEP_SCOPES) == part
 
 
 def test_a_layer_path_read_off_a_trace_alone_drops_what_names_no_layer() -> None:

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from script_runner import ROOT
 
-from detprof.backends.base import STEP_PARTS
+from detprof.backends.base import GRADIENT_SUMS, STEP_PARTS
 from detprof.store import ResultsStore
 
 MODEL = '''
@@ -99,6 +99,9 @@ def assert_traced_by_the_backends_own_profiler(store: ResultsStore, backend: str
         assert ("tensorflow" in record["versions"]) is (backend == "tensorflow")
         table = store.read_table(record["kernel_table"])
         assert table["dur_ns"].sum() == pytest.approx(record["kernel_ns_per_step"] * steps)
+        # Every JAX run's kernels placed, the second repeat's too: the suite shares JAX's persistent compilation
+        # cache between its processes (conftest), and a step loaded from it would reach the profiler naming no op.
+        assert backend != "jax" or table["scope"].notna().mean() > 0.9, record["run_id"]
 
 
 def report(results: Path, fmt: str) -> str:
@@ -120,8 +123,9 @@ def test_the_planted_layer_tops_the_leaderboard_and_the_layers_add_up(tmp_path: 
     (model,) = json.loads(report(out, "json"))["models"]
     layers = {layer["name"]: layer for layer in model["layers"]}
     assert set(layers) >= OWN_LAYERS, sorted(layers)
-    step_parts = set(STEP_PARTS) if backend == "torch" else set()
-    assert set(layers) - OWN_LAYERS - step_parts <= {"(unattributed)"} and set(layers) >= step_parts
+    step_parts = set(STEP_PARTS)
+    others = {"(unattributed)", GRADIENT_SUMS} if backend == "tensorflow" else {"(unattributed)"}
+    assert set(layers) - OWN_LAYERS - step_parts <= others and set(layers) >= step_parts
     for layer in OWN_LAYERS - {"planted"}:
         assert layers[layer]["default_ms"] > 0 and layers[layer]["deterministic_ms"] > 0, layer
     top, *others = model["layers"]

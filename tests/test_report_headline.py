@@ -399,3 +399,18 @@ def test_calibration_record_without_its_arm_is_input_error(tmp_path: Path, capsy
     assert main(["report", str(root), "--format", "json", "-o", "-"]) == 3
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "has no valid 'arm'" in err
+
+
+def test_a_generated_language_is_learned_by_its_loss_not_its_accuracy() -> None:
+    """Next-token accuracy on a Markov chain is low even when its rules are learned: the loss is what tells."""
+    references = (2.35, 4.08)
+    learned = [{"runs_ok": 2, "accuracy": {"mean": 0.26}, "cross_entropy": {"mean": 2.79}}]
+    frequencies_only = [{"runs_ok": 2, "accuracy": {"mean": 0.26}, "cross_entropy": {"mean": 3.5}}]
+    assert learning_of(learned, 64, references).learned is True
+    failed = learning_of(frequencies_only, 64, references)
+    assert failed.learned is False
+    assert failed.line() == (
+        "mean held-out loss 3.50 nats, nearer the token frequencies' entropy (4.08) than the language's entropy "
+        "rate (2.35)"
+    )
+    assert learning_of(learned, 64).learned is True  # images' rule: 26% against 1/64's chance

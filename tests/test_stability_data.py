@@ -81,7 +81,7 @@ def test_npz_grey_images_without_channel_and_column_labels(tmp_path: Path) -> No
         (lambda a: a.update(y_test=np.full(10, 0.5)), "y_test must hold integer labels"),
         (lambda a: a.update(y_test=-np.ones(10, int)), "y_test holds negative labels"),
         (lambda a: a.update(x_test=np.zeros((10, 7, 7, 3), np.uint8)), "x_train images are \\(6, 6, 3\\)"),
-        (lambda a: a.update(x_train=np.zeros((20, 6), np.uint8)), "x_train must be a non-empty"),
+        (lambda a: a.update(x_train=np.zeros((20, 6), np.float32)), "x_train must be a non-empty"),
         (lambda a: a.update(x_test=np.full((10, 6, 6, 3), np.nan)), "x_test contains NaN"),
         (lambda a: a.update(y_train=np.zeros(20, int), y_test=np.zeros(10, int)), "at least 2"),
         (lambda a: a.update(groups_test=np.zeros(3, int)), "groups_test must hold one group per test image"),
@@ -138,6 +138,7 @@ def test_candidate_input_shapes() -> None:
     assert datasets.candidate_input_shapes((8, 8, 1)) == [(8, 8, 1), (32, 32, 1), (75, 75, 1), (224, 224, 1)]
     assert datasets.candidate_input_shapes((32, 32, 3)) == [(32, 32, 3), (75, 75, 3), (224, 224, 3)]
     assert datasets.candidate_input_shapes((300, 300, 3)) == [(300, 300, 3)]
+    assert datasets.candidate_input_shapes((16,)) == [(16,)]  # token sequences: their own length only
 
 
 def test_random_crop_is_a_window_of_the_zero_padded_image() -> None:
@@ -164,3 +165,59 @@ def test_flip_mirrors_about_half_the_images_only_when_asked() -> None:
 
     mirrored = [not is_window(out[i], i) and is_window(out[i, :, ::-1], i) for i in range(len(x))]
     assert 150 < sum(mirrored) < 250
+
+
+def test_the_markov_language_is_a_chain_its_sequences_follow_with_two_reference_losses() -> None:
+    data = datasets.load("markov")
+    again = datasets.load("markov")
+    np.testing.assert_array_equal(data.x_train, again.x_train)
+    assert data.takes == "tokens" and data.x_train.dtype == np.int32
+    assert data.x_train.shape == (datasets.MARKOV_TRAIN, datasets.MARKOV_LENGTH) == data.y_train.shape
+    assert data.input_shape == (datasets.MARKOV_LENGTH,) and data.classes == datasets.MARKOV_VOCABULARY
+    np.testing.assert_array_equal(data.x_train[:, 1:], data.y_train[:, :-1])  # y is x shifted by one token
+    assert data.test_labels.shape == (datasets.MARKOV_TEST * datasets.MARKOV_LENGTH,)
+    # The entropy rate the generator states is what its sequences show: the conditional entropy of the next token
+    # given this one, counted over the training transitions.
+    counts = np.zeros((data.classes, data.classes))
+    np.add.at(counts, (data.x_train.ravel(), data.y_train.ravel()), 1)
+    joint = counts / counts.sum()
+    conditional = joint / joint.sum(axis=1, keepdims=True).clip(1e-12)
+    seen = joint > 0
+    counted_rate = -(joint[seen] * np.log(conditional[seen])).sum()
+    frequencies = np.bincount(data.x_train.ravel(), minlength=data.classes) / data.x_train.size
+    counted_frequencies = -(frequencies[frequencies > 0] * np.log(frequencies[frequencies > 0])).sum()
+    assert data.entropy_rate == pytest.approx(counted_rate, abs=0.15)
+    assert data.frequency_entropy == pytest.approx(counted_frequencies, abs=0.05)
+    assert data.entropy_rate < data.frequency_entropy - 1.5
+    middle = (data.entropy_rate + data.frequency_entropy) / 2
+    assert data.learned(middle - 0.01) is True and data.learned(middle + 0.01) is False
+    assert datasets.load("digits").learned(0.1) is None
+
+
+def _token_npz(path: Path, **changes: np.ndarray) -> Path:
+    rng = np.random.default_rng(0)
+    x_train, x_test = rng.integers(0, 50, (40, 12)), rng.integers(0, 50, (10, 12))
+    arrays = {"x_train": x_train, "y_train": np.roll(x_train, -1, 1), "x_test": x_test, "y_test": x_test + 1}
+    np.savez(path, **{**arrays, **changes})
+    return path
+
+
+def test_an_npz_of_integer_sequences_is_token_data(tmp_path: Path) -> None:
+    path = _token_npz(tmp_path / "tokens.npz")
+    assert datasets.takes(f"npz:{path}") == "tokens" and datasets.takes("digits") == "images"
+    data = datasets.load(f"npz:{path}")
+    assert (data.takes, data.input_shape, data.classes) == ("tokens", (12,), 51)
+    assert data.entropy_rate is None and data.learned(1.0) is None
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"y_train": np.zeros((40, 11), dtype=np.int64)}, r"y_train must hold the next token at each position"),
+        ({"x_test": np.zeros((10, 9), np.int64), "y_test": np.ones((10, 9), np.int64)}, r"differ in length \(12 and 9"),
+        ({"y_test": -np.ones((10, 12), dtype=np.int64)}, "negative token ids"),
+    ],
+)
+def test_bad_token_npz_is_one_line(tmp_path: Path, changes: dict[str, np.ndarray], message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        datasets.load(f"npz:{_token_npz(tmp_path / 'tokens.npz', **changes)}")

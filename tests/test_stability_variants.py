@@ -111,6 +111,8 @@ def test_default_runs_reconciles_the_embedded_default_with_the_protocol() -> Non
         ({"model": "nonesuch"}, UsageError, "unknown model 'nonesuch'"),
         ({"dataset": "mnist"}, UsageError, "unknown dataset 'mnist'"),
         ({"dataset": "npz:/nonexistent/data.npz"}, InputError, "no such file"),
+        ({"model": "gpt_tiny"}, UsageError, "gpt_tiny takes tokens and digits holds images: give it --dataset markov"),
+        ({"dataset": "markov"}, UsageError, "smallcnn takes images and markov holds tokens: give it an image dataset"),
     ],
 )
 def test_study_config_validation(changes: dict, error: type, message: str) -> None:
@@ -123,3 +125,10 @@ def test_study_config_validation_canonicalizes_names() -> None:
     config, chosen = study.StudyConfig(model="SmallCNN", dataset="Digits", variants=("Algo", "algo")).validated()
     assert (config.model, config.dataset, config.variants) == ("smallcnn", "digits", ("algo",))
     assert [v.name for v in chosen] == ["algo"]
+
+
+def test_a_model_of_tokens_studies_the_markov_language_by_default_for_its_epochs() -> None:
+    assert (study.default_dataset("gpt_tiny"), study.default_dataset("vit_tiny")) == ("markov", "digits")
+    assert (study.default_epochs("markov"), study.default_epochs("digits")) == (study.TOKEN_EPOCHS, 60)
+    config, _ = study.StudyConfig(model="moe_tiny", dataset="markov").validated()
+    assert (config.model, config.dataset) == ("moe_tiny", "markov")

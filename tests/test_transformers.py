@@ -1,5 +1,6 @@
 """The transformers in the zoo (``detprof.models.transformers``): built with their blocks in their layers' names,
-trained with their own added losses, and swept on every backend at the tiny size."""
+trained with their own added losses, swept on every backend at the tiny size, and trained on the built-in
+Markov language by a stability study that must learn it."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from detprof.backends.base import STEP_PARTS
 from detprof.models import registry
+from detprof.stability import datasets
 from detprof.store import ResultsStore
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,11 +27,15 @@ def test_each_transformer_names_its_layers_by_block_and_takes_its_inputs() -> No
 
     for name in TINY:
         model = registry.build(name)
-        names = [layer.name for layer in model._flatten_layers(include_self=False)]
-        assert len(names) == len(set(names)), name
-        assert {"block0_attn_qkv", "block1_attn_qkv", "block0_norm1", "block1_norm2"} <= set(names), names
-        assert ("block1_moe_router" in names) == (name == "moe_tiny")
-        assert ("block1_mlp_in" in names) == (name != "moe_tiny"), names
+        blocks = [layer.name for layer in model.layers]
+        assert len(blocks) == len(set(blocks)), name
+        assert {"block0_attn", "block1_attn", "block0_norm1", "block1_norm2"} <= set(blocks), blocks
+        assert [sub.name for sub in model.get_layer("block1_attn")._flatten_layers(include_self=False)] == [
+            "qkv",
+            "out",
+        ]
+        assert ("block1_moe" in blocks) == (name == "moe_tiny")
+        assert ("block1_mlp_in" in blocks) == (name != "moe_tiny"), blocks
     gpt = registry.build("gpt_tiny")
     assert (gpt.inputs[0].dtype, tuple(gpt.inputs[0].shape), tuple(gpt.outputs[0].shape)) == (
         "int32",
@@ -76,12 +83,14 @@ def test_the_tiny_transformers_sweep_with_their_blocks_on_the_leaderboard(tmp_pa
     models = json.loads(subprocess.run(report, cwd=ROOT, capture_output=True, text=True, check=True).stdout)["models"]
     for model in models:
         layers = {layer["name"] for layer in model["layers"]}
-        assert {"block0_attn", "block1_attn", "block0_norm1", "block1_norm2"} <= layers, sorted(layers)
-        # Most of the step is the model's layers (on a quiet machine what none claims is 1.5-6.4%, README); the share
-        # is of CPU ops' times over three steps, which load can swell (21% once, with the suite beside it).
-        assert model["unattributed_share"] < 0.5, (model["model"], model["unattributed_share"])
+        assert {"block0_attn/qkv", "block1_attn/out", "block0_norm1", "block1_norm2"} <= layers, sorted(layers)
+        assert ("block1_moe/router" in layers) == (model["model"] == "moe_tiny"), sorted(layers)
+        # Most of the step is the model's layers and the step's other parts (on a quiet machine what none claims is
+        # under 0.3% on TensorFlow and JAX, 1.5-4.3% on PyTorch, README); the share is of CPU ops' times over three
+        # steps, which load can swell (21% once on PyTorch, with the suite beside it).
+        assert model["unattributed_share"] < (0.05 if backend != "torch" else 0.5), model["unattributed_share"]
         parts = {layer["name"]: layer for layer in model["layers"] if layer["name"] in STEP_PARTS}
-        assert (set(parts) == set(STEP_PARTS)) == (backend == "torch"), sorted(layers)
+        assert set(parts) == set(STEP_PARTS), sorted(layers)
         assert all(part["default_ms"] > 0 and part["deterministic_ms"] > 0 for part in parts.values()), parts
 
 
@@ -107,3 +116,30 @@ def test_a_transformer_trains_in_bfloat16_mixed_precision_on_a_gpu_and_a_cnn_sta
     model = training_of({"model": "moe_tiny", "input_shape": None, "classes": None}).model
     for layer in (model.get_layer("block0_attn").qkv, model.get_layer("block1_moe").router):
         assert (layer.compute_dtype, layer.variable_dtype) == ("bfloat16", "float32"), layer.name
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("backend", "model"), [("jax", "gpt_tiny"), ("tensorflow", "moe_tiny")])
+def test_a_model_of_tokens_learns_the_markov_language_and_control_is_bitwise_identical(
+    tmp_path: Path, backend: str, model: str
+) -> None:
+    out = tmp_path / "out"
+    study = [sys.executable, "-m", "detprof.cli", "stability", "--model", model, "--backend", backend]
+    study += ["--variants", "control", "--runs", "2", "--jobs", "1", "--out", str(out)]
+    done = subprocess.run(study, cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "determinism verified: 2 runs ended with bitwise-identical weights" in done.stdout
+    assert "learned the language: held-out loss" in done.stdout
+    summary = json.loads((out / "stability" / "summary.json").read_text())
+    assert (summary["dataset"], summary["takes"], summary["classes"]) == ("markov", "tokens", 64)
+    assert summary["config"]["epochs"] == 20
+    (control,) = summary["variants"]
+    middle = (summary["entropy_rate"] + summary["frequency_entropy"]) / 2
+    assert control["learned"] is True and control["cross_entropy"]["mean"] < middle
+    record = json.loads((out / "stability" / "runs" / "control-r000.json").read_text())
+    with np.load(out / "stability" / record["arrays"]) as arrays:
+        assert arrays["predictions"].shape == (datasets.MARKOV_TEST * datasets.MARKOV_LENGTH,)
+        assert arrays["probabilities"].shape == (datasets.MARKOV_TEST * datasets.MARKOV_LENGTH, 64)
+    report = [sys.executable, "-m", "detprof.cli", "report", str(out), "--format", "json", "-o", "-"]
+    shown = json.loads(subprocess.run(report, cwd=ROOT, capture_output=True, text=True, check=True).stdout)
+    assert shown["stability_not_learned"] == []

@@ -24,7 +24,7 @@ from detprof.analysis.overhead import model_overheads
 from detprof.intervals import Overhead, paired_t, t_interval
 from detprof.records import kernel_table_steps
 from detprof.store import ResultsStore
-from detprof.traces.attribution import UNATTRIBUTED, layer_of, op_kind
+from detprof.traces.attribution import UNATTRIBUTED, in_model_order, layer_of, op_kind
 
 MS = 1e6
 NEGLIGIBLE_SHARE = 0.01
@@ -98,7 +98,8 @@ class ModelAttribution:
     layers: list[PartCost]
     ops: list[PartCost]
     layer_order: list[str]
-    """The model's layers in model order (``layer_names``), for the report's "in model order" view."""
+    """The leaderboard's layer paths in model order (of their innermost layers, ``layer_names``), for the report's
+    "in model order" view."""
     unattributed_share: float
     """Of the default mode's traced time per step, what no layer claims."""
     default_step_ms: float
@@ -174,11 +175,14 @@ def _uninterrupted(frame: pd.DataFrame, steps: int) -> tuple[pd.DataFrame, int]:
     return frame[frame["step"].isin(kept)], len(kept)
 
 
-def run_parts(frame: pd.DataFrame, steps: int, layer_names: Sequence[str]) -> RunParts:
-    """A run's kernel table summed per layer, per op and per (layer, kernel), per uninterrupted step."""
+def run_parts(
+    frame: pd.DataFrame, steps: int, layer_names: Sequence[str], step_scopes: Mapping[str, str] | None = None
+) -> RunParts:
+    """A run's kernel table summed per layer (and per part of the step that is no layer: ``step_scopes``), per op
+    and per (layer, kernel), per uninterrupted step."""
     frame, steps = _uninterrupted(frame, steps)
     scopes, kinds = (_names(frame, column) for column in ("scope", "op_type"))
-    layer = scopes.map({scope: layer_of(scope, layer_names) for scope in scopes.cat.categories})
+    layer = scopes.map({scope: layer_of(scope, layer_names, step_scopes) for scope in scopes.cat.categories})
     layer = layer.astype(object).fillna(UNATTRIBUTED).to_numpy()
     op = kinds.map({kind: op_kind(kind) for kind in kinds.cat.categories}).astype(object).fillna(UNATTRIBUTED)
     kernel = frame["short_name"].astype(object).fillna(frame["name"].astype(object)).to_numpy()
@@ -266,7 +270,8 @@ def attribute_model(store: ResultsStore, records: Sequence[Mapping[str, Any]]) -
     if not pairs:
         return None
     layer_names = list(pairs[0][0].get("layer_names") or [])
-    parts = [tuple(_parts(store, record, layer_names) for record in pair) for pair in pairs]
+    step_scopes = dict(pairs[0][0].get("step_scopes") or {})
+    parts = [tuple(_parts(store, record, layer_names, step_scopes) for record in pair) for pair in pairs]
     if all(set(run.layers) == {UNATTRIBUTED} and set(run.ops) == {UNATTRIBUTED} for pair in parts for run in pair):
         return None
     layer_runs = [(d.layers, t.layers) for d, t in parts]
@@ -275,11 +280,12 @@ def attribute_model(store: ResultsStore, records: Sequence[Mapping[str, Any]]) -
     default_step = float(np.mean([sum(d.values()) for d, _ in layer_runs])) / MS
     unattributed = float(np.mean([d.get(UNATTRIBUTED, 0.0) for d, _ in layer_runs])) / MS
     noise_ms = _noise_ms(None, default_step)
+    layers = _paired(layer_runs, total, noise_ms)
     return ModelAttribution(
         model=model,
-        layers=_paired(layer_runs, total, noise_ms),
+        layers=layers,
         ops=_paired([(d.ops, t.ops) for d, t in parts], total, noise_ms),
-        layer_order=layer_names,
+        layer_order=in_model_order((p.name for p in layers), layer_names),
         unattributed_share=unattributed / default_step if default_step else 0.0,
         default_step_ms=default_step,
         layer_kernels=_layer_kernels(parts),
@@ -302,6 +308,8 @@ def _layer_kernels(parts: Sequence[tuple[RunParts, RunParts]]) -> dict[str, list
     }
 
 
-def _parts(store: ResultsStore, record: Mapping[str, Any], layer_names: Sequence[str]) -> RunParts:
+def _parts(
+    store: ResultsStore, record: Mapping[str, Any], layer_names: Sequence[str], step_scopes: Mapping[str, str]
+) -> RunParts:
     frame = store.read_table(str(record["kernel_table"]))
-    return run_parts(frame, kernel_table_steps(record), layer_names)
+    return run_parts(frame, kernel_table_steps(record), layer_names, step_scopes)

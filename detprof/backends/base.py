@@ -53,6 +53,13 @@ names neither (PyTorch): the loss (its backward pass with it) and the optimizer'
 the leaderboard, not "(unattributed)"."""
 
 
+GRADIENT_SUMS = "(gradient sums)"
+"""TensorFlow's sums of the gradients of a tensor that several layers read (a residual connection's), which its
+tape adds up outside every layer's scope (``AddN``): a row of their own, not "(unattributed)"."""
+COMPILED_LOSS_SCOPE = "compile_loss"
+"""The name scope of a Keras model's compiled loss, in TensorFlow's op names and JAX's op metadata alike."""
+
+
 def layer_range_name(layer: str) -> str:
     return f"{LAYER_RANGE}{layer}"
 
@@ -295,6 +302,15 @@ class Backend:
     def step_mark(self, name: str) -> contextlib.AbstractContextManager[None]:
         """A range named ``name`` around one step in the profiler's trace (``traces.step_split`` reads it)."""
         raise NotImplementedError
+
+    def step_scopes(self) -> dict[str, str]:
+        """Name scopes of this framework's traces that are a part of the step but no layer's, by the row they go to.
+        None by default: the loss's and the optimizer's scopes are Keras's (``profiler.workloads.step_scopes``)."""
+        return {}
+
+    def compile_for_tracing(self) -> None:
+        """Before a traced process compiles its steps: whatever makes the framework compile them so that the trace
+        names their ops. Nothing by default."""
 
     # Under nsys, which names no framework op by itself.
 

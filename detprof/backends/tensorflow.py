@@ -8,7 +8,7 @@ import sys
 from collections.abc import Iterator, MutableMapping, Sequence
 from typing import Any
 
-from .base import ArmStep, Backend, Compiler, Knob, LossOf, SettingColumn, Step, StopProfiler
+from .base import GRADIENT_SUMS, ArmStep, Backend, Compiler, Knob, LossOf, SettingColumn, Step, StopProfiler
 
 DEBUG_ENV = "DETPROF_DEBUG"
 """Set (non-empty) to see everything: tracebacks of internal errors and TensorFlow's own log lines."""
@@ -195,6 +195,9 @@ class TensorFlow(Backend):
         import tensorflow as tf
 
         return tf.profiler.experimental.Trace(name)
+
+    def step_scopes(self) -> dict[str, str]:
+        return {"AddN": GRADIENT_SUMS}
 
 
 def _autotune() -> bool:

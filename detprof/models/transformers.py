@@ -7,9 +7,9 @@ pass (a scatter-add), attention's backward pass (``keras.ops.dot_product_attenti
 path where it has one), layer norm's reductions, and the mixture's dispatch (a scatter) and combine (a
 gather and a segment sum, scatter-adds again).
 
-Every layer has a name of its own that carries its block (``block0_attn_qkv``): a kernel goes to the
-innermost layer whose name its scope holds, so Keras's shared sublayer names (``query``, ``value``) would
-put both blocks' attention under one name.
+Each block's layers carry its name (``block0_attn``) and their sublayers Keras's short names (``qkv``,
+``router``): the layer leaderboard names a kernel by its path (``block0_attn/qkv``), as it names the
+sublayers of Keras's own attention (``multi_head_attention_1/value``).
 """
 
 from __future__ import annotations
@@ -76,8 +76,8 @@ class SelfAttention(layers.Layer):
 
     def build(self, input_shape: tuple[int | None, ...]) -> None:
         width = int(input_shape[-1])
-        self.qkv = layers.Dense(3 * width, name=f"{self.name}_qkv")
-        self.out = layers.Dense(width, name=f"{self.name}_out")
+        self.qkv = layers.Dense(3 * width, name="qkv")
+        self.out = layers.Dense(width, name="out")
         self.qkv.build(input_shape)
         self.out.build(input_shape)
 
@@ -120,7 +120,7 @@ class MixtureOfExperts(layers.Layer):
 
     def build(self, input_shape: tuple[int | None, ...]) -> None:
         width = int(input_shape[-1])
-        self.router = layers.Dense(self.experts, name=f"{self.name}_router")
+        self.router = layers.Dense(self.experts, name="router")
         self.router.build((None, width))
         self.w_in = self.add_weight(name="w_in", shape=(self.experts, width, self.hidden), initializer="glorot_uniform")
         self.w_out = self.add_weight(

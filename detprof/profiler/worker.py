@@ -115,6 +115,7 @@ def run(spec: WorkerSpec, pacer: Pacer | None = None) -> dict[str, Any]:
     if spec.cpu_threads and backend.limit_threads(spec.cpu_threads):
         result["cpu_threads"] = spec.cpu_threads
     capture = TRACERS[spec.tracer].capture(spec.trace_path, settings.backend)
+    backend.compile_for_tracing()
     pacer = pacer or Pacer(None)
     try:
         step, facts = entry_point(spec.workload)(spec)
@@ -185,6 +186,7 @@ def run_arms(specs: Sequence[WorkerSpec], pacer: Pacer) -> list[dict[str, Any]]:
     if first.cpu_threads and backend.limit_threads(first.cpu_threads):
         common["cpu_threads"] = first.cpu_threads
     capture = TRACERS[first.tracer].capture(first.trace_path, backend.name)
+    backend.compile_for_tracing()
     try:
         arms, facts = entry_point(first.workload)(specs)
     except Exception as exc:

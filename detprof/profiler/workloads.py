@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from detprof import backends
-from detprof.backends.base import ArmStep, Step
+from detprof.backends.base import COMPILED_LOSS_SCOPE, LOSS_PART, OPTIMIZER_PART, ArmStep, Step
 from detprof.profiler.worker_spec import WorkerSpec
 
 if TYPE_CHECKING:
@@ -103,7 +103,7 @@ def model_training(worker: WorkerSpec) -> tuple[Step, dict[str, Any]]:
         step, train_step = _tensorflow_step(training, x, y, settings.jit_compile)
     else:
         step, train_step = _keras_step(training, x, y, settings.jit_compile)
-    return step, _facts(training.model, x, y, train_step)
+    return step, _facts(training, x, y, train_step)
 
 
 def model_training_arms(workers: Sequence[WorkerSpec]) -> tuple[list[ArmStep], dict[str, Any]]:
@@ -116,7 +116,7 @@ def model_training_arms(workers: Sequence[WorkerSpec]) -> tuple[list[ArmStep], d
     knobs = [worker.determinism.knob_set() for worker in workers]
     arms = backends.get(settings.backend).arm_steps(training.model, x_t, y_t, knobs)
     train_step = f"keras train_step (jit_compile={settings.jit_compile}), the arms in turn in one process"
-    return arms, _facts(training.model, x, y, train_step)
+    return arms, _facts(training, x, y, train_step)
 
 
 def switched_arms(
@@ -155,18 +155,32 @@ def _raising(exc: Exception) -> Step:
     return fail
 
 
-def _facts(model: keras.Model, x: Batch, y: Batch, train_step: str) -> dict[str, Any]:
-    """What a model workload records of itself: its size, its layers, its input and classes, its step."""
+def _facts(training: Training, x: Batch, y: Batch, train_step: str) -> dict[str, Any]:
+    """What a model workload records of itself: its size, its layers, the scopes of the step's other parts, its
+    input and classes, its step."""
     import numpy as np
 
+    model = training.model
     facts: dict[str, Any] = {"parameters": int(model.count_params()), "train_step": train_step}
     facts["dtype_policy"] = model.dtype_policy.name
     facts["layer_names"] = [layer.name for layer in model._flatten_layers(include_self=False)]
+    facts["step_scopes"] = step_scopes(training)
     if not isinstance(x, dict):
         facts["input_shape"] = [int(d) for d in x.shape[1:]]
     if not isinstance(y, list) and np.issubdtype(y.dtype, np.integer) and _output_classes(model) is not None:
         facts["classes"] = _output_classes(model)
     return facts
+
+
+def step_scopes(training: Training) -> dict[str, str]:
+    """The name scopes under which the step's parts that are no layer run, by their row in the layer leaderboard:
+    Keras's compiled loss and the loss's own name, the optimizer's name, and the framework's own (``step_scopes``)."""
+    import keras
+
+    scopes = backends.get(keras.config.backend()).step_scopes()
+    scopes |= {COMPILED_LOSS_SCOPE: LOSS_PART, training.optimizer.name: OPTIMIZER_PART}
+    name = getattr(training.loss, "name", None)
+    return scopes | ({name: LOSS_PART} if isinstance(name, str) else {})
 
 
 def _output_classes(model: keras.Model) -> int | None:

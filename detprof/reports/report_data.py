@@ -44,6 +44,7 @@ from detprof.analysis.study_results import summarize_model
 from detprof.analysis.verification import ModelVerification
 from detprof.determinism import MODES
 from detprof.errors import InputError
+from detprof.formatting import finite
 from detprof.intervals import Metric, Overhead, headline, inconclusive_reason
 from detprof.records import backend_of, is_cpu
 from detprof.reports import kernels_data
@@ -181,11 +182,13 @@ class StabilityStudy:
     variants: list[dict[str, Any]]
     software: dict[str, Any]
     determinism: dict[str, dict[str, Any]]
+    references: tuple[float, float] | None = None
+    """A generated language's entropy rate and token-frequency entropy, which its loss is judged by."""
 
     @property
     def learning(self) -> Learning:
         """Whether its models learned (``tradeoff.learning_of``): one that did not is left out of verdicts."""
-        return learning_of(self.variants, self.classes)
+        return learning_of(self.variants, self.classes, self.references)
 
     @property
     def learned(self) -> bool:
@@ -472,7 +475,13 @@ def load_stability(store: ResultsStore) -> StabilityStudy | str:
         variants=list(summary["variants"]),
         software=dict(summary.get("software") or {}),
         determinism=dict(summary.get("determinism") or {}),
+        references=_references(summary),
     )
+
+
+def _references(summary: Mapping[str, Any]) -> tuple[float, float] | None:
+    rate, frequencies = finite(summary.get("entropy_rate")), finite(summary.get("frequency_entropy"))
+    return (rate, frequencies) if rate is not None and frequencies is not None else None
 
 
 def _stability_backend(store: ResultsStore, summary: Mapping[str, Any]) -> str:

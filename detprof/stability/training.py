@@ -2,7 +2,8 @@
 
 Each noise source draws from its own seed: ``init`` seeds Keras before the initial
 weights are built, ``shuffle`` and ``augment`` drive numpy generators for data order and
-augmentation, ``dropout`` resets every stochastic layer's seed generator, ``bitflip``
+augmentation (of images: token sequences are trained on as they are, so ``augment`` varies
+nothing there), ``dropout`` resets every stochastic layer's seed generator, ``bitflip``
 picks the one weight moved by an ulp. Nothing else draws randomness, so a run is a pure
 function of its seeds and, with determinism on, of nothing else.
 
@@ -148,7 +149,7 @@ def flip_one_weight(model: keras.Model, seed: int) -> dict[str, Any]:
     return {"variable": variable.path, "index": index, "before": float(before), "after": float(flat[index])}
 
 
-def on_data(model: keras.Model, data_shape: tuple[int, int, int]) -> keras.Model:
+def on_data(model: keras.Model, data_shape: tuple[int, ...]) -> keras.Model:
     """``model`` taking the dataset's images: resized (bilinear) in front when the model was built at another size.
 
     The resize is part of the compiled step, batch by batch, so a large dataset upsampled
@@ -159,9 +160,9 @@ def on_data(model: keras.Model, data_shape: tuple[int, int, int]) -> keras.Model
     """
     import keras
 
-    height, width, _ = model.inputs[0].shape[1:]
-    if (height, width) == data_shape[:2]:
+    if len(data_shape) != 3 or tuple(model.inputs[0].shape[1:3]) == data_shape[:2]:
         return model
+    height, width = model.inputs[0].shape[1:3]
     inputs = keras.Input(shape=data_shape)
     resized = keras.layers.Lambda(
         lambda x: keras.ops.image.resize(x, (height, width), interpolation="bilinear"), name="resize"
@@ -200,7 +201,7 @@ class Trainer:
     def __init__(
         self,
         model_name: str,
-        data_shape: tuple[int, int, int],
+        data_shape: tuple[int, ...],
         classes: int,
         lr: float,
         jit_compile: bool,
@@ -236,7 +237,7 @@ class Trainer:
         """What trains, for the record: Keras may refuse XLA for a model and fall back, so this is what it kept."""
         return f"keras train_on_batch (jit_compile={self.training.jit_compile})"
 
-    def _build(self, data_shape: tuple[int, int, int]) -> tuple[tuple[int, int, int], keras.Model]:
+    def _build(self, data_shape: tuple[int, ...]) -> tuple[tuple[int, ...], keras.Model]:
         """The model at the first candidate shape it accepts; the shape is the model's own (yours may fix it)."""
         errors = []
         for shape in datasets.candidate_input_shapes(data_shape):
@@ -264,14 +265,15 @@ class Trainer:
         return applied
 
     def train_step(self, x: np.ndarray, y: np.ndarray) -> tuple[float, int]:
-        """One optimizer step: the batch's mean loss and how many of its examples the model got right.
+        """One optimizer step: the batch's mean loss and how many of its labels (an image's, or each next
+        token's) the model got right.
 
         Keras resets its metrics at every ``train_on_batch``, so the accuracy it returns is this
-        batch's alone; times the batch size it is the count of hits (exact: a float32 ratio of
+        batch's alone; times the batch's labels it is the count of hits (exact: a float32 ratio of
         two integers under 2**24 rounds back to the numerator).
         """
         logs = self.training.train_on_batch(x, y, return_dict=True)
-        return float(logs["loss"]), round(float(logs[ACCURACY]) * len(y))
+        return float(logs["loss"]), round(float(logs[ACCURACY]) * y.size)
 
     def infer(self, x: np.ndarray, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
         feats, outs = [], []
@@ -282,7 +284,9 @@ class Trainer:
         return np.concatenate(feats), np.concatenate(outs)
 
     def probabilities_and_loss(self, outputs: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
-        scores = outputs.astype(np.float64)
+        """Per label (an image, or a position of a sequence: both flattened to rows) and their mean loss."""
+        scores = outputs.reshape(-1, outputs.shape[-1]).astype(np.float64)
+        y = y.reshape(-1)
         if self.outputs_probabilities:
             log_p = np.log(np.clip(scores, 1e-12, 1.0))
             probs = scores
@@ -317,7 +321,9 @@ def train(run: PlannedRun, config: TrainConfig) -> dict[str, Any]:
     curve = []
     for epoch in range(1, config.epochs + 1):
         order = shuffle_rng.permutation(n)
-        x = random_crop_flip(data.x_train[order], augment_rng, flip=data.flip_preserves_label)
+        x = data.x_train[order]
+        if data.takes == "images":
+            x = random_crop_flip(x, augment_rng, flip=data.flip_preserves_label)
         y = data.y_train[order]
         loss_sum, correct = 0.0, 0
         for start in range(0, n, config.batch_size):
@@ -334,15 +340,15 @@ def train(run: PlannedRun, config: TrainConfig) -> dict[str, Any]:
             {
                 "epoch": epoch,
                 "train_loss": loss_sum / n,
-                "train_accuracy": correct / n,
+                "train_accuracy": correct / data.y_train.size,
                 "test_loss": test_loss,
-                "test_accuracy": metrics.accuracy(data.y_test, predictions),
+                "test_accuracy": metrics.accuracy(data.test_labels, predictions),
             }
         )
     variables = [(layer.name, layer.weights) for layer in trainer.model.layers if layer.weights]
     layers = [(name, [w.numpy() for w in weights]) for name, weights in variables]
     digests = metrics.layer_digests(layers)
-    per_class = metrics.per_class_accuracy(data.y_test, predictions, data.classes)
+    per_class = metrics.per_class_accuracy(data.test_labels, predictions, data.classes)
     trainable = np.concatenate([v.numpy().ravel() for v in trainer.model.trainable_variables])
     study_dir = Path(config.study_dir)
     arrays_rel = f"{ARRAYS_DIR}/{run.run_id}.npz"

@@ -46,6 +46,7 @@ def summarize_variant(
     predictions = [a["predictions"] for a in arrays]
     probabilities = [a["probabilities"] for a in arrays]
     accuracy = _spread_dict([r["accuracy"] for r in ok])
+    cross_entropy = _spread_dict([r["cross_entropy"] for r in ok])
     per_class = metrics.per_class_spread(
         np.array([[np.nan if v is None else v for v in r["per_class_accuracy"]] for r in ok]).reshape(
             len(ok), data.classes
@@ -62,17 +63,18 @@ def summarize_variant(
         "runs_failed": len(failed),
         "failures": failed,
         "accuracy": accuracy,
-        "cross_entropy": _spread_dict([r["cross_entropy"] for r in ok]),
+        "cross_entropy": cross_entropy,
+        "learned": data.learned(cross_entropy["mean"]) if ok else None,
         "churn": metrics.churn(predictions),
         "l2": metrics.l2_distance([a["trainable_weights"] for a in arrays]),
         "per_class": asdict(per_class),
         "subgroups": (
-            metrics.subgroup_spread(data.y_test, predictions, data.groups_test, binary=data.classes == 2)
+            metrics.subgroup_spread(data.test_labels, predictions, data.groups_test, binary=data.classes == 2)
             if data.groups_test is not None and ok
             else None
         ),
         "spearman": metrics.spearman(probabilities),
-        "ensemble_gain": metrics.ensemble_gain(probabilities, data.y_test),
+        "ensemble_gain": metrics.ensemble_gain(probabilities, data.test_labels),
         "cka": metrics.mean_cka([a["representations"] for a in arrays]),
         "distinct_weights": len({r["weights_sha256"] for r in ok}),
         "determinism_check": {

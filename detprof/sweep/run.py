@@ -202,10 +202,11 @@ def measure_program(request: ProgramRequest, *, console: Console) -> SweepOutcom
 
 def study_stability(outcome: SweepOutcome, *, console: Console) -> list[Path]:
     """The stability side for the report's overhead-versus-variance pairing, one study per swept model that can
-    learn the embedded digits study in its budget; returns each study's summary.
+    learn its embedded study in its budget; returns each study's summary.
 
-    The preset's study size (``STABILITY_RUNS`` per variant on the bundled digits data, the
-    default epochs) for every swept model: it must fit in the embedded default's time;
+    The preset's study size (``STABILITY_RUNS`` per variant on the built-in data the model takes: digits, or the
+    Markov language for a model of tokens; that data's default epochs) for every swept model: it must fit in the
+    embedded default's time;
     ``detprof stability --runs 10`` runs the full protocol.
     """
     from detprof.stability import study
@@ -224,7 +225,10 @@ def study_stability(outcome: SweepOutcome, *, console: Console) -> list[Path]:
     summaries = []
     for model in models:
         runs = STABILITY_RUNS.get(outcome.preset or "", study.EMBEDDED_RUNS)
-        config = study.StudyConfig(model=model, runs=runs, backend=outcome.backend)
+        dataset = study.default_dataset(model)
+        config = study.StudyConfig(
+            model=model, dataset=dataset, runs=runs, epochs=study.default_epochs(dataset), backend=outcome.backend
+        )
         result = study.run_study(
             config,
             outcome.out / "stability" / model,

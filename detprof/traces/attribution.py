@@ -5,16 +5,17 @@ Every parser fills two columns of the kernel table where its trace says (``kerne
 under. TensorFlow's op names and JAX's ``op_name`` metadata carry the Keras layers' name scopes
 (``mediumcnn_k3_1/conv4_1/convolution``, ``jit(train_step)/transpose(jvp(conv4))/conv_general_dilated``);
 a PyTorch worker marks each layer call with a range (``layer_range_name``) that the Kineto parser
-turns into the same kind of path. Here a path becomes the model's layer: the innermost part that
-names one of its layers (TensorFlow appends ``_1`` to a scope it enters again; JAX wraps scopes in
-the transformations applied, ``transpose(jvp(...))``). A kernel no path places is "unattributed",
-never dropped, so per-layer times always add up to the step's.
+turns into the same kind of path. Here a path becomes the model's layer: the parts that name one
+of its layers, outermost first (``multi_head_attention_1/value``: the sublayers of two attention
+layers share their names, the path tells them apart; TensorFlow appends ``_1`` to a scope it enters
+again; JAX wraps scopes in the transformations applied, ``transpose(jvp(...))``). A kernel no path
+places is "unattributed", never dropped, so per-layer times always add up to the step's.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
 import pandas as pd
@@ -28,6 +29,7 @@ __all__ = [
     "LAYER_RANGE",
     "UNATTRIBUTED",
     "by_part",
+    "in_model_order",
     "layer_of",
     "layer_path",
     "layer_range_name",
@@ -53,20 +55,32 @@ def parts(scope: str) -> list[str]:
     return found
 
 
-def layer_of(scope: object, layers: Iterable[str]) -> str:
-    """The innermost part of ``scope`` that names one of ``layers`` (as given, or as TensorFlow renamed
-    a scope entered again) or a part of the step that is no layer (``STEP_PARTS``: the loss, the optimizer's
-    update); ``UNATTRIBUTED`` where none does."""
+def layer_of(scope: object, layers: Iterable[str], step_scopes: Mapping[str, str] | None = None) -> str:
+    """The path of the parts of ``scope`` that name one of ``layers`` (as given, or as TensorFlow renamed
+    a scope entered again), outermost first, or the part of the step that is no layer (``STEP_PARTS``: the
+    loss, the optimizer's update; a scope of ``step_scopes``: the row it goes to) where no layer's scope holds it;
+    ``UNATTRIBUTED`` where none does."""
     if not isinstance(scope, str) or not scope:
         return UNATTRIBUTED
-    names = {*layers, *STEP_PARTS}
-    for part in reversed(parts(scope)):
-        if part in names:
+    names, others = set(layers), step_scopes or {}
+    found: list[str] = []
+    for part in parts(scope):
+        if part in STEP_PARTS:
             return part
-        base = _REPEATED_SCOPE.sub("", part)
-        if base in names:
-            return base
-    return UNATTRIBUTED
+        step_part = others.get(part, others.get(_REPEATED_SCOPE.sub("", part)))
+        if step_part is not None and not found:
+            return step_part
+        named = part if part in names else _REPEATED_SCOPE.sub("", part)
+        if named in names and (not found or found[-1] != named):
+            found.append(named)
+    return "/".join(found) or UNATTRIBUTED
+
+
+def in_model_order(paths: Iterable[str], layers: Sequence[str]) -> list[str]:
+    """Layer paths in the order the model lists their innermost layers; paths it does not list left out."""
+    position = {name: index for index, name in enumerate(layers)}
+    listed = [path for path in paths if path.rsplit("/", 1)[-1] in position]
+    return sorted(listed, key=lambda path: (position[path.rsplit("/", 1)[-1]], path))
 
 
 def op_kind(op_type: object) -> str:
