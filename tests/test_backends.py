@@ -112,9 +112,14 @@ def test_a_tensorflow_worker_loads_tensorflow_alone() -> None:
 @pytest.mark.slow
 def test_every_jax_knob_is_read_back_from_xla_as_set_even_those_that_matter_only_on_a_gpu() -> None:
     """Beyond deterministic mode's flag (above), the knobs a knob study may set: XLA parses its GPU flags here too.
-    (PyTorch's deterministic mode sets every one of its knobs.)"""
+    (PyTorch's deterministic mode sets every one of its knobs but the choices of an attention back end.)"""
     names = backends.get("jax").knob_names()
-    assert backends.get("torch").mode_knobs() == frozenset(backends.get("torch").knob_names())
+    torch_knobs = frozenset(backends.get("torch").knob_names())
+    assert backends.get("torch").mode_knobs() == torch_knobs - {
+        "torch.sdpa_math",
+        "torch.sdpa_flash",
+        "torch.sdpa_efficient",
+    }
     found = probe("jax", "deterministic", knobs=names)["effective"]["knobs"]
     assert found == dict.fromkeys(names, True)
 
@@ -175,3 +180,23 @@ def test_dry_run_shows_the_backends_switch_and_compiler(capsys) -> None:
     out = capsys.readouterr().out
     assert "backend      jax" in out and "tracer       jax" in out
     assert "XLA_FLAGS+=--xla_gpu_deterministic_ops=true" in out and "jax.jit in both modes" in out
+
+
+def test_an_attention_knob_leaves_scaled_dot_product_attention_one_back_end_and_the_next_arm_all_of_them() -> None:
+    import torch
+    from torch.nn import functional
+
+    torch_backend = backends.get("torch")
+    q = torch.randn(1, 2, 8, 4, requires_grad=True)
+    try:
+        for knob, runs in (("torch.sdpa_math", "_scaled_dot_product_attention_math"), (None, "flash_attention")):
+            torch_backend.arm_switch(frozenset({knob} if knob else ()))()
+            in_effect = torch_backend.knobs_in_effect()
+            assert [k for k in ("torch.sdpa_math", "torch.sdpa_flash", "torch.sdpa_efficient") if in_effect[k]] == (
+                [knob] if knob else []
+            )
+            with torch.profiler.profile() as profile:
+                functional.scaled_dot_product_attention(q, q, q, is_causal=True).sum().backward()
+            assert any(runs in event.name for event in profile.events()), knob
+    finally:
+        torch_backend.arm_switch(frozenset())()

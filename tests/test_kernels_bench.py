@@ -15,8 +15,9 @@ from detprof.kernels_bench.bench import KernelsConfig, plan_runs
 from detprof.kernels_bench.case_results import summarize
 from detprof.kernels_bench.cases import CONV_OPS, SUITES, OpCase, derive_cases
 from detprof.kernels_bench.command import print_summary
-from detprof.kernels_bench.ops import BUILDERS, op_benchmark
+from detprof.kernels_bench.ops import BUILDERS, _Inputs, op_benchmark
 from detprof.models import paper_cnns, registry
+from detprof.models.routing import TOP_K, expert_capacity
 from detprof.profiler.devices import DeviceChoice
 from detprof.profiler.plan import MeasurementTarget
 from detprof.profiler.study import run_planned
@@ -104,6 +105,41 @@ def test_ops_suite_shapes_are_the_models_layers() -> None:
     assert matmul.params["input_shape"] == [batch, 1280]
     scatter = next(c for c in cases if c.op == "scatter_nd" and c.model == "efficientnetb0")
     assert scatter.params == {"rows": batch, "table_shape": [1000, 1280]}
+
+
+@pytest.mark.slow  # builds gpt_small and moe_small in Keras to read their shapes
+def test_the_transformer_ops_are_read_off_gpt_small_and_moe_small() -> None:
+    batch, length = 2, 32
+    ops = ["embedding_backward", "attention_backward", "layer_norm_backward_weight", "moe_dispatch"]
+    cases = {c.op: c for c in derive_cases(ops, (3,), batch, length)}
+    gpt, moe = registry.get("gpt_small"), registry.get("moe_small")
+    width, heads, depth = (registry.TRANSFORMER_SIZES["small"][k] for k in ("width", "heads", "depth"))
+    assert cases["embedding_backward"].params == {"tokens": [batch, length], "table_shape": [gpt.classes, width]}
+    attention = cases["attention_backward"]  # every block's attention has one shape: one case for them all
+    assert attention.layers == tuple(f"block{i}_attn" for i in range(depth))
+    assert attention.params == {"shape": [batch, heads, length, width // heads], "causal": True}
+    assert cases["layer_norm_backward_weight"].params == {"input_shape": [batch, length, width]}
+    assert len(cases["layer_norm_backward_weight"].layers) == 2 * depth + 1  # two per block and the final one
+    experts, routed = registry.EXPERTS["small"], batch * length
+    dispatch = cases["moe_dispatch"]
+    assert (dispatch.model, dispatch.layers[0]) == (moe.name, "block0_moe")
+    slots = experts * expert_capacity(routed, experts)
+    assert dispatch.params == {"updates": routed * TOP_K, "table_shape": [slots, width]}
+
+
+@pytest.mark.slow  # TensorFlow's ops in this process
+def test_the_attention_case_computes_what_keras_attention_computes_on_tensorflow() -> None:
+    params = {"shape": [2, 3, 8, 4], "causal": True}
+    inputs = _Inputs(seed=7)
+    gradients = BUILDERS["attention_backward"](params, inputs)()
+    again = _Inputs(seed=7)
+    q, k, v, upstream = (tf.transpose(again.normal(params["shape"]), [0, 2, 1, 3]) for _ in range(4))
+    with tf.GradientTape() as tape:
+        tape.watch([q, k, v])
+        out = keras.ops.dot_product_attention(q, k, v, is_causal=True)
+    expected = tape.gradient(out, [q, k, v], output_gradients=upstream)
+    for got, want in zip(gradients, expected, strict=True):
+        np.testing.assert_allclose(tf.transpose(got, [0, 2, 1, 3]), want, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.slow

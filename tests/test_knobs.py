@@ -24,6 +24,7 @@ import pytest
 
 from detprof import backends
 from detprof.analysis.knobs import knob_checks, model_knobs, read_knob_study, within_noise
+from detprof.backends.base import NO_ATTENTION
 from detprof.cli import main
 from detprof.errors import ExitCode, UsageError
 from detprof.fingerprints import RunFingerprints
@@ -33,6 +34,7 @@ from detprof.sweep.knobs import knob_plan, split_knobs
 
 TORCH = backends.get(backends.TORCH)
 ALGORITHMS, FILL = "torch.use_deterministic_algorithms", "torch.fill_uninitialized_memory"
+SDPA = "torch.sdpa_math"
 
 
 def test_the_plan_prices_each_knob_that_can_matter_and_lists_the_others_with_the_reason() -> None:
@@ -44,6 +46,16 @@ def test_the_plan_prices_each_knob_that_can_matter_and_lists_the_others_with_the
         "torch.cublas_workspace_config",
     }
     assert all("CUDA GPU" in reason for reason in cpu.not_applicable.values())
+    assert not any(knob.attention_only for knob in cpu.knobs)  # no model runs attention: its knobs are left out
+    # A transformer has attention: its back ends are priced, each added to the default; on a CPU flash and math.
+    gpt = knob_plan(TORCH, on_gpu=False, only=None, models=("smallcnn", "gpt_tiny"))
+    assert [c.name for c in gpt.comparisons][-2:] == ["add:torch.sdpa_math", "add:torch.sdpa_flash"]
+    assert gpt.not_applicable["torch.sdpa_efficient"] == "memory-efficient attention runs only on a CUDA GPU"
+    mine = knob_plan(TORCH, on_gpu=False, only=("torch.sdpa_math",), models=("net.py:build",))
+    assert [c.name for c in mine.comparisons] == ["total", "add:torch.sdpa_math"]  # yours may run attention: named
+    assert SDPA not in {k.name for k in knob_plan(TORCH, on_gpu=False, only=None, models=("net.py:build",)).knobs}
+    cnn = knob_plan(TORCH, on_gpu=False, only=(SDPA,), models=("smallcnn",))
+    assert cnn.not_applicable == {SDPA: NO_ATTENTION} and len(cnn.comparisons) == 1
     drop_fill = cpu.comparisons[-1]
     assert drop_fill.treated == TORCH.mode_knobs() and drop_fill.reference == TORCH.mode_knobs() - {FILL}
     gpu = knob_plan(TORCH, on_gpu=True, only=(FILL, "torch.cudnn_benchmark"))

@@ -53,6 +53,7 @@ names neither (PyTorch): the loss (its backward pass with it) and the optimizer'
 the leaderboard, not "(unattributed)"."""
 
 
+NO_ATTENTION = "no model studied is known to run attention (for your own, name the knob in --knobs)"
 GRADIENT_SUMS = "(gradient sums)"
 """TensorFlow's sums of the gradients of a tensor that several layers read (a residual connection's), which its
 tape adds up outside every layer's scope (``AddN``): a row of their own, not "(unattributed)"."""
@@ -100,8 +101,14 @@ class Knob:
     one that runs arms which all set it sets it when it starts (``Backend.process_knobs``); None: switchable
     between steps."""
 
-    def applies(self, on_gpu: bool) -> str | None:
-        """None where the knob can matter on the device measured; else why it cannot."""
+    attention_only: bool = False
+    """It switches how attention runs: a study of models that run none lists it as not applicable."""
+
+    def applies(self, on_gpu: bool, attention: bool = True) -> str | None:
+        """None where the knob can matter on the device measured, for models that run attention or not; else why
+        it cannot."""
+        if self.attention_only and not attention:
+            return NO_ATTENTION
         return None if on_gpu or self.gpu_only is None else self.gpu_only
 
 

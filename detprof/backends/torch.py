@@ -33,6 +33,28 @@ CUDNN_DETERMINISTIC = "torch.cudnn_deterministic"
 CUDNN_BENCHMARK = "torch.cudnn_benchmark"
 CUBLAS_WORKSPACE = "torch.cublas_workspace_config"
 CUDA_ONLY = "cuDNN and cuBLAS run only on a CUDA GPU"
+SDPA_MATH = "torch.sdpa_math"
+SDPA_FLASH = "torch.sdpa_flash"
+SDPA_EFFICIENT = "torch.sdpa_efficient"
+SDPA_ONLY = {SDPA_MATH: "math", SDPA_FLASH: "flash", SDPA_EFFICIENT: "mem_efficient"}
+"""Each knob keeps ``scaled_dot_product_attention`` to one of its back ends: the alternatives a transformer's
+attention has, each priced against PyTorch's own choice. The math back end is matrix products and a softmax; the
+fused ones (flash attention, memory-efficient attention, cuDNN's) accumulate their backward pass as they each do."""
+SDPA_BACK_ENDS = ("flash", "mem_efficient", "math", "cudnn")
+
+
+def _sdpa_knob(knob: str, name: str, gpu_only: str | None = None) -> Knob:
+    return Knob(
+        knob,
+        f"torch.nn.attention.sdpa_kernel(SDPBackend.{name.upper()})",
+        f"scaled_dot_product_attention on its {name.replace('_', '-')} back end alone, instead of the one PyTorch "
+        "picks; not part of detprof's deterministic mode",
+        gpu_only=gpu_only,
+        in_mode=False,
+        attention_only=True,
+    )
+
+
 KNOBS = (
     Knob(
         DETERMINISTIC_ALGORITHMS,
@@ -66,6 +88,9 @@ KNOBS = (
         gpu_only=CUDA_ONLY,
         per_process=f"{CUBLAS_WORKSPACE_ENV} is read once, when CUDA starts",
     ),
+    _sdpa_knob(SDPA_MATH, "math"),
+    _sdpa_knob(SDPA_FLASH, "flash_attention"),
+    _sdpa_knob(SDPA_EFFICIENT, "efficient_attention", gpu_only="memory-efficient attention runs only on a CUDA GPU"),
 )
 
 
@@ -125,6 +150,9 @@ class Torch(Backend):
         torch.utils.deterministic.fill_uninitialized_memory = FILL_UNINITIALIZED in knobs or not algorithms
         torch.backends.cudnn.deterministic = CUDNN_DETERMINISTIC in knobs
         torch.backends.cudnn.benchmark = False
+        only = [back_end for knob, back_end in SDPA_ONLY.items() if knob in knobs]
+        for back_end in SDPA_BACK_ENDS:
+            getattr(torch.backends.cuda, f"enable_{back_end}_sdp")(not only or back_end in only)
 
     def shared_process_refusal(self, arms: Sequence[frozenset[str]], *, compile: bool, on_gpu: bool) -> str | None:
         """What torch.compile compiled under one setting is not shown to follow a switch between steps; cuBLAS reads
@@ -213,6 +241,7 @@ class Torch(Backend):
             CUDNN_DETERMINISTIC: bool(torch.backends.cudnn.deterministic),
             CUDNN_BENCHMARK: not torch.backends.cudnn.benchmark,
             CUBLAS_WORKSPACE: bool(os.environ.get(CUBLAS_WORKSPACE_ENV)),
+            **{knob: _sdpa_only(back_end) for knob, back_end in SDPA_ONLY.items()},
         }
 
     def versions(self) -> dict[str, Any]:
@@ -336,3 +365,11 @@ def _mark_layers(range_named: Callable[[str], contextlib.AbstractContextManager[
             unmark()
 
     return unmark_all
+
+
+def _sdpa_only(back_end: str) -> bool:
+    """Whether ``back_end`` is the one back end of ``scaled_dot_product_attention`` left on."""
+    import torch
+
+    enabled = {name for name in SDPA_BACK_ENDS if getattr(torch.backends.cuda, f"{name}_sdp_enabled")()}
+    return enabled == {back_end}

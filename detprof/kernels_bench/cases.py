@@ -17,7 +17,11 @@ suite reads its shapes off the models where each op matters:
   The registry's CNNs have no embedding layer; the weight matrix of their logits layer is
   the one table-shaped tensor they all have, and at 1000 x 512..1280 it is the size of a
   mid-sized embedding. The three ops get the same work, so they compare with each other;
-- sparse softmax cross-entropy backward and dense matmul: the logits layer (1000 classes).
+- sparse softmax cross-entropy backward and dense matmul: the logits layer (1000 classes);
+- the transformers' ops, read off ``gpt_small`` and ``moe_small`` (``--input-size`` their sequence
+  length): the token embedding's gradient (rows added into the table), attention's backward pass
+  (each block's; Keras on TensorFlow runs attention as matrix products and a softmax), layer norm's
+  scale gradient and the experts' dispatch (each token's choices added into its experts' slots).
 
 The bench derives its cases in a child process (``derive_in_subprocess``) with GPUs
 hidden: building the models needs Keras on the bench's framework, which the parent never
@@ -41,6 +45,8 @@ from detprof.profiler.launcher import call_in_worker
 if TYPE_CHECKING:
     import keras
 
+    from detprof.models import registry
+
 OTHER_OPS = (
     "depthwise_conv_forward",
     "depthwise_conv_backward_data",
@@ -53,6 +59,10 @@ OTHER_OPS = (
     "tensor_scatter_nd_add",
     "sparse_softmax_xent_backward",
     "dense_matmul",
+    "embedding_backward",
+    "attention_backward",
+    "layer_norm_backward_weight",
+    "moe_dispatch",
 )
 SUITES: dict[str, tuple[str, ...]] = {"conv": CONV_OPS, "ops": OTHER_OPS, "all": CONV_OPS + OTHER_OPS}
 
@@ -60,6 +70,7 @@ DEPTHWISE_MODELS = ("mobilenet", "efficientnetb0")
 POOL_MODELS = ("mediumcnn_k3", "resnet50")
 MEDIUM_CNN = "mediumcnn_k3"
 LOGITS_MODELS = ("mediumcnn_k3", "efficientnetb0")
+GPT, MOE = "gpt_small", "moe_small"
 
 
 @dataclass(frozen=True)
@@ -129,6 +140,14 @@ def describe(op: str, p: dict[str, Any]) -> str:
         return _dims(p["logits_shape"])
     if op == "dense_matmul":
         return f"{_dims(p['input_shape'])} @ {_dims(p['kernel_shape'])}"
+    if op == "embedding_backward":
+        return f"{_dims(p['tokens'])} tokens from {_dims(p['table_shape'])}"
+    if op == "attention_backward":
+        return _dims(p["shape"]) + (", causal" if p["causal"] else "")
+    if op == "layer_norm_backward_weight":
+        return _dims(p["input_shape"])
+    if op == "moe_dispatch":
+        return f"{p['updates']} rows into {_dims(p['table_shape'])}"
     raise ValueError(f"no shape description for op {op!r}")
 
 
@@ -177,21 +196,21 @@ class _Models:
         if name not in self._built:
             from detprof.models import paper_cnns, registry
 
-            if name in registry.PAPER_MODELS:
+            if name in registry.BUILT_IN:
                 spec = registry.get(name)
-                self._built[name] = self._build(name, spec.input_shape, lambda s: spec.build(s, spec.classes))
+                self._built[name] = self._build(name, spec, lambda s: spec.build(s, spec.classes))
             else:
                 k = int(name.removeprefix("mediumcnn_k"))
                 base = registry.get(MEDIUM_CNN)
                 build = partial(paper_cnns.medium_cnn, classes=base.classes, kernel_size=k)
-                self._built[name] = self._build(name, base.input_shape, build)
+                self._built[name] = self._build(name, base, build)
         return self._built[name]
 
     def _build(
-        self, name: str, default: tuple[int, int, int], build: Callable[[tuple[int, int, int]], keras.Model]
+        self, name: str, spec: registry.ModelSpec, build: Callable[[registry.InputShape], keras.Model]
     ) -> keras.Model:
         size = self.input_size
-        shape = default if size is None else (size, size, default[-1])
+        shape = spec.input_shape if size is None else spec.shape_at(size)
         try:
             return build(shape)
         except ValueError as exc:
@@ -269,6 +288,40 @@ def _logits_cases(models: _Models, op: str, batch: int) -> list[OpCase]:
     return cases
 
 
+def _transformer_cases(models: _Models, op: str, batch: int) -> list[OpCase]:
+    """The transformers' ops at ``gpt_small``'s layers (the experts' dispatch at ``moe_small``'s), each block's."""
+    from detprof.models import transformers
+    from detprof.models.routing import expert_capacity
+
+    model = models.get(MOE if op == "moe_dispatch" else GPT)
+    tokens = [batch, int(model.inputs[0].shape[1])]
+    width = int(model.get_layer("token_embedding").output.shape[-1])
+    cases = []
+    if op == "embedding_backward":
+        table = [int(model.get_layer("token_embedding").input_dim), width]
+        cases.append(
+            OpCase(op, GPT, ("token_embedding",), {"tokens": tokens, "table_shape": table}, math.prod(tokens) * width)
+        )
+    for layer in model.layers:
+        if op == "attention_backward" and isinstance(layer, transformers.SelfAttention):
+            params = {"shape": [batch, layer.heads, tokens[1], width // layer.heads], "causal": layer.causal}
+            cases.append(OpCase(op, GPT, (layer.name,), params, batch * tokens[1] ** 2 * width))
+        if op == "layer_norm_backward_weight" and isinstance(layer, _keras_layer("LayerNormalization")):
+            cases.append(OpCase(op, GPT, (layer.name,), {"input_shape": [*tokens, width]}, math.prod(tokens) * width))
+        if op == "moe_dispatch" and isinstance(layer, transformers.MixtureOfExperts):
+            routed = math.prod(tokens)
+            slots = layer.experts * expert_capacity(routed, layer.experts, layer.top_k, layer.capacity_factor)
+            params = {"updates": routed * layer.top_k, "table_shape": [slots, width]}
+            cases.append(OpCase(op, MOE, (layer.name,), params, routed * layer.top_k * width))
+    return cases
+
+
+def _keras_layer(kind: str) -> type:
+    import keras
+
+    return getattr(keras.layers, kind)
+
+
 _OTHER_DERIVERS: dict[str, Callable[[_Models, str, int], list[OpCase]]] = {
     **{op: _depthwise_cases for op in OTHER_OPS if op.startswith("depthwise")},
     "max_pool_backward": _pool_cases,
@@ -283,6 +336,10 @@ _OTHER_DERIVERS: dict[str, Callable[[_Models, str, int], list[OpCase]]] = {
             "sparse_softmax_xent_backward",
             "dense_matmul",
         )
+    },
+    **{
+        op: _transformer_cases
+        for op in ("embedding_backward", "attention_backward", "layer_norm_backward_weight", "moe_dispatch")
     },
 }
 

@@ -176,6 +176,73 @@ def _dense_matmul(p: Params, inputs: _Inputs) -> Callable[[], Any]:
     return lambda: tf.raw_ops.MatMul(a=a, b=b)
 
 
+def _embedding_backward(p: Params, inputs: _Inputs) -> Callable[[], Any]:
+    """The token embedding's gradient made dense, as an optimizer's update of the whole table needs it: every
+    looked-up row's gradient added into the table (``UnsortedSegmentSum``)."""
+    import tensorflow as tf
+
+    table = inputs.normal(p["table_shape"])
+    ids = inputs.ints(p["tokens"], p["table_shape"][0])
+    upstream = inputs.normal([*p["tokens"], p["table_shape"][1]])
+
+    def run() -> Any:
+        with tf.GradientTape() as tape:
+            tape.watch(table)
+            loss = tf.reduce_sum(tf.gather(table, ids) * upstream)
+        return tf.convert_to_tensor(tape.gradient(loss, table))
+
+    return run
+
+
+def _attention_backward(p: Params, inputs: _Inputs) -> Callable[[], Any]:
+    """Attention's backward pass for queries, keys and values, computed as Keras on TensorFlow computes attention:
+    scaled scores, the causal mask, a softmax and the weighted sum of the values."""
+    import tensorflow as tf
+
+    shape = p["shape"]
+    q, k, v, upstream = (inputs.normal(shape) for _ in range(4))
+    length, depth = shape[2], shape[3]
+    allowed = tf.linalg.band_part(tf.ones([length, length], tf.bool), -1, 0) if p["causal"] else None
+
+    def run() -> Any:
+        with tf.GradientTape() as tape:
+            tape.watch([q, k, v])
+            scores = tf.matmul(q, k, transpose_b=True) / depth**0.5
+            if allowed is not None:
+                scores = tf.where(allowed, scores, tf.fill(tf.shape(scores), -1e9))
+            out = tf.matmul(tf.nn.softmax(scores), v)
+        return tape.gradient(out, [q, k, v], output_gradients=upstream)
+
+    return run
+
+
+def _layer_norm_backward_weight(p: Params, inputs: _Inputs) -> Callable[[], Any]:
+    """Layer norm's scale gradient: a sum over every position of the batch."""
+    import tensorflow as tf
+
+    x, upstream = inputs.normal(p["input_shape"]), inputs.normal(p["input_shape"])
+    scale = inputs.normal(p["input_shape"][-1:])
+
+    def run() -> Any:
+        with tf.GradientTape() as tape:
+            tape.watch(scale)
+            mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
+            out = (x - mean) * tf.math.rsqrt(variance + 1e-5) * scale
+        return tape.gradient(out, scale, output_gradients=upstream)
+
+    return run
+
+
+def _moe_dispatch(p: Params, inputs: _Inputs) -> Callable[[], Any]:
+    """The experts' dispatch: each token's choices added into its experts' slots, as the model's scatter-add."""
+    import tensorflow as tf
+
+    slots, width = p["table_shape"]
+    base, updates = inputs.normal([slots, width]), inputs.normal([p["updates"], width])
+    indices = inputs.ints([p["updates"], 1], slots)
+    return lambda: tf.raw_ops.TensorScatterAdd(tensor=base, indices=indices, updates=updates)
+
+
 BUILDERS: dict[str, Builder] = {
     "conv2d_forward": _conv_forward("Conv2D"),
     "conv2d_backward_data": _conv_backward("Conv2DBackpropInput", "filter", "input"),
@@ -191,6 +258,10 @@ BUILDERS: dict[str, Builder] = {
     "tensor_scatter_nd_add": _tensor_scatter_nd_add,
     "sparse_softmax_xent_backward": _sparse_softmax_xent_backward,
     "dense_matmul": _dense_matmul,
+    "embedding_backward": _embedding_backward,
+    "attention_backward": _attention_backward,
+    "layer_norm_backward_weight": _layer_norm_backward_weight,
+    "moe_dispatch": _moe_dispatch,
 }
 
 

@@ -156,6 +156,16 @@ def all_models() -> dict[str, ModelSpec]:
     return {**BUILT_IN, **_other_keras_applications()}
 
 
+ATTENTION_FAMILIES = frozenset({"gpt", "moe", "vit"})
+
+
+def runs_attention(name: str) -> bool | None:
+    """Whether a model runs attention: the transformers do, the paper's zoo does not; None for a model this
+    registry does not define (yours, or a Keras application outside the paper's), which may."""
+    spec = BUILT_IN.get(name.strip().lower())
+    return None if spec is None else spec.family in ATTENTION_FAMILIES
+
+
 def get(name: str) -> ModelSpec:
     key = name.strip().lower()
     if key in BUILT_IN:

@@ -155,7 +155,7 @@ def print_knob_plan(request: SweepRequest, only: tuple[str, ...] | None) -> None
 
     config, target = request.resolve(dry_run=True)
     out = request.options.out or default_results_dir(target.device, target.backend)
-    plan = knob_plan(backends.get(target.backend), target.on_gpu, only)
+    plan = knob_plan(backends.get(target.backend), target.on_gpu, only, config.models)
     config = knob_settings(config, target, plan)
     lines = plan_lines("knobs", plan_knob_runs(config, plan), config, target, out)
     lines += ["", f"Comparisons (arm b against arm a): {', '.join(c.name for c in plan.comparisons)}"]

@@ -19,6 +19,7 @@ stays deterministic without that knob, which turns a cost into advice.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -26,6 +27,7 @@ from detprof.backends import get
 from detprof.backends.base import Backend, Knob
 from detprof.determinism import Mode
 from detprof.errors import UsageError
+from detprof.models import registry
 from detprof.profiler.model_plan import SweepConfig
 from detprof.profiler.plan import MeasurementTarget, PlannedRun, mode_order
 from detprof.sweep.plan import model_run
@@ -70,8 +72,10 @@ class KnobPlan:
         return [c.name.removeprefix("drop:") for c in self.comparisons if c.name.startswith("drop:")]
 
 
-def knob_plan(backend: Backend, on_gpu: bool, only: tuple[str, ...] | None) -> KnobPlan:
-    """The comparisons of a knob study of ``backend`` (``only``: the knobs named by ``--knobs``)."""
+def knob_plan(backend: Backend, on_gpu: bool, only: tuple[str, ...] | None, models: Sequence[str] = ()) -> KnobPlan:
+    """The comparisons of a knob study of ``backend`` (``only``: the knobs named by ``--knobs``) of ``models``: a knob
+    of attention is priced where one of them runs attention (``registry.runs_attention``: a transformer), or may (a
+    model of your own) and the knob is named; a study of models without attention leaves it out, unless named."""
     names = backend.knob_names()
     unknown = [name for name in only or () if name not in names]
     if unknown:
@@ -79,9 +83,15 @@ def knob_plan(backend: Backend, on_gpu: bool, only: tuple[str, ...] | None) -> K
             f"--knobs: {', '.join(unknown)} is not a knob of {backend.name}; its knobs: {', '.join(names)} "
             f"(detprof knobs --backend {backend.name})"
         )
-    studied = tuple(knob for knob in backend.knobs if only is None or knob.name in only)
+    runs = [registry.runs_attention(model) for model in models]
+    attention = any(runs) or (only is not None and None in runs)
+    studied = tuple(
+        knob
+        for knob in backend.knobs
+        if (only is None and (attention or not knob.attention_only)) or (only is not None and knob.name in only)
+    )
     full = backend.mode_knobs()
-    not_applicable = {knob.name: reason for knob in studied if (reason := knob.applies(on_gpu)) is not None}
+    not_applicable = {knob.name: reason for knob in studied if (reason := knob.applies(on_gpu, attention)) is not None}
     comparisons = [Comparison(TOTAL, frozenset(), full)]
     for knob in studied:
         if knob.name in not_applicable:

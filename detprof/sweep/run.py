@@ -86,7 +86,7 @@ def measure_knobs(request: SweepRequest, only: tuple[str, ...] | None, *, consol
     from detprof.verify.run import DEFAULT_STEPS, VerifyArm, manifest, run_arms
 
     config, target = request.resolve()
-    plan = knob_plan(backends.get(target.backend), target.on_gpu, only)
+    plan = knob_plan(backends.get(target.backend), target.on_gpu, only, config.models)
     config = knob_settings(config, target, plan)
     if len(plan.comparisons) == 1:
         reasons = "; ".join(f"{name}: {reason}" for name, reason in plan.not_applicable.items())
