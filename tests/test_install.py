@@ -34,7 +34,7 @@ import subprocess
 import sys
 import tomllib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from detprof.backends import NO_FRAMEWORK
+from detprof.reports import reference_build
 
 pytestmark = pytest.mark.slow
 
@@ -55,6 +56,8 @@ SOURCES = ("pyproject.toml", "README.md", "Makefile", "detprof")
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 TORCH = "torch"
 """The framework a GPU machine's image has installed; here the dev environment's CPU build (2.13.0)."""
+REFERENCE_RUNS = [p for p in (ROOT / "reference").iterdir() if p.is_dir()]
+"""Each GPU run kept in the repository, whose figures the package ships (``reports.reference_build``)."""
 NOT_INSTALLED_WITH_DETPROF = ("tensorflow", "jax", "torch", "keras", "sklearn", "nvtx")
 FRAMEWORK_WHEELS = ("tensorflow", "tensorflow_cpu", "jax", "jaxlib", "torch", "triton")
 FRAMEWORK_COMMANDS = ("sweep", "stability", "kernels", "models")
@@ -273,6 +276,9 @@ def test_detprof_alone_reports_and_checks_results(core: Venv, work: Path) -> Non
     assert page.returncode == 0 and (work / "report.html").stat().st_size > 0, page.stderr
     headline = as_json(core.detprof("report", main, "--format", "json", "-o", "-", cwd=work))
     assert [m["model"] for m in headline["models"]] == ["resnet50"]
+    # What detprof measured on GPUs came with the wheel (package data), read off the repository's reference/.
+    assert headline["measured_on_gpus"] == [asdict(m) for m in reference_build.summarize(REFERENCE_RUNS)]
+    assert "Measured by detprof on GPUs" in (work / "report.html").read_text()
     assert core.detprof("report", main, "--format", "md", "-o", "-", cwd=work).stdout.startswith("# detprof")
     assert core.detprof("baseline", main, "-o", work / "baseline.json", cwd=work).returncode == 0
     same = core.detprof("check", "--baseline", work / "baseline.json", "--current", main, cwd=work)

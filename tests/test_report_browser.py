@@ -116,12 +116,15 @@ def test_every_section_renders_without_errors_or_requests(browser: Any, report: 
     assert outside == []
     plots = page.eval_on_selector_all(".plotly-graph-div", "ds => ds.map(d => !!d.querySelector('svg.main-svg'))")
     assert len(plots) >= 5 and all(plots)
-    sections = ("answer", "overhead", "kernel-size", "cost", "stability", "tradeoff", "conditions", "provenance")
+    sections = (
+        *("answer", "overhead", "on-gpus", "kernel-size", "cost", "stability", "tradeoff", "conditions"),
+        "provenance",
+    )
     for section in sections:
         assert page.locator(f"#{section}").count() == 1
     order = page.eval_on_selector_all("body > section", "ss => ss.map(s => s.id)")
     assert order == list(sections)
-    for section in ("answer", "provenance", "overhead", "kernel-size", "cost", "stability", "tradeoff"):
+    for section in ("answer", "provenance", "overhead", "on-gpus", "kernel-size", "cost", "stability", "tradeoff"):
         assert page.locator(f"#{section} table").count() >= 1, section
     empty = page.eval_on_selector_all("h1, h2, h3, h4", "hs => hs.filter(h => !h.textContent.trim()).length")
     assert empty == 0

@@ -29,9 +29,11 @@ from detprof.analysis.layers import KernelChange, ModelAttribution, PartCost
 from detprof.analysis.verification import Difference, ModelVerification
 from detprof.gpu_labels import slug
 from detprof.intervals import CHEAP_OVERHEAD, Overhead
+from detprof.models.registry import BUILT_IN
+from detprof.reports.gpu_reference import GpuMeasurement
 from detprof.reports.headline import HeadlineRow, shown_caveats
 from detprof.reports.knobs_data import KnobReading
-from detprof.reports.provenance import backend_order
+from detprof.reports.provenance import backend_order, framework_name
 from detprof.reports.published import ReferenceRow
 from detprof.reports.report_data import ModelCost, Report, StabilityStudy, SweepStudy, Where
 from detprof.reports.tradeoff import NOISY_CHURN, Noise, TradeoffPoint
@@ -579,3 +581,63 @@ def layer_notes(report: Report) -> list[RowNote]:
         for r in report.headline
         if r.parts is not None and (said := r.parts.sentence())
     ]
+
+
+GPU_REFERENCE_LEAD = (
+    "Deterministic over default kernel time per training step, 95% CI over pairs of runs, as detprof measured it on "
+    "GPUs it was lent (each run's results under reference/ in detprof's repository); the paper's published figures "
+    "beside them."
+)
+
+
+@dataclass(frozen=True)
+class GpuRunTable:
+    """One GPU run of the shipped reference as a table: a model per row, a framework per column."""
+
+    title: str
+    headers: list[str]
+    rows: list[list[str]]
+    versions: str
+
+
+def gpu_reference_tables(measured: Sequence[GpuMeasurement]) -> list[GpuRunTable]:
+    """Each GPU run (a GPU on a date) of ``gpu_reference.shipped``, its models in the registry's order."""
+    runs: dict[tuple[str, str, str], list[GpuMeasurement]] = {}
+    for m in measured:
+        runs.setdefault((m.gpu, m.date, m.source), []).append(m)
+    tables = []
+    for (gpu, date, source), rows in runs.items():
+        frameworks = backend_order(m.backend for m in rows)
+        by_cell = {(m.model, m.backend): m for m in rows}
+        models = sorted({m.model for m in rows}, key=_registry_position)
+        table = [
+            [model, *(by_cell[model, b].measured if (model, b) in by_cell else "-" for b in frameworks)]
+            for model in models
+        ]
+        versions = "; ".join(next(m.versions for m in rows if m.backend == b) for b in frameworks)
+        headers = ["Model", *(framework_name(b) for b in frameworks)]
+        line = f"{versions}; driver {rows[0].driver}; reference/{source}"
+        tables.append(GpuRunTable(f"{gpu}, {date}", headers, table, line))
+    return tables
+
+
+def _registry_position(model: str) -> tuple[int, str]:
+    order = list(BUILT_IN)
+    return (order.index(model) if model in order else len(order), model)
+
+
+def gpu_reference_line(measured: Sequence[GpuMeasurement]) -> str | None:
+    """The first screen's pointer to what detprof measured on GPUs: per run, the range of each framework's ratios."""
+    runs: dict[tuple[str, str], list[GpuMeasurement]] = {}
+    for m in measured:
+        runs.setdefault((m.gpu, m.date), []).append(m)
+    if not runs:
+        return None
+    parts = []
+    for (gpu, date), rows in runs.items():
+        ranges = []
+        for b in backend_order(m.backend for m in rows):
+            ratios = [m.ratio for m in rows if m.backend == b]
+            ranges.append(f"{framework_name(b)} {min(ratios):.2f}x-{max(ratios):.2f}x")
+        parts.append(f"{gpu} ({date}): {', '.join(ranges)} over {len({m.model for m in rows})} models")
+    return f"Measured by detprof on GPUs: {'; '.join(parts)}."

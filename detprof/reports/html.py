@@ -49,6 +49,7 @@ PlotlyJs = Literal["embed", "cdn"]
 NAV = {
     "answer": "Answer",
     "overhead": "Overhead",
+    "on-gpus": "On GPUs",
     "kernel-size": "Kernel size",
     "cost": "Where the cost comes from",
     "knobs": "Switches",
@@ -341,6 +342,7 @@ def answer(report: Report) -> dict[str, Any] | None:
         "cpu": bool(report.cpu_notes),
         "published": table(["GPU", "What", "Det / default GPU time"], published_reference()),
         "source": SOURCE,
+        "on_gpus": cells.gpu_reference_line(report.measured_on_gpus),
     }
 
 
@@ -838,6 +840,23 @@ def conditions(report: Report) -> dict[str, Any]:
     }
 
 
+def on_gpus(report: Report) -> dict[str, Any]:
+    """What detprof measured on GPUs (each run a table), beside the paper's published figures."""
+    return {
+        "lead": cells.GPU_REFERENCE_LEAD,
+        "runs": [
+            {
+                "title": run.title,
+                "table": table(run.headers, run.rows, numeric=tuple(range(1, len(run.headers)))),
+                "versions": run.versions,
+            }
+            for run in cells.gpu_reference_tables(report.measured_on_gpus)
+        ],
+        "published": table(["GPU", "What", "Det / default GPU time"], published_reference()),
+        "source": SOURCE,
+    }
+
+
 def render(report: Report, plotlyjs: PlotlyJs = "embed") -> str:
     """The whole page; sections the inputs lack say why in the one line ``report.absent`` holds."""
     verified, priced = verification(report), knobs(report)
@@ -857,6 +876,7 @@ def render(report: Report, plotlyjs: PlotlyJs = "embed") -> str:
             knobs_alone=knobs_alone(report),
             provenance=provenance(report),
             overhead=overhead(report),
+            on_gpus=on_gpus(report),
             kernel_size=kernel_size(report),
             cost=cost(report),
             stability=stability(report),

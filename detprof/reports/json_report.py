@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from dataclasses import asdict
 from typing import Any
 
 from detprof.analysis.knobs import knobs_json
@@ -52,6 +53,7 @@ def document(report: Report) -> dict[str, Any]:
             for s in report.stability
             if not s.learned
         ],
+        "measured_on_gpus": [asdict(m) for m in report.measured_on_gpus],
         "published_gpu_reference": {
             "source": SOURCE,
             "figures": [

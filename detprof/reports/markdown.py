@@ -155,6 +155,8 @@ def answer(report: Report) -> list[str]:
             table(cells.REFERENCE_HEADERS, published_reference()),
             "",
         ]
+        line = cells.gpu_reference_line(report.measured_on_gpus)
+        out += [md(line), ""] if line else []
     return [*out, *verified_alone(report), *knobs_alone(report)]
 
 
@@ -235,6 +237,22 @@ def leaderboards(report: Report) -> list[str]:
     return [md(cells.PARTS_LEAD), "", *out] if out else []
 
 
+def on_gpus(report: Report) -> list[str]:
+    """What detprof measured on GPUs, each run a table, then the paper's published figures."""
+    out = [f"## {SECTIONS['on-gpus']}", "", md(cells.GPU_REFERENCE_LEAD), ""]
+    for run in cells.gpu_reference_tables(report.measured_on_gpus):
+        out += [f"### {md(run.title)}", "", table(run.headers, run.rows), "", md(run.versions), ""]
+    if not report.measured_on_gpus:
+        out += [_absent("This installation of detprof ships no GPU measurements."), ""]
+    out += [
+        f"Published ({SOURCE}), deterministic / default GPU time:",
+        "",
+        table(cells.REFERENCE_HEADERS, published_reference()),
+        "",
+    ]
+    return out
+
+
 def render(report: Report) -> str:
     out = [
         "# detprof: what deterministic training costs, and what it buys",
@@ -260,6 +278,7 @@ def render(report: Report) -> str:
         ]
     elif "references" in report.absent and not report.cpu_notes:
         out += [_absent(report.absent["references"]), ""]
+    out += on_gpus(report)
     out += [f"## {SECTIONS['cost']}", ""]
     if "cost" in report.absent:
         out += [_absent(report.absent["cost"]), ""]

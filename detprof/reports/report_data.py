@@ -50,6 +50,7 @@ from detprof.records import backend_of, is_cpu
 from detprof.reports import kernels_data
 from detprof.reports.attribution import attribution
 from detprof.reports.gpu_clocks import ClockRow, clock_rows, throttle_warnings
+from detprof.reports.gpu_reference import GpuMeasurement, shipped
 from detprof.reports.headline import (
     CALIBRATE_HINT,
     HeadlineRow,
@@ -81,6 +82,7 @@ STAT_COLUMNS = ["name", "short_name", "category", "pct", "instances", "total_ns"
 SECTIONS: dict[str, str] = {
     "answer": "Should you turn determinism on?",
     "overhead": "Overhead by model",
+    "on-gpus": "Measured by detprof on GPUs",
     "kernel-size": "Kernel size",
     "cost": "Where the cost comes from",
     "knobs": "Which switch costs what",
@@ -253,6 +255,8 @@ class Report:
     warnings: list[str]
     absent: dict[str, str]
     """section id -> the one line saying why that section (or part of it) is left out."""
+    measured_on_gpus: list[GpuMeasurement] = field(default_factory=list)
+    """What detprof measured on GPUs, as this installation shipped it (``gpu_reference``): in every report."""
 
     @property
     def devices(self) -> dict[str, dict[str, Any]]:
@@ -756,8 +760,10 @@ def _warnings(report: Report, loading: Sequence[str]) -> list[str]:
     return warnings
 
 
-def build_report(paths: Sequence[Path]) -> Report:
-    """Read every study under ``paths``; InputError when a path holds no results or unreadable ones."""
+def build_report(paths: Sequence[Path], *, with_shipped: bool = True) -> Report:
+    """Read every study under ``paths``; InputError when a path holds no results or unreadable ones. Without
+    ``with_shipped`` the report leaves out what this installation measured on GPUs (``gpu_reference``), as the
+    reading that makes that file again must."""
     if not paths:
         raise InputError("no results directory given")
     stability: list[StabilityStudy] = []
@@ -802,6 +808,7 @@ def build_report(paths: Sequence[Path]) -> Report:
         tradeoff=tradeoff_points(sweeps, stability),
         warnings=[],
         absent={},
+        measured_on_gpus=shipped() if with_shipped else [],
     )
     report.kernel_size = kernel_size_points(sweeps, kernels, named=report.names_backend)
     report.references = reference_rows(

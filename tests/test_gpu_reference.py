@@ -1,0 +1,72 @@
+"""What detprof measured on GPUs ships with the package and shows in every report, read off reference/'s runs."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import synthetic_sweep as synth
+
+from detprof.reports import cells, gpu_reference, reference_build
+from detprof.reports.command import render_report
+
+ROOT = Path(__file__).resolve().parents[1]
+RUNS = sorted(p for p in (ROOT / "reference").iterdir() if p.is_dir())
+CPU = {"label": "cpu", "name": "AMD EPYC", "cpu_count": 2}
+
+
+@pytest.fixture
+def cpu_results(tmp_path: Path) -> Path:
+    """A CPU sweep's results (synthetic records): a report a user makes on a laptop."""
+    records = synth.records({"smallcnn": [1.01, 1.02, 1.0]}, device=CPU)
+    return synth.write_sweep(tmp_path / "res", synth.config(["smallcnn"], 3, gpu_label="cpu"), records)
+
+
+def test_the_shipped_figures_are_the_reference_runs_read_again() -> None:
+    """Never written by hand: ``make reference`` reads every run under reference/ as ``detprof report`` does."""
+    shipped = gpu_reference.shipped()
+    assert shipped == reference_build.summarize(RUNS), "run `make reference` after changing reference/"
+    h100 = {(m.backend, m.model): m for m in shipped if m.source == "h100-2026-11-27"}
+    assert h100["jax", "mediumcnn_k1"].measured == "2.99x [2.97, 3.01]"
+    assert h100["torch", "vgg19"].measured == "1.04x (one pair)"
+    assert h100["jax", "mediumcnn_k7"].versions == "JAX 0.11.2, Keras 3.15.1"
+    assert h100["torch", "resnet50"].driver == "580.159.04 (CUDA 13.0)"
+    assert {m.gpu for m in h100.values()} == {"NVIDIA H100 80GB HBM3"}
+
+
+def test_each_run_is_a_table_of_models_by_framework_with_its_versions() -> None:
+    (run,) = [t for t in cells.gpu_reference_tables(gpu_reference.shipped()) if "H100" in t.title]
+    assert run.title == "NVIDIA H100 80GB HBM3, 2026-11-27" and run.headers == ["Model", "JAX", "PyTorch"]
+    rows = {row[0]: row[1:] for row in run.rows}
+    assert rows["mobilenet"] == ["0.89x (one pair)", "-"]  # not reached on PyTorch in that lease
+    assert [row[0] for row in run.rows][-4:] == [f"mediumcnn_k{k}" for k in (1, 3, 5, 7)]
+    assert run.versions.endswith("driver 580.159.04 (CUDA 13.0); reference/h100-2026-11-27")
+    line = cells.gpu_reference_line(gpu_reference.shipped())
+    assert line is not None and "NVIDIA H100 80GB HBM3 (2026-11-27): JAX 0.89x-2.99x, PyTorch 1.03x-1.11x" in line
+
+
+def test_every_report_has_the_section_a_cpu_one_on_its_first_screen_too(
+    cpu_results: Path,
+) -> None:
+    html = render_report([cpu_results], "html")
+    assert '<a href="#on-gpus">On GPUs</a>' in html and "Measured by detprof on GPUs" in html
+    assert '<p class="ref"><a href="#on-gpus">Measured by detprof on GPUs: NVIDIA H100' in html
+    markdown = render_report([cpu_results], "md")
+    assert "## Measured by detprof on GPUs" in markdown and "| mediumcnn\\_k1 | 2.99x \\[2.97, 3.01\\] |" in markdown
+    document = json.loads(render_report([cpu_results], "json"))
+    assert document["measured_on_gpus"][0]["gpu"] == "NVIDIA H100 80GB HBM3"
+
+
+def test_an_installation_without_the_file_says_so(cpu_results: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gpu_reference, "REFERENCE_FILE", "nonexistent.json")
+    assert gpu_reference.shipped() == []
+    assert "This installation of detprof ships no GPU measurements." in render_report([cpu_results], "html")
+
+
+def test_a_changed_row_is_read_back_as_written(tmp_path: Path) -> None:
+    rows = [replace(gpu_reference.shipped()[0], ratio=1.5, lo=None, hi=None, pairs=1)]
+    gpu_reference.write(rows, tmp_path / "reference.json")
+    assert json.loads((tmp_path / "reference.json").read_text())[0]["ratio"] == 1.5
+    assert rows[0].measured == "1.50x (one pair)"
