@@ -182,6 +182,7 @@ def test_dry_run_shows_the_backends_switch_and_compiler(capsys) -> None:
     assert "XLA_FLAGS+=--xla_gpu_deterministic_ops=true" in out and "jax.jit in both modes" in out
 
 
+@pytest.mark.slow  # PyTorch in this process
 def test_an_attention_knob_leaves_scaled_dot_product_attention_one_back_end_and_the_next_arm_all_of_them() -> None:
     import torch
     from torch.nn import functional
