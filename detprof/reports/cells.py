@@ -600,13 +600,18 @@ class GpuRunTable:
     versions: str
 
 
-def gpu_reference_tables(measured: Sequence[GpuMeasurement]) -> list[GpuRunTable]:
-    """Each GPU run (a GPU on a date) of ``gpu_reference.shipped``, its models in the registry's order."""
+def _gpu_runs(measured: Sequence[GpuMeasurement]) -> dict[tuple[str, str, str], list[GpuMeasurement]]:
+    """The shipped measurements by GPU run: (GPU, date, folder) -> its rows."""
     runs: dict[tuple[str, str, str], list[GpuMeasurement]] = {}
     for m in measured:
         runs.setdefault((m.gpu, m.date, m.source), []).append(m)
+    return runs
+
+
+def gpu_reference_tables(measured: Sequence[GpuMeasurement]) -> list[GpuRunTable]:
+    """Each GPU run (a GPU on a date) of ``gpu_reference.shipped``, its models in the registry's order."""
     tables = []
-    for (gpu, date, source), rows in runs.items():
+    for (gpu, date, source), rows in _gpu_runs(measured).items():
         frameworks = backend_order(m.backend for m in rows)
         by_cell = {(m.model, m.backend): m for m in rows}
         models = sorted({m.model for m in rows}, key=_registry_position)
@@ -628,13 +633,11 @@ def _registry_position(model: str) -> tuple[int, str]:
 
 def gpu_reference_line(measured: Sequence[GpuMeasurement]) -> str | None:
     """The first screen's pointer to what detprof measured on GPUs: per run, the range of each framework's ratios."""
-    runs: dict[tuple[str, str], list[GpuMeasurement]] = {}
-    for m in measured:
-        runs.setdefault((m.gpu, m.date), []).append(m)
+    runs = _gpu_runs(measured)
     if not runs:
         return None
     parts = []
-    for (gpu, date), rows in runs.items():
+    for (gpu, date, _), rows in runs.items():
         ranges = []
         for b in backend_order(m.backend for m in rows):
             ratios = [m.ratio for m in rows if m.backend == b]

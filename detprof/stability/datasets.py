@@ -147,9 +147,14 @@ def takes(name: str) -> str:
         return "tokens"
     if name.startswith(NPZ_PREFIX):
         header = headers(Path(name[len(NPZ_PREFIX) :])).get("x_train")
-        if header is not None and len(header.shape) == 2 and np.dtype(header.dtype).kind in "iu":
+        if header is not None and _token_ids(header.shape, header.dtype):
             return "tokens"
     return "images"
+
+
+def _token_ids(shape: tuple[int, ...], dtype: np.dtype | str) -> bool:
+    """An integer (N, L) ``x_train`` holds token ids; images are (N, H, W[, C])."""
+    return len(shape) == 2 and np.dtype(dtype).kind in "iu"
 
 
 def make_markov(seed: int = 0) -> Dataset:
@@ -234,7 +239,7 @@ def load_npz(path: Path) -> Dataset:
     missing = [k for k in NPZ_REQUIRED if k not in arrays]
     if missing:
         raise InputError(f"{path}: missing array(s) {', '.join(missing)} (needs {', '.join(NPZ_REQUIRED)})")
-    if takes(f"{NPZ_PREFIX}{path}") == "tokens":
+    if _token_ids(arrays["x_train"].shape, arrays["x_train"].dtype):
         return _token_npz(path, arrays)
     x_train = _images(path, "x_train", arrays["x_train"])
     x_test = _images(path, "x_test", arrays["x_test"])

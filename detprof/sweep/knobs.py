@@ -88,7 +88,7 @@ def knob_plan(backend: Backend, on_gpu: bool, only: tuple[str, ...] | None, mode
     studied = tuple(
         knob
         for knob in backend.knobs
-        if (only is None and (attention or not knob.attention_only)) or (only is not None and knob.name in only)
+        if (knob.name in only if only is not None else attention or not knob.attention_only)
     )
     full = backend.mode_knobs()
     not_applicable = {knob.name: reason for knob in studied if (reason := knob.applies(on_gpu, attention)) is not None}

@@ -67,10 +67,11 @@ def layer_of(scope: object, layers: Iterable[str], step_scopes: Mapping[str, str
     for part in parts(scope):
         if part in STEP_PARTS:
             return part
-        step_part = others.get(part, others.get(_REPEATED_SCOPE.sub("", part)))
+        base = _REPEATED_SCOPE.sub("", part)
+        step_part = others.get(part, others.get(base))
         if step_part is not None and not found:
             return step_part
-        named = part if part in names else _REPEATED_SCOPE.sub("", part)
+        named = part if part in names else base
         if named in names and (not found or found[-1] != named):
             found.append(named)
     return "/".join(found) or UNATTRIBUTED
