@@ -14,8 +14,12 @@ GPU_PYTHON ?= python3
 GPU_VENV := .venv-gpu
 GPU_STAMP := $(GPU_VENV)/.installed
 GPU_CHECK_OUT ?= gpu-check
+# `make gpu-study`: one window of the GPU study (detprof gpu-study) into GPU_STUDY_OUT within GPU_BUDGET; run again
+# in the next window, it continues the study there.
+GPU_STUDY_OUT ?= gpu-study
+GPU_BUDGET ?= 10m
 
-.PHONY: test test-fast sweep lint bench install gpu-check wheelhouse reference
+.PHONY: test test-fast sweep lint bench install gpu-check gpu-study wheelhouse gpu-wheelhouse reference
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -90,6 +94,11 @@ wheelhouse: | $(BIN)/python
 	@echo "$(WHEELHOUSE)/: $$(ls $(WHEELHOUSE) | wc -l) wheels, $$(du -sh $(WHEELHOUSE) | cut -f1); offline:" \
 	  "pip install --no-index --find-links $(WHEELHOUSE) 'detprof[torch]' (or [jax], [tensorflow])"
 
+# The wheelhouse for the GPU image in use, whose Python is 3.12.
+GPU_WHEELHOUSE_PYTHON ?= 3.12
+gpu-wheelhouse:
+	$(MAKE) --no-print-directory wheelhouse WHEELHOUSE_PYTHON=$(GPU_WHEELHOUSE_PYTHON)
+
 # The environment is made without pip and GPU_PYTHON's pip installs into it (`pip --python`): a GPU image's Python
 # is often a distribution's, whose venv module has no ensurepip (Debian and Ubuntu without python3-venv).
 $(GPU_STAMP): pyproject.toml
@@ -105,3 +114,11 @@ gpu-check:
 	@if ! nvidia-smi -L >/dev/null 2>&1; then \
 	  echo "gpu-check: no NVIDIA GPU here (nvidia-smi lists none); nothing to check"; exit 0; fi; \
 	$(MAKE) --no-print-directory $(GPU_STAMP) && $(GPU_VENV)/bin/python -m detprof.doctor.gpu_check $(GPU_CHECK_OUT)
+
+# The GPU study (detprof/gpu_study): its plan, then the parts that fit GPU_BUDGET; without a GPU, one line and exit 0.
+gpu-study:
+	@if ! nvidia-smi -L >/dev/null 2>&1; then \
+	  echo "gpu-study: no NVIDIA GPU here (nvidia-smi lists none); detprof gpu-study --dry-run --gpu h100 shows its plan"; \
+	  exit 0; fi; \
+	$(MAKE) --no-print-directory $(GPU_STAMP) && $(GPU_VENV)/bin/python -m detprof.cli gpu-study \
+	  --out $(GPU_STUDY_OUT) --budget $(GPU_BUDGET) $(if $(wildcard $(GPU_STUDY_OUT)/gpu-study.json),--resume)

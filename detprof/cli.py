@@ -179,6 +179,12 @@ _COMMANDS: dict[str, _Command] = {
         "Compare each model's determinism overhead with a baseline; fail on a regression.",
         "CHECK_DETAILS",
     ),
+    "gpu-study": _Command(
+        "detprof.gpu_study.command",
+        "gpu_study",
+        "Measure the whole answer on a lent GPU within a time budget: overhead (the paper's medium CNN and a GPT "
+        "first), the knob study, what determinism buys, verify; --resume continues in the next window.",
+    ),
     "doctor": _Command(
         "detprof.doctor.command",
         "doctor",

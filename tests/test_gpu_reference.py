@@ -59,6 +59,26 @@ def test_every_report_has_the_section_a_cpu_one_on_its_first_screen_too(
     assert document["measured_on_gpus"][0]["gpu"] == "NVIDIA H100 80GB HBM3"
 
 
+def test_a_gpu_reports_first_screen_redraws_the_papers_figure_and_a_cpu_reports_does_not(cpu_results: Path) -> None:
+    html = render_report([ROOT / "reference" / "h100-2026-11-27"], "html")
+    answer = html[html.index('<section id="answer"') : html.index("</section>", html.index('<section id="answer"'))]
+    figure = answer[: answer.index("<table")]  # above the answer's table: what 1440x900 shows first
+    assert "The paper's figure on this GPU" in figure
+    for curve in ("nvidia-h100-80gb-hbm3 (jax)", "nvidia-h100-80gb-hbm3 (torch)"):
+        assert f"{curve}: whole step (kernel time)" in figure
+    for gpu in ("T4", "V100", "P100"):
+        assert f"published, {gpu} (Zhuang et al.)" in figure
+    assert '"y":[2.84,7.46]' in figure.replace(" ", "")  # the P100's ends at 1x1 and 7x7
+    cpu = render_report([cpu_results], "html")
+    assert "The paper's figure on this GPU" not in cpu
+
+
+def test_a_gpu_study_expects_a_repeat_to_take_what_it_took_on_that_gpu() -> None:
+    h100 = {(m.backend, m.model): m.repeat_s for m in gpu_reference.shipped() if m.source == "h100-2026-11-27"}
+    assert h100["jax", "mediumcnn_k1"] == 18.8  # one process per repeat: its runs' shared duration, once
+    assert h100["torch", "mediumcnn_k3"] == 29.3  # a process per mode: the two runs' durations added
+
+
 def test_an_installation_without_the_file_says_so(cpu_results: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(gpu_reference, "REFERENCE_FILE", "nonexistent.json")
     assert gpu_reference.shipped() == []

@@ -7,6 +7,7 @@ so ``detprof --help`` stays fast.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -32,24 +33,26 @@ class PlotlyJsMode(StrEnum):
 
 
 def render_report(results_dirs: list[Path], fmt: str = "html", plotlyjs: str = "embed") -> str:
+    from detprof import bundle
     from detprof.reports.report_data import build_report
 
     if fmt not in FORMATS:
         raise UsageError(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
     if plotlyjs not in ("embed", "cdn"):
         raise UsageError(f"--plotlyjs must be embed or cdn, not {plotlyjs!r}")
-    report = build_report(results_dirs)
-    if fmt == "md":
-        from detprof.reports import markdown
+    with bundle.unpacked(results_dirs) as folders:
+        report = replace(build_report(folders), sources=[Path(p) for p in results_dirs])
+        if fmt == "md":
+            from detprof.reports import markdown
 
-        return markdown.render(report)
-    if fmt == "json":
-        from detprof.reports import json_report
+            return markdown.render(report)
+        if fmt == "json":
+            from detprof.reports import json_report
 
-        return json_report.render(report)
-    from detprof.reports import html
+            return json_report.render(report)
+        from detprof.reports import html
 
-    return html.render(report, "cdn" if plotlyjs == "cdn" else "embed")
+        return html.render(report, "cdn" if plotlyjs == "cdn" else "embed")
 
 
 def _write(output: Path, text: str) -> Path:
@@ -69,7 +72,11 @@ def write_report(results_dir: Path, output: Path, fmt: str = "html", plotlyjs: s
 
 def report(
     results_dirs: Annotated[
-        list[Path], typer.Argument(help="Results directories (sweep, kernels and/or stability; several GPUs at once).")
+        list[Path],
+        typer.Argument(
+            help="Results directories (sweep, kernels and/or stability; several GPUs at once), or the bundles "
+            "`detprof gpu-study` writes (.zip)."
+        ),
     ],
     output: Annotated[
         Path | None,

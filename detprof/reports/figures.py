@@ -175,11 +175,15 @@ def _grouped_overheads(
     return fig
 
 
-def kernel_size_figure(points: Sequence[KernelSizePoint], references: Sequence[ReferenceRow]) -> go.Figure:
+def kernel_size_figure(
+    points: Sequence[KernelSizePoint], references: Sequence[ReferenceRow], *, every_paper_gpu: bool = False
+) -> go.Figure:
     """The paper's Figure 8b: medium CNN overhead against kernel size, published ends beside it.
 
     The x axis covers the kernel sizes measured, and a published end is drawn only at a size
-    that was measured, so a sweep of 3x3 alone is not stretched to 1..7.
+    that was measured, so a sweep of 3x3 alone is not stretched to 1..7. A published GPU's ends are
+    drawn where a measured device is that GPU, or, with ``every_paper_gpu`` (a GPU report's first
+    screen), for each of the paper's GPUs, so that another GPU's curve is read against all of them.
     """
     sizes = sorted({p.kernel_size for p in points})
     fig = go.Figure()
@@ -197,7 +201,8 @@ def kernel_size_figure(points: Sequence[KernelSizePoint], references: Sequence[R
         )
     published = []
     for row in references:
-        if row.figure.kind == "kernel-size" and row.device is not None and row.figure.high is not None:
+        drawn = row.device is not None or every_paper_gpu
+        if row.figure.kind == "kernel-size" and drawn and row.figure.high is not None:
             ends = [(k, v) for k, v in ((1, row.figure.low), (7, row.figure.high)) if k in sizes]
             if not ends:
                 continue

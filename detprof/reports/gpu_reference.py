@@ -43,6 +43,9 @@ class GpuMeasurement:
     """The GPU driver's version and its CUDA."""
     source: str
     """The folder under ``reference/`` it was read from."""
+    repeat_s: float | None = None
+    """The seconds one repeat of the model took (both modes), the median over its repeats: what ``gpu-study``
+    expects a repeat on this GPU to take."""
 
     @property
     def measured(self) -> str:

@@ -37,13 +37,22 @@ from detprof.analysis.layers import ModelAttribution
 from detprof.analysis.verification import ModelVerification
 from detprof.backends.base import SettingColumn
 from detprof.determinism import MODES
+from detprof.gpu_labels import CPU_LABEL
 from detprof.reports import cells, figures
 from detprof.reports.cells import Words
 from detprof.reports.gpu_clocks import by_mode
 from detprof.reports.headline import HeadlineRow, published_reference
 from detprof.reports.provenance import backend_order
 from detprof.reports.published import SOURCE
-from detprof.reports.report_data import NOISE_FLOOR_LEAD, NOISE_FLOOR_TITLE, SECTIONS, ModelCost, Report, StabilityStudy
+from detprof.reports.report_data import (
+    NOISE_FLOOR_LEAD,
+    NOISE_FLOOR_TITLE,
+    SECTIONS,
+    ModelCost,
+    Report,
+    StabilityStudy,
+    kernel_size_points,
+)
 
 PlotlyJs = Literal["embed", "cdn"]
 NAV = {
@@ -64,6 +73,8 @@ only where the inputs hold a ``detprof verify`` study, "knobs" only where they h
 OPTIONAL_SECTIONS = ("verification", "knobs")
 """The sections that are not in the page at all (nor in its navigation) without their study."""
 PLOT_CONFIG = {"displaylogo": False, "responsive": True}
+FIRST_SCREEN_HEIGHT = 300
+"""A figure on the first screen leaves room for the answer's first rows below it at 1440x900."""
 CellKind = Literal["text", "code", "dotted", "kernel", "agree", "verdict"]
 HOLDS_TONES = {True: "agree-yes", False: "agree-no", None: "warn"}
 """Whether determinism held, as the page colours it: the yes/no colours of the published figures' check."""
@@ -488,6 +499,27 @@ def overhead(report: Report) -> dict[str, Any] | None:
     }
 
 
+def gpu_kernel_size(report: Report) -> Any:
+    """The paper's figure redrawn for a GPU report's first screen: the medium CNN's overhead against kernel size
+    measured on GPUs, per framework, beside the paper's 1x1 and 7x7 ends on the T4, V100 and P100; None where no
+    GPU sweep measured two kernel sizes."""
+    points = [
+        p
+        for p in kernel_size_points([s for s in report.sweeps if s.label != CPU_LABEL], named=report.names_backend)
+        if p.source == "sweep"
+    ]
+    if len({p.kernel_size for p in points}) < 2:
+        return None
+    figure = figures.kernel_size_figure(points, report.references, every_paper_gpu=True)
+    figure.update_layout(
+        title="The paper's figure on this GPU: the medium CNN's overhead against convolution kernel size",
+        height=FIRST_SCREEN_HEIGHT,
+        margin={"t": 40, "b": 10},
+        legend={"y": -0.3},
+    )
+    return figure
+
+
 def kernel_size(report: Report) -> dict[str, Any]:
     """The figure and its table are ``None`` when left out; the kernels_bench tables are shown either way."""
     shown = "kernel-size" not in report.absent
@@ -878,6 +910,7 @@ def render(report: Report, plotlyjs: PlotlyJs = "embed") -> str:
             overhead=overhead(report),
             on_gpus=on_gpus(report),
             kernel_size=kernel_size(report),
+            gpu_kernel_size=gpu_kernel_size(report),
             cost=cost(report),
             stability=stability(report),
             tradeoff=tradeoff(report),

@@ -6,9 +6,13 @@
 
 from __future__ import annotations
 
+import json
+import statistics
 import sys
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from detprof.reports.gpu_reference import REFERENCE_FILE, GpuMeasurement, write
 from detprof.reports.provenance import framework
@@ -28,16 +32,43 @@ def measurements_in(folder: Path) -> list[GpuMeasurement]:
         keras = sweep.versions.get("keras")
         versions = framework(sweep.backend, sweep.versions) + (f", Keras {'/'.join(keras)}" if keras else "")
         driver = f"{sweep.device.get('driver') or '?'} (CUDA {sweep.device.get('cuda_driver') or '?'})"
+        repeats = repeat_seconds(sweep.path / "sweep" / "runs")
         for model in sweep.models:
             o = model.kernel
             if o is None:
                 continue
             lo, hi = (o.ci_low, o.ci_high) if o.has_interval else (None, None)
             row = GpuMeasurement(
-                gpu, date, sweep.backend, model.model, o.ratio, lo, hi, o.n, versions, driver, folder.name
+                gpu,
+                date,
+                sweep.backend,
+                model.model,
+                o.ratio,
+                lo,
+                hi,
+                o.n,
+                versions,
+                driver,
+                folder.name,
+                repeats.get(model.model),
             )
             found.append(row)
     return sorted(found, key=lambda m: (m.gpu, m.date, m.backend, m.model))
+
+
+def repeat_seconds(runs: Path) -> dict[str, float]:
+    """Per model, the median seconds of one repeat: its two runs' durations, counted once where one process
+    ran both modes (the same start), added where each mode had a process of its own."""
+    runs_of: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+    for path in sorted(runs.glob("*.json")):
+        record = json.loads(path.read_text())
+        if record.get("status") == "ok" and record.get("duration_s"):
+            runs_of[record["model"], record["repeat"]].append(record)
+    seconds: dict[str, list[float]] = defaultdict(list)
+    for (model, _), records in runs_of.items():
+        by_start = {r.get("started_at"): float(r["duration_s"]) for r in records}
+        seconds[model].append(sum(by_start.values()))
+    return {model: round(statistics.median(values), 1) for model, values in seconds.items()}
 
 
 def summarize(folders: Iterable[Path]) -> list[GpuMeasurement]:

@@ -1,0 +1,75 @@
+"""What a GPU study has done so far, in ``gpu-study.json`` beside its parts: the file ``--resume`` continues from.
+
+Each window adds what it ran and what it left; each part keeps how it ended and how long it took
+against its estimate, so that the next dry run (and the estimates kept in the repository) can be
+corrected from what a GPU actually took.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from detprof.errors import InputError
+from detprof.store import atomic_write_json, read_json_object
+
+STATE_FILE = "gpu-study.json"
+PartStatus = Literal["done", "stopped", "failed"]
+"""done: the command ended with its answer; stopped: the window ended it (its completed runs kept, ``--resume``
+continues it); failed: it ended with an error (retried by ``--resume``)."""
+
+
+@dataclass(frozen=True)
+class PartOutcome:
+    status: PartStatus
+    seconds: float
+    estimate_s: float
+    exit_code: int | None
+    window: int
+    said: str = ""
+    """The command's last lines where it failed."""
+
+
+@dataclass(frozen=True)
+class Window:
+    started: str
+    budget_s: float
+    seconds: float
+    ran: list[str]
+    left: dict[str, str]
+    """Part name: why this window did not run it (or did not finish it)."""
+
+
+@dataclass
+class StudyState:
+    scale: str
+    backends: list[str]
+    parts: dict[str, PartOutcome] = field(default_factory=dict)
+    knob_models: dict[str, str] = field(default_factory=dict)
+    """Backend: the model its knob study studies, chosen once from its overhead results."""
+    windows: list[Window] = field(default_factory=list)
+
+    def is_done(self, part: str) -> bool:
+        outcome = self.parts.get(part)
+        return outcome is not None and outcome.status == "done"
+
+    def save(self, out: Path) -> None:
+        atomic_write_json(out / STATE_FILE, asdict(self))
+
+    @classmethod
+    def load(cls, out: Path) -> StudyState | None:
+        path = out / STATE_FILE
+        if not path.exists():
+            return None
+        data: dict[str, Any] = read_json_object(path, "GPU study state")
+        try:
+            return cls(
+                scale=data["scale"],
+                backends=list(data["backends"]),
+                parts={name: PartOutcome(**outcome) for name, outcome in data.get("parts", {}).items()},
+                knob_models=dict(data.get("knob_models", {})),
+                windows=[Window(**window) for window in data.get("windows", [])],
+            )
+        except (KeyError, TypeError) as exc:
+            raise InputError(f"{path}: not a detprof GPU study's state ({exc})") from exc

@@ -1,0 +1,309 @@
+"""A GPU study from request to bundle: the plan for this machine, one window of it, and what the window leaves.
+
+Every window ends the same way, whether its parts finished or the budget stopped them: the
+machine it ran on, the report of everything measured so far, ``summary.md`` (each part's expected
+and actual time, what is left and why) and the bundle, so that each window's results stand on
+their own and the next one resumes from ``gpu-study.json``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib.metadata
+import json
+import os
+import platform
+import shutil
+import subprocess
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from detprof import backends, bundle
+from detprof.errors import UsageError
+from detprof.gpu_labels import label_matches
+from detprof.gpu_study.plan import (
+    OVERHEAD_SHARE,
+    SCALES,
+    Costs,
+    StudyPlan,
+    build_plan,
+    installed_backends,
+)
+from detprof.gpu_study.state import StudyState
+from detprof.gpu_study.window import GRACE_S, StudyWindow
+from detprof.store import atomic_write_json
+
+FINISH_S = 30.0
+"""Kept at the window's end for what every window writes after its parts: the report and the bundle."""
+PACKAGES = ("detprof", "keras", *backends.NAMES, "jaxlib", "nvidia-cudnn-cu12", "nvidia-cudnn-cu13")
+ENVIRONMENT = ("XLA_FLAGS", "CUDA_VISIBLE_DEVICES", "CUBLAS_WORKSPACE_CONFIG", "TF_DETERMINISTIC_OPS", "KERAS_BACKEND")
+
+
+@dataclass(frozen=True)
+class StudyRequest:
+    out: Path
+    scale: str | None
+    backends: tuple[str, ...] | None
+    budget_s: float
+    resume: bool
+    gpu: str | None
+    """The GPU whose measured costs the plan uses: a name or label (default: this machine's)."""
+    bundle_to: Path | None
+
+
+@dataclass(frozen=True)
+class Prepared:
+    plan: StudyPlan
+    state: StudyState
+    gpu_name: str | None
+    gpu_uuid: str | None
+
+
+def prepare(request: StudyRequest, *, dry_run: bool) -> Prepared:
+    """The plan for this request on this machine, and the state it continues (a new one where none)."""
+    gpu_name, gpu_uuid = _gpu_here()
+    state = StudyState.load(request.out)
+    if state is not None and not request.resume and not dry_run:
+        raise UsageError(f"{request.out} holds a GPU study already: --resume continues it, or name another --out")
+    if state is None and request.resume:
+        raise UsageError(f"--resume: {request.out} holds no GPU study to continue ({'gpu-study.json'} is missing)")
+    scale = _scale(request, state, gpu_name, dry_run=dry_run)
+    names = _backends(request, state, dry_run=dry_run)
+    if state is None:
+        state = StudyState(scale, list(names))
+    costs = measured_costs(request.gpu or gpu_name) if scale == "gpu" else Costs()
+    on_gpu = gpu_name is not None or (dry_run and scale == "gpu")
+    plan = build_plan(SCALES[scale], names, request.budget_s, costs, on_gpu=on_gpu, knob_models=state.knob_models)
+    return Prepared(plan, state, gpu_name, gpu_uuid)
+
+
+def _gpu_here() -> tuple[str | None, str | None]:
+    """The first GPU this process sees: its name and UUID."""
+    from detprof.profiler import devices
+
+    gpus = devices.visible_gpus(devices.probe_gpus().gpus)
+    return (gpus[0].name, gpus[0].uuid) if gpus else (None, None)
+
+
+def _scale(request: StudyRequest, state: StudyState | None, gpu_name: str | None, *, dry_run: bool) -> str:
+    if request.scale is not None and request.scale not in SCALES:
+        raise UsageError(f"--scale must be one of {', '.join(SCALES)}, not {request.scale!r}")
+    if state is not None and request.scale not in (None, state.scale):
+        raise UsageError(f"--scale: {request.out} is a study at scale {state.scale}, not {request.scale}")
+    scale = request.scale or (state.scale if state else None)
+    if scale is None and gpu_name is None and not dry_run:
+        raise UsageError(
+            "no NVIDIA GPU here: gpu-study measures one (--dry-run --gpu h100 shows its plan for one; "
+            "--scale tiny runs its whole pipeline here at tiny sizes)"
+        )
+    return scale or "gpu"
+
+
+def _backends(request: StudyRequest, state: StudyState | None, *, dry_run: bool) -> tuple[str, ...]:
+    names = request.backends or (tuple(state.backends) if state else installed_backends())
+    unknown = [name for name in names if name not in backends.NAMES]
+    if unknown:
+        raise UsageError(f"--backends: {', '.join(unknown)} is not a backend; backends: {', '.join(backends.NAMES)}")
+    if not names:
+        if dry_run:
+            return (backends.TORCH, backends.JAX)
+        raise UsageError(backends.NO_FRAMEWORK)
+    missing = [name for name in names if not backends.get(name).installed()]
+    if missing and not dry_run:
+        raise UsageError(f"--backends: {', '.join(missing)} is not installed here")
+    return tuple(names)
+
+
+def measured_costs(gpu: str | None) -> Costs:
+    """What one repeat of each model took on ``gpu`` (its name or label) in the newest run detprof shipped."""
+    from detprof.reports.gpu_reference import shipped
+
+    if gpu is None:
+        return Costs()
+    rows = sorted(
+        (row for row in shipped() if row.repeat_s and (row.gpu == gpu or label_matches(gpu, row.gpu))),
+        key=lambda row: row.date,
+    )
+    measured = {(row.backend, row.model): float(row.repeat_s or 0.0) for row in rows}
+    return Costs(measured, f"{rows[-1].gpu}, {rows[-1].date}" if rows else None)
+
+
+def fitting(plan: StudyPlan, state: StudyState) -> tuple[list[str], list[str]]:
+    """What a window of ``plan.budget_s`` is expected to run, and what it is expected to leave, by the window's
+    own rule: in order, each part that fits what is left (the first whatever its size)."""
+    left_s = plan.budget_s - FINISH_S - GRACE_S
+    runs, later = [], []
+    for part in plan.parts:
+        if state.is_done(part.name):
+            continue
+        if not runs or part.estimate_s <= left_s:
+            runs.append(part.name)
+            left_s -= part.estimate_s
+        else:
+            later.append(part.name)
+    return runs, later
+
+
+def run_window(prepared: Prepared, request: StudyRequest, say: Callable[[str], None]) -> Path:
+    """One window: the parts that fit, then the machine, the report, the summary and the bundle; returns the
+    bundle's path."""
+    out = request.out
+    out.mkdir(parents=True, exist_ok=True)
+    prepared.state.save(out)
+    window = StudyWindow(prepared.plan, prepared.state, out, say, kept_s=FINISH_S)
+    try:
+        window.run(lambda backend: knob_model(prepared.plan, out, backend))
+    finally:
+        describe_machine(out / "machine", window.number)
+        _report(out, say)
+        problems = gpu_checks(prepared, out) if prepared.gpu_uuid is not None else None
+        (out / "summary.md").write_text(summary(prepared, out, problems))
+    target = (request.bundle_to or out) / f"{out.name}.zip"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    packed = bundle.write(out, target)
+    traces = f"; {len(packed.left_out)} traces left out to stay within 16 MiB" if packed.left_out else ""
+    say(f"gpu-study: bundle {packed.path} ({packed.size / 2**20:.1f} MiB, {packed.files} files{traces})")
+    return packed.path
+
+
+def knob_model(plan: StudyPlan, out: Path, backend: str) -> str | None:
+    """The model whose determinism cost the most kernel time (else wall time) on ``backend`` in this study."""
+    from detprof.reports.report_data import build_report
+
+    folders = [out / p.name for p in plan.parts if p.kind == "overhead" and p.backend == backend]
+    folders = [folder for folder in folders if (folder / "sweep" / "manifest.json").exists()]
+    if not folders:
+        return None
+    costs = [
+        (overhead.ratio, model.model)
+        for sweep in build_report(folders, with_shipped=False).sweeps
+        for model in sweep.models
+        if (overhead := model.kernel or model.wall) is not None
+    ]
+    return max(costs)[1] if costs else None
+
+
+def gpu_checks(prepared: Prepared, out: Path) -> list[str]:
+    """``make gpu-check``'s checks, folded in on this study's own results: each sweep's runs ok with GPU kernels in
+    both modes, determinism in effect exactly in deterministic mode, on the GPU the study saw; each stability
+    study's control runs bitwise identical on the GPU."""
+    from detprof.doctor.gpu_check import check_control, check_sweep_records
+
+    problems = []
+    for part in prepared.plan.parts:
+        folder = out / part.name
+        if not prepared.state.is_done(part.name):
+            continue
+        if part.kind == "overhead":
+            runs = sorted((folder / "sweep" / "runs").glob("*.json"))
+            found = check_sweep_records(
+                [json.loads(p.read_text()) for p in runs], prepared.gpu_uuid, wraps_process=False
+            )
+        elif part.kind == "stability":
+            found = check_control(json.loads((folder / "stability" / "summary.json").read_text()))
+        else:
+            continue
+        problems += [f"{part.name}: {problem}" for problem in found]
+    return problems
+
+
+def describe_machine(folder: Path, window: int) -> None:
+    """The machine a window ran on: its GPU (NVML), packages, the environment that switches determinism, and
+    ``nvidia-smi -q`` where it exists."""
+    from detprof.profiler import devices
+
+    folder.mkdir(parents=True, exist_ok=True)
+    probe = devices.probe_gpus()
+    versions = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    machine: dict[str, Any] = {
+        "window": window,
+        "at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "host": platform.node(),
+        "python": platform.python_version(),
+        "gpus": [asdict(gpu) for gpu in devices.visible_gpus(probe.gpus)],
+        "nvml": probe.problems,
+        "packages": versions,
+        "environment": {name: os.environ[name] for name in ENVIRONMENT if name in os.environ},
+    }
+    atomic_write_json(folder / f"window-{window}.json", machine)
+    if shutil.which("nvidia-smi"):
+        done = subprocess.run(["nvidia-smi", "-q"], capture_output=True, text=True, timeout=60, check=False)
+        (folder / f"nvidia-smi-window-{window}.txt").write_text(done.stdout)
+
+
+def _report(out: Path, say: Callable[[str], None]) -> None:
+    from detprof.errors import InputError
+    from detprof.reports.command import write_report
+
+    try:
+        write_report(out, out / "report.html")
+    except InputError as exc:
+        say(f"gpu-study: no report yet ({exc})")
+
+
+def summary(prepared: Prepared, out: Path, problems: Sequence[str] | None = None) -> str:
+    """``summary.md``: each part, its expected and actual time, how it ended; what is left and why; on a GPU, what
+    ``make gpu-check``'s checks found in the results (``problems``)."""
+    plan, state = prepared.plan, prepared.state
+    last = state.windows[-1] if state.windows else None
+    lines = [
+        f"# detprof gpu-study {out.name}: {prepared.gpu_name or 'no GPU'}, scale {plan.scale.name}",
+        "",
+        f"Windows so far: {len(state.windows)}; budget {plan.budget_s:.0f} s each, {OVERHEAD_SHARE:.0%} of it the "
+        "overhead parts' share (their repeats added for precision).",
+        "",
+        "| part | command | expected | actual | status | window |",
+        "|---|---|---|---|---|---|",
+    ]
+    for part in plan.parts:
+        outcome = state.parts.get(part.name)
+        model = state.knob_models.get(part.backend) if part.kind == "knobs" else None
+        command = " ".join(part.argv(part.name, model)[:-2])
+        if outcome is None:
+            why = last.left.get(part.name, "not reached") if last else "not reached"
+            lines.append(f"| {part.name} | `detprof {command}` | {part.estimate_s:.0f} s | | left: {why} | |")
+            continue
+        said = f": {outcome.said}" if outcome.said else ""
+        lines.append(
+            f"| {part.name} | `detprof {command}` | {outcome.estimate_s:.0f} s | {outcome.seconds:.0f} s | "
+            f"{outcome.status}{said} | {outcome.window} |"
+        )
+    lines += [f"| {name} | | | | not run: {why} | |" for name, why in plan.not_run.items()]
+    if problems is not None:
+        lines += ["", "Checks on the GPU (make gpu-check's): " + ("all passed" if not problems else "")]
+        lines += [f"- {problem}" for problem in problems]
+    left = [p.name for p in plan.parts if not state.is_done(p.name)]
+    lines += ["", f"Left: {len(left)} parts; `detprof gpu-study --resume --out {out}` continues." if left else "Done."]
+    return "\n".join(lines) + "\n"
+
+
+def plan_lines(prepared: Prepared, request: StudyRequest) -> Sequence[str]:
+    """The dry run: each part, its expected time and where that came from, and what one window fits."""
+    plan, state = prepared.plan, prepared.state
+    runs, later = fitting(plan, state)
+    lines = [
+        f"detprof gpu-study: scale {plan.scale.name} on {', '.join(plan.backends)}, "
+        f"{request.gpu or prepared.gpu_name or 'no GPU named'}, a window of {plan.budget_s:.0f} s "
+        f"({FINISH_S:.0f} s of it kept for the report and the bundle)",
+        f"the overhead parts' share: {OVERHEAD_SHARE:.0%} of the window, their repeats added for precision within "
+        "it; each part starts only while its expected time fits what is left",
+    ]
+    for part in plan.parts:
+        when = "done" if state.is_done(part.name) else "this window" if part.name in runs else "a later window"
+        model = state.knob_models.get(part.backend) if part.kind == "knobs" else None
+        shown = " ".join(part.argv(part.name, model)[:-2])
+        lines.append(f"  {part.name:<28} {part.estimate_s:6.0f} s  {when:<15} ({part.estimated_from})  detprof {shown}")
+    lines += [f"  {name:<28} not run: {why}" for name, why in plan.not_run.items()]
+    total = sum(p.estimate_s for p in plan.parts if not state.is_done(p.name))
+    lines.append(
+        f"expected: {total:.0f} s in all; this window {len(runs)} parts, "
+        f"{len(later)} left for later windows ({', '.join(later) or 'none'})"
+    )
+    return lines
