@@ -19,7 +19,7 @@ GPU_CHECK_OUT ?= gpu-check
 GPU_STUDY_OUT ?= gpu-study
 GPU_BUDGET ?= 10m
 
-.PHONY: test test-fast sweep lint bench install gpu-check gpu-study wheelhouse gpu-wheelhouse reference
+.PHONY: test test-fast sweep lint bench docs install gpu-check gpu-study wheelhouse gpu-wheelhouse reference
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -68,6 +68,11 @@ lint: $(TEST_STAMP)
 
 bench: $(TEST_STAMP)
 	$(BIN)/python -m benchmarks
+
+# The documentation site (docs/, Sphinx with MyST and Furo), every warning an error, as the suite builds it.
+docs: $(TEST_STAMP)
+	$(BIN)/python -m sphinx -W --keep-going -q -b html docs docs/_build/html
+	@echo "docs/_build/html/index.html"
 
 # An offline GPU machine's wheels (README, "GPU machines without internet"): detprof's own wheel and every wheel it
 # needs there beside the framework, for that machine's Python and platforms, not this one's. The framework (torch,

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from benchmarks.results import record
 from detprof.profiler.devices import choose_device
 from detprof.stability import study
 from detprof.store import ResultsStore
@@ -47,6 +48,9 @@ def _timed_study(out: Path, jobs: int, tasks_per_worker: int | None) -> tuple[fl
     return elapsed, hashes
 
 
+TARGET = "the default stability study, pooled workers against one fresh process per run: >= 1.6x throughput"
+
+
 def main() -> int:
     config = study.StudyConfig()
     jobs = study.default_jobs(choose_device(None))
@@ -67,9 +71,7 @@ def main() -> int:
         f"throughput ratio pooled / fresh {ratio:.2f}x >= {TARGET_RATIO}x": ratio >= TARGET_RATIO,
         f"{deterministic} deterministic-mode runs bitwise identical in pooled and fresh processes": identical,
     }
-    for label, ok in checks.items():
-        print(f"{'PASS' if ok else 'FAIL'}  {label}")
-    return 0 if all(checks.values()) else 1
+    return record("bench_stability", TARGET, checks)
 
 
 if __name__ == "__main__":

@@ -224,6 +224,11 @@ class _CommandTable(TyperGroup):
         return super().resolve_command(ctx, args)
 
 
+def command_names() -> list[str]:
+    """Every command, in the order ``detprof --help`` lists them (the documentation's reference follows it)."""
+    return list(_COMMANDS)
+
+
 def build_app(commands: Iterable[str] = ()) -> typer.Typer:
     """The ``detprof`` application, with ``commands`` (each imported) added to the table's names.
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 
 class ExitCode(IntEnum):
-    """Every exit code detprof documents, and nothing else: README's "Commands" lists them."""
+    """Every exit code detprof documents, and nothing else: docs/reference/exit-codes.md lists them."""
 
     OK = 0
     CHECK_FAILED = 1

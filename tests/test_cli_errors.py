@@ -73,7 +73,7 @@ def test_results_json_that_is_not_an_object_is_one_line_exit_3(
     assert err.count("\n") == 1 and str(broken) in err and "not a detprof" in err
 
 
-def test_exit_codes_are_one_enum_as_the_readme_documents_them() -> None:
+def test_exit_codes_are_one_enum_as_the_docs_document_them() -> None:
     """0 done, 1 a check's no, 2 usage, 3 input, 70 a bug, 74 the machine refused, 130 Ctrl-C, 143 SIGTERM: the
     values CI scripts rely on."""
     codes = {code.name: int(code) for code in ExitCode}
@@ -82,6 +82,6 @@ def test_exit_codes_are_one_enum_as_the_readme_documents_them() -> None:
         **{"INTERRUPTED": 130, "TERMINATED": 143},
     }
     assert (UsageError.exit_code, InputError.exit_code) == (ExitCode.USAGE, ExitCode.INPUT)
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
-    documented = readme[readme.index("Exit codes, the same for every command:") :].split("\n\n")[0]
+    page = (Path(__file__).parents[1] / "docs" / "reference" / "exit-codes.md").read_text()
+    documented = page[page.index("Exit codes, the same for every command:") :].split("\n\n")[0]
     assert [int(n) for n in re.findall(r"[:;]\s+(\d+) ", documented)] == list(codes.values())

@@ -149,15 +149,15 @@ def test_resume_runs_every_part_on_pytorch_and_jax_and_each_part_answers(study: 
     }
     assert state.parts["torch-overhead-first"].window == 2
     assert all(p.seconds > 0 and p.estimate_s > 0 for p in state.parts.values())
-    # The knob study took the model whose determinism cost most in this study's own overhead parts.
-    assert state.knob_models["torch"] in ("smallcnn", "gpt_tiny")
+    # The knob study took the model whose determinism cost most in this study's own overhead parts (its one model).
+    assert state.knob_models == {"torch": "gpt_tiny"}
     summary = (out / "summary.md").read_text()
     assert "| jax-knobs | | | | not run: no knob of jax studied can matter on a CPU" in summary
     assert summary.rstrip().endswith("Done.")
     for backend in ("torch", "jax"):
         records = [json.loads(p.read_text()) for p in (out / f"{backend}-overhead-first/sweep/runs").glob("*.json")]
         assert {(r["model"], r["mode"], r["status"]) for r in records} == {
-            (model, mode, "ok") for model in ("smallcnn", "gpt_tiny") for mode in ("default", "deterministic")
+            ("gpt_tiny", mode, "ok") for mode in ("default", "deterministic")
         }
         summary_json = json.loads((out / f"{backend}-stability-smallcnn/stability/summary.json").read_text())
         variants = {v["variant"]: v for v in summary_json["variants"]}
@@ -193,9 +193,7 @@ def test_the_bundle_is_within_16_mib_and_reports_as_the_folder_does(study: dict[
         read.pop(key), kept.pop(key)
     assert read == kept
     assert {m["backend"] for m in read["models"]} == {"torch", "jax"}
-    assert {(v["backend"], v["model"]) for v in read["verification"]} == {
-        (backend, model) for backend in ("torch", "jax") for model in ("smallcnn", "gpt_tiny")
-    }
+    assert {(v["backend"], v["model"]) for v in read["verification"]} == {("torch", "gpt_tiny"), ("jax", "gpt_tiny")}
     assert all(v["deterministic"]["identical"] for v in read["verification"])
     assert [k["backend"] for k in read["knobs"]] == ["torch"]
 

@@ -288,7 +288,8 @@ def _determinism_check(backend: str, records: list[dict[str, Any]]) -> Check:
         name,
         "failed",
         f"the framework reports op determinism {effective} (want on in deterministic mode, off in default)",
-        f"install a {backend} whose determinism switch detprof knows (README, Set-up), and report the versions",
+        f"install a {backend} whose determinism switch detprof knows (docs/getting-started.md), and report the "
+        "versions",
     )
 
 

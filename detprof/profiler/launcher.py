@@ -283,8 +283,8 @@ class WorkerLauncher:
         core ``cpu_core`` with one compute thread each once warm: only one steps at a time,
         so they never compete, and each step sees the core (and its caches, and whatever else
         runs there) as the other worker's step beside it did: A/A intervals came out several
-        times narrower than unpinned workers' or workers on a core each (README, "How the
-        measurement concludes").
+        times narrower than unpinned workers' or workers on a core each (docs/concepts.md, "Three ways
+        to pair the two modes").
 
         The workers live for all of ``pairs`` (the models of one repeat): importing the
         framework and Keras is half of a pair's time, which a worker per pair would pay again.

@@ -30,7 +30,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # follows the pairing (``run_seconds`` per ``Pairing``): between two processes of a lockstep pair
     # the process's own speed is most of what varies from repeat to repeat, so their runs are short
     # and the time goes to repeats; in one process that cancels, the steps' own noise is what is
-    # left, and longer runs pay (README, "How the measurement concludes", has the figures).
+    # left, and longer runs pay (docs/concepts.md says why).
     "cpu-small": {
         "models": ("smallcnn", "mediumcnn_k1", "mediumcnn_k3"),
         "steps": 80,

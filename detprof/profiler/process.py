@@ -29,12 +29,12 @@ STEADY_HEAP_ENV: dict[str, str] = {
 }
 """glibc malloc settings under which a worker's tensors reuse heap memory from step to step.
 
-By default glibc hands buffers over 128 KiB (up to 32 MiB as its threshold adapts) to
-mmap and gives freed memory back to the kernel, so each step page-faults its large
-tensors afresh, and how much it does depends on the process: one worker of a lockstep pair
-ran slower than the other for a whole run. Kept on the heap, every step after the warm-up
-touches memory it already has (README, "How the measurement concludes", has the A/A
-figures). Both modes get the same settings; a user's own value wins (``setdefault``).
+By default glibc hands buffers over 128 KiB (up to 32 MiB as its threshold adapts) to mmap and
+gives freed memory back to the kernel, so each step page-faults its large tensors afresh, and how
+much it does depends on the process: one worker of a lockstep pair ran slower than the other for a
+whole run. Kept on the heap, every step after the warm-up touches memory it already has
+(docs/concepts.md, "Three ways to pair the two modes"). Both modes get the same settings; a user's
+own value wins (``setdefault``).
 
 Address-space randomization stays on. Turned off, it steadied the step times while the heap
 still moved, but it fixes each mode's layout by its command line (the two modes' run ids

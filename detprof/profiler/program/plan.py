@@ -61,7 +61,7 @@ def refuse_for_programs(options: RunOptions, flags: list[str]) -> None:
     if flags or given:
         raise UsageError(
             f"{', '.join([*flags, *given])}: not with --command, which runs a program as it is (it decides its "
-            "own model, data and steps; see README, 'Any training program')"
+            "own model, data and steps; see docs/own-models.md, 'Any training program')"
         )
 
 
