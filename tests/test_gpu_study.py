@@ -1,7 +1,7 @@
 """``detprof gpu-study``: the plan a GPU lease gets, and its whole pipeline run here at tiny sizes.
 
 The study runs as a user runs it, in two windows: the first with a budget that stops its first
-part (SIGINT at the window's end: its completed runs kept) and leaves every other part, the second
+part (SIGTERM at the window's end: its completed runs kept) and leaves every other part, the second
 ``--resume`` finishing everything on PyTorch and JAX. What it wrote is read as ``detprof report``
 reads a bundle on another machine.
 """
@@ -118,7 +118,7 @@ def test_a_window_stops_its_running_part_at_its_budget_and_leaves_the_rest_for_r
     assert study["first_s"] < FIRST_WINDOW_S + 10  # the process's own start and exit aside, within its budget
     assert state is not None
     stopped = state.parts["torch-overhead-first"]
-    assert (stopped.status, stopped.exit_code, stopped.window) == ("stopped", ExitCode.INTERRUPTED, 1)
+    assert (stopped.status, stopped.exit_code, stopped.window) == ("stopped", ExitCode.TERMINATED, 1)
     window = state.windows[0]
     assert window.ran == ["torch-overhead-first"]
     assert window.left["torch-overhead-first"] == "stopped at the window's end (its completed runs kept)"

@@ -2,8 +2,10 @@
 
 A part starts only while its expected time fits what is left of the window (the window's first part
 starts whatever its estimate, so that a plan larger than one window still moves on). A part still
-running when the window ends gets SIGINT, the Ctrl-C every detprof command answers by keeping its
-completed runs, and a grace period to stop its workers; the next window's ``--resume`` continues it.
+running when the window ends gets SIGTERM, which every detprof command answers as it answers Ctrl-C (its
+workers stopped, its completed runs kept), and a grace period to stop them; the next window's ``--resume``
+continues it. SIGTERM rather than SIGINT: a study started in the background (``make gpu-study &``, nohup) hands
+its commands SIGINT ignored.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ GRACE_S = 20.0
 """What a stopped part may take to stop its workers and write its records: kept out of the window's budget."""
 ANSWERED = {"verify": frozenset({0, 1})}
 """Exit codes that are a part's answer: ``verify`` ends 1 when determinism did not hold, which is a finding."""
-STOPPED = frozenset({130, 143, -signal.SIGINT, -signal.SIGKILL})
+STOPPED = frozenset({130, 143, -signal.SIGINT, -signal.SIGTERM, -signal.SIGKILL})
+"""How a part the window stopped ends: detprof's codes for Ctrl-C and SIGTERM, or the signal itself where it came
+before the command could answer it."""
 
 
 @dataclass(frozen=True)
@@ -107,7 +111,7 @@ class StudyWindow:
 
     def _call(self, argv: list[str], log: Path, timeout_s: float) -> Ran:
         """``detprof ARGV`` in a session of its own (Ctrl-C here reaches it only as forwarded), its output to
-        ``log``; SIGINT at ``timeout_s``, SIGKILL of its session after the grace period."""
+        ``log``; SIGTERM at ``timeout_s``, SIGKILL of its session after the grace period."""
         started = time.monotonic()
         with open(log, "ab") as sink:
             child = subprocess.Popen(
@@ -129,7 +133,7 @@ class StudyWindow:
 
 
 def _stop(child: subprocess.Popen[bytes]) -> int | None:
-    child.send_signal(signal.SIGINT)
+    child.send_signal(signal.SIGTERM)
     try:
         return child.wait(timeout=GRACE_S)
     except subprocess.TimeoutExpired:
