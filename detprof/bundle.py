@@ -41,8 +41,10 @@ class Bundled:
 def write(folder: Path, path: Path, limit: int = LIMIT_BYTES) -> Bundled:
     """``folder`` packed into ``path`` (written beside it and renamed, so no reader sees half a bundle)."""
     files = sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix not in SKIPPED_SUFFIXES)
-    bulk = sorted((p for p in files if _is_bulk(p.relative_to(folder))), key=lambda p: p.stat().st_size)
-    essential = [p for p in files if not _is_bulk(p.relative_to(folder))]
+    essential, bulk = [], []
+    for file in files:
+        (bulk if _is_bulk(file.relative_to(folder)) else essential).append(file)
+    bulk.sort(key=lambda p: p.stat().st_size)
     partial = path.with_name(f".{path.name}.partial")
     left_out: list[str] = []
     with zipfile.ZipFile(partial, "w", compression=zipfile.ZIP_DEFLATED) as archive:

@@ -27,13 +27,14 @@ from detprof.gpu_study.plan import (
     OVERHEAD_SHARE,
     SCALES,
     Costs,
+    Part,
     StudyPlan,
     build_plan,
     installed_backends,
 )
-from detprof.gpu_study.state import StudyState
+from detprof.gpu_study.state import STATE_FILE, StudyState
 from detprof.gpu_study.window import GRACE_S, StudyWindow
-from detprof.store import atomic_write_json
+from detprof.store import ResultsStore, atomic_write_json
 
 FINISH_S = 30.0
 """Kept at the window's end for what every window writes after its parts: the report and the bundle."""
@@ -68,7 +69,7 @@ def prepare(request: StudyRequest, *, dry_run: bool) -> Prepared:
     if state is not None and not request.resume and not dry_run:
         raise UsageError(f"{request.out} holds a GPU study already: --resume continues it, or name another --out")
     if state is None and request.resume:
-        raise UsageError(f"--resume: {request.out} holds no GPU study to continue ({'gpu-study.json'} is missing)")
+        raise UsageError(f"--resume: {request.out} holds no GPU study to continue ({STATE_FILE} is missing)")
     scale = _scale(request, state, gpu_name, dry_run=dry_run)
     names = _backends(request, state, dry_run=dry_run)
     if state is None:
@@ -163,8 +164,8 @@ def run_window(prepared: Prepared, request: StudyRequest, say: Callable[[str], N
     target = (request.bundle_to or out) / f"{out.name}.zip"
     target.parent.mkdir(parents=True, exist_ok=True)
     packed = bundle.write(out, target)
-    traces = f"; {len(packed.left_out)} traces left out to stay within 16 MiB" if packed.left_out else ""
-    say(f"gpu-study: bundle {packed.path} ({packed.size / 2**20:.1f} MiB, {packed.files} files{traces})")
+    bulk = f"; {len(packed.left_out)} traces and arrays left out to stay within 16 MiB" if packed.left_out else ""
+    say(f"gpu-study: bundle {packed.path} ({packed.size / 2**20:.1f} MiB, {packed.files} files{bulk})")
     return packed.path
 
 
@@ -197,10 +198,8 @@ def gpu_checks(prepared: Prepared, out: Path) -> list[str]:
         if not prepared.state.is_done(part.name):
             continue
         if part.kind == "overhead":
-            runs = sorted((folder / "sweep" / "runs").glob("*.json"))
-            found = check_sweep_records(
-                [json.loads(p.read_text()) for p in runs], prepared.gpu_uuid, wraps_process=False
-            )
+            records = ResultsStore(folder, "sweep").records()
+            found = check_sweep_records(records, prepared.gpu_uuid, wraps_process=False)
         elif part.kind == "stability":
             found = check_control(json.loads((folder / "stability" / "summary.json").read_text()))
         else:
@@ -248,6 +247,13 @@ def _report(out: Path, say: Callable[[str], None]) -> None:
         say(f"gpu-study: no report yet ({exc})")
 
 
+def shown(part: Part, state: StudyState) -> str:
+    """A part's command line as the plan and the summary show it: its folder left out, a knob study's chosen
+    model in."""
+    model = state.knob_models.get(part.backend) if part.kind == "knobs" else None
+    return " ".join(part.argv(part.name, model)[:-2])
+
+
 def summary(prepared: Prepared, out: Path, problems: Sequence[str] | None = None) -> str:
     """``summary.md``: each part, its expected and actual time, how it ended; what is left and why; on a GPU, what
     ``make gpu-check``'s checks found in the results (``problems``)."""
@@ -264,8 +270,7 @@ def summary(prepared: Prepared, out: Path, problems: Sequence[str] | None = None
     ]
     for part in plan.parts:
         outcome = state.parts.get(part.name)
-        model = state.knob_models.get(part.backend) if part.kind == "knobs" else None
-        command = " ".join(part.argv(part.name, model)[:-2])
+        command = shown(part, state)
         if outcome is None:
             why = last.left.get(part.name, "not reached") if last else "not reached"
             lines.append(f"| {part.name} | `detprof {command}` | {part.estimate_s:.0f} s | | left: {why} | |")
@@ -297,9 +302,8 @@ def plan_lines(prepared: Prepared, request: StudyRequest) -> Sequence[str]:
     ]
     for part in plan.parts:
         when = "done" if state.is_done(part.name) else "this window" if part.name in runs else "a later window"
-        model = state.knob_models.get(part.backend) if part.kind == "knobs" else None
-        shown = " ".join(part.argv(part.name, model)[:-2])
-        lines.append(f"  {part.name:<28} {part.estimate_s:6.0f} s  {when:<15} ({part.estimated_from})  detprof {shown}")
+        expected = f"{part.estimate_s:6.0f} s  {when:<15} ({part.estimated_from})"
+        lines.append(f"  {part.name:<28} {expected}  detprof {shown(part, state)}")
     lines += [f"  {name:<28} not run: {why}" for name, why in plan.not_run.items()]
     total = sum(p.estimate_s for p in plan.parts if not state.is_done(p.name))
     lines.append(

@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 from collections import defaultdict
@@ -17,6 +16,7 @@ from typing import Any
 from detprof.reports.gpu_reference import REFERENCE_FILE, GpuMeasurement, write
 from detprof.reports.provenance import framework
 from detprof.reports.report_data import build_report
+from detprof.store import ResultsStore
 
 REFERENCE_DIR = Path(__file__).resolve().parents[2] / "reference"
 """Where the repository keeps each GPU run's results (absent from an installed package, which has the file)."""
@@ -32,7 +32,7 @@ def measurements_in(folder: Path) -> list[GpuMeasurement]:
         keras = sweep.versions.get("keras")
         versions = framework(sweep.backend, sweep.versions) + (f", Keras {'/'.join(keras)}" if keras else "")
         driver = f"{sweep.device.get('driver') or '?'} (CUDA {sweep.device.get('cuda_driver') or '?'})"
-        repeats = repeat_seconds(sweep.path / "sweep" / "runs")
+        repeats = repeat_seconds(ResultsStore(sweep.path, "sweep"))
         for model in sweep.models:
             o = model.kernel
             if o is None:
@@ -56,12 +56,11 @@ def measurements_in(folder: Path) -> list[GpuMeasurement]:
     return sorted(found, key=lambda m: (m.gpu, m.date, m.backend, m.model))
 
 
-def repeat_seconds(runs: Path) -> dict[str, float]:
+def repeat_seconds(store: ResultsStore) -> dict[str, float]:
     """Per model, the median seconds of one repeat: its two runs' durations, counted once where one process
     ran both modes (the same start), added where each mode had a process of its own."""
     runs_of: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
-    for path in sorted(runs.glob("*.json")):
-        record = json.loads(path.read_text())
+    for record in store.records():
         if record.get("status") == "ok" and record.get("duration_s"):
             runs_of[record["model"], record["repeat"]].append(record)
     seconds: dict[str, list[float]] = defaultdict(list)
