@@ -90,6 +90,9 @@ def broken(change: str) -> list[dict[str, Any]]:
         first["settings"]["op_determinism"] = False
     elif change == "other gpu":
         first["device"]["uuid"] = "GPU-ffff"
+    elif change == "failed before a step":
+        first.update(status="failed", reason="IndexError: absl::container_internal::raw_hash_map<>::at")
+        first.update(kernel_count=0, kernel_devices=[], step_wall_ns=None)
     elif change == "no wall":
         first["step_wall_ns"] = None
     return records
@@ -102,10 +105,14 @@ def broken(change: str) -> list[dict[str, Any]]:
         ("cpu ops", "default mode: not every traced run holds GPU kernels"),
         ("determinism", "smallcnn--deterministic--r0: determinism in effect is False in deterministic mode"),
         ("other gpu", f"smallcnn--deterministic--r0: ran on GPU-ffff (CUDA_VISIBLE_DEVICES {UUID})"),
-        ("no wall", "wall time missing: no untraced steps were timed"),
+        (
+            "failed before a step",
+            "smallcnn--deterministic--r0: failed: IndexError: absl::container_internal::raw_hash_map<>::at",
+        ),
+        ("no wall", "wall time missing: smallcnn--deterministic--r0 timed no untraced steps"),
     ],
 )
-def test_each_thing_a_gpu_sweep_must_show_is_checked(change: str, problem: str) -> None:
+def test_each_thing_a_gpu_sweep_must_show_is_checked_and_a_failed_run_is_said_once(change: str, problem: str) -> None:
     assert check_sweep_records(broken(change), UUID, wraps_process=False) == [problem]
 
 

@@ -128,6 +128,15 @@ def test_jax_compiles_its_step_once_per_mode(tmp_path: Path) -> None:
     assert det["settings"]["xla_flags"] == "--xla_gpu_deterministic_ops=true" and default["settings"]["xla_flags"] == ""
 
 
+def test_jax_compiles_the_arm_with_most_knobs_first_whichever_steps_first() -> None:
+    from detprof.backends.jax import compile_order
+
+    det = frozenset({"jax.xla_gpu_deterministic_ops"})
+    assert compile_order([frozenset(), det]) == [1, 0]
+    assert compile_order([det, frozenset()]) == [0, 1]
+    assert compile_order([det, det | {"jax.xla_gpu_autotune_level"}, frozenset()]) == [1, 0, 2]
+
+
 REFUSING = '''
 import keras
 import torch

@@ -9,7 +9,7 @@ interval.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -134,8 +134,17 @@ class ModelOverhead:
         first = self.failures[0]
         reason = first.get("reason") or first.get("status")
         example = f"{first['run_id']}: {reason}" if first.get("run_id") else reason
-        fix = fix_for(str(reason))
+        fix = fix_for(str(reason)) or _apart_fix(self.failures)
         return f"{len(self.failures)} run(s) failed, e.g. {example}" + (f" (fix: {fix})" if fix else "")
+
+
+def _apart_fix(failures: Sequence[Mapping[str, Any]]) -> str | None:
+    """Runs that failed with both modes in one process may run in a process per mode, where the framework reads its
+    switches when it starts, as a user's program does (JAX on an H100: gpt_small's deterministic step compiled as
+    a compile option failed at its first run, reference/h100-2026-11-28)."""
+    if all(failure.get("pairing") == "in_process" for failure in failures):
+        return "--pairing processes runs each mode in a process of its own"
+    return None
 
 
 def paired_log_ratios(

@@ -232,9 +232,12 @@ def check_sweep_records(
     if not records:
         return ["no run was recorded"]
     problems = [f"{r['run_id']}: {r.get('status')}: {r.get('reason')}" for r in records if r.get("status") != "ok"]
-    traced = {mode: [r for r in records if r.get("mode") == mode and r.get("measures") != "wall"] for mode in MODES}
+    ok = [r for r in records if r.get("status") == "ok"]
+    traced = {mode: [r for r in ok if r.get("mode") == mode and r.get("measures") != "wall"] for mode in MODES}
     for mode, runs in traced.items():
-        if not runs or not all(r.get("kernel_devices") and r.get("kernel_count") for r in runs):
+        if not runs:
+            problems.append(f"{mode} mode: no traced run finished")
+        elif not all(r.get("kernel_devices") and r.get("kernel_count") for r in runs):
             problems.append(f"{mode} mode: not every traced run holds GPU kernels")
     for r in records:
         effect = (r.get("settings") or {}).get("op_determinism")
@@ -244,9 +247,12 @@ def check_sweep_records(
         if gpu_uuid and (device.get("uuid"), device.get("cuda_visible_devices")) != (gpu_uuid, gpu_uuid):
             visible = device.get("cuda_visible_devices")
             problems.append(f"{r['run_id']}: ran on {device.get('uuid')} (CUDA_VISIBLE_DEVICES {visible})")
-    walls = [r for r in records if r.get("measures") in ("both", "wall")]
-    if not walls or not all(r.get("step_wall_ns") for r in walls):
+    walls = [r for r in ok if r.get("measures") in ("both", "wall")]
+    untimed = [r["run_id"] for r in walls if not r.get("step_wall_ns")]
+    if ok and not walls:
         problems.append("wall time missing: no untraced steps were timed")
+    elif untimed:
+        problems.append(f"wall time missing: {', '.join(untimed)} timed no untraced steps")
     if wraps_process and not any(r.get("measures") == "wall" for r in records):
         problems.append("no untraced run beside the traced ones: wall time would come from traced steps")
     return problems

@@ -31,6 +31,13 @@ COMMAND_START_S = 4.0
 """What a ``detprof`` command costs before its first run: Python, detprof, the plan."""
 VERIFY_RUNS = 4
 """``verify`` trains each model twice in each mode."""
+APART = "apart"
+"""The overhead part that reruns, with a process per mode (``--pairing processes``), the models whose pairs failed
+in one process: on an H100, XLA failed to run gpt_small's and moe_small's step compiled with deterministic ops as
+a compile option in a process started without them (reference/h100-2026-11-28), which a process of its own,
+started with the flag in ``XLA_FLAGS`` as a user's program is, does not do."""
+APART_REPEAT_FACTOR = 1.5
+"""A process per mode starts, builds and compiles the model once per mode instead of once per repeat."""
 STABILITY_VARIANTS = ("impl", "control")
 """Implementation noise alone (same seed, default mode) against control (deterministic): what determinism buys."""
 
@@ -161,16 +168,27 @@ def installed_backends() -> tuple[str, ...]:
 
 
 def build_plan(
-    scale: Scale, names: Sequence[str], budget_s: float, costs: Costs, *, on_gpu: bool, knob_models: Mapping[str, str]
+    scale: Scale,
+    names: Sequence[str],
+    budget_s: float,
+    costs: Costs,
+    *,
+    on_gpu: bool,
+    knob_models: Mapping[str, str],
+    apart_models: Mapping[str, Sequence[str]],
 ) -> StudyPlan:
-    """Every part, in the order of value: overhead first on every backend, then the rest of the zoo, the knob
-    studies, stability and verify. ``knob_models``: the model each backend's knob study was given (after its
-    overhead parts ran), else the one the estimate assumes."""
+    """Every part, in the order of value: overhead first on every backend, then the rest of the zoo (and, once the
+    study knows them, the models whose pairs failed in one process, a process per mode), the knob studies,
+    stability and verify. ``knob_models``: the model each backend's knob study was given (after its overhead parts
+    ran), else the one the estimate assumes."""
     parts: list[Part] = []
     groups = [models for models in (scale.first, scale.rest) if models]
     share_s = budget_s * OVERHEAD_SHARE / (len(groups) * len(names) or 1)
     for group, models in (("first", scale.first), ("rest", scale.rest)):
         parts += [_overhead(scale, backend, group, models, costs, share_s) for backend in names if models]
+    parts += [
+        _apart(scale, backend, tuple(apart_models[backend]), costs) for backend in names if apart_models.get(backend)
+    ]
     not_run: dict[str, str] = {}
     for backend in names:
         model = knob_models.get(backend) or _costliest(scale, backend, costs)
@@ -195,6 +213,21 @@ def _overhead(scale: Scale, backend: str, group: str, models: tuple[str, ...], c
         options += ("--budget", f"{max(1, round(share_s - estimate))}s")
     source = costs.source(backend, models)
     return Part(f"{backend}-overhead-{group}", "overhead", backend, models, options, estimate, source)
+
+
+def _apart(scale: Scale, backend: str, models: tuple[str, ...], costs: Costs) -> Part:
+    repeat_s = sum(costs.repeat_s(scale, backend, model) for model in models) * APART_REPEAT_FACTOR
+    options = (*scale.sweep, "--repeats", str(scale.repeats), "--precision", "off", "--pairing", "processes")
+    source = costs.source(backend, models)
+    return Part(
+        f"{backend}-overhead-{APART}",
+        "overhead",
+        backend,
+        models,
+        options,
+        COMMAND_START_S + scale.repeats * repeat_s,
+        source,
+    )
 
 
 def _costliest(scale: Scale, backend: str, costs: Costs) -> str:

@@ -48,11 +48,21 @@ class StudyState:
     parts: dict[str, PartOutcome] = field(default_factory=dict)
     knob_models: dict[str, str] = field(default_factory=dict)
     """Backend: the model its knob study studies, chosen once from its overhead results."""
+    apart_models: dict[str, list[str]] = field(default_factory=dict)
+    """Backend: the models whose pairs failed in one process, read once its overhead parts were done (none: an
+    empty list); the plan reruns them with a process per mode (``plan.APART``)."""
     windows: list[Window] = field(default_factory=list)
 
     def is_done(self, part: str) -> bool:
         outcome = self.parts.get(part)
         return outcome is not None and outcome.status == "done"
+
+    def expected_s(self, part: str, estimate_s: float) -> float:
+        """What a part is still expected to take: a stopped one resumes with its completed runs kept, so the seconds
+        it ran come off (never below a tenth of its estimate, for the runs it was in the middle of)."""
+        outcome = self.parts.get(part)
+        spent = outcome.seconds if outcome is not None and outcome.status == "stopped" else 0.0
+        return max(estimate_s - spent, estimate_s / 10)
 
     def save(self, out: Path) -> None:
         atomic_write_json(out / STATE_FILE, asdict(self))
@@ -69,6 +79,7 @@ class StudyState:
                 backends=list(data["backends"]),
                 parts={name: PartOutcome(**outcome) for name, outcome in data.get("parts", {}).items()},
                 knob_models=dict(data.get("knob_models", {})),
+                apart_models={backend: list(models) for backend, models in data.get("apart_models", {}).items()},
                 windows=[Window(**window) for window in data.get("windows", [])],
             )
         except (KeyError, TypeError) as exc:

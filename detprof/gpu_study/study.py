@@ -76,7 +76,15 @@ def prepare(request: StudyRequest, *, dry_run: bool) -> Prepared:
         state = StudyState(scale, list(names))
     costs = measured_costs(request.gpu or gpu_name) if scale == "gpu" else Costs()
     on_gpu = gpu_name is not None or (dry_run and scale == "gpu")
-    plan = build_plan(SCALES[scale], names, request.budget_s, costs, on_gpu=on_gpu, knob_models=state.knob_models)
+    plan = build_plan(
+        SCALES[scale],
+        names,
+        request.budget_s,
+        costs,
+        on_gpu=on_gpu,
+        knob_models=state.knob_models,
+        apart_models=state.apart_models,
+    )
     return Prepared(plan, state, gpu_name, gpu_uuid)
 
 
@@ -139,9 +147,10 @@ def fitting(plan: StudyPlan, state: StudyState) -> tuple[list[str], list[str]]:
     for part in plan.parts:
         if state.is_done(part.name):
             continue
-        if not runs or part.estimate_s <= left_s:
+        expected_s = state.expected_s(part.name, part.estimate_s)
+        if not runs or expected_s <= left_s:
             runs.append(part.name)
-            left_s -= part.estimate_s
+            left_s -= expected_s
         else:
             later.append(part.name)
     return runs, later
@@ -157,6 +166,7 @@ def run_window(prepared: Prepared, request: StudyRequest, say: Callable[[str], N
     try:
         window.run(lambda backend: knob_model(prepared.plan, out, backend))
     finally:
+        note_apart_models(prepared, out)
         describe_machine(out / "machine", window.number)
         _report(out, say)
         problems = gpu_checks(prepared, out) if prepared.gpu_uuid is not None else None
@@ -184,6 +194,31 @@ def knob_model(plan: StudyPlan, out: Path, backend: str) -> str | None:
         if (overhead := model.kernel or model.wall) is not None
     ]
     return max(costs)[1] if costs else None
+
+
+def note_apart_models(prepared: Prepared, out: Path) -> None:
+    """For each backend whose overhead parts are all done, once: the models whose pairs failed in one process,
+    which the next window reruns with a process per mode."""
+    state = prepared.state
+    for backend in state.backends:
+        overhead = [p for p in prepared.plan.parts if p.kind == "overhead" and p.backend == backend]
+        if backend in state.apart_models or not all(state.is_done(part.name) for part in overhead):
+            continue
+        state.apart_models[backend] = failed_in_one_process([out / part.name for part in overhead])
+    state.save(out)
+
+
+def failed_in_one_process(folders: Sequence[Path]) -> list[str]:
+    """The models in these sweeps with no pair of modes measured, whose runs failed with both modes in one
+    process."""
+    records = [r for folder in folders for r in ResultsStore(folder, "sweep").records()]
+    failed = {r["model"] for r in records if r.get("status") != "ok" and r.get("pairing") == "in_process"}
+    modes_ok: dict[tuple[str, int], set[str]] = {}
+    for r in records:
+        if r.get("status") == "ok":
+            modes_ok.setdefault((r["model"], r["repeat"]), set()).add(r["mode"])
+    paired = {model for (model, _), modes in modes_ok.items() if len(modes) == 2}
+    return sorted(failed - paired)
 
 
 def gpu_checks(prepared: Prepared, out: Path) -> list[str]:
@@ -259,10 +294,11 @@ def summary(prepared: Prepared, out: Path, problems: Sequence[str] | None = None
     ``make gpu-check``'s checks found in the results (``problems``)."""
     plan, state = prepared.plan, prepared.state
     last = state.windows[-1] if state.windows else None
+    budgets = ", ".join(f"{window.budget_s:.0f} s" for window in state.windows)
     lines = [
         f"# detprof gpu-study {out.name}: {prepared.gpu_name or 'no GPU'}, scale {plan.scale.name}",
         "",
-        f"Windows so far: {len(state.windows)}; budget {plan.budget_s:.0f} s each, {OVERHEAD_SHARE:.0%} of it the "
+        f"Windows so far: {len(state.windows)} (budgets {budgets or 'none yet'}), {OVERHEAD_SHARE:.0%} of each the "
         "overhead parts' share (their repeats added for precision).",
         "",
         "| part | command | expected | actual | status | window |",
@@ -302,10 +338,10 @@ def plan_lines(prepared: Prepared, request: StudyRequest) -> Sequence[str]:
     ]
     for part in plan.parts:
         when = "done" if state.is_done(part.name) else "this window" if part.name in runs else "a later window"
-        expected = f"{part.estimate_s:6.0f} s  {when:<15} ({part.estimated_from})"
+        expected = f"{state.expected_s(part.name, part.estimate_s):6.0f} s  {when:<15} ({part.estimated_from})"
         lines.append(f"  {part.name:<28} {expected}  detprof {shown(part, state)}")
     lines += [f"  {name:<28} not run: {why}" for name, why in plan.not_run.items()]
-    total = sum(p.estimate_s for p in plan.parts if not state.is_done(p.name))
+    total = sum(state.expected_s(p.name, p.estimate_s) for p in plan.parts if not state.is_done(p.name))
     lines.append(
         f"expected: {total:.0f} s in all; this window {len(runs)} parts, "
         f"{len(later)} left for later windows ({', '.join(later) or 'none'})"

@@ -71,8 +71,9 @@ class StudyWindow:
         if left_s <= 0:
             self.left[part.name] = "the window's budget was spent"
             return
-        if self.ran and part.estimate_s > left_s:
-            self.left[part.name] = f"expects {part.estimate_s:.0f} s, {left_s:.0f} s were left"
+        expected_s = self.state.expected_s(part.name, part.estimate_s)
+        if self.ran and expected_s > left_s:
+            self.left[part.name] = f"expects {expected_s:.0f} s, {left_s:.0f} s were left"
             return
         model = None
         if part.kind == "knobs":
@@ -86,7 +87,8 @@ class StudyWindow:
     def _run_part(self, part: Part, model: str | None, left_s: float) -> None:
         folder = self.out / part.name
         argv = part.argv(str(folder), model)
-        self.say(f"gpu-study [{part.name}] detprof {' '.join(argv)} (expects {part.estimate_s:.0f} s)")
+        expected_s = self.state.expected_s(part.name, part.estimate_s)
+        self.say(f"gpu-study [{part.name}] detprof {' '.join(argv)} (expects {expected_s:.0f} s)")
         if folder.exists():
             argv.append("--resume")
         ran = self._call(argv, self.out / "logs" / f"{part.name}.log", left_s)

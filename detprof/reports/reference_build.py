@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from detprof import bundle
 from detprof.reports.gpu_reference import REFERENCE_FILE, GpuMeasurement, write
 from detprof.reports.provenance import framework
 from detprof.reports.report_data import build_report
@@ -23,8 +24,15 @@ REFERENCE_DIR = Path(__file__).resolve().parents[2] / "reference"
 
 
 def measurements_in(folder: Path) -> list[GpuMeasurement]:
-    """Every swept model's kernel-time overhead in one GPU run's folder (``reference/<gpu>-<date>``)."""
-    report = build_report([folder], with_shipped=False)
+    """Every swept model's kernel-time overhead in one GPU run's folder (``reference/<gpu>-<date>``): its results
+    as they are, or the bundle ``detprof gpu-study`` brought back, kept as it came (a zip in the folder)."""
+    bundles = [path for path in sorted(folder.glob("*.zip")) if bundle.is_bundle(path)]
+    with bundle.unpacked(bundles or [folder]) as sources:
+        return _measurements(sources, folder)
+
+
+def _measurements(sources: Sequence[Path], folder: Path) -> list[GpuMeasurement]:
+    report = build_report(sources, with_shipped=False)
     found = []
     for sweep in report.sweeps:
         gpu = str(sweep.device.get("name") or sweep.label)
