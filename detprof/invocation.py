@@ -8,8 +8,24 @@ from __future__ import annotations
 
 import shlex
 import sys
+from dataclasses import dataclass
 
 _args: list[str] | None = None
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """How a study's command was given: its command line (kept in the manifest), whether it resumes a folder, and
+    whether it waits for a device or folder that another detprof holds instead of refusing."""
+
+    command: str
+    resume: bool = False
+    wait: bool = True
+
+    @classmethod
+    def of(cls, resume: bool, wait: bool) -> Invocation:
+        """This process's command line, as the user typed it."""
+        return cls(command_line(), resume, wait)
 
 
 def remember(args: list[str]) -> None:

@@ -292,10 +292,11 @@ def test_dry_run_of_a_backend_that_switches_between_steps_shows_one_worker_per_r
 @pytest.mark.slow
 def test_runs_one_after_the_other_measure_wall_untraced_and_kernels_traced(tmp_path) -> None:
     """The GPU's sequential design, run here with TensorFlow's profiler: each run its own worker."""
+    from detprof.invocation import Invocation
     from detprof.profiler.devices import DeviceChoice
     from detprof.profiler.model_plan import SweepConfig
     from detprof.profiler.plan import MeasurementTarget
-    from detprof.profiler.study import run_planned
+    from detprof.profiler.study import MeasuredStudy, run_planned
     from detprof.store import ResultsStore
     from detprof.sweep.plan import plan_runs
 
@@ -304,7 +305,9 @@ def test_runs_one_after_the_other_measure_wall_untraced_and_kernels_traced(tmp_p
     )
     target = MeasurementTarget(DeviceChoice("cpu", None), TRACERS["tf"], "cpu-small")
     store = ResultsStore(tmp_path, "sweep")
-    records = run_planned(plan_runs(config), config, config.manifest(), store, target, resume=False, command="t")
+    records = run_planned(
+        MeasuredStudy("sweep", plan_runs(config), config, config.manifest(), target, store.root, Invocation("t"))
+    )
     assert [r["run_id"] for r in records] == ["smallcnn--deterministic--r0", "smallcnn--default--r0"]
     for rec in records:
         assert rec["status"] == "ok", rec["reason"]

@@ -11,6 +11,7 @@ import tensorflow as tf
 from worker_specs import spec_for
 
 from detprof.cli import main
+from detprof.invocation import Invocation
 from detprof.kernels_bench.bench import KernelsConfig, plan_runs
 from detprof.kernels_bench.case_results import summarize
 from detprof.kernels_bench.cases import CONV_OPS, SUITES, OpCase, derive_cases
@@ -20,7 +21,7 @@ from detprof.models import paper_cnns, registry
 from detprof.models.routing import TOP_K, expert_capacity
 from detprof.profiler.devices import DeviceChoice
 from detprof.profiler.plan import MeasurementTarget
-from detprof.profiler.study import run_planned
+from detprof.profiler.study import MeasuredStudy, run_planned
 from detprof.profiler.tracers import TRACERS
 from detprof.store import ResultsStore
 
@@ -374,7 +375,9 @@ def test_failing_and_out_of_memory_cases_are_recorded_and_the_bench_goes_on(tmp_
     store = ResultsStore(tmp_path / "res", "kernels")
     target = MeasurementTarget(DeviceChoice("cpu", None), TRACERS["tf"], "cpu-small")
     plan = plan_runs(cases, config.repeats, config.batch_size)
-    records = run_planned(plan, config, config.manifest(cases), store, target, resume=False, command="test")
+    records = run_planned(
+        MeasuredStudy("kernels", plan, config, config.manifest(cases), target, store.root, Invocation("test"))
+    )
     status = {r["run_id"]: (r["status"], r["reason"]) for r in records}
     assert len(status) == 6
     for mode in ("default", "deterministic"):

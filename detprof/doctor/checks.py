@@ -235,9 +235,10 @@ def smoke_run(backend: str, gpu: str | None, force: bool) -> SmokeRun:
     The results go to a temporary folder, removed when every run is ok (a smoke run measures
     nothing worth keeping) and kept otherwise, for the workers' logs that say what went wrong.
     """
+    from detprof.invocation import Invocation
     from detprof.options import RunOptions
     from detprof.profiler.model_plan import SweepRequest
-    from detprof.profiler.study import run_planned
+    from detprof.profiler.study import MeasuredStudy, run_planned
     from detprof.store import ResultsStore
     from detprof.sweep.plan import plan_runs
 
@@ -245,7 +246,9 @@ def smoke_run(backend: str, gpu: str | None, force: bool) -> SmokeRun:
     config, target = SweepRequest((SMOKE_MODEL,), options).resolve()
     folder = Path(tempfile.mkdtemp(prefix="detprof-doctor-"))
     store = ResultsStore(folder, "sweep")
-    records = run_planned(plan_runs(config), config, config.manifest(), store, target, resume=False, command="doctor")
+    records = run_planned(
+        MeasuredStudy("sweep", plan_runs(config), config, config.manifest(), target, folder, Invocation("doctor"))
+    )
     if all(record["status"] == "ok" for record in records):
         shutil.rmtree(folder, ignore_errors=True)
         return SmokeRun([dict(r) for r in records], target.tracer.name, None)

@@ -30,10 +30,11 @@ from detprof.fleet.executor import FleetExecutor, Unit
 from detprof.fleet.node_types import ray_accelerator_type
 from detprof.fleet.readiness import ReadyFleet, Resolve, check_nodes
 from detprof.fleet.transfer import MB, Bundle, collect, deliver, scratch_store
+from detprof.invocation import Invocation
 from detprof.options import RunOptions
 from detprof.profiler.plan import MeasurementTarget, PlannedRun, RunSettings, mode_pairs, runs_to_measure
 from detprof.profiler.progress import RunProgress, progress_bars
-from detprof.profiler.study import run_planned
+from detprof.profiler.study import MeasuredStudy, run_planned
 from detprof.records import MeasuredRun, measured_run
 from detprof.store import ResultsStore, StudyKind
 
@@ -131,7 +132,9 @@ def measure_pair(job: PairJob) -> Bundle:
     if settings.manifest() != job.settings.manifest():
         raise UsageError("this node now resolves other settings than when it was checked")
     store = scratch_store(job.token, job.pair[0].run_id, job.kind)
-    records = run_planned(job.pair, job.settings, job.manifest, store, target, resume=False, command=job.command)
+    records = run_planned(
+        MeasuredStudy(job.kind, job.pair, job.settings, job.manifest, target, store.root, Invocation(job.command))
+    )
     return collect(store, records, MEASURED_FILES, job.max_trace_bytes)
 
 

@@ -20,12 +20,12 @@ from rich.table import Table
 from detprof.console import print_table, table_console
 from detprof.errors import UsageError
 from detprof.formatting import duration_ns, ratio
-from detprof.invocation import command_line
+from detprof.invocation import Invocation
 from detprof.kernels_bench.bench import BACKEND_SUITES, KernelsConfig, derive, plan_runs, select_ops, suites
 from detprof.kernels_bench.presets import BACKEND_PRESETS, PRESETS
 from detprof.options import MEASURED_STUDY, RunOptions, with_run_options
 from detprof.profiler.plan import choose_target, default_results_dir, preset_values
-from detprof.profiler.study import measure
+from detprof.profiler.study import MeasuredStudy, measure
 from detprof.store import ResultsStore
 
 if TYPE_CHECKING:
@@ -110,19 +110,9 @@ def kernels(
 
         typer.echo("\n".join(plan_lines("kernels", plan, config, target, out)))
         return
-    store = measure(
-        "kernels",
-        plan,
-        config,
-        config.manifest(cases),
-        target,
-        out,
-        what=f"{len(cases)} case{'' if len(cases) == 1 else 's'}",
-        resume=options.resume,
-        command=command_line(),
-        console=Console(stderr=True),
-        wait=options.wait,
-    )
+    given = Invocation.of(options.resume, options.wait)
+    study = MeasuredStudy("kernels", plan, config, config.manifest(cases), target, out, given)
+    store = measure(study, what=f"{len(cases)} case{'' if len(cases) == 1 else 's'}", console=Console(stderr=True))
     print_summary(store)
     Console(stderr=True).print(f"results: {escape(str(store.dir))}")
 

@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from detprof import locks
+from detprof.invocation import Invocation
 from detprof.profiler.launcher import WorkerLauncher
 from detprof.profiler.plan import (
     MAX_REPEATS,
@@ -48,31 +49,41 @@ Extend = Callable[[int, Sequence[str]], list[PlannedRun]]
 """The runs of repeat ``r`` of these models, both modes in the plan's order: how a study adds a repeat."""
 
 
-def run_planned(
-    plan: Sequence[PlannedRun],
-    settings: RunSettings,
-    manifest: dict[str, Any],
-    store: ResultsStore,
-    target: MeasurementTarget,
-    *,
-    resume: bool,
-    command: str,
-    progress: RunProgress | None = None,
-    extend: Extend | None = None,
-) -> list[MeasuredRun]:
-    """Run every planned run not already complete; then, with a precision and ``extend``, the repeats each model
-    needs to reach it (``_repeat_to_add``). Returns the records of this invocation."""
+@dataclass(frozen=True)
+class MeasuredStudy:
+    """One measured study as its command asks for it, passed down whole: what runs (the plan, its settings and the
+    manifest that names the study), where (the target, the results folder), and how the command was given."""
+
+    kind: StudyKind
+    plan: Sequence[PlannedRun]
+    settings: RunSettings
+    manifest: dict[str, Any]
+    target: MeasurementTarget
+    out: Path
+    given: Invocation
+    extend: Extend | None = None
+    """How the study adds a repeat for its precision; None: it adds none."""
+
+    @property
+    def store(self) -> ResultsStore:
+        return ResultsStore(self.out, self.kind)
+
+
+def run_planned(study: MeasuredStudy, progress: RunProgress | None = None) -> list[MeasuredRun]:
+    """Run every planned run not already complete; then, with a precision and ``study.extend``, the repeats each
+    model needs to reach it (``_repeat_to_add``). Returns the records of this invocation."""
     progress = progress or RunProgress()
-    store.open(manifest, command, resume=resume)
+    settings, target, store = study.settings, study.target, study.store
+    store.open(study.manifest, study.given.command, resume=study.given.resume)
     launcher_type = ProgramLauncher if target.program else WorkerLauncher
     launcher = launcher_type(store, target.tracer, target.device, settings)
     clock = _Clock(time.monotonic())
-    records = clock.timed(_measure_runs(plan, settings, target, store, launcher, progress))
-    if settings.precision is not None and extend is not None:
+    records = clock.timed(_measure_runs(study.plan, settings, target, store, launcher, progress))
+    if settings.precision is not None and study.extend is not None:
         from detprof.analysis.overhead import AddedRepeats
 
         added = 0
-        while (more := _repeat_to_add(settings, target, store, clock, extend, progress)) is not None:
+        while (more := _repeat_to_add(study, store, clock, progress)) is not None:
             records += clock.timed(_measure_runs(more, settings, target, store, launcher, progress))
             added += 1
         AddedRepeats(settings.repeats, added, clock.added(), settings.budget_s).write(store)
@@ -197,18 +208,14 @@ def _pair_seconds(records: Iterable[Mapping[str, Any]]) -> dict[tuple[str, int],
 
 
 def _repeat_to_add(
-    settings: RunSettings,
-    target: MeasurementTarget,
-    store: ResultsStore,
-    clock: _Clock,
-    extend: Extend,
-    progress: RunProgress,
+    study: MeasuredStudy, store: ResultsStore, clock: _Clock, progress: RunProgress
 ) -> list[PlannedRun] | None:
     """The next repeat of the models whose interval is not yet within the precision, where it fits the budget
     and no model would pass ``MAX_REPEATS``; None when there is none to add."""
     from detprof.analysis.overhead import repeats_wanted
 
-    assert settings.precision is not None
+    settings, target, extend = study.settings, study.target, study.extend
+    assert settings.precision is not None and extend is not None
     records = list(store.records())
     wanted = repeats_wanted(records, settings.precision)
     models = [model for model, (have, need) in wanted.items() if have < min(need, MAX_REPEATS)]
@@ -224,50 +231,26 @@ def _repeat_to_add(
     return runs
 
 
-def measure(
-    kind: StudyKind,
-    plan: Sequence[PlannedRun],
-    settings: RunSettings,
-    manifest: dict[str, Any],
-    target: MeasurementTarget,
-    out: Path,
-    *,
-    what: str,
-    resume: bool,
-    command: str,
-    console: Console,
-    wait: bool = True,
-    extend: Extend | None = None,
-) -> ResultsStore:
+def measure(study: MeasuredStudy, *, what: str, console: Console) -> ResultsStore:
     """``run_planned`` as a command runs it: a line saying what runs where, then the progress display.
 
     The folder and the device are held (``locks.holding``) before the first line is printed, so that a command
     refused for either says so in one line."""
-    store = ResultsStore(out, kind)
-    with locks.holding(store.dir, (target.device.lock_key, target.device.label), wait=wait):
-        store.open(manifest, command, resume=resume)
+    settings, target, store = study.settings, study.target, study.store
+    with locks.holding(store.dir, (target.device.lock_key, target.device.label), wait=study.given.wait):
+        store.open(study.manifest, study.given.command, resume=study.given.resume)
         parts = measured_parts(target.tracer, whole_runs=target.program)
         untraced = " (and untraced runs for wall time)" if len(parts) > 1 else ""
         repeats = f"{settings.repeats} repeats"
-        if settings.precision is not None and extend is not None:
+        if settings.precision is not None and study.extend is not None:
             within = f" (within {settings.budget_s:g} s after them)" if settings.budget_s is not None else ""
             repeats += f", then more{within} until each is within +/-{settings.precision:.1%}"
         console.print(
-            f"detprof {kind}: {what} x 2 modes x {repeats} on {escape(target.device.label)} "
+            f"detprof {study.kind}: {what} x 2 modes x {repeats} on {escape(target.device.label)} "
             f"with tracer {target.tracer.name}{untraced}, {_PAIRING_WORDS[settings.pairing]}, "
-            f"results in {escape(str(out))}"
+            f"results in {escape(str(study.out))}"
         )
-        total = len(runs_to_measure(plan, target.tracer, whole_runs=target.program))
-        with progress_bar(console, kind, total, store.dir) as progress:
-            run_planned(
-                plan,
-                settings,
-                manifest,
-                store,
-                target,
-                resume=resume,
-                command=command,
-                progress=progress,
-                extend=extend,
-            )
+        total = len(runs_to_measure(study.plan, target.tracer, whole_runs=target.program))
+        with progress_bar(console, study.kind, total, store.dir) as progress:
+            run_planned(study, progress)
     return store

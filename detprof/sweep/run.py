@@ -11,20 +11,20 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
 
 from detprof import locks
 from detprof.errors import UsageError
-from detprof.invocation import command_line
+from detprof.invocation import Invocation, command_line
 from detprof.models.own import is_own
 from detprof.options import RunOptions
 from detprof.profiler.model_plan import SweepRequest
-from detprof.profiler.plan import MeasurementTarget, PlannedRun, RunSettings, default_results_dir
+from detprof.profiler.plan import MeasurementTarget, default_results_dir
 from detprof.profiler.presets import PRESETS, STABILITY_MODELS, STABILITY_RUNS
-from detprof.profiler.study import Extend, measure
+from detprof.profiler.study import MeasuredStudy, measure
 from detprof.store import ResultsStore, StudyKind
 from detprof.sweep.plan import plan_repeat, plan_runs
 
@@ -63,18 +63,9 @@ def measure_sweep(request: SweepRequest, *, calibrate: bool = False, console: Co
     config, target = request.resolve()
     out = request.options.out or default_results_dir(target.device, target.backend)
     plan = plan_runs(config, calibrate=calibrate)
-    store = _measure(
-        kind,
-        plan,
-        config,
-        config.manifest(),
-        target,
-        out,
-        _models_text(config.models),
-        request.options,
-        console,
-        extend=partial(plan_repeat, config, calibrate=calibrate),
-    )
+    extend = partial(plan_repeat, config, calibrate=calibrate)
+    study = MeasuredStudy(kind, plan, config, config.manifest(), target, out, _given(request.options), extend)
+    store = measure(study, what=_models_text(config.models), console=console)
     return _outcome(out, kind, store, config.models, target, request.options)
 
 
@@ -97,7 +88,8 @@ def measure_knobs(request: SweepRequest, only: tuple[str, ...] | None, *, consol
         names = [c.name for c in plan.comparisons]
         what = f"{_models_text(config.models)} x {len(names)} comparisons ({', '.join(names)})"
         runs, manifest_of_knobs = plan_knob_runs(config, plan), knobs_manifest(config, plan)
-        store = _measure("knobs", runs, config, manifest_of_knobs, target, out, what, request.options, console)
+        study = MeasuredStudy("knobs", runs, config, manifest_of_knobs, target, out, _given(request.options))
+        store = measure(study, what=what, console=console)
         checks = ResultsStore(store.dir, "knob_checks")
         checks.open(
             manifest(config, target, DEFAULT_STEPS, False) | {"without": plan.dropped()}, command_line(), resume=True
@@ -125,33 +117,8 @@ def _outcome(
     return SweepOutcome(out, kind, {label: store}, models, target.preset, target.device, target.backend, options.resume)
 
 
-def _measure(
-    kind: StudyKind,
-    plan: list[PlannedRun],
-    settings: RunSettings,
-    manifest: dict[str, Any],
-    target: MeasurementTarget,
-    out: Path,
-    what: str,
-    options: RunOptions,
-    console: Console,
-    extend: Extend | None = None,
-) -> ResultsStore:
-    """``profiler.study.measure`` as this command line asks: resumed or not, waiting for the device or not."""
-    return measure(
-        kind,
-        plan,
-        settings,
-        manifest,
-        target,
-        out,
-        what=what,
-        resume=options.resume,
-        command=command_line(),
-        console=console,
-        wait=options.wait,
-        extend=extend,
-    )
+def _given(options: RunOptions) -> Invocation:
+    return Invocation.of(options.resume, options.wait)
 
 
 def _models_text(models: tuple[str, ...] | None) -> str:
@@ -194,9 +161,9 @@ def measure_program(request: ProgramRequest, *, console: Console) -> SweepOutcom
     settings, target = request.resolve(list(PRESETS))
     out = request.options.out or default_results_dir(target.device, target.backend)
     what = f"program {settings.name}"
-    store = _measure(
-        "sweep", plan_program_runs(settings), settings, settings.manifest(), target, out, what, request.options, console
-    )
+    runs, given = plan_program_runs(settings), _given(request.options)
+    study = MeasuredStudy("sweep", runs, settings, settings.manifest(), target, out, given)
+    store = measure(study, what=what, console=console)
     return SweepOutcome(out, "sweep", {target.device.label: store}, device=target.device, backend=target.backend)
 
 
