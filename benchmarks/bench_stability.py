@@ -23,6 +23,7 @@ from pathlib import Path
 from rich.console import Console
 
 from benchmarks.results import record
+from detprof.invocation import Invocation
 from detprof.profiler.devices import choose_device
 from detprof.stability import study
 from detprof.store import ResultsStore
@@ -35,12 +36,9 @@ def _timed_study(out: Path, jobs: int, tasks_per_worker: int | None) -> tuple[fl
     study.run_study(
         study.StudyConfig(),
         out,
-        jobs=jobs,
-        resume=False,
-        device=choose_device(None),
-        command="python -m benchmarks.bench_stability",
-        console=Console(file=io.StringIO()),
-        tasks_per_worker=tasks_per_worker,
+        Invocation("python -m benchmarks.bench_stability"),
+        study.Workers(choose_device(None), jobs, tasks_per_worker),
+        Console(file=io.StringIO()),
     )
     elapsed = time.perf_counter() - start
     records = ResultsStore(out, "stability").records()

@@ -353,7 +353,7 @@ def is_aa(record: Mapping[str, Any]) -> bool:
 
 def backend_of(record: Mapping[str, Any]) -> str:
     """The backend a run (measured or stability) ran on: a record that names none ran on TensorFlow."""
-    return str(record.get("backend") or backends.DEFAULT)
+    return backends.named(record.get("backend"))
 
 
 def measures(record: Mapping[str, Any], metric: Metric) -> bool:

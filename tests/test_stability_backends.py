@@ -23,6 +23,7 @@ import pytest
 from detprof import cli
 from detprof.backends import NAMES as BACKENDS
 from detprof.errors import UsageError
+from detprof.invocation import Invocation
 from detprof.profiler.devices import choose_device
 from detprof.stability import study, training, worker
 from detprof.stability.variants import parse_variants, plan_runs
@@ -117,9 +118,8 @@ def test_resuming_with_another_backend_is_refused_before_any_worker_starts(tmp_p
         {**study.StudyConfig().manifest(), "device": device.label}, "detprof stability", resume=False
     )
     with pytest.raises(UsageError, match="different configuration"):
-        study.run_study(
-            study.StudyConfig(backend="jax"), tmp_path, jobs=1, resume=True, device=device, command="detprof stability"
-        )
+        given = Invocation("detprof stability", resume=True)
+        study.run_study(study.StudyConfig(backend="jax"), tmp_path, given, study.Workers(device, jobs=1))
     assert not (tmp_path / "stability" / "runs").exists()
 
 

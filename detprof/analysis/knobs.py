@@ -133,7 +133,7 @@ def model_knobs(
 ) -> list[ModelKnobs]:
     """Every model of a knob study, in the order of its manifest (``sweep.knobs.knobs_manifest``)."""
     records = list(records)
-    backend = backends.get(str(manifest.get("backend") or backends.DEFAULT))
+    backend = backends.get(backends.named(manifest.get("backend")))
     studied = [backend.knob(name) for name in manifest.get("knobs", [])]
     not_applicable: dict[str, str] = dict(manifest.get("not_applicable") or {})
     models = list(dict.fromkeys(str(r["model"]) for r in records))

@@ -39,6 +39,12 @@ def get(name: str) -> Backend:
     return REGISTRY[name]
 
 
+def named(name: object) -> str:
+    """The backend a record, manifest or configuration names (``name``, its field): none named is ``DEFAULT``, for
+    the records written before each named its backend."""
+    return str(name or DEFAULT)
+
+
 def all_backends() -> tuple[Backend, ...]:
     return tuple(REGISTRY.values())
 

@@ -132,7 +132,7 @@ def _refuse_several_backends(path: Path, stores: Iterable[ResultsStore], records
     A baseline is the overhead of one backend, and a check compares it with the same
     backend: which of several sweeps was meant cannot be guessed.
     """
-    found = {str(s.root): (s.manifest().get("config") or {}).get("backend") or backends.DEFAULT for s in stores}
+    found = {str(s.root): backends.named((s.manifest().get("config") or {}).get("backend")) for s in stores}
     ran_on = backend_order([*found.values(), *(backend_of(r) for r in records)])
     if len(ran_on) > 1:
         folders = ", ".join(f"{root} ({backend})" for root, backend in found.items())
@@ -247,7 +247,7 @@ def refuse_other_backend(baseline: Baseline, results: Path, backend: Any) -> Non
 
 def describe_backend(fp: Mapping[str, Any]) -> str:
     """The fingerprint's backend and its framework's version: "torch (PyTorch 2.5.1)"."""
-    backend = str(fp.get("backend") or backends.DEFAULT)
+    backend = backends.named(fp.get("backend"))
     versions = {k: [str(v)] for k, v in fp.items() if isinstance(v, str | int) and not isinstance(v, bool)}
     return f"{backend} ({framework(backend, versions)})"
 
@@ -301,7 +301,7 @@ class Baseline:
     @property
     def backend(self) -> str:
         """The Keras backend the baseline's sweep ran; TensorFlow where the baseline names none."""
-        return str(self.fingerprint.get("backend") or backends.DEFAULT)
+        return backends.named(self.fingerprint.get("backend"))
 
     @property
     def unsupported(self) -> dict[str, str]:

@@ -32,7 +32,14 @@ from detprof.fleet.readiness import ReadyFleet, Resolve, check_nodes
 from detprof.fleet.transfer import MB, Bundle, collect, deliver, scratch_store
 from detprof.invocation import Invocation
 from detprof.options import RunOptions
-from detprof.profiler.plan import MeasurementTarget, PlannedRun, RunSettings, mode_pairs, runs_to_measure
+from detprof.profiler.plan import (
+    MeasurementTarget,
+    PlannedRun,
+    RunSettings,
+    mode_pairs,
+    results_dir_of,
+    runs_to_measure,
+)
 from detprof.profiler.progress import RunProgress, progress_bars
 from detprof.profiler.study import MeasuredStudy, run_planned
 from detprof.records import MeasuredRun, measured_run
@@ -83,8 +90,7 @@ class FleetOptions:
 
     def results_dir(self) -> Path:
         """``results/<date>-<label>-<label>...[-<backend>]``, as one machine's folder is named by its device."""
-        suffix = "" if self.backend == backends.DEFAULT else f"-{self.backend}"
-        return Path("results") / f"{dt.date.today().isoformat()}-{'-'.join(self.labels)}{suffix}"
+        return results_dir_of("-".join(self.labels), self.backend)
 
 
 @contextlib.contextmanager

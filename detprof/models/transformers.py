@@ -182,19 +182,18 @@ def gpt(
     depth: int,
     heads: int,
     experts: int = 0,
-    top_k: int = TOP_K,
-    name: str = "gpt",
 ) -> keras.Model:
     """A decoder-only language model: ``input_shape`` is ``(sequence length,)`` and ``classes`` the vocabulary; it
-    predicts each next token (logits per position)."""
+    predicts each next token (logits per position). With ``experts``, each block's MLP is a mixture of that many,
+    each token routed to its ``TOP_K``."""
     (length,) = input_shape
     tokens = keras.Input(shape=(length,), dtype="int32", name="tokens")
     x = layers.Embedding(classes, width, name="token_embedding")(tokens)
     x = PositionEmbedding(name="position_embedding")(x)
     for index in range(depth):
-        x = _block(x, index, heads=heads, causal=True, mlp=4 * width, experts=experts, top_k=top_k)
+        x = _block(x, index, heads=heads, causal=True, mlp=4 * width, experts=experts, top_k=TOP_K)
     x = layers.LayerNormalization(epsilon=1e-5, name="final_norm")(x)
-    return keras.Model(tokens, layers.Dense(classes, name="lm_head")(x), name=name)
+    return keras.Model(tokens, layers.Dense(classes, name="lm_head")(x), name="gpt")
 
 
 def vit(

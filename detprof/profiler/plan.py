@@ -237,9 +237,14 @@ def chosen_backend(options: RunOptions) -> str:
 
 def default_results_dir(device: DeviceChoice, backend: str = backends.DEFAULT) -> Path:
     """``results/<date>-<device>[-<backend>]``: the sweep, kernels and stability of one day, device and
-    backend pair up; TensorFlow, the implied backend, adds no suffix."""
+    backend pair up."""
+    return results_dir_of(device.label, backend)
+
+
+def results_dir_of(devices: str, backend: str) -> Path:
+    """``results/<date>-<devices>[-<backend>]``; TensorFlow, the implied backend, adds no suffix."""
     suffix = "" if backend == backends.DEFAULT else f"-{backend}"
-    return Path("results") / f"{dt.date.today().isoformat()}-{device.label}{suffix}"
+    return Path("results") / f"{dt.date.today().isoformat()}-{devices}{suffix}"
 
 
 def preset_values(preset: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:

@@ -493,7 +493,7 @@ def _stability_backend(store: ResultsStore, summary: Mapping[str, Any]) -> str:
     first = next(store.records(), None)
     if first is not None:
         return backend_of(first)
-    return str(summary.get("backend") or (summary.get("config") or {}).get("backend") or backends.DEFAULT)
+    return backends.named(summary.get("backend") or (summary.get("config") or {}).get("backend"))
 
 
 @study_loader

@@ -18,7 +18,7 @@ from rich.table import Table
 from detprof.console import print_table, table_console
 from detprof.errors import UsageError
 from detprof.formatting import number, plus_minus
-from detprof.invocation import command_line
+from detprof.invocation import Invocation
 from detprof.options import RunOptions, with_run_options
 from detprof.stability.variants import DEFAULT_VARIANTS, NAMED_VARIANTS
 
@@ -146,17 +146,9 @@ def stability(
     )
     err = Console(stderr=True)
     with _device_and_executor(options, jobs, err) as (device, execute):
-        outcome = study.run_study(
-            config,
-            options.out or default_results_dir(device, backend),
-            jobs=jobs if jobs is not None else study.default_jobs(device),
-            resume=options.resume,
-            device=device,
-            command=command_line(),
-            console=err,
-            execute=execute,
-            wait=options.wait,
-        )
+        workers = study.Workers(device, jobs if jobs is not None else study.default_jobs(device), execute=execute)
+        given = Invocation.of(options.resume, options.wait)
+        outcome = study.run_study(config, options.out or default_results_dir(device, backend), given, workers, err)
     print_summary(table_console(), outcome.summary)
     failed = outcome.summary["runs_failed"]
     note = f" ({failed} failed: rerun with --resume to retry them)" if failed else ""

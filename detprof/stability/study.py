@@ -29,6 +29,7 @@ from rich.console import Console
 from detprof import backends, interrupts, locks
 from detprof.determinism import MODES, Mode, without_implied
 from detprof.errors import UsageError, first_line
+from detprof.invocation import Invocation
 from detprof.models import own, registry
 from detprof.profiler.devices import DeviceChoice, Nvml, free_memory, usable_cpus
 from detprof.profiler.gpu_env import gpu_env
@@ -369,29 +370,32 @@ class StudyOutcome:
     skipped: int
 
 
+@dataclass(frozen=True)
+class Workers:
+    """Where and how a study's runs train: the device, how many at once, how many runs a worker process takes
+    before a fresh one replaces it (None: it lives as long as its pool), and what runs them (``execute_runs``'s
+    signature; None: this machine's pools; a fleet's executor spreads them over its nodes)."""
+
+    device: DeviceChoice
+    jobs: int
+    tasks_per_worker: int | None = None
+    execute: Callable[..., None] | None = None
+
+
 def run_study(
-    config: StudyConfig,
-    out: Path,
-    *,
-    jobs: int,
-    resume: bool,
-    device: DeviceChoice,
-    command: str,
-    console: Console | None = None,
-    tasks_per_worker: int | None = None,
-    execute: Callable[..., None] | None = None,
-    wait: bool = True,
+    config: StudyConfig, out: Path, given: Invocation, workers: Workers, console: Console | None = None
 ) -> StudyOutcome:
-    """Train every planned run not already done, by ``execute`` (``execute_runs``'s signature; default it:
-    this machine's pools), then summarize; a fleet's executor spreads the runs over its nodes."""
+    """Train every planned run not already done, by ``workers``, then summarize."""
+    device, jobs, execute = workers.device, workers.jobs, workers.execute
     check_jobs(jobs, device)
     config, variants = config.validated()
     data = load_in_parent(config.dataset, config.backend)
     if config.own_model is not None:
         config = replace(config, own_model=inspected_for(config.own_model, data, config.backend))
     store = ResultsStore(out, "stability")
-    with locks.holding(store.dir, (device.lock_key, device.label) if execute is None else None, wait=wait):
-        store.open({**config.manifest(), "device": device.label}, command, resume=resume)
+    holds = (device.lock_key, device.label) if execute is None else None
+    with locks.holding(store.dir, holds, wait=given.wait):
+        store.open({**config.manifest(), "device": device.label}, given.command, resume=given.resume)
         planned = plan_runs(variants, config.runs, config.seed)
         pending = [r for r in planned if not store.is_done(r.run_id)]
         train_config = TrainConfig(
@@ -419,7 +423,7 @@ def run_study(
                 progress.on_done(record)
 
             run_all = execute or execute_runs
-            run_all(pending, train_config, jobs, store_record, show_running, tasks_per_worker, device=device)
+            run_all(pending, train_config, jobs, store_record, show_running, workers.tasks_per_worker, device=device)
         result = write_summary(store, config, variants, data, device)
         return StudyOutcome(store, result, store.dir / "summary.json", len(pending), len(planned) - len(pending))
 

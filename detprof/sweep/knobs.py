@@ -30,7 +30,7 @@ from detprof.errors import UsageError
 from detprof.models import registry
 from detprof.profiler.model_plan import SweepConfig
 from detprof.profiler.plan import MeasurementTarget, PlannedRun, mode_order
-from detprof.sweep.plan import model_run
+from detprof.sweep.plan import RunSlot, model_run
 
 Side = Literal["a", "b"]
 TOTAL = "total"
@@ -138,18 +138,8 @@ def plan_knob_runs(config: SweepConfig, plan: KnobPlan) -> list[PlannedRun]:
                     mode: Mode = "deterministic" if knobs else "default"
                     fields = {"arm": side, "comparison": comparison.name, "knobs": list(knobs)}
                     shown = f"{comparison.name} {side}"
-                    runs.append(
-                        model_run(
-                            config,
-                            model,
-                            repeat,
-                            mode,
-                            f"{comparison.slug}--{side}",
-                            shown=shown,
-                            fields=fields,
-                            knobs=knobs,
-                        )
-                    )
+                    slot = RunSlot(mode, f"{comparison.slug}--{side}", shown, fields, knobs)
+                    runs.append(model_run(config, model, repeat, slot))
     return runs
 
 

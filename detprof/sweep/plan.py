@@ -8,7 +8,8 @@ models themselves are resolved by ``profiler.model_plan``.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from detprof.determinism import Mode
@@ -38,30 +39,32 @@ def plan_repeat(
     for _repeat, plan, slot in interleaved(plans, 1, first=repeat):
         arm = CALIBRATION_ARMS[slot] if calibrate else None
         mode: Mode = "deterministic" if calibrate else slot
-        runs.append(model_run(config, plan, repeat, mode, arm or mode, fields={"arm": arm} if arm else {}))
+        runs.append(model_run(config, plan, repeat, RunSlot(mode, arm or mode, fields={"arm": arm} if arm else {})))
     return runs
 
 
-def model_run(
-    config: SweepConfig,
-    plan: ModelPlan,
-    repeat: int,
-    mode: Mode,
-    side: str,
-    *,
-    shown: str | None = None,
-    fields: dict[str, Any],
-    knobs: tuple[str, ...] | None = None,
-) -> PlannedRun:
-    """One run of a model: ``side`` (its mode, an arm, a knob comparison's arm) names it in its run id, ``shown``
-    (default ``side``) in the progress; ``fields`` add to the record's."""
+@dataclass(frozen=True)
+class RunSlot:
+    """What one run of a model is within its repeat: its mode; ``side`` (its mode, a calibration's arm, a knob
+    comparison's arm) names it in its run id, ``shown`` (default ``side``) in the progress; ``fields`` add to its
+    record's; ``knobs``, where given, are the switches it sets instead of its mode's."""
+
+    mode: Mode
+    side: str
+    shown: str | None = None
+    fields: Mapping[str, Any] = field(default_factory=dict)
+    knobs: tuple[str, ...] | None = None
+
+
+def model_run(config: SweepConfig, plan: ModelPlan, repeat: int, slot: RunSlot) -> PlannedRun:
+    """One run of a model, in ``slot`` of repeat ``repeat``."""
     own = {"model_spec": plan.own_model.as_record()} if plan.own_model is not None else {}
     return PlannedRun(
-        run_id=f"{plan.label}--{side}--r{repeat}",
-        label=f"{plan.label} {shown or side} r{repeat}",
-        mode=mode,
+        run_id=f"{plan.label}--{slot.side}--r{repeat}",
+        label=f"{plan.label} {slot.shown or slot.side} r{repeat}",
+        mode=slot.mode,
         repeat=repeat,
         workload=Workload(MODEL_WORKLOAD, plan.workload_spec(config.batch_size), MODEL_ARMS_WORKLOAD),
-        fields={"model": plan.label, "repeat": repeat, "batch_size": config.batch_size} | fields | own,
-        knobs=knobs,
+        fields={"model": plan.label, "repeat": repeat, "batch_size": config.batch_size, **slot.fields, **own},
+        knobs=slot.knobs,
     )

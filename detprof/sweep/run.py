@@ -196,15 +196,9 @@ def study_stability(outcome: SweepOutcome, *, console: Console) -> list[Path]:
         config = study.StudyConfig(
             model=model, dataset=dataset, runs=runs, epochs=study.default_epochs(dataset), backend=outcome.backend
         )
-        result = study.run_study(
-            config,
-            outcome.out / "stability" / model,
-            jobs=study.default_jobs(outcome.device),
-            resume=outcome.resume,
-            device=outcome.device,
-            command=command_line(),
-            console=console,
-        )
+        workers = study.Workers(outcome.device, study.default_jobs(outcome.device))
+        given = Invocation(command_line(), outcome.resume)
+        result = study.run_study(config, outcome.out / "stability" / model, given, workers, console)
         console.print(f"stability of {model}: {escape(str(result.summary_path))}")
         summaries.append(result.summary_path)
     return summaries

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,7 @@ from detprof.profiler.process import WorkerEnvironment
 from detprof.profiler.progress import progress_bar
 from detprof.records import VerifyRun, verify_run
 from detprof.store import ResultsStore
+from detprof.verify.workload import VerifyAsk
 
 DEFAULT_STEPS = 20
 REPLICAS = ("a", "b")
@@ -129,14 +130,9 @@ def run_arms(
         for index, (plan, arm) in enumerate(pairs):
             todo = [r for r in REPLICAS if not store.is_done(run_id(plan.label, arm.name, r))]
             progress.on_start(f"{plan.label} {arm.name}", 2 * index + len(REPLICAS) - len(todo))
-            ask = {
-                "params": plan.workload_spec(config.batch_size),
-                "mode": arm.mode,
-                "backend": target.backend,
-                "seed": config.seed,
-                "steps": steps,
-                "gradients": gradients,
-            } | ({} if arm.knobs is None else {"knobs": list(arm.knobs)})
+            knobs = None if arm.knobs is None else list(arm.knobs)
+            spec = plan.workload_spec(config.batch_size)
+            ask = VerifyAsk(spec, arm.mode, target.backend, config.seed, steps, gradients, knobs)
             with ThreadPoolExecutor(side_by_side) as pool:
                 run = partial(_run, store, environment, plan.label, arm, ask=ask, timeout_s=config.run_timeout_s)
                 for record in pool.map(run, todo):
@@ -155,10 +151,10 @@ def _run(
     arm: VerifyArm,
     replica: str,
     *,
-    ask: dict[str, Any],
+    ask: VerifyAsk,
     timeout_s: float | None,
 ) -> VerifyRun:
-    """One run (``ask``: the workload's arguments) in a fresh worker, ended after ``timeout_s`` (``--run-timeout``);
+    """One run (``ask``) in a fresh worker, ended after ``timeout_s`` (``--run-timeout``);
     its record, written whatever happened."""
     this = run_id(model, arm.name, replica)
     folder = Path("fingerprints") / this
@@ -168,7 +164,7 @@ def _run(
     try:
         answer = call_in_worker(
             WORKLOAD,
-            ask | {"out": str(store.dir / folder)},
+            {"ask": asdict(ask), "out": str(store.dir / folder)},
             f"verifying {model}",
             environment=environment,
             log=log,
@@ -180,13 +176,13 @@ def _run(
     record = verify_run(
         run_id=this,
         model=model,
-        mode=ask["mode"],
+        mode=ask.mode,
         replica=replica,
         status=answer.pop("status"),
         reason=answer.pop("reason", None),
-        backend=ask["backend"],
+        backend=ask.backend,
         steps=took,
-        steps_asked=ask["steps"],
+        steps_asked=ask.steps,
         fingerprints=str(folder) if took else None,
         device=environment.device.as_record(),
         started_at=started,

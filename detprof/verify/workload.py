@@ -14,6 +14,7 @@ are written.
 from __future__ import annotations
 
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,29 +30,37 @@ if TYPE_CHECKING:
 REASON_CHARS = 500
 
 
-def fingerprint_run(
-    params: dict[str, Any],
-    mode: str,
-    backend: str,
-    seed: int,
-    steps: int,
-    gradients: bool,
-    out: str,
-    knobs: list[str] | None = None,
-) -> dict[str, Any]:
-    """``launcher.call_in_worker``'s entry: the run, its fingerprints written to ``out``; what it found, as JSON.
+@dataclass(frozen=True)
+class VerifyAsk:
+    """One verification run as the parent asks a worker for it (``asdict`` of it crosses the process boundary):
+    the workload (``params``), its mode and backend, the seed its batches are drawn from, how many steps, and
+    whether gradients are fingerprinted too; ``knobs``: the backend's knobs the run sets (a knob study's arm
+    without one knob), None: its mode's."""
 
-    ``knobs``: the backend's knobs the run sets (a knob study's arm without one knob); None: the mode's."""
-    settings = DeterminismSettings(mode, seed, backend=backend, knobs=None if knobs is None else tuple(knobs))  # type: ignore[arg-type]
-    answer: dict[str, Any] = {"settings": apply(settings), "versions": software_versions(backend)}
-    answer["device_name"] = backends.get(backend).device_name()
+    params: dict[str, Any]
+    mode: str
+    backend: str
+    seed: int
+    steps: int
+    gradients: bool
+    knobs: list[str] | None = None
+
+
+def fingerprint_run(ask: dict[str, Any], out: str) -> dict[str, Any]:
+    """``launcher.call_in_worker``'s entry: the run ``ask`` (a ``VerifyAsk``), its fingerprints written to
+    ``out``; what it found, as JSON."""
+    run = VerifyAsk(**ask)
+    knobs = None if run.knobs is None else tuple(run.knobs)
+    settings = DeterminismSettings(run.mode, run.seed, backend=run.backend, knobs=knobs)  # type: ignore[arg-type]
+    answer: dict[str, Any] = {"settings": apply(settings), "versions": software_versions(run.backend)}
+    answer["device_name"] = backends.get(run.backend).device_name()
     taken = RunFingerprints()
     try:
-        answer |= _train(params, settings, steps, gradients, taken) | {"status": "ok", "reason": None}
+        answer |= _train(run.params, settings, run.steps, run.gradients, taken) | {"status": "ok", "reason": None}
     except Exception as exc:
         traceback.print_exc()
         if settings.deterministic and refuses_determinism(exc):
-            finding = finding_of(exc, backend)
+            finding = finding_of(exc, run.backend)
             answer |= {"status": "unsupported", "reason": finding.message, "finding": finding.to_json()}
         else:
             answer |= {"status": "failed", "reason": first_line(exc, with_type=True)[:REASON_CHARS]}

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import asdict
 
 from detprof.models import registry
-from detprof.verify.workload import fingerprint_run
+from detprof.verify.workload import VerifyAsk, fingerprint_run
 
 STEPS = 2
 BATCH = 2
@@ -26,7 +27,8 @@ def main(backend: str, out: str, models: list[str]) -> dict[str, str]:
         side = int(size or 32)
         shape = list(registry.get(name).shape_at(side))
         params = {"model": name, "input_shape": shape, "classes": CLASSES, "batch_size": BATCH}
-        answer = fingerprint_run(params, "deterministic", backend, 0, STEPS, False, f"{out}/{name}")
+        ask = VerifyAsk(params, "deterministic", backend, 0, STEPS, False)
+        answer = fingerprint_run(asdict(ask), f"{out}/{name}")
         found[name] = f"{answer['status']}: {answer['reason']}" if answer["status"] != "ok" else "ok"
     return found
 
