@@ -16,8 +16,9 @@ from pathlib import Path
 
 from detprof import backends
 from detprof.profiler import plan as planned
-from detprof.profiler.launcher import SETTLING_STEPS, WorkerLauncher
+from detprof.profiler.launcher import WorkerLauncher
 from detprof.profiler.plan import MeasurementTarget, PlannedRun, RunSettings
+from detprof.profiler.run_specs import SETTLING_STEPS
 from detprof.store import ResultsStore, StudyKind
 
 MEASURES_TEXT = {

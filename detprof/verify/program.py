@@ -31,7 +31,6 @@ from detprof.findings import program_finding
 from detprof.fingerprints import FINGERPRINTS_FILE
 from detprof.invocation import command_line
 from detprof.options import RunOptions
-from detprof.profiler.launcher import utc_now
 from detprof.profiler.plan import default_results_dir
 from detprof.profiler.presets import PRESETS
 from detprof.profiler.process import WorkerEnvironment
@@ -47,6 +46,7 @@ from detprof.profiler.program.run import (
 )
 from detprof.profiler.progress import progress_bar
 from detprof.profiler.tracers import NO_TRACER
+from detprof.profiler.worker_process import utc_now
 from detprof.records import VerifyRun, verify_run
 from detprof.store import ResultsStore, atomic_write_json
 from detprof.verify.run import REPLICAS, VERIFY_ORDER, VerifyOutcome, run_id

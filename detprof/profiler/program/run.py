@@ -32,12 +32,13 @@ from typing import Any
 from detprof.backends.program import program_environment
 from detprof.determinism import Mode
 from detprof.errors import last_line
-from detprof.profiler.launcher import WorkerLauncher, WorkerProcess
+from detprof.profiler.launcher import WorkerLauncher
 from detprof.profiler.plan import PlannedRun
 from detprof.profiler.process import Outcome, WorkerEnvironment, spawn, timeout_reason, wait_for_exit
 from detprof.profiler.program.files import SPEC_ENV, InEffect, ProgramSpec, Window, in_effect, read_window
 from detprof.profiler.trace_fields import FAILURE, kernel_fields, read_trace
 from detprof.profiler.worker import classify_failure
+from detprof.profiler.worker_process import WorkerProcess
 from detprof.records import MeasuredRun
 from detprof.store import atomic_write_json
 from detprof.version import detprof_version
