@@ -414,7 +414,7 @@ def test_every_known_label_names_its_own_boards() -> None:
 def test_cli_refuses_an_unknown_label_before_anything_runs(
     monkeypatch, capsys, tmp_path: Path, command: str, nvml: FakeNvml, force: list[str]
 ) -> None:
-    from detprof.profiler import launcher
+    from detprof.profiler import process
 
     started: list[object] = []
 
@@ -425,8 +425,8 @@ def test_cli_refuses_an_unknown_label_before_anything_runs(
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.setattr(gpu_mod, "default_nvml", lambda: nvml)
-    monkeypatch.setattr(launcher.subprocess, "Popen", no_worker)
-    monkeypatch.setattr(launcher.subprocess, "run", no_worker)
+    monkeypatch.setattr(process.subprocess, "Popen", no_worker)
+    monkeypatch.setattr(process.subprocess, "run", no_worker)
     code = main([command, "--gpu", "v101", *force])
     out, err = capsys.readouterr()
     assert code == 2

@@ -37,14 +37,19 @@ def test_the_shipped_figures_are_the_reference_runs_read_again() -> None:
 
 
 def test_each_run_is_a_table_of_models_by_framework_with_its_versions() -> None:
-    (run,) = [t for t in cells.gpu_reference_tables(gpu_reference.shipped()) if "H100" in t.title]
+    run, study = [t for t in cells.gpu_reference_tables(gpu_reference.shipped()) if "H100" in t.title]
     assert run.title == "NVIDIA H100 80GB HBM3, 2026-11-27" and run.headers == ["Model", "JAX", "PyTorch"]
     rows = {row[0]: row[1:] for row in run.rows}
     assert rows["mobilenet"] == ["0.89x (one pair)", "-"]  # not reached on PyTorch in that lease
     assert [row[0] for row in run.rows][-4:] == [f"mediumcnn_k{k}" for k in (1, 3, 5, 7)]
     assert run.versions.endswith("driver 580.159.04 (CUDA 13.0); reference/h100-2026-11-27")
+    # The next day's gpu-study, read from its bundle: its GPT on PyTorch; on JAX it failed, so no figure.
+    assert study.title == "NVIDIA H100 80GB HBM3, 2026-11-28"
+    assert {row[0]: row[1:] for row in study.rows}["gpt_small"] == ["-", "1.07x [1.05, 1.08]"]
+    assert study.versions.endswith("reference/h100-2026-11-28")
     line = cells.gpu_reference_line(gpu_reference.shipped())
     assert line is not None and "NVIDIA H100 80GB HBM3 (2026-11-27): JAX 0.89x-2.99x, PyTorch 1.03x-1.11x" in line
+    assert "NVIDIA H100 80GB HBM3 (2026-11-28): JAX 1.01x-2.99x, PyTorch 1.04x-1.12x over 10 models" in line
 
 
 def test_every_report_has_the_section_a_cpu_one_on_its_first_screen_too(

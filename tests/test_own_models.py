@@ -22,7 +22,7 @@ from detprof.cli import main
 from detprof.errors import InputError, UsageError
 from detprof.models import own
 from detprof.models.npz_data import headers, leading_rows
-from detprof.profiler.model_plan import split_models
+from detprof.models.plans import split_models
 from detprof.store import ResultsStore
 
 FACTORIES = """

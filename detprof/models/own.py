@@ -24,7 +24,7 @@ from typing import Any, Literal
 import numpy as np
 
 from detprof.errors import InputError, UsageError
-from detprof.models.npz_data import ArrayHeader, leading_rows
+from detprof.models.npz_data import ArrayHeader, headers, leading_rows
 
 Kind = Literal["factory", "saved"]
 KERAS_SUFFIX = ".keras"
@@ -325,6 +325,23 @@ def example_shape(array_shape: Sequence[int], model_shape: Sequence[int | None])
     if len(shape) != len(model_shape) or any(m is not None and m != d for d, m in zip(shape, model_shape, strict=True)):
         return None
     return shape
+
+
+@dataclass(frozen=True)
+class NpzData:
+    """``--data``'s file read once: its arrays' headers, and what a model built for it takes: one ``x_train``
+    example's shape (None: it holds no such array) and the classes its integer labels name (None: none)."""
+
+    path: Path
+    arrays: Mapping[str, ArrayHeader]
+    images: tuple[int, ...] | None
+    classes: int | None
+
+    @classmethod
+    def read(cls, path: Path) -> NpzData:
+        arrays = headers(path)
+        images = image_shape(path, arrays) if SINGLE_INPUT_ARRAY in arrays else None
+        return cls(path, arrays, images, label_classes(path, arrays))
 
 
 def image_shape(path: Path, arrays: Mapping[str, ArrayHeader]) -> tuple[int, ...]:

@@ -162,7 +162,8 @@ def remeasure(
 ) -> SweepOutcome:
     """The sweep (or the program) the baseline measured, with its configuration and backend, the options given
     overriding the configuration."""
-    from detprof.profiler.model_plan import SweepRequest, split_models
+    from detprof.models.plans import split_models
+    from detprof.profiler.model_plan import SweepRequest
     from detprof.sweep.run import measure_sweep
 
     config = reference.config

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from detprof.errors import UsageError
+from detprof.models.plans import split_models
 from detprof.options import (
     FLEET,
     MEASURED_STUDY,
@@ -24,7 +25,7 @@ from detprof.options import (
     RunOptions,
     with_run_options,
 )
-from detprof.profiler.model_plan import SweepRequest, split_models
+from detprof.profiler.model_plan import SweepRequest
 from detprof.profiler.plan import default_results_dir
 from detprof.profiler.program.plan import refuse_for_programs
 from detprof.sweep.knobs import split_knobs

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from detprof.determinism import Mode
-from detprof.profiler.model_plan import MODEL_ARMS_WORKLOAD, MODEL_WORKLOAD, ModelPlan, SweepConfig
+from detprof.models.plans import ModelPlan
+from detprof.profiler.model_plan import MODEL_ARMS_WORKLOAD, MODEL_WORKLOAD, SweepConfig
 from detprof.profiler.plan import PlannedRun, Workload, interleaved
 
 CALIBRATION_ARMS: dict[Mode, str] = {"deterministic": "a", "default": "b"}

@@ -74,7 +74,7 @@ def verify(
     elif name is not None:
         raise UsageError("--name names the program of --command: give both, or neither for models")
     else:
-        from detprof.profiler.model_plan import split_models
+        from detprof.models.plans import split_models
         from detprof.verify.run import DEFAULT_STEPS, VerifyRequest, run_verify
 
         request = VerifyRequest(split_models(models), options, DEFAULT_STEPS if steps is None else steps, gradients)
