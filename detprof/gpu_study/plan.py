@@ -34,8 +34,9 @@ VERIFY_RUNS = 4
 APART = "apart"
 """The overhead part that reruns, with a process per mode (``--pairing processes``), the models whose pairs failed
 in one process: on an H100, XLA failed to run gpt_small's and moe_small's step compiled with deterministic ops as
-a compile option in a process started without them (reference/h100-2026-11-28), which a process of its own,
-started with the flag in ``XLA_FLAGS`` as a user's program is, does not do."""
+a compile option in a process started without them (reference/h100-2026-11-28); a process of its own is started
+with the flag in ``XLA_FLAGS``, as a user's program is, and says whether the failure is the pairing's or the
+mode's."""
 APART_REPEAT_FACTOR = 1.5
 """A process per mode starts, builds and compiles the model once per mode instead of once per repeat."""
 STABILITY_VARIANTS = ("impl", "control")
