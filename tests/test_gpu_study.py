@@ -19,10 +19,12 @@ from typing import Any
 import pytest
 
 from detprof import bundle, cli
+from detprof.analysis.overhead import model_overheads
 from detprof.errors import ExitCode, InputError
 from detprof.gpu_study.plan import SCALES, Costs, StudyPlan, build_plan
 from detprof.gpu_study.state import StudyState
 from detprof.gpu_study.study import Prepared, failed_in_one_process, gpu_checks
+from detprof.store import ResultsStore
 
 Capture = pytest.CaptureFixture[str]
 TINY = ["gpu-study", "--scale", "tiny", "--backends", "torch,jax"]
@@ -111,6 +113,10 @@ def test_models_whose_pairs_failed_in_one_process_are_rerun_a_process_per_mode_a
             "moe_small",
         ]
         assert failed_in_one_process([h100 / "torch-overhead-first"]) == []
+        # The report's note on them names the same fix, read from the records as every report reads them.
+        records = ResultsStore(h100 / "jax-overhead-first", "sweep").records()
+        note = model_overheads(records)["gpt_small"].failure_note()
+        assert note is not None and note.endswith("(fix: --pairing processes runs each mode in a process of its own)")
     apart = {"torch": [], "jax": ["gpt_small", "moe_small"]}
     plan = build_plan(SCALES["gpu"], ["torch", "jax"], 600.0, Costs(), on_gpu=True, knob_models={}, apart_models=apart)
     names = [part.name for part in plan.parts]

@@ -9,7 +9,7 @@ interval.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +31,10 @@ from detprof.store import read_json_object
 
 if TYPE_CHECKING:
     from detprof.store import ResultsStore
+
+
+APART_FIX = "--pairing processes runs each mode in a process of its own"
+"""What a model whose runs failed with both modes in one process tries (``ModelOverhead.failed_in_one_process``)."""
 
 
 @dataclass(frozen=True)
@@ -118,6 +122,14 @@ class ModelOverhead:
                 return Finding.from_json(failure["finding"])
         return None
 
+    @property
+    def failed_in_one_process(self) -> bool:
+        """Its failed runs all ran with both modes in one process: a process per mode, where the framework reads
+        its switches when it starts, as a user's program does, is what to try (JAX on an H100: gpt_small's
+        deterministic step, compiled with deterministic ops as a compile option, failed at its first run,
+        reference/h100-2026-11-28)."""
+        return bool(self.failures) and all(failure.get("pairing") == "in_process" for failure in self.failures)
+
     def failure_note(self) -> str | None:
         """Why runs are missing, in the same words in every table, warning and CI output; None if none are.
 
@@ -134,17 +146,8 @@ class ModelOverhead:
         first = self.failures[0]
         reason = first.get("reason") or first.get("status")
         example = f"{first['run_id']}: {reason}" if first.get("run_id") else reason
-        fix = fix_for(str(reason)) or _apart_fix(self.failures)
+        fix = fix_for(str(reason)) or (APART_FIX if self.failed_in_one_process else None)
         return f"{len(self.failures)} run(s) failed, e.g. {example}" + (f" (fix: {fix})" if fix else "")
-
-
-def _apart_fix(failures: Sequence[Mapping[str, Any]]) -> str | None:
-    """Runs that failed with both modes in one process may run in a process per mode, where the framework reads its
-    switches when it starts, as a user's program does (JAX on an H100: gpt_small's deterministic step compiled as
-    a compile option failed at its first run, reference/h100-2026-11-28)."""
-    if all(failure.get("pairing") == "in_process" for failure in failures):
-        return "--pairing processes runs each mode in a process of its own"
-    return None
 
 
 def paired_log_ratios(
@@ -189,7 +192,7 @@ def model_overheads(
             first_stage[rec[key]] = int(rec["first_stage"])
             entry.precision_asked = rec.get("precision")
         if rec.get("status") != "ok":
-            failure = {k: rec.get(k) for k in ("run_id", "mode", "repeat", "status", "reason")}
+            failure = {k: rec.get(k) for k in ("run_id", "mode", "repeat", "status", "reason", "pairing")}
             entry.failures.append(failure | ({"finding": rec["finding"]} if rec.get("finding") else {}))
     logs_of = {metric: paired_log_ratios(records, metric, key) for metric in ("kernel", "wall")}
     for metric, by_model in logs_of.items():

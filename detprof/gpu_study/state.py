@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from detprof.errors import InputError
+from detprof.gpu_study.plan import Part
 from detprof.store import atomic_write_json, read_json_object
 
 STATE_FILE = "gpu-study.json"
@@ -57,12 +58,12 @@ class StudyState:
         outcome = self.parts.get(part)
         return outcome is not None and outcome.status == "done"
 
-    def expected_s(self, part: str, estimate_s: float) -> float:
+    def expected_s(self, part: Part) -> float:
         """What a part is still expected to take: a stopped one resumes with its completed runs kept, so the seconds
         it ran come off (never below a tenth of its estimate, for the runs it was in the middle of)."""
-        outcome = self.parts.get(part)
+        outcome = self.parts.get(part.name)
         spent = outcome.seconds if outcome is not None and outcome.status == "stopped" else 0.0
-        return max(estimate_s - spent, estimate_s / 10)
+        return max(part.estimate_s - spent, part.estimate_s / 10)
 
     def save(self, out: Path) -> None:
         atomic_write_json(out / STATE_FILE, asdict(self))

@@ -147,7 +147,7 @@ def fitting(plan: StudyPlan, state: StudyState) -> tuple[list[str], list[str]]:
     for part in plan.parts:
         if state.is_done(part.name):
             continue
-        expected_s = state.expected_s(part.name, part.estimate_s)
+        expected_s = state.expected_s(part)
         if not runs or expected_s <= left_s:
             runs.append(part.name)
             left_s -= expected_s
@@ -210,15 +210,12 @@ def note_apart_models(prepared: Prepared, out: Path) -> None:
 
 def failed_in_one_process(folders: Sequence[Path]) -> list[str]:
     """The models in these sweeps with no pair of modes measured, whose runs failed with both modes in one
-    process."""
+    process (``ModelOverhead.failed_in_one_process``, what the report's note reads too)."""
+    from detprof.analysis.overhead import model_overheads
+
     records = [r for folder in folders for r in ResultsStore(folder, "sweep").records()]
-    failed = {r["model"] for r in records if r.get("status") != "ok" and r.get("pairing") == "in_process"}
-    modes_ok: dict[tuple[str, int], set[str]] = {}
-    for r in records:
-        if r.get("status") == "ok":
-            modes_ok.setdefault((r["model"], r["repeat"]), set()).add(r["mode"])
-    paired = {model for (model, _), modes in modes_ok.items() if len(modes) == 2}
-    return sorted(failed - paired)
+    overheads = model_overheads(records).values()
+    return sorted(o.model for o in overheads if o.failed_in_one_process and o.kernel is None and o.wall is None)
 
 
 def gpu_checks(prepared: Prepared, out: Path) -> list[str]:
@@ -338,10 +335,10 @@ def plan_lines(prepared: Prepared, request: StudyRequest) -> Sequence[str]:
     ]
     for part in plan.parts:
         when = "done" if state.is_done(part.name) else "this window" if part.name in runs else "a later window"
-        expected = f"{state.expected_s(part.name, part.estimate_s):6.0f} s  {when:<15} ({part.estimated_from})"
+        expected = f"{state.expected_s(part):6.0f} s  {when:<15} ({part.estimated_from})"
         lines.append(f"  {part.name:<28} {expected}  detprof {shown(part, state)}")
     lines += [f"  {name:<28} not run: {why}" for name, why in plan.not_run.items()]
-    total = sum(state.expected_s(p.name, p.estimate_s) for p in plan.parts if not state.is_done(p.name))
+    total = sum(state.expected_s(p) for p in plan.parts if not state.is_done(p.name))
     lines.append(
         f"expected: {total:.0f} s in all; this window {len(runs)} parts, "
         f"{len(later)} left for later windows ({', '.join(later) or 'none'})"

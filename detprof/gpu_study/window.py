@@ -71,7 +71,7 @@ class StudyWindow:
         if left_s <= 0:
             self.left[part.name] = "the window's budget was spent"
             return
-        expected_s = self.state.expected_s(part.name, part.estimate_s)
+        expected_s = self.state.expected_s(part)
         if self.ran and expected_s > left_s:
             self.left[part.name] = f"expects {expected_s:.0f} s, {left_s:.0f} s were left"
             return
@@ -87,7 +87,7 @@ class StudyWindow:
     def _run_part(self, part: Part, model: str | None, left_s: float) -> None:
         folder = self.out / part.name
         argv = part.argv(str(folder), model)
-        expected_s = self.state.expected_s(part.name, part.estimate_s)
+        expected_s = self.state.expected_s(part)
         self.say(f"gpu-study [{part.name}] detprof {' '.join(argv)} (expects {expected_s:.0f} s)")
         if folder.exists():
             argv.append("--resume")

@@ -361,10 +361,10 @@ def label_classes(path: Path, arrays: Mapping[str, ArrayHeader], name: str = SIN
     return int(labels.max()) + 1 if labels.size else None
 
 
-def classifier_feed(path: Path, arrays: Mapping[str, ArrayHeader], batch_size: int, classes: int) -> dict[str, Any]:
-    """``x_train`` and ``y_train`` feeding a registry model: images and integer labels under ``classes``."""
-    image_shape(path, arrays)
-    found = label_classes(path, arrays)
+def classifier_feed(data: NpzData, batch_size: int, classes: int) -> dict[str, Any]:
+    """``x_train`` and ``y_train`` feeding a registry model: images (``data.images``, which the caller checked) and
+    integer labels under ``classes``, read once when ``data`` was."""
+    path, arrays, found = data.path, data.arrays, data.classes
     if found is None:
         raise UsageError(f"{path}: a registry model trains on integer class labels in {SINGLE_TARGET_ARRAY}")
     if found > classes:

@@ -143,5 +143,5 @@ def registry_plan(asked: ModelsAsked, model: str, data: own.NpzData | None = Non
             f"{data.path}: {model} takes images (H, W, C); x_train holds {own.shape_text(images)} examples"
         )
     classes = asked.classes or data.classes or spec.classes
-    feed = own.classifier_feed(data.path, data.arrays, asked.batch_size, classes)
+    feed = own.classifier_feed(data, asked.batch_size, classes)
     return ModelPlan(model, model, input_shape=list(images), classes=classes, feed=feed)

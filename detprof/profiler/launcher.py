@@ -94,10 +94,8 @@ class WorkerLauncher:
         self.store, self.tracer, self.device, self.settings = store, tracer, device, settings
         self.environment = WorkerEnvironment(device)
         self.sampler_factory = sampler_factory or (lambda: TelemetrySampler.for_device(device))
-        files = RunFiles(store, tracer)
-        specs = RunSpecs(settings, files)
-        records = RecordFiler(specs, device, self.environment)
-        self.launch = Launch(files, specs, records, self.environment, self.sampler_factory, settings.run_timeout_s)
+        records = RecordFiler(RunSpecs(settings, RunFiles(store, tracer)), device, self.environment)
+        self.launch = Launch(records, self.sampler_factory)
 
     @property
     def timeout_s(self) -> float | None:

@@ -30,15 +30,28 @@ from detprof.store import atomic_write_json
 
 @dataclass(frozen=True)
 class Launch:
-    """What every way of launching a study's workers shares: the runs' files, specs and records, the workers'
-    environment, the telemetry sampled beside each run, and how long a run (a session's pair) may take."""
+    """What every way of launching a study's workers shares: the runs' records (and through them their files, specs
+    and the workers' environment), and the telemetry sampled beside each run."""
 
-    files: RunFiles
-    specs: RunSpecs
     records: RecordFiler
-    environment: WorkerEnvironment
     sampler_factory: Callable[[], TelemetrySampler | NoTelemetry]
-    timeout_s: float | None
+
+    @property
+    def files(self) -> RunFiles:
+        return self.records.files
+
+    @property
+    def specs(self) -> RunSpecs:
+        return self.records.specs
+
+    @property
+    def environment(self) -> WorkerEnvironment:
+        return self.records.environment
+
+    @property
+    def timeout_s(self) -> float | None:
+        """How long a run (a session's pair) may take: ``--run-timeout``."""
+        return self.records.settings.run_timeout_s
 
     def session_command(self, runs: Sequence[PlannedRun]) -> list[str]:
         """The command line of the worker that measures ``runs`` of one side of lockstep pairs."""
