@@ -145,6 +145,8 @@ def test_the_planted_layer_tops_the_leaderboard_and_the_layers_add_up(tmp_path: 
     assert model["ops"] and all(
         {"name", "added_ms", "lo", "hi", "share", "within_noise"} <= set(op) for op in model["ops"]
     )
+    # The sweep's closing lines say where the time went in the report's words, the planted layer's sentence included.
+    assert " ".join(model["attribution"].split()) in " ".join(done.stdout.split()), done.stdout
     closing = done.stdout[done.stdout.index("Layers by time determinism adds") :]
     assert re.search(r": planted \+\d", " ".join(closing.split())), closing
     markdown = report(out, "md")

@@ -22,10 +22,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from detprof.formatting import signed_ns
+
+if TYPE_CHECKING:
+    from detprof.analysis.layers import ModelAttribution
 
 NEGLIGIBLE_CHANGE = 0.01
 """A net change under 1% of the default kernel time is within run-to-run jitter: nothing to attribute."""
@@ -151,6 +155,12 @@ def attribution(kernel_diff: pd.DataFrame) -> Attribution:
     if top is not None and group_top[0] != top[0]:
         sentence += f" The largest single increase is outside them: {_named(top)}."
     return Attribution(sentence, base, net, True, top_name, top_delta)
+
+
+def with_layer(parts: ModelAttribution | None, kernels: str | None) -> str | None:
+    """What every output says of where the added time went: the layer that carries most of it, where one does
+    (``ModelAttribution.sentence``), then the kernels' sentence."""
+    return " ".join(filter(None, (parts.sentence() if parts else None, kernels))) or None
 
 
 def attribute(kernel_diff: pd.DataFrame) -> str:

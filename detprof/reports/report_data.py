@@ -48,7 +48,7 @@ from detprof.formatting import finite
 from detprof.intervals import Metric, Overhead, headline, inconclusive_reason
 from detprof.records import backend_of, is_cpu
 from detprof.reports import kernels_data
-from detprof.reports.attribution import attribution
+from detprof.reports.attribution import attribution, with_layer
 from detprof.reports.gpu_clocks import ClockRow, clock_rows, throttle_warnings
 from detprof.reports.gpu_reference import GpuMeasurement, shipped
 from detprof.reports.headline import (
@@ -605,7 +605,7 @@ def _headline_row(sweep: SweepStudy, m: ModelCost, evidence: _Evidence) -> Headl
         stability=stability,
         quadrant=q,
         advice=advice(v, q, stability, m.model, sweep.backend, held=verification.held if verification else None),
-        attribution=" ".join(filter(None, (parts.sentence() if parts else None, m.attribution))) or None,
+        attribution=with_layer(parts, m.attribution),
         parts=parts,
         caveats=caveats(
             v,

@@ -58,7 +58,7 @@ def print_summary(store: ResultsStore) -> None:
     from detprof.analysis.overhead import AddedRepeats
     from detprof.analysis.study_results import summarize
     from detprof.intervals import headline
-    from detprof.reports.attribution import attribution
+    from detprof.reports.attribution import attribution, with_layer
     from detprof.reports.cells import layers_line
     from detprof.reports.verdict import verdict
 
@@ -85,9 +85,10 @@ def print_summary(store: ResultsStore) -> None:
             note = notes[summary.model]
             row.append("-" if note is None else escape(note[:FAILURE_NOTE_CHARS]))
         table.add_row(*row)
-        if summary.kernel_diff is not None:
-            sentences.append(f"  {escape(summary.model)}: {escape(attribution(summary.kernel_diff).sentence)}")
         parts = attribute_model(store, by_model.get(summary.model, []))
+        if summary.kernel_diff is not None:
+            said = with_layer(parts, attribution(summary.kernel_diff).sentence)
+            sentences.append(f"  {escape(summary.model)}: {escape(str(said))}")
         if parts is not None:
             layer_lines.append(f"  {escape(summary.model)}: {escape(layers_line(parts))}")
     console = table_console()
