@@ -42,7 +42,7 @@ from detprof.reports import cells, figures
 from detprof.reports.cells import Words
 from detprof.reports.gpu_clocks import by_mode
 from detprof.reports.headline import HeadlineRow, published_reference
-from detprof.reports.provenance import backend_order
+from detprof.reports.provenance import StudyOrigin, backend_order
 from detprof.reports.published import SOURCE
 from detprof.reports.report_data import (
     NOISE_FLOOR_LEAD,
@@ -181,22 +181,15 @@ class _Figures:
         )
 
 
-def _study_row(kind: str, study: Any, timing: str = f.DASH) -> list[Any]:
-    """A measured study's provenance row: where it ran, its results, when, and its command line."""
-    ran = f"{study.started or '?'} .. {study.finished or '?'}"
-    return [kind, study.label, study.backend, str(study.path), ran, timing, Cell(study.command, "code")]
+def _study_row(study: StudyOrigin) -> list[Any]:
+    """A study's provenance row: where it ran, its results, when, which runs were traced, and its command line."""
+    ran = f"{study.started or '?'} .. {study.finished or '?'}" if study.started or study.finished else ""
+    where = [study.kind, study.label, study.backend, str(study.path), ran]
+    return [*where, study.traced or f.DASH, Cell(study.command, "code")]
 
 
 def _studies(report: Report) -> Table:
-    rows = [_study_row("sweep", s, s.timing) for s in report.sweeps]
-    rows += [_study_row("calibration", c) for c in report.calibrations]
-    rows += [_study_row("kernels", k, k.timing) for k in report.kernels]
-    rows += [
-        ["stability", st.device, st.backend, str(st.path), "", f.DASH, Cell(st.command, "code")]
-        for st in report.stability
-    ]
-    rows += [_study_row("verify", v) for v in report.verifications]
-    rows += [_study_row("knobs", k, k.timing) for k in report.knob_studies]
+    rows = [_study_row(study) for study in report.studies]
     return table(["Study", "Device", "Backend", "Results", "Ran", "Which runs were traced", "Command line"], rows)
 
 
@@ -764,7 +757,7 @@ def stability(report: Report) -> dict[str, Any] | None:
         return None
 
     def shown(study: StabilityStudy) -> dict[str, Any]:
-        return stability_study(study, report.where(study.device, study.backend))
+        return stability_study(study, report.where(study.label, study.backend))
 
     return {
         "studies": [shown(study) for study in report.stability if study.learned],

@@ -45,7 +45,7 @@ def document(report: Report) -> dict[str, Any]:
         "stability_not_learned": [
             {
                 "model": s.model,
-                "device": s.device,
+                "device": s.label,
                 "backend": s.backend,
                 "dataset": s.dataset,
                 "reason": s.learning.line(),

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from detprof.intervals import Overhead, inconclusive_reason
 from detprof.reports.provenance import MeasuredStudy, StudyRead, study_loader
@@ -53,6 +53,7 @@ class ConvTotal:
 
 @dataclass(kw_only=True)
 class KernelsStudy(MeasuredStudy):
+    kind: ClassVar[str] = "kernels"
     metric: str
     rows: list[OpRow]
     totals: list[ConvTotal]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from detprof.analysis.knobs import TOTAL, ModelKnobs, read_knob_study
 from detprof.reports.provenance import MeasuredStudy, StudyRead, study_loader
@@ -26,6 +26,8 @@ from detprof.store import ResultsStore
 @dataclass(kw_only=True)
 class KnobStudy(MeasuredStudy):
     """One ``detprof sweep --knobs`` results folder: its models' knob costs, and where and how they ran."""
+
+    kind: ClassVar[str] = "knobs"
 
     models: list[ModelKnobs]
     warnings: list[str]

@@ -296,7 +296,7 @@ def render(report: Report) -> str:
     if "stability" in report.absent:
         out += [_absent(report.absent["stability"]), ""]
     for st in report.stability:
-        out += [f"### {md(cells.stability_title(st, report.where(st.device, st.backend)))}", ""]
+        out += [f"### {md(cells.stability_title(st, report.where(st.label, st.backend)))}", ""]
         if not st.learned:
             out += [f"**Did not learn**, left out of the verdicts: {md(st.learning.line())}.", ""]
         rows = cells.columns((cells.variant(v) for v in st.variants), VARIANT_HEADERS)

@@ -15,7 +15,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, ClassVar, NamedTuple, TypeVar
 
 from detprof import backends
 from detprof.records import backend_of, environment_values, is_cpu, measures
@@ -87,8 +87,11 @@ class Provenance:
 
 @dataclass(kw_only=True)
 class StudyOrigin:
-    """Where and how a study of the report ran: its folder, device, backend, command, settings and versions."""
+    """Where and how a study of the report ran: its folder, device, backend, command, settings and versions, under
+    the same names for every kind, so that the report lists its studies' provenance in one pass (``Report.studies``)."""
 
+    kind: ClassVar[str]
+    """The study's kind as the provenance table names it (``store.STUDY_KINDS``)."""
     path: Path
     label: str
     device: dict[str, Any]
@@ -99,6 +102,16 @@ class StudyOrigin:
     started: str | None
     finished: str | None
 
+    @property
+    def name(self) -> str:
+        """How the settings table names the study: its kind and device label."""
+        return f"{self.kind} {self.label}"
+
+    @property
+    def traced(self) -> str | None:
+        """Which runs were traced, for a study that traces (``MeasuredStudy``)."""
+        return None
+
 
 @dataclass(kw_only=True)
 class MeasuredStudy(StudyOrigin):
@@ -106,6 +119,10 @@ class MeasuredStudy(StudyOrigin):
 
     timing: str
     """Which runs were traced: where the study's wall and kernel times come from (``timing_note``)."""
+
+    @property
+    def traced(self) -> str | None:
+        return self.timing
 
 
 WHOLE_PROCESS = (

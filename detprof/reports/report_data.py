@@ -32,7 +32,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pandas as pd
 
@@ -63,6 +63,7 @@ from detprof.reports.knobs_data import KnobReading, KnobStudy, knob_readings, lo
 from detprof.reports.provenance import (
     WHOLE_PROCESS,
     MeasuredStudy,
+    StudyOrigin,
     StudyRead,
     backend_order,
     framework,
@@ -73,7 +74,7 @@ from detprof.reports.published import MeasuredDevice, ReferenceRow, reference_ro
 from detprof.reports.tradeoff import Cost, Learning, StudyKey, TradeoffPoint, learning_of, noise_of, pair, reading
 from detprof.reports.verdict import verdict
 from detprof.reports.verification_data import VerifyStudy, load_verify, verification_caveats, verified
-from detprof.store import ResultsStore, find_studies
+from detprof.store import ResultsStore, StudyKind, find_studies
 
 TOP_N = 20
 DIFF_ROWS = 15
@@ -160,6 +161,7 @@ class ModelCost:
 
 @dataclass(kw_only=True)
 class SweepStudy(MeasuredStudy):
+    kind: ClassVar[str] = "sweep"
     config: dict[str, Any]
     models: list[ModelCost]
     clocks: list[ClockRow]
@@ -168,24 +170,23 @@ class SweepStudy(MeasuredStudy):
     """What else used the machine during each mode's runs (``analysis.conditions``)."""
 
 
-@dataclass
-class StabilityStudy:
-    path: Path
+@dataclass(kw_only=True)
+class StabilityStudy(StudyOrigin):
+    kind: ClassVar[str] = "stability"
     model: str
     dataset: str
-    device: str
-    backend: str
-    device_info: dict[str, Any]
-    command: str
     config: dict[str, Any]
     classes: int | None
     runs_ok: int
     runs_failed: int
     variants: list[dict[str, Any]]
-    software: dict[str, Any]
-    determinism: dict[str, dict[str, Any]]
     references: tuple[float, float] | None = None
     """A generated language's entropy rate and token-frequency entropy, which its loss is judged by."""
+
+    @property
+    def name(self) -> str:
+        """One device may hold stability studies of several models: the model names it too."""
+        return f"{self.kind} {self.model} {self.label}"
 
     @property
     def learning(self) -> Learning:
@@ -201,6 +202,8 @@ class StabilityStudy:
 @dataclass(kw_only=True)
 class CalibrationStudy(MeasuredStudy):
     """A/A runs (both arms deterministic) on one device label: the smallest overhead it resolves per model."""
+
+    kind: ClassVar[str] = "calibration"
 
     models: dict[str, ModelOverhead]
     """Per model, the A/A ratio of each metric (both arms deterministic: the true ratio is 1)."""
@@ -259,22 +262,30 @@ class Report:
     """What detprof measured on GPUs, as this installation shipped it (``gpu_reference``): in every report."""
 
     @property
+    def studies(self) -> list[StudyOrigin]:
+        """Every study read, the six kinds in one order: what the devices, backends, versions, settings, commands
+        and the provenance table list."""
+        return [
+            *self.sweeps,
+            *self.calibrations,
+            *self.kernels,
+            *self.stability,
+            *self.verifications,
+            *self.knob_studies,
+        ]
+
+    @property
     def devices(self) -> dict[str, dict[str, Any]]:
         """Device label -> what its first study recorded about it."""
         found: dict[str, dict[str, Any]] = {}
-        for s in [*self.sweeps, *self.kernels, *self.calibrations]:
-            found.setdefault(s.label, s.device)
-        for st in self.stability:
-            found.setdefault(st.device, st.device_info)
-        for v in [*self.verifications, *self.knob_studies]:
-            found.setdefault(v.label, v.device)
+        for study in self.studies:
+            found.setdefault(study.label, study.device)
         return found
 
     @property
     def backends(self) -> list[str]:
         """Every Keras backend a study here ran, in detprof's order (tensorflow, jax, torch)."""
-        studies = [*self.sweeps, *self.kernels, *self.calibrations, *self.stability, *self.verifications]
-        return backend_order(s.backend for s in [*studies, *self.knob_studies])
+        return backend_order(study.backend for study in self.studies)
 
     @property
     def names_backend(self) -> bool:
@@ -303,12 +314,9 @@ class Report:
     def versions(self) -> dict[str, dict[str, list[str]]]:
         """Backend -> package -> every version its studies ran with (more than one is worth a look)."""
         found: dict[str, dict[str, list[str]]] = {}
-        sources = [(s.backend, s.versions) for s in [*self.sweeps, *self.kernels, *self.calibrations]]
-        sources += [(st.backend, {k: [str(v)] for k, v in st.software.items()}) for st in self.stability]
-        sources += [(v.backend, v.versions) for v in [*self.verifications, *self.knob_studies]]
-        for backend, versions in sources:
-            packages = found.setdefault(backend, {})
-            for key, values in versions.items():
+        for study in self.studies:
+            packages = found.setdefault(study.backend, {})
+            for key, values in study.versions.items():
                 known = packages.setdefault(key, [])
                 known += [v for v in values if v not in known]
         return {b: found[b] for b in backend_order(found)}
@@ -330,28 +338,17 @@ class Report:
     @property
     def settings(self) -> list[tuple[str, str, str, dict[str, Any]]]:
         """(study, backend, mode, effective determinism settings) for every study and mode."""
-        sources: list[tuple[str, str, dict[str, dict[str, Any]]]] = [
-            *((f"sweep {s.label}", s.backend, s.settings) for s in self.sweeps),
-            *((f"kernels {k.label}", k.backend, k.settings) for k in self.kernels),
-            *((f"calibration {c.label}", c.backend, c.settings) for c in self.calibrations),
-            *((f"stability {st.model} {st.device}", st.backend, st.determinism) for st in self.stability),
-            *((f"verify {v.label}", v.backend, v.settings) for v in self.verifications),
-            *((f"knobs {k.label}", k.backend, k.settings) for k in self.knob_studies),
-        ]
         return [
-            (name, backend, mode, settings[mode])
-            for name, backend, settings in sources
+            (study.name, study.backend, mode, study.settings[mode])
+            for study in self.studies
             for mode in MODES
-            if mode in settings
+            if mode in study.settings
         ]
 
     @property
     def commands(self) -> list[str]:
         """Every study's command line, then the one that rebuilds this report."""
-        studies: list[
-            SweepStudy | StabilityStudy | kernels_data.KernelsStudy | CalibrationStudy | VerifyStudy | KnobStudy
-        ] = [*self.sweeps, *self.calibrations, *self.kernels, *self.stability, *self.verifications, *self.knob_studies]
-        lines = [s.command for s in studies if s.command]
+        lines = [study.command for study in self.studies if study.command]
         lines.append("detprof report " + " ".join(str(p) for p in self.sources))
         return list(dict.fromkeys(lines))
 
@@ -466,19 +463,21 @@ def load_stability(store: ResultsStore) -> StabilityStudy | str:
         raise InputError(f"{path}: not a detprof stability summary (no 'variants' list)")
     return StabilityStudy(
         path=store.root,
+        label=str(summary.get("device")),
+        device=dict(summary.get("device_info") or {}),
+        backend=_stability_backend(store, summary),
+        command=str(manifest.get("command") or ""),
+        settings=dict(summary.get("determinism") or {}),
+        versions={k: [str(v)] for k, v in (summary.get("software") or {}).items()},
+        started=None,
+        finished=None,
         model=str(summary.get("model")),
         dataset=str(summary.get("dataset")),
-        device=str(summary.get("device")),
-        backend=_stability_backend(store, summary),
-        device_info=dict(summary.get("device_info") or {}),
-        command=str(manifest.get("command") or ""),
         config=dict(summary.get("config") or {}),
         classes=summary.get("classes"),
         runs_ok=int(summary.get("runs_ok") or 0),
         runs_failed=int(summary.get("runs_failed") or 0),
         variants=list(summary["variants"]),
-        software=dict(summary.get("software") or {}),
-        determinism=dict(summary.get("determinism") or {}),
         references=_references(summary),
     )
 
@@ -535,7 +534,7 @@ def _costs(sweeps: Sequence[SweepStudy]) -> dict[StudyKey, Cost]:
 
 def tradeoff_points(sweeps: Sequence[SweepStudy], studies: Sequence[StabilityStudy]) -> list[TradeoffPoint]:
     """Cost against benefit for every model with a stability study on its label and backend whose models learned."""
-    learned = [((s.model, s.device, s.backend), noise_of(s.variants, s.dataset)) for s in studies if s.learned]
+    learned = [((s.model, s.label, s.backend), noise_of(s.variants, s.dataset)) for s in studies if s.learned]
     return pair(_costs(sweeps), learned)
 
 
@@ -565,7 +564,7 @@ class _Evidence:
         calibrations: Sequence[CalibrationStudy],
         verifications: Sequence[VerifyStudy],
     ) -> _Evidence:
-        by_key = {(s.model, s.device, s.backend): s for s in studies}
+        by_key = {(s.model, s.label, s.backend): s for s in studies}
         calibrated = {(c.label, c.backend) for c in calibrations}
         return cls(by_key, calibration_floors(calibrations), calibrated, verified(verifications))
 
@@ -658,7 +657,7 @@ def report_notes(report: Report) -> list[str]:
         if learning.learned is False:
             notes.append(
                 f"Left out of the verdicts and the cost-versus-benefit plot: the stability study of {s.model} "
-                f"on {s.dataset} ({report.where(s.device, s.backend)}) did not learn: {learning.line()}."
+                f"on {s.dataset} ({report.where(s.label, s.backend)}) did not learn: {learning.line()}."
             )
     order = report.backends
     swept = sorted({(r.device, r.backend) for r in report.headline}, key=lambda d: (d[0], order.index(d[1])))
@@ -706,8 +705,8 @@ def _absent(report: Report) -> dict[str, str]:
         swept = sorted(
             {f"{m.model} on {at(s.label, s.backend)}" for s in report.sweeps for m in s.models if m.headline}
         )
-        studied = sorted({f"{s.model} on {at(s.device, s.backend)}" for s in report.stability if s.learned})
-        left_out = sorted({f"{s.model} on {at(s.device, s.backend)}" for s in report.stability if not s.learned})
+        studied = sorted({f"{s.model} on {at(s.label, s.backend)}" for s in report.stability if s.learned})
+        left_out = sorted({f"{s.model} on {at(s.label, s.backend)}" for s in report.stability if not s.learned})
         same = "device label and backend" if report.names_backend else "device label"
         line = (
             f"No model has both an overhead and a stability study whose models learned on the same {same} "
@@ -729,14 +728,15 @@ def _studies(path: Path) -> list[ResultsStore]:
         raise InputError(f"{path}: unreadable results ({exc})") from exc
 
 
-LOADERS: dict[str, Callable[[ResultsStore], Any]] = {
+LOADERS: dict[StudyKind, Callable[[ResultsStore], Any]] = {
     "sweep": load_sweep,
-    "kernels": kernels_data.load_kernels,
     "calibration": load_calibration,
+    "kernels": kernels_data.load_kernels,
+    "stability": load_stability,
     "verify": load_verify,
     "knobs": load_knobs,
 }
-"""The studies whose loader gives the study, or None while it holds no runs yet."""
+"""Each kind's loader: the study, None while it holds no runs yet, or why it cannot be shown yet."""
 
 
 def _named(lines: Iterable[str], label: str, shown: str) -> list[str]:
@@ -753,7 +753,7 @@ def _warnings(report: Report, loading: Sequence[str]) -> list[str]:
         warnings += _named(study.warnings, study.label, report.where(study.label, study.backend))
     for s in report.stability:
         warnings += [
-            f"{report.where(s.device, s.backend)}: stability {s.model}: {f['run_id']} failed: {f['reason']}"
+            f"{report.where(s.label, s.backend)}: stability {s.model}: {f['run_id']} failed: {f['reason']}"
             for v in s.variants
             for f in v.get("failures", [])
         ]
@@ -766,10 +766,9 @@ def build_report(paths: Sequence[Path], *, with_shipped: bool = True) -> Report:
     reading that makes that file again must."""
     if not paths:
         raise InputError("no results directory given")
-    stability: list[StabilityStudy] = []
     found: dict[str, list[Any]] = {kind: [] for kind in LOADERS}
     sweeps, kernels, calibrations = found["sweep"], found["kernels"], found["calibration"]
-    verifications, knob_studies = found["verify"], found["knobs"]
+    stability, verifications, knob_studies = found["stability"], found["verify"], found["knobs"]
     loading: list[str] = []
     seen: set[Path] = set()
     for path in paths:
@@ -778,16 +777,11 @@ def build_report(paths: Sequence[Path], *, with_shipped: bool = True) -> Report:
             if key in seen:
                 continue
             seen.add(key)
-            if store.kind == "stability":
-                loaded = load_stability(store)
-                if isinstance(loaded, str):
-                    loading.append(loaded)
-                else:
-                    stability.append(loaded)
-                continue
             study = LOADERS[store.kind](store)
             if study is None:
                 loading.append(f"{store.dir} holds no runs yet")
+            elif isinstance(study, str):
+                loading.append(study)
             else:
                 found[store.kind].append(study)
     report = Report(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import ClassVar
 
 from detprof.analysis.verification import ModelVerification, verifications
 from detprof.determinism import MODES
@@ -24,6 +25,8 @@ from detprof.store import ResultsStore
 @dataclass(kw_only=True)
 class VerifyStudy(StudyOrigin):
     """One ``detprof verify`` results folder: its models' verifications, and where and how they ran."""
+
+    kind: ClassVar[str] = "verify"
 
     models: list[ModelVerification]
     warnings: list[str]
