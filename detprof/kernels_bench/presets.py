@@ -10,19 +10,10 @@ from typing import Any
 
 from detprof import backends
 from detprof.kernels_bench.op_names import CONV_OPS
+from detprof.profiler.presets import PAPER_PROTOCOL
 
 PRESETS: dict[str, dict[str, Any]] = {
-    "paper": {
-        "suite": "all",
-        "ops": None,
-        "kernel_sizes": (1, 3, 5, 7),
-        "steps": 100,
-        "warmup": 10,
-        "repeats": 3,
-        "batch_size": 64,
-        "input_size": None,
-        "max_shapes": None,
-    },
+    "paper": {"suite": "all", "ops": None, "kernel_sizes": (1, 3, 5, 7), **PAPER_PROTOCOL, "max_shapes": None},
     # Five cases x 2 modes x 3 repeats = 30 worker processes, which is what 2 cores start and
     # trace in about 3 minutes. On a CPU only the Python-level switch of sparse cross-entropy
     # changes kernels; the convolutions (the conv suite's question) and the overlapping

@@ -6,15 +6,14 @@ from typing import Any
 
 from detprof.models.registry import PAPER_MODELS
 
+PAPER_PROTOCOL: dict[str, Any] = {"steps": 100, "warmup": 10, "repeats": 3, "batch_size": 64, "input_size": None}
+"""Zhuang et al.'s protocol, which the sweep and the kernels bench (``kernels_bench.presets``) both follow under
+``--preset paper``: each model at its own input size, batch 64."""
+
 PRESETS: dict[str, dict[str, Any]] = {
-    # Zhuang et al.'s protocol: the Keras applications at their own input size, batch 64.
     "paper": {
         "models": tuple(PAPER_MODELS),
-        "steps": 100,
-        "warmup": 10,
-        "repeats": 3,
-        "batch_size": 64,
-        "input_size": None,
+        **PAPER_PROTOCOL,
         "classes": None,
         "precision": None,
         "budget_s": None,
