@@ -16,13 +16,14 @@ import os
 import sys
 from collections.abc import Iterable
 from enum import Enum
-from typing import Annotated, Any, NamedTuple
+from typing import Annotated, Any
 
 import typer
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
-from detprof import interrupts, invocation, locks
+from detprof import interrupts, invocation, locks, study_kinds
 from detprof.errors import DetprofError, ExitCode, environment_failure
+from detprof.study_kinds import Command
 
 # Help reads like any other command line's: "--top INTEGER", "--format [table|json|csv]",
 # "Usage: detprof report [OPTIONS] RESULTS_DIRS...". Typer's own rendering (rich panels or
@@ -112,91 +113,67 @@ def _root(
     """Options of ``detprof`` itself; ``--version`` is eager, so it answers before any command is parsed."""
 
 
-class _Command(NamedTuple):
-    module: str
-    function: str
-    summary: str
-    """The help's first paragraph, which ``detprof --help`` lists: here, so that listing imports no command."""
-    details: str | None = None
-    """The module's constant that holds the rest of the help, where there is more."""
-
-    def help(self, module: Any) -> str:
-        return self.summary if self.details is None else f"{self.summary}\n\n{getattr(module, self.details)}"
-
-
-_COMMANDS: dict[str, _Command] = {
-    "parse": _Command(
+_FIXED: dict[str, Command] = {
+    "parse": Command(
         "detprof.traces.command",
         "parse",
         "Parse a kernel trace (nsys, nvprof, TensorFlow profiler, PyTorch profiler JSON) and show its top kernels.",
         "PARSE_DETAILS",
     ),
-    "diff": _Command(
+    "diff": Command(
         "detprof.traces.command",
         "diff",
         "Compare two traces kernel by kernel: what was added, removed, slowed down.",
         "DIFF_DETAILS",
     ),
-    "models": _Command("detprof.models.command", "models", "List the models detprof can profile."),
-    "gpus": _Command("detprof.profiler.command", "gpus", "List the NVIDIA GPUs that NVML sees."),
-    "sweep": _Command(
-        "detprof.sweep.command", "sweep", "Run each model in default and deterministic mode; report the overhead."
-    ),
-    "kernels": _Command(
-        "detprof.kernels_bench.command",
-        "kernels",
-        "Measure what determinism costs op by op (convolutions, pooling, scatters, ...).",
-    ),
-    "stability": _Command(
-        "detprof.stability.command",
-        "stability",
-        "Train many copies under chosen noise sources and measure what the noise does to the models.",
-    ),
-    "verify": _Command(
-        "detprof.verify.command",
-        "verify",
-        "Prove that determinism holds: train each model twice in deterministic mode and twice in default mode, "
-        "fingerprint every layer's output and weights at every step, and say where runs part ways; or verify your "
-        "own training program (--command), comparing what it fingerprints with detprof.fingerprint(). "
-        "Exit 0 held, 1 not, 3 unusable input.",
-    ),
-    "knobs": _Command(
+    "models": Command("detprof.models.command", "models", "List the models detprof can profile."),
+    "gpus": Command("detprof.profiler.command", "gpus", "List the NVIDIA GPUs that NVML sees."),
+    "knobs": Command(
         "detprof.sweep.knobs_command",
         "knobs",
         "List a backend's determinism knobs (what sweep --knobs prices): how each is set and what it does.",
     ),
-    "report": _Command(
+    "report": Command(
         "detprof.reports.command",
         "report",
         "Write one self-contained HTML (or Markdown, or JSON) report from sweep, kernels and stability results.",
     ),
-    "baseline": _Command(
+    "baseline": Command(
         "detprof.check.command", "baseline", "Freeze a sweep's per-repeat overheads as the CI baseline (JSON)."
     ),
-    "check": _Command(
-        "detprof.sweep.check_command",
+    "check": Command(
+        "detprof.check.command",
         "check",
         "Compare each model's determinism overhead with a baseline; fail on a regression.",
         "CHECK_DETAILS",
     ),
-    "gpu-study": _Command(
+    "gpu-study": Command(
         "detprof.gpu_study.command",
         "gpu_study",
         "Measure the whole answer on a lent GPU within a time budget: overhead (the paper's medium CNN and a GPT "
         "first), the knob study, what determinism buys, verify; --resume continues in the next window.",
     ),
-    "doctor": _Command(
+    "doctor": Command(
         "detprof.doctor.command",
         "doctor",
         "Check that this machine is ready to measure: the GPU (NVML), driver and CUDA, nsys, each Keras backend, "
         "its determinism switch, and a 5-step smoke run that must be traced. Exit 0 ready, 1 not.",
     ),
 }
-"""Every command, in the order ``detprof --help`` lists them."""
+"""The commands that run no study kind of their own (``study_kinds`` holds those)."""
+_TOOLS = ("parse", "diff", "models", "gpus")
+"""The commands ``detprof --help`` lists before the study kinds': reading traces, the models, the GPUs."""
+
+
+def _commands() -> dict[str, Command]:
+    """Every command, in the order ``detprof --help`` lists them: the tools, each study kind's, then the rest."""
+    tools = {name: command for name, command in _FIXED.items() if name in _TOOLS}
+    rest = {name: command for name, command in _FIXED.items() if name not in _TOOLS}
+    return tools | study_kinds.commands() | rest
 
 
 class _CommandTable(TyperGroup):
-    """``detprof`` itself: every command of ``_COMMANDS`` is known by name and summary, and only those added
+    """``detprof`` itself: every command of ``_commands()`` is known by name and summary, and only those added
     (the one a command line runs) are imported.
 
     ``detprof --help``, ``--version`` and a command detprof does not know import no command module: the
@@ -204,29 +181,29 @@ class _CommandTable(TyperGroup):
     """
 
     def list_commands(self, ctx: Any) -> list[str]:
-        return list(_COMMANDS)
+        return list(_commands())
 
     def format_commands(self, ctx: Any, formatter: Any) -> None:
         """Each command's summary, cut to the width as Click cuts a command's help."""
-        limit = formatter.width - 6 - max(len(name) for name in _COMMANDS)
-        rows = [
-            (name, TyperCommand(name, help=spec.summary).get_short_help_str(limit)) for name, spec in _COMMANDS.items()
-        ]
+        table = _commands()
+        limit = formatter.width - 6 - max(len(name) for name in table)
+        rows = [(name, TyperCommand(name, help=spec.summary).get_short_help_str(limit)) for name, spec in table.items()]
         with formatter.section("Commands"):
             formatter.write_dl(rows)
 
     def resolve_command(self, ctx: Any, args: list[str]) -> Any:
         """As Click's, suggesting the table's names for a command detprof does not know (none is imported then)."""
         word = args[0] if args else ""
-        close = [] if word.startswith("-") else difflib.get_close_matches(word, _COMMANDS)
-        if word not in _COMMANDS and close:
+        table = _commands()
+        close = [] if word.startswith("-") else difflib.get_close_matches(word, table)
+        if word not in table and close:
             ctx.fail(f"No such command {word!r}. Did you mean {', '.join(repr(name) for name in close)}?")
         return super().resolve_command(ctx, args)
 
 
 def command_names() -> list[str]:
     """Every command, in the order ``detprof --help`` lists them (the documentation's reference follows it)."""
-    return list(_COMMANDS)
+    return list(_commands())
 
 
 def build_app(commands: Iterable[str] = ()) -> typer.Typer:
@@ -248,7 +225,7 @@ def build_app(commands: Iterable[str] = ()) -> typer.Typer:
     )
     app.callback()(_root)
     for name in commands:
-        spec = _COMMANDS[name]
+        spec = _commands()[name]
         module = importlib.import_module(spec.module)
         app.command(name, help=spec.help(module), cls=HelpCommand)(getattr(module, spec.function))
     return app
@@ -261,7 +238,7 @@ def _commands_for(args: list[str]) -> list[str]:
     is not an option names the command.
     """
     word = next((a for a in args if not a.startswith("-")), None)
-    return [word] if word in _COMMANDS else []
+    return [word] if word in _commands() else []
 
 
 OPTIONAL_VALUES = {"--knobs": "all"}

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Literal, NotRequired, TypedDict
 
 import detprof.backends as backends
+import detprof.study_kinds as study_kinds
 from detprof.errors import InputError
 from detprof.intervals import Metric
 
@@ -293,10 +294,16 @@ def verify_run(**given: Any) -> VerifyRun:
     return VerifyRun(**given)  # type: ignore[typeddict-item]
 
 
-def checked(kind: RecordKind, data: dict[str, Any], source: Path) -> dict[str, Any]:
+def required_fields(kind: str) -> tuple[tuple[str, type], ...]:
+    """What readers of ``kind``'s records rely on: detprof's own kinds here, a registered one as it declares."""
+    known = REQUIRED_FIELDS.get(kind)  # type: ignore[call-overload]
+    return known if known is not None else study_kinds.kind(kind).record_fields
+
+
+def checked(kind: str, data: dict[str, Any], source: Path) -> dict[str, Any]:
     """``data`` if every field readers of ``kind`` rely on is there and valid; else one InputError line."""
     name = data.get("run_id") if isinstance(data.get("run_id"), str) else source.stem
-    for key, expected in REQUIRED_FIELDS[kind]:
+    for key, expected in required_fields(kind):
         value = data.get(key)
         if not isinstance(value, expected) or isinstance(value, bool):
             raise InputError(f"{source}: run record {name} has no valid {key!r}")

@@ -20,15 +20,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import detprof.study_kinds as study_kinds
 from detprof.errors import DetprofError, InputError, UsageError, environment_failure
-from detprof.records import RecordKind, checked
+from detprof.records import checked
 
 if TYPE_CHECKING:
     import pandas as pd
 
-StudyKind = RecordKind
-STUDY_KINDS: tuple[StudyKind, ...] = ("sweep", "kernels", "stability", "calibration", "verify", "knobs")
-"""The studies a results directory holds at its top; a knob study keeps its checks inside (``knob_checks``)."""
+StudyKind = str
+"""A kind's name (``study_kinds``): the folder a results directory holds it in; a knob study keeps its checks
+inside its own (``knob_checks``)."""
 SCHEMA_VERSION = 1
 DONE_STATUSES = frozenset({"ok", "unsupported"})
 
@@ -241,11 +242,12 @@ def find_studies(path: Path, max_depth: int = 3) -> list[ResultsStore]:
     found: list[ResultsStore] = []
     for depth in range(max_depth + 1):
         for manifest in sorted(path.glob("/".join(["*"] * depth + ["manifest.json"]))):
-            if manifest.parent.name not in STUDY_KINDS:
+            if manifest.parent.name not in study_kinds.KINDS:
                 continue
             kind = read_json_object(manifest, "manifest").get("kind")
             if kind == manifest.parent.name:
                 found.append(ResultsStore(manifest.parent.parent, kind))
     if not found:
-        raise InputError(f"{path}: no detprof results here (no sweep/, kernels/ or stability/ manifest)")
+        folders = ", ".join(f"{name}/" for name in study_kinds.KINDS)
+        raise InputError(f"{path}: no detprof results here (no manifest in {folders})")
     return found

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from detprof import backends
+from detprof import backends, study_kinds
 from detprof.check.regression import ModelSample, SweepSamples, baseline_models, samples_from_records
 from detprof.determinism import without_implied
 from detprof.errors import InputError
@@ -96,6 +96,8 @@ class SweepResults:
     path: Path
     manifest: dict[str, Any]
     records: list[dict[str, Any]]
+    kind: str = "sweep"
+    """The study's kind (``study_kinds``): a sweep, or another kind that ``check`` compares."""
 
     @property
     def config(self) -> dict[str, Any]:
@@ -105,13 +107,22 @@ class SweepResults:
         return samples_from_records(self.records)
 
 
+def _compared(path: Path) -> list[ResultsStore]:
+    """The studies under ``path`` of the first kind, in the registry's order, that ``check`` compares
+    (``StudyKind.compared_by_check``: a sweep, unless the folder holds none)."""
+    found = find_studies(Path(path))
+    for name in study_kinds.names():
+        stores = [s for s in found if s.kind == name]
+        if stores and study_kinds.kind(name).compared_by_check:
+            return stores
+    raise InputError(f"{path}: holds no sweep results (run detprof sweep --out {path})")
+
+
 def read_sweep(path: Path) -> SweepResults:
-    """The sweep in a results directory (or its ``sweep/`` folder), refusing one without repeats or of several
-    backends."""
-    stores = [s for s in find_studies(Path(path)) if s.kind == "sweep"]
-    if not stores:
-        raise InputError(f"{path}: holds no sweep results (run detprof sweep --out {path})")
-    store: ResultsStore = stores[0]
+    """The sweep in a results directory (or its ``sweep/`` folder), or the study of another kind that ``check``
+    compares, refusing one without repeats or of several backends."""
+    stores = _compared(path)
+    store = stores[0]
     manifest = store.manifest()
     records = list(store.records())
     if not records:
@@ -123,7 +134,7 @@ def read_sweep(path: Path) -> SweepResults:
             f"{path}: the sweep ran {repeats} repeat per model and mode; R < 2 cannot give an interval: "
             "rerun it with --repeats 3 or more (3-10 recommended)"
         )
-    return SweepResults(Path(path), manifest, records)
+    return SweepResults(Path(path), manifest, records, store.kind)
 
 
 def _refuse_several_backends(path: Path, stores: Iterable[ResultsStore], records: Iterable[Mapping[str, Any]]) -> None:
@@ -269,7 +280,7 @@ def build_baseline(sweep: SweepResults) -> dict[str, Any]:
         "schema_version": SCHEMA_VERSION,
         "kind": KIND,
         "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "source": {"results": str(sweep.path), "command": sweep.manifest.get("command")},
+        "source": {"results": str(sweep.path), "command": sweep.manifest.get("command"), "study": sweep.kind},
         "fingerprint": fingerprint(sweep.config, sweep.records),
         "config": sweep.config,
         "models": baseline_models(samples, str(sweep.path)),
@@ -306,6 +317,12 @@ class Baseline:
     @property
     def unsupported(self) -> dict[str, str]:
         return self.document.get("unsupported", {})
+
+    @property
+    def study(self) -> str:
+        """The kind of study it froze (``study_kinds``); a sweep where the baseline names none."""
+        source = self.document.get("source")
+        return str((source.get("study") if isinstance(source, dict) else None) or "sweep")
 
     def samples(self) -> dict[str, ModelSample]:
         result = {}

@@ -35,9 +35,10 @@ from detprof.reports.headline import HeadlineRow, shown_caveats
 from detprof.reports.knobs_data import KnobReading
 from detprof.reports.provenance import backend_order, framework_name
 from detprof.reports.published import ReferenceRow
-from detprof.reports.report_data import ModelCost, Report, StabilityStudy, SweepStudy, Where
+from detprof.reports.report_data import ModelCost, Report, StabilityStudy, SweepStudy
 from detprof.reports.tradeoff import NOISY_CHURN, Noise, TradeoffPoint
 from detprof.reports.verification_data import VerifyStudy, finding_lines
+from detprof.study_kinds import Where
 
 CHEAP = f"{CHEAP_OVERHEAD:.2f}x"
 """The cheap line, as every sentence about it names it."""

@@ -26,8 +26,9 @@ from detprof.determinism import MODES
 from detprof.intervals import CHEAP_OVERHEAD, Overhead
 from detprof.reports.knobs_data import KnobReading
 from detprof.reports.published import ReferenceRow
-from detprof.reports.report_data import KernelSizePoint, StabilityStudy, SweepStudy, Where
+from detprof.reports.report_data import KernelSizePoint, StabilityStudy, SweepStudy
 from detprof.reports.tradeoff import NOISY_CHURN, TradeoffPoint
+from detprof.study_kinds import Where
 from detprof.traces.classify import CATEGORIES
 
 TEMPLATE = "plotly_white"

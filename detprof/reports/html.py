@@ -53,25 +53,12 @@ from detprof.reports.report_data import (
     StabilityStudy,
     kernel_size_points,
 )
+from detprof.study_kinds import Section
 
 PlotlyJs = Literal["embed", "cdn"]
-NAV = {
-    "answer": "Answer",
-    "overhead": "Overhead",
-    "on-gpus": "On GPUs",
-    "kernel-size": "Kernel size",
-    "cost": "Where the cost comes from",
-    "knobs": "Switches",
-    "verification": "Nondeterminism",
-    "stability": "Stability",
-    "tradeoff": "Cost versus benefit",
-    "conditions": "Conditions",
-    "provenance": "What ran",
-}
-"""The navigation bar's short names of ``SECTIONS``, so it stays one line on the first screen; "verification"
-only where the inputs hold a ``detprof verify`` study, "knobs" only where they hold a ``sweep --knobs`` one."""
 OPTIONAL_SECTIONS = ("verification", "knobs")
-"""The sections that are not in the page at all (nor in its navigation) without their study."""
+"""The sections that are not in the page at all (nor in its navigation) without their study: "verification"
+only where the inputs hold a ``detprof verify`` study, "knobs" only where they hold a ``sweep --knobs`` one."""
 PLOT_CONFIG = {"displaylogo": False, "responsive": True}
 FIRST_SCREEN_HEIGHT = 300
 """A figure on the first screen leaves room for the answer's first rows below it at 1440x900."""
@@ -882,6 +869,23 @@ def on_gpus(report: Report) -> dict[str, Any]:
     }
 
 
+def _nav(report: Report, shown: dict[str, bool]) -> dict[str, str]:
+    """Each section's anchor and short name, in page order: the kinds' own sections come before "conditions"."""
+    ours = [(id, title.nav) for id, title in SECTIONS.items() if id not in OPTIONAL_SECTIONS or shown[id]]
+    at = [id for id, _ in ours].index("conditions")
+    return dict([*ours[:at], *((s.id, s.nav) for s in report.sections), *ours[at:]])
+
+
+def kind_section(section: Section) -> dict[str, Any]:
+    """A kind's own section as the page shows it: its words, its rows as a table."""
+    return {
+        "id": section.id,
+        "title": section.title,
+        "lead": section.lead,
+        "table": table(section.headers, section.rows),
+    }
+
+
 def render(report: Report, plotlyjs: PlotlyJs = "embed") -> str:
     """The whole page; sections the inputs lack say why in the one line ``report.absent`` holds."""
     verified, priced = verification(report), knobs(report)
@@ -891,7 +895,7 @@ def render(report: Report, plotlyjs: PlotlyJs = "embed") -> str:
         .get_template("report.html.j2")
         .render(
             sections=SECTIONS,
-            nav={id: title for id, title in NAV.items() if id not in OPTIONAL_SECTIONS or shown[id]},
+            nav=_nav(report, shown),
             absent=report.absent,
             plot=_Figures(plotlyjs),
             answer=answer(report),
@@ -907,6 +911,7 @@ def render(report: Report, plotlyjs: PlotlyJs = "embed") -> str:
             cost=cost(report),
             stability=stability(report),
             tradeoff=tradeoff(report),
+            kind_sections=[kind_section(s) for s in report.sections],
             conditions=conditions(report),
             noise_floor=noise_floor(report),
         )

@@ -74,8 +74,10 @@ def document(report: Report) -> dict[str, Any]:
 
 
 def additions(report: Report) -> dict[str, Any]:
-    """The keys of the studies that only add to a report (``verification``, ``knobs``): absent without them."""
-    return verification(report) | knobs(report)
+    """The keys of the studies that only add to a report (``verification``, ``knobs``, and ``sections``: the
+    sections of kinds that bring their own, by id): absent without them."""
+    sections = {"sections": {s.id: s.as_json() for s in report.sections}} if report.sections else {}
+    return verification(report) | knobs(report) | sections
 
 
 def verification(report: Report) -> dict[str, Any]:

@@ -14,8 +14,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from detprof.intervals import Overhead, inconclusive_reason
+from detprof.records import REQUIRED_FIELDS
 from detprof.reports.provenance import MeasuredStudy, StudyRead, study_loader
 from detprof.store import ResultsStore
+from detprof.study_kinds import StudyKind
 
 if TYPE_CHECKING:
     from detprof.kernels_bench.case_results import CaseSummary
@@ -102,3 +104,6 @@ def load_kernels(store: ResultsStore, study: StudyRead) -> KernelsStudy:
     return KernelsStudy(
         **where.study_fields(store.root, manifest), metric=result.metric, rows=rows, totals=totals, warnings=warnings
     )
+
+
+KERNELS = StudyKind("kernels", REQUIRED_FIELDS["kernels"], load_kernels)

@@ -18,9 +18,11 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from detprof.analysis.knobs import TOTAL, ModelKnobs, read_knob_study
+from detprof.records import REQUIRED_FIELDS
 from detprof.reports.provenance import MeasuredStudy, StudyRead, study_loader
 from detprof.reports.tradeoff import StudyKey
 from detprof.store import ResultsStore
+from detprof.study_kinds import StudyKind
 
 
 @dataclass(kw_only=True)
@@ -79,3 +81,6 @@ def knob_readings(studies: Iterable[KnobStudy], floors: Mapping[StudyKey, float 
         for study in studies
         for m in study.models
     ]
+
+
+KNOBS = StudyKind("knobs", REQUIRED_FIELDS["knobs"], load_knobs)

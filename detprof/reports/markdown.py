@@ -312,6 +312,8 @@ def render(report: Report) -> str:
             table(TRADEOFF_HEADERS, points),
             "",
         ]
+    for section in report.sections:
+        out += [f"## {md(section.title)}", "", md(section.lead), "", table(section.headers, section.rows), ""]
     if "answer" not in report.absent:
         out += noise_floor(report)
     out += ["## Warnings", ""]

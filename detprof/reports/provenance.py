@@ -91,7 +91,7 @@ class StudyOrigin:
     the same names for every kind, so that the report lists its studies' provenance in one pass (``Report.studies``)."""
 
     kind: ClassVar[str]
-    """The study's kind as the provenance table names it (``store.STUDY_KINDS``)."""
+    """The study's kind as the provenance table names it (``study_kinds``)."""
     path: Path
     label: str
     device: dict[str, Any]

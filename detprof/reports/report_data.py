@@ -29,14 +29,14 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import pandas as pd
 
-from detprof import backends
+from detprof import backends, study_kinds
 from detprof.analysis.conditions import LoadRow, load_rows, shared_device_warnings
 from detprof.analysis.layers import ModelAttribution, attribute_model
 from detprof.analysis.overhead import ModelOverhead, PrecisionReached, model_overheads, noise_floors
@@ -46,7 +46,7 @@ from detprof.determinism import MODES
 from detprof.errors import InputError
 from detprof.formatting import finite
 from detprof.intervals import Metric, Overhead, headline, inconclusive_reason
-from detprof.records import backend_of, is_cpu
+from detprof.records import REQUIRED_FIELDS, backend_of, is_cpu
 from detprof.reports import kernels_data
 from detprof.reports.attribution import attribution, with_layer
 from detprof.reports.gpu_clocks import ClockRow, clock_rows, throttle_warnings
@@ -59,7 +59,7 @@ from detprof.reports.headline import (
     caveats,
     cpu_notes,
 )
-from detprof.reports.knobs_data import KnobReading, KnobStudy, knob_readings, load_knobs
+from detprof.reports.knobs_data import KnobReading, KnobStudy, knob_readings
 from detprof.reports.provenance import (
     WHOLE_PROCESS,
     MeasuredStudy,
@@ -73,33 +73,47 @@ from detprof.reports.provenance import (
 from detprof.reports.published import MeasuredDevice, ReferenceRow, reference_rows
 from detprof.reports.tradeoff import Cost, Learning, StudyKey, TradeoffPoint, learning_of, noise_of, pair, reading
 from detprof.reports.verdict import verdict
-from detprof.reports.verification_data import VerifyStudy, load_verify, verification_caveats, verified
-from detprof.store import ResultsStore, StudyKind, find_studies
+from detprof.reports.verification_data import VerifyStudy, verification_caveats, verified
+from detprof.store import ResultsStore, find_studies
+from detprof.study_kinds import Section, StudyKind
 
+T = TypeVar("T")
 TOP_N = 20
 DIFF_ROWS = 15
 STAT_COLUMNS = ["name", "short_name", "category", "pct", "instances", "total_ns", "avg_ns", "med_ns"]
 
-SECTIONS: dict[str, str] = {
-    "answer": "Should you turn determinism on?",
-    "overhead": "Overhead by model",
-    "on-gpus": "Measured by detprof on GPUs",
-    "kernel-size": "Kernel size",
-    "cost": "Where the cost comes from",
-    "knobs": "Which switch costs what",
-    "verification": "Where nondeterminism enters and how it spreads",
-    "stability": "Stability",
-    "tradeoff": "Cost versus benefit",
-    "conditions": "Conditions and warnings",
-    "provenance": "What ran, and how to reproduce it",
+
+class SectionTitle(str):
+    """A section's title, which is what it reads as anywhere, with its short name in the HTML's navigation bar."""
+
+    nav: str
+
+    def __new__(cls, title: str, nav: str) -> SectionTitle:
+        made = super().__new__(cls, title)
+        made.nav = nav
+        return made
+
+
+SECTIONS: dict[str, SectionTitle] = {
+    "answer": SectionTitle("Should you turn determinism on?", "Answer"),
+    "overhead": SectionTitle("Overhead by model", "Overhead"),
+    "on-gpus": SectionTitle("Measured by detprof on GPUs", "On GPUs"),
+    "kernel-size": SectionTitle("Kernel size", "Kernel size"),
+    "cost": SectionTitle("Where the cost comes from", "Where the cost comes from"),
+    "knobs": SectionTitle("Which switch costs what", "Switches"),
+    "verification": SectionTitle("Where nondeterminism enters and how it spreads", "Nondeterminism"),
+    "stability": SectionTitle("Stability", "Stability"),
+    "tradeoff": SectionTitle("Cost versus benefit", "Cost versus benefit"),
+    "conditions": SectionTitle("Conditions and warnings", "Conditions"),
+    "provenance": SectionTitle("What ran, and how to reproduce it", "What ran"),
 }
+"""The report's own sections, in page order; a kind that brings its own (``Report.sections``) comes before
+"conditions"."""
 NOISE_FLOOR_TITLE = "Noise floor: deterministic against itself (A/A)"
 NOISE_FLOOR_LEAD = (
     "Two deterministic arms of the same model, paired by repeat (true ratio 1.00, 95% CI): an overhead closer to "
     "1.00 than the smallest resolvable one cannot be told from none on this device."
 )
-Where = Callable[[str, str], str]
-"""(device label, backend) -> how the report names that device: ``Report.where``."""
 
 
 def names_backend(names: Sequence[str]) -> bool:
@@ -233,18 +247,25 @@ class KernelSizePoint:
     """"sweep" (the whole training step) or "kernels_bench" (its convolutions alone, op by op)."""
 
 
+class _Found(Generic[T]):
+    """A report's studies of one kind, as ``Report.found`` holds them (every registered kind is there)."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+    def __get__(self, report: Report, owner: type | None = None) -> list[T]:
+        studies: list[T] = report.found[self.kind]
+        return studies
+
+
 @dataclass
 class Report:
     generated_at: str
     sources: list[Path]
-    sweeps: list[SweepStudy]
-    kernels: list[kernels_data.KernelsStudy]
-    stability: list[StabilityStudy]
-    calibrations: list[CalibrationStudy]
-    verifications: list[VerifyStudy]
-    """``detprof verify`` studies: shown only where the inputs hold one, so other reports read as they did."""
-    knob_studies: list[KnobStudy]
-    """``detprof sweep --knobs`` studies: shown only where the inputs hold one, as verifications are."""
+    found: dict[str, list[Any]]
+    """Kind -> its studies among the inputs, every registered kind in the registry's order (``study_kinds``)."""
+    sections: list[Section]
+    """The sections of kinds that bring their own (``StudyKind.section``), in the registry's order."""
     knobs: list[KnobReading]
     """Every model of the knob studies, each with the noise floor its costs are read against."""
     headline: list[HeadlineRow]
@@ -263,16 +284,18 @@ class Report:
 
     @property
     def studies(self) -> list[StudyOrigin]:
-        """Every study read, the six kinds in one order: what the devices, backends, versions, settings, commands
-        and the provenance table list."""
-        return [
-            *self.sweeps,
-            *self.calibrations,
-            *self.kernels,
-            *self.stability,
-            *self.verifications,
-            *self.knob_studies,
-        ]
+        """Every study read, kind by kind in the registry's order: what the devices, backends, versions, settings,
+        commands and the provenance table list."""
+        return [study for studies in self.found.values() for study in studies]
+
+    sweeps = _Found[SweepStudy]("sweep")
+    calibrations = _Found[CalibrationStudy]("calibration")
+    kernels = _Found[kernels_data.KernelsStudy]("kernels")
+    stability = _Found[StabilityStudy]("stability")
+    verifications = _Found[VerifyStudy]("verify")
+    """``detprof verify`` studies: shown only where the inputs hold one, so other reports read as they did."""
+    knob_studies = _Found[KnobStudy]("knobs")
+    """``detprof sweep --knobs`` studies: shown only where the inputs hold one, as verifications are."""
 
     @property
     def devices(self) -> dict[str, dict[str, Any]]:
@@ -728,17 +751,6 @@ def _studies(path: Path) -> list[ResultsStore]:
         raise InputError(f"{path}: unreadable results ({exc})") from exc
 
 
-LOADERS: dict[StudyKind, Callable[[ResultsStore], Any]] = {
-    "sweep": load_sweep,
-    "calibration": load_calibration,
-    "kernels": kernels_data.load_kernels,
-    "stability": load_stability,
-    "verify": load_verify,
-    "knobs": load_knobs,
-}
-"""Each kind's loader: the study, None while it holds no runs yet, or why it cannot be shown yet."""
-
-
 def _named(lines: Iterable[str], label: str, shown: str) -> list[str]:
     """A study's warnings, which start with its device label, naming the device as the report does."""
     if shown == label:
@@ -749,8 +761,9 @@ def _named(lines: Iterable[str], label: str, shown: str) -> list[str]:
 def _warnings(report: Report, loading: Sequence[str]) -> list[str]:
     """What loading the studies found, then each study's own warnings, every device named as the report names it."""
     warnings = list(loading)
-    for study in [*report.sweeps, *report.kernels, *report.verifications, *report.knob_studies]:
-        warnings += _named(study.warnings, study.label, report.where(study.label, study.backend))
+    for study in report.studies:
+        if not isinstance(study, StabilityStudy):
+            warnings += _named(getattr(study, "warnings", ()), study.label, report.where(study.label, study.backend))
     for s in report.stability:
         warnings += [
             f"{report.where(s.label, s.backend)}: stability {s.model}: {f['run_id']} failed: {f['reason']}"
@@ -760,15 +773,9 @@ def _warnings(report: Report, loading: Sequence[str]) -> list[str]:
     return warnings
 
 
-def build_report(paths: Sequence[Path], *, with_shipped: bool = True) -> Report:
-    """Read every study under ``paths``; InputError when a path holds no results or unreadable ones. Without
-    ``with_shipped`` the report leaves out what this installation measured on GPUs (``gpu_reference``), as the
-    reading that makes that file again must."""
-    if not paths:
-        raise InputError("no results directory given")
-    found: dict[str, list[Any]] = {kind: [] for kind in LOADERS}
-    sweeps, kernels, calibrations = found["sweep"], found["kernels"], found["calibration"]
-    stability, verifications, knob_studies = found["stability"], found["verify"], found["knobs"]
+def _read_all(paths: Sequence[Path]) -> tuple[dict[str, list[Any]], list[str]]:
+    """Every study under ``paths`` by kind (each folder once), and the lines saying which cannot be shown yet."""
+    found: dict[str, list[Any]] = {name: [] for name in study_kinds.names()}
     loading: list[str] = []
     seen: set[Path] = set()
     for path in paths:
@@ -777,24 +784,42 @@ def build_report(paths: Sequence[Path], *, with_shipped: bool = True) -> Report:
             if key in seen:
                 continue
             seen.add(key)
-            study = LOADERS[store.kind](store)
+            study = study_kinds.kind(store.kind).load(store)
             if study is None:
                 loading.append(f"{store.dir} holds no runs yet")
             elif isinstance(study, str):
                 loading.append(study)
             else:
                 found[store.kind].append(study)
+    return found, loading
+
+
+def kind_sections(report: Report) -> list[Section]:
+    """The sections of the kinds that bring their own, for the studies of theirs the report holds."""
+    sections = []
+    for declared in study_kinds.kinds():
+        studies = report.found[declared.name]
+        section = declared.section(studies, report.where) if declared.section is not None and studies else None
+        if section is not None:
+            sections.append(section)
+    return sections
+
+
+def build_report(paths: Sequence[Path], *, with_shipped: bool = True) -> Report:
+    """Read every study under ``paths``; InputError when a path holds no results or unreadable ones. Without
+    ``with_shipped`` the report leaves out what this installation measured on GPUs (``gpu_reference``), as the
+    reading that makes that file again must."""
+    if not paths:
+        raise InputError("no results directory given")
+    found, loading = _read_all(paths)
+    sweeps, stability, calibrations = found["sweep"], found["stability"], found["calibration"]
     report = Report(
         generated_at=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         sources=[Path(p) for p in paths],
-        sweeps=sweeps,
-        kernels=kernels,
-        stability=stability,
-        calibrations=calibrations,
-        verifications=verifications,
-        knob_studies=knob_studies,
-        knobs=knob_readings(knob_studies, calibration_floors(calibrations)),
-        headline=headline_rows(sweeps, stability, calibrations, verifications),
+        found=found,
+        sections=[],
+        knobs=knob_readings(found["knobs"], calibration_floors(calibrations)),
+        headline=headline_rows(sweeps, stability, calibrations, found["verify"]),
         cpu_notes=[],
         notes=[],
         kernel_size=[],
@@ -804,7 +829,8 @@ def build_report(paths: Sequence[Path], *, with_shipped: bool = True) -> Report:
         absent={},
         measured_on_gpus=shipped() if with_shipped else [],
     )
-    report.kernel_size = kernel_size_points(sweeps, kernels, named=report.names_backend)
+    report.sections = kind_sections(report)
+    report.kernel_size = kernel_size_points(sweeps, report.kernels, named=report.names_backend)
     report.references = reference_rows(
         MeasuredDevice(
             s.label,
@@ -819,3 +845,8 @@ def build_report(paths: Sequence[Path], *, with_shipped: bool = True) -> Report:
     report.cpu_notes = cpu_notes(report.headline)
     report.notes = report_notes(report)
     return report
+
+
+SWEEP = StudyKind("sweep", REQUIRED_FIELDS["sweep"], load_sweep, compared_by_check=True)
+CALIBRATION = StudyKind("calibration", REQUIRED_FIELDS["calibration"], load_calibration)
+STABILITY = StudyKind("stability", REQUIRED_FIELDS["stability"], load_stability)

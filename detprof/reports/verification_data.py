@@ -17,9 +17,11 @@ from typing import ClassVar
 from detprof.analysis.verification import ModelVerification, verifications
 from detprof.determinism import MODES
 from detprof.findings import Finding
+from detprof.records import REQUIRED_FIELDS
 from detprof.reports.provenance import StudyOrigin, provenance
 from detprof.reports.tradeoff import StudyKey
 from detprof.store import ResultsStore
+from detprof.study_kinds import StudyKind
 
 
 @dataclass(kw_only=True)
@@ -91,3 +93,6 @@ def verification_caveats(v: ModelVerification | None) -> list[str]:
             f"{default.steps} steps."
         )
     return out
+
+
+VERIFY = StudyKind("verify", REQUIRED_FIELDS["verify"], load_verify)
