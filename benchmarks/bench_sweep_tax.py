@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from benchmarks.results import record
-from detprof.profiler.plan import mode_order
+from detprof.profiler.measured_runs import mode_order
 from detprof.profiler.presets import PRESETS
 from detprof.profiler.process import STEADY_HEAP_ENV
 

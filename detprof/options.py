@@ -187,7 +187,7 @@ OPTION_TYPES: dict[str, Any] = _option_types()
 FLEET = ("ray", "max_trace_mb")
 """What runs a study on a Ray cluster (``detprof.fleet``): the sweep and ``check --run`` take these."""
 MODEL_INPUTS = ("input_shape", "classes", "data")
-"""How the sweep's models are built and fed (``profiler.model_plan``): the sweep and ``check --run`` take these."""
+"""How the sweep's models are built and fed (``profiler.sweep_request``): the sweep and ``check --run`` take these."""
 TIME_TO_ANSWER = ("precision", "budget", "pairing")
 """How the sweep reaches its answer (``profiler.study``): repeats until precise enough, within a budget, paired in
 one process where it can; kernels_bench's op cases take a fixed number of repeats in a process per mode."""

@@ -205,7 +205,8 @@ class ResultsStore:
         if not runs.is_dir():
             return
         for path in sorted(runs.glob("*.json")):
-            yield checked(self.kind, read_json_object(path, "run record"), path)
+            record = read_json_object(path, "run record")
+            yield checked(self.kind, record, path)
 
     def write_table(self, name: str, frame: pd.DataFrame) -> str:
         """Store a table as Parquet; returns its path relative to the study folder."""

@@ -21,7 +21,7 @@ from detprof.cli import main
 from detprof.errors import UsageError
 from detprof.options import RunOptions
 from detprof.profiler.devices import DeviceChoice
-from detprof.profiler.plan import chosen_backend, default_results_dir
+from detprof.profiler.measured_runs import chosen_backend, default_results_dir
 from detprof.profiler.tracers import resolve_tracer
 
 PROBE = """

@@ -18,7 +18,7 @@ import synthetic_sweep as synth
 from test_check_cli import Capture, make_sweep, run_cli
 
 from detprof.check.baseline_file import ADDED_LATER, fingerprint, measurement_config_hash
-from detprof.profiler.model_plan import SweepRequest
+from detprof.profiler.sweep_request import SweepRequest
 from detprof.store import ResultsStore
 from detprof.sweep.run import SweepOutcome
 

@@ -22,9 +22,9 @@ from detprof.profiler.devices import (
     label_matches,
     list_gpus,
     probe_gpus,
-    refuse_nvprof,
     visible_gpus,
 )
+from detprof.profiler.tracers import refuse_nvprof
 
 A100_UUID = "GPU-aaaaaaaa-1111-2222-3333-444444444444"
 T4_UUID = "GPU-bbbbbbbb-1111-2222-3333-444444444444"

@@ -16,7 +16,7 @@ from detprof.analysis.overhead import model_overheads
 from detprof.cli import main
 from detprof.errors import UsageError
 from detprof.profiler import devices, tracers
-from detprof.profiler.plan import UNTRACED_SUFFIX, PlannedRun, Workload, measured_parts, runs_to_measure
+from detprof.profiler.measured_runs import UNTRACED_SUFFIX, PlannedRun, Workload, measured_parts, runs_to_measure
 from detprof.profiler.tracers import TRACERS, resolve_tracer
 from detprof.records import kernel_table_steps, measured_run
 from detprof.reports.provenance import timing_note
@@ -294,11 +294,11 @@ def test_runs_one_after_the_other_measure_wall_untraced_and_kernels_traced(tmp_p
     """The GPU's sequential design, run here with TensorFlow's profiler: each run its own worker."""
     from detprof.invocation import Invocation
     from detprof.profiler.devices import DeviceChoice
-    from detprof.profiler.model_plan import SweepConfig
-    from detprof.profiler.plan import MeasurementTarget
+    from detprof.profiler.measured_runs import MeasurementTarget
     from detprof.profiler.study import MeasuredStudy, run_planned
+    from detprof.profiler.sweep_request import SweepConfig
     from detprof.store import ResultsStore
-    from detprof.sweep.plan import plan_runs
+    from detprof.sweep.sweep_runs import plan_runs
 
     config = SweepConfig(
         models=("smallcnn",), steps=3, warmup=1, repeats=1, batch_size=8, input_size=16, pairing="sequential"

@@ -20,7 +20,7 @@ from detprof.kernels_bench.ops import BUILDERS, _Inputs, op_benchmark
 from detprof.models import paper_cnns, registry
 from detprof.models.routing import TOP_K, expert_capacity
 from detprof.profiler.devices import DeviceChoice
-from detprof.profiler.plan import MeasurementTarget
+from detprof.profiler.measured_runs import MeasurementTarget
 from detprof.profiler.study import MeasuredStudy, run_planned
 from detprof.profiler.tracers import TRACERS
 from detprof.store import ResultsStore

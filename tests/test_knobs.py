@@ -30,7 +30,7 @@ from detprof.errors import ExitCode, UsageError
 from detprof.fingerprints import RunFingerprints
 from detprof.reports.command import render_report
 from detprof.store import ResultsStore
-from detprof.sweep.knobs import knob_plan, split_knobs
+from detprof.sweep.knobs import knob_design, split_knobs
 
 TORCH = backends.get(backends.TORCH)
 ALGORITHMS, FILL = "torch.use_deterministic_algorithms", "torch.fill_uninitialized_memory"
@@ -38,7 +38,7 @@ SDPA = "torch.sdpa_math"
 
 
 def test_the_plan_prices_each_knob_that_can_matter_and_lists_the_others_with_the_reason() -> None:
-    cpu = knob_plan(TORCH, on_gpu=False, only=None)
+    cpu = knob_design(TORCH, on_gpu=False, only=None)
     assert [c.name for c in cpu.comparisons] == ["total", f"add:{ALGORITHMS}", f"drop:{ALGORITHMS}", f"drop:{FILL}"]
     assert set(cpu.not_applicable) == {
         "torch.cudnn_deterministic",
@@ -48,17 +48,17 @@ def test_the_plan_prices_each_knob_that_can_matter_and_lists_the_others_with_the
     assert all("CUDA GPU" in reason for reason in cpu.not_applicable.values())
     assert not any(knob.attention_only for knob in cpu.knobs)  # no model runs attention: its knobs are left out
     # A transformer has attention: its back ends are priced, each added to the default; on a CPU flash and math.
-    gpt = knob_plan(TORCH, on_gpu=False, only=None, models=("smallcnn", "gpt_tiny"))
+    gpt = knob_design(TORCH, on_gpu=False, only=None, models=("smallcnn", "gpt_tiny"))
     assert [c.name for c in gpt.comparisons][-2:] == ["add:torch.sdpa_math", "add:torch.sdpa_flash"]
     assert gpt.not_applicable["torch.sdpa_efficient"] == "memory-efficient attention runs only on a CUDA GPU"
-    mine = knob_plan(TORCH, on_gpu=False, only=("torch.sdpa_math",), models=("net.py:build",))
+    mine = knob_design(TORCH, on_gpu=False, only=("torch.sdpa_math",), models=("net.py:build",))
     assert [c.name for c in mine.comparisons] == ["total", "add:torch.sdpa_math"]  # yours may run attention: named
-    assert SDPA not in {k.name for k in knob_plan(TORCH, on_gpu=False, only=None, models=("net.py:build",)).knobs}
-    cnn = knob_plan(TORCH, on_gpu=False, only=(SDPA,), models=("smallcnn",))
+    assert SDPA not in {k.name for k in knob_design(TORCH, on_gpu=False, only=None, models=("net.py:build",)).knobs}
+    cnn = knob_design(TORCH, on_gpu=False, only=(SDPA,), models=("smallcnn",))
     assert cnn.not_applicable == {SDPA: NO_ATTENTION} and len(cnn.comparisons) == 1
     drop_fill = cpu.comparisons[-1]
     assert drop_fill.treated == TORCH.mode_knobs() and drop_fill.reference == TORCH.mode_knobs() - {FILL}
-    gpu = knob_plan(TORCH, on_gpu=True, only=(FILL, "torch.cudnn_benchmark"))
+    gpu = knob_design(TORCH, on_gpu=True, only=(FILL, "torch.cudnn_benchmark"))
     assert [c.name for c in gpu.comparisons] == [
         "total",
         f"drop:{FILL}",
@@ -67,21 +67,21 @@ def test_the_plan_prices_each_knob_that_can_matter_and_lists_the_others_with_the
     ]
     assert gpu.dropped() == [FILL, "torch.cudnn_benchmark"] and not gpu.not_applicable
     with pytest.raises(UsageError, match=r"--knobs: torch\.nope is not a knob of torch; its knobs: torch\.use_det"):
-        knob_plan(TORCH, on_gpu=False, only=("torch.nope",))
+        knob_design(TORCH, on_gpu=False, only=("torch.nope",))
     assert split_knobs("all") is None and split_knobs(f" {FILL} ,") == (FILL,)
 
 
 def test_tensorflow_and_jax_declare_their_knobs_and_which_cannot_matter_on_a_cpu() -> None:
-    tensorflow = knob_plan(backends.get(backends.TENSORFLOW), on_gpu=False, only=None)
+    tensorflow = knob_design(backends.get(backends.TENSORFLOW), on_gpu=False, only=None)
     assert [c.name for c in tensorflow.comparisons] == [
         "total",
         "add:tensorflow.op_determinism",
         "drop:tensorflow.op_determinism",
     ]
     assert tensorflow.not_applicable == {"tensorflow.cudnn_autotune": "cuDNN runs only on a CUDA GPU"}
-    jax = knob_plan(backends.get(backends.JAX), on_gpu=False, only=None)
+    jax = knob_design(backends.get(backends.JAX), on_gpu=False, only=None)
     assert [c.name for c in jax.comparisons] == ["total"] and len(jax.not_applicable) == 3
-    on_gpu = knob_plan(backends.get(backends.JAX), on_gpu=True, only=None)
+    on_gpu = knob_design(backends.get(backends.JAX), on_gpu=True, only=None)
     extras = ["add:jax.xla_gpu_exclude_nondeterministic_ops", "add:jax.xla_gpu_autotune_level"]
     assert [c.name for c in on_gpu.comparisons][-2:] == extras
 

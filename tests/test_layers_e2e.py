@@ -21,9 +21,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from script_runner import ROOT
 
 from detprof.backends.base import GRADIENT_SUMS, STEP_PARTS
+from detprof.reports.command import render_report
 from detprof.store import ResultsStore
 
 MODEL = '''
@@ -109,9 +109,9 @@ def assert_traced_by_the_backends_own_profiler(store: ResultsStore, backend: str
 
 
 def report(results: Path, fmt: str) -> str:
-    """``detprof report RESULTS --format FMT`` as a user runs it, its output."""
-    command = [sys.executable, "-m", "detprof.cli", "report", str(results), "--format", fmt, "-o", "-"]
-    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    """What ``detprof report RESULTS --format FMT -o -`` prints: the command's rendering, in this process (the
+    sweep before it ran as a user runs it)."""
+    return render_report([results], fmt)
 
 
 @pytest.mark.slow

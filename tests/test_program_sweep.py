@@ -25,7 +25,7 @@ from detprof.options import RunOptions
 from detprof.profiler.presets import PRESETS
 from detprof.profiler.process import STEADY_HEAP_ENV
 from detprof.profiler.program.files import in_effect
-from detprof.profiler.program.plan import ProgramRequest, plan_program_runs
+from detprof.profiler.program.request import ProgramRequest, plan_program_runs
 from detprof.profiler.program.run import HOOK_DIR, NO_WINDOW, program_status
 from detprof.store import ResultsStore
 

@@ -33,7 +33,7 @@ from detprof.reports.cells import KNOB_ADVICE, KNOB_HEADERS, WITHIN_NOISE, Words
 from detprof.reports.command import render_report
 from detprof.reports.report_data import SECTIONS, build_report
 from detprof.store import ResultsStore
-from detprof.sweep.knobs import knob_plan
+from detprof.sweep.knobs import knob_design
 
 TORCH = backends.get(backends.TORCH)
 ALGORITHMS, FILL = "torch.use_deterministic_algorithms", "torch.fill_uninitialized_memory"
@@ -112,7 +112,7 @@ def write_checks(study: ResultsStore, model: str, device: Mapping[str, Any], nee
 def write_knobs(root: Path, model: str, costs: dict[str, float], device: Mapping[str, Any], needed: set[str]) -> Path:
     """A knob study of ``model`` under ``root/knobs``, as ``sweep --knobs`` writes one: each comparison's arm b at
     its chosen cost times arm a, repeat by repeat (``JITTER``); returns ``root``."""
-    plan = knob_plan(TORCH, on_gpu=device["label"] != "cpu", only=None)
+    plan = knob_design(TORCH, on_gpu=device["label"] != "cpu", only=None)
     assert [c.name for c in plan.comparisons] == list(costs), "the costs follow the plan"
     config = synth.config([model], len(JITTER), "torch", gpu_label=device["label"], tracer="torch")
     config |= {

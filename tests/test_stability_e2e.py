@@ -21,6 +21,7 @@ import pytest
 from script_runner import run_script
 from sklearn.metrics import accuracy_score
 
+from detprof.cli import main
 from detprof.stability import datasets
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -192,11 +193,19 @@ def test_ctrl_c_keeps_completed_runs_ends_the_workers_and_resume_finishes(tmp_pa
         (["--models", "smallcnn,mediumcnn_k1"], 2, "a stability study trains one model"),
     ],
 )
-def test_bad_input_is_one_line_and_an_exit_code(tmp_path: Path, args: list[str], code: int, message: str) -> None:
-    result = detprof("stability", *args, "--out", str(tmp_path / "r"), cwd=tmp_path)
-    assert result.returncode == code
-    assert message in result.stderr
-    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+def test_bad_input_is_one_line_and_an_exit_code(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    args: list[str],
+    code: int,
+    message: str,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["stability", *args, "--out", str(tmp_path / "r")]) == code
+    stderr = capsys.readouterr().err
+    assert message in stderr
+    assert "Traceback" not in stderr and len(stderr.strip().splitlines()) == 1
     assert not (tmp_path / "r").exists()
 
 

@@ -8,9 +8,9 @@ import pytest
 
 from detprof.errors import UsageError
 from detprof.profiler import tracers
-from detprof.profiler.model_plan import SweepConfig
+from detprof.profiler.sweep_request import SweepConfig
 from detprof.profiler.tracers import TRACERS, resolve_tracer
-from detprof.sweep.plan import plan_runs
+from detprof.sweep.sweep_runs import plan_runs
 
 
 def test_modes_are_interleaved_repeat_by_repeat_and_their_order_counterbalanced() -> None:

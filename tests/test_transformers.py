@@ -14,6 +14,7 @@ import pytest
 
 from detprof.backends.base import STEP_PARTS
 from detprof.models import registry
+from detprof.reports.command import render_report
 from detprof.stability import datasets
 from detprof.store import ResultsStore
 
@@ -79,8 +80,7 @@ def test_the_tiny_transformers_sweep_with_their_blocks_on_the_leaderboard(tmp_pa
     for record in records:
         assert record["status"] == "ok", record.get("reason")
         assert record["settings"]["op_determinism"] == (record["mode"] == "deterministic"), record["run_id"]
-    report = [sys.executable, "-m", "detprof.cli", "report", str(out), "--format", "json", "-o", "-"]
-    models = json.loads(subprocess.run(report, cwd=ROOT, capture_output=True, text=True, check=True).stdout)["models"]
+    models = json.loads(render_report([out], "json"))["models"]
     for model in models:
         layers = {layer["name"] for layer in model["layers"]}
         assert {"block0_attn/qkv", "block1_attn/out", "block0_norm1", "block1_norm2"} <= layers, sorted(layers)
@@ -146,6 +146,5 @@ def test_a_model_of_tokens_learns_the_markov_language_and_control_is_bitwise_ide
         assert arrays["probabilities"].shape == (datasets.MARKOV_TEST * datasets.MARKOV_LENGTH, 64)
     if epochs is None:
         assert control["learned"] is True
-        report = [sys.executable, "-m", "detprof.cli", "report", str(out), "--format", "json", "-o", "-"]
-        shown = json.loads(subprocess.run(report, cwd=ROOT, capture_output=True, text=True, check=True).stdout)
+        shown = json.loads(render_report([out], "json"))
         assert shown["stability_not_learned"] == []

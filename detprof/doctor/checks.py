@@ -27,7 +27,7 @@ from detprof.determinism import MODES
 from detprof.errors import DetprofError, UsageError
 from detprof.gpu_labels import CPU_LABEL, slug
 from detprof.profiler import devices
-from detprof.profiler.tracers import TRACERS, Tracer
+from detprof.profiler.tracers import NVPROF_FIRST_UNSUPPORTED_CC, TRACERS, Tracer
 
 CheckStatus = Literal["ok", "missing", "failed", "skipped"]
 BLOCKING: frozenset[CheckStatus] = frozenset({"missing", "failed"})
@@ -174,7 +174,7 @@ def _tool_checks(choice: devices.DeviceChoice, *, gpu_required: bool) -> list[Ch
     cc = choice.gpu.cc_tuple if choice.gpu is not None and not choice.forced else None
     if cc is None:
         checks.append(Check("nvprof", "skipped", "needs the GPU's compute capability, and the GPU was not found"))
-    elif cc >= devices.NVPROF_FIRST_UNSUPPORTED_CC:
+    elif cc >= NVPROF_FIRST_UNSUPPORTED_CC:
         checks.append(Check("nvprof", "skipped", f"cannot trace compute capability {choice.gpu.compute_capability}"))
     else:
         nvprof = _tool_check(TRACERS["nvprof"], "install the CUDA toolkit's nvprof (only --tracer nvprof needs it)")
@@ -237,10 +237,10 @@ def smoke_run(backend: str, gpu: str | None, force: bool) -> SmokeRun:
     """
     from detprof.invocation import Invocation
     from detprof.options import RunOptions
-    from detprof.profiler.model_plan import SweepRequest
     from detprof.profiler.study import MeasuredStudy, run_planned
+    from detprof.profiler.sweep_request import SweepRequest
     from detprof.store import ResultsStore
-    from detprof.sweep.plan import plan_runs
+    from detprof.sweep.sweep_runs import plan_runs
 
     options = RunOptions(backend=backend, gpu=gpu, force=force, **SMOKE_RUN)
     config, target = SweepRequest((SMOKE_MODEL,), options).resolve()

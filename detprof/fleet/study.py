@@ -32,7 +32,7 @@ from detprof.fleet.readiness import ReadyFleet, Resolve, check_nodes
 from detprof.fleet.transfer import MB, Bundle, collect, deliver, scratch_store
 from detprof.invocation import Invocation
 from detprof.options import RunOptions
-from detprof.profiler.plan import (
+from detprof.profiler.measured_runs import (
     MeasurementTarget,
     PlannedRun,
     RunSettings,

@@ -240,10 +240,10 @@ def _costliest(scale: Scale, backend: str, costs: Costs) -> str:
 def _knobs(scale: Scale, backend: str, model: str, costs: Costs, *, on_gpu: bool) -> Part | str:
     """The knob study of one model: a pair of arms per comparison and repeat, then ``verify`` of each arm that
     leaves a knob out (``sweep.knobs``); where no knob studied can matter on the device, why not."""
-    from detprof.sweep.knobs import knob_plan, split_knobs
+    from detprof.sweep.knobs import knob_design, split_knobs
 
     named = scale.knobs.get(backend, "all")
-    knobs = knob_plan(backends.get(backend), on_gpu, split_knobs(named), [model])
+    knobs = knob_design(backends.get(backend), on_gpu, split_knobs(named), [model])
     if len(knobs.comparisons) == 1:
         device = "a GPU" if on_gpu else "a CPU"
         return f"no knob of {backend} studied can matter on {device} ({', '.join(knobs.not_applicable)})"

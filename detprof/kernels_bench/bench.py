@@ -17,7 +17,7 @@ from detprof.errors import UsageError
 from detprof.kernels_bench import cases as tensorflow_cases
 from detprof.kernels_bench import torch_cases
 from detprof.kernels_bench.cases import CONV_OPS, OpCase
-from detprof.profiler.plan import PlannedRun, RunSettings, Workload, interleaved
+from detprof.profiler.measured_runs import PlannedRun, RunSettings, Workload, interleaved
 
 BACKEND_SUITES: dict[str, dict[str, tuple[str, ...]]] = {
     backends.TENSORFLOW: tensorflow_cases.SUITES,

@@ -32,7 +32,6 @@ from detprof.gpu_labels import (
     slug,
 )
 
-NVPROF_FIRST_UNSUPPORTED_CC = (8, 0)
 GPU_ONLY_FIELDS = ("uuid", "driver", "cuda_driver", "compute_capability", "sm_count", "memory_bytes")
 """The ``device`` fields of a run record that only a GPU has (None on a CPU)."""
 RECORD_FIELDS = {"driver": "driver_version", "cuda_driver": "cuda_driver_version"}
@@ -369,15 +368,3 @@ def choose_device(
     if choice.gpu is not None and _names_mig(spec):
         return replace(choice, mig_devices=spec)
     return choice
-
-
-def refuse_nvprof(gpu: GpuInfo | None) -> None:
-    """nvprof cannot trace Ampere and newer (it reports nothing useful there), so refuse up front."""
-    if gpu is None:
-        raise UsageError("--tracer nvprof needs an NVIDIA GPU and none was detected; use --tracer tf")
-    cc = gpu.cc_tuple
-    if cc is not None and cc >= NVPROF_FIRST_UNSUPPORTED_CC:
-        raise UsageError(
-            "nvprof does not support compute capability 8.0 and newer "
-            f"({gpu.name} is {gpu.compute_capability}); use --tracer nsys"
-        )

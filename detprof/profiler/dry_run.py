@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from detprof import backends
-from detprof.profiler import plan as planned
+from detprof.profiler import measured_runs as planned
 from detprof.profiler.launcher import WorkerLauncher
-from detprof.profiler.plan import MeasurementTarget, PlannedRun, RunSettings
+from detprof.profiler.measured_runs import MeasurementTarget, PlannedRun, RunSettings
 from detprof.profiler.run_specs import SETTLING_STEPS
 from detprof.store import ResultsStore, StudyKind
 

@@ -22,7 +22,7 @@ from typing import Any
 from detprof.errors import ExitCode, InputError, UsageError
 from detprof.profiler.devices import DeviceChoice
 from detprof.profiler.lifeline import driver_lifeline
-from detprof.profiler.plan import ModePair, PlannedRun, RunSettings
+from detprof.profiler.measured_runs import ModePair, PlannedRun, RunSettings
 from detprof.profiler.process import (
     WorkerEnvironment,
     last_log_line,

@@ -21,7 +21,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
     # The embedded default on a machine without a GPU: small models, small inputs, paired in one
     # process where the backend can switch between steps, else in lockstep pairs
-    # (profiler.plan.Pairing), on a heap that stays put (process.STEADY_HEAP_ENV), the models of a
+    # (profiler.measured_runs.Pairing), on a heap that stays put (process.STEADY_HEAP_ENV), the models of a
     # repeat by one process (or pair of them). After a first stage of 4 repeats, each model gets
     # repeats until its interval is within +/-2% or the next would pass 90 s. Each run takes its
     # steps twice, untraced (wall time) and traced (kernel time), as many as fill a run length on

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from detprof.profiler.plan import PlannedRun, RunSettings
+from detprof.profiler.measured_runs import PlannedRun, RunSettings
 from detprof.profiler.worker_process import RunFiles, WorkerProcess
 from detprof.profiler.worker_spec import WorkerSpec, sized_steps
 

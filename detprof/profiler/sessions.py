@@ -17,7 +17,7 @@ from typing import Any
 
 from detprof.errors import UsageError
 from detprof.profiler.lockstep import step_in_lockstep, wait_until_done
-from detprof.profiler.plan import ModePair, PlannedRun
+from detprof.profiler.measured_runs import ModePair, PlannedRun
 from detprof.profiler.process import WorkerEnvironment, kill_group, spawn, watchdog, worker_command
 from detprof.profiler.run_records import RecordFiler
 from detprof.profiler.run_specs import RunSpecs

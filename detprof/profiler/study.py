@@ -1,6 +1,6 @@
 """The one measured-study flow: plan -> launcher -> store -> progress, for the sweep, kernels_bench and programs.
 
-The plan (``profiler.plan``) says what runs in which order; here every run not already
+The plan (``profiler.measured_runs``) says what runs in which order; here every run not already
 complete is measured, one atomic record per run, ``--resume`` skipping every run already
 complete, with the progress display beside it. A study with a precision
 (``RunSettings.precision``) then adds repeats, model by model, until each model's interval is
@@ -23,7 +23,7 @@ from rich.markup import escape
 from detprof import locks
 from detprof.invocation import Invocation
 from detprof.profiler.launcher import WorkerLauncher
-from detprof.profiler.plan import (
+from detprof.profiler.measured_runs import (
     MAX_REPEATS,
     MeasurementTarget,
     ModePair,

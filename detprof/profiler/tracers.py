@@ -32,11 +32,14 @@ from typing import ClassVar, Protocol
 import detprof.backends as backends
 from detprof.backends.base import NVTX_DOMAIN, StopProfiler, step_range_name
 from detprof.errors import UsageError
+from detprof.profiler.devices import GpuInfo
 
 _VERSION = re.compile(r"[Vv]ersion\s+(\d[\w.]*)")
 """The version in ``nsys --version`` ("NVIDIA Nsight Systems version 2025.3.1.90-253135822870v0", whose
 build suffix is left out) and ``nvprof --version`` ("Release version 12.4.131 (21)")."""
 
+NVPROF_FIRST_UNSUPPORTED_CC = (8, 0)
+"""nvprof cannot trace Ampere and newer."""
 NSYS_API_TRACES = ("cudnn", "cublas")
 """API traces nsys can add to ``cuda,nvtx`` on request (``--trace-api``); each taxes every call it records."""
 
@@ -309,3 +312,15 @@ def resolve_tracer(
             raise UsageError(f"--trace-api is for --tracer nsys, not {tracer.name}")
         tracer = replace(tracer, api_traces=tuple(dict.fromkeys(api_traces)))
     return tracer
+
+
+def refuse_nvprof(gpu: GpuInfo | None) -> None:
+    """nvprof cannot trace Ampere and newer (it reports nothing useful there), so refuse up front."""
+    if gpu is None:
+        raise UsageError("--tracer nvprof needs an NVIDIA GPU and none was detected; use --tracer tf")
+    cc = gpu.cc_tuple
+    if cc is not None and cc >= NVPROF_FIRST_UNSUPPORTED_CC:
+        raise UsageError(
+            "nvprof does not support compute capability 8.0 and newer "
+            f"({gpu.name} is {gpu.compute_capability}); use --tracer nsys"
+        )

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from detprof.profiler.machine_load import LoadWatch
-from detprof.profiler.plan import ModePair, PlannedRun, arm_of
+from detprof.profiler.measured_runs import ModePair, PlannedRun, arm_of
 from detprof.profiler.process import Outcome
 from detprof.profiler.telemetry import NoTelemetry, TelemetrySampler
 from detprof.profiler.tracers import NO_TRACER, Tracer

@@ -124,7 +124,7 @@ def stability(
 ) -> None:
     """Train many copies of a model under chosen noise sources and measure what the noise does."""
     from detprof import backends
-    from detprof.profiler.plan import default_results_dir
+    from detprof.profiler.measured_runs import default_results_dir
     from detprof.stability import study
 
     if "," in model:

@@ -25,13 +25,13 @@ from detprof.options import (
     RunOptions,
     with_run_options,
 )
-from detprof.profiler.model_plan import SweepRequest
-from detprof.profiler.plan import default_results_dir
-from detprof.profiler.program.plan import refuse_for_programs
+from detprof.profiler.measured_runs import default_results_dir
+from detprof.profiler.program.request import refuse_for_programs
+from detprof.profiler.sweep_request import SweepRequest
 from detprof.sweep.knobs import split_knobs
-from detprof.sweep.plan import plan_runs
 from detprof.sweep.render import print_outcome
 from detprof.sweep.run import measure_knobs, measure_program, measure_sweep, study_stability
+from detprof.sweep.sweep_runs import plan_runs
 
 ProgramOption = Annotated[
     str | None,
@@ -80,7 +80,7 @@ def sweep(
     if name is not None and program is None:
         raise UsageError("--name names the program of --command: give both, or neither for models")
     if program is not None:
-        from detprof.profiler.program.plan import ProgramRequest
+        from detprof.profiler.program.request import ProgramRequest
 
         asked = {
             "--models": models is not None,
@@ -151,12 +151,12 @@ def print_knob_plan(request: SweepRequest, only: tuple[str, ...] | None) -> None
     """What ``run_knob_study`` would measure and verify."""
     from detprof import backends
     from detprof.profiler.dry_run import plan_lines
-    from detprof.sweep.knobs import knob_plan, knob_settings, plan_knob_runs
+    from detprof.sweep.knobs import knob_design, knob_settings, plan_knob_runs
     from detprof.verify.run import DEFAULT_STEPS
 
     config, target = request.resolve(dry_run=True)
     out = request.options.out or default_results_dir(target.device, target.backend)
-    plan = knob_plan(backends.get(target.backend), target.on_gpu, only, config.models)
+    plan = knob_design(backends.get(target.backend), target.on_gpu, only, config.models)
     config = knob_settings(config, target, plan)
     lines = plan_lines("knobs", plan_knob_runs(config, plan), config, target, out)
     lines += ["", f"Comparisons (arm b against arm a): {', '.join(c.name for c in plan.comparisons)}"]

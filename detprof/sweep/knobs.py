@@ -28,9 +28,9 @@ from detprof.backends.base import Backend, Knob
 from detprof.determinism import Mode
 from detprof.errors import UsageError
 from detprof.models import registry
-from detprof.profiler.model_plan import SweepConfig
-from detprof.profiler.plan import MeasurementTarget, PlannedRun, mode_order
-from detprof.sweep.plan import RunSlot, model_run
+from detprof.profiler.measured_runs import MeasurementTarget, PlannedRun, mode_order
+from detprof.profiler.sweep_request import SweepConfig
+from detprof.sweep.sweep_runs import RunSlot, model_run
 
 Side = Literal["a", "b"]
 TOTAL = "total"
@@ -55,7 +55,7 @@ class Comparison:
 
 
 @dataclass(frozen=True)
-class KnobPlan:
+class KnobDesign:
     """A backend's knobs on one device: which are priced how, and which are listed with the reason they are not."""
 
     backend: str
@@ -72,7 +72,7 @@ class KnobPlan:
         return [c.name.removeprefix("drop:") for c in self.comparisons if c.name.startswith("drop:")]
 
 
-def knob_plan(backend: Backend, on_gpu: bool, only: tuple[str, ...] | None, models: Sequence[str] = ()) -> KnobPlan:
+def knob_design(backend: Backend, on_gpu: bool, only: tuple[str, ...] | None, models: Sequence[str] = ()) -> KnobDesign:
     """The comparisons of a knob study of ``backend`` (``only``: the knobs named by ``--knobs``) of ``models``: a knob
     of attention is priced where one of them runs attention (``registry.runs_attention``: a transformer), or may (a
     model of your own) and the knob is named; a study of models without attention leaves it out, unless named."""
@@ -100,7 +100,7 @@ def knob_plan(backend: Backend, on_gpu: bool, only: tuple[str, ...] | None, mode
             comparisons.append(Comparison(f"add:{knob.name}", frozenset(), frozenset({knob.name})))
         if knob.in_mode:
             comparisons.append(Comparison(f"drop:{knob.name}", full - {knob.name}, full))
-    return KnobPlan(backend.name, studied, not_applicable, tuple(comparisons), full)
+    return KnobDesign(backend.name, studied, not_applicable, tuple(comparisons), full)
 
 
 ALL_KNOBS = "all"
@@ -114,7 +114,7 @@ def split_knobs(knobs: str | None) -> tuple[str, ...] | None:
     return tuple(name.strip() for name in knobs.split(",") if name.strip())
 
 
-def knob_settings(config: SweepConfig, target: MeasurementTarget, plan: KnobPlan) -> SweepConfig:
+def knob_settings(config: SweepConfig, target: MeasurementTarget, plan: KnobDesign) -> SweepConfig:
     """The sweep's settings as a knob study measures them: the repeats asked for (no precision, so that every
     comparison has as many), in one process per repeat only where every comparison's arms can share one (a knob
     set once per process, such as cuBLAS's workspace, needs a process per arm)."""
@@ -125,7 +125,7 @@ def knob_settings(config: SweepConfig, target: MeasurementTarget, plan: KnobPlan
     return replace(config, precision=None, budget_s=None, pairing=pairing)
 
 
-def plan_knob_runs(config: SweepConfig, plan: KnobPlan) -> list[PlannedRun]:
+def plan_knob_runs(config: SweepConfig, plan: KnobDesign) -> list[PlannedRun]:
     """Repeat by repeat, model by model, comparison by comparison, the two arms back to back, their order
     alternating by repeat as the sweep's modes do (``plan.mode_order``)."""
     runs = []
@@ -143,7 +143,7 @@ def plan_knob_runs(config: SweepConfig, plan: KnobPlan) -> list[PlannedRun]:
     return runs
 
 
-def knobs_manifest(config: SweepConfig, plan: KnobPlan) -> dict[str, object]:
+def knobs_manifest(config: SweepConfig, plan: KnobDesign) -> dict[str, object]:
     """The sweep's configuration and the comparisons: a study of other knobs does not resume into this one."""
     return config.manifest() | {
         "knobs": [knob.name for knob in plan.knobs],

@@ -40,7 +40,7 @@ def _remeasure_models(
     reference: Baseline, given: RunOptions, models: str | None, out: Path | None, console: Console
 ) -> SweepOutcome:
     from detprof.models.plans import split_models
-    from detprof.profiler.model_plan import SweepRequest
+    from detprof.profiler.sweep_request import SweepRequest
     from detprof.sweep.run import measure_sweep
 
     config = reference.config
@@ -62,7 +62,7 @@ def _remeasure_program(
 ) -> SweepOutcome:
     """The baseline's training program (``sweep --command``) measured again as it was: its command, name,
     backend, tracer, repeats and ``--seed``, the options given that a program takes overriding them."""
-    from detprof.profiler.program.plan import PROGRAM_OPTIONS, ProgramRequest, refuse_for_programs
+    from detprof.profiler.program.request import PROGRAM_OPTIONS, ProgramRequest, refuse_for_programs
     from detprof.sweep.run import measure_program
 
     program = reference.config["program"]

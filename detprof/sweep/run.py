@@ -19,18 +19,17 @@ from rich.markup import escape
 from detprof import locks
 from detprof.errors import UsageError
 from detprof.invocation import Invocation, command_line
-from detprof.models.own import is_own
 from detprof.options import RunOptions
-from detprof.profiler.model_plan import SweepRequest
-from detprof.profiler.plan import MeasurementTarget, default_results_dir
+from detprof.profiler.measured_runs import MeasurementTarget, default_results_dir
 from detprof.profiler.presets import PRESETS, STABILITY_MODELS, STABILITY_RUNS
 from detprof.profiler.study import MeasuredStudy, measure
+from detprof.profiler.sweep_request import SweepConfig, SweepRequest
 from detprof.store import ResultsStore, StudyKind
-from detprof.sweep.plan import plan_repeat, plan_runs
+from detprof.sweep.sweep_runs import plan_repeat, plan_runs
 
 if TYPE_CHECKING:
     from detprof.profiler.devices import DeviceChoice
-    from detprof.profiler.program.plan import ProgramRequest
+    from detprof.profiler.program.request import ProgramRequest
 
 
 @dataclass(frozen=True)
@@ -42,6 +41,8 @@ class SweepOutcome:
     studies: dict[str, ResultsStore]
     models: tuple[str, ...] = ()
     """The models swept (none for a program)."""
+    registry_models: tuple[str, ...] = ()
+    """Those of ``models`` that detprof's registry builds: what ``--stability`` can train on its embedded data."""
     preset: str | None = None
     device: DeviceChoice | None = None
     """The device measured on this machine; None on a fleet."""
@@ -66,18 +67,18 @@ def measure_sweep(request: SweepRequest, *, calibrate: bool = False, console: Co
     extend = partial(plan_repeat, config, calibrate=calibrate)
     study = MeasuredStudy(kind, plan, config, config.manifest(), target, out, _given(request.options), extend)
     store = measure(study, what=_models_text(config.models), console=console)
-    return _outcome(out, kind, store, config.models, target, request.options)
+    return _outcome(out, kind, store, config, target, request.options)
 
 
 def measure_knobs(request: SweepRequest, only: tuple[str, ...] | None, *, console: Console) -> SweepOutcome:
     """Each knob's arms measured (``sweep.knobs``), then full determinism and every arm without one knob verified
     bitwise into the study's ``knob_checks``."""
     from detprof import backends
-    from detprof.sweep.knobs import knob_plan, knob_settings, knobs_manifest, plan_knob_runs
+    from detprof.sweep.knobs import knob_design, knob_settings, knobs_manifest, plan_knob_runs
     from detprof.verify.run import DEFAULT_STEPS, VerifyArm, manifest, run_arms
 
     config, target = request.resolve()
-    plan = knob_plan(backends.get(target.backend), target.on_gpu, only, config.models)
+    plan = knob_design(backends.get(target.backend), target.on_gpu, only, config.models)
     config = knob_settings(config, target, plan)
     if len(plan.comparisons) == 1:
         reasons = "; ".join(f"{name}: {reason}" for name, reason in plan.not_applicable.items())
@@ -101,20 +102,30 @@ def measure_knobs(request: SweepRequest, only: tuple[str, ...] | None, *, consol
         ]
         console.print(f"detprof knobs: full determinism and {len(arms) - 1} arm(s) without one knob, verified bitwise")
         run_arms(checks, config, target, arms, DEFAULT_STEPS, False, console=console)
-    return _outcome(out, "knobs", store, config.models, target, request.options)
+    return _outcome(out, "knobs", store, config, target, request.options)
 
 
 def _outcome(
     out: Path,
     kind: StudyKind,
     store: ResultsStore,
-    models: tuple[str, ...],
+    config: SweepConfig,
     target: MeasurementTarget,
     options: RunOptions,
 ) -> SweepOutcome:
     """What a study of models measured on this machine wrote."""
-    label = target.device.label
-    return SweepOutcome(out, kind, {label: store}, models, target.preset, target.device, target.backend, options.resume)
+    registry_models = tuple(plan.given for plan in config.plans if plan.own_model is None)
+    return SweepOutcome(
+        out,
+        kind,
+        {target.device.label: store},
+        config.models,
+        registry_models,
+        target.preset,
+        target.device,
+        target.backend,
+        options.resume,
+    )
 
 
 def _given(options: RunOptions) -> Invocation:
@@ -156,7 +167,7 @@ def _measure_on_fleet(request: SweepRequest, kind: StudyKind, console: Console) 
 
 def measure_program(request: ProgramRequest, *, console: Console) -> SweepOutcome:
     """A training program (``--command``) measured as a model named ``--name``: the same store and tables."""
-    from detprof.profiler.program.plan import plan_program_runs
+    from detprof.profiler.program.request import plan_program_runs
 
     settings, target = request.resolve(list(PRESETS))
     out = request.options.out or default_results_dir(target.device, target.backend)
@@ -180,7 +191,7 @@ def study_stability(outcome: SweepOutcome, *, console: Console) -> list[Path]:
 
     assert outcome.device is not None and outcome.backend is not None, "the command refuses --stability on a fleet"
     studied = STABILITY_MODELS.get(outcome.preset or "")
-    registry_models = tuple(m for m in outcome.models if not is_own(m))
+    registry_models = outcome.registry_models
     models = registry_models if studied is None else tuple(m for m in registry_models if m in studied)
     skipped = [m for m in outcome.models if m not in models]
     if skipped:

@@ -65,7 +65,7 @@ def verify(
 
     outcome: VerifyOutcome
     if program is not None:
-        from detprof.profiler.program.plan import refuse_for_programs
+        from detprof.profiler.program.request import refuse_for_programs
         from detprof.verify.program import ProgramVerifyRequest, verify_program
 
         asked = {"--models": models is not None, "--steps": steps is not None, "--gradients": gradients}

@@ -31,11 +31,11 @@ from detprof.findings import program_finding
 from detprof.fingerprints import FINGERPRINTS_FILE
 from detprof.invocation import command_line
 from detprof.options import RunOptions
-from detprof.profiler.plan import default_results_dir
+from detprof.profiler.measured_runs import default_results_dir
 from detprof.profiler.presets import PRESETS
 from detprof.profiler.process import WorkerEnvironment
 from detprof.profiler.program.files import ProgramSpec, in_effect, read_window
-from detprof.profiler.program.plan import ProgramRequest, ProgramSettings
+from detprof.profiler.program.request import ProgramRequest, ProgramSettings
 from detprof.profiler.program.run import (
     program_backend,
     program_env,

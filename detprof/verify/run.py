@@ -6,7 +6,7 @@ measuring environment of the device (its GPU pinned), with the same seed, the sa
 or several inputs needs) and the same number of steps (``verify.workload``). On a CPU the two runs of a mode run side
 by side (nothing here is timed, and each process is as deterministic alone as beside
 another); on a GPU one at a time, each with the device to itself. The models are named and
-built as the sweep names and builds them (``profiler.model_plan``): registry names or your own. Each
+built as the sweep names and builds them (``profiler.sweep_request``): registry names or your own. Each
 run's record and fingerprints go to the results store, so ``--resume`` skips what is done and
 the report reads it; ``analysis.verification`` compares. A training program of the user's
 (``--command``) is verified by ``verify.program``, into the same records.
@@ -30,10 +30,10 @@ from detprof.errors import DetprofError, UsageError
 from detprof.invocation import command_line
 from detprof.options import RunOptions
 from detprof.profiler.launcher import call_in_worker
-from detprof.profiler.model_plan import SweepConfig, SweepRequest
-from detprof.profiler.plan import MeasurementTarget, default_results_dir
+from detprof.profiler.measured_runs import MeasurementTarget, default_results_dir
 from detprof.profiler.process import WorkerEnvironment
 from detprof.profiler.progress import progress_bar
+from detprof.profiler.sweep_request import SweepConfig, SweepRequest
 from detprof.profiler.worker_process import utc_now
 from detprof.records import VerifyRun, verify_run
 from detprof.store import ResultsStore

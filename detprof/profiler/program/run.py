@@ -33,7 +33,7 @@ from detprof.backends.program import program_environment
 from detprof.determinism import Mode
 from detprof.errors import last_line
 from detprof.profiler.launcher import WorkerLauncher
-from detprof.profiler.plan import PlannedRun
+from detprof.profiler.measured_runs import PlannedRun
 from detprof.profiler.process import Outcome, WorkerEnvironment, spawn, timeout_reason, wait_for_exit
 from detprof.profiler.program.files import SPEC_ENV, InEffect, ProgramSpec, Window, in_effect, read_window
 from detprof.profiler.trace_fields import FAILURE, kernel_fields, read_trace
@@ -55,7 +55,7 @@ NO_WINDOW = (
 
 
 def _argv_of(run: PlannedRun) -> list[str]:
-    """The program's command line, as ``program.plan`` put it into the run's workload."""
+    """The program's command line, as ``program.request`` put it into the run's workload."""
     return [str(arg) for arg in run.workload.params["argv"]]
 
 

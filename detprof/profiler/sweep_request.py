@@ -15,7 +15,7 @@ from detprof.models import own
 from detprof.models.plans import ModelPlan, ModelsAsked, check_known, data_path, model_plans, registry_plan
 from detprof.options import RunOptions, parse_duration, parse_precision
 from detprof.profiler.launcher import call_in_worker
-from detprof.profiler.plan import (
+from detprof.profiler.measured_runs import (
     MeasurementTarget,
     RunSettings,
     choose_target,

@@ -26,7 +26,7 @@ from detprof.intervals import MIN_REPEATS
 from detprof.options import RunOptions
 from detprof.profiler import devices
 from detprof.profiler.devices import DeviceChoice, usable_core_ids
-from detprof.profiler.tracers import Tracer, resolve_tracer
+from detprof.profiler.tracers import Tracer, refuse_nvprof, resolve_tracer
 
 RUN_ORDER: tuple[Mode, ...] = ("deterministic", "default")
 Unit = TypeVar("Unit")
@@ -222,7 +222,7 @@ def choose_target(options: RunOptions, presets: Sequence[str], *, dry_run: bool 
     apis = tuple(a.strip().lower() for a in (options.trace_api or "").split(",") if a.strip())
     chosen = resolve_tracer(options.tracer or "auto", on_gpu, apis, backend=backend, require_installed=not dry_run)
     if chosen.name == "nvprof" and not planned_gpu:
-        devices.refuse_nvprof(device.gpu)
+        refuse_nvprof(device.gpu)
     return MeasurementTarget(device, chosen, preset_name, planned_gpu, backend)
 
 

@@ -20,7 +20,14 @@ from typing import Any
 
 from detprof.errors import InputError, UsageError
 from detprof.options import RunOptions
-from detprof.profiler.plan import MeasurementTarget, PlannedRun, RunSettings, Workload, choose_target, interleaved
+from detprof.profiler.measured_runs import (
+    MeasurementTarget,
+    PlannedRun,
+    RunSettings,
+    Workload,
+    choose_target,
+    interleaved,
+)
 
 PROGRAM_WORKLOAD = "program"
 """A program's ``Workload.entry``: no worker entry point runs it, ``ProgramLauncher`` runs its ``argv``."""

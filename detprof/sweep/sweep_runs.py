@@ -3,7 +3,7 @@
 The sweep plans one run per (model, mode, repeat) and hands the plan to the measured-study
 flow (``profiler.study``), which runs each in its own worker and records it atomically
 whatever happened. A failing model is recorded with its reason and the sweep goes on. The
-models themselves are resolved by ``profiler.model_plan``.
+models themselves are resolved by ``profiler.sweep_request``.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Any
 
 from detprof.determinism import Mode
 from detprof.models.plans import ModelPlan
-from detprof.profiler.model_plan import MODEL_ARMS_WORKLOAD, MODEL_WORKLOAD, SweepConfig
-from detprof.profiler.plan import PlannedRun, Workload, interleaved
+from detprof.profiler.measured_runs import PlannedRun, Workload, interleaved
+from detprof.profiler.sweep_request import MODEL_ARMS_WORKLOAD, MODEL_WORKLOAD, SweepConfig
 
 CALIBRATION_ARMS: dict[Mode, str] = {"deterministic": "a", "default": "b"}
 """A calibration runs deterministic mode against itself: the plan's two slots become arms a and b."""
