@@ -25,7 +25,15 @@ RunStatus = Literal["ok", "failed", "unsupported"]
 RecordKind = Literal["sweep", "kernels", "stability", "calibration", "verify", "knobs", "knob_checks"]
 
 
-class MeasuredRun(TypedDict):
+class FleetRun(TypedDict):
+    """What a run made on a Ray fleet (``detprof.fleet``) adds to its record, measured or stability run alike."""
+
+    ray_node_id: NotRequired[str]
+    """The Ray node that ran it, and that node's address."""
+    ray_node_address: NotRequired[str]
+
+
+class MeasuredRun(FleetRun):
     """One (workload, mode, repeat) of a sweep or of kernels_bench, as the launcher writes it."""
 
     run_id: str
@@ -131,14 +139,11 @@ class MeasuredRun(TypedDict):
     finding: NotRequired[dict[str, Any]]
     """An "unsupported" run's op that refused to run deterministically (``findings.Finding``: op, message,
     layer, advice); runs recorded before detprof kept it have only their ``reason``."""
-    ray_node_id: NotRequired[str]
-    """A fleet run (``detprof.fleet``): the Ray node that measured it, and that node's address."""
-    ray_node_address: NotRequired[str]
     trace_on_node: NotRequired[str]
     """A fleet run's trace over ``--max-trace-mb``: its path on the node that kept it (``trace_file``: None)."""
 
 
-class StabilityRun(TypedDict):
+class StabilityRun(FleetRun):
     """One training run of a stability study, as its pooled worker writes it."""
 
     run_id: str
@@ -172,9 +177,6 @@ class StabilityRun(TypedDict):
     train_seconds: NotRequired[float]
     seeded_stochastic_layers: NotRequired[list[str]]
     bitflip: NotRequired[dict[str, Any]]
-    ray_node_id: NotRequired[str]
-    """As for a measured run: the Ray node that trained it on a fleet, and its address."""
-    ray_node_address: NotRequired[str]
 
 
 class VerifyRun(TypedDict):

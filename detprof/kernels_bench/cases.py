@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from detprof.backends import import_keras
 from detprof.errors import UsageError, first_line
 from detprof.kernels_bench.op_names import CONV_OPS
-from detprof.profiler.launcher import call_in_worker
+from detprof.profiler.worker_call import call_in_worker
 
 if TYPE_CHECKING:
     import keras

@@ -41,7 +41,7 @@ REGISTRY_SOURCE = "registry"
 """``model_source`` of a registry model: its code is detprof's own, versioned with detprof."""
 
 Call = Callable[[str, Mapping[str, Any], str], Any]
-"""``launcher.call_in_worker``'s shape: ``entry(request)`` in a fresh worker, its answer, errors as one line."""
+"""``worker_call.call_in_worker``'s shape: ``entry(request)`` in a fresh worker, its answer, errors as one line."""
 
 
 @dataclass(frozen=True)
@@ -210,7 +210,7 @@ class Inspected:
 def inspect_with(
     call: Call, models: Sequence[OwnModel], *, backend: str, input_shape: Sequence[int], classes: int
 ) -> list[Inspected]:
-    """Load each model once in a worker of ``backend`` (``call`` is ``launcher.call_in_worker``).
+    """Load each model once in a worker of ``backend`` (``call`` is ``worker_call.call_in_worker``).
 
     A factory that takes ``(input_shape, classes)`` is built with these, and a model that
     fixes no input shape of its own at ``input_shape``. A module's file and hash come back

@@ -10,7 +10,7 @@ form the model takes (functional, Sequential with or without ``keras.Input``, su
 what everything downstream reads. For a stability study (``OwnBuilder``) a saved model is
 its architecture: every build is a clone with freshly initialised weights, drawn from the
 seed Keras was given, unless the saved weights are kept on purpose. Every problem is one
-``UsageError`` line naming the spec, which ``launcher.call_in_worker`` carries to the
+``UsageError`` line naming the spec, which ``worker_call.call_in_worker`` carries to the
 parent as it is.
 """
 
@@ -322,7 +322,7 @@ def _probe_array(tensor: keras.KerasTensor, rng: Any) -> Any:
 
 
 def inspect(models: list[dict[str, Any]], backend: str, input_shape: list[int], classes: int) -> list[dict[str, Any]]:
-    """``launcher.call_in_worker``'s entry: each model loaded once on ``backend``, and what the parent needs of it."""
+    """``call_in_worker``'s entry: each model loaded once on ``backend``, and what the parent needs of it."""
     apply(DeterminismSettings("default", backend=backend))  # type: ignore[arg-type]
     return [describe(OwnModel.from_record(record), input_shape, classes) for record in models]
 

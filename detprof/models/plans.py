@@ -91,7 +91,7 @@ def data_path(data: str | None, input_size: int | None) -> Path | None:
 
 def model_plans(asked: ModelsAsked, backend: str, call: Callable[..., Any]) -> tuple[ModelPlan, ...]:
     """Every model's plan, your own models loaded once in a worker of ``backend`` (started by ``call``,
-    ``launcher.call_in_worker``'s signature) to check them first.
+    ``worker_call.call_in_worker``'s signature) to check them first.
 
     A factory that takes ``(input_shape, classes)``, and a model that fixes no input shape of
     its own (a Sequential without ``keras.Input``, an unbuilt subclassed model), is built at

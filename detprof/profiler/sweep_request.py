@@ -14,7 +14,6 @@ from detprof.errors import UsageError
 from detprof.models import own
 from detprof.models.plans import ModelPlan, ModelsAsked, check_known, data_path, model_plans, registry_plan
 from detprof.options import RunOptions, parse_duration, parse_precision
-from detprof.profiler.launcher import call_in_worker
 from detprof.profiler.measured_runs import (
     MeasurementTarget,
     RunSettings,
@@ -22,6 +21,7 @@ from detprof.profiler.measured_runs import (
     preset_values,
 )
 from detprof.profiler.presets import PRESETS
+from detprof.profiler.worker_call import call_in_worker
 
 MODEL_WORKLOAD = "detprof.profiler.workloads:model_training"
 MODEL_ARMS_WORKLOAD = "detprof.profiler.workloads:model_training_arms"

@@ -13,7 +13,7 @@ that refuses to run deterministically is recorded as one (``findings.Finding``: 
 layer that called it, what to do), so the report can say which of the model's layers to change.
 
 A spec with ``call`` instead runs one function that needs a framework but measures nothing
-(``launcher.call_in_worker``), and writes its answer, or the one-line usage error it raised.
+(``worker_call.call_in_worker``), and writes its answer, or the one-line usage error it raised.
 """
 
 from __future__ import annotations

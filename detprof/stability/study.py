@@ -33,8 +33,8 @@ from detprof.invocation import Invocation
 from detprof.models import own, registry
 from detprof.profiler.devices import DeviceChoice, Nvml, free_memory, usable_cpus
 from detprof.profiler.gpu_env import gpu_env
-from detprof.profiler.launcher import call_in_worker
 from detprof.profiler.progress import progress_bar
+from detprof.profiler.worker_call import call_in_worker
 from detprof.records import StabilityRun, stability_run
 from detprof.stability import datasets, variant_metrics, worker
 from detprof.stability.training import TrainConfig

@@ -29,11 +29,11 @@ from detprof.analysis.verification import ModelVerification, verifications
 from detprof.errors import DetprofError, UsageError
 from detprof.invocation import command_line
 from detprof.options import RunOptions
-from detprof.profiler.launcher import call_in_worker
 from detprof.profiler.measured_runs import MeasurementTarget, default_results_dir
 from detprof.profiler.process import WorkerEnvironment
 from detprof.profiler.progress import progress_bar
 from detprof.profiler.sweep_request import SweepConfig, SweepRequest
+from detprof.profiler.worker_call import call_in_worker
 from detprof.profiler.worker_process import utc_now
 from detprof.records import VerifyRun, verify_run
 from detprof.store import ResultsStore

@@ -47,7 +47,7 @@ class VerifyAsk:
 
 
 def fingerprint_run(ask: dict[str, Any], out: str) -> dict[str, Any]:
-    """``launcher.call_in_worker``'s entry: the run ``ask`` (a ``VerifyAsk``), its fingerprints written to
+    """``worker_call.call_in_worker``'s entry: the run ``ask`` (a ``VerifyAsk``), its fingerprints written to
     ``out``; what it found, as JSON."""
     run = VerifyAsk(**ask)
     knobs = None if run.knobs is None else tuple(run.knobs)
