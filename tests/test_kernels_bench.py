@@ -358,6 +358,9 @@ def test_two_ops_in_both_modes_then_resume(tmp_path, capsys) -> None:
 
 @pytest.mark.slow
 def test_failing_and_out_of_memory_cases_are_recorded_and_the_bench_goes_on(tmp_path, capsys, monkeypatch) -> None:
+    # oneDNN's CPU allocator waits 10 s for memory to free before it gives up on the impossible allocation below;
+    # TensorFlow's own CPU allocator refuses it at once, with the same ResourceExhaustedError.
+    monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "0")
     config = KernelsConfig(ops=("max_pool_backward", "dense_matmul"), steps=2, warmup=1, repeats=1, batch_size=2)
     cases = [
         # A depth-wise pooling window: TensorFlow has no MaxPoolGrad for it in either mode
