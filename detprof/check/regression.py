@@ -162,9 +162,12 @@ class ModelComparison:
     model: str
     verdict: Verdict
     reason: str | None = None
+    """Why there is no comparison: the run that failed, the side that lacks the model, the refusal."""
     direction: Direction | None = None
+    """Which way an INCONCLUSIVE change points (its point estimate beyond the threshold, its interval across)."""
     metric: Metric | None = None
     metric_note: str | None = None
+    """Why the gate fell back to wall time, where it did (``gate_metric``)."""
     n_baseline: int = 0
     n_current: int = 0
     baseline_overhead: float | None = None

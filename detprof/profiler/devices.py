@@ -79,14 +79,19 @@ def optional(call: Callable[..., T], *args: Any) -> T | None:
 
 @dataclass(frozen=True)
 class GpuInfo:
+    """One GPU as NVML reports it; what it cannot say is None (an SM count outside MIG, on most drivers)."""
+
     index: int
     name: str
     uuid: str | None = None
+    """What names this GPU however it is numbered: a ``CUDA_VISIBLE_DEVICES`` entry may give it instead of an index."""
     compute_capability: str | None = None
+    """``major.minor`` ("9.0" on an H100): which tracer works (nvprof stops at 8.0) and which kernels exist."""
     sm_count: int | None = None
     memory_bytes: int | None = None
     driver_version: str | None = None
     cuda_driver_version: str | None = None
+    """The newest CUDA the driver runs, which a framework's CUDA build must not exceed."""
 
     @property
     def cc_tuple(self) -> tuple[int, int] | None:
