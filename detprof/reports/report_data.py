@@ -762,8 +762,7 @@ def _warnings(report: Report, loading: Sequence[str]) -> list[str]:
     """What loading the studies found, then each study's own warnings, every device named as the report names it."""
     warnings = list(loading)
     for study in report.studies:
-        if not isinstance(study, StabilityStudy):
-            warnings += _named(getattr(study, "warnings", ()), study.label, report.where(study.label, study.backend))
+        warnings += _named(getattr(study, "warnings", ()), study.label, report.where(study.label, study.backend))
     for s in report.stability:
         warnings += [
             f"{report.where(s.label, s.backend)}: stability {s.model}: {f['run_id']} failed: {f['reason']}"
