@@ -26,13 +26,11 @@ from detprof.sweep.run import SweepOutcome
 def remeasure(reference: Baseline, given: RunOptions, models: str | None, out: Path | None, console: Console) -> Path:
     """The sweep (or the program) the baseline measured, measured again with its configuration and backend (the
     options given overriding the configuration), shown as a sweep shows it: its results folder."""
-    if reference.config.get("program") is not None:
-        outcome = _remeasure_program(reference, given, models, out, console)
-        print_outcome(outcome, console)
-        return outcome.out
-    outcome = _remeasure_models(reference, given, models, out, console)
+    program = reference.config.get("program") is not None
+    outcome = (_remeasure_program if program else _remeasure_models)(reference, given, models, out, console)
     print_outcome(outcome, console)
-    console.print(f"report: {write_report(outcome.out, outcome.out / 'report.html')}")
+    if not program:  # a program's sweep writes no report
+        console.print(f"report: {write_report(outcome.out, outcome.out / 'report.html')}")
     return outcome.out
 
 

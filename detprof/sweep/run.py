@@ -114,7 +114,8 @@ def _outcome(
     options: RunOptions,
 ) -> SweepOutcome:
     """What a study of models measured on this machine wrote."""
-    registry_models = tuple(plan.given for plan in config.plans if plan.own_model is None)
+    # Without plans, every model is a registry model built at its defaults (``SweepConfig.plans``).
+    registry_models = tuple(p.given for p in config.plans if p.own_model is None) if config.plans else config.models
     return SweepOutcome(
         out,
         kind,
