@@ -20,7 +20,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from detprof.analysis.overhead import paired_log_ratios
+from detprof.analysis.overhead import model_overheads, paired_log_ratios
 from detprof.backends.base import step_range_name
 from detprof.cli import main
 from detprof.intervals import stein_repeats
@@ -184,8 +184,10 @@ def test_an_aa_calibration_in_one_process_contains_one(tmp_path: Path, capsys: p
     printed = capsys.readouterr().out
     kernel = re.search(r"smallcnn\s+│\s+(\S+)x \[(\S+), (\S+)\]", printed)
     assert kernel is not None, printed
-    low, high = float(kernel.group(2)), float(kernel.group(3).rstrip("]x"))
-    assert low <= 1.0 <= high, printed
+    # Its 95% interval misses 1 in one A/A of twenty by design (the more so on a loaded machine); at 99.9% a miss is
+    # a pairing that favours one arm.
+    aa = model_overheads(records, confidence=0.999)["smallcnn"].kernel
+    assert aa is not None and aa.ci_low <= 1.0 <= aa.ci_high, printed
 
 
 @pytest.mark.slow

@@ -76,7 +76,7 @@ def plan_runs(cases: list[OpCase], repeats: int, batch_size: int) -> list[Planne
             label=f"{case.key} {mode} r{repeat}",
             mode=mode,
             repeat=repeat,
-            workload=Workload(case.workload, {"op": case.op, "params": case.params}, case.arms_workload),
+            workload=Workload(case.workload, {"op": case.op, "params": case.params}),
             fields={
                 "case": case.key,
                 "op": case.op,

@@ -78,9 +78,8 @@ class OpCase:
     """One op at one shape; ``layers`` are every model layer that has this very shape."""
 
     workload: ClassVar[str] = "detprof.kernels_bench.ops:op_benchmark"
-    """The worker's entry point that builds and runs the op (``module:function``): TensorFlow's ops here."""
-    arms_workload: ClassVar[str] = "detprof.kernels_bench.ops:op_benchmark_arms"
-    """The entry that builds both modes of it in one process (``Workload.arms_entry``)."""
+    """The worker's entry point that builds and runs the op (``module:function``): TensorFlow's ops here. Both modes
+    in one process are this step built under each mode's switches (``workloads.switched_arms``)."""
 
     op: str
     model: str

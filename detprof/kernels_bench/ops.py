@@ -16,13 +16,10 @@ no op events of eager execution on the CPU) and waits for the device before retu
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from detprof.profiler.workloads import switched_arms
-
 if TYPE_CHECKING:
-    from detprof.backends.base import ArmStep
     from detprof.profiler.worker_spec import WorkerSpec
 
 Step = Callable[[], None]
@@ -265,13 +262,9 @@ BUILDERS: dict[str, Builder] = {
 }
 
 
-def op_benchmark_arms(workers: Sequence[WorkerSpec]) -> tuple[list[ArmStep], dict[str, Any]]:
-    """Both modes of one op case in one process, each its own ``tf.function`` traced under its mode."""
-    return switched_arms(workers, op_benchmark)
-
-
 def op_benchmark(worker: WorkerSpec) -> tuple[Step, dict[str, Any]]:
-    """The worker's workload for one op case: the spec's ``params`` hold ``op`` and its ``params``."""
+    """The worker's workload for one op case: the spec's ``params`` hold ``op`` and its ``params``. Where one
+    process runs both modes, each is its own ``tf.function`` traced under that mode (``workloads.switched_arms``)."""
     import tensorflow as tf
 
     spec = worker.params

@@ -45,7 +45,6 @@ class TorchOpCase(OpCase):
     """An op case of the PyTorch suite: its own worker entry and PyTorch's layout in its description."""
 
     workload: ClassVar[str] = "detprof.kernels_bench.torch_ops:op_benchmark"
-    arms_workload: ClassVar[str] = "detprof.kernels_bench.torch_ops:op_benchmark_arms"
 
     @property
     def shape(self) -> str:

@@ -17,15 +17,12 @@ step waits for the GPU before returning.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
-
-from detprof.profiler.workloads import switched_arms
 
 if TYPE_CHECKING:
     import torch
 
-    from detprof.backends.base import ArmStep
     from detprof.profiler.worker_spec import WorkerSpec
 
 Step = Callable[[], None]
@@ -254,11 +251,6 @@ BUILDERS: dict[str, Builder] = {
     "layer_norm_backward_weight": _layer_norm_backward_weight,
     "moe_dispatch": _index_put_accumulate,
 }
-
-
-def op_benchmark_arms(workers: Sequence[WorkerSpec]) -> tuple[list[ArmStep], dict[str, Any]]:
-    """Both modes of one op case in one process, PyTorch's switches flipped before each arm's step."""
-    return switched_arms(workers, op_benchmark)
 
 
 def op_benchmark(worker: WorkerSpec) -> tuple[Step, dict[str, Any]]:

@@ -60,7 +60,8 @@ class Workload:
     entry: str
     params: dict[str, Any] = field(default_factory=dict)
     arms_entry: str | None = None
-    """The entry that builds both arms of a pair in one process (``worker.run_arms``); None: it cannot."""
+    """The entry that builds both arms of a pair in one process (``worker.run_arms``); None: ``entry`` builds each
+    arm's step under that arm's switches, on a backend that switches between steps (``workloads.switched_arms``)."""
 
 
 @dataclass(frozen=True, kw_only=True)

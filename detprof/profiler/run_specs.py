@@ -60,7 +60,7 @@ class RunSpecs:
         steps, run_seconds = self.steps_of(run)
         return WorkerSpec(
             run_id=run.run_id,
-            workload=run.workload.entry if arm is None else str(run.workload.arms_entry),
+            workload=run.workload.entry,
             determinism=self.settings.determinism(run.mode, run.knobs),
             warmup=self.settings.warmup,
             wall_steps=run.wall_steps(steps),
@@ -76,4 +76,5 @@ class RunSpecs:
             cpu_threads=None if cpu_core is None else 1,
             run_seconds=run_seconds,
             arm=arm,
+            arms_workload=None if arm is None else run.workload.arms_entry,
         )

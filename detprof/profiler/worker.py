@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from detprof import backends
+from detprof.backends.base import ArmStep
 from detprof.determinism import DeterminismSettings, apply, apply_shared, arm_settings, software_versions
 from detprof.errors import ExitCode, UsageError, first_line
 from detprof.findings import finding_of, refuses_determinism
@@ -38,6 +39,7 @@ from detprof.profiler.lifeline import end_with_driver, inherited_lifeline
 from detprof.profiler.lockstep import Message, Pacer
 from detprof.profiler.tracers import TRACERS, Capture
 from detprof.profiler.worker_spec import WorkerSpec, sized_steps, typical_step_ns
+from detprof.profiler.workloads import switched_arms
 from detprof.store import atomic_write_json
 
 _REASON_CHARS = 500
@@ -188,7 +190,7 @@ def run_arms(specs: Sequence[WorkerSpec], pacer: Pacer) -> list[dict[str, Any]]:
     capture = TRACERS[first.tracer].capture(first.trace_path, backend.name)
     backend.compile_for_tracing()
     try:
-        arms, facts = entry_point(first.workload)(specs)
+        arms, facts = _arms_of(specs)
     except Exception as exc:
         pacer.failed()
         traceback.print_exc()
@@ -269,6 +271,14 @@ class _Turns:
                 mark = capture.step(i, self.arms[k]) if capture is not None else contextlib.nullcontext()
                 self._one(k, times[k], mark)
         return times
+
+
+def _arms_of(specs: Sequence[WorkerSpec]) -> tuple[list[ArmStep], dict[str, Any]]:
+    """Both arms' steps: from the workload's own arms entry, else its one-mode step built under each arm's switches."""
+    first = specs[0]
+    if first.arms_workload is not None:
+        return entry_point(first.arms_workload)(specs)
+    return switched_arms(specs, entry_point(first.workload))
 
 
 def session(runs: list[WorkerSpec]) -> int:

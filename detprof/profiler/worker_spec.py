@@ -49,6 +49,9 @@ class WorkerSpec:
     arm: str | None = None
     """Where one process runs both arms of a pair (``worker.pair_session``): this arm's name in its step ranges
     (``step i ARM``); None: the process runs this run alone."""
+    arms_workload: str | None = None
+    """With ``arm``: the entry point that builds both arms, ``(specs) -> (arms, facts)``; None: each arm's step is
+    ``workload``'s, built and stepped under that arm's switches (``workloads.switched_arms``)."""
 
     @property
     def most_steps(self) -> int:
