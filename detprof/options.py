@@ -30,6 +30,15 @@ ModelsOption = Annotated[
     ),
 ]
 """``--models``, which ``--model`` spells too: every command that takes models takes either word."""
+BackendsOption = Annotated[
+    str | None,
+    typer.Option(
+        "--backends",
+        "--backend",
+        help="Comma-separated Keras backends: tensorflow, jax, torch (default: every one installed here).",
+    ),
+]
+"""``--backends`` of the commands that go over several backends (``doctor``, ``gpu-study``), either word."""
 OPTION = "option"
 
 
@@ -142,6 +151,12 @@ class RunOptions:
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h)?\s*$", re.IGNORECASE)
 _SECONDS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600}
 OFF = ("off", "none")
+
+
+def comma_separated(text: str | None, *, lower: bool = False) -> tuple[str, ...]:
+    """A comma-separated option's items in the order given, each once, blanks dropped (None: none)."""
+    items = (item.strip() for item in (text or "").split(","))
+    return tuple(dict.fromkeys(item.lower() if lower else item for item in items if item))
 
 
 def parse_duration(value: str | float | None, flag: str) -> float | None:

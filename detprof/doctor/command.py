@@ -16,6 +16,7 @@ import typer
 
 from detprof.errors import ExitCode
 from detprof.formatting import OutputFormat
+from detprof.options import BackendsOption, comma_separated
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -30,10 +31,7 @@ def doctor(
         str | None,
         typer.Option(help="GPU label to check for (t4, v100, a100, ..., or cpu); default this machine's device."),
     ] = None,
-    backend: Annotated[
-        str | None,
-        typer.Option(help="Keras backends to check, comma-separated (default: every one installed)."),
-    ] = None,
+    backends: BackendsOption = None,
     force: Annotated[
         bool,
         typer.Option(help="Show the GPU checks without enforcing them (a CPU node standing in for a GPU label)."),
@@ -51,9 +49,8 @@ def doctor(
     from detprof.console import table_console
     from detprof.doctor.checks import readiness
 
-    backends = None if backend is None else [b.strip().lower() for b in backend.split(",") if b.strip()]
     with Console(stderr=True).status("checking this machine (the smoke runs take a few seconds each)"):
-        result = readiness(gpu, backends, force=force, smoke=smoke)
+        result = readiness(gpu, comma_separated(backends, lower=True) or None, force=force, smoke=smoke)
     if fmt is OutputFormat.json:
         typer.echo(json.dumps(result.to_dict(), indent=2))
     elif fmt is OutputFormat.csv:

@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from detprof.options import parse_duration
+from detprof.options import BackendsOption, comma_separated, parse_duration
 
 BUDGET_ENV = "GPU_BUDGET"
 
@@ -39,9 +39,7 @@ def gpu_study(
             "same pipeline with the tiny models, which a CPU runs in minutes."
         ),
     ] = None,
-    backends: Annotated[
-        str | None, typer.Option(help="Comma-separated backends (default: every one installed here).")
-    ] = None,
+    backends: BackendsOption = None,
     gpu: Annotated[
         str | None,
         typer.Option(help="The GPU the plan expects (its name or label, h100): whose measured costs it uses."),
@@ -54,8 +52,8 @@ def gpu_study(
     from detprof.gpu_study.study import StudyRequest, plan_lines, prepare, run_window
 
     budget_s = parse_duration(budget or os.environ.get(BUDGET_ENV) or "10m", "--budget")
-    names = tuple(name.strip() for name in backends.split(",") if name.strip()) if backends else None
-    request = StudyRequest(out, scale, names or None, budget_s or 600.0, resume, gpu, bundle_to)
+    names = comma_separated(backends, lower=True) or None
+    request = StudyRequest(out, scale, names, budget_s or 600.0, resume, gpu, bundle_to)
     prepared = prepare(request, dry_run=dry_run)
     for line in plan_lines(prepared, request):
         typer.echo(line)

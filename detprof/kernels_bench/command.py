@@ -23,7 +23,7 @@ from detprof.formatting import duration_ns, ratio
 from detprof.invocation import Invocation
 from detprof.kernels_bench.bench import BACKEND_SUITES, KernelsConfig, derive, plan_runs, select_ops, suites
 from detprof.kernels_bench.presets import BACKEND_PRESETS, PRESETS
-from detprof.options import MEASURED_STUDY, RunOptions, with_run_options
+from detprof.options import MEASURED_STUDY, RunOptions, comma_separated, with_run_options
 from detprof.profiler.measured_runs import choose_target, default_results_dir, preset_values
 from detprof.profiler.study import MeasuredStudy, measure
 from detprof.store import ResultsStore
@@ -38,7 +38,7 @@ DIFF_NAMES_SHOWN = 3
 def _split(option: str, text: str | None) -> tuple[str, ...] | None:
     if text is None:
         return None
-    items = tuple(dict.fromkeys(item.strip().lower() for item in text.split(",") if item.strip()))
+    items = comma_separated(text, lower=True)
     if not items:
         raise UsageError(f"{option} is empty: give a comma-separated list")
     return items

@@ -28,6 +28,7 @@ from detprof.backends.base import Backend, Knob
 from detprof.determinism import Mode
 from detprof.errors import UsageError
 from detprof.models import registry
+from detprof.options import comma_separated
 from detprof.profiler.measured_runs import MeasurementTarget, PlannedRun, mode_order
 from detprof.profiler.sweep_request import SweepConfig
 from detprof.sweep.sweep_runs import RunSlot, model_run
@@ -111,7 +112,7 @@ def split_knobs(knobs: str | None) -> tuple[str, ...] | None:
     """``--knobs`` as given: None (every knob) for the bare flag or "all", else the names."""
     if knobs is None or knobs.strip().lower() in ("", ALL_KNOBS):
         return None
-    return tuple(name.strip() for name in knobs.split(",") if name.strip())
+    return comma_separated(knobs)
 
 
 def knob_settings(config: SweepConfig, target: MeasurementTarget, plan: KnobDesign) -> SweepConfig:
