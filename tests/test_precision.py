@@ -23,7 +23,7 @@ from detprof.analysis.overhead import model_overheads, repeats_wanted
 from detprof.cli import main
 from detprof.errors import ExitCode, UsageError
 from detprof.intervals import paired_t, repeats_for_precision, stein_interval, stein_repeats
-from detprof.options import parse_duration, parse_precision
+from detprof.option_values import parse_duration, parse_precision
 
 PRECISION = 0.02
 FIRST_STAGE = 4

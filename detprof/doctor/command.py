@@ -16,7 +16,8 @@ import typer
 
 from detprof.errors import ExitCode
 from detprof.formatting import OutputFormat
-from detprof.options import BackendsOption, comma_separated
+from detprof.option_values import comma_separated
+from detprof.options import BackendsOption
 
 if TYPE_CHECKING:
     from rich.console import Console

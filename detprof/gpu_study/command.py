@@ -12,7 +12,8 @@ from typing import Annotated
 
 import typer
 
-from detprof.options import BackendsOption, comma_separated, parse_duration
+from detprof.option_values import comma_separated, parse_duration
+from detprof.options import BackendsOption
 
 BUDGET_ENV = "GPU_BUDGET"
 

@@ -23,7 +23,8 @@ from detprof.formatting import duration_ns, ratio
 from detprof.invocation import Invocation
 from detprof.kernels_bench.bench import BACKEND_SUITES, KernelsConfig, derive, plan_runs, select_ops, suites
 from detprof.kernels_bench.presets import BACKEND_PRESETS, PRESETS
-from detprof.options import MEASURED_STUDY, RunOptions, comma_separated, with_run_options
+from detprof.option_values import comma_separated
+from detprof.options import MEASURED_STUDY, RunOptions, with_run_options
 from detprof.profiler.measured_runs import choose_target, default_results_dir, preset_values
 from detprof.profiler.study import MeasuredStudy, measure
 from detprof.store import ResultsStore

@@ -23,7 +23,7 @@ from detprof.determinism import MODES, DeterminismSettings, Mode, without_implie
 from detprof.errors import UsageError
 from detprof.gpu_labels import CPU_LABEL
 from detprof.intervals import MIN_REPEATS
-from detprof.options import RunOptions, comma_separated
+from detprof.options import RunOptions
 from detprof.profiler import devices
 from detprof.profiler.devices import DeviceChoice, usable_core_ids
 from detprof.profiler.tracers import Tracer, refuse_nvprof, resolve_tracer
@@ -220,7 +220,7 @@ def choose_target(options: RunOptions, presets: Sequence[str], *, dry_run: bool 
     preset_name = options.preset or ("paper" if on_gpu else "cpu-small")
     if preset_name not in presets:
         raise UsageError(f"unknown preset {preset_name!r}; choose one of {', '.join(presets)}")
-    apis = comma_separated(options.trace_api, lower=True)
+    apis = tuple(a.strip().lower() for a in (options.trace_api or "").split(",") if a.strip())
     chosen = resolve_tracer(options.tracer or "auto", on_gpu, apis, backend=backend, require_installed=not dry_run)
     if chosen.name == "nvprof" and not planned_gpu:
         refuse_nvprof(device.gpu)

@@ -13,7 +13,8 @@ from typing import Any
 from detprof.errors import UsageError
 from detprof.models import own
 from detprof.models.plans import ModelPlan, ModelsAsked, check_known, data_path, model_plans, registry_plan
-from detprof.options import RunOptions, parse_duration, parse_precision
+from detprof.option_values import parse_duration, parse_precision
+from detprof.options import RunOptions
 from detprof.profiler.measured_runs import (
     MeasurementTarget,
     RunSettings,

@@ -15,6 +15,7 @@ import numpy as np
 
 from detprof.determinism import Mode
 from detprof.errors import UsageError
+from detprof.option_values import comma_separated
 
 SOURCES: tuple[str, ...] = ("init", "shuffle", "augment", "dropout", "impl", "bitflip")
 SEEDED_SOURCES: tuple[str, ...] = ("init", "shuffle", "augment", "dropout", "bitflip")
@@ -58,7 +59,7 @@ def variant(name: str) -> Variant:
 
 def parse_variants(text: str) -> list[Variant]:
     """``"algo+impl,algo"`` -> variants in the order given, each once."""
-    names = [part.strip() for part in text.split(",") if part.strip()]
+    names = comma_separated(text)
     if not names:
         raise UsageError(f"--variants is empty; valid variants: {', '.join(NAMED_VARIANTS)}")
     found: dict[str, Variant] = {}

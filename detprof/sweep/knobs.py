@@ -28,7 +28,7 @@ from detprof.backends.base import Backend, Knob
 from detprof.determinism import Mode
 from detprof.errors import UsageError
 from detprof.models import registry
-from detprof.options import comma_separated
+from detprof.option_values import comma_separated
 from detprof.profiler.measured_runs import MeasurementTarget, PlannedRun, mode_order
 from detprof.profiler.sweep_request import SweepConfig
 from detprof.sweep.sweep_runs import RunSlot, model_run
