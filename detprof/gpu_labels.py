@@ -1,4 +1,5 @@
-"""GPU labels: the names results are filed and compared under, and whether a label names a GPU's board.
+"""GPU labels: the names results are filed and compared under, whether a label names a GPU's board, and whether a
+run's device was a CPU at all.
 
 A label (``t4``, ``a100-80gb``, ``cpu``) is what a results directory, a baseline and a fleet's
 node type are keyed by; the sweep checks it against the device (``profiler.devices``), and the
@@ -9,10 +10,14 @@ needs a GPU or NVML.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from typing import Any
 
 from detprof.errors import UsageError
 
 CPU_LABEL = "cpu"
+GPU_ONLY_FIELDS = ("uuid", "driver", "cuda_driver", "compute_capability", "sm_count", "memory_bytes")
+"""The ``device`` fields of a run record that only a GPU fills (None on a CPU)."""
 _VENDOR_WORDS = frozenset({"nvidia", "tesla", "geforce", "quadro"})
 _MODEL_SUFFIXES = frozenset({"ti", "super", "ada", "d"})
 _LABEL_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
@@ -134,3 +139,8 @@ def known_label(label: str) -> bool:
 def refuse_unknown(label: str) -> None:
     known = ", ".join([*KNOWN_GPUS, CPU_LABEL])
     raise UsageError(f"unknown GPU label {label!r} (known: {known})")
+
+
+def is_cpu(label: str, device: Mapping[str, Any]) -> bool:
+    """A CPU device: labelled ``cpu``, or its record names no GPU (none of ``GPU_ONLY_FIELDS`` filled)."""
+    return label.lower() == CPU_LABEL or not any(device.get(k) for k in GPU_ONLY_FIELDS)

@@ -345,15 +345,6 @@ PER_STEP_FIELDS: dict[Metric, tuple[str, str]] = {
 }
 
 
-GPU_LIKE_FIELDS = ("compute_capability", "sm_count", "cuda_driver", "uuid")
-"""The fields of a run record's ``device`` that only a GPU fills."""
-
-
-def is_cpu(label: str, device: Mapping[str, Any]) -> bool:
-    """A CPU device: labelled ``cpu``, or its record names no GPU (no compute capability, SMs, CUDA, UUID)."""
-    return label.lower() == "cpu" or not any(device.get(k) for k in GPU_LIKE_FIELDS)
-
-
 def is_aa(record: Mapping[str, Any]) -> bool:
     """A calibration's run: arm "a" or "b" of deterministic mode against itself (a knob study's arms name their
     ``comparison``)."""

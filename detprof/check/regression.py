@@ -166,13 +166,17 @@ class ModelComparison:
     direction: Direction | None = None
     """Which way an INCONCLUSIVE change points (its point estimate beyond the threshold, its interval across)."""
     metric: Metric | None = None
+    """What the verdict compares: kernel time where both sides traced kernels, else wall time."""
     metric_note: str | None = None
     """Why the gate fell back to wall time, where it did (``gate_metric``)."""
     n_baseline: int = 0
     n_current: int = 0
+    """Paired repeats on each side: with under 3 on either, the note says the interval is valid but wide."""
     baseline_overhead: float | None = None
     current_overhead: float | None = None
+    """Each side's geometric mean of det/default: what the change (``ratio``) divides."""
     current_log_ratios: tuple[float, ...] = ()
+    """The current side's log ratio per repeat: Bencher's document gives the current overhead its own interval."""
     ratio: float | None = None
     lower: float | None = None
     upper: float | None = None

@@ -56,10 +56,12 @@ class OwnModel:
     path: str | None = None
     """The file, absolute: the ``.py`` or ``.keras`` given, or a module's source once inspected."""
     module: str | None = None
+    """``package.module`` of a factory given by module name, which the worker imports: its file is known only then."""
     function: str | None = None
     search_path: str | None = None
     """The folder a module is imported from besides ``PYTHONPATH``: the current one when it was given."""
     sha256: str | None = None
+    """The file's hash, taken when the spec is read: what ``check`` compares to tell whether the model changed."""
 
     def as_record(self) -> dict[str, Any]:
         return asdict(self)

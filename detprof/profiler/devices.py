@@ -25,6 +25,7 @@ import pynvml
 from detprof.errors import UsageError
 from detprof.gpu_labels import (
     CPU_LABEL,
+    GPU_ONLY_FIELDS,
     known_label,
     label_matches,
     normalize_label,
@@ -32,8 +33,6 @@ from detprof.gpu_labels import (
     slug,
 )
 
-GPU_ONLY_FIELDS = ("uuid", "driver", "cuda_driver", "compute_capability", "sm_count", "memory_bytes")
-"""The ``device`` fields of a run record that only a GPU has (None on a CPU)."""
 RECORD_FIELDS = {"driver": "driver_version", "cuda_driver": "cuda_driver_version"}
 """A record's device field -> the ``GpuInfo`` field it comes from, where their names differ."""
 

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any, ClassVar, NamedTuple, TypeVar
 
 from detprof import backends
-from detprof.records import backend_of, environment_values, is_cpu, measures
+from detprof.gpu_labels import is_cpu
+from detprof.records import backend_of, environment_values, measures
 from detprof.store import ResultsStore
 
 T = TypeVar("T")

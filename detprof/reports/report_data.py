@@ -45,8 +45,9 @@ from detprof.analysis.verification import ModelVerification
 from detprof.determinism import MODES
 from detprof.errors import InputError
 from detprof.formatting import finite
+from detprof.gpu_labels import is_cpu
 from detprof.intervals import Metric, Overhead, headline, inconclusive_reason
-from detprof.records import REQUIRED_FIELDS, backend_of, is_cpu
+from detprof.records import REQUIRED_FIELDS, backend_of
 from detprof.reports import kernels_data
 from detprof.reports.attribution import attribution, with_layer
 from detprof.reports.gpu_clocks import ClockRow, clock_rows, throttle_warnings
