@@ -204,6 +204,15 @@ def test_the_dry_run_shows_every_arm_with_its_knobs_and_the_checks(capsys: pytes
     assert not Path("/nonexistent/out").exists()
 
 
+@pytest.mark.parametrize(("steps", "checked"), [([], 20), (["--steps", "5"], 5), (["--steps", "150"], 20)])
+def test_the_checks_train_the_steps_the_arms_measured_up_to_verifys_default(
+    steps: list[str], checked: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["sweep", "--knobs", "--backend", "torch", "--models", "smallcnn", *steps, "--dry-run"]
+    assert main([*args, "--out", "/nonexistent/out"]) == ExitCode.OK
+    assert f"Then verified bitwise ({checked} steps, two runs each)" in capsys.readouterr().out
+
+
 RACING = '''
 import keras
 import torch
@@ -303,6 +312,6 @@ def test_op_determinism_is_priced_on_tensorflow_and_cudnn_autotune_listed_as_not
     (study,) = read_knob_study(ResultsStore(tmp_path / "out", "knobs"))
     op_determinism, autotune = study.knobs
     assert op_determinism.add_one is not None and op_determinism.leave_one_out is not None
-    assert op_determinism.needed is False and op_determinism.check == "still bitwise identical over 20 steps without it"
+    assert op_determinism.needed is False and op_determinism.check == "still bitwise identical over 3 steps without it"
     assert not autotune.applies and autotune.reason == "cuDNN runs only on a CUDA GPU"
     assert "not applicable: cuDNN runs only on a CUDA GPU" in out.out

@@ -30,7 +30,7 @@ from detprof.profiler.program.request import refuse_for_programs
 from detprof.profiler.sweep_request import SweepRequest
 from detprof.sweep.knobs import split_knobs
 from detprof.sweep.render import print_outcome
-from detprof.sweep.run import measure_knobs, measure_program, measure_sweep, study_stability
+from detprof.sweep.run import knob_check_steps, measure_knobs, measure_program, measure_sweep, study_stability
 from detprof.sweep.sweep_runs import plan_runs
 
 ProgramOption = Annotated[
@@ -152,7 +152,6 @@ def print_knob_plan(request: SweepRequest, only: tuple[str, ...] | None) -> None
     from detprof import backends
     from detprof.profiler.dry_run import plan_lines
     from detprof.sweep.knobs import knob_design, knob_settings, plan_knob_runs
-    from detprof.verify.run import DEFAULT_STEPS
 
     config, target = request.resolve(dry_run=True)
     out = request.options.out or default_results_dir(target.device, target.backend)
@@ -162,7 +161,7 @@ def print_knob_plan(request: SweepRequest, only: tuple[str, ...] | None) -> None
     lines += ["", f"Comparisons (arm b against arm a): {', '.join(c.name for c in plan.comparisons)}"]
     lines += [f"Not run: {name}: {reason}" for name, reason in plan.not_applicable.items()]
     lines += [
-        f"Then verified bitwise ({DEFAULT_STEPS} steps, two runs each): full determinism, and without "
+        f"Then verified bitwise ({knob_check_steps(config)} steps, two runs each): full determinism, and without "
         f"{', '.join(plan.dropped()) or 'no knob'}, into {out / 'knobs' / 'knob_checks'}."
     ]
     typer.echo("\n".join(lines))

@@ -75,7 +75,7 @@ def measure_knobs(request: SweepRequest, only: tuple[str, ...] | None, *, consol
     bitwise into the study's ``knob_checks``."""
     from detprof import backends
     from detprof.sweep.knobs import knob_design, knob_settings, knobs_manifest, plan_knob_runs
-    from detprof.verify.run import DEFAULT_STEPS, VerifyArm, manifest, run_arms
+    from detprof.verify.run import VerifyArm, manifest, run_arms
 
     config, target = request.resolve()
     plan = knob_design(backends.get(target.backend), target.on_gpu, only, config.models)
@@ -91,18 +91,27 @@ def measure_knobs(request: SweepRequest, only: tuple[str, ...] | None, *, consol
         runs, manifest_of_knobs = plan_knob_runs(config, plan), knobs_manifest(config, plan)
         study = MeasuredStudy("knobs", runs, config, manifest_of_knobs, target, out, _given(request.options))
         store = measure(study, what=what, console=console)
-        checks = ResultsStore(store.dir, "knob_checks")
-        checks.open(
-            manifest(config, target, DEFAULT_STEPS, False) | {"without": plan.dropped()}, command_line(), resume=True
-        )
+        checks, steps = ResultsStore(store.dir, "knob_checks"), knob_check_steps(config)
+        checks.open(manifest(config, target, steps, False) | {"without": plan.dropped()}, command_line(), resume=True)
         arms = [VerifyArm("deterministic", "deterministic")]
         arms += [
             VerifyArm(f"without-{knob}", "deterministic", tuple(sorted(plan.full - {knob})), knob)
             for knob in plan.dropped()
         ]
         console.print(f"detprof knobs: full determinism and {len(arms) - 1} arm(s) without one knob, verified bitwise")
-        run_arms(checks, config, target, arms, DEFAULT_STEPS, False, console=console)
+        run_arms(checks, config, target, arms, steps, False, console=console)
     return _outcome(out, "knobs", store, config, target, request.options)
+
+
+def knob_check_steps(config: SweepConfig) -> int:
+    """The steps each bitwise check of a knob study trains: as many as its arms measured, up to ``verify``'s default.
+
+    Every step runs the same kernels, so a study measured over a few steps (a quick look, ``gpu-study``'s tiny
+    scale) is checked over as few; the cap keeps the paper's 100 measured steps from making each check five times
+    ``verify``'s, though more steps would give a rare race more chances to show."""
+    from detprof.verify.run import DEFAULT_STEPS
+
+    return min(config.steps, DEFAULT_STEPS)
 
 
 def _outcome(
