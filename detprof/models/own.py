@@ -61,7 +61,8 @@ class OwnModel:
     search_path: str | None = None
     """The folder a module is imported from besides ``PYTHONPATH``: the current one when it was given."""
     sha256: str | None = None
-    """The file's hash, taken when the spec is read: what ``check`` compares to tell whether the model changed."""
+    """The file's hash (a module's once a worker has imported it): what ``check`` compares to tell whether the model
+    changed."""
 
     def as_record(self) -> dict[str, Any]:
         return asdict(self)
