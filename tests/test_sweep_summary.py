@@ -123,8 +123,6 @@ def test_model_summary_diffs_the_modes_per_step(store: ResultsStore) -> None:
     changes = summary.kernel_diff.set_index("name")
     assert changes.loc[ATOMIC, "status"] == "added" and changes.loc[ATOMIC, "delta_ns"] == 200
     assert changes.loc[CONV, "status"] == "same" and changes.loc[CONV, "delta_ns"] == 0
-    top = summary.top_added_kernel
-    assert top is not None and top["name"] == ATOMIC
     only_default = summarize_model(store, ModelOverhead("m"), records[:1])
     assert list(only_default.modes) == ["default"] and only_default.kernel_diff is None
 

@@ -70,7 +70,6 @@ class ModelKnobs:
     total: Overhead | None
     """Full determinism against the default, measured beside the arms."""
     knobs: list[KnobCost]
-    steps_checked: int | None
     failures: list[str]
 
     def top(self, floor: float | None = None) -> KnobCost | None:
@@ -172,7 +171,6 @@ def model_knobs(
                 device=str((first.get("device") or {}).get("label") or manifest.get("gpu_label") or "?"),
                 total=cost.get(TOTAL),
                 knobs=knobs,
-                steps_checked=full.steps if full is not None else None,
                 failures=failures,
             )
         )

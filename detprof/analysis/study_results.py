@@ -62,16 +62,6 @@ class ModelSummary:
     kernel_diff: pd.DataFrame | None
     """``stats.diff`` default -> deterministic, per step; None unless both modes have kernels."""
 
-    @property
-    def top_added_kernel(self) -> dict[str, Any] | None:
-        """The kernel whose time grew most under determinism (added or slower)."""
-        if self.kernel_diff is None:
-            return None
-        grown = self.kernel_diff[self.kernel_diff["delta_ns"] > 0]
-        if grown.empty:
-            return None
-        return grown.sort_values("delta_ns", ascending=False).iloc[0].to_dict()
-
 
 def _trace_format(store: ResultsStore, record: Mapping[str, Any]) -> TraceFormat:
     if record.get("kernel_table_format") in get_args(TraceFormat):

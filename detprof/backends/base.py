@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import sys
-from collections.abc import Callable, Iterator, MutableMapping, Sequence
+from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -177,9 +177,6 @@ class Backend:
     switched_after_import: ClassVar[bool] = False
     """Whether a program's deterministic mode needs ``switch_on`` once it imports the framework (no
     environment variable switches it: ``backends.program``)."""
-    pairs_in_process: ClassVar[bool] = False
-    """Whether one process can run two arms, a step of each in turn (``arm_steps``): the framework's switches take
-    effect between steps, or its step compiles once per arm."""
 
     def installed(self) -> bool:
         """Whether the framework is installed, found without importing it."""
@@ -230,8 +227,6 @@ class Backend:
     def shared_process_refusal(self, arms: Sequence[frozenset[str]], *, compile: bool, on_gpu: bool) -> str | None:
         """Why ``arms`` (each a knob set) cannot run in one process (``arm_steps``); None where they can. ``compile``:
         the step runs under the backend's compiler option (``--compile``); ``on_gpu``: on a GPU."""
-        if not self.pairs_in_process:
-            return f"{self.framework}'s determinism is set once per process"
         return next((k.per_process for k in self.knobs if k.per_process and len({k.name in a for a in arms}) > 1), None)
 
     def process_knobs(self, arms: Sequence[frozenset[str]]) -> frozenset[str]:
@@ -246,7 +241,7 @@ class Backend:
 
     def arm_steps(self, model: Any, x: Any, y: Any, arms: Sequence[frozenset[str]]) -> list[ArmStep]:
         """Per arm, one training step of the compiled Keras ``model`` on ``x``, ``y`` under that arm's knobs, to run
-        in turn in this process (``pairs_in_process``), with what the arm has in effect."""
+        in turn in this process (where ``shared_process_refusal`` has none), with what the arm has in effect."""
         raise NotImplementedError
 
     def switch_on(self) -> None:
@@ -330,8 +325,3 @@ class Backend:
 
 def _nothing_to_stop() -> None:
     pass
-
-
-@contextlib.contextmanager
-def no_mark() -> Iterator[None]:
-    yield

@@ -116,8 +116,6 @@ class Jax(Backend):
         "JAX compiles every step with XLA in both modes; op determinism is XLA's own flag, as XLA parsed it."
     )
 
-    pairs_in_process = True
-
     def switch(self, knobs: frozenset[str]) -> None:
         """The flags go into ``XLA_FLAGS`` beside the user's own flags, which XLA reads when JAX starts."""
         _set_flags(os.environ, knobs)

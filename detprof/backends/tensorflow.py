@@ -65,7 +65,6 @@ class TensorFlow(Backend):
         "jit_compile is pinned to the same explicit value in both modes: Keras would otherwise turn XLA "
         "off under op determinism and compare XLA against non-XLA."
     )
-    pairs_in_process = True
 
     def switch(self, knobs: frozenset[str]) -> None:
         """Its stderr is the worker's log file: warnings and errors belong there, not every info line."""

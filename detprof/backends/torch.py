@@ -129,8 +129,6 @@ class Torch(Backend):
         "torch.compile", "compile", "compiles with --compile", "--compile is torch.compile, for --backend torch"
     )
 
-    pairs_in_process = True
-
     def switch(self, knobs: frozenset[str]) -> None:
         """The knobs asked for; the rest at PyTorch's defaults.
 

@@ -33,7 +33,7 @@ Unit = TypeVar("Unit")
 Pairing = Literal["in_process", "lockstep", "sequential"]
 """``in_process``: a repeat is one worker that runs both modes, a step of one then a step of the
 other (A, B, A, B, ...), switching determinism between steps; where the backend can
-(``Backend.pairs_in_process``: PyTorch flips its switches, JAX compiles the step once per mode), on
+(``Backend.shared_process_refusal``: PyTorch flips its switches, JAX compiles the step once per mode), on
 any device, as it pays one process start per repeat and no offset between two processes.
 ``lockstep``: a repeat is two warm workers, one per mode, stepped in turn (A, B, A, B, ...), so each
 pair of steps shares the machine's state; used on a CPU, where both fit and load from other work

@@ -2,7 +2,7 @@
 
 A diff table of hundreds of kernels answers the question only for a reader who adds it
 up; the report says it in words, and the sweep's closing console table prints the same
-words (``Attribution.sentence``), so the two can never name different kernels or numbers.
+words (``attribution``), so the two can never name different kernels or numbers.
 
 The sentence is read off the per-step kernel diff (default -> deterministic, all repeats
 pooled: ``analysis.study_results.summarize_model``). When the net change is an increase of
@@ -21,7 +21,6 @@ console table naming that kernel and a report saying "no added time" cannot cont
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pandas as pd
@@ -78,27 +77,6 @@ def _short(name: str) -> str:
     return name if len(name) <= SHORT_NAME_CHARS else name[: SHORT_NAME_CHARS - 3] + "..."
 
 
-@dataclass(frozen=True)
-class Attribution:
-    """Where the kernel time determinism adds goes, for one model; ``sentence`` is what every output shows."""
-
-    sentence: str
-    base_ns: float
-    """Default-mode kernel time per step."""
-    net_ns: float
-    """Deterministic minus default kernel time per step."""
-    added: bool
-    """Whether determinism added kernel time (a net increase of at least ``NEGLIGIBLE_CHANGE``)."""
-    top_kernel: str | None
-    """The (short) name of the kernel whose time grew most, if any grew."""
-    top_delta_ns: float | None
-
-    @property
-    def change(self) -> float | None:
-        """The net change as a fraction of the default kernel time."""
-        return self.net_ns / self.base_ns if self.base_ns > 0 else None
-
-
 def _top(grown: pd.DataFrame) -> tuple[str, float, str] | None:
     return None if grown.empty else _largest(grown)
 
@@ -116,15 +94,14 @@ def _named(kernel: tuple[str, float, str]) -> str:
     return f"{name} ({signed_ns(delta)}/step, {STATUS_WORDS.get(status, status)})"
 
 
-def attribution(kernel_diff: pd.DataFrame) -> Attribution:
-    """The attribution, from a ``kernel_tables.diff`` frame (default as base, deterministic as other)."""
+def attribution(kernel_diff: pd.DataFrame) -> str:
+    """The sentence, from a ``kernel_tables.diff`` frame (default as base, deterministic as other)."""
     base = int(kernel_diff["total_ns_base"].sum())
     net = int(kernel_diff["total_ns_other"].sum()) - base
     grown = kernel_diff[kernel_diff["delta_ns"] > 0]
     top = _top(grown)
-    top_name, top_delta = (top[0], top[1]) if top else (None, None)
     if base <= 0:
-        return Attribution("There is no default-mode kernel time to compare against.", 0, net, False, None, None)
+        return "There is no default-mode kernel time to compare against."
     if net <= 0 or net < NEGLIGIBLE_CHANGE * base:
         moved = f"kernel time per step changed by {net / base:+.1%} ({signed_ns(net)})"
         if net > 0:
@@ -132,7 +109,7 @@ def attribution(kernel_diff: pd.DataFrame) -> Attribution:
         sentence = f"Determinism added no kernel time here: {moved}."
         if top is not None and net <= 0:
             sentence += f" The largest single increase, {_named(top)}, was outweighed by kernels that got faster."
-        return Attribution(sentence, base, net, False, top_name, top_delta)
+        return sentence
     by_category = grown.groupby("category", sort=False)["delta_ns"].sum().sort_values(ascending=False)
     category = str(by_category.index[0])
     kernels = grown[grown["category"] == category]
@@ -154,15 +131,10 @@ def attribution(kernel_diff: pd.DataFrame) -> Attribution:
     sentence += f" {'It is' if len(kernels) == 1 else 'Largest of them:'} {_named(group_top)}."
     if top is not None and group_top[0] != top[0]:
         sentence += f" The largest single increase is outside them: {_named(top)}."
-    return Attribution(sentence, base, net, True, top_name, top_delta)
+    return sentence
 
 
 def with_layer(parts: ModelAttribution | None, kernels: str | None) -> str | None:
     """What every output says of where the added time went: the layer that carries most of it, where one does
     (``ModelAttribution.sentence``), then the kernels' sentence."""
     return " ".join(filter(None, (parts.sentence() if parts else None, kernels))) or None
-
-
-def attribute(kernel_diff: pd.DataFrame) -> str:
-    """The sentence alone."""
-    return attribution(kernel_diff).sentence

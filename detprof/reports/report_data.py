@@ -442,7 +442,7 @@ def model_cost(store: ResultsStore, overhead: ModelOverhead, records: Sequence[M
     rest = changed.iloc[DIFF_ROWS:]
     cost.diff_rest = (len(rest), float(rest["delta_ns"].sum()))
     cost.parts = attribute_model(store, records)
-    cost.attribution = attribution(full).sentence
+    cost.attribution = attribution(full)
     return cost
 
 

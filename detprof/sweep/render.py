@@ -87,7 +87,7 @@ def print_summary(store: ResultsStore) -> None:
         table.add_row(*row)
         parts = attribute_model(store, by_model.get(summary.model, []))
         if summary.kernel_diff is not None:
-            said = with_layer(parts, attribution(summary.kernel_diff).sentence)
+            said = with_layer(parts, attribution(summary.kernel_diff))
             sentences.append(f"  {escape(summary.model)}: {escape(str(said))}")
         if parts is not None:
             layer_lines.append(f"  {escape(summary.model)}: {escape(layers_line(parts))}")

@@ -15,14 +15,11 @@ import json
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from detprof.determinism import Mode
 
 SPEC_ENV = "DETPROF_PROGRAM_SPEC"
-MeasuredWindow = Literal["api", "process"]
-"""``api``: the steps inside ``detprof.measure()``; ``process``: the program opened no window, so
-its whole process (start-up and imports included) is what was timed."""
 
 
 @dataclass(frozen=True)
