@@ -143,7 +143,7 @@ def verification(deterministic: Comparison, device: str = "h100", **more: Any) -
     default = Comparison("default", False, 10, 7, Difference(3, "conv2d", "gradients", 1e-7, True))
     fields: dict[str, Any] = {"findings": [], "failures": []} | more
     model = ModelVerification(
-        "smallcnn", "torch", device, "NVIDIA H100", 10, {"deterministic": deterministic, "default": default}, **fields
+        "smallcnn", "torch", device, "NVIDIA H100", {"deterministic": deterministic, "default": default}, **fields
     )
     return model.to_json()
 

@@ -143,7 +143,6 @@ class ModelVerification:
     backend: str
     device: str
     device_name: str | None
-    steps_asked: int
     comparisons: dict[str, Comparison]
     findings: list[dict[str, Any]]
     failures: list[str]
@@ -263,7 +262,6 @@ def _verification(store: ResultsStore, model: str, records: Iterable[Mapping[str
         backend=str(first.get("backend")),
         device=str((first.get("device") or {}).get("label")),
         device_name=first.get("device_name"),
-        steps_asked=int(first.get("steps_asked") or 0),
         comparisons=comparisons,
         findings=[r["finding"] for r in records if r.get("finding")][:1],
         failures=[f"{r['run_id']}: {r.get('reason')}" for r in records if r["status"] == "failed"],

@@ -60,7 +60,7 @@ from detprof.reports.headline import (
     caveats,
     cpu_notes,
 )
-from detprof.reports.knobs_data import KnobReading, KnobStudy, knob_readings
+from detprof.reports.knobs_data import KnobReading, knob_readings
 from detprof.reports.provenance import (
     WHOLE_PROCESS,
     MeasuredStudy,
@@ -295,8 +295,6 @@ class Report:
     stability = _Found[StabilityStudy]("stability")
     verifications = _Found[VerifyStudy]("verify")
     """``detprof verify`` studies: shown only where the inputs hold one, so other reports read as they did."""
-    knob_studies = _Found[KnobStudy]("knobs")
-    """``detprof sweep --knobs`` studies: shown only where the inputs hold one, as verifications are."""
 
     @property
     def devices(self) -> dict[str, dict[str, Any]]:
