@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import math
 import re
 import statistics
@@ -12,11 +13,14 @@ import pandas as pd
 import pytest
 import synthetic_sweep as synth
 from piped_cli import header_lines, table_rows
+from rich.console import Console
 
 from detprof.analysis.overhead import ModelOverhead
 from detprof.analysis.study_results import mode_kernels, per_step_table, summarize_model
 from detprof.errors import InputError
 from detprof.store import ResultsStore
+from detprof.sweep.render import print_outcome
+from detprof.sweep.run import SweepOutcome
 from detprof.traces.kernel_table import KERNEL_DTYPES, SUMMARY_DTYPES, conform
 
 GEMM, CONV, ATOMIC = "volta_sgemm_128x64_nn", "cudnn_conv_kernel", "scatter_atomic_add"
@@ -147,3 +151,11 @@ def test_closing_table_off_a_terminal_is_one_line_per_model(
     assert [row[0] for row in rows] == ["resnet50", LONG_MODEL]
     assert all(re.fullmatch(r"1\.\d{3}x \[1\.\d{3}, 1\.\d{3}\]", cell) for row in rows for cell in row[1:3])
     assert all(row[3].endswith("(kernel time)") for row in rows)
+
+
+def test_where_the_results_are_is_one_line_to_copy_however_long_its_path(tmp_path: Path) -> None:
+    """A path wider than the console is printed whole on its line, not broken where a space allows."""
+    out = tmp_path / ("a folder named at length " * 4).strip()
+    printed = io.StringIO()
+    print_outcome(SweepOutcome(out, "sweep", studies={}), Console(file=printed, width=80))
+    assert printed.getvalue().splitlines() == [f"results: {out}"]

@@ -115,7 +115,7 @@ def kernels(
     study = MeasuredStudy("kernels", plan, config, config.manifest(cases), target, out, given)
     store = measure(study, what=f"{len(cases)} case{'' if len(cases) == 1 else 's'}", console=Console(stderr=True))
     print_summary(store)
-    Console(stderr=True).print(f"results: {escape(str(store.dir))}")
+    Console(stderr=True).print(f"results: {escape(str(store.dir))}", soft_wrap=True)
 
 
 def _cells(name: str, row: CaseSummary, metric: Metric) -> list[str]:

@@ -178,4 +178,4 @@ def run_knob_study(request: SweepRequest, only: tuple[str, ...] | None, *, repor
 def _write_report(out: Path, console: Console) -> None:
     from detprof.reports.command import write_report
 
-    console.print(f"report: {escape(str(write_report(out, out / 'report.html')))}")
+    console.print(f"report: {escape(str(write_report(out, out / 'report.html')))}", soft_wrap=True)

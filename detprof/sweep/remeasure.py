@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 from detprof.check.baseline_file import Baseline
 from detprof.check.outcome import FLAGS
@@ -30,7 +31,7 @@ def remeasure(reference: Baseline, given: RunOptions, models: str | None, out: P
     outcome = (_remeasure_program if program else _remeasure_models)(reference, given, models, out, console)
     print_outcome(outcome, console)
     if not program:  # a program's sweep writes no report
-        console.print(f"report: {write_report(outcome.out, outcome.out / 'report.html')}")
+        console.print(f"report: {escape(str(write_report(outcome.out, outcome.out / 'report.html')))}", soft_wrap=True)
     return outcome.out
 
 
