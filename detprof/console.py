@@ -1,11 +1,13 @@
-"""The console that commands print their tables on: a terminal's width, or no width at all.
+"""The consoles commands print on, tables on stdout and what they say while running on stderr: a terminal's width,
+or no width at all.
 
 On a terminal rich lays a table out for the terminal's width. Written to a pipe or a file
 (a CI log, ``> diff.txt``, ``| grep``) there is no width to fit: rich would fall back to 80
 columns and fold every long kernel name and header over several lines, where grep cannot
 find them. There each row stays one line and each name whole, as ``nsys stats`` prints its
-tables. A width the user sets in ``COLUMNS`` is theirs, and rich honours it. rich loads
-only when a table is printed, so that JSON and CSV output start without it.
+tables; and a line such as ``results: <path>`` is not broken before its path. A width the user
+sets in ``COLUMNS`` is theirs, and rich honours it. rich loads only when a console is made, so
+that JSON and CSV output start without it.
 """
 
 from __future__ import annotations
@@ -23,16 +25,25 @@ UNBOUNDED = 1_000_000
 
 
 def table_console() -> Console:
-    """stdout's console: a terminal's (or ``COLUMNS``') width, else ``UNBOUNDED``.
+    """stdout's console: a terminal's (or ``COLUMNS``') width, else ``UNBOUNDED``."""
+    return _console(stderr=False)
 
-    It asks stdout itself whether it is a terminal, not rich, which also says so when
-    ``FORCE_COLOR`` asks for colours in a CI log whose width is still unknown.
-    """
+
+def status_console() -> Console:
+    """stderr's console, by the same rule: what a command says while it runs (each run's outcome, a failure's
+    reason, where the results and the report are) reads whole in ``make``'s output or a CI log too."""
+    return _console(stderr=True)
+
+
+def _console(*, stderr: bool) -> Console:
+    """It asks the stream itself whether it is a terminal, not rich, which also says so when ``FORCE_COLOR`` asks
+    for colours in a CI log whose width is still unknown."""
     from rich.console import Console
 
-    if sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit():
-        return Console()
-    return Console(width=UNBOUNDED)
+    stream = sys.stderr if stderr else sys.stdout
+    if stream.isatty() or os.environ.get("COLUMNS", "").isdigit():
+        return Console(stderr=stderr)
+    return Console(stderr=stderr, width=UNBOUNDED)
 
 
 def unbounded(console: Console) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from rich.table import Table
 
-from detprof.console import UNBOUNDED, print_table, table_console, unbounded
+from detprof.console import UNBOUNDED, print_table, status_console, table_console, unbounded
 
 TITLE = "A title far wider than the two narrow columns of the table below it"
 
@@ -16,6 +16,8 @@ def test_off_a_terminal_the_width_is_unbounded_unless_columns_says(monkeypatch: 
     assert table_console().width == UNBOUNDED and unbounded(table_console())
     monkeypatch.setenv("COLUMNS", "100")
     assert table_console().width == 100 and not unbounded(table_console())
+    monkeypatch.delenv("COLUMNS")
+    assert status_console().stderr and unbounded(status_console())
 
 
 def test_title_and_caption_off_a_terminal_stay_one_line(

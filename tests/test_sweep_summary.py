@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import math
 import re
 import statistics
@@ -13,10 +12,10 @@ import pandas as pd
 import pytest
 import synthetic_sweep as synth
 from piped_cli import header_lines, table_rows
-from rich.console import Console
 
 from detprof.analysis.overhead import ModelOverhead
 from detprof.analysis.study_results import mode_kernels, per_step_table, summarize_model
+from detprof.console import status_console
 from detprof.errors import InputError
 from detprof.store import ResultsStore
 from detprof.sweep.render import print_outcome
@@ -153,9 +152,12 @@ def test_closing_table_off_a_terminal_is_one_line_per_model(
     assert all(row[3].endswith("(kernel time)") for row in rows)
 
 
-def test_where_the_results_are_is_one_line_to_copy_however_long_its_path(tmp_path: Path) -> None:
-    """A path wider than the console is printed whole on its line, not broken where a space allows."""
+def test_where_the_results_are_is_one_line_to_copy_however_long_its_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Off a terminal (make's output, a CI log) a path wider than 80 columns is printed whole on its line, not
+    broken where a space allows."""
+    monkeypatch.delenv("COLUMNS", raising=False)
     out = tmp_path / ("a folder named at length " * 4).strip()
-    printed = io.StringIO()
-    print_outcome(SweepOutcome(out, "sweep", studies={}), Console(file=printed, width=80))
-    assert printed.getvalue().splitlines() == [f"results: {out}"]
+    print_outcome(SweepOutcome(out, "sweep", studies={}), status_console())
+    assert capsys.readouterr().err.splitlines() == [f"results: {out}"]

@@ -99,14 +99,13 @@ def check(
     models: ModelsOption = None,
 ) -> None:
     """Compare each model's determinism overhead with the baseline's (help: CHECK_DETAILS)."""
-    from rich.console import Console
-
     from detprof.check.outcome import CheckRequest, run_check
+    from detprof.console import status_console
 
     request = CheckRequest(
         baseline_file, current, run, threshold, confidence, strict, allow_env_change, options, models, out
     )
-    console = Console(stderr=True)
+    console = status_console()
     outcome = run_check(request, console=console)
     _report(outcome.comparison, outcome.env, strict=strict, title=outcome.title, junit=junit, github=github)
     if outcome.refusal is not None:

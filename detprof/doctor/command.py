@@ -45,12 +45,11 @@ def doctor(
     ),
 ) -> None:
     """The checklist for ``--gpu`` (default: this machine's own device, ``cpu`` without a GPU); exit 1 if not ready."""
-    from rich.console import Console
 
-    from detprof.console import table_console
+    from detprof.console import status_console, table_console
     from detprof.doctor.checks import readiness
 
-    with Console(stderr=True).status("checking this machine (the smoke runs take a few seconds each)"):
+    with status_console().status("checking this machine (the smoke runs take a few seconds each)"):
         result = readiness(gpu, comma_separated(backends, lower=True) or None, force=force, smoke=smoke)
     if fmt is OutputFormat.json:
         typer.echo(json.dumps(result.to_dict(), indent=2))

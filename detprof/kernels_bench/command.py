@@ -13,11 +13,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from detprof.console import print_table, table_console
+from detprof.console import print_table, status_console, table_console
 from detprof.errors import UsageError
 from detprof.formatting import duration_ns, ratio
 from detprof.invocation import Invocation
@@ -113,9 +112,9 @@ def kernels(
         return
     given = Invocation.of(options.resume, options.wait)
     study = MeasuredStudy("kernels", plan, config, config.manifest(cases), target, out, given)
-    store = measure(study, what=f"{len(cases)} case{'' if len(cases) == 1 else 's'}", console=Console(stderr=True))
+    store = measure(study, what=f"{len(cases)} case{'' if len(cases) == 1 else 's'}", console=status_console())
     print_summary(store)
-    Console(stderr=True).print(f"results: {escape(str(store.dir))}", soft_wrap=True)
+    status_console().print(f"results: {escape(str(store.dir))}")
 
 
 def _cells(name: str, row: CaseSummary, metric: Metric) -> list[str]:

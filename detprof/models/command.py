@@ -13,10 +13,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from detprof.console import print_table, table_console
+from detprof.console import print_table, status_console, table_console
 from detprof.store import atomic_write_json
 
 
@@ -54,7 +53,7 @@ def models(
     keras = import_keras()
 
     specs = registry.all_models() if all_models else registry.BUILT_IN
-    console = Console(stderr=True)
+    console = status_console()
     with console.status("counting parameters (cached after the first time)"):
         counts = parameter_counts(list(specs), keras.__version__)
     table = Table(title="detprof models")

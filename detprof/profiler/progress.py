@@ -108,9 +108,7 @@ def progress_bars(console: Console, totals: Mapping[str, int], results_dir: Path
             bar.stop()
             terminated = interrupts.terminated(stop)
             why = "terminated (SIGTERM)" if terminated else "interrupted"
-            console.print(
-                f"{why}: every completed run is kept in {escape(str(results_dir))}; --resume continues", soft_wrap=True
-            )
+            console.print(f"{why}: every completed run is kept in {escape(str(results_dir))}; --resume continues")
             raise typer.Exit(ExitCode.TERMINATED if terminated else ExitCode.INTERRUPTED) from None
         for progress in bars.values():
             bar.update(progress.task, completed=progress.total, description="done")  # type: ignore[arg-type]

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from detprof.console import print_table, table_console
+from detprof.console import print_table, status_console, table_console
 from detprof.errors import UsageError
 from detprof.formatting import number, plus_minus
 from detprof.invocation import Invocation
@@ -144,7 +144,7 @@ def stability(
         backend=backend,
         keep_saved_weights=keep_saved_weights,
     )
-    err = Console(stderr=True)
+    err = status_console()
     with _device_and_executor(options, jobs, err) as (device, execute):
         workers = study.Workers(device, jobs if jobs is not None else study.default_jobs(device), execute=execute)
         given = Invocation.of(options.resume, options.wait)

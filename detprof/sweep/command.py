@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from detprof.console import status_console
 from detprof.errors import UsageError
 from detprof.models.plans import split_models
 from detprof.options import (
@@ -89,7 +90,7 @@ def sweep(
             "--knobs": knobs is not None,
         }
         refuse_for_programs(options, [flag for flag, given in asked.items() if given])
-        console = Console(stderr=True)
+        console = status_console()
         outcome = measure_program(ProgramRequest(program, name, options), console=console)
         print_outcome(outcome, console)
         if report:
@@ -138,7 +139,7 @@ def run_sweep(request: SweepRequest, *, stability: bool = False, report: bool = 
     _refuse_calibrated_stability(calibrate, stability)
     if stability and request.options.ray is not None:
         raise UsageError("--stability runs on one machine; on a fleet, run `detprof stability --ray` beside the sweep")
-    console = Console(stderr=True)
+    console = status_console()
     outcome = measure_sweep(request, calibrate=calibrate, console=console)
     print_outcome(outcome, console)
     if stability:
@@ -168,7 +169,7 @@ def print_knob_plan(request: SweepRequest, only: tuple[str, ...] | None) -> None
 
 
 def run_knob_study(request: SweepRequest, only: tuple[str, ...] | None, *, report: bool) -> None:
-    console = Console(stderr=True)
+    console = status_console()
     outcome = measure_knobs(request, only, console=console)
     print_outcome(outcome, console)
     if report:
@@ -178,4 +179,4 @@ def run_knob_study(request: SweepRequest, only: tuple[str, ...] | None, *, repor
 def _write_report(out: Path, console: Console) -> None:
     from detprof.reports.command import write_report
 
-    console.print(f"report: {escape(str(write_report(out, out / 'report.html')))}", soft_wrap=True)
+    console.print(f"report: {escape(str(write_report(out, out / 'report.html')))}")

@@ -31,7 +31,7 @@ def remeasure(reference: Baseline, given: RunOptions, models: str | None, out: P
     outcome = (_remeasure_program if program else _remeasure_models)(reference, given, models, out, console)
     print_outcome(outcome, console)
     if not program:  # a program's sweep writes no report
-        console.print(f"report: {escape(str(write_report(outcome.out, outcome.out / 'report.html')))}", soft_wrap=True)
+        console.print(f"report: {escape(str(write_report(outcome.out, outcome.out / 'report.html')))}")
     return outcome.out
 
 

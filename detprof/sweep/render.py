@@ -27,7 +27,7 @@ def print_outcome(outcome: SweepOutcome, console: Console) -> None:
             table_console().print(f"[bold]{escape(label)}[/] ({escape(str(store.dir))})")
         {"calibration": print_noise_floor, "knobs": print_knobs}.get(outcome.kind, print_summary)(store)
     results = outcome.out if outcome.fleet else next(iter(outcome.studies.values())).dir
-    console.print(f"results: {escape(str(results))}", soft_wrap=True)
+    console.print(f"results: {escape(str(results))}")
 
 
 def print_noise_floor(store: ResultsStore) -> None:

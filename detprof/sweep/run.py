@@ -220,6 +220,6 @@ def study_stability(outcome: SweepOutcome, *, console: Console) -> list[Path]:
         workers = study.Workers(outcome.device, study.default_jobs(outcome.device))
         given = Invocation(command_line(), outcome.resume)
         result = study.run_study(config, outcome.out / "stability" / model, given, workers, console)
-        console.print(f"stability of {model}: {escape(str(result.summary_path))}", soft_wrap=True)
+        console.print(f"stability of {model}: {escape(str(result.summary_path))}")
         summaries.append(result.summary_path)
     return summaries

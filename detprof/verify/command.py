@@ -61,7 +61,7 @@ def verify(
     name: Annotated[str | None, typer.Option(help="--command: the name its results go under, as a model's.")] = None,
 ) -> None:
     """Whether deterministic mode is bitwise reproducible, and where default runs part ways."""
-    from rich.console import Console
+    from detprof.console import status_console
 
     outcome: VerifyOutcome
     if program is not None:
@@ -70,7 +70,7 @@ def verify(
 
         asked = {"--models": models is not None, "--steps": steps is not None, "--gradients": gradients}
         refuse_for_programs(options, [flag for flag, given in asked.items() if given])
-        outcome = verify_program(ProgramVerifyRequest(program, name, options), console=Console(stderr=True))
+        outcome = verify_program(ProgramVerifyRequest(program, name, options), console=status_console())
     elif name is not None:
         raise UsageError("--name names the program of --command: give both, or neither for models")
     else:
@@ -78,7 +78,7 @@ def verify(
         from detprof.verify.run import DEFAULT_STEPS, VerifyRequest, run_verify
 
         request = VerifyRequest(split_models(models), options, DEFAULT_STEPS if steps is None else steps, gradients)
-        outcome = run_verify(request, console=Console(stderr=True))
+        outcome = run_verify(request, console=status_console())
     if fmt is OutputFormat.json:
         typer.echo(json.dumps({"models": [m.to_json() for m in outcome.models]}, indent=2))
     else:
