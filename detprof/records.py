@@ -141,6 +141,15 @@ class MeasuredRun(FleetRun):
     layer, advice); runs recorded before detprof kept it have only their ``reason``."""
     trace_on_node: NotRequired[str]
     """A fleet run's trace over ``--max-trace-mb``: its path on the node that kept it (``trace_file``: None)."""
+    time_parts: NotRequired[dict[str, float]]
+    """Where the run's time went, in seconds per part (``device_time.PARTS``: process start and imports, device,
+    building, compiling, warm-up, measured steps, tracing, parsing, the rest). The records of an in-process pair
+    share their process's parts (their ``log``), and each has its own ``parsing``; the first pair of a process
+    carries its start."""
+    peak_memory: NotRequired[dict[str, Any]]
+    """The framework allocator's peak on the device: ``bytes``, what it ``covers`` ("run": this run's steps alone;
+    "process": the whole process, both arms of an in-process pair on a framework that cannot tell them apart),
+    and ``why`` it is null where it is (a CPU)."""
 
 
 class StabilityRun(FleetRun):

@@ -14,6 +14,7 @@ import pytest
 from shared_studies import Study
 
 from detprof.cli import main
+from detprof.device_time import process_seconds
 from detprof.profiler.process import STEADY_HEAP_ENV
 from detprof.store import ResultsStore
 
@@ -72,6 +73,41 @@ def test_sweep_two_models_end_to_end(tensorflow_study: Study) -> None:
     assert "smallcnn" in printed and "mediumcnn_k3" in printed and "[" in printed
     manifest = json.loads((out / "sweep" / "manifest.json").read_text())
     assert manifest["config"]["models"] == ["smallcnn", "mediumcnn_k3"]
+
+
+@pytest.mark.slow
+def test_each_run_says_where_its_time_went(tensorflow_study: Study, tmp_path: Path) -> None:
+    """Each record splits its process's time into parts that add up to it; the two records of a pair share the
+    parts of their one process (its start counted by the process's first pair), and the measured steps are the
+    steps the record timed; on a CPU the allocator's peak is unknown, and the record says why."""
+    recs = sorted(records(tensorflow_study.results).values(), key=lambda r: (r["repeat"], r["started_at"]))
+    by_log: dict[str, list[dict]] = {}
+    for rec in recs:
+        by_log.setdefault(rec["log"], []).append(rec)
+        assert rec["peak_memory"] == {
+            "bytes": None,
+            "covers": None,
+            "why": "TensorFlow keeps allocator statistics only for a GPU",
+        }
+    starts = []
+    for pair in by_log.values():
+        first, second = pair
+        shared = {k: v for k, v in first["time_parts"].items() if k != "parsing"}
+        assert shared == {k: v for k, v in second["time_parts"].items() if k != "parsing"}
+        assert {"build", "steps", "tracing"} <= shared.keys()
+        timed_s = sum(sum(r["step_wall_ns"]) + sum(r["traced_step_wall_ns"]) for r in pair) / 1e9
+        assert timed_s <= shared["steps"] <= timed_s + 0.5
+        starts.append(shared.get("start", 0.0))
+        if "start" in shared:  # a process's first pair: from its spawn to its results, as the parent timed it
+            assert sum(shared.values()) == pytest.approx(first["duration_s"], rel=0.15)
+    assert sum(start > 1.0 for start in starts) == 2  # two repeats: two processes, each of both models
+    totals = process_seconds(recs)
+    assert totals["start"] == pytest.approx(sum(starts), abs=0.01)
+    written = tmp_path / "report.md"
+    assert main(["report", str(tensorflow_study.results), "--format", "md", "-o", str(written)]) == 0
+    report = written.read_text()
+    assert "where the runs' time went" in report and "| all models |" in report
+    assert "Peak device memory not known: TensorFlow keeps allocator statistics only for a GPU." in report
 
 
 @pytest.mark.slow

@@ -276,6 +276,23 @@ class Backend:
         """The device Keras trains on here, as the framework names it ("cpu" without a GPU)."""
         raise NotImplementedError
 
+    def init_device(self) -> None:
+        """Initialise the device the framework trains on, once imported: a worker times it apart from building."""
+
+    peak_memory_per_arm: ClassVar[bool] = False
+    """The framework's allocator can start its peak again between two arms' steps in one process
+    (``reset_peak_memory``); else the peak it reports covers the whole process."""
+    no_peak_memory: ClassVar[str] = "the framework keeps no allocator statistics on a CPU"
+    """Why ``peak_memory`` is None where it is."""
+
+    def peak_memory(self) -> int | None:
+        """The bytes the framework's allocator held at most on the training device since the process started (or
+        since ``reset_peak_memory``); None where it keeps no such statistics (a CPU)."""
+        return None
+
+    def reset_peak_memory(self) -> None:
+        """Start the allocator's peak again from what it holds now (only where ``peak_memory_per_arm``)."""
+
     def gradient_step(self, model: Any, loss_of: LossOf, optimizer: Any, x: Any, y: Any) -> tuple[list[Any], list[Any]]:
         """One training step of ``model`` (whose outputs are every layer's, the prediction last): the forward pass in
         training mode, the gradients of ``loss_of(y, prediction)`` by trainable variable, applied by ``optimizer``.

@@ -128,6 +128,8 @@ class Jax(Backend):
         turns on one model state, each step's output state the next step's input."""
         import jax
 
+        from detprof.device_time import charged
+
         data = (x, y, None)
         model._symbolic_build(data_batch=data)
         state = [model._get_jax_state(**dict.fromkeys(_JAX_STATE, True), purge_model_variables=False)]
@@ -137,7 +139,7 @@ class Jax(Backend):
                 return model.train_step(state, data)
 
             options = compiler_options(knobs)
-            with _flags_while_traced(knobs):
+            with _flags_while_traced(knobs), charged("compile", before="build"):
                 compiled = jax.jit(train_step, donate_argnums=0).lower(state[0], data).compile(compiler_options=options)
 
             def step() -> None:
@@ -198,6 +200,21 @@ class Jax(Backend):
 
         device = jax.devices()[0]
         return "cpu" if device.platform == "cpu" else str(device.device_kind)
+
+    def init_device(self) -> None:
+        """XLA's client for the device, which JAX makes at the first question about its devices."""
+        import jax
+
+        jax.devices()
+
+    no_peak_memory = "XLA keeps allocator statistics only for a GPU"
+
+    def peak_memory(self) -> int | None:
+        """XLA's peak for the process: it cannot start it again between two arms' steps."""
+        import jax
+
+        stats = jax.local_devices()[0].memory_stats() or {}
+        return int(stats["peak_bytes_in_use"]) if "peak_bytes_in_use" in stats else None
 
     def gradient_step(self, model: Any, loss_of: LossOf, optimizer: Any, x: Any, y: Any) -> tuple[list[Any], list[Any]]:
         """As Keras' own JAX step: ``stateless_call`` under ``jax.value_and_grad``, compiled with ``jax.jit``; the

@@ -17,6 +17,8 @@ WORKER_LOG_LEVEL = "2"
 """Workers log TensorFlow's warnings and errors to their log files unless their launcher asked for less."""
 DETERMINISTIC_OPS_ENV = "TF_DETERMINISTIC_OPS"
 AUTOTUNE_ENV = "TF_CUDNN_USE_AUTOTUNE"
+FIRST_GPU = "GPU:0"
+"""The GPU Keras trains on, as TensorFlow names it for its memory statistics."""
 OP_DETERMINISM = "tensorflow.op_determinism"
 CUDNN_AUTOTUNE = "tensorflow.cudnn_autotune"
 KNOBS = (
@@ -173,6 +175,27 @@ class TensorFlow(Backend):
         if not gpus:
             return "cpu"
         return str(tf.config.experimental.get_device_details(gpus[0]).get("device_name", gpus[0].name))
+
+    def init_device(self) -> None:
+        """TensorFlow's devices, which it makes at the first question about them."""
+        import tensorflow as tf
+
+        tf.config.list_logical_devices()
+
+    peak_memory_per_arm = True
+    no_peak_memory = "TensorFlow keeps allocator statistics only for a GPU"
+
+    def peak_memory(self) -> int | None:
+        import tensorflow as tf
+
+        if not tf.config.list_logical_devices("GPU"):
+            return None
+        return int(tf.config.experimental.get_memory_info(FIRST_GPU)["peak"])
+
+    def reset_peak_memory(self) -> None:
+        import tensorflow as tf
+
+        tf.config.experimental.reset_memory_stats(FIRST_GPU)
 
     def gradient_step(self, model: Any, loss_of: LossOf, optimizer: Any, x: Any, y: Any) -> tuple[list[Any], list[Any]]:
         import tensorflow as tf

@@ -273,6 +273,28 @@ class Torch(Backend):
 
         return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
 
+    def init_device(self) -> None:
+        """CUDA's state and the device's context (``synchronize`` needs one), where there is a GPU."""
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.init()
+            torch.cuda.synchronize()
+
+    peak_memory_per_arm = True
+    no_peak_memory = "PyTorch keeps allocator statistics only for a CUDA device"
+
+    def peak_memory(self) -> int | None:
+        torch = sys.modules.get(self.module)
+        if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
+            return None
+        return int(torch.cuda.max_memory_allocated())
+
+    def reset_peak_memory(self) -> None:
+        import torch
+
+        torch.cuda.reset_peak_memory_stats()
+
     def gradient_step(self, model: Any, loss_of: LossOf, optimizer: Any, x: Any, y: Any) -> tuple[list[Any], list[Any]]:
         """As Keras' own torch step: the gradients left on the variables by ``backward`` (cleared first), applied
         without recording the update for autograd."""

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from detprof.device_time import spawn_env
 from detprof.errors import last_line
 from detprof.profiler.devices import DeviceChoice
 from detprof.profiler.gpu_env import gpu_env
@@ -91,12 +92,13 @@ def spawn(
 ) -> subprocess.Popen[bytes]:
     """``command`` in a session of its own, its output to files, the lifeline (and a control pipe) passed on.
 
-    A lockstep worker (``control_write``) reads the coordinator's commands on its stdin.
+    A lockstep worker (``control_write``) reads the coordinator's commands on its stdin; every process learns when
+    it was started (``device_time.spawn_env``), where its time accounting begins.
     """
     with open(stdout, "wb") as out, open(stderr or os.devnull, "wb") as err:
         return subprocess.Popen(
             command,
-            env=env,
+            env=env | spawn_env(),
             stdin=subprocess.DEVNULL if control_write is None else subprocess.PIPE,
             stdout=out,
             stderr=subprocess.STDOUT if stderr is None else err,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +25,15 @@ class RecordFiler:
         self.settings, self.files = specs.settings, specs.files
         self.store = self.files.store
 
-    def finish(self, worker: WorkerProcess, outcome: Outcome, trace: TraceRead | None = None) -> MeasuredRun:
-        """The run's record from its worker's result and its trace (``trace``: read once for both arms of a pair
-        that shared a process and a trace)."""
+    def finish(
+        self, worker: WorkerProcess, outcome: Outcome, trace: TraceRead | None = None, read_s: float = 0.0
+    ) -> MeasuredRun:
+        """The run's record from its worker's result and its trace (``trace``: read once, in ``read_s``, for both
+        arms of a pair that shared a process and a trace); the time the trace took to read is the record's
+        ``parsing`` part."""
         worker.end()
         run = worker.run
+        t0 = time.monotonic()
         result = self._worker_result(worker.result_path, outcome, worker.log_path)
         window = result.pop("measured_window_monotonic", None)
         steps = result.pop("steps", None) or self.specs.steps_of(run)[0]
@@ -39,6 +44,8 @@ class RecordFiler:
             kernels = kernel_fields(self.store, run.run_id, read, traced_steps, SETTLING_STEPS, worker.arm)
         if FAILURE in kernels:
             result.update(status="failed", reason=kernels.pop(FAILURE))
+        if "time_parts" in result:
+            result["time_parts"] = result["time_parts"] | {"parsing": round(read_s + time.monotonic() - t0, 3)}
         record = self.file_record(
             worker,
             steps=steps,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -140,9 +141,13 @@ def in_process_pairs(launch: Launch, pairs: Sequence[ModePair], cpu_core: int | 
                         timer.cancel()
             workers[1].sampler, workers[1].load = workers[0].sampler, workers[0].load
             trace_path = workers[0].trace_path
+            t0 = time.monotonic()
             trace = read_trace(trace_path) if trace_path is not None and trace_path.exists() else None
+            read_s = time.monotonic() - t0
             for worker in workers:
-                yield launch.records.finish(worker, "timeout" if expired.is_set() else worker.outcome(), trace)
+                outcome = "timeout" if expired.is_set() else worker.outcome()
+                yield launch.records.finish(worker, outcome, trace, read_s)
+                read_s = 0.0
             if expired.is_set() or proc.poll() is not None:
                 kill_group(proc)
                 return

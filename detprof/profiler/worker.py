@@ -31,8 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from detprof import backends
-from detprof.backends.base import ArmStep
+from detprof.backends.base import ArmStep, Backend
 from detprof.determinism import DeterminismSettings, apply, apply_shared, arm_settings, software_versions
+from detprof.device_time import PartClock, spawned_clock
 from detprof.errors import ExitCode, UsageError, first_line
 from detprof.findings import finding_of, refuses_determinism
 from detprof.profiler.lifeline import end_with_driver, inherited_lifeline
@@ -100,7 +101,54 @@ def _warm_up(steps: Sequence[Callable[[], None]], count: int) -> list[int]:
     return rounds
 
 
-def run(spec: WorkerSpec, pacer: Pacer | None = None) -> dict[str, Any]:
+def _warmed_up(clock: PartClock, rounds_ns: Sequence[int], steps: int) -> int:
+    """The warm-up's time charged: its first round's excess over a typical round (``steps`` steps each) is the
+    framework compiling and autotuning at the first call, the rest warm-up. Returns the typical step."""
+    step_ns = typical_step_ns(list(rounds_ns))
+    clock.lap("warmup")
+    if rounds_ns:
+        clock.move((rounds_ns[0] - step_ns) * steps / 1e9, "warmup", "compile")
+    return step_ns
+
+
+class _PeakMemory:
+    """The framework allocator's peak on the device for each run of a process: per run where the framework can
+    start its peak again between runs' steps (``Backend.peak_memory_per_arm``), else the process's, for every run
+    it ran; none on a device without allocator statistics, with why."""
+
+    def __init__(self, backend: Backend, runs: int) -> None:
+        self.backend = backend
+        self.tracked = backend.peak_memory() is not None
+        self.per_run = self.tracked and backend.peak_memory_per_arm
+        self.peaks = [0] * runs
+
+    def before(self, k: int) -> None:
+        if self.per_run:
+            self.backend.reset_peak_memory()
+
+    def after(self, k: int) -> None:
+        if self.per_run:
+            self.peaks[k] = max(self.peaks[k], self.backend.peak_memory() or 0)
+
+    def field(self, k: int, *, shared: bool) -> dict[str, Any]:
+        """Run ``k``'s record field; ``shared``: another run's steps ran in this process too."""
+        if not self.tracked:
+            return {"bytes": None, "covers": None, "why": self.backend.no_peak_memory}
+        if self.per_run:
+            return {"bytes": self.peaks[k], "covers": "run", "why": None}
+        covers = "process" if shared else "run"
+        return {"bytes": self.backend.peak_memory(), "covers": covers, "why": None}
+
+
+def _device_ready(backend: Backend, clock: PartClock) -> None:
+    """The device initialised, once the framework's threads are set (TensorFlow takes them only before), timed
+    apart: what came before it is the process's start, or the last run's end."""
+    clock.lap("other")
+    backend.init_device()
+    clock.lap("device")
+
+
+def run(spec: WorkerSpec, clock: PartClock, pacer: Pacer | None = None) -> dict[str, Any]:
     """One measured run; ``pacer`` paces its steps (a lockstep session), else they run at once.
 
     Two phases after the warm-up: ``wall_steps`` untraced steps, whose wall times are the
@@ -113,16 +161,22 @@ def run(spec: WorkerSpec, pacer: Pacer | None = None) -> dict[str, Any]:
     """
     settings = spec.determinism
     backend = backends.get(settings.backend)
-    result: dict[str, Any] = {"settings": apply(settings), "versions": software_versions(settings.backend)}
+    result: dict[str, Any] = {"settings": apply(settings)}
+    clock.lap("start")
     if spec.cpu_threads and backend.limit_threads(spec.cpu_threads):
         result["cpu_threads"] = spec.cpu_threads
+    _device_ready(backend, clock)
+    result["versions"] = software_versions(settings.backend)
     capture = TRACERS[spec.tracer].capture(spec.trace_path, settings.backend)
     backend.compile_for_tracing()
     pacer = pacer or Pacer(None)
+    memory = _PeakMemory(backend, 1)
+    memory.before(0)
     try:
         step, facts = entry_point(spec.workload)(spec)
         result.update(facts)
-        step_ns = typical_step_ns(_warm_up([step], spec.warmup))
+        clock.lap("build")
+        step_ns = _warmed_up(clock, _warm_up([step], spec.warmup), 1)
         window_start = time.monotonic()
         if spec.cpu_core is not None:
             pin_threads({spec.cpu_core})
@@ -130,6 +184,7 @@ def run(spec: WorkerSpec, pacer: Pacer | None = None) -> dict[str, Any]:
         pacer.answer(f"{Message.READY} {step_ns}")
         steps = sized_steps(spec.most_steps, spec.run_seconds, step_ns)
         wall_ns = _timed_steps(step, min(spec.wall_steps, steps), pacer, None)
+        clock.lap("steps")
         traced_ns: list[int] = []
         if spec.traced_steps and pacer.wait_for(Message.TRACE):
             capture.start()
@@ -137,15 +192,20 @@ def run(spec: WorkerSpec, pacer: Pacer | None = None) -> dict[str, Any]:
                 for _ in range(spec.settling_steps):
                     step()
                 pacer.answer(Message.TRACED)
+                clock.lap("tracing")
                 traced_ns = _timed_steps(step, min(spec.traced_steps, steps), pacer, capture)
+                clock.lap("steps")
             finally:
                 capture.stop()
+                clock.lap("tracing")
         result.update(_measured(wall_ns, traced_ns, window_start))
     except Exception as exc:
         pacer.failed()
         traceback.print_exc()
         result.update(_failure(exc, settings))
-    return result
+    memory.after(0)
+    clock.lap("other")
+    return result | {"peak_memory": memory.field(0, shared=False), "time_parts": clock.take()}
 
 
 def _measured(wall_ns: list[int], traced_ns: list[int], window_start: float) -> dict[str, Any]:
@@ -173,7 +233,7 @@ def _failure(exc: Exception, settings: DeterminismSettings) -> dict[str, Any]:
     return found | {"status": status, "reason": reason}
 
 
-def run_arms(specs: Sequence[WorkerSpec], pacer: Pacer) -> list[dict[str, Any]]:
+def run_arms(specs: Sequence[WorkerSpec], pacer: Pacer, clock: PartClock) -> list[dict[str, Any]]:
     """The arms of one pair in this process, a step of each in turn (A, B, A, B, ...): their results, in order.
 
     As ``run``, after a warm-up of both, untraced steps for wall time and then traced ones for
@@ -184,61 +244,77 @@ def run_arms(specs: Sequence[WorkerSpec], pacer: Pacer) -> list[dict[str, Any]]:
     """
     first = specs[0]
     backend = backends.get(first.determinism.backend)
+    threads = first.cpu_threads and backend.limit_threads(first.cpu_threads)
+    _device_ready(backend, clock)
     common: dict[str, Any] = {"versions": software_versions(backend.name)}
-    if first.cpu_threads and backend.limit_threads(first.cpu_threads):
+    if threads:
         common["cpu_threads"] = first.cpu_threads
     capture = TRACERS[first.tracer].capture(first.trace_path, backend.name)
     backend.compile_for_tracing()
+    memory = _PeakMemory(backend, len(specs))
     try:
         arms, facts = _arms_of(specs)
     except Exception as exc:
         pacer.failed()
         traceback.print_exc()
-        return [common | {"settings": None} | _failure(exc, spec.determinism) for spec in specs]
+        clock.lap("build")
+        parts = {"time_parts": clock.take()}
+        return [common | {"settings": None} | _failure(exc, spec.determinism) | parts for spec in specs]
+    clock.lap("build")
     results = [
         common | facts | {"settings": arm_settings(spec.determinism, effect)}
         for spec, (_, effect) in zip(specs, arms, strict=True)
     ]
-    steps = _Turns([step for step, _ in arms], [spec.arm for spec in specs])
-    steps.warm_up(first.warmup)
+    steps = _Turns([step for step, _ in arms], [spec.arm for spec in specs], memory)
+    _warmed_up(clock, steps.warm_up(first.warmup), len(specs))
     window_start = time.monotonic()
     if first.cpu_core is not None:
         pin_threads({first.cpu_core})
         common["cpu_core"] = first.cpu_core
     count = sized_steps(first.most_steps, first.run_seconds, steps.step_ns)
     wall_ns = steps.timed(min(first.wall_steps, count))
+    clock.lap("steps")
     traced_ns: list[list[int]] = [[] for _ in specs]
     if first.traced_steps and steps.alive:
         capture.start()
         try:
             steps.untimed(first.settling_steps)
+            clock.lap("tracing")
             traced_ns = steps.timed(min(first.traced_steps, count), capture)
+            clock.lap("steps")
         finally:
             capture.stop()
+            clock.lap("tracing")
+    parts = clock.take()
     for k, result in enumerate(results):
         failed = steps.failures.get(k)
         result.update(common)
         measured = _measured(wall_ns[k], traced_ns[k], window_start)
         result.update(measured if failed is None else _failure(failed, specs[k].determinism))
+        result.update(peak_memory=memory.field(k, shared=True), time_parts=parts)
     return results
 
 
 class _Turns:
     """Steps of several arms taken in turn, one round at a time; an arm whose step raises leaves the rotation."""
 
-    def __init__(self, steps: list[Callable[[], None]], arms: list[str | None]) -> None:
+    def __init__(self, steps: list[Callable[[], None]], arms: list[str | None], memory: _PeakMemory) -> None:
         self.steps = steps
         self.arms = arms
+        self.memory = memory
         self.alive = list(range(len(steps)))
         self.failures: dict[int, Exception] = {}
         self.step_ns = 0
 
     def _one(self, k: int, timed: list[int] | None, mark: contextlib.AbstractContextManager[None]) -> None:
+        """Arm ``k``'s step, timed alone: its allocator peak is read around it, outside the time."""
         try:
+            self.memory.before(k)
             with mark:
                 t0 = time.perf_counter_ns()
                 self.steps[k]()
                 elapsed = time.perf_counter_ns() - t0
+            self.memory.after(k)
         except Exception as exc:
             traceback.print_exc()
             self.failures[k] = exc
@@ -247,8 +323,9 @@ class _Turns:
         if timed is not None:
             timed.append(elapsed)
 
-    def warm_up(self, rounds: int) -> None:
-        """``rounds`` untimed rounds; the step time of their later half, for sizing."""
+    def warm_up(self, rounds: int) -> list[int]:
+        """``rounds`` untimed rounds; the step time of their later half, for sizing. Returns each round's mean
+        step."""
         times: list[int] = []
         for _ in range(rounds):
             round_ns: list[int] = []
@@ -257,6 +334,7 @@ class _Turns:
             if round_ns:
                 times.append(sum(round_ns) // len(round_ns))
         self.step_ns = typical_step_ns(times)
+        return times
 
     def untimed(self, rounds: int) -> None:
         for _ in range(rounds):
@@ -281,7 +359,7 @@ def _arms_of(specs: Sequence[WorkerSpec]) -> tuple[list[ArmStep], dict[str, Any]
     return switched_arms(specs, entry_point(first.workload))
 
 
-def session(runs: list[WorkerSpec]) -> int:
+def session(runs: list[WorkerSpec], clock: PartClock) -> int:
     """Several runs of one mode in this process, one after the other, each paced by the coordinator.
 
     Each run logs to its own file and starts on every core this process may use (its warm-up
@@ -298,12 +376,13 @@ def session(runs: list[WorkerSpec]) -> int:
         if keras is not None:  # Keras is first imported by the first run, once its backend is chosen
             keras.backend.clear_session()
         pacer.begin()
-        atomic_write_json(Path(spec.result_path), run(spec, pacer))
+        clock.lap("other")
+        atomic_write_json(Path(spec.result_path), run(spec, clock, pacer))
         pacer.written()
     return ExitCode.OK
 
 
-def pair_session(pairs: list[list[WorkerSpec]]) -> int:
+def pair_session(pairs: list[list[WorkerSpec]], clock: PartClock) -> int:
     """Pairs of arms in this one process, one pair after the other (the models of a repeat), both arms of each
     a step of each in turn (``run_arms``); each result written, then ``DONE`` to the coordinator.
 
@@ -312,6 +391,7 @@ def pair_session(pairs: list[list[WorkerSpec]]) -> int:
     """
     pacer = Pacer(pairs[0][0].control_fd)
     apply_shared([spec.determinism for spec in pairs[0]])
+    clock.lap("start")
     cpus = os.sched_getaffinity(0)
     for specs in pairs:
         _log_to(Path(specs[0].log_path))
@@ -320,7 +400,8 @@ def pair_session(pairs: list[list[WorkerSpec]]) -> int:
         if keras is not None:
             keras.backend.clear_session()
         pacer.begin()
-        for spec, result in zip(specs, run_arms(specs, pacer), strict=True):
+        clock.lap("other")
+        for spec, result in zip(specs, run_arms(specs, pacer, clock), strict=True):
             atomic_write_json(Path(spec.result_path), result)
         pacer.written()
     return ExitCode.OK
@@ -350,15 +431,17 @@ def main(argv: list[str]) -> int:
     lifeline = inherited_lifeline(os.environ)
     if lifeline is not None:
         end_with_driver(lifeline)
+    clock = spawned_clock()
     spec = json.loads(Path(argv[0]).read_text())
+    clock.lap("start")
     if "runs" in spec:
-        return session([WorkerSpec.from_json(run_spec) for run_spec in spec["runs"]])
+        return session([WorkerSpec.from_json(run_spec) for run_spec in spec["runs"]], clock)
     if "pairs" in spec:
-        return pair_session([[WorkerSpec.from_json(arm) for arm in pair] for pair in spec["pairs"]])
+        return pair_session([[WorkerSpec.from_json(arm) for arm in pair] for pair in spec["pairs"]], clock)
     result_path = Path(argv[1])
     if "call" in spec:
         return call(spec, result_path)
-    atomic_write_json(result_path, run(WorkerSpec.from_json(spec)))
+    atomic_write_json(result_path, run(WorkerSpec.from_json(spec), clock))
     return ExitCode.OK
 
 

@@ -26,7 +26,9 @@ from typing import Any, NamedTuple, TypeVar
 from detprof import formatting as f
 from detprof.analysis.knobs import KnobCost, within_noise
 from detprof.analysis.layers import KernelChange, ModelAttribution, PartCost
+from detprof.analysis.run_costs import TimeRow
 from detprof.analysis.verification import Difference, ModelVerification
+from detprof.device_time import HEADINGS, PARTS, WORDS
 from detprof.gpu_labels import slug
 from detprof.intervals import CHEAP_OVERHEAD, Overhead
 from detprof.models.registry import BUILT_IN
@@ -48,6 +50,12 @@ NO_WARNINGS = (
     "No warnings: no throttling, no other load on the device, no failed runs, every interval narrow enough to conclude."
 )
 OVERHEAD_HEADERS = ("Model", "Kernel time", "Wall time", "Repeats", "Note")
+MEMORY_HEADER = "Peak device memory, det / default"
+"""The column the overhead table adds where any model's runs recorded their allocator's peak."""
+TIME_TITLE = "where the runs' time went"
+TIME_HEADERS = ("Model", "Accounted", *(HEADINGS[part] for part in PARTS))
+TIME_LEAD = "; ".join(f"{HEADINGS[part]}: {WORDS[part]}" for part in PARTS) + "."
+"""What each column of the time table holds."""
 NOISE_FLOOR_HEADERS = ("Device", "Model", "Kernel time", "Wall time", "Smallest resolvable overhead")
 REFERENCE_HEADERS = ("GPU", "What", "Published")
 """The published figures' own columns; a table of them adds what was measured here."""
@@ -340,14 +348,43 @@ def model_overhead(m: ModelCost | None) -> Words:
     return overhead(m.headline, m.headline_metric)
 
 
-def overhead_rows(s: SweepStudy) -> list[list[Any]]:
-    """Per model (``OVERHEAD_HEADERS``): kernel and wall overhead, repeats, and why a number is missing or doubtful."""
+def overhead_table(s: SweepStudy) -> tuple[list[str], list[list[Any]]]:
+    """Per model: kernel and wall overhead, repeats, why a number is missing or doubtful (``OVERHEAD_HEADERS``), and
+    beside them each mode's peak device memory where any run recorded one (``MEMORY_HEADER``)."""
+    memory = any(m.peak_memory is not None and not m.peak_memory.startswith("not known") for m in s.models)
     rows = []
     for m in s.models:
         note = "; ".join(text for text in (m.failure_note, m.warning) if text)
         n = m.headline.n if m.headline else 0
-        rows.append([m.model, f.ratio(m.kernel), f.ratio(m.wall), n, note])
-    return rows
+        row = [m.model, f.ratio(m.kernel), f.ratio(m.wall), n, note]
+        rows.append([*row[:3], m.peak_memory or f.DASH, *row[3:]] if memory else row)
+    headers = list(OVERHEAD_HEADERS)
+    return ([*headers[:3], MEMORY_HEADER, *headers[3:]] if memory else headers), rows
+
+
+def memory_note(s: SweepStudy) -> str | None:
+    """Why the overhead table shows no peak device memory, where its runs recorded why."""
+    said = {m.peak_memory for m in s.models if m.peak_memory is not None}
+    unknown = sorted(text for text in said if text.startswith("not known"))
+    return f"Peak device memory {unknown[0]}." if unknown and len(unknown) == len(said) else None
+
+
+def _part_cell(row: TimeRow, part: str) -> str:
+    """A part's seconds; the measured steps' with their share of the whole."""
+    cell = f"{row.parts.get(part, 0.0):.1f} s"
+    return f"{cell} ({f.percent(row.steps_share)})" if part == "steps" else cell
+
+
+def time_rows(s: SweepStudy) -> list[list[str]]:
+    """Where the runs' time went (``TIME_HEADERS``): per model, then in all, each part in seconds."""
+    return [
+        [
+            row.model,
+            f"{row.seconds:.1f} s",
+            *(_part_cell(row, part) for part in PARTS),
+        ]
+        for row in s.time
+    ]
 
 
 @dataclass(frozen=True)

@@ -464,8 +464,9 @@ def overhead(report: Report) -> dict[str, Any] | None:
             {
                 "title": cells.device_title(report.where(s.label, s.backend), s.device),
                 "figure": figures.overhead_figure(s, report.where(s.label, s.backend)),
-                "table": table(cells.OVERHEAD_HEADERS, cells.overhead_rows(s), numeric=(1, 2, 3)),
+                "table": table(*cells.overhead_table(s), numeric=(1, 2, 3)),
                 "timing": s.timing,
+                "memory": cells.memory_note(s),
             }
             for s in report.sweeps
         ],
@@ -784,6 +785,9 @@ def noise_floor(report: Report) -> dict[str, Any] | None:
     }
 
 
+TIME_NUMBERS = tuple(range(1, len(cells.TIME_HEADERS)))
+
+
 def conditions(report: Report) -> dict[str, Any]:
     return {
         "clocks": [
@@ -846,6 +850,16 @@ def conditions(report: Report) -> dict[str, Any]:
             }
             for s in report.sweeps
             if s.loads
+        ],
+        "time": [
+            {
+                "label": report.where(s.label, s.backend),
+                "table": table(
+                    cells.TIME_HEADERS, cells.time_rows(s), numeric=tuple(range(1, len(cells.TIME_HEADERS)))
+                ),
+            }
+            for s in report.sweeps
+            if s.time
         ],
         "warnings": report.warnings,
         "no_warnings": cells.NO_WARNINGS,
@@ -913,6 +927,8 @@ def render(report: Report, plotlyjs: PlotlyJs = "embed") -> str:
             tradeoff=tradeoff(report),
             kind_sections=[kind_section(s) for s in report.sections],
             conditions=conditions(report),
+            time_title=cells.TIME_TITLE,
+            time_lead=cells.TIME_LEAD,
             noise_floor=noise_floor(report),
         )
     )

@@ -266,8 +266,10 @@ def render(report: Report) -> str:
     out += backends_side_by_side(report)
     for s in report.sweeps:
         out += [f"### {md(cells.device_title(report.where(s.label, s.backend), s.device))}", ""]
-        out += [table(cells.OVERHEAD_HEADERS, cells.overhead_rows(s)), ""]
+        out += [table(*cells.overhead_table(s)), ""]
         out += [md(s.timing), ""]
+        if (memory := cells.memory_note(s)) is not None:
+            out += [md(memory), ""]
     matched = cells.matched_references(report)
     if matched:
         out += [
@@ -316,6 +318,10 @@ def render(report: Report) -> str:
         out += [f"## {md(section.title)}", "", md(section.lead), "", table(section.headers, section.rows), ""]
     if "answer" not in report.absent:
         out += noise_floor(report)
+    for s in report.sweeps:
+        if s.time:
+            out += [f"### {md(report.where(s.label, s.backend))}: {cells.TIME_TITLE}", ""]
+            out += [md(cells.TIME_LEAD), "", table(cells.TIME_HEADERS, cells.time_rows(s)), ""]
     out += ["## Warnings", ""]
     out += [f"- {md(w)}" for w in report.warnings] or [md(cells.NO_WARNINGS)]
     out += ["", f"## {SECTIONS['provenance']}", ""]

@@ -40,6 +40,7 @@ from detprof import backends, study_kinds
 from detprof.analysis.conditions import LoadRow, load_rows, shared_device_warnings
 from detprof.analysis.layers import ModelAttribution, attribute_model
 from detprof.analysis.overhead import ModelOverhead, PrecisionReached, model_overheads, noise_floors
+from detprof.analysis.run_costs import TimeRow, memory_line, memory_peaks, time_rows
 from detprof.analysis.study_results import summarize_model
 from detprof.analysis.verification import ModelVerification
 from detprof.determinism import MODES
@@ -163,6 +164,9 @@ class ModelCost:
     """Its layers and ops by added time per step (``analysis.layers``); None where the traces name none."""
     no_kernels: str | None = None
     """Why there are no kernel tables for this model, when there are none."""
+    peak_memory: str | None = None
+    """The framework allocator's peak on the device, deterministic against default, or why it is not known
+    (``analysis.run_costs.memory_line``); None where no run recorded it."""
 
     @property
     def headline_metric(self) -> Metric:
@@ -182,6 +186,8 @@ class SweepStudy(MeasuredStudy):
     clocks: list[ClockRow]
     warnings: list[str]
     loads: list[LoadRow] = field(default_factory=list)
+    time: list[TimeRow] = field(default_factory=list)
+    """Where the runs' time went, per model and in all (``analysis.run_costs``); empty where no run accounted it."""
     """What else used the machine during each mode's runs (``analysis.conditions``)."""
 
 
@@ -456,6 +462,9 @@ def load_sweep(store: ResultsStore, study: StudyRead) -> SweepStudy:
     asked = [m for m in config.get("models") or [] if m in overheads]
     order = asked + [m for m in overheads if m not in asked]
     models = [model_cost(store, overheads[m], by_model[m]) for m in order]
+    peaks = memory_peaks(records)
+    for m in models:
+        m.peak_memory = memory_line(peaks.get(m.model, {}))
     clocks = clock_rows(records)
     warnings = [*where.warnings, *throttle_warnings(label, clocks)]
     warnings += [f"{label}: {w}" for w in shared_device_warnings(records)]
@@ -468,6 +477,7 @@ def load_sweep(store: ResultsStore, study: StudyRead) -> SweepStudy:
         clocks=clocks,
         warnings=warnings,
         loads=load_rows(records),
+        time=time_rows(records),
     )
 
 
