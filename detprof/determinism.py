@@ -85,7 +85,7 @@ def apply(settings: DeterminismSettings) -> dict[str, Any]:
 
 def apply_shared(arms: Sequence[DeterminismSettings]) -> None:
     """Set up a worker that runs ``arms`` in turn, a step of each (``Backend.arm_steps``): the backend, and the
-    knobs only a fresh process takes that every arm sets (``Backend.process_knobs``); each arm's step sets the rest.
+    knobs only a fresh process takes that any arm sets (``Backend.process_knobs``); each arm's step sets the rest.
 
     Runs in worker processes only, before any framework is imported.
     """

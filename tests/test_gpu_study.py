@@ -17,13 +17,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import synthetic_sweep as synth
 
 from detprof import bundle, cli
 from detprof.analysis.overhead import model_overheads
 from detprof.errors import ExitCode, InputError
-from detprof.gpu_study.plan import SCALES, Costs, StudyPlan, build_plan
-from detprof.gpu_study.state import StudyState
-from detprof.gpu_study.study import Prepared, failed_in_one_process, gpu_checks
+from detprof.gpu_study.costs import Costs
+from detprof.gpu_study.plan import SCALES, Known, StudyPlan, build_plan
+from detprof.gpu_study.state import PartOutcome, StudyState
+from detprof.gpu_study.study import Prepared, failed_in_one_process, gpu_checks, learned_costs, measured_costs
 from detprof.reports.command import render_report
 from detprof.store import ResultsStore
 
@@ -39,15 +41,7 @@ H100_STUDY = Path(__file__).resolve().parents[1] / "reference" / "h100-2026-11-2
 
 
 def plan_of(state: StudyState) -> StudyPlan:
-    return build_plan(
-        SCALES[state.scale],
-        state.backends,
-        600.0,
-        Costs(),
-        on_gpu=False,
-        knob_models=state.knob_models,
-        apart_models=state.apart_models,
-    )
+    return build_plan(SCALES[state.scale], state.backends, 600.0, Costs(), on_gpu=False, known=state.known())
 
 
 def detprof(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -55,54 +49,103 @@ def detprof(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=1200, check=False)
 
 
-def test_the_dry_run_for_an_h100_lists_every_part_its_expected_time_and_what_later_windows_take(
+def test_the_dry_run_for_an_h100_puts_what_only_a_gpu_answers_in_its_first_window(
     capsys: Capture, tmp_path: Path
 ) -> None:
-    code = cli.main(["gpu-study", "--dry-run", "--gpu", "h100", "--backends", "torch,jax", "--out", str(tmp_path)])
-    out = capsys.readouterr().out
-    assert code == ExitCode.OK, out
-    lines = {line.split()[0]: line for line in out.splitlines() if line.startswith("  ")}
-    assert list(lines) == [
-        "torch-overhead-first",
-        "jax-overhead-first",
-        "torch-overhead-rest",
-        "jax-overhead-rest",
-        "torch-knobs",
-        "jax-knobs",
-        "torch-stability-smallcnn",
-        "torch-stability-gpt_tiny",
-        "jax-stability-smallcnn",
-        "jax-stability-gpt_tiny",
-        "torch-verify",
-        "jax-verify",
+    printed = dry_run_text(capsys, tmp_path, "jax,torch")
+    lines = {line.split()[0]: line for line in printed.splitlines() if line.startswith("  ")}
+    first_window = [
+        "jax-pairing-in-process",
+        "jax-pairing-processes",
+        "torch-pairing-in-process",
+        "torch-pairing-processes",
+        "jax-stability-smallcnn-first",
+        "torch-stability-smallcnn-first",
+        "jax-verify-first",
+        "torch-verify-first",
+        "jax-knobs-first",
+        "torch-knobs-first",
     ]
-    # The most valuable answer first, on both frameworks, in the first window: the medium CNN at 1..7 and a GPT.
-    for backend in ("torch", "jax"):
-        first = lines[f"{backend}-overhead-first"]
-        assert "this window" in first
-        assert "--models mediumcnn_k1,mediumcnn_k3,mediumcnn_k5,mediumcnn_k7,gpt_small" in first
-        assert "measured on NVIDIA H100 80GB HBM3, 2026-11-28" in first
-        rest = lines[f"{backend}-overhead-rest"]
-        assert "a later window" in rest
-        assert "moe_small,vit_small,vgg19,resnet50,densenet121,mobilenet,efficientnetb0" in rest
-    # Expected seconds from what the H100 measured last: JAX's medium CNNs took 11-19 s a repeat, PyTorch's 28-29 s
-    # and its gpt_small 32 s; JAX's gpt_small, which failed there, estimated at 30 s.
+    names = list(lines)
+    assert names[: len(first_window)] == first_window  # the value first: nothing else comes before them
+    later = names[len(first_window) :]
+    assert later[:4] == ["jax-overhead-first", "torch-overhead-first", "jax-overhead-rest-1", "jax-overhead-rest-2"]
+    assert {"jax-knobs", "torch-knobs", "jax-stability-gpt_tiny", "torch-verify-1"} <= set(later)
+    # The pairing check: the same sweep with both modes in one process and with a process per mode.
+    for route in ("in-process", "processes"):
+        assert "--models mediumcnn_k5,gpt_small " in lines[f"jax-pairing-{route}"]
+        assert f"--pairing {route} " in lines[f"jax-pairing-{route}"]
+        assert "--models mediumcnn_k3 " in lines[f"torch-pairing-{route}"]
+    assert "window 1 " in lines["jax-pairing-in-process"] and "window 1 " in lines["torch-pairing-processes"]
+    # The overhead parts measure what the check did not, as the check finds valid (one process until it answers).
+    assert "--models mediumcnn_k1,mediumcnn_k3,mediumcnn_k7 " in lines["jax-overhead-first"]
+    assert "--models mediumcnn_k1,mediumcnn_k5,mediumcnn_k7,gpt_small " in lines["torch-overhead-first"]
+    assert "--pairing in-process " in lines["torch-overhead-first"]
+    assert "torch: in one process, until its pairing check answers" in printed
+    # The first window's knob studies: few steps, the switches of the mode that can matter on a GPU.
+    assert "--steps 3 --warmup 2 " in lines["torch-knobs-first"] and "--steps 10" not in lines["torch-knobs-first"]
+    assert "--knobs torch.use_deterministic_algorithms,torch.cudnn_deterministic " in lines["torch-knobs-first"]
+    # Expected seconds from what the H100 measured, as it was paired there; scaled, and saying so, where not.
     expected = {name: float(line.split()[1]) for name, line in lines.items()}
-    assert expected["jax-overhead-first"] < expected["torch-overhead-first"]
-    assert "for 4 of 5" in lines["jax-overhead-first"] and "for 4 of 5" not in lines["torch-overhead-first"]
-    assert (expected["jax-overhead-first"] - 4) / 2 == pytest.approx(19.1 + 11.2 + 13.0 + 14.4 + 30.0, abs=0.6)
-    assert (expected["torch-overhead-first"] - 4) / 2 == pytest.approx(29.0 + 29.2 + 27.5 + 27.7 + 31.5, abs=0.6)
-    assert "a window of 600 s" in out
-    assert "10 left for later windows" in out
+    assert "(measured on NVIDIA H100 80GB HBM3, 2026-11-28)" in lines["torch-pairing-processes"]
+    assert expected["torch-pairing-processes"] == pytest.approx(4 + 2 * 29.2, abs=0.6)
+    assert "scaled to one process" in lines["torch-pairing-in-process"]
+    assert expected["torch-pairing-in-process"] == pytest.approx(4 + 2 * 29.2 / 1.5, abs=0.6)
+    assert "for 1 of 2, else estimated" in lines["jax-pairing-in-process"]  # gpt_small failed there: no figure
+    assert expected["jax-pairing-in-process"] == pytest.approx(4 + 2 * (13.0 + 30.0), abs=0.6)
+    windows = [line for line in printed.splitlines() if line.startswith("window ")]
+    assert windows[0].startswith("window 1: 6 parts, ")
+    assert all("% of it in measured steps" in line for line in windows)
+    assert f"{len(windows)} windows" in printed.splitlines()[-1]
+
+
+def test_a_part_longer_than_any_window_is_split_so_that_each_window_ends_with_finished_parts() -> None:
+    plan = build_plan(SCALES["gpu"], ["jax"], 600.0, measured_costs("h100"), on_gpu=True)
+    verify = [part for part in plan.parts if part.kind == "verify" and not part.first_window]
+    assert [part.name for part in verify] == ["jax-verify-1", "jax-verify-2"]
+    assert all(part.estimate_s <= plan.window_s for part in verify)
+    asked = tuple(m for m in SCALES["gpu"].models if m not in SCALES["gpu"].verify_first)
+    assert tuple(m for part in verify for m in part.models) == asked
+    whole = build_plan(SCALES["gpu"], ["jax"], 3600.0, measured_costs("h100"), on_gpu=True)
+    assert [part.name for part in whole.parts if part.kind == "verify"] == ["jax-verify-first", "jax-verify"]
 
 
 def test_a_plan_of_one_window_bounds_the_repeats_its_overhead_parts_add_for_precision() -> None:
-    plan = build_plan(SCALES["gpu"], ["jax"], 1800.0, Costs(), on_gpu=True, knob_models={}, apart_models={})
-    first = plan.parts[0]
-    assert first.name == "jax-overhead-first"
+    plan = build_plan(SCALES["gpu"], ["jax"], 1800.0, Costs(), on_gpu=True)
+    first = next(part for part in plan.parts if part.name == "jax-overhead-first")
     budget = first.options[first.options.index("--budget") + 1]
     assert budget == f"{round(1800 * 0.55 / 2 - first.estimate_s)}s"
     assert plan.not_run == {}
+
+
+def test_the_plan_learns_each_cost_from_what_its_own_windows_measured(tmp_path: Path) -> None:
+    state = StudyState("gpu", ["jax"])
+    records = synth.records({"mediumcnn_k5": [2.17, 2.18]}, tracer="jax", backend="jax")
+    for record in records:
+        record.update(duration_s=6.0, pairing="in_process", started_at=f"t{record['repeat']}")
+    synth.write_sweep(tmp_path / "jax-pairing-in-process", synth.config(["mediumcnn_k5"], 2), records)
+    state.parts["jax-pairing-in-process"] = PartOutcome("done", 20.0, 90.0, 0, 1)
+    costs = learned_costs(measured_costs("h100"), SCALES["gpu"].family_repeat_s, tmp_path, state)
+    learned = costs.repeat("jax", "mediumcnn_k5", "in_process")
+    assert (learned.seconds, learned.source) == (6.0, "measured in this study")
+    assert costs.repeat("jax", "mediumcnn_k5", "processes").seconds == pytest.approx(9.0)
+    shipped = costs.repeat("jax", "mediumcnn_k3", "in_process")
+    assert (shipped.seconds, shipped.source) == (11.2, "measured on NVIDIA H100 80GB HBM3, 2026-11-28")
+
+
+def test_later_parts_pair_the_modes_as_the_pairing_check_found() -> None:
+    agreed = build_plan(
+        SCALES["gpu"], ["torch"], 600.0, Costs(), on_gpu=True, known=Known(routes={"torch": "in_process"})
+    )
+    apart = build_plan(
+        SCALES["gpu"], ["torch"], 600.0, Costs(), on_gpu=True, known=Known(routes={"torch": "processes"})
+    )
+    for plan, route in ((agreed, "in-process"), (apart, "processes")):
+        later = [p for p in plan.parts if p.kind in ("overhead", "knobs") and not p.first_window]
+        assert later and all(f"--pairing {route}" in " ".join(p.argv("f")) for p in later)
+    one = next(p for p in agreed.parts if p.name == "torch-overhead-first")
+    each = next(p for p in apart.parts if p.name == "torch-overhead-first")
+    assert each.estimate_s - 4 == pytest.approx(1.5 * (one.estimate_s - 4))
 
 
 def test_models_whose_pairs_failed_in_one_process_are_rerun_a_process_per_mode_after_the_overhead_parts() -> None:
@@ -119,37 +162,43 @@ def test_models_whose_pairs_failed_in_one_process_are_rerun_a_process_per_mode_a
         note = model_overheads(records)["gpt_small"].failure_note()
         assert note is not None and note.endswith("(fix: --pairing processes runs each mode in a process of its own)")
     apart = {"torch": [], "jax": ["gpt_small", "moe_small"]}
-    plan = build_plan(SCALES["gpu"], ["torch", "jax"], 600.0, Costs(), on_gpu=True, knob_models={}, apart_models=apart)
-    names = [part.name for part in plan.parts]
-    assert names[:5] == [
+    plan = build_plan(SCALES["gpu"], ["torch", "jax"], 3600.0, Costs(), on_gpu=True, known=Known(apart_models=apart))
+    names = [part.name for part in plan.parts if part.kind == "overhead"]
+    assert names == [
         "torch-overhead-first",
         "jax-overhead-first",
         "torch-overhead-rest",
         "jax-overhead-rest",
         "jax-overhead-apart",
     ]
-    rerun = plan.parts[4]
+    rerun = next(part for part in plan.parts if part.name == "jax-overhead-apart")
     assert rerun.models == ("gpt_small", "moe_small")
     assert " --pairing processes " in f" {' '.join(rerun.argv('folder'))} "
 
 
-def dry_run(capsys: Capture, out: Path) -> dict[str, str]:
-    code = cli.main(["gpu-study", "--dry-run", "--gpu", "h100", "--backends", "jax,torch", "--out", str(out)])
+def dry_run_text(capsys: Capture, out: Path, names: str = "jax,torch") -> str:
+    code = cli.main(["gpu-study", "--dry-run", "--gpu", "h100", "--backends", names, "--out", str(out)])
     printed = capsys.readouterr().out
     assert code == ExitCode.OK, printed
+    return printed
+
+
+def dry_run(capsys: Capture, out: Path) -> dict[str, str]:
+    printed = dry_run_text(capsys, out)
     return {line.split()[0]: line for line in printed.splitlines() if line.startswith("  ")}
 
 
-def test_the_h100_study_continues_with_what_its_stopped_part_has_left(capsys: Capture, tmp_path: Path) -> None:
-    fresh = dry_run(capsys, tmp_path / "fresh")
+def test_the_h100_study_continues_with_the_first_windows_answers_before_the_rest(
+    capsys: Capture, tmp_path: Path
+) -> None:
     with zipfile.ZipFile(H100_STUDY) as archive:
         (tmp_path / "gpu-study.json").write_bytes(archive.read("gpu-study.json"))
     continued = dry_run(capsys, tmp_path)
     assert "done" in continued["jax-overhead-first"] and "done" in continued["torch-overhead-first"]
-    # jax-overhead-rest ran 266 s before its window ended: its completed runs are kept, so that much comes off.
-    left_s, whole_s = (float(lines["jax-overhead-rest"].split()[1]) for lines in (continued, fresh))
-    assert left_s == pytest.approx(whole_s - 265.7, abs=1)
-    assert "this window" in continued["jax-overhead-rest"]
+    # What it has not measured yet comes next, the pairing check first; the parts it finished are not run again.
+    assert list(continued)[:2] == ["jax-pairing-in-process", "jax-pairing-processes"]
+    assert "window 1 " in continued["jax-pairing-in-process"]
+    assert "jax-overhead-rest-1" in continued and "done" not in continued["jax-overhead-rest-1"]
 
 
 def test_without_a_gpu_the_study_says_what_to_run_instead_in_one_line(capsys: Capture, tmp_path: Path) -> None:

@@ -8,11 +8,13 @@ went (``device_time``).
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from detprof.device_time import process_seconds, steps_fraction
+from detprof.analysis.pairing_check import Route
+from detprof.device_time import PARTS, process_seconds, steps_fraction
 
 ALL_MODELS = "all models"
 
@@ -80,3 +82,45 @@ def memory_line(peaks: Mapping[str, MemoryPeak]) -> str | None:
     change = f" ({(det.bytes - default.bytes) / default.bytes:+.0%})" if default.bytes else ""
     shared = " (each the whole process, both modes)" if "process" in (det.covers, default.covers) else ""
     return f"{det.bytes / 2**30:.2f} / {default.bytes / 2**30:.2f} GiB{change}{shared}"
+
+
+@dataclass(frozen=True)
+class RepeatCost:
+    """What one repeat of a model cost, both modes: the median over its repeats of the seconds its process(es)
+    took, of its measured steps' seconds, and of each part (``time_parts``, where its records kept them)."""
+
+    seconds: float
+    steps_s: float
+    parts: dict[str, float] | None
+    pairing: Route
+    """``in_process``: both modes in one process, else ``processes``: a process per mode."""
+
+
+def repeat_costs(records: Iterable[Mapping[str, Any]]) -> dict[str, RepeatCost]:
+    """Per model, what a repeat of its successful pairs cost: its runs' durations counted once where one process ran
+    both modes (the same start), added where each mode had a process of its own."""
+    pairs: dict[tuple[str, int], list[Mapping[str, Any]]] = {}
+    for record in records:
+        if record.get("status") == "ok" and record.get("duration_s"):
+            pairs.setdefault((str(record.get("model")), int(record["repeat"])), []).append(record)
+    by_model: dict[str, list[list[Mapping[str, Any]]]] = {}
+    for (model, _), runs in pairs.items():
+        by_model.setdefault(model, []).append(runs)
+    return {model: _repeat_cost(repeats) for model, repeats in by_model.items()}
+
+
+def _repeat_cost(repeats: Sequence[Sequence[Mapping[str, Any]]]) -> RepeatCost:
+    seconds = [sum({r.get("started_at"): float(r["duration_s"]) for r in runs}.values()) for runs in repeats]
+    steps = [sum(_timed_s(r) for r in runs) for runs in repeats]
+    parts = [process_seconds(runs) for runs in repeats if all(r.get("time_parts") for r in runs)]
+    in_process = any(r.get("pairing") == "in_process" for runs in repeats for r in runs)
+    return RepeatCost(
+        round(statistics.median(seconds), 1),
+        round(statistics.median(steps), 3),
+        {part: round(statistics.median(p.get(part, 0.0) for p in parts), 3) for part in PARTS} if parts else None,
+        "in_process" if in_process else "processes",
+    )
+
+
+def _timed_s(record: Mapping[str, Any]) -> float:
+    return sum(sum(record.get(key) or []) for key in ("step_wall_ns", "traced_step_wall_ns")) / 1e9

@@ -97,9 +97,9 @@ class Knob:
     needs: str | None = None
     """The knob without which this one has no effect: it is priced only where that one is on."""
     per_process: str | None = None
-    """Why the framework takes it only when a process starts: arms that differ in it cannot share a process, and
-    one that runs arms which all set it sets it when it starts (``Backend.process_knobs``); None: switchable
-    between steps."""
+    """Why the framework takes it only when a process starts: arms that differ in it share a process only where one
+    was asked for by name, and a process that runs arms of which one sets it sets it when it starts
+    (``Backend.process_knobs``); None: switchable between steps."""
 
     attention_only: bool = False
     """It switches how attention runs: a study of models that run none lists it as not applicable."""
@@ -224,15 +224,22 @@ class Backend:
         """Each knob as the framework reports it in effect, once it is imported."""
         raise NotImplementedError
 
-    def shared_process_refusal(self, arms: Sequence[frozenset[str]], *, compile: bool, on_gpu: bool) -> str | None:
+    def shared_process_refusal(
+        self, arms: Sequence[frozenset[str]], *, compile: bool, on_gpu: bool, asked: bool = False
+    ) -> str | None:
         """Why ``arms`` (each a knob set) cannot run in one process (``arm_steps``); None where they can. ``compile``:
-        the step runs under the backend's compiler option (``--compile``); ``on_gpu``: on a GPU."""
-        return next((k.per_process for k in self.knobs if k.per_process and len({k.name in a for a in arms}) > 1), None)
+        the step runs under the backend's compiler option (``--compile``); ``on_gpu``: on a GPU. ``asked``: one
+        process was asked for by name (``--pairing in-process``), so a knob taken only when a process starts, which
+        the arms set differently, is set for the whole process (``process_knobs``), every arm's record saying so,
+        where it would otherwise refuse: the pairing check measures what that costs the answer."""
+        differ = (k.per_process for k in self.knobs if k.per_process and len({k.name in a for a in arms}) > 1)
+        return None if asked else next(differ, None)
 
     def process_knobs(self, arms: Sequence[frozenset[str]]) -> frozenset[str]:
         """What ``switch`` sets for a process that runs ``arms`` in turn: the knobs a process takes only when it
-        starts (``Knob.per_process``), where every arm sets them; the rest each arm's step sets (``arm_steps``)."""
-        return frozenset(k.name for k in self.knobs if k.per_process and all(k.name in arm for arm in arms))
+        starts (``Knob.per_process``) that any arm sets (only where one process was asked for by name can the arms
+        differ in one: ``shared_process_refusal``); the rest each arm's step sets (``arm_steps``)."""
+        return frozenset(k.name for k in self.knobs if k.per_process and any(k.name in arm for arm in arms))
 
     def arm_switch(self, knobs: frozenset[str]) -> Step:
         """What puts this process under an arm's ``knobs`` where the framework reads them between steps: called

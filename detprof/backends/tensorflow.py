@@ -78,13 +78,15 @@ class TensorFlow(Backend):
         if OP_DETERMINISM in knobs:
             tf.config.experimental.enable_op_determinism()
 
-    def shared_process_refusal(self, arms: Sequence[frozenset[str]], *, compile: bool, on_gpu: bool) -> str | None:
+    def shared_process_refusal(
+        self, arms: Sequence[frozenset[str]], *, compile: bool, on_gpu: bool, asked: bool = False
+    ) -> str | None:
         """On a GPU, cuDNN's autotuning keeps the algorithm it picked for a convolution's shape for the whole process,
         whichever arm picked it, so one arm could run the other's algorithms (not shown otherwise: no GPU here has
         TensorFlow); and its switch (``TF_CUDNN_USE_AUTOTUNE``) is set for the whole process (``Knob.per_process``)."""
         if on_gpu:
             return "TensorFlow keeps cuDNN's autotuned algorithms for the whole process, whichever mode chose them"
-        return super().shared_process_refusal(arms, compile=compile, on_gpu=on_gpu)
+        return super().shared_process_refusal(arms, compile=compile, on_gpu=on_gpu, asked=asked)
 
     def arm_switch(self, knobs: frozenset[str]) -> Step:
         """Op determinism, on or off; TensorFlow reads it when it traces a function and when a kernel runs."""

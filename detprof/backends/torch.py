@@ -152,12 +152,14 @@ class Torch(Backend):
         for back_end in SDPA_BACK_ENDS:
             getattr(torch.backends.cuda, f"enable_{back_end}_sdp")(not only or back_end in only)
 
-    def shared_process_refusal(self, arms: Sequence[frozenset[str]], *, compile: bool, on_gpu: bool) -> str | None:
+    def shared_process_refusal(
+        self, arms: Sequence[frozenset[str]], *, compile: bool, on_gpu: bool, asked: bool = False
+    ) -> str | None:
         """What torch.compile compiled under one setting is not shown to follow a switch between steps; cuBLAS reads
         its workspace setting once, when CUDA starts (``Knob.per_process``)."""
         if compile:
             return "torch.compile keeps what it compiled under one setting of the switches"
-        return super().shared_process_refusal(arms, compile=compile, on_gpu=on_gpu)
+        return super().shared_process_refusal(arms, compile=compile, on_gpu=on_gpu, asked=asked)
 
     def named_tensors(self, value: Any) -> list[tuple[str, Any]] | None:
         """A ``torch.nn.Module``'s parameters and buffers."""

@@ -1,32 +1,40 @@
 """The GPU study's plan: its parts in the order of their value, each a ``detprof`` command line and its expected time.
 
-The order is the issue a GPU lease answers first: the paper's medium CNN from 1x1 to 7x7 and a
-GPT on every backend (the answer a single window must bring back), then the rest of the zoo, the
-knob study of the model that paid most, what determinism buys (implementation noise alone against
-control), and ``verify`` of every swept model. The overhead parts share part of the window's budget
-(``OVERHEAD_SHARE``) for the repeats they add for precision; the window's end bounds everything.
+A GPU lease is short and rare, so the first window answers what no other machine can, each question at
+the smallest size that answers it: whether pairing the two modes in one process measures what a
+process started in each mode gets (the pairing check, on each backend), what determinism buys
+(implementation noise against control), whether it holds (``verify`` of a CNN and a transformer), and
+which switch pays (a knob study of few steps). Then the overhead of the paper's medium CNN and a
+GPT, the rest of the zoo, the models whose pairs failed in one process (a process per mode), the full
+knob studies, stability and ``verify`` of the rest. Overhead parts pair the modes as the pairing
+check found valid on their backend: in one process where the two routes agree, else a process per
+mode. A part longer than a window is split so that every window ends with finished parts.
 
-Expected times come from per-model costs: the seconds one repeat of a model took (both modes) as
-measured on this GPU by the last run kept in the repository (``gpu_reference``), else an estimate
-per model family, so that a dry run can say what fits before the GPU is spent.
+Expected times come from ``costs``: what this study's own windows measured, else what the last GPU run
+kept in the repository measured, else an estimate per model family, each saying which.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from detprof import backends
-from detprof.models import registry
+from detprof.gpu_study.costs import Costs, Estimate, Route, summed
 
-PartKind = Literal["overhead", "knobs", "stability", "verify"]
-KINDS: tuple[PartKind, ...] = ("overhead", "knobs", "stability", "verify")
+PartKind = Literal["pairing", "overhead", "knobs", "stability", "verify"]
+KINDS: tuple[PartKind, ...] = ("pairing", "overhead", "knobs", "stability", "verify")
 OVERHEAD_SHARE = 0.55
 """The share of a window's budget the overhead parts take, split evenly: what is left of a part's share after its
 first repeats bounds the repeats it adds for precision (``sweep --budget``)."""
 DEFAULT_BUDGET_S = 600.0
 """10 minutes: a 15-minute window keeps room for the machine's start and the transfers."""
+FINISH_S = 30.0
+"""Kept at a window's end for what every window writes after its parts: the report and the bundle."""
+GRACE_S = 20.0
+"""What a stopped part may take to stop its workers and write its records: kept out of the window's budget."""
 COMMAND_START_S = 4.0
 """What a ``detprof`` command costs before its first run: Python, detprof, the plan."""
 VERIFY_RUNS = 4
@@ -37,54 +45,84 @@ in one process: on an H100, XLA failed to run gpt_small's and moe_small's step c
 a compile option in a process started without them (reference/h100-2026-11-28); a process of its own is started
 with the flag in ``XLA_FLAGS``, as a user's program is, and says whether the failure is the pairing's or the
 mode's."""
-APART_REPEAT_FACTOR = 1.5
-"""A process per mode starts, builds and compiles the model once per mode instead of once per repeat."""
 STABILITY_VARIANTS = ("impl", "control")
 """Implementation noise alone (same seed, default mode) against control (deterministic): what determinism buys."""
+ROUTES: dict[Route, str] = {"in_process": "in-process", "processes": "processes"}
+"""Each way of pairing the modes as ``--pairing`` names it."""
 
 
 @dataclass(frozen=True)
 class Scale:
-    """What the study runs at one scale: the models of each overhead part, and every command's sizes."""
+    """What the study runs at one scale: the models of each part, and every command's sizes."""
 
     name: str
     first: tuple[str, ...]
-    """The overhead models whose answer the first window must bring back, on every backend."""
+    """The overhead models the study answers for first, on every backend."""
     rest: tuple[str, ...]
     sweep: tuple[str, ...]
-    """The sweep's options (both the overhead parts and the knob study)."""
+    """The sweep's options (the pairing check, the overhead parts and the knob studies)."""
     repeats: int
     precision: str
+    pairing: Mapping[str, tuple[str, ...]]
+    """Per backend, the models of the pairing check: measured both ways, their overheads the study's too."""
+    pairing_repeats: int
+    stability_first: tuple[tuple[str, tuple[str, ...]], ...]
+    """The first window's stability parts: each model with its options, at the smallest size that answers."""
     stability: tuple[tuple[str, tuple[str, ...]], ...]
-    """Each model whose stability is studied, with its options."""
+    """The later windows' stability parts, at the size the study answers with."""
     verify: tuple[str, ...]
+    """``verify``'s options."""
+    verify_first: tuple[str, ...]
+    """The models verified in the first window (a CNN and a transformer); the rest are verified later."""
     knobs: Mapping[str, str]
-    """Per backend, the knobs its knob study prices (``--knobs``); ``all`` for a backend not listed."""
+    """Per backend, the knobs its knob studies price (``--knobs``); ``all`` for a backend not listed."""
+    knobs_first: tuple[str, ...]
+    """The options that make the first window's knob study small (few steps), over the sweep's."""
+    knobs_first_named: Mapping[str, str]
+    """Per backend, the knobs the first window's knob study prices, where not ``knobs``'s: the switches of its mode
+    that can matter on a GPU, and none that a process takes only when it starts (which would take a process per
+    arm for every comparison)."""
+    full_knobs: bool
+    """Whether later windows run the knob study of the model that paid most, at the sweep's size."""
     family_repeat_s: Mapping[str, float]
     """Estimated seconds of one repeat (both modes, one process) of a model of each family, where none was
     measured; ``*`` for a family not listed."""
     stability_run_s: Mapping[str, float]
-    verify_run_s: float
+    """Estimated seconds of one stability run of each model, where the study measured none."""
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        return (*self.first, *self.rest)
 
 
+GPU_SWEEP = ("--preset", "paper", "--steps", "10", "--warmup", "3", "--batch-size", "64")
 SCALES: dict[str, Scale] = {
     "gpu": Scale(
         name="gpu",
         first=("mediumcnn_k1", "mediumcnn_k3", "mediumcnn_k5", "mediumcnn_k7", "gpt_small"),
         rest=("moe_small", "vit_small", "vgg19", "resnet50", "densenet121", "mobilenet", "efficientnetb0"),
-        sweep=("--preset", "paper", "--steps", "10", "--warmup", "3", "--batch-size", "64"),
+        sweep=GPU_SWEEP,
         repeats=2,
         precision="2%",
+        pairing={backends.JAX: ("mediumcnn_k5", "gpt_small"), backends.TORCH: ("mediumcnn_k3",)},
+        pairing_repeats=2,
+        stability_first=(("smallcnn", ("--dataset", "digits", "--runs", "2", "--epochs", "15")),),
         stability=(
             ("smallcnn", ("--dataset", "digits", "--runs", "3", "--epochs", "30")),
             ("gpt_tiny", ("--dataset", "markov", "--runs", "3", "--epochs", "20")),
         ),
         verify=("--steps", "5", "--batch-size", "16"),
+        verify_first=("mediumcnn_k3", "gpt_small"),
         knobs={},
+        knobs_first=("--steps", "3", "--warmup", "2"),
+        knobs_first_named={
+            backends.JAX: "jax.xla_gpu_deterministic_ops,jax.xla_gpu_autotune_level",
+            backends.TORCH: "torch.use_deterministic_algorithms,torch.cudnn_deterministic",
+        },
+        full_knobs=True,
         # An H100 (reference/h100-2026-11-27): the medium CNNs 12-35 s a repeat, the Keras applications 26-48 s.
         family_repeat_s={"medium-cnn": 25.0, "keras-applications": 45.0, "gpt": 30.0, "moe": 40.0, "*": 30.0},
         stability_run_s={"smallcnn": 20.0, "gpt_tiny": 25.0},
-        verify_run_s=15.0,
     ),
     "tiny": Scale(
         name="tiny",
@@ -93,40 +131,23 @@ SCALES: dict[str, Scale] = {
         sweep=("--preset", "cpu-small", "--steps", "3", "--warmup", "1", "--batch-size", "8"),
         repeats=1,
         precision="off",
-        stability=(("smallcnn", ("--dataset", "digits", "--runs", "2", "--epochs", "1")),),
+        pairing={backends.TORCH: ("gpt_tiny",)},
+        pairing_repeats=2,
+        stability_first=(("smallcnn", ("--dataset", "digits", "--runs", "2", "--epochs", "1")),),
+        stability=(),
         verify=("--steps", "2", "--batch-size", "8"),
+        verify_first=("gpt_tiny",),
         knobs={backends.TORCH: "torch.use_deterministic_algorithms"},
+        knobs_first=(),
+        knobs_first_named={},
+        full_knobs=False,
         family_repeat_s={"*": 4.0},
         stability_run_s={"smallcnn": 6.0},
-        verify_run_s=3.0,
     ),
 }
 """``gpu``: the paper's sizes (its batch of 64, each model's own input) and the transformers' small sizes;
-``tiny``: the same pipeline with the tiny GPT (stability of the small CNN) and one knob in one window, which a
-CPU runs in minutes (the tests run it)."""
-
-
-@dataclass(frozen=True)
-class Costs:
-    """Seconds of one repeat (both modes) of a model per backend, measured on a GPU where known."""
-
-    measured: Mapping[tuple[str, str], float] = field(default_factory=dict)
-    """(backend, model): seconds one repeat took."""
-    measured_on: str | None = None
-    """The GPU and date they were measured on."""
-
-    def repeat_s(self, scale: Scale, backend: str, model: str) -> float:
-        if (backend, model) in self.measured:
-            return self.measured[backend, model]
-        family = registry.get(model).family
-        return scale.family_repeat_s.get(family, scale.family_repeat_s["*"])
-
-    def source(self, backend: str, models: Sequence[str]) -> str:
-        known = [m for m in models if (backend, m) in self.measured]
-        if not known:
-            return "estimated"
-        said = f"measured on {self.measured_on}" if self.measured_on else "measured"
-        return said if len(known) == len(models) else f"{said} for {len(known)} of {len(models)}, else estimated"
+``tiny``: the same pipeline with the tiny GPT (stability of the small CNN) and one knob, its first window's parts
+all there is, which a CPU runs in minutes (the tests run it)."""
 
 
 @dataclass(frozen=True)
@@ -138,10 +159,21 @@ class Part:
     kind: PartKind
     backend: str
     models: tuple[str, ...]
-    """The models it runs; a knob study's one model is chosen when it starts (``knob_model``)."""
+    """The models it runs; a knob study's one model is chosen when it starts (``knob_model``), unless fixed."""
     options: tuple[str, ...]
-    estimate_s: float
-    estimated_from: str
+    estimate: Estimate
+    first_window: bool = False
+    """One of the answers the first window brings back."""
+    knobs: str | None = None
+    """A knob study's ``--knobs``."""
+
+    @property
+    def estimate_s(self) -> float:
+        return self.estimate.seconds
+
+    @property
+    def estimated_from(self) -> str:
+        return self.estimate.source
 
     def argv(self, folder: str, model: str | None = None) -> list[str]:
         """The command line, after ``detprof``, that runs this part into ``folder``."""
@@ -150,7 +182,9 @@ class Part:
             return ["stability", "--backend", self.backend, "--model", models, *self.options, "--out", folder]
         if self.kind == "verify":
             return ["verify", "--backend", self.backend, "--models", models, *self.options, "--out", folder]
-        return ["sweep", "--backend", self.backend, "--models", models, *self.options, "--no-report", "--out", folder]
+        knobs = ["--knobs", self.knobs] if self.knobs is not None else []
+        sweep = ["sweep", "--backend", self.backend, "--models", models, *self.options, *knobs]
+        return [*sweep, "--no-report", "--out", folder]
 
 
 @dataclass(frozen=True)
@@ -161,6 +195,23 @@ class StudyPlan:
     parts: tuple[Part, ...]
     not_run: Mapping[str, str] = field(default_factory=dict)
     """Parts the plan leaves out on this device, and why (a knob study of knobs that cannot matter here)."""
+    routes: Mapping[str, Route] = field(default_factory=dict)
+    """Per backend, how its later parts pair the modes: as the pairing check found, or as it is expected to."""
+
+    @property
+    def window_s(self) -> float:
+        """What a window's parts may take: its budget less what its end keeps."""
+        return self.budget_s - FINISH_S - GRACE_S
+
+
+@dataclass(frozen=True)
+class Known:
+    """What the study knows so far that shapes its plan: the model each knob study takes, the models whose pairs
+    failed in one process, and how each backend's pairs are to be made (the pairing check's answer)."""
+
+    knob_models: Mapping[str, str] = field(default_factory=dict)
+    apart_models: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    routes: Mapping[str, Route] = field(default_factory=dict)
 
 
 def installed_backends() -> tuple[str, ...]:
@@ -169,99 +220,191 @@ def installed_backends() -> tuple[str, ...]:
 
 
 def build_plan(
-    scale: Scale,
-    names: Sequence[str],
-    budget_s: float,
-    costs: Costs,
-    *,
-    on_gpu: bool,
-    knob_models: Mapping[str, str],
-    apart_models: Mapping[str, Sequence[str]],
+    scale: Scale, names: Sequence[str], budget_s: float, costs: Costs, *, on_gpu: bool, known: Known = Known()
 ) -> StudyPlan:
-    """Every part, in the order of value: overhead first on every backend, then the rest of the zoo (and, once the
-    study knows them, the models whose pairs failed in one process, a process per mode), the knob studies,
-    stability and verify. ``knob_models``: the model each backend's knob study was given (after its overhead parts
-    ran), else the one the estimate assumes."""
-    parts: list[Part] = []
-    groups = [models for models in (scale.first, scale.rest) if models]
-    share_s = budget_s * OVERHEAD_SHARE / (len(groups) * len(names) or 1)
-    for group, models in (("first", scale.first), ("rest", scale.rest)):
-        parts += [_overhead(scale, backend, group, models, costs, share_s) for backend in names if models]
-    parts += [
-        _apart(scale, backend, tuple(apart_models[backend]), costs) for backend in names if apart_models.get(backend)
-    ]
+    """Every part, in the order of value (the module's docstring), each split where it would not fit a window."""
+    routes = {backend: known.routes.get(backend) or _expected_route(backend, on_gpu) for backend in names}
+    planner = _Planner(scale, costs, on_gpu, routes, budget_s)
+    first: list[Part] = []
+    for backend in names:
+        first += planner.pairing(backend)
+    for backend in names:
+        first += [planner.stability(backend, model, options, first=True) for model, options in scale.stability_first]
+    for backend in names:
+        first += planner.verify(backend, scale.verify_first, first=True)
     not_run: dict[str, str] = {}
     for backend in names:
-        model = knob_models.get(backend) or _costliest(scale, backend, costs)
-        knobs = _knobs(scale, backend, model, costs, on_gpu=on_gpu)
-        if isinstance(knobs, Part):
-            parts.append(knobs)
-        else:
-            not_run[f"{backend}-knobs"] = knobs
+        knobs = planner.knobs(backend, _pairing_cnn(scale, backend), first=True)
+        _add(first, not_run, knobs, f"{backend}-knobs-first")
+    later: list[Part] = []
+    for group, models in (("first", scale.first), ("rest", scale.rest)):
+        for backend in names:
+            left = tuple(m for m in models if m not in scale.pairing.get(backend, ()))
+            later += planner.overhead(backend, group, left, share_of=len(names) * 2)
     for backend in names:
-        parts += [_stability(scale, backend, model, options) for model, options in scale.stability]
-    parts += [_verify(scale, backend) for backend in names]
-    return StudyPlan(scale, tuple(names), budget_s, tuple(parts), not_run)
+        if known.apart_models.get(backend):
+            later += planner.overhead(backend, APART, tuple(known.apart_models[backend]), route="processes")
+    if scale.full_knobs:
+        for backend in names:
+            model = known.knob_models.get(backend) or planner.costliest(backend)
+            _add(later, not_run, planner.knobs(backend, model, first=False), f"{backend}-knobs")
+    for backend in names:
+        later += [planner.stability(backend, model, options, first=False) for model, options in scale.stability]
+    for backend in names:
+        later += planner.verify(backend, tuple(m for m in scale.models if m not in scale.verify_first), first=False)
+    parts = [split for part in (*first, *later) for split in planner.split(part)]
+    return StudyPlan(scale, tuple(names), budget_s, tuple(parts), not_run, routes)
 
 
-def _overhead(scale: Scale, backend: str, group: str, models: tuple[str, ...], costs: Costs, share_s: float) -> Part:
-    """A sweep of ``models``: its first repeats, then repeats added for precision within what is left of its share
-    of the budget (at least a second, so that the sweep names the models it left wider than asked)."""
-    repeat_s = sum(costs.repeat_s(scale, backend, model) for model in models)
-    estimate = COMMAND_START_S + scale.repeats * repeat_s
-    options: tuple[str, ...] = (*scale.sweep, "--repeats", str(scale.repeats), "--precision", scale.precision)
-    if scale.precision != "off":
-        options += ("--budget", f"{max(1, round(share_s - estimate))}s")
-    source = costs.source(backend, models)
-    return Part(f"{backend}-overhead-{group}", "overhead", backend, models, options, estimate, source)
+def _add(parts: list[Part], not_run: dict[str, str], part: Part | str, name: str) -> None:
+    if isinstance(part, Part):
+        parts.append(part)
+    else:
+        not_run[name] = part
 
 
-def _apart(scale: Scale, backend: str, models: tuple[str, ...], costs: Costs) -> Part:
-    repeat_s = sum(costs.repeat_s(scale, backend, model) for model in models) * APART_REPEAT_FACTOR
-    options = (*scale.sweep, "--repeats", str(scale.repeats), "--precision", "off", "--pairing", "processes")
-    source = costs.source(backend, models)
-    return Part(
-        f"{backend}-overhead-{APART}",
-        "overhead",
-        backend,
-        models,
-        options,
-        COMMAND_START_S + scale.repeats * repeat_s,
-        source,
-    )
+def _expected_route(backend: str, on_gpu: bool) -> Route:
+    """How a backend's pairs are expected to be made before its pairing check answers: in one process where the
+    backend can run both modes in one when asked."""
+    modes = [backends.get(backend).mode_knobs(), frozenset()]
+    refusal = backends.get(backend).shared_process_refusal(modes, compile=False, on_gpu=on_gpu, asked=True)
+    return "processes" if refusal else "in_process"
 
 
-def _costliest(scale: Scale, backend: str, costs: Costs) -> str:
-    """The model the knob study's estimate assumes before the overhead parts chose one: the first window's
-    costliest to run, so that the estimate errs long."""
-    return max(scale.first, key=lambda model: costs.repeat_s(scale, backend, model))
+def _pairing_cnn(scale: Scale, backend: str) -> str:
+    """The first window's knob study takes the pairing check's first model (a CNN at the gpu scale), else the
+    first overhead model."""
+    return (scale.pairing.get(backend) or scale.first)[0]
 
 
-def _knobs(scale: Scale, backend: str, model: str, costs: Costs, *, on_gpu: bool) -> Part | str:
-    """The knob study of one model: a pair of arms per comparison and repeat, then ``verify`` of each arm that
-    leaves a knob out (``sweep.knobs``); where no knob studied can matter on the device, why not."""
-    from detprof.sweep.knobs import knob_design, split_knobs
+@dataclass(frozen=True)
+class _Planner:
+    scale: Scale
+    costs: Costs
+    on_gpu: bool
+    routes: Mapping[str, Route]
+    budget_s: float
 
-    named = scale.knobs.get(backend, "all")
-    knobs = knob_design(backends.get(backend), on_gpu, split_knobs(named), [model])
-    if len(knobs.comparisons) == 1:
-        device = "a GPU" if on_gpu else "a CPU"
-        return f"no knob of {backend} studied can matter on {device} ({', '.join(knobs.not_applicable)})"
-    repeat_s = costs.repeat_s(scale, backend, model)
-    arms_s = scale.repeats * len(knobs.comparisons) * repeat_s
-    estimate = COMMAND_START_S + arms_s + len(knobs.dropped()) * VERIFY_RUNS * scale.verify_run_s
-    options = (*scale.sweep, "--repeats", str(scale.repeats), "--knobs", named)
-    return Part(f"{backend}-knobs", "knobs", backend, (model,), options, estimate, costs.source(backend, [model]))
+    def _pairs(self, backend: str, models: Sequence[str], route: Route, repeats: int) -> Estimate:
+        return summed([self.costs.repeat(backend, model, route).times(repeats) for model in models], COMMAND_START_S)
+
+    def pairing(self, backend: str) -> list[Part]:
+        """The pairing check: the same sweep with both modes in one process and with a process per mode."""
+        models = self.scale.pairing.get(backend, ())
+        if not models or _expected_route(backend, self.on_gpu) == "processes":
+            return []
+        repeats = self.scale.pairing_repeats
+        options = (*self.scale.sweep, "--repeats", str(repeats), "--precision", "off")
+        return [
+            Part(
+                f"{backend}-pairing-{ROUTES[route]}",
+                "pairing",
+                backend,
+                models,
+                (*options, "--pairing", ROUTES[route]),
+                self._pairs(backend, models, route, repeats),
+                first_window=True,
+            )
+            for route in ("in_process", "processes")
+        ]
+
+    def overhead(
+        self, backend: str, group: str, models: tuple[str, ...], share_of: int = 0, route: Route | None = None
+    ) -> list[Part]:
+        """A sweep of ``models``: its first repeats, then repeats added for precision within what is left of its share
+        of the window (at least a second, so that the sweep names the models it left wider than asked)."""
+        if not models:
+            return []
+        route = route or self.routes[backend]
+        estimate = self._pairs(backend, models, route, self.scale.repeats)
+        precision = "off" if group == APART else self.scale.precision
+        options: tuple[str, ...] = (*self.scale.sweep, "--repeats", str(self.scale.repeats), "--precision", precision)
+        if precision != "off":
+            share_s = self.budget_s * OVERHEAD_SHARE / (share_of or 1)
+            options += ("--budget", f"{max(1, round(share_s - estimate.seconds))}s")
+        options += ("--pairing", ROUTES[route])
+        return [Part(f"{backend}-overhead-{group}", "overhead", backend, models, options, estimate)]
+
+    def costliest(self, backend: str) -> str:
+        """The model the full knob study's estimate assumes before the overhead parts chose one: the costliest of
+        the first models to run, so that the estimate errs long."""
+        return max(self.scale.first, key=lambda model: self.costs.repeat(backend, model, "in_process").seconds)
+
+    def knobs(self, backend: str, model: str, *, first: bool) -> Part | str:
+        """A knob study of one model: a pair of arms per comparison and repeat, then ``verify`` of each arm that
+        leaves a knob out (``sweep.knobs``); where no knob studied can matter on the device, why not."""
+        from detprof.sweep.knobs import knob_design, split_knobs
+
+        named = self.scale.knobs.get(backend, "all")
+        if first:
+            named = self.scale.knobs_first_named.get(backend, named)
+        design = knob_design(backends.get(backend), self.on_gpu, split_knobs(named), [model])
+        if len(design.comparisons) == 1:
+            device = "a GPU" if self.on_gpu else "a CPU"
+            return f"no knob of {backend} studied can matter on {device} ({', '.join(design.not_applicable)})"
+        extra = self.scale.knobs_first if first else ()
+        shorter = _steps_share(self.scale.sweep, extra)
+        pair = self.costs.repeat(backend, model, self.routes[backend])
+        arms = Estimate(pair.seconds * len(design.comparisons), pair.steps_s * shorter * len(design.comparisons), "")
+        checks = self.costs.verify_run(backend, model).times(len(design.dropped()) * VERIFY_RUNS)
+        estimate = summed([replace(arms.times(self.scale.repeats), source=pair.source), checks], COMMAND_START_S)
+        route = ROUTES[self.routes[backend]]
+        options = (*_with(self.scale.sweep, extra), "--repeats", str(self.scale.repeats), "--pairing", route)
+        name = f"{backend}-knobs-first" if first else f"{backend}-knobs"
+        return Part(name, "knobs", backend, (model,), options, estimate, first_window=first, knobs=named)
+
+    def stability(self, backend: str, model: str, options: tuple[str, ...], *, first: bool) -> Part:
+        runs = int(options[options.index("--runs") + 1])
+        run = self.costs.stability_run(backend, model, self.scale.stability_run_s[model])
+        estimate = summed([run.times(len(STABILITY_VARIANTS) * runs)], COMMAND_START_S)
+        options = (*options, "--variants", ",".join(STABILITY_VARIANTS))
+        name = f"{backend}-stability-{model}" + ("-first" if first else "")
+        return Part(name, "stability", backend, (model,), options, estimate, first_window=first)
+
+    def verify(self, backend: str, models: tuple[str, ...], *, first: bool) -> list[Part]:
+        if not models:
+            return []
+        runs = [self.costs.verify_run(backend, model).times(VERIFY_RUNS) for model in models]
+        name = f"{backend}-verify" + ("-first" if first else "")
+        return [Part(name, "verify", backend, models, self.scale.verify, summed(runs, COMMAND_START_S), first)]
+
+    def split(self, part: Part) -> list[Part]:
+        """``part`` as parts that each fit a window, its models in turn (``NAME-1``, ``NAME-2``, ...); a part of one
+        model, or that fits, as it is."""
+        window = self.budget_s - FINISH_S - GRACE_S
+        if part.estimate_s <= window or len(part.models) < 2 or part.kind in ("knobs", "stability", "pairing"):
+            return [part]
+        each = (part.estimate_s - COMMAND_START_S) / len(part.models)
+        per_part = max(1, math.floor((window - COMMAND_START_S) / each)) if each > 0 else len(part.models)
+        chunks = [part.models[i : i + per_part] for i in range(0, len(part.models), per_part)]
+        whole = part.estimate
+        return [
+            replace(
+                part,
+                name=f"{part.name}-{n}",
+                models=chunk,
+                estimate=Estimate(
+                    COMMAND_START_S + each * len(chunk),
+                    whole.steps_s * len(chunk) / len(part.models),
+                    whole.source,
+                ),
+            )
+            for n, chunk in enumerate(chunks, start=1)
+        ]
 
 
-def _stability(scale: Scale, backend: str, model: str, options: tuple[str, ...]) -> Part:
-    runs = int(options[options.index("--runs") + 1])
-    estimate = COMMAND_START_S + len(STABILITY_VARIANTS) * runs * scale.stability_run_s[model]
-    options = (*options, "--variants", ",".join(STABILITY_VARIANTS))
-    return Part(f"{backend}-stability-{model}", "stability", backend, (model,), options, estimate, "estimated")
+def _with(options: Sequence[str], changed: Sequence[str]) -> tuple[str, ...]:
+    """``options`` (each ``--name value``) with the values ``changed`` gives them."""
+    values = dict(zip(changed[::2], changed[1::2], strict=True))
+    kept = [(name, values.pop(name, value)) for name, value in zip(options[::2], options[1::2], strict=True)]
+    return tuple(item for pair in (*kept, *values.items()) for item in pair)
 
 
-def _verify(scale: Scale, backend: str) -> Part:
-    models = (*scale.first, *scale.rest)
-    estimate = COMMAND_START_S + len(models) * VERIFY_RUNS * scale.verify_run_s
-    return Part(f"{backend}-verify", "verify", backend, models, scale.verify, estimate, "estimated")
+def _steps_share(sweep: Sequence[str], extra: Sequence[str]) -> float:
+    """The share of the sweep's measured steps that ``extra``'s ``--steps`` keeps."""
+    asked, kept = _steps(sweep), _steps(extra)
+    return 1.0 if asked is None or kept is None else kept / asked
+
+
+def _steps(options: Sequence[str]) -> int | None:
+    return int(options[list(options).index("--steps") + 1]) if "--steps" in options else None

@@ -11,8 +11,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from detprof.analysis.pairing_check import PairingAnswer
 from detprof.errors import InputError
-from detprof.gpu_study.plan import Part
+from detprof.gpu_study.plan import Known, Part
 from detprof.store import atomic_write_json, read_json_object
 
 STATE_FILE = "gpu-study.json"
@@ -30,6 +31,9 @@ class PartOutcome:
     window: int
     said: str = ""
     """The command's last lines where it failed."""
+    time_parts: dict[str, float] = field(default_factory=dict)
+    """Where its seconds went (``device_time.PARTS``, its runs' parts added, a pair's process once), and ``command``:
+    the rest of the command's seconds (its own start, planning, writing), which no run accounted."""
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,8 @@ class Window:
     ran: list[str]
     left: dict[str, str]
     """Part name: why this window did not run it (or did not finish it)."""
+    time_parts: dict[str, float] = field(default_factory=dict)
+    """Its parts' ``time_parts`` added up."""
 
 
 @dataclass
@@ -52,11 +58,19 @@ class StudyState:
     apart_models: dict[str, list[str]] = field(default_factory=dict)
     """Backend: the models whose pairs failed in one process, read once its overhead parts were done (none: an
     empty list); the plan reruns them with a process per mode (``plan.APART``)."""
+    pairing: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Backend: the pairing check's answer (``analysis.pairing_check.PairingAnswer``), read once both its parts were
+    done; the backend's later parts pair the modes as it says."""
     windows: list[Window] = field(default_factory=list)
 
     def is_done(self, part: str) -> bool:
         outcome = self.parts.get(part)
         return outcome is not None and outcome.status == "done"
+
+    def known(self) -> Known:
+        """What the plan takes from the study so far."""
+        routes = {backend: PairingAnswer.from_json(answer).route for backend, answer in self.pairing.items()}
+        return Known(self.knob_models, self.apart_models, routes)
 
     def expected_s(self, part: Part) -> float:
         """What a part is still expected to take: a stopped one resumes with its completed runs kept, so the seconds
@@ -81,6 +95,7 @@ class StudyState:
                 parts={name: PartOutcome(**outcome) for name, outcome in data.get("parts", {}).items()},
                 knob_models=dict(data.get("knob_models", {})),
                 apart_models={backend: list(models) for backend, models in data.get("apart_models", {}).items()},
+                pairing=dict(data.get("pairing", {})),
                 windows=[Window(**window) for window in data.get("windows", [])],
             )
         except (KeyError, TypeError) as exc:

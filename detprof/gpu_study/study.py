@@ -16,28 +16,31 @@ import platform
 import shutil
 import subprocess
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from detprof import backends, bundle
+from detprof.device_time import HEADINGS, PARTS, steps_fraction
 from detprof.errors import UsageError
 from detprof.gpu_labels import label_matches
+from detprof.gpu_study.costs import Costs, shipped_measured
 from detprof.gpu_study.plan import (
+    COMMAND_START_S,
+    FINISH_S,
     OVERHEAD_SHARE,
     SCALES,
-    Costs,
     Part,
     StudyPlan,
     build_plan,
     installed_backends,
 )
 from detprof.gpu_study.state import STATE_FILE, StudyState
-from detprof.gpu_study.window import GRACE_S, StudyWindow
+from detprof.gpu_study.window import StudyWindow
 from detprof.store import ResultsStore, atomic_write_json
 
-FINISH_S = 30.0
-"""Kept at the window's end for what every window writes after its parts: the report and the bundle."""
+SWEPT = ("pairing", "overhead")
+"""The kinds of part whose folder holds a sweep of the models' overheads."""
 PACKAGES = ("detprof", "keras", *backends.NAMES, "jaxlib", "nvidia-cudnn-cu12", "nvidia-cudnn-cu13")
 ENVIRONMENT = ("XLA_FLAGS", "CUDA_VISIBLE_DEVICES", "CUBLAS_WORKSPACE_CONFIG", "TF_DETERMINISTIC_OPS", "KERAS_BACKEND")
 
@@ -60,6 +63,17 @@ class Prepared:
     state: StudyState
     gpu_name: str | None
     gpu_uuid: str | None
+    shipped: Costs = field(default_factory=Costs)
+    """What the last GPU run shipped with detprof measured on this GPU: what the plan's costs start from."""
+    on_gpu: bool = False
+
+    def replanned(self, out: Path) -> Prepared:
+        """The plan again, from what the study now knows (``StudyState.known``: the pairing check's answer, the
+        models whose pairs failed in one process) and what its finished parts measured."""
+        plan, state = self.plan, self.state
+        costs = learned_costs(self.shipped, plan.scale.family_repeat_s, out, state)
+        rebuilt = build_plan(plan.scale, plan.backends, plan.budget_s, costs, on_gpu=self.on_gpu, known=state.known())
+        return replace(self, plan=rebuilt)
 
 
 def prepare(request: StudyRequest, *, dry_run: bool) -> Prepared:
@@ -74,18 +88,10 @@ def prepare(request: StudyRequest, *, dry_run: bool) -> Prepared:
     names = _backends(request, state, dry_run=dry_run)
     if state is None:
         state = StudyState(scale, list(names))
-    costs = measured_costs(request.gpu or gpu_name) if scale == "gpu" else Costs()
+    shipped = measured_costs(request.gpu or gpu_name) if scale == "gpu" else Costs()
     on_gpu = gpu_name is not None or (dry_run and scale == "gpu")
-    plan = build_plan(
-        SCALES[scale],
-        names,
-        request.budget_s,
-        costs,
-        on_gpu=on_gpu,
-        knob_models=state.knob_models,
-        apart_models=state.apart_models,
-    )
-    return Prepared(plan, state, gpu_name, gpu_uuid)
+    nothing = build_plan(SCALES[scale], names, request.budget_s, Costs(), on_gpu=on_gpu)
+    return Prepared(nothing, state, gpu_name, gpu_uuid, shipped, on_gpu).replanned(request.out)
 
 
 def _gpu_here() -> tuple[str | None, str | None]:
@@ -131,29 +137,55 @@ def measured_costs(gpu: str | None) -> Costs:
 
     if gpu is None:
         return Costs()
-    rows = sorted(
-        (row for row in shipped() if row.repeat_s and (row.gpu == gpu or label_matches(gpu, row.gpu))),
-        key=lambda row: row.date,
-    )
-    measured = {(row.backend, row.model): float(row.repeat_s or 0.0) for row in rows}
-    return Costs(measured, f"{rows[-1].gpu}, {rows[-1].date}" if rows else None)
+    return Costs(shipped_measured(row for row in shipped() if row.gpu == gpu or label_matches(gpu, row.gpu)))
 
 
-def fitting(plan: StudyPlan, state: StudyState) -> tuple[list[str], list[str]]:
-    """What a window of ``plan.budget_s`` is expected to run, and what it is expected to leave, by the window's
-    own rule: in order, each part that fits what is left (the first whatever its size)."""
-    left_s = plan.budget_s - FINISH_S - GRACE_S
-    runs, later = [], []
-    for part in plan.parts:
-        if state.is_done(part.name):
+def learned_costs(shipped: Costs, family_repeat_s: dict[str, float], out: Path, state: StudyState | None) -> Costs:
+    """The shipped costs, with what this study's own finished parts measured in their place: a repeat of each model
+    it swept (per backend, as its pairs were made), a verify run and a stability run of each model."""
+    from detprof.analysis.run_costs import repeat_costs
+    from detprof.gpu_study.costs import Measured
+
+    measured = dict(shipped.measured)
+    verify_s: dict[tuple[str, str], float] = {}
+    stability_s: dict[tuple[str, str], float] = {}
+    for name, outcome in (state.parts if state else {}).items():
+        backend = name.split("-", 1)[0]
+        folder = out / name
+        if outcome.status != "done" or not folder.is_dir():
             continue
-        expected_s = state.expected_s(part)
-        if not runs or expected_s <= left_s:
-            runs.append(part.name)
-            left_s -= expected_s
-        else:
-            later.append(part.name)
-    return runs, later
+        for model, cost in repeat_costs(ResultsStore(folder, "sweep").records()).items():
+            measured[backend, model] = Measured(cost.seconds, cost.steps_s, cost.pairing, "in this study")
+        verify = list(ResultsStore(folder, "verify").records())
+        for model in {r["model"] for r in verify}:
+            runs = [r for r in verify if r["model"] == model and r.get("duration_s")]
+            if runs:
+                verify_s[backend, model] = sum(float(r["duration_s"]) for r in runs) / len(runs)
+        runs = list(ResultsStore(folder, "stability").records())
+        if runs and "-stability-" in name:
+            model = name.split("-stability-", 1)[1].removesuffix("-first")
+            stability_s[backend, model] = (outcome.seconds - COMMAND_START_S) / len(runs)
+    return Costs(measured, family_repeat_s, verify_s, stability_s)
+
+
+def windows_of(plan: StudyPlan, state: StudyState) -> dict[str, int]:
+    """The window each part not yet done is expected to run in (1: the next), by the window's own rule: in order,
+    each part that fits what is left of the window (its first whatever its size), the rest to the windows after."""
+    left = [part for part in plan.parts if not state.is_done(part.name)]
+    window: dict[str, int] = {}
+    number = 0
+    while left:
+        number += 1
+        room, later = plan.window_s, []
+        for part in left:
+            expected_s = state.expected_s(part)
+            if room == plan.window_s or expected_s <= room:
+                window[part.name] = number
+                room -= max(expected_s, 1.0)
+            else:
+                later.append(part)
+        left = later
+    return window
 
 
 def run_window(prepared: Prepared, request: StudyRequest, say: Callable[[str], None]) -> Path:
@@ -163,10 +195,18 @@ def run_window(prepared: Prepared, request: StudyRequest, say: Callable[[str], N
     out.mkdir(parents=True, exist_ok=True)
     prepared.state.save(out)
     window = StudyWindow(prepared.plan, prepared.state, out, say, kept_s=FINISH_S)
-    try:
-        window.run(lambda backend: knob_model(prepared.plan, out, backend))
-    finally:
+
+    def replan() -> StudyPlan:
+        nonlocal prepared
         note_apart_models(prepared, out)
+        note_pairing(prepared, out)
+        prepared = prepared.replanned(out)
+        return prepared.plan
+
+    try:
+        window.run(lambda backend: knob_model(prepared.plan, out, backend), replan)
+    finally:
+        replan()
         describe_machine(out / "machine", window.number)
         _report(out, say)
         problems = gpu_checks(prepared, out) if prepared.gpu_uuid is not None else None
@@ -183,7 +223,7 @@ def knob_model(plan: StudyPlan, out: Path, backend: str) -> str | None:
     """The model whose determinism cost the most kernel time (else wall time) on ``backend`` in this study."""
     from detprof.reports.report_data import build_report
 
-    folders = [out / p.name for p in plan.parts if p.kind == "overhead" and p.backend == backend]
+    folders = [out / p.name for p in plan.parts if p.kind in SWEPT and p.backend == backend]
     folders = [folder for folder in folders if (folder / "sweep" / "manifest.json").exists()]
     if not folders:
         return None
@@ -208,6 +248,21 @@ def note_apart_models(prepared: Prepared, out: Path) -> None:
     state.save(out)
 
 
+def note_pairing(prepared: Prepared, out: Path) -> None:
+    """For each backend whose two pairing parts are done, once: the pairing check's answer, which the backend's
+    later parts follow (in one process where it agrees, else a process per mode)."""
+    from detprof.analysis.pairing_check import compare
+
+    state = prepared.state
+    for backend in state.backends:
+        parts = [p for p in prepared.plan.parts if p.kind == "pairing" and p.backend == backend]
+        if backend in state.pairing or not parts or not all(state.is_done(p.name) for p in parts):
+            continue
+        one, each = (list(ResultsStore(out / p.name, "sweep").records()) for p in parts)
+        state.pairing[backend] = compare(one, each).to_json()
+    state.save(out)
+
+
 def failed_in_one_process(folders: Sequence[Path]) -> list[str]:
     """The models in these sweeps with no pair of modes measured, whose runs failed with both modes in one
     process (``ModelOverhead.failed_in_one_process``, what the report's note reads too)."""
@@ -229,7 +284,7 @@ def gpu_checks(prepared: Prepared, out: Path) -> list[str]:
         folder = out / part.name
         if not prepared.state.is_done(part.name):
             continue
-        if part.kind == "overhead":
+        if part.kind in SWEPT:
             records = ResultsStore(folder, "sweep").records()
             found = check_sweep_records(records, prepared.gpu_uuid, wraps_process=False)
         elif part.kind == "stability":
@@ -287,7 +342,8 @@ def shown(part: Part, state: StudyState) -> str:
 
 
 def summary(prepared: Prepared, out: Path, problems: Sequence[str] | None = None) -> str:
-    """``summary.md``: each part, its expected and actual time, how it ended; what is left and why; on a GPU, what
+    """``summary.md``: each part, its expected and actual time and what share of it measured steps, how it ended;
+    how each backend pairs its modes and why; where each window's time went; what is left and why; on a GPU, what
     ``make gpu-check``'s checks found in the results (``problems``)."""
     plan, state = prepared.plan, prepared.state
     last = state.windows[-1] if state.windows else None
@@ -298,22 +354,24 @@ def summary(prepared: Prepared, out: Path, problems: Sequence[str] | None = None
         f"Windows so far: {len(state.windows)} (budgets {budgets or 'none yet'}), {OVERHEAD_SHARE:.0%} of each the "
         "overhead parts' share (their repeats added for precision).",
         "",
-        "| part | command | expected | actual | status | window |",
-        "|---|---|---|---|---|---|",
+        "| part | command | expected | actual | measured steps | status | window |",
+        "|---|---|---|---|---|---|---|",
     ]
     for part in plan.parts:
         outcome = state.parts.get(part.name)
         command = shown(part, state)
         if outcome is None:
             why = last.left.get(part.name, "not reached") if last else "not reached"
-            lines.append(f"| {part.name} | `detprof {command}` | {part.estimate_s:.0f} s | | left: {why} | |")
+            lines.append(f"| {part.name} | `detprof {command}` | {part.estimate_s:.0f} s | | | left: {why} | |")
             continue
         said = f": {outcome.said}" if outcome.said else ""
         lines.append(
             f"| {part.name} | `detprof {command}` | {outcome.estimate_s:.0f} s | {outcome.seconds:.0f} s | "
-            f"{outcome.status}{said} | {outcome.window} |"
+            f"{_steps_share(outcome.time_parts)} | {outcome.status}{said} | {outcome.window} |"
         )
-    lines += [f"| {name} | | | | not run: {why} | |" for name, why in plan.not_run.items()]
+    lines += [f"| {name} | | | | | not run: {why} | |" for name, why in plan.not_run.items()]
+    lines += pairing_lines(prepared)
+    lines += window_time_lines(state)
     if problems is not None:
         lines += ["", "Checks on the GPU (make gpu-check's): " + ("all passed" if not problems else "")]
         lines += [f"- {problem}" for problem in problems]
@@ -322,25 +380,73 @@ def summary(prepared: Prepared, out: Path, problems: Sequence[str] | None = None
     return "\n".join(lines) + "\n"
 
 
+def _steps_share(parts: dict[str, float]) -> str:
+    share = steps_fraction(parts)
+    return "" if share is None else f"{parts.get('steps', 0.0):.0f} s ({share:.0%})"
+
+
+def pairing_lines(prepared: Prepared) -> list[str]:
+    """How each backend's later parts pair the modes, and why: the pairing check's answer, or what is expected of
+    it until it answers."""
+    from detprof.analysis.pairing_check import PairingAnswer
+
+    lines = ["", "How the modes are paired (the pairing check: the same sweep in one process and a process per mode):"]
+    checked = {part.backend for part in prepared.plan.parts if part.kind == "pairing"}
+    for backend in prepared.plan.backends:
+        route = "in one process" if prepared.plan.routes.get(backend) == "in_process" else "a process per mode"
+        answer = prepared.state.pairing.get(backend)
+        if answer is None:
+            until = "until its pairing check answers" if backend in checked else "no pairing check at this scale"
+            lines.append(f"- {backend}: {route}, {until}")
+            continue
+        read = PairingAnswer.from_json(answer)
+        route = "in one process" if read.route == "in_process" else "a process per mode"
+        lines.append(f"- {backend}: {route}: the pairing check {read.answer} ({read.why})")
+    return lines
+
+
+def window_time_lines(state: StudyState) -> list[str]:
+    """Where each window's time went, part by part of a process's life (``device_time``)."""
+    if not any(window.time_parts for window in state.windows):
+        return []
+    columns = [*PARTS, "command"]
+    headings = [*(HEADINGS[part] for part in PARTS), "Command"]
+    lines = ["", "Where each window's time went (seconds):", "", "| window | " + " | ".join(headings) + " |"]
+    lines.append("|---" * (len(headings) + 1) + "|")
+    for number, window in enumerate(state.windows, start=1):
+        cells = [f"{window.time_parts.get(part, 0.0):.0f}" for part in columns]
+        lines.append(f"| {number} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def plan_lines(prepared: Prepared, request: StudyRequest) -> Sequence[str]:
-    """The dry run: each part, its expected time and where that came from, and what one window fits."""
+    """The dry run: each part, its expected time, where that came from and the window it is expected in; each
+    window's expected time and the share of it in measured steps; how each backend pairs its modes."""
     plan, state = prepared.plan, prepared.state
-    runs, later = fitting(plan, state)
+    window = windows_of(plan, state)
     lines = [
         f"detprof gpu-study: scale {plan.scale.name} on {', '.join(plan.backends)}, "
-        f"{request.gpu or prepared.gpu_name or 'no GPU named'}, a window of {plan.budget_s:.0f} s "
-        f"({FINISH_S:.0f} s of it kept for the report and the bundle)",
+        f"{request.gpu or prepared.gpu_name or 'no GPU named'}, windows of {plan.budget_s:.0f} s "
+        f"({FINISH_S:.0f} s of each kept for the report and the bundle)",
         f"the overhead parts' share: {OVERHEAD_SHARE:.0%} of the window, their repeats added for precision within "
         "it; each part starts only while its expected time fits what is left",
     ]
     for part in plan.parts:
-        when = "done" if state.is_done(part.name) else "this window" if part.name in runs else "a later window"
-        expected = f"{state.expected_s(part):6.0f} s  {when:<15} ({part.estimated_from})"
+        when = "done" if state.is_done(part.name) else f"window {window[part.name]}"
+        expected = f"{state.expected_s(part):6.0f} s  {when:<9} ({part.estimated_from})"
         lines.append(f"  {part.name:<28} {expected}  detprof {shown(part, state)}")
     lines += [f"  {name:<28} not run: {why}" for name, why in plan.not_run.items()]
+    lines += [line.removeprefix("- ") for line in pairing_lines(prepared)[1:]]
+    for number in sorted(set(window.values())):
+        parts = [p for p in plan.parts if window.get(p.name) == number]
+        expected = sum(state.expected_s(p) for p in parts)
+        steps = sum(p.estimate.steps_s * state.expected_s(p) / p.estimate_s for p in parts if p.estimate_s)
+        counted = f"{len(parts)} part{'s' * (len(parts) != 1)}, {expected:.0f} s expected"
+        lines.append(
+            f"window {number}: {counted}, {steps / expected:.1%} of it in measured steps (as measured on the GPU "
+            "where it was)"
+        )
     total = sum(state.expected_s(p) for p in plan.parts if not state.is_done(p.name))
-    lines.append(
-        f"expected: {total:.0f} s in all; this window {len(runs)} parts, "
-        f"{len(later)} left for later windows ({', '.join(later) or 'none'})"
-    )
+    windows = len(set(window.values()))
+    lines.append(f"expected: {total:.0f} s in all, {windows} window{'s' * (windows != 1)}")
     return lines

@@ -20,11 +20,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from detprof.gpu_study.plan import Part, StudyPlan
+from detprof import study_kinds
+from detprof.device_time import process_seconds
+from detprof.gpu_study.plan import GRACE_S, Part, StudyPlan
 from detprof.gpu_study.state import PartOutcome, PartStatus, StudyState, Window
+from detprof.store import ResultsStore
 
-GRACE_S = 20.0
-"""What a stopped part may take to stop its workers and write its records: kept out of the window's budget."""
 ANSWERED = {"verify": frozenset({0, 1})}
 """Exit codes that are a part's answer: ``verify`` ends 1 when determinism did not hold, which is a finding."""
 STOPPED = frozenset({130, 143, -signal.SIGINT, -signal.SIGTERM, -signal.SIGKILL})
@@ -52,16 +53,24 @@ class StudyWindow:
         self.deadline = self.started + plan.budget_s - kept_s
         self.ran: list[str] = []
         self.left: dict[str, str] = {}
+        self.time_parts: dict[str, float] = {}
         (out / "logs").mkdir(parents=True, exist_ok=True)
 
-    def run(self, choose_knob_model: Callable[[str], str | None]) -> Window:
+    def run(self, choose_knob_model: Callable[[str], str | None], replan: Callable[[], StudyPlan]) -> Window:
+        """Each part not done, in the plan's order, the plan made again after each (``replan``: what a part found,
+        the pairing check's answer above all, shapes the parts after it)."""
         started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+        considered: set[str] = set()
         try:
-            for part in self.plan.parts:
-                if not self.state.is_done(part.name):
-                    self._consider(part, choose_knob_model)
+            while part := next(
+                (p for p in self.plan.parts if p.name not in considered and not self.state.is_done(p.name)), None
+            ):
+                considered.add(part.name)
+                self._consider(part, choose_knob_model)
+                self.plan = replan()
         finally:
-            window = Window(started, self.plan.budget_s, round(time.monotonic() - self.started, 1), self.ran, self.left)
+            seconds = round(time.monotonic() - self.started, 1)
+            window = Window(started, self.plan.budget_s, seconds, self.ran, self.left, self.time_parts)
             self.state.windows.append(window)
             self.state.save(self.out)
         return window
@@ -76,7 +85,7 @@ class StudyWindow:
             self.left[part.name] = f"expects {expected_s:.0f} s, {left_s:.0f} s were left"
             return
         model = None
-        if part.kind == "knobs":
+        if part.kind == "knobs" and not part.first_window:
             model = self.state.knob_models.get(part.backend) or choose_knob_model(part.backend)
             if model is None:
                 self.left[part.name] = f"no overhead measured on {part.backend} yet to choose its model"
@@ -104,8 +113,15 @@ class StudyWindow:
         if part.kind == "verify" and ran.exit_code == 1:
             said = "determinism did not hold (its report says where the runs part)"
         previous = self.state.parts.get(part.name)
-        seconds = ran.seconds + (previous.seconds if previous and previous.status == "stopped" else 0.0)
-        outcome = PartOutcome(status, round(seconds, 1), round(part.estimate_s, 1), ran.exit_code, self.number, said)
+        carried = previous if previous and previous.status == "stopped" else None
+        seconds = ran.seconds + (carried.seconds if carried else 0.0)
+        parts = part_time(folder, seconds)
+        for name, value in parts.items():
+            before = carried.time_parts.get(name, 0.0) if carried else 0.0
+            self.time_parts[name] = round(self.time_parts.get(name, 0.0) + max(value - before, 0.0), 3)
+        outcome = PartOutcome(
+            status, round(seconds, 1), round(part.estimate_s, 1), ran.exit_code, self.number, said, parts
+        )
         self.state.parts[part.name] = outcome
         self.state.save(self.out)
         self.ran.append(part.name)
@@ -147,3 +163,11 @@ def _tail(log: Path) -> str:
     """The command's last two lines: its one-line error, where it ended with one."""
     lines = [line.strip() for line in log.read_text(errors="replace").splitlines() if line.strip()]
     return " | ".join(lines[-2:])
+
+
+def part_time(folder: Path, seconds: float) -> dict[str, float]:
+    """Where a part's ``seconds`` went: its runs' parts added (a pair's process once), whatever study kind its folder
+    holds, and the rest of the command's own time (``command``)."""
+    records = [r for kind in study_kinds.names() for r in ResultsStore(folder, kind).records()]
+    parts = process_seconds(records)
+    return parts | {"command": round(max(seconds - sum(parts.values()), 0.0), 3)}

@@ -201,7 +201,8 @@ class MeasurementTarget:
             else "this study's workloads build one mode per process"
         )
         arms = [self.applying(backend.mode_knobs()), frozenset()]
-        why = why or backend.shared_process_refusal(arms, compile=compile, on_gpu=self.on_gpu)
+        asked_for = choice == "in-process"
+        why = why or backend.shared_process_refusal(arms, compile=compile, on_gpu=self.on_gpu, asked=asked_for)
         if choice == "in-process" and why is not None:
             raise UsageError(f"--pairing in-process: {why}; use --pairing processes")
         return "in_process" if why is None and choice != "processes" else self.pairing

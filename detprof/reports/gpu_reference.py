@@ -46,6 +46,12 @@ class GpuMeasurement:
     repeat_s: float | None = None
     """The seconds one repeat of the model took (both modes), the median over its repeats: what ``gpu-study``
     expects a repeat on this GPU to take."""
+    steps_s: float | None = None
+    """Of those, the seconds its measured steps took (both modes, untraced and traced)."""
+    time_parts: dict[str, float] | None = None
+    """Where a repeat's time went (``device_time.PARTS``), where its runs kept it; None for runs made before."""
+    pairing: str | None = None
+    """How its modes were paired: ``in_process`` (both in one process) or ``processes`` (a process per mode)."""
 
     @property
     def measured(self) -> str:

@@ -6,14 +6,13 @@
 
 from __future__ import annotations
 
-import statistics
 import sys
-from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from detprof import bundle
+from detprof.analysis.run_costs import RepeatCost, repeat_costs
 from detprof.reports.gpu_reference import REFERENCE_FILE, GpuMeasurement, write
 from detprof.reports.provenance import framework
 from detprof.reports.report_data import build_report
@@ -40,7 +39,7 @@ def _measurements(sources: Sequence[Path], folder: Path) -> list[GpuMeasurement]
         keras = sweep.versions.get("keras")
         versions = framework(sweep.backend, sweep.versions) + (f", Keras {'/'.join(keras)}" if keras else "")
         driver = f"{sweep.device.get('driver') or '?'} (CUDA {sweep.device.get('cuda_driver') or '?'})"
-        repeats = repeat_seconds(ResultsStore(sweep.path, "sweep"))
+        repeats = repeat_costs(ResultsStore(sweep.path, "sweep").records())
         for model in sweep.models:
             o = model.kernel
             if o is None:
@@ -58,24 +57,17 @@ def _measurements(sources: Sequence[Path], folder: Path) -> list[GpuMeasurement]
                 versions,
                 driver,
                 folder.name,
-                repeats.get(model.model),
+                **_costs(repeats.get(model.model)),
             )
             found.append(row)
     return sorted(found, key=lambda m: (m.gpu, m.date, m.backend, m.model))
 
 
-def repeat_seconds(store: ResultsStore) -> dict[str, float]:
-    """Per model, the median seconds of one repeat: its two runs' durations, counted once where one process
-    ran both modes (the same start), added where each mode had a process of its own."""
-    runs_of: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
-    for record in store.records():
-        if record.get("status") == "ok" and record.get("duration_s"):
-            runs_of[record["model"], record["repeat"]].append(record)
-    seconds: dict[str, list[float]] = defaultdict(list)
-    for (model, _), records in runs_of.items():
-        by_start = {r.get("started_at"): float(r["duration_s"]) for r in records}
-        seconds[model].append(sum(by_start.values()))
-    return {model: round(statistics.median(values), 1) for model, values in seconds.items()}
+def _costs(cost: RepeatCost | None) -> dict[str, Any]:
+    """What ``gpu-study`` plans from: one repeat's seconds, its measured steps' and its parts, and its pairing."""
+    if cost is None:
+        return {}
+    return {"repeat_s": cost.seconds, "steps_s": cost.steps_s, "time_parts": cost.parts, "pairing": cost.pairing}
 
 
 def summarize(folders: Iterable[Path]) -> list[GpuMeasurement]:

@@ -1,0 +1,119 @@
+"""Whether pairing the two modes in one process measures what a process started in each mode gets.
+
+Both modes in one process is the cheap way to pair them (one start, one build, no offset between two
+processes), but a process is switched once when it starts, and a framework may keep, for the whole
+process, what it read or chose under one mode: XLA its flags and its autotuner's picks, cuBLAS its
+workspace. So the same sweep measured both ways is compared, model by model: the ratio of the
+in-process overhead to the per-process one, with its 95% interval (Welch's, over the two routes'
+paired repeats). It **agrees** where the whole interval lies within ``AGREEMENT``, **disagrees** where
+it lies outside it (or where the runs fail one way and not the other), and **cannot tell** otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from detprof.analysis.overhead import model_overheads, paired_log_ratios
+from detprof.intervals import MIN_REPEATS, welch_difference
+
+Answer = Literal["agrees", "disagrees", "cannot tell"]
+Route = Literal["in_process", "processes"]
+"""How a study pairs the modes: both in one process, or a process per mode."""
+AGREEMENT = (0.98, 1.02)
+"""Where the ratio of the two routes' overheads must lie, whole interval, for one process to stand for two."""
+CONFIDENCE = 0.95
+
+
+@dataclass(frozen=True)
+class ModelPairing:
+    model: str
+    answer: Answer
+    ratio: float | None
+    """The in-process overhead over the per-process one; None where one route has none."""
+    low: float | None
+    high: float | None
+    metric: str | None
+    why: str
+
+
+@dataclass(frozen=True)
+class PairingAnswer:
+    """A backend's answer: the models' answers, and what they add up to (any disagreement disagrees; all agreeing
+    agrees)."""
+
+    answer: Answer
+    models: tuple[ModelPairing, ...]
+
+    @property
+    def why(self) -> str:
+        return "; ".join(f"{m.model}: {m.why}" for m in self.models)
+
+    @property
+    def route(self) -> Route:
+        """How the rest of a study pairs the modes on this backend: in one process only where it agrees."""
+        return "in_process" if self.answer == "agrees" else "processes"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"answer": self.answer, "models": [m.__dict__ for m in self.models]}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> PairingAnswer:
+        return cls(data["answer"], tuple(ModelPairing(**m) for m in data["models"]))
+
+
+def compare(in_process: Sequence[Mapping[str, Any]], processes: Sequence[Mapping[str, Any]]) -> PairingAnswer:
+    """The two routes' records of one backend (the same models, settings and device), compared model by model."""
+    models = sorted({str(r["model"]) for r in in_process} & {str(r["model"]) for r in processes})
+    answers = tuple(_model(model, in_process, processes) for model in models)
+    if not answers:
+        return PairingAnswer("cannot tell", ())
+    said = {m.answer for m in answers}
+    answer: Answer = "disagrees" if "disagrees" in said else "agrees" if said == {"agrees"} else "cannot tell"
+    return PairingAnswer(answer, answers)
+
+
+def _model(model: str, in_process: Sequence[Mapping[str, Any]], processes: Sequence[Mapping[str, Any]]) -> ModelPairing:
+    one, each = _of(in_process, model), _of(processes, model)
+    failed_one, failed_each = _failure(one), _failure(each)
+    if failed_one and not failed_each:
+        return ModelPairing(model, "disagrees", None, None, None, None, f"in one process {failed_one}; apart it ran")
+    if failed_each:
+        return ModelPairing(model, "cannot tell", None, None, None, None, f"a process per mode {failed_each}")
+    for metric in ("kernel", "wall"):
+        ones, eaches = paired_log_ratios(one, metric).get(model, []), paired_log_ratios(each, metric).get(model, [])
+        if ones and eaches:
+            return _compared(model, metric, ones, eaches)
+    return ModelPairing(model, "cannot tell", None, None, None, None, "no pair measured both ways")
+
+
+def _compared(model: str, metric: str, ones: list[float], eaches: list[float]) -> ModelPairing:
+    ratio = math.exp(sum(ones) / len(ones) - sum(eaches) / len(eaches))
+    if min(len(ones), len(eaches)) < MIN_REPEATS:
+        why = f"{ratio:.3f}x ({metric} time) from one pair a way: two or more each way give an interval"
+        return ModelPairing(model, "cannot tell", ratio, None, None, metric, why)
+    welch = welch_difference(eaches, ones)
+    alpha = (1 - CONFIDENCE) / 2
+    low, high = math.exp(welch.lower(alpha)), math.exp(welch.upper(alpha))
+    within = AGREEMENT[0] <= low and high <= AGREEMENT[1]
+    outside = high < AGREEMENT[0] or low > AGREEMENT[1]
+    answer: Answer = "agrees" if within else "disagrees" if outside else "cannot tell"
+    band = f"[{AGREEMENT[0]:.2f}, {AGREEMENT[1]:.2f}]"
+    where = {"agrees": "within", "disagrees": "outside", "cannot tell": "across the edge of"}[answer]
+    why = f"{ratio:.3f}x [{low:.3f}, {high:.3f}] ({metric} time, in one process over apart), {where} {band}"
+    return ModelPairing(model, answer, ratio, low, high, metric, why)
+
+
+def _of(records: Iterable[Mapping[str, Any]], model: str) -> list[Mapping[str, Any]]:
+    return [r for r in records if r.get("model") == model]
+
+
+def _failure(records: Sequence[Mapping[str, Any]]) -> str | None:
+    """Why the model has no overhead this way (its runs failed), or None."""
+    overhead = model_overheads(records).get(records[0]["model"]) if records else None
+    if overhead is None or overhead.kernel is not None or overhead.wall is not None:
+        return None if overhead is not None else "ran no pair"
+    note = overhead.failure_note()
+    return f"failed ({note})" if note else "measured no pair"

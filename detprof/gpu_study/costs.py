@@ -1,0 +1,111 @@
+"""What each part of a GPU study is expected to take, and where that figure comes from.
+
+Every estimate is built from what a GPU measured: first what this study's own windows measured
+(its records and its parts' seconds), then what the last GPU run shipped with detprof measured on
+the same GPU (``gpu_reference``), and only where neither has the model, an estimate per model
+family that says so. A repeat measured with both modes in one process and one measured with a
+process per mode differ by the process the second one starts again (``APART_REPEAT_FACTOR``), so a
+figure measured one way is scaled to the other, and the source says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from detprof.analysis.pairing_check import Route
+from detprof.models import registry
+from detprof.reports.gpu_reference import GpuMeasurement
+
+APART_REPEAT_FACTOR = 1.5
+"""A process per mode starts, builds and compiles the model once per mode instead of once per repeat: what a repeat
+measured one way is taken to cost the other, until the study has measured it (the H100's in-process JAX repeats and
+its PyTorch repeats of a process per mode, reference/h100-2026-11-28, agree with it within their spread)."""
+VERIFY_RUN_SHARE = 0.5
+"""A verify run trains one mode of one model for a few steps: half a measured repeat (both modes) of that model."""
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One repeat of a model, both modes, as a GPU measured it."""
+
+    seconds: float
+    steps_s: float | None
+    """Of those, its measured steps' seconds."""
+    route: Route
+    source: str
+    """Where it was measured: "this study", or the GPU and date of a shipped run."""
+
+
+@dataclass(frozen=True)
+class Estimate:
+    seconds: float
+    steps_s: float
+    """Of those, the measured steps it is expected to run (0 where none is known)."""
+    source: str
+
+    def times(self, factor: float) -> Estimate:
+        return Estimate(self.seconds * factor, self.steps_s * factor, self.source)
+
+
+def summed(estimates: Sequence[Estimate], start_s: float = 0.0) -> Estimate:
+    """The estimates of several units added, and ``start_s`` of a command's own; the source of all of them, or of
+    how many were measured."""
+    sources = [e.source for e in estimates]
+    measured = [s for s in sources if not s.startswith("estimated")]
+    if not measured or len(set(sources)) == 1:
+        source = sources[0] if sources else "estimated"
+    else:
+        source = f"{measured[0]} for {len(measured)} of {len(sources)}, else estimated"
+    return Estimate(start_s + sum(e.seconds for e in estimates), sum(e.steps_s for e in estimates), source)
+
+
+@dataclass(frozen=True)
+class Costs:
+    """Seconds of one repeat per backend and model, measured on a GPU where known; the kinds' own costs learned."""
+
+    measured: Mapping[tuple[str, str], Measured] = field(default_factory=dict)
+    family_repeat_s: Mapping[str, float] = field(default_factory=dict)
+    """Estimated seconds of one in-process repeat of a model of each family, where none was measured (``*``: any
+    other family)."""
+    verify_run_s: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    """(backend, model): seconds one verify run took in this study."""
+    stability_run_s: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    """(backend, model): seconds one stability run took in this study."""
+
+    def repeat(self, backend: str, model: str, route: Route) -> Estimate:
+        """One repeat of ``model`` paired by ``route``: as measured that way, else scaled from the other way, else
+        estimated from its family."""
+        known = self.measured.get((backend, model))
+        if known is None:
+            family = spec.family if (spec := registry.BUILT_IN.get(model)) is not None else "*"
+            seconds = self.family_repeat_s.get(family, self.family_repeat_s.get("*", 30.0))
+            estimate = Estimate(seconds, 0.0, f"estimated for a {family} model")
+            return estimate.times(APART_REPEAT_FACTOR) if route == "processes" else estimate
+        if known.route == route:
+            return Estimate(known.seconds, known.steps_s or 0.0, f"measured {known.source}")
+        factor = APART_REPEAT_FACTOR if route == "processes" else 1 / APART_REPEAT_FACTOR
+        how = "one process" if route == "in_process" else "a process per mode"
+        return Estimate(known.seconds * factor, known.steps_s or 0.0, f"measured {known.source}, scaled to {how}")
+
+    def verify_run(self, backend: str, model: str) -> Estimate:
+        """One verify run (one mode, a few steps): as measured in this study, else half a repeat of the model."""
+        if (backend, model) in self.verify_run_s:
+            return Estimate(self.verify_run_s[backend, model], 0.0, "measured in this study")
+        pair = self.repeat(backend, model, "processes")
+        return Estimate(pair.seconds * VERIFY_RUN_SHARE, 0.0, f"{pair.source}; a verify run taken as half a repeat")
+
+    def stability_run(self, backend: str, model: str, estimated_s: float) -> Estimate:
+        if (backend, model) in self.stability_run_s:
+            return Estimate(self.stability_run_s[backend, model], 0.0, "measured in this study")
+        return Estimate(estimated_s, 0.0, "estimated (no stability run measured on a GPU yet)")
+
+
+def shipped_measured(rows: Iterable[GpuMeasurement]) -> dict[tuple[str, str], Measured]:
+    """The newest shipped measurement of each (backend, model) among ``rows`` (one GPU's)."""
+    found: dict[tuple[str, str], Measured] = {}
+    for row in sorted(rows, key=lambda row: row.date):
+        if row.repeat_s:
+            route: Route = "processes" if row.pairing == "processes" else "in_process"
+            found[row.backend, row.model] = Measured(row.repeat_s, row.steps_s, route, f"on {row.gpu}, {row.date}")
+    return found
