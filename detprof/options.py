@@ -116,7 +116,9 @@ class RunOptions:
     pairing: str | None = option(
         "auto | in-process | processes: how a repeat pairs the two modes. in-process: one process runs both, a step "
         "of each in turn, switching determinism between steps (PyTorch, JAX); processes: a process per mode "
-        "(stepped in turn on a CPU, one after the other on a GPU). Default auto: in-process where the backend can."
+        "(stepped in turn on a CPU, one after the other on a GPU). Default auto: in-process where the backend can; "
+        "in-process asked for by name also runs PyTorch's modes in one process on a GPU, both with deterministic "
+        "mode's cuBLAS workspace."
     )
     dry_run: bool = option(
         "Print the plan (each run's worker and tracer command line, the environment detprof sets) and exit without "

@@ -231,13 +231,13 @@ def test_a_window_stops_its_running_part_at_its_budget_and_leaves_the_rest_for_r
     assert first.returncode == ExitCode.OK, first.stderr
     assert study["first_s"] < FIRST_WINDOW_S + 10  # the process's own start and exit aside, within its budget
     assert state is not None
-    stopped = state.parts["torch-overhead-first"]
+    stopped = state.parts["torch-pairing-in-process"]
     assert (stopped.status, stopped.exit_code, stopped.window) == ("stopped", ExitCode.TERMINATED, 1)
     window = state.windows[0]
-    assert window.ran == ["torch-overhead-first"]
-    assert window.left["torch-overhead-first"] == "stopped at the window's end (its completed runs kept)"
-    assert window.left["jax-verify"] == "the window's budget was spent"
-    assert len(window.left) == 7  # every part of the plan
+    assert window.ran == ["torch-pairing-in-process"]
+    assert window.left["torch-pairing-in-process"] == "stopped at the window's end (its completed runs kept)"
+    assert window.left["jax-verify-first"] == "the window's budget was spent"
+    assert len(window.left) == 8  # every part of the plan
     assert "parts left" in first.stdout and "--resume" in first.stdout
     assert (study["out"] / "study.zip").exists()  # a window that measured almost nothing still leaves its bundle
 
@@ -252,38 +252,53 @@ def test_resume_runs_every_part_on_pytorch_and_jax_and_each_part_answers(study: 
     assert {name: p.status for name, p in state.parts.items()} == {
         name: "done"
         for name in (
-            "torch-overhead-first",
+            "torch-pairing-in-process",
+            "torch-pairing-processes",
+            "torch-stability-smallcnn-first",
+            "jax-stability-smallcnn-first",
+            "torch-verify-first",
+            "jax-verify-first",
+            "torch-knobs-first",
             "jax-overhead-first",
-            "torch-knobs",
-            "torch-stability-smallcnn",
-            "jax-stability-smallcnn",
-            "torch-verify",
-            "jax-verify",
         )
     }
-    assert state.parts["torch-overhead-first"].window == 2
+    assert state.parts["torch-pairing-in-process"].window == 2
     assert all(p.seconds > 0 and p.estimate_s > 0 for p in state.parts.values())
-    # The knob study took the model whose determinism cost most in this study's own overhead parts (its one model).
-    assert state.knob_models == {"torch": "gpt_tiny"}
-    # Every pair ran in one process, so no model is rerun a process per mode.
+    # Each part says where its seconds went: a sweep's in its runs' parts, the rest the command's own.
+    swept = state.parts["jax-overhead-first"].time_parts
+    assert {"start", "build", "compile", "steps", "tracing", "parsing", "command"} <= swept.keys()
+    assert sum(swept.values()) == pytest.approx(state.parts["jax-overhead-first"].seconds, rel=0.05)
+    assert state.windows[1].time_parts["steps"] > 0
+    # The pairing check answered for PyTorch, one of three ways, and its later parts follow it.
+    answer = state.pairing["torch"]
+    assert answer["answer"] in ("agrees", "disagrees", "cannot tell")
+    assert [m["model"] for m in answer["models"]] == ["gpt_tiny"]
+    # The first window's knob study takes the pairing check's model; no full knob study at this scale.
+    assert state.knob_models == {}
     assert state.apart_models == {"torch": [], "jax": []}
     summary = (out / "summary.md").read_text()
-    assert "| jax-knobs | | | | not run: no knob of jax studied can matter on a CPU" in summary
+    assert "| jax-knobs-first | | | | | not run: no knob of jax studied can matter on a CPU" in summary
+    assert (
+        f"- torch: {'in one process' if answer['answer'] == 'agrees' else 'a process per mode'}: the pairing check"
+        in summary
+    )
+    assert "- jax: in one process, no pairing check at this scale" in summary
+    assert "Where each window's time went (seconds):" in summary
     assert summary.rstrip().endswith("Done.")
-    for backend in ("torch", "jax"):
-        records = [json.loads(p.read_text()) for p in (out / f"{backend}-overhead-first/sweep/runs").glob("*.json")]
+    for backend, folder in (("torch", "torch-pairing-in-process"), ("jax", "jax-overhead-first")):
+        records = [json.loads(p.read_text()) for p in (out / f"{folder}/sweep/runs").glob("*.json")]
         assert {(r["model"], r["mode"], r["status"]) for r in records} == {
             ("gpt_tiny", mode, "ok") for mode in ("default", "deterministic")
         }
-        summary_json = json.loads((out / f"{backend}-stability-smallcnn/stability/summary.json").read_text())
+        summary_json = json.loads((out / f"{backend}-stability-smallcnn-first/stability/summary.json").read_text())
         variants = {v["variant"]: v for v in summary_json["variants"]}
         assert set(variants) == {"impl", "control"}
         assert variants["control"]["determinism_check"]["verified"] is True
     # make gpu-check's checks read each part's results: here, on a CPU, they find no GPU kernels.
     prepared = Prepared(plan_of(state), state, "cpu", "GPU-none")
     problems = gpu_checks(prepared, out)
-    assert "torch-overhead-first: default mode: not every traced run holds GPU kernels" in problems
-    assert "jax-stability-smallcnn: the study trained on the CPU, not the GPU" in problems
+    assert "torch-pairing-in-process: default mode: not every traced run holds GPU kernels" in problems
+    assert "jax-stability-smallcnn-first: the study trained on the CPU, not the GPU" in problems
     machine = json.loads((out / "machine" / "window-2.json").read_text())
     assert machine["packages"]["torch"] and machine["packages"]["jax"] and machine["python"]
 

@@ -160,6 +160,20 @@ def test_torch_keeps_a_process_per_mode_where_a_switch_is_read_once() -> None:
     assert "torch.compile" in str(torch.shared_process_refusal([frozenset(), frozenset()], compile=True, on_gpu=False))
     with pytest.raises(UsageError):
         parse_precision("-1%")
+    # Asked for by name, one process runs both: it starts with the workspace, which the default arm shares.
+    assert torch.shared_process_refusal([deterministic, frozenset()], compile=False, on_gpu=True, asked=True) is None
+    assert torch.process_knobs([deterministic, frozenset()]) == {"torch.cublas_workspace_config"}
+    assert torch.process_knobs([flippable, frozenset()]) == frozenset()
+
+
+def test_one_process_asked_for_by_name_pairs_pytorch_on_a_gpu(capsys: pytest.CaptureFixture[str]) -> None:
+    plan = ["sweep", "--dry-run", "--backend", "torch", "--models", "smallcnn", "--gpu", "t4", "--force"]
+    assert main(plan) == ExitCode.OK
+    assert "sequential: one worker at a time" in capsys.readouterr().out
+    assert main([*plan, "--pairing", "in-process"]) == ExitCode.OK
+    said = capsys.readouterr().out
+    assert "in-process: one worker per repeat runs both modes" in said
+    assert "the process starts with torch.cublas_workspace_config, which both modes share" in said
 
 
 @pytest.mark.parametrize(

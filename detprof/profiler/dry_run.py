@@ -84,6 +84,10 @@ def _setting_lines(target: MeasurementTarget, settings: RunSettings) -> list[str
         "sequential": "sequential: one worker at a time, each with the device to itself",
     }[settings.pairing]
     backend = backends.get(settings.backend)
+    if settings.pairing == "in_process":
+        shared = backend.process_knobs([target.applying(backend.mode_knobs()), frozenset()])
+        if shared:
+            pairing += f"; the process starts with {', '.join(sorted(shared))}, which both modes share"
     sized = []
     if settings.run_seconds is not None:
         sized = [
