@@ -21,7 +21,7 @@ import os
 import platform
 import random
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -83,14 +83,14 @@ def apply(settings: DeterminismSettings) -> dict[str, Any]:
     return effective_settings(settings)
 
 
-def apply_shared(arms: Sequence[DeterminismSettings]) -> None:
+def apply_shared(arms: Sequence[DeterminismSettings], process_knobs: Iterable[str]) -> None:
     """Set up a worker that runs ``arms`` in turn, a step of each (``Backend.arm_steps``): the backend, and the
-    knobs only a fresh process takes that any arm sets (``Backend.process_knobs``); each arm's step sets the rest.
+    knobs only a fresh process takes (``Backend.process_knobs``, as its launcher read them for the device); each
+    arm's step sets the rest.
 
     Runs in worker processes only, before any framework is imported.
     """
-    backend = backends.get(arms[0].backend)
-    _switch(backend, backend.process_knobs([arm.knob_set() for arm in arms]), arms[0].seed)
+    _switch(backends.get(arms[0].backend), frozenset(process_knobs), arms[0].seed)
 
 
 def _switch(backend: backends.Backend, knobs: frozenset[str], seed: int) -> None:

@@ -257,7 +257,8 @@ TF_ARMS_PROBE = textwrap.dedent(
     from detprof.determinism import DeterminismSettings
 
     ON = frozenset({"tensorflow.op_determinism"})
-    determinism.apply_shared([DeterminismSettings(mode, backend="tensorflow") for mode in ("deterministic", "default")])
+    arms = [DeterminismSettings(mode, backend="tensorflow") for mode in ("deterministic", "default")]
+    determinism.apply_shared(arms, ())
 
     def attempt(step):
         try:

@@ -162,8 +162,9 @@ def test_torch_keeps_a_process_per_mode_where_a_switch_is_read_once() -> None:
         parse_precision("-1%")
     # Asked for by name, one process runs both: it starts with the workspace, which the default arm shares.
     assert torch.shared_process_refusal([deterministic, frozenset()], compile=False, on_gpu=True, asked=True) is None
-    assert torch.process_knobs([deterministic, frozenset()]) == {"torch.cublas_workspace_config"}
-    assert torch.process_knobs([flippable, frozenset()]) == frozenset()
+    assert torch.process_knobs([deterministic, frozenset()], on_gpu=True) == {"torch.cublas_workspace_config"}
+    assert torch.process_knobs([flippable, frozenset()], on_gpu=True) == frozenset()
+    assert torch.process_knobs([deterministic, deterministic], on_gpu=False) == frozenset()  # cuBLAS: a GPU's
 
 
 def test_one_process_asked_for_by_name_pairs_pytorch_on_a_gpu(capsys: pytest.CaptureFixture[str]) -> None:

@@ -235,11 +235,16 @@ class Backend:
         differ = (k.per_process for k in self.knobs if k.per_process and len({k.name in a for a in arms}) > 1)
         return None if asked else next(differ, None)
 
-    def process_knobs(self, arms: Sequence[frozenset[str]]) -> frozenset[str]:
-        """What ``switch`` sets for a process that runs ``arms`` in turn: the knobs a process takes only when it
-        starts (``Knob.per_process``) that any arm sets (only where one process was asked for by name can the arms
-        differ in one: ``shared_process_refusal``); the rest each arm's step sets (``arm_steps``)."""
-        return frozenset(k.name for k in self.knobs if k.per_process and any(k.name in arm for arm in arms))
+    def process_knobs(self, arms: Sequence[frozenset[str]], on_gpu: bool) -> frozenset[str]:
+        """What ``switch`` sets for a process that runs ``arms`` in turn on the device (``on_gpu``): the knobs a
+        process takes only when it starts (``Knob.per_process``) that any arm sets and that can matter there (only
+        where one process was asked for by name can the arms differ in one: ``shared_process_refusal``); the rest
+        each arm's step sets (``arm_steps``)."""
+        return frozenset(
+            k.name
+            for k in self.knobs
+            if k.per_process and k.applies(on_gpu) is None and any(k.name in arm for arm in arms)
+        )
 
     def arm_switch(self, knobs: frozenset[str]) -> Step:
         """What puts this process under an arm's ``knobs`` where the framework reads them between steps: called

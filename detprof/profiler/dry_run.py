@@ -85,7 +85,7 @@ def _setting_lines(target: MeasurementTarget, settings: RunSettings) -> list[str
     }[settings.pairing]
     backend = backends.get(settings.backend)
     if settings.pairing == "in_process":
-        shared = backend.process_knobs([target.applying(backend.mode_knobs()), frozenset()])
+        shared = backend.process_knobs([backend.mode_knobs(), frozenset()], target.on_gpu)
         if shared:
             pairing += f"; the process starts with {', '.join(sorted(shared))}, which both modes share"
     sized = []

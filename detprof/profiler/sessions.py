@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from detprof import backends
 from detprof.errors import UsageError
 from detprof.profiler.lockstep import step_in_lockstep, wait_until_done
 from detprof.profiler.measured_runs import ModePair, PlannedRun
@@ -53,6 +54,14 @@ class Launch:
     def timeout_s(self) -> float | None:
         """How long a run (a session's pair) may take: ``--run-timeout``."""
         return self.records.settings.run_timeout_s
+
+    def process_knobs(self, pair: Sequence[WorkerProcess]) -> frozenset[str]:
+        """What a process that runs ``pair``'s arms starts with, on this study's device (``Backend.process_knobs``)."""
+        settings = self.records.settings
+        backend = backends.get(settings.backend)
+        on_gpu = self.records.device.gpu is not None and not self.records.device.hide_gpus
+        arms = [settings.determinism(worker.run.mode, worker.run.knobs).knob_set() for worker in pair]
+        return backend.process_knobs(arms, on_gpu)
 
     def session_command(self, runs: Sequence[PlannedRun]) -> list[str]:
         """The command line of the worker that measures ``runs`` of one side of lockstep pairs."""
@@ -168,7 +177,8 @@ def _pair_session(
         def arm(worker: WorkerProcess) -> dict[str, Any]:
             return launch.specs.spec(worker, cpu_core=cpu_core, control_fd=control_fd, arm=worker.arm).to_json()
 
-        return {"pairs": [[arm(worker) for worker in workers] for workers in sessions]}
+        pairs = [[arm(worker) for worker in workers] for workers in sessions]
+        return {"pairs": pairs, "process_knobs": sorted(launch.process_knobs(sessions[0]))}
 
     first = sessions[0][0]
     spec_path = launch.files.session_spec_path(pairs[0][0])

@@ -382,15 +382,15 @@ def session(runs: list[WorkerSpec], clock: PartClock) -> int:
     return ExitCode.OK
 
 
-def pair_session(pairs: list[list[WorkerSpec]], clock: PartClock) -> int:
+def pair_session(pairs: list[list[WorkerSpec]], clock: PartClock, process_knobs: Sequence[str]) -> int:
     """Pairs of arms in this one process, one pair after the other (the models of a repeat), both arms of each
     a step of each in turn (``run_arms``); each result written, then ``DONE`` to the coordinator.
 
-    The process is switched once for what every arm shares and can only be set at start
-    (``determinism.apply_shared``); each arm's step sets the rest of its knobs itself.
+    The process is switched once, when it starts, for the knobs that can only be set then (``process_knobs``, as the
+    launcher read them for the device: ``determinism.apply_shared``); each arm's step sets the rest of its knobs.
     """
     pacer = Pacer(pairs[0][0].control_fd)
-    apply_shared([spec.determinism for spec in pairs[0]])
+    apply_shared([spec.determinism for spec in pairs[0]], process_knobs)
     clock.lap("start")
     cpus = os.sched_getaffinity(0)
     for specs in pairs:
@@ -437,7 +437,8 @@ def main(argv: list[str]) -> int:
     if "runs" in spec:
         return session([WorkerSpec.from_json(run_spec) for run_spec in spec["runs"]], clock)
     if "pairs" in spec:
-        return pair_session([[WorkerSpec.from_json(arm) for arm in pair] for pair in spec["pairs"]], clock)
+        pairs = [[WorkerSpec.from_json(arm) for arm in pair] for pair in spec["pairs"]]
+        return pair_session(pairs, clock, spec.get("process_knobs", ()))
     result_path = Path(argv[1])
     if "call" in spec:
         return call(spec, result_path)
