@@ -197,6 +197,7 @@ def study_stability(outcome: SweepOutcome, *, console: Console) -> list[Path]:
     embedded default's time;
     ``detprof stability --runs 10`` runs the full protocol.
     """
+    from detprof.reports.headline import suggested
     from detprof.stability import study
 
     assert outcome.device is not None and outcome.backend is not None, "the command refuses --stability on a fleet"
@@ -205,10 +206,10 @@ def study_stability(outcome: SweepOutcome, *, console: Console) -> list[Path]:
     models = registry_models if studied is None else tuple(m for m in registry_models if m in studied)
     skipped = [m for m in outcome.models if m not in models]
     if skipped:
+        studies = ", ".join(suggested("stability", [model], outcome.backend) for model in skipped)
         console.print(
             f"stability: studying {', '.join(models) or 'no model'}; {', '.join(skipped)} cannot learn the "
-            f"embedded digits study in its budget (preset {outcome.preset}): run `detprof stability --model "
-            "NAME --dataset ...` for them"
+            f"embedded digits study in its budget (preset {outcome.preset}): {escape(studies)} study them"
         )
     summaries = []
     for model in models:
