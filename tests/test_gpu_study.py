@@ -96,6 +96,16 @@ def test_the_dry_run_for_an_h100_lists_every_part_its_expected_time_and_what_lat
     assert "10 left for later windows" in out
 
 
+def test_a_folder_holding_a_bundle_beside_its_readme_reports_as_the_bundle(capsys: Capture) -> None:
+    folder = H100_STUDY.parent
+    assert cli.main(["report", str(folder), "--format", "json", "-o", "-"]) == ExitCode.OK
+    read = json.loads(capsys.readouterr().out)
+    assert read["sources"] == [str(folder)]
+    # What the bundle holds (the README's table): PyTorch's GPT, JAX's medium CNN.
+    swept = {(m["backend"], m["model"]): m["overhead"]["kernel"]["ratio"] for m in read["models"] if m["verdict"]}
+    assert round(swept["torch", "gpt_small"], 2) == 1.07 and round(swept["jax", "mediumcnn_k1"], 2) == 2.99
+
+
 def test_a_plan_of_one_window_bounds_the_repeats_its_overhead_parts_add_for_precision() -> None:
     plan = build_plan(SCALES["gpu"], ["jax"], 1800.0, Costs(), on_gpu=True, knob_models={}, apart_models={})
     first = plan.parts[0]
