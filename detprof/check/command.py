@@ -136,8 +136,9 @@ def _print_noise_floor(results_dir: Path) -> None:
     studies = find_studies(results_dir)
     calibrations = [s for s in studies if s.kind == "calibration"]
     if not calibrations:
-        sweep = next(s for s in studies if s.kind == "sweep")
-        typer.echo(f"noise floor: not measured here: {_calibration(sweep, results_dir)}, into the same folder")
+        sweeps = [s for s in studies if s.kind == "sweep"]
+        how = f": {_calibration(sweeps[0], results_dir)}, into the same folder" if sweeps else ""
+        typer.echo(f"noise floor: not measured here{how}")
         return
     floors = noise_floors(calibrations[0].records())
     shown = ", ".join(f"{model} {floor(value)}" for model, value in sorted(floors.items()))
