@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from detprof.errors import InputError
+from detprof.store import find_studies
 
 LIMIT_BYTES = 16 * 1024 * 1024
 MARKER = "bundle.json"
@@ -74,18 +75,33 @@ def is_bundle(path: Path) -> bool:
         return MARKER in archive.namelist()
 
 
+def sources(path: Path) -> list[Path]:
+    """What a reader reads for ``path``: a folder's results where it holds any, else the bundles it holds (a GPU
+    run kept as it came back, ``reference/<gpu>-<date>/gpu-study.zip`` beside its README); any other path itself."""
+    if not path.is_dir() or _holds_results(path):
+        return [path]
+    return [file for file in sorted(path.glob("*.zip")) if is_bundle(file)] or [path]
+
+
+def _holds_results(folder: Path) -> bool:
+    try:
+        return bool(find_studies(folder))
+    except InputError:
+        return False
+
+
 @contextlib.contextmanager
 def unpacked(paths: Sequence[Path]) -> Iterator[list[Path]]:
-    """``paths`` with every bundle among them unpacked into a temporary folder named as the bundle, for as long as
-    the context lasts; other paths as they are."""
+    """What a reader reads for each of ``paths`` (``sources``), every bundle among them unpacked into a temporary
+    folder named as the bundle, for as long as the context lasts; other paths as they are."""
     with contextlib.ExitStack() as stack:
         found = []
-        for path in paths:
-            if not is_bundle(Path(path)):
-                found.append(Path(path))
+        for path in (source for given in paths for source in sources(Path(given))):
+            if not is_bundle(path):
+                found.append(path)
                 continue
-            folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="detprof-bundle-"))) / Path(path).stem
-            _extract(Path(path), folder)
+            folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="detprof-bundle-"))) / path.stem
+            _extract(path, folder)
             found.append(folder)
         yield found
 

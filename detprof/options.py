@@ -95,7 +95,10 @@ class RunOptions:
         "Compile with XLA in both modes (jit_compile is always pinned).", flags=("--xla/--no-xla",)
     )
     seed: int | None = option("Seed set in both modes (default 0).")
-    out: Path | None = option("Results directory (default results/<date>-<device>).")
+    out: Path | None = option(
+        "Results directory (default results/<date>-<device>; where that holds a study of another configuration, a "
+        "folder named for this one's models inside it)."
+    )
     resume: bool = option("Continue the study in --out, skipping completed runs.", False)
     wait: bool = option(
         "When another detprof is measuring on the same device: wait for it to finish (default), or refuse at once.",

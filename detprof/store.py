@@ -16,7 +16,7 @@ import math
 import os
 import secrets
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -231,11 +231,36 @@ class ResultsStore:
         return path
 
 
-def find_studies(path: Path, max_depth: int = 3) -> list[ResultsStore]:
+NAMED_SUBJECTS = 3
+"""How many of a study's models (or ops) name the folder of its own (``place_for``); the rest are counted."""
+
+
+def place_for(base: Path, kind: StudyKind, config: dict[str, Any], subjects: Sequence[str]) -> Path:
+    """The results directory a study of ``config`` goes to when no ``--out`` names one.
+
+    ``base`` (the day's folder for the device and backend) where its ``kind`` folder is free or holds this
+    configuration; else a folder of its own under ``base``, named for what it studies (``subjects``: its models,
+    program or ops), with the configuration's hash added where that name holds yet another. A user who tries one
+    model after another keeps every study, ``--resume`` finds each again by its configuration, and ``detprof
+    report`` of ``base`` reads them all.
+    """
+    digest = config_hash(config)
+    shown = "-".join(subjects[:NAMED_SUBJECTS])
+    name = shown if len(subjects) <= NAMED_SUBJECTS else f"{shown}-and-{len(subjects) - NAMED_SUBJECTS}-more"
+    places = (base, base / name, base / f"{name}-{digest[:8]}")
+    for place in places[:-1]:
+        store = ResultsStore(place, kind)
+        if not store.exists() or store.manifest().get("config_hash") == digest:
+            return place
+    return places[-1]
+
+
+def find_studies(path: Path, max_depth: int = 4) -> list[ResultsStore]:
     """Every study at or below a results directory, nearest first.
 
-    A sweep run with ``--stability`` keeps one stability study per model in sub-folders, and
-    a user may point at a folder holding several results directories; both are found.
+    A sweep run with ``--stability`` keeps one stability study per model in sub-folders, a study of another
+    configuration on the same day has a folder of its own in the day's (``place_for``), and a user may point at a
+    folder holding several results directories; all are found.
     """
     path = Path(path)
     if not path.exists():

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 import synthetic_sweep as synth
+from advised import advised, resolve
 from piped_cli import header_lines, run_piped, table_rows
 
 from detprof.analysis.overhead import noise_floors
@@ -562,6 +563,9 @@ def test_check_shows_the_noise_floor_of_a_calibration_beside_the_results(
     current = make_sweep(tmp_path / "cur", {"resnet50": 1.5, "vgg16": 1.2}, seed=1)
     code, out, _ = run_cli(capsys, "check", "--baseline", baseline, "--current", current)
     assert code == 0 and "noise floor: not measured here" in out
+    (advice,) = advised(out)
+    assert advice == f"detprof sweep --calibrate --models resnet50,vgg16 --out {current}"
+    resolve(advice, tmp_path, capsys)
     calibration = ResultsStore(current, "calibration")
     calibration.open(synth.config(["resnet50"], 4), "detprof sweep --calibrate", resume=False)
     for record in synth.records({"resnet50": [1.01, 0.99, 1.02, 0.98]}):

@@ -110,6 +110,16 @@ def test_a_part_longer_than_any_window_is_split_so_that_each_window_ends_with_fi
     assert [part.name for part in whole.parts if part.kind == "verify"] == ["jax-verify-first", "jax-verify"]
 
 
+def test_a_folder_holding_a_bundle_beside_its_readme_reports_as_the_bundle(capsys: Capture) -> None:
+    folder = H100_STUDY.parent
+    assert cli.main(["report", str(folder), "--format", "json", "-o", "-"]) == ExitCode.OK
+    read = json.loads(capsys.readouterr().out)
+    assert read["sources"] == [str(folder)]
+    # What the bundle holds (the README's table): PyTorch's GPT, JAX's medium CNN.
+    swept = {(m["backend"], m["model"]): m["overhead"]["kernel"]["ratio"] for m in read["models"] if m["verdict"]}
+    assert round(swept["torch", "gpt_small"], 2) == 1.07 and round(swept["jax", "mediumcnn_k1"], 2) == 2.99
+
+
 def test_a_plan_of_one_window_bounds_the_repeats_its_overhead_parts_add_for_precision() -> None:
     plan = build_plan(SCALES["gpu"], ["jax"], 1800.0, Costs(), on_gpu=True)
     first = next(part for part in plan.parts if part.name == "jax-overhead-first")

@@ -9,6 +9,7 @@ workers real subprocesses, so determinism never switches on in pytest's own proc
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 from collections.abc import Iterator
@@ -16,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from advised import advised, resolve
+from rich.console import Console
 
 from detprof.check.baseline_file import fingerprint, fingerprint_differences, read_sweep
 from detprof.cli import main
@@ -23,7 +26,10 @@ from detprof.errors import InputError, UsageError
 from detprof.models import own
 from detprof.models.npz_data import headers, leading_rows
 from detprof.models.plans import split_models
+from detprof.profiler.devices import choose_device
+from detprof.reports.command import render_report
 from detprof.store import ResultsStore
+from detprof.sweep.run import SweepOutcome, study_stability
 
 FACTORIES = """
 import keras
@@ -282,6 +288,18 @@ def test_bad_models_stop_the_sweep_in_one_line_before_any_run(in_zoo: Path, caps
     assert not (in_zoo / "none").exists()
 
 
+def test_sweep_stability_names_the_study_of_each_model_of_yours_it_leaves_out(in_zoo: Path, capsys: Capture) -> None:
+    """``sweep --stability`` trains registry models only: for yours it prints the commands that study them."""
+    yours = ("my_models.py:build_net", "net.keras")
+    outcome = SweepOutcome(in_zoo, "sweep", {}, yours, (), "cpu-small", choose_device(None), "tensorflow")
+    printed = Console(file=io.StringIO(), width=1000)
+    assert study_stability(outcome, console=printed) == []
+    commands = advised(printed.file.getvalue())  # type: ignore[attr-defined]
+    assert commands == [f"detprof stability --model {model}" for model in yours]
+    for line in commands:
+        resolve(line, in_zoo, capsys)
+
+
 # A sweep of four models of your own on a real batch, and check on it.
 
 
@@ -320,6 +338,20 @@ def test_models_of_your_own_are_swept_with_determinism_verified(zoo: Path, sweep
     config = ResultsStore(sweep, "sweep").manifest()["config"]
     assert config["data"] == "npz:batch.npz" and config["input_size"] is None
     assert set(config["own_models"]) == {"build_net", "net", "fixed_net", "two_heads"}
+
+
+@pytest.mark.slow
+def test_every_command_the_report_advises_for_your_models_resolves(zoo: Path, sweep: Path, capsys: Capture) -> None:
+    commands = advised(render_report([sweep], "md"))
+    # Each model as --models named it; the calibration feeds them from the sweep's file at its batch size.
+    assert "detprof stability --model my_models:fixed_net" in commands
+    assert "detprof stability --model net.keras" in commands
+    (calibrate,) = [c.split() for c in commands if c.startswith("detprof sweep --calibrate")]
+    models = {"my_models.py:build_net", "net.keras", "my_models:fixed_net", "my_models.py:two_heads"}
+    assert set(calibrate[calibrate.index("--models") + 1].split(",")) == models
+    assert calibrate[-4:] == ["--data", "npz:batch.npz", "--batch-size", "8"]
+    for line in commands:
+        resolve(line, zoo, capsys)
 
 
 @pytest.mark.slow

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from advised import STAND_IN, advised, filled_in, resolve
 
 from detprof.analysis.overhead import ModelOverhead
 from detprof.backends.program import program_environment
@@ -27,6 +28,7 @@ from detprof.profiler.process import STEADY_HEAP_ENV
 from detprof.profiler.program.files import in_effect
 from detprof.profiler.program.request import ProgramRequest, plan_program_runs
 from detprof.profiler.program.run import HOOK_DIR, NO_WINDOW, program_status
+from detprof.reports.command import render_report
 from detprof.store import ResultsStore
 
 STEPS = 3
@@ -108,6 +110,14 @@ with detprof.measure():
         detprof.step()
 print([m for m in ("numpy", "detprof.store", "detprof.profiler.worker") if m in sys.modules])
 """
+YOUR_MODEL = """
+import keras
+
+
+def build(input_shape, classes):
+    inputs = keras.Input(shape=input_shape)
+    return keras.Model(inputs, keras.layers.Dense(classes)(keras.layers.Flatten()(inputs)))
+"""
 BASE_PYTHON = Path(sys.base_prefix) / "bin" / "python3"
 
 
@@ -185,6 +195,22 @@ def test_the_window_steps_are_timed_untraced_and_traced_apart(torch_sweep: Path)
             table = ResultsStore(torch_sweep, "sweep").read_table(rec["kernel_table"])
             assert table["dur_ns"].sum() == pytest.approx(rec["kernel_ns_per_step"] * STEPS)
             assert any(name.startswith("aten::") for name in table["name"].astype(str))
+
+
+@pytest.mark.slow
+def test_every_command_the_report_advises_for_a_program_resolves_with_your_model_in_it(
+    torch_sweep: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A program is no model: what the report suggests for it takes your model instead, and says so."""
+    markdown = render_report([torch_sweep], "md")
+    commands = advised(markdown)
+    assert f"detprof stability --model {STAND_IN} --backend torch" in commands
+    assert f"detprof sweep --calibrate --model {STAND_IN} --backend torch" in commands
+    assert f"a program is no model detprof can train: give yours as {STAND_IN}" in markdown
+    folder = torch_sweep.parent
+    script(folder, "your_model.py", YOUR_MODEL)
+    for line in commands:
+        resolve(filled_in(line, "your_model.py:build"), folder, capsys)
 
 
 @pytest.fixture(scope="module")

@@ -117,9 +117,10 @@ def test_corrupt_stability_summary_is_an_input_error(tmp_path: Path, capsys: pyt
 
 def test_stability_study_without_summary_yet_is_one_line(tmp_path: Path) -> None:
     res = wall_only_sweep(tmp_path / "res")
-    ResultsStore(res, "stability").open({"model": "vgg19"}, "detprof stability", resume=False)
+    command = "detprof stability --model vgg19 --backend torch --out res"
+    ResultsStore(res, "stability").open({"model": "vgg19"}, command, resume=False)
     page = write_report(res, tmp_path / "r.html", plotlyjs="cdn").read_text()
-    assert "has no summary.json yet" in page
+    assert f"has no summary.json yet (interrupted? `{command} --resume` finishes it)" in page
     assert json.loads((res / "stability" / "manifest.json").read_text())["kind"] == "stability"
 
 

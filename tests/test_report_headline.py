@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import synthetic_sweep as synth
+from advised import advised, resolve
 
 from detprof.cli import main
 from detprof.intervals import CHEAP_OVERHEAD, Overhead, paired_t, repeats_to_read
@@ -345,7 +346,20 @@ def test_beside_a_sweep_the_noise_floor_table_is_under_conditions(tmp_path: Path
 def test_without_calibration_says_none_ran(tmp_path: Path) -> None:
     root = sweep(tmp_path / "res", {"resnet50": EXPENSIVE})
     page = answer_section(render_report([root], "html", "cdn"))
-    assert "not run" in page and "No noise floor for t4: no calibration ran; detprof sweep --calibrate" in page
+    assert "not run" in page and "No noise floor for t4: no calibration ran; `detprof sweep --calibrate --model" in page
+
+
+def test_every_command_the_report_advises_for_registry_models_resolves(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ratios = {"smallcnn": CHEAP, "gpt_tiny": CROSSING}
+    config = synth.config(list(ratios), 4, backend="torch", gpu_label="cpu")
+    root = synth.write_sweep(tmp_path / "res", config, synth.records(ratios, device=CPU, backend="torch"))
+    commands = advised(render_report([root], "md"))
+    assert "detprof stability --model gpt_tiny --backend torch" in commands
+    assert "detprof sweep --calibrate --models smallcnn,gpt_tiny --backend torch" in commands
+    for line in commands:
+        resolve(line, tmp_path, capsys)
 
 
 @pytest.mark.parametrize("fmt", ["json", "md", "html"])

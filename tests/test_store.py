@@ -16,7 +16,7 @@ import synthetic_sweep as synth
 
 from detprof.cli import main
 from detprof.errors import InputError, UsageError
-from detprof.store import ResultsStore, atomic_write_bytes, find_studies, json_safe
+from detprof.store import ResultsStore, atomic_write_bytes, find_studies, json_safe, place_for
 
 
 def test_records_round_trip_and_resume_rules(tmp_path) -> None:
@@ -45,6 +45,26 @@ def test_tables_and_discovery(tmp_path) -> None:
         find_studies(tmp_path / "stability" / "tables")
     with pytest.raises(InputError, match="no such results directory"):
         find_studies(tmp_path / "missing")
+
+
+def test_without_out_each_configuration_of_a_day_has_a_place_of_its_own(tmp_path: Path) -> None:
+    """The day's folder takes the first; another goes to a folder named for its models (three, then a count), or
+    with its hash where that name is taken; the same configuration always finds its own place again."""
+    models = ["smallcnn", "gpt_tiny", "vit_tiny", "moe_tiny"]
+
+    def opened(config: dict[str, int], subjects: list[str]) -> Path:
+        place = place_for(tmp_path, "sweep", config, subjects)
+        ResultsStore(place, "sweep").open(config, "detprof sweep", resume=True)
+        return place
+
+    assert opened({"steps": 5}, models[:1]) == tmp_path
+    assert opened({"steps": 6}, models[:1]) == tmp_path / "smallcnn"
+    taken = opened({"steps": 7}, models[:1])
+    assert taken.parent == tmp_path and taken.name.startswith("smallcnn-") and len(taken.name) == len("smallcnn-") + 8
+    assert opened({"steps": 8}, models) == tmp_path / "smallcnn-gpt_tiny-vit_tiny-and-1-more"
+    for steps, place in ((5, tmp_path), (6, tmp_path / "smallcnn"), (7, taken)):
+        assert place_for(tmp_path, "sweep", {"steps": steps}, models[:1]) == place
+    assert place_for(tmp_path, "verify", {"steps": 6}, models[:1]) == tmp_path  # another kind's folder is free
 
 
 def test_unwritable_output_is_a_usage_error(tmp_path) -> None:

@@ -27,8 +27,9 @@ from detprof.errors import ExitCode
 from detprof.findings import finding_of
 from detprof.fingerprints import SAMPLE_SIZE, RunFingerprints, digest, fingerprint, sample_positions
 from detprof.models import registry
+from detprof.profiler.measured_runs import results_dir_of
 from detprof.reports.command import render_report
-from detprof.store import ResultsStore
+from detprof.store import ResultsStore, find_studies
 
 PLANTED = '''
 import numpy as np
@@ -199,6 +200,27 @@ def test_a_model_run_past_the_run_timeout_is_ended_and_recorded_as_failed(
     found = list(ResultsStore(out, "verify").records())
     assert len(found) == 4
     assert {(r["status"], r["reason"]) for r in found} == {("failed", "timed out after 0.5 s (--run-timeout)")}
+
+
+def test_a_second_verify_of_other_models_the_same_day_keeps_a_folder_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without ``--out``, one model after another: each configuration is kept, ``--resume`` finds its folder again,
+    and the report of the day's folder reads both. Every run is ended at once (``--run-timeout``): where the runs
+    go is what is checked, not what they compare."""
+    monkeypatch.chdir(tmp_path)
+    quick = ["--gpu", "cpu", "--run-timeout", "0.5"]
+    assert main(["verify", "--models", "smallcnn", *quick]) == ExitCode.CHECK_FAILED
+    assert main(["verify", "--models", "gpt_tiny", *quick]) == ExitCode.CHECK_FAILED
+    assert main(["verify", "--models", "gpt_tiny", "--resume", *quick]) == ExitCode.CHECK_FAILED
+    day = results_dir_of("cpu", backends.DEFAULT)
+    studies = {s.root.relative_to(day): {r["model"] for r in s.records()} for s in find_studies(day)}
+    assert studies == {Path("."): {"smallcnn"}, Path("gpt_tiny"): {"gpt_tiny"}}
+    read = json.loads(render_report([day], "json"))["verification"]
+    assert sorted(v["model"] for v in read) == ["gpt_tiny", "smallcnn"]
+    capsys.readouterr()
+    assert main(["verify", "--models", "gpt_tiny", *quick, "--out", str(day)]) == ExitCode.USAGE
+    assert "already holds a verify of a different configuration: choose another --out" in capsys.readouterr().err
 
 
 TOKENS = """

@@ -22,6 +22,7 @@ from detprof.store import atomic_write_bytes
 if TYPE_CHECKING:
     from detprof.check.baseline_file import EnvironmentCheck
     from detprof.check.regression import Comparison
+    from detprof.store import ResultsStore
 
 
 def baseline(
@@ -132,13 +133,30 @@ def _print_noise_floor(results_dir: Path) -> None:
     from detprof.formatting import floor
     from detprof.store import find_studies
 
-    calibrations = [s for s in find_studies(results_dir) if s.kind == "calibration"]
+    studies = find_studies(results_dir)
+    calibrations = [s for s in studies if s.kind == "calibration"]
     if not calibrations:
-        typer.echo("noise floor: not measured here (run `detprof sweep --calibrate --out` into the same folder)")
+        sweeps = [s for s in studies if s.kind == "sweep"]
+        how = f": {_calibration(sweeps[0], results_dir)}, into the same folder" if sweeps else ""
+        typer.echo(f"noise floor: not measured here{how}")
         return
     floors = noise_floors(calibrations[0].records())
     shown = ", ".join(f"{model} {floor(value)}" for model, value in sorted(floors.items()))
     typer.echo(f"noise floor (A/A, {calibrations[0].dir}): {shown}")
+
+
+def _calibration(sweep: ResultsStore, results_dir: Path) -> str:
+    """The calibration of the checked sweep's models, as the report suggests it (``headline.calibration_advice``)."""
+    from detprof.records import backend_of
+    from detprof.reports.headline import calibration_advice
+    from detprof.reports.report_data import model_given
+
+    first: dict[str, dict[str, Any]] = {}
+    for record in sweep.records():
+        first.setdefault(record["model"], record)
+    givens = [model_given(record) for record in first.values()]
+    backend = backend_of(next(iter(first.values())))
+    return calibration_advice(givens, backend, sweep.manifest().get("config") or {}, results_dir)
 
 
 def _report(

@@ -24,7 +24,7 @@ from detprof.kernels_bench.bench import BACKEND_SUITES, KernelsConfig, derive, p
 from detprof.kernels_bench.presets import BACKEND_PRESETS, PRESETS
 from detprof.option_values import comma_separated
 from detprof.options import MEASURED_STUDY, RunOptions, with_run_options
-from detprof.profiler.measured_runs import choose_target, default_results_dir, preset_values
+from detprof.profiler.measured_runs import choose_target, preset_values, study_root
 from detprof.profiler.study import MeasuredStudy, measure
 from detprof.store import ResultsStore
 
@@ -103,7 +103,8 @@ def kernels(
         values["max_shapes"] = max_shapes or None
     config = KernelsConfig.for_target(target, options, in_process=True, ops=selected, **values)
     cases = derive(config)
-    out = options.out or default_results_dir(target.device, target.backend)
+    manifest = config.manifest(cases)
+    out = study_root(options.out, target.device, target.backend, "kernels", manifest, list(selected))
     plan = plan_runs(cases, config.repeats, config.batch_size)
     if options.dry_run:
         from detprof.profiler.dry_run import plan_lines
@@ -111,7 +112,7 @@ def kernels(
         typer.echo("\n".join(plan_lines("kernels", plan, config, target, out)))
         return
     given = Invocation.of(options.resume, options.wait)
-    study = MeasuredStudy("kernels", plan, config, config.manifest(cases), target, out, given)
+    study = MeasuredStudy("kernels", plan, config, manifest, target, out, given)
     store = measure(study, what=f"{len(cases)} case{'' if len(cases) == 1 else 's'}", console=status_console())
     print_summary(store)
     status_console().print(f"results: {escape(str(store.dir))}")

@@ -27,6 +27,7 @@ from detprof.options import RunOptions
 from detprof.profiler import devices
 from detprof.profiler.devices import DeviceChoice, usable_core_ids
 from detprof.profiler.tracers import Tracer, refuse_nvprof, resolve_tracer
+from detprof.store import place_for
 
 RUN_ORDER: tuple[Mode, ...] = ("deterministic", "default")
 Unit = TypeVar("Unit")
@@ -241,6 +242,19 @@ def default_results_dir(device: DeviceChoice, backend: str = backends.DEFAULT) -
     """``results/<date>-<device>[-<backend>]``: the sweep, kernels and stability of one day, device and
     backend pair up."""
     return results_dir_of(device.label, backend)
+
+
+def study_root(
+    out: Path | None,
+    device: DeviceChoice,
+    backend: str,
+    kind: str,
+    config: dict[str, Any],
+    subjects: Sequence[str],
+) -> Path:
+    """Where a study of ``kind`` and ``config`` goes: ``--out`` as given, else the day's folder for the device and
+    backend, or a folder of this configuration's own in it (``store.place_for``)."""
+    return out if out is not None else place_for(default_results_dir(device, backend), kind, config, subjects)
 
 
 def results_dir_of(devices: str, backend: str) -> Path:

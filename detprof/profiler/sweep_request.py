@@ -62,6 +62,10 @@ class SweepConfig(RunSettings):
     def model_plans(self) -> tuple[ModelPlan, ...]:
         return self.plans or tuple(registry_plan(self.asked(), model) for model in self.models)
 
+    def labels(self) -> list[str]:
+        """Each model as its records name it: what a folder of the study's own is named for (``store.place_for``)."""
+        return [plan.label for plan in self.model_plans()]
+
     def asked(self, data: Path | None = None) -> ModelsAsked:
         """What this study asks of its models (``data``: ``--data``'s file, where the models are fed from it)."""
         return ModelsAsked(self.models, self.batch_size, self.input_size, self.input_shape, self.classes, data)

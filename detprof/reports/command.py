@@ -75,7 +75,7 @@ def report(
         list[Path],
         typer.Argument(
             help="Results directories (sweep, kernels and/or stability; several GPUs at once), or the bundles "
-            "`detprof gpu-study` writes (.zip)."
+            "`detprof gpu-study` writes (.zip), or a folder that holds such bundles and no results."
         ),
     ],
     output: Annotated[

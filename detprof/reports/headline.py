@@ -16,8 +16,10 @@ the published GPU figures up as the reference instead.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import shlex
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from detprof import backends
@@ -30,7 +32,12 @@ from detprof.reports.published import PUBLISHED, SOURCE
 from detprof.reports.tradeoff import NOISY_CHURN, QUADRANT_ADVICE, Learning, Noise, Quadrant
 from detprof.reports.verdict import Verdict
 
-CALIBRATE_HINT = "detprof sweep --calibrate measures it (deterministic against itself)"
+PROGRAM_STAND_IN = "FILE.py:FUNCTION"
+"""What a suggested command that trains models takes for a program (``sweep --command``): a model of your own."""
+STAND_IN_NOTE = f"a program is no model detprof can train: give yours as {PROGRAM_STAND_IN}"
+FEEDING = {"data": "--data", "input_shape": "--input-shape"}
+"""The sweep's settings that decide how its models are built and fed, where given (the manifest keeps them only
+then): a command on the same models needs them to build and feed them alike."""
 CPU_CAVEAT = "CPU op time: does not predict the GPU cost (see the published GPU figures)."
 CPU_CHURN = "'s CPU kernels (deterministic with the default threads), not of the model."
 """How the caveat on a CPU's churn ends, whichever framework's kernels it names (``caveats``)."""
@@ -87,21 +94,54 @@ class HeadlineRow:
         return self.stability if self.stability is not None and self.stability.used else None
 
 
+def model_argument(given: str | None) -> str:
+    """How a suggested command names a model: as ``--models`` was given it (a registry name, FILE.py:FUNCTION, ...);
+    for a program (``given`` None), the form of a model of your own, which the user fills in."""
+    return PROGRAM_STAND_IN if given is None else shlex.quote(given)
+
+
+def suggested(command: str, givens: Sequence[str | None], backend: str, options: Sequence[str] = ()) -> str:
+    """A command line on these models as a user types it, in backticks: the backend named unless it is the
+    default, so that what it measures pairs with the study it is suggested for."""
+    models = list(dict.fromkeys(model_argument(g) for g in givens))
+    flag = "" if backend == backends.DEFAULT else f" --backend {backend}"
+    return f"`detprof {command} --model{'s' if len(models) > 1 else ''} {','.join(models)}{flag}{''.join(options)}`"
+
+
+def with_stand_in(text: str, givens: Sequence[str | None]) -> str:
+    """``text`` with what the stand-in for a program means, where a program is among ``givens``."""
+    return text if None not in givens else f"{text} ({STAND_IN_NOTE})"
+
+
+def calibration_advice(
+    givens: Sequence[str | None], backend: str, config: Mapping[str, Any], out: Path | None = None
+) -> str:
+    """The calibration that gives these swept models their noise floor: on the same models and backend, built
+    and fed as the sweep built and fed them (``FEEDING``; with ``--data``, at its batch size, which the file's
+    examples must fill), into ``out`` where given."""
+    options = [f" {flag} {shlex.quote(str(config[key]))}" for key, flag in FEEDING.items() if config.get(key)]
+    if config.get("data") and config.get("batch_size"):
+        options.append(f" --batch-size {config['batch_size']}")
+    if out is not None:
+        options.append(f" --out {shlex.quote(str(out))}")
+    return f"{suggested('sweep --calibrate', givens, backend, options)} measures it (deterministic against itself)"
+
+
 def advice(
     v: Verdict,
     q: Quadrant | None,
     stability: StabilityReading | None,
-    model: str,
+    given: str | None,
     backend: str = backends.DEFAULT,
     *,
     held: bool | None = None,
 ) -> str:
     """What to do, in a few words, consistent with the verdict (never more sure of the cost than it is).
 
-    The command it suggests names the row's backend unless it is the default, so that the
-    study it runs is the one this row pairs with. Where ``detprof verify`` found that
-    determinism does not hold (``held`` False), what it costs is beside the point until that
-    is fixed, and the caveats say what to fix.
+    The command it suggests names the row's model as the commands take it (``given``: None for a program, which
+    the stability study cannot train) and its backend (``suggested``), so that the study it runs is the one this
+    row pairs with. Where ``detprof verify`` found that determinism does not hold (``held`` False), what it costs
+    is beside the point until that is fixed, and the caveats say what to fix.
     """
     if held is False:
         return NOT_HELD_ADVICE
@@ -110,8 +150,9 @@ def advice(
     if q is not None and q != "not settled":
         return QUADRANT_ADVICE[q]
     if stability is None:
-        flag = "" if backend == backends.DEFAULT else f" --backend {backend}"
-        what = f"no stability study: `detprof stability --model {model}{flag}` measures what it buys"
+        what = with_stand_in(
+            f"no stability study: {suggested('stability', [given], backend)} measures what it buys", [given]
+        )
     elif not stability.used:
         what = "its stability study did not learn: what it buys is unknown"
     elif q is None or stability.noise.churn_impl is None:

@@ -24,9 +24,8 @@ REFERENCE_DIR = Path(__file__).resolve().parents[2] / "reference"
 
 def measurements_in(folder: Path) -> list[GpuMeasurement]:
     """Every swept model's kernel-time overhead in one GPU run's folder (``reference/<gpu>-<date>``): its results
-    as they are, or the bundle ``detprof gpu-study`` brought back, kept as it came (a zip in the folder)."""
-    bundles = [path for path in sorted(folder.glob("*.zip")) if bundle.is_bundle(path)]
-    with bundle.unpacked(bundles or [folder]) as sources:
+    as they are, or the bundle ``detprof gpu-study`` brought back, kept as it came (``bundle.sources``)."""
+    with bundle.unpacked([folder]) as sources:
         return _measurements(sources, folder)
 
 

@@ -54,12 +54,13 @@ from detprof.reports.attribution import attribution, with_layer
 from detprof.reports.gpu_clocks import ClockRow, clock_rows, throttle_warnings
 from detprof.reports.gpu_reference import GpuMeasurement, shipped
 from detprof.reports.headline import (
-    CALIBRATE_HINT,
     HeadlineRow,
     StabilityReading,
     advice,
+    calibration_advice,
     caveats,
     cpu_notes,
+    with_stand_in,
 )
 from detprof.reports.knobs_data import KnobReading, knob_readings
 from detprof.reports.provenance import (
@@ -135,6 +136,8 @@ class ModelCost:
     The fields up to ``precision`` come from the overheads; the rest are filled from the kernel tables."""
 
     model: str
+    given: str | None
+    """How the commands name it (``model_given``): what a command suggested for it takes."""
     kernel: Overhead | None
     wall: Overhead | None
     unsupported_reason: str | None
@@ -417,10 +420,20 @@ def _no_kernels_reason(overhead: ModelOverhead, records: Sequence[Mapping[str, A
     return "no kernel tables in one of the modes (its runs failed or were not traced)"
 
 
+def model_given(record: Mapping[str, Any]) -> str | None:
+    """How ``--models`` names a run's model: its registry name, or your model's spec as given (FILE.py:FUNCTION,
+    ...); None for a program (``sweep --command``), which only the sweep's ``--command`` takes."""
+    if "program" in record:
+        return None
+    spec = record.get("model_spec")
+    return str(spec["given"]) if isinstance(spec, Mapping) and spec.get("given") else str(record["model"])
+
+
 def model_cost(store: ResultsStore, overhead: ModelOverhead, records: Sequence[Mapping[str, Any]]) -> ModelCost:
     """The model's overheads, each mode's kernels, and the diff default -> deterministic with its sentence."""
     cost = ModelCost(
         overhead.model,
+        model_given(records[0]),
         overhead.kernel,
         overhead.wall,
         overhead.unsupported_reason,
@@ -486,7 +499,9 @@ def load_stability(store: ResultsStore) -> StabilityStudy | str:
     manifest = store.manifest()
     path = store.dir / "summary.json"
     if not path.is_file():
-        return f"{store.dir} has no summary.json yet (interrupted? `detprof stability --resume` finishes it)"
+        command = str(manifest.get("command") or "")
+        again = command if "--resume" in command.split() else f"{command} --resume"
+        return f"{store.dir} has no summary.json yet (interrupted? `{again}` finishes it)"
     try:
         summary = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
@@ -635,7 +650,7 @@ def _headline_row(sweep: SweepStudy, m: ModelCost, evidence: _Evidence) -> Headl
         calibrated=(sweep.label, sweep.backend) in evidence.calibrated,
         stability=stability,
         quadrant=q,
-        advice=advice(v, q, stability, m.model, sweep.backend, held=verification.held if verification else None),
+        advice=advice(v, q, stability, m.given, sweep.backend, held=verification.held if verification else None),
         attribution=with_layer(parts, m.attribution),
         parts=parts,
         caveats=caveats(
@@ -694,12 +709,16 @@ def report_notes(report: Report) -> list[str]:
     order = report.backends
     swept = sorted({(r.device, r.backend) for r in report.headline}, key=lambda d: (d[0], order.index(d[1])))
     calibrated = {(c.label, c.backend) for c in report.calibrations}
-    uncalibrated = [report.where(*device) for device in swept if device not in calibrated]
-    if uncalibrated:
-        notes.append(
-            f"No noise floor for {', '.join(uncalibrated)}: no calibration ran; {CALIBRATE_HINT}, "
-            "the smallest overhead this machine can tell from none."
+    for device in (d for d in swept if d not in calibrated):
+        sweeps = [s for s in report.sweeps if (s.label, s.backend) == device]
+        how = "; ".join(
+            dict.fromkeys(calibration_advice([m.given for m in s.models], s.backend, s.config) for s in sweeps)
         )
+        line = (
+            f"No noise floor for {report.where(*device)}: no calibration ran; {how}, "
+            "the smallest overhead this machine can tell from none"
+        )
+        notes.append(with_stand_in(line, [m.given for s in sweeps for m in s.models]) + ".")
     return notes
 
 

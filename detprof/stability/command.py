@@ -124,7 +124,6 @@ def stability(
 ) -> None:
     """Train many copies of a model under chosen noise sources and measure what the noise does."""
     from detprof import backends
-    from detprof.profiler.measured_runs import default_results_dir
     from detprof.stability import study
 
     if "," in model:
@@ -148,7 +147,7 @@ def stability(
     with _device_and_executor(options, jobs, err) as (device, execute):
         workers = study.Workers(device, jobs if jobs is not None else study.default_jobs(device), execute=execute)
         given = Invocation.of(options.resume, options.wait)
-        outcome = study.run_study(config, options.out or default_results_dir(device, backend), given, workers, err)
+        outcome = study.run_study(config, options.out, given, workers, err)
     print_summary(table_console(), outcome.summary)
     failed = outcome.summary["runs_failed"]
     note = f" ({failed} failed: rerun with --resume to retry them)" if failed else ""

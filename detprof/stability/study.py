@@ -33,6 +33,7 @@ from detprof.invocation import Invocation
 from detprof.models import own, registry
 from detprof.profiler.devices import DeviceChoice, Nvml, free_memory, usable_cpus
 from detprof.profiler.gpu_env import gpu_env
+from detprof.profiler.measured_runs import study_root
 from detprof.profiler.progress import progress_bar
 from detprof.profiler.worker_call import call_in_worker
 from detprof.records import StabilityRun, stability_run
@@ -383,19 +384,21 @@ class Workers:
 
 
 def run_study(
-    config: StudyConfig, out: Path, given: Invocation, workers: Workers, console: Console | None = None
+    config: StudyConfig, out: Path | None, given: Invocation, workers: Workers, console: Console | None = None
 ) -> StudyOutcome:
-    """Train every planned run not already done, by ``workers``, then summarize."""
+    """Train every planned run not already done, by ``workers``, into ``out`` (None: the day's folder, or one of
+    the study's own in it: ``measured_runs.study_root``), then summarize."""
     device, jobs, execute = workers.device, workers.jobs, workers.execute
     check_jobs(jobs, device)
     config, variants = config.validated()
     data = load_in_parent(config.dataset, config.backend)
     if config.own_model is not None:
         config = replace(config, own_model=inspected_for(config.own_model, data, config.backend))
-    store = ResultsStore(out, "stability")
+    manifest = {**config.manifest(), "device": device.label}
+    store = ResultsStore(study_root(out, device, config.backend, "stability", manifest, [config.label]), "stability")
     holds = (device.lock_key, device.label) if execute is None else None
     with locks.holding(store.dir, holds, wait=given.wait):
-        store.open({**config.manifest(), "device": device.label}, given.command, resume=given.resume)
+        store.open(manifest, given.command, resume=given.resume)
         planned = plan_runs(variants, config.runs, config.seed)
         pending = [r for r in planned if not store.is_done(r.run_id)]
         train_config = TrainConfig(

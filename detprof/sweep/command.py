@@ -26,7 +26,7 @@ from detprof.options import (
     RunOptions,
     with_run_options,
 )
-from detprof.profiler.measured_runs import default_results_dir
+from detprof.profiler.measured_runs import study_root
 from detprof.profiler.program.request import refuse_for_programs
 from detprof.profiler.sweep_request import SweepRequest
 from detprof.sweep.knobs import split_knobs
@@ -121,8 +121,8 @@ def print_sweep_plan(request: SweepRequest, *, stability: bool, calibrate: bool)
 
     _refuse_calibrated_stability(calibrate, stability)
     config, target = request.resolve(dry_run=True)
-    out = request.options.out or default_results_dir(target.device, target.backend)
     kind = "calibration" if calibrate else "sweep"
+    out = study_root(request.options.out, target.device, target.backend, kind, config.manifest(), config.labels())
     lines = plan_lines(kind, plan_runs(config, calibrate=calibrate), config, target, out)
     if stability:
         lines += ["", f"Then the stability study of each swept model that can learn it, into {out / 'stability'}."]
@@ -152,12 +152,13 @@ def print_knob_plan(request: SweepRequest, only: tuple[str, ...] | None) -> None
     """What ``run_knob_study`` would measure and verify."""
     from detprof import backends
     from detprof.profiler.dry_run import plan_lines
-    from detprof.sweep.knobs import knob_design, knob_settings, plan_knob_runs
+    from detprof.sweep.knobs import knob_design, knob_settings, knobs_manifest, plan_knob_runs
 
     config, target = request.resolve(dry_run=True)
-    out = request.options.out or default_results_dir(target.device, target.backend)
     plan = knob_design(backends.get(target.backend), target.on_gpu, only, config.models)
     config = knob_settings(config, target, plan)
+    manifest = knobs_manifest(config, plan)
+    out = study_root(request.options.out, target.device, target.backend, "knobs", manifest, config.labels())
     lines = plan_lines("knobs", plan_knob_runs(config, plan), config, target, out)
     lines += ["", f"Comparisons (arm b against arm a): {', '.join(c.name for c in plan.comparisons)}"]
     lines += [f"Not run: {name}: {reason}" for name, reason in plan.not_applicable.items()]

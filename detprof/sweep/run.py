@@ -20,7 +20,7 @@ from detprof import locks
 from detprof.errors import UsageError
 from detprof.invocation import Invocation, command_line
 from detprof.options import RunOptions
-from detprof.profiler.measured_runs import MeasurementTarget, default_results_dir
+from detprof.profiler.measured_runs import MeasurementTarget, study_root
 from detprof.profiler.presets import PRESETS, STABILITY_MODELS, STABILITY_RUNS
 from detprof.profiler.study import MeasuredStudy, measure
 from detprof.profiler.sweep_request import SweepConfig, SweepRequest
@@ -62,10 +62,11 @@ def measure_sweep(request: SweepRequest, *, calibrate: bool = False, console: Co
             raise UsageError("--precision and --budget add repeats on this machine; on a fleet give --repeats")
         return _measure_on_fleet(request, kind, console)
     config, target = request.resolve()
-    out = request.options.out or default_results_dir(target.device, target.backend)
+    manifest = config.manifest()
+    out = study_root(request.options.out, target.device, target.backend, kind, manifest, config.labels())
     plan = plan_runs(config, calibrate=calibrate)
     extend = partial(plan_repeat, config, calibrate=calibrate)
-    study = MeasuredStudy(kind, plan, config, config.manifest(), target, out, _given(request.options), extend)
+    study = MeasuredStudy(kind, plan, config, manifest, target, out, _given(request.options), extend)
     store = measure(study, what=_models_text(config.models), console=console)
     return _outcome(out, kind, store, config, target, request.options)
 
@@ -83,12 +84,13 @@ def measure_knobs(request: SweepRequest, only: tuple[str, ...] | None, *, consol
     if len(plan.comparisons) == 1:
         reasons = "; ".join(f"{name}: {reason}" for name, reason in plan.not_applicable.items())
         raise UsageError(f"no knob of {target.backend} studied can matter on {target.device.label} ({reasons})")
-    out = request.options.out or default_results_dir(target.device, target.backend)
+    manifest_of_knobs = knobs_manifest(config, plan)
+    out = study_root(request.options.out, target.device, target.backend, "knobs", manifest_of_knobs, config.labels())
     device = (target.device.lock_key, target.device.label)
     with locks.holding(out / "knobs", device, wait=request.options.wait):
         names = [c.name for c in plan.comparisons]
         what = f"{_models_text(config.models)} x {len(names)} comparisons ({', '.join(names)})"
-        runs, manifest_of_knobs = plan_knob_runs(config, plan), knobs_manifest(config, plan)
+        runs = plan_knob_runs(config, plan)
         study = MeasuredStudy("knobs", runs, config, manifest_of_knobs, target, out, _given(request.options))
         store = measure(study, what=what, console=console)
         checks, steps = ResultsStore(store.dir, "knob_checks"), knob_check_steps(config)
@@ -180,10 +182,11 @@ def measure_program(request: ProgramRequest, *, console: Console) -> SweepOutcom
     from detprof.profiler.program.request import plan_program_runs
 
     settings, target = request.resolve(list(PRESETS))
-    out = request.options.out or default_results_dir(target.device, target.backend)
+    manifest = settings.manifest()
+    out = study_root(request.options.out, target.device, target.backend, "sweep", manifest, [settings.name])
     what = f"program {settings.name}"
     runs, given = plan_program_runs(settings), _given(request.options)
-    study = MeasuredStudy("sweep", runs, settings, settings.manifest(), target, out, given)
+    study = MeasuredStudy("sweep", runs, settings, manifest, target, out, given)
     store = measure(study, what=what, console=console)
     return SweepOutcome(out, "sweep", {target.device.label: store}, device=target.device, backend=target.backend)
 
@@ -197,6 +200,7 @@ def study_stability(outcome: SweepOutcome, *, console: Console) -> list[Path]:
     embedded default's time;
     ``detprof stability --runs 10`` runs the full protocol.
     """
+    from detprof.reports.headline import suggested
     from detprof.stability import study
 
     assert outcome.device is not None and outcome.backend is not None, "the command refuses --stability on a fleet"
@@ -205,10 +209,10 @@ def study_stability(outcome: SweepOutcome, *, console: Console) -> list[Path]:
     models = registry_models if studied is None else tuple(m for m in registry_models if m in studied)
     skipped = [m for m in outcome.models if m not in models]
     if skipped:
+        studies = ", ".join(suggested("stability", [model], outcome.backend) for model in skipped)
         console.print(
             f"stability: studying {', '.join(models) or 'no model'}; {', '.join(skipped)} cannot learn the "
-            f"embedded digits study in its budget (preset {outcome.preset}): run `detprof stability --model "
-            "NAME --dataset ...` for them"
+            f"embedded digits study in its budget (preset {outcome.preset}): {escape(studies)} study them"
         )
     summaries = []
     for model in models:

@@ -31,7 +31,7 @@ from detprof.findings import program_finding
 from detprof.fingerprints import FINGERPRINTS_FILE
 from detprof.invocation import command_line
 from detprof.options import RunOptions
-from detprof.profiler.measured_runs import default_results_dir
+from detprof.profiler.measured_runs import study_root
 from detprof.profiler.presets import PRESETS
 from detprof.profiler.process import WorkerEnvironment
 from detprof.profiler.program.files import ProgramSpec, in_effect, read_window
@@ -66,13 +66,13 @@ def verify_program(request: ProgramVerifyRequest, *, console: Console) -> Verify
     """The program's four runs not already recorded, then its runs compared."""
     options = replace(request.options, tracer="none")
     settings, target = ProgramRequest(request.command, request.name, options).resolve(list(PRESETS))
-    out = request.options.out or default_results_dir(target.device, target.backend)
-    store = ResultsStore(out, "verify")
     manifest = {
         "program": settings.manifest()["program"],
         "backend": target.backend,
         "gpu_label": target.device.label,
     }
+    out = study_root(request.options.out, target.device, target.backend, "verify", manifest, [settings.name])
+    store = ResultsStore(out, "verify")
     store.open(manifest, command_line(), resume=request.options.resume)
     runs = [(mode, replica) for mode in VERIFY_ORDER for replica in REPLICAS]
     console.print(

@@ -29,7 +29,7 @@ from detprof.analysis.verification import ModelVerification, verifications
 from detprof.errors import DetprofError, UsageError
 from detprof.invocation import command_line
 from detprof.options import RunOptions
-from detprof.profiler.measured_runs import MeasurementTarget, default_results_dir
+from detprof.profiler.measured_runs import MeasurementTarget, study_root
 from detprof.profiler.process import WorkerEnvironment
 from detprof.profiler.progress import progress_bar
 from detprof.profiler.sweep_request import SweepConfig, SweepRequest
@@ -72,10 +72,10 @@ def run_verify(request: VerifyRequest, *, console: Console) -> VerifyOutcome:
     """Every model's four runs not already recorded, then every model compared."""
     request.checked()
     config, target = SweepRequest(request.models, replace(request.options, tracer="none")).resolve()
-    out = request.options.out or default_results_dir(target.device, target.backend)
+    asked = manifest(config, target, request.steps, request.gradients)
+    out = study_root(request.options.out, target.device, target.backend, "verify", asked, config.labels())
     store = ResultsStore(out, "verify")
     with locks.holding(store.dir, (target.device.lock_key, target.device.label), wait=request.options.wait):
-        asked = manifest(config, target, request.steps, request.gradients)
         store.open(asked, command_line(), resume=request.options.resume)
         console.print(
             f"detprof verify: {len(config.models)} model{'' if len(config.models) == 1 else 's'} x 2 modes x 2 runs "
