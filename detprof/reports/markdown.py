@@ -318,10 +318,11 @@ def render(report: Report) -> str:
         out += [f"## {md(section.title)}", "", md(section.lead), "", table(section.headers, section.rows), ""]
     if "answer" not in report.absent:
         out += noise_floor(report)
-    for s in report.sweeps:
-        if s.time:
-            out += [f"### {md(report.where(s.label, s.backend))}: {cells.TIME_TITLE}", ""]
-            out += [md(cells.TIME_LEAD), "", table(cells.TIME_HEADERS, cells.time_rows(s)), ""]
+    timed = [s for s in report.sweeps if s.time]
+    for n, s in enumerate(timed):
+        out += [f"### {md(report.where(s.label, s.backend))}: {cells.TIME_TITLE}", ""]
+        out += [md(cells.TIME_LEAD), ""] if n == 0 else []
+        out += [table(cells.TIME_HEADERS, cells.time_rows(s)), ""]
     out += ["## Warnings", ""]
     out += [f"- {md(w)}" for w in report.warnings] or [md(cells.NO_WARNINGS)]
     out += ["", f"## {SECTIONS['provenance']}", ""]
