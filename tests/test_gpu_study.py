@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import synthetic_sweep as synth
 
-from detprof import bundle, cli
+from detprof import backends, bundle, cli
 from detprof.analysis.overhead import model_overheads
 from detprof.errors import ExitCode, InputError
 from detprof.gpu_study.costs import Costs
@@ -70,7 +70,7 @@ def test_the_dry_run_for_an_h100_puts_what_only_a_gpu_answers_in_its_first_windo
     assert names[: len(first_window)] == first_window  # the value first: nothing else comes before them
     later = names[len(first_window) :]
     assert later[:4] == ["jax-overhead-first", "torch-overhead-first", "jax-overhead-rest-1", "jax-overhead-rest-2"]
-    assert {"jax-knobs", "torch-knobs", "jax-stability-gpt_tiny", "torch-verify-1"} <= set(later)
+    assert {"jax-knobs", "torch-knobs-1", "torch-knobs-2", "jax-stability-gpt_tiny", "torch-verify-1"} <= set(later)
     # The pairing check: the same sweep with both modes in one process and with a process per mode.
     for route in ("in-process", "processes"):
         assert "--models mediumcnn_k5,gpt_small " in lines[f"jax-pairing-{route}"]
@@ -108,6 +108,17 @@ def test_a_part_longer_than_any_window_is_split_so_that_each_window_ends_with_fi
     assert tuple(m for part in verify for m in part.models) == asked
     whole = build_plan(SCALES["gpu"], ["jax"], 3600.0, measured_costs("h100"), on_gpu=True)
     assert [part.name for part in whole.parts if part.kind == "verify"] == ["jax-verify-first", "jax-verify"]
+    # A knob study is split by its knobs, each part pricing its own against full determinism.
+    known = Known(knob_models={"torch": "gpt_small"})
+    knobs = [
+        part
+        for part in build_plan(SCALES["gpu"], ["torch"], 600.0, measured_costs("h100"), on_gpu=True, known=known).parts
+        if part.kind == "knobs" and not part.first_window
+    ]
+    assert [part.name for part in knobs] == ["torch-knobs-1", "torch-knobs-2"]
+    assert all(part.estimate_s <= plan.window_s and part.models == ("gpt_small",) for part in knobs)
+    priced = [knob for part in knobs for knob in (part.knobs or "").split(",")]
+    assert priced == [knob.name for knob in backends.get("torch").knobs]  # every switch can matter on a GPU
 
 
 def test_a_folder_holding_a_bundle_beside_its_readme_reports_as_the_bundle(capsys: Capture) -> None:

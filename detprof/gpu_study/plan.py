@@ -256,11 +256,11 @@ def build_plan(
     return StudyPlan(scale, tuple(names), budget_s, tuple(parts), not_run, routes)
 
 
-def _add(parts: list[Part], not_run: dict[str, str], part: Part | str, name: str) -> None:
-    if isinstance(part, Part):
-        parts.append(part)
+def _add(parts: list[Part], not_run: dict[str, str], planned: list[Part] | str, name: str) -> None:
+    if isinstance(planned, str):
+        not_run[name] = planned
     else:
-        not_run[name] = part
+        parts += planned
 
 
 def _expected_route(backend: str, on_gpu: bool) -> Route:
@@ -330,9 +330,10 @@ class _Planner:
         the first models to run, so that the estimate errs long."""
         return max(self.scale.first, key=lambda model: self.costs.repeat(backend, model, "in_process").seconds)
 
-    def knobs(self, backend: str, model: str, *, first: bool) -> Part | str:
+    def knobs(self, backend: str, model: str, *, first: bool) -> list[Part] | str:
         """A knob study of one model: a pair of arms per comparison and repeat, then ``verify`` of each arm that
-        leaves a knob out (``sweep.knobs``); where no knob studied can matter on the device, why not."""
+        leaves a knob out (``sweep.knobs``), split by its knobs where it would not fit a window (each part prices its
+        own, against full determinism again); where no knob studied can matter on the device, why not."""
         from detprof.sweep.knobs import knob_design, split_knobs
 
         named = self.scale.knobs.get(backend, "all")
@@ -342,6 +343,30 @@ class _Planner:
         if len(design.comparisons) == 1:
             device = "a GPU" if self.on_gpu else "a CPU"
             return f"no knob of {backend} studied can matter on {device} ({', '.join(design.not_applicable)})"
+        whole = self._knob_part(backend, model, named, first)
+        studied = [k.name for k in design.knobs if k.name not in design.not_applicable]
+        if first or whole.estimate_s <= self.window_s or len(studied) < 2:
+            return [whole]
+        groups: list[list[str]] = [[]]
+        for knob in studied:
+            if groups[-1] and self._knob_part(backend, model, ",".join([*groups[-1], knob]), first).estimate_s > (
+                self.window_s
+            ):
+                groups.append([])
+            groups[-1].append(knob)
+        return [
+            replace(self._knob_part(backend, model, ",".join(group), first), name=f"{backend}-knobs-{n}")
+            for n, group in enumerate(groups, start=1)
+        ]
+
+    @property
+    def window_s(self) -> float:
+        return self.budget_s - FINISH_S - GRACE_S
+
+    def _knob_part(self, backend: str, model: str, named: str, first: bool) -> Part:
+        from detprof.sweep.knobs import knob_design, split_knobs
+
+        design = knob_design(backends.get(backend), self.on_gpu, split_knobs(named), [model])
         extra = self.scale.knobs_first if first else ()
         shorter = _steps_share(self.scale.sweep, extra)
         pair = self.costs.repeat(backend, model, self.routes[backend])
@@ -371,7 +396,7 @@ class _Planner:
     def split(self, part: Part) -> list[Part]:
         """``part`` as parts that each fit a window, its models in turn (``NAME-1``, ``NAME-2``, ...); a part of one
         model, or that fits, as it is."""
-        window = self.budget_s - FINISH_S - GRACE_S
+        window = self.window_s
         if part.estimate_s <= window or len(part.models) < 2 or part.kind in ("knobs", "stability", "pairing"):
             return [part]
         each = (part.estimate_s - COMMAND_START_S) / len(part.models)

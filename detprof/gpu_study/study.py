@@ -200,6 +200,7 @@ def run_window(prepared: Prepared, request: StudyRequest, say: Callable[[str], N
         nonlocal prepared
         note_apart_models(prepared, out)
         note_pairing(prepared, out)
+        note_knob_models(prepared, out)
         prepared = prepared.replanned(out)
         return prepared.plan
 
@@ -245,6 +246,20 @@ def note_apart_models(prepared: Prepared, out: Path) -> None:
         if backend in state.apart_models or not all(state.is_done(part.name) for part in overhead):
             continue
         state.apart_models[backend] = failed_in_one_process([out / part.name for part in overhead])
+    state.save(out)
+
+
+def note_knob_models(prepared: Prepared, out: Path) -> None:
+    """For each backend whose overhead parts are all done, once: the model its knob study takes, so that the knob
+    study's parts (split by knobs where it is longer than a window) are planned for it from then on."""
+    state = prepared.state
+    for backend in state.backends:
+        swept = [p for p in prepared.plan.parts if p.kind in SWEPT and p.backend == backend]
+        if backend in state.knob_models or not swept or not all(state.is_done(p.name) for p in swept):
+            continue
+        model = knob_model(prepared.plan, out, backend)
+        if model is not None:
+            state.knob_models[backend] = model
     state.save(out)
 
 
