@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -18,10 +19,11 @@ from typing import Any
 
 import pytest
 
-from detprof.analysis.overhead import ModelOverhead
+from detprof.analysis.overhead import ModelOverhead, model_overheads
 from detprof.backends.program import program_environment
 from detprof.cli import main
 from detprof.errors import ExitCode
+from detprof.formatting import ratio
 from detprof.options import RunOptions
 from detprof.profiler.presets import PRESETS
 from detprof.profiler.process import STEADY_HEAP_ENV
@@ -238,6 +240,29 @@ def test_interrupted_steps_are_set_aside_by_where_the_time_went_as_by_the_answer
     print_summary(ResultsStore(torch_sweep, "sweep"))
     closing = capsys.readouterr().out.split("Disturbed runs:\n")[1]
     assert named in closing.split("Where the added time went:")[0]
+
+
+@pytest.mark.slow
+def test_a_run_measured_while_another_process_used_the_cores_is_named_with_the_answer_without_it(
+    torch_sweep: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Another process used 0.83 of the 2 cores during one run: its record's ``load`` says so (every other run's says
+    idle: this machine is shared, and its runs saw what they saw). The warnings at the report's end counted it; the
+    first screen and the sweep's closing lines name the run, how busy the machine was, and the answer without it."""
+    results = tmp_path / "res"
+    shutil.copytree(torch_sweep, results)
+    store, busy = ResultsStore(results, "sweep"), "mlp--default--r1"
+    for rec in store.records():
+        other = 0.83 if rec["run_id"] == busy else 0.02
+        store.write_record(rec | {"load": rec["load"] | {"cores": 2, "other_cores": other, "steal_fraction": 0.0}})
+    without = model_overheads(r for r in store.records() if r["run_id"] != busy)["mlp"].kernel
+    said = (
+        f"1 of 8 runs measured while other work used the machine: {busy} (other processes used 0.83 of 2 cores); "
+        f"without it, kernel time {ratio(without)}."
+    )
+    assert said in json.loads(render_report([results], "json"))["models"][0]["caveats"]
+    print_summary(store)
+    assert f"  mlp: {said}" in capsys.readouterr().out
 
 
 @pytest.fixture(scope="module")
