@@ -104,12 +104,15 @@ class _MeasuredWindow:
             self.step_mark = None
 
     def close(self) -> None:
-        """End the open step and the tracer, and write the fingerprints, if any, then the window for detprof."""
-        from detprof.store import atomic_write_json
+        """End the open step, then the tracer, and write the fingerprints, if any, then the window for detprof.
 
+        The step ends first: what detprof does after it (an import, the tracer's stop, the files) is no step's.
+        """
         self._end_step()
         self.is_open = False
         ended = (time.monotonic(), time.perf_counter_ns())
+        from detprof.store import atomic_write_json
+
         if self.tracer is not None:
             self.tracer.stop()
         marked = len(self.step_wall_ns)

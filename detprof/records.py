@@ -11,7 +11,7 @@ a hand-edited or truncated record is unusable input (one line, exit 3), never a 
 import json
 import math
 import statistics
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, NotRequired, TypedDict
 
@@ -389,6 +389,29 @@ def time_per_step(record: Mapping[str, Any], metric: Metric) -> float | None:
         return float(statistics.median(steps))
     value = record.get(mean_field)
     return None if value is None else float(value)
+
+
+OUTLYING_MADS = 3.0
+"""How many median absolute deviations above its run's median step an interrupted step lies, at least."""
+INTERRUPTED_STEP = 1.5
+"""How many times its run's median step an interrupted step lasts, at least: in a run of steady steps (a deviation
+of microseconds) a step a few percent slow is jitter, not an interruption."""
+
+
+def outlying_steps(steps: Sequence[float]) -> list[int]:
+    """The steps of a run that something else interrupted (another process took the core, the framework re-traced),
+    by index: over ``OUTLYING_MADS`` deviations above its median step and over ``INTERRUPTED_STEP`` times it.
+
+    The median per step (``time_per_step``, ``pair_log_ratio``) sets them aside; whatever else is read off a run's
+    steps (its kernels, its layers) sets the same steps aside, and the runs that had them are named. Fewer than
+    three steps have no median to stand out from.
+    """
+    if len(steps) < 3:
+        return []
+    median = statistics.median(steps)
+    deviation = statistics.median(abs(step - median) for step in steps)
+    limit = max(median + OUTLYING_MADS * deviation, INTERRUPTED_STEP * median)
+    return [i for i, step in enumerate(steps) if step > limit]
 
 
 def pair_log_ratio(base: Mapping[str, Any], other: Mapping[str, Any], metric: Metric) -> float | None:

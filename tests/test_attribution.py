@@ -19,6 +19,7 @@ import pytest
 from fixtures_traces import SHARED_TRACES
 
 from detprof.analysis.layers import ModelAttribution, PartCost, run_parts
+from detprof.analysis.study_results import counted_steps
 from detprof.cli import main
 from detprof.errors import ExitCode
 from detprof.traces.attribution import UNATTRIBUTED, by_part, layer_of, layer_path, op_kind
@@ -201,5 +202,7 @@ def test_an_interrupted_step_is_left_out_of_every_layer_as_it_is_of_the_run() ->
             "step": pd.array([0, 1, 2], dtype="Int64"),
         }
     )
-    assert run_parts(frame, steps=3, layer_names=["conv1"]).layers == {"conv1": 1_050_000.0}
-    assert run_parts(frame.drop(columns="step"), steps=3, layer_names=["conv1"]).layers == {"conv1": 3_700_000.0}
+    record = {"steps": 3, "step_kernel_ns": [1_000_000, 1_100_000, 9_000_000]}
+    assert run_parts(*counted_steps(frame, record), layer_names=["conv1"]).layers == {"conv1": 1_050_000.0}
+    whole = counted_steps(frame.drop(columns="step"), record)
+    assert run_parts(*whole, layer_names=["conv1"]).layers == {"conv1": 3_700_000.0}

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from detprof.analysis.overhead import model_overheads, noise_floors, paired_log_ratios
-from detprof.records import pair_log_ratio, time_per_step
+from detprof.records import outlying_steps, pair_log_ratio, time_per_step
 
 
 def run(mode: str, steps: list[int], *, repeat: int = 0, lockstep: bool = True, **extra: object) -> dict:
@@ -20,6 +20,17 @@ def test_time_per_step_is_the_median_of_the_steps_so_one_interrupted_step_does_n
     assert time_per_step(run("default", [100, 100, 100, 5000, 100]), "wall") == 100
     assert time_per_step({"kernel_ns_per_step": 42.0}, "kernel") == 42.0
     assert time_per_step({"status": "failed"}, "kernel") is None
+
+
+def test_the_steps_set_aside_stand_out_from_the_median_by_deviations_and_by_half_again() -> None:
+    """GPT-2's first deterministic run on a loaded CPU: four steps of 248-788 ms among steps of 30-43 ms."""
+    ms = 1_000_000
+    gpt2 = [788 * ms, 512 * ms, 301 * ms, 248 * ms, *(ms * t for t in (30, 43, 35, 31, 38, 33, 36))]
+    assert outlying_steps(gpt2) == [0, 1, 2, 3]
+    assert outlying_steps([100, 101, 99, 100, 104]) == []  # 4% slow in steady steps: jitter, not an interruption
+    assert outlying_steps([100, 160, 100, 220, 180, 300]) == []  # 1.8x the median, within 3 deviations of these
+    assert outlying_steps([100, 160, 100, 220, 180, 900]) == [5]
+    assert outlying_steps([100, 900]) == []  # two steps have no median to stand out from
 
 
 def test_lockstep_pairs_compare_step_by_step() -> None:

@@ -44,7 +44,7 @@ def summary_table(kernels: dict[str, int]) -> KernelTable:
 def test_attribution_names_category_library_count_and_share() -> None:
     base = {WGRAD_0: 1000, SGEMM: 500, EIGEN: 200}
     det = {WGRAD_0: 1500, WGRAD_1: 320, SGEMM: 500, EIGEN: 380}
-    sentence = attribution(diff(summary_table(base), summary_table(det)))
+    sentence = attribution(diff(summary_table(base), summary_table(det)), None)
     conv_growth = (1500 - 1000) + 320
     net = sum(det.values()) - sum(base.values())
     expected = (
@@ -59,7 +59,7 @@ def test_attribution_names_category_library_count_and_share() -> None:
 def test_attribution_says_new_when_every_kernel_is_new() -> None:
     base = {WGRAD_0: 1000, SGEMM: 1000}
     det = {WGRAD_0: 1000, SGEMM: 1000, WGRAD_1: 500}
-    sentence = attribution(diff(summary_table(base), summary_table(det)))
+    sentence = attribution(diff(summary_table(base), summary_table(det)), None)
     assert sentence.startswith(
         "100% of the added kernel time (net +25.0%) is in one new cuDNN convolution backward-filter kernel. It is "
     )
@@ -69,7 +69,7 @@ def test_attribution_says_new_when_every_kernel_is_new() -> None:
 def test_attribution_when_others_got_faster_says_more_than_all() -> None:
     base = {WGRAD_0: 1000, SGEMM: 1000}
     det = {WGRAD_0: 1600, SGEMM: 600}
-    sentence = attribution(diff(summary_table(base), summary_table(det)))
+    sentence = attribution(diff(summary_table(base), summary_table(det)), None)
     assert sentence.startswith(f"More than all of the added kernel time ({600 / 200:.0%} of the net +10.0%)")
     assert "one slower cuDNN convolution backward-filter kernel" in sentence
     assert "; other kernels got faster. It is void cudnn::detail::wgrad_alg0_engine<float" in sentence
@@ -81,7 +81,7 @@ def test_attribution_names_the_largest_kernel_of_its_group_and_the_largest_overa
     elementwise = {f"{EIGEN}_{i}": 1000 for i in range(11)}
     base = {WGRAD_0: 10_000, **elementwise}
     det = {WGRAD_0: 12_000, **{name: 1000 + 200 + 10 * i for i, name in enumerate(elementwise)}}
-    sentence = attribution(diff(summary_table(base), summary_table(det)))
+    sentence = attribution(diff(summary_table(base), summary_table(det)), None)
     assert "is in 11 slower Eigen elementwise kernels." in sentence
     assert f"Largest of them: {EIGEN[:57]}... (+300 ns/step, slower)." in sentence
     assert sentence.endswith(f"The largest single increase is outside them: {WGRAD_0[:57]}... (+2 us/step, slower).")
@@ -94,7 +94,7 @@ def test_attribution_names_the_largest_kernel_of_its_group_and_the_largest_overa
 def test_attribution_with_no_added_time(det_sgemm: int, change: str) -> None:
     base = {WGRAD_0: 1000, SGEMM: 1000}
     det = {WGRAD_0: 1000, SGEMM: det_sgemm}
-    sentence = attribution(diff(summary_table(base), summary_table(det)))
+    sentence = attribution(diff(summary_table(base), summary_table(det)), None)
     assert sentence.startswith(f"Determinism added no kernel time here: kernel time per step changed by {change}")
 
 
@@ -102,7 +102,7 @@ def test_attribution_names_a_grown_kernel_even_when_the_total_fell() -> None:
     """The console once named a kernel while the report said "no added time": now both say both, in one sentence."""
     base = {WGRAD_0: 1000, SGEMM: 1000}
     det = {WGRAD_0: 600, SGEMM: 1100}
-    sentence = attribution(diff(summary_table(base), summary_table(det)))
+    sentence = attribution(diff(summary_table(base), summary_table(det)), None)
     assert sentence == (
         "Determinism added no kernel time here: kernel time per step changed by -15.0% (-300 ns). "
         f"The largest single increase, {SGEMM} (+100 ns/step, slower), was outweighed by kernels that got faster."

@@ -21,8 +21,8 @@ import numpy as np
 import pandas as pd
 
 from detprof.analysis.overhead import model_overheads
+from detprof.analysis.study_results import counted_steps
 from detprof.intervals import Overhead, paired_t, t_interval
-from detprof.records import kernel_table_steps
 from detprof.store import ResultsStore
 from detprof.traces.attribution import UNATTRIBUTED, in_model_order, layer_of, op_kind
 
@@ -159,28 +159,11 @@ class RunParts:
     layer_kernels: dict[tuple[str, str], float]
 
 
-INTERRUPTED_STEP = 1.5
-"""A step whose traced time exceeds the run's median step by half again was interrupted (another process took
-the core, the framework re-traced): as for a run's own time per step (``records.time_per_step``), it says
-nothing about determinism, and in a run of a few steps it would swing every layer's mean."""
-
-
-def _uninterrupted(frame: pd.DataFrame, steps: int) -> tuple[pd.DataFrame, int]:
-    """The rows of the steps that were not interrupted, and how many steps they are; all of them where the
-    table does not say which step each row ran in."""
-    if "step" not in frame or frame["step"].isna().all():
-        return frame, steps
-    totals = frame.groupby(frame["step"].astype("int64"))["dur_ns"].sum().reindex(range(steps), fill_value=0)
-    kept = totals.index[totals <= INTERRUPTED_STEP * float(totals.median())]
-    return frame[frame["step"].isin(kept)], len(kept)
-
-
 def run_parts(
     frame: pd.DataFrame, steps: int, layer_names: Sequence[str], step_scopes: Mapping[str, str] | None = None
 ) -> RunParts:
     """A run's kernel table summed per layer (and per part of the step that is no layer: ``step_scopes``), per op
-    and per (layer, kernel), per uninterrupted step."""
-    frame, steps = _uninterrupted(frame, steps)
+    and per (layer, kernel), per step of the ``steps`` it holds."""
     scopes, kinds = (_names(frame, column) for column in ("scope", "op_type"))
     layer = scopes.map({scope: layer_of(scope, layer_names, step_scopes) for scope in scopes.cat.categories})
     layer = layer.astype(object).fillna(UNATTRIBUTED).to_numpy()
@@ -311,5 +294,5 @@ def _layer_kernels(parts: Sequence[tuple[RunParts, RunParts]]) -> dict[str, list
 def _parts(
     store: ResultsStore, record: Mapping[str, Any], layer_names: Sequence[str], step_scopes: Mapping[str, str]
 ) -> RunParts:
-    frame = store.read_table(str(record["kernel_table"]))
-    return run_parts(frame, kernel_table_steps(record), layer_names, step_scopes)
+    frame, steps = counted_steps(store.read_table(str(record["kernel_table"])), record)
+    return run_parts(frame, steps, layer_names, step_scopes)

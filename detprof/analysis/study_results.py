@@ -17,7 +17,7 @@ import pandas as pd
 from detprof.analysis.overhead import ModelOverhead, model_overheads
 from detprof.determinism import MODES, Mode
 from detprof.errors import InputError
-from detprof.records import kernel_table_steps
+from detprof.records import kernel_table_steps, outlying_steps
 from detprof.store import ResultsStore
 from detprof.traces.kernel_table import SUMMARY_DTYPES, KernelTable, TraceFormat, conform
 from detprof.traces.kernel_tables import diff, kernel_stats, sum_per_kernel
@@ -75,12 +75,25 @@ def _trace_format(store: ResultsStore, record: Mapping[str, Any]) -> TraceFormat
     return TRACE_FORMATS[key]
 
 
-def _run_table(store: ResultsStore, record: Mapping[str, Any]) -> KernelTable:
+def counted_steps(frame: pd.DataFrame, record: Mapping[str, Any]) -> tuple[pd.DataFrame, int]:
+    """A run's kernel rows of the steps its overhead counts, and how many steps they are: its outlying steps
+    (``records.outlying_steps`` of its ``step_kernel_ns``) set aside, as the median per step sets them aside; all
+    of them where the table does not say which step each row ran in."""
+    steps = kernel_table_steps(record)
+    if "step" not in frame or frame["step"].isna().all():
+        return frame, steps
+    outlying = outlying_steps(record.get("step_kernel_ns") or [])
+    return frame[~frame["step"].isin(outlying)], steps - len(outlying)
+
+
+def _run_table(store: ResultsStore, record: Mapping[str, Any]) -> tuple[KernelTable, int]:
+    """A run's kernel table and the steps it holds (``counted_steps``)."""
     frame = store.read_table(record["kernel_table"])
     fmt = _trace_format(store, record)
     if record.get("kernel_table_kind") == "summary":
-        return KernelTable(record["run_id"], fmt, summary=conform(frame, SUMMARY_DTYPES))
-    return KernelTable(record["run_id"], fmt, kernels=frame)
+        return KernelTable(record["run_id"], fmt, summary=conform(frame, SUMMARY_DTYPES)), kernel_table_steps(record)
+    kept, steps = counted_steps(frame, record)
+    return KernelTable(record["run_id"], fmt, kernels=kept), steps
 
 
 def _merged_summaries(tables: Sequence[KernelTable]) -> pd.DataFrame:
@@ -93,15 +106,16 @@ def _merged_summaries(tables: Sequence[KernelTable]) -> pd.DataFrame:
 
 
 def mode_kernels(store: ResultsStore, records: Sequence[Mapping[str, Any]], label: str) -> ModeKernels | None:
-    """One mode's kernels from its runs' tables; None when no run of it left one.
+    """One mode's kernels from its runs' tables, over the steps their overheads count; None when no run of it
+    left one.
 
     Launch-level tables are pooled, so the median is over every launch of every repeat.
     """
     ok = [r for r in records if r.get("status") == "ok" and r.get("kernel_table")]
     if not ok:
         return None
-    steps = sum(kernel_table_steps(r) for r in ok)
-    tables = [_run_table(store, r) for r in ok]
+    tables, counted = zip(*(_run_table(store, r) for r in ok), strict=True)
+    steps = sum(counted)
     fmt = tables[0].format
     if any(t.is_summary for t in tables):
         pooled = KernelTable(label, fmt, summary=_merged_summaries(tables))

@@ -5,7 +5,10 @@ up; the report says it in words, and the sweep's closing console table prints th
 words (``attribution``), so the two can never name different kernels or numbers.
 
 The sentence is read off the per-step kernel diff (default -> deterministic, all repeats
-pooled: ``analysis.study_results.summarize_model``). When the net change is an increase of
+pooled over the steps the headline counts, outlying ones set aside:
+``analysis.study_results.summarize_model``). Where the model's headline interval holds 1.00,
+it says that no added time was told apart from noise, as the layers' leaderboard does
+(``analysis.layers``), and names no kernel. Otherwise, when the net change is an increase of
 at least ``NEGLIGIBLE_CHANGE``, it names the one kind of work (kernel category) whose
 kernels grew most, how many kernels that is, the library they come from when they share
 one, whether they are new or merely slower, their share of the net added kernel time, and
@@ -13,7 +16,7 @@ the one of them that grew most; when the single largest increase is a kernel of 
 kind, it says that too, so that the kernel named never seems to belong to a group it is
 not in. The share is of the *net* change, so it can exceed 100%
 when other kernels got faster at the same time; the sentence says so instead of hiding it.
-Otherwise it says that determinism added no kernel time, by how much the total moved, and,
+A smaller change, or a fall, reads as no added kernel time: it says by how much the total moved, and,
 when some kernel did grow, that its growth was outweighed by kernels that got faster (so a
 console table naming that kernel and a report saying "no added time" cannot contradict).
 """
@@ -25,10 +28,11 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from detprof.formatting import signed_ns
+from detprof.formatting import ratio, signed_ns
 
 if TYPE_CHECKING:
     from detprof.analysis.layers import ModelAttribution
+    from detprof.intervals import Overhead
 
 NEGLIGIBLE_CHANGE = 0.01
 """A net change under 1% of the default kernel time is within run-to-run jitter: nothing to attribute."""
@@ -94,14 +98,21 @@ def _named(kernel: tuple[str, float, str]) -> str:
     return f"{name} ({signed_ns(delta)}/step, {STATUS_WORDS.get(status, status)})"
 
 
-def attribution(kernel_diff: pd.DataFrame) -> str:
-    """The sentence, from a ``kernel_tables.diff`` frame (default as base, deterministic as other)."""
+def attribution(kernel_diff: pd.DataFrame, overhead: Overhead | None) -> str:
+    """The sentence, from a ``kernel_tables.diff`` frame (default as base, deterministic as other) and the model's
+    headline ``overhead``: where its interval holds 1.00, no added time was told apart from noise, and no kernel is
+    named as if some were."""
     base = int(kernel_diff["total_ns_base"].sum())
     net = int(kernel_diff["total_ns_other"].sum()) - base
     grown = kernel_diff[kernel_diff["delta_ns"] > 0]
     top = _top(grown)
     if base <= 0:
         return "There is no default-mode kernel time to compare against."
+    if overhead is not None and overhead.has_interval and overhead.ci_low <= 1.0 <= overhead.ci_high:
+        return (
+            f"Determinism added no kernel time told apart from noise: the interval {ratio(overhead)} holds 1.00 "
+            f"(kernel time per step changed by {net / base:+.1%}, {signed_ns(net)})."
+        )
     if net <= 0 or net < NEGLIGIBLE_CHANGE * base:
         moved = f"kernel time per step changed by {net / base:+.1%} ({signed_ns(net)})"
         if net > 0:

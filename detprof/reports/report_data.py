@@ -37,7 +37,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 import pandas as pd
 
 from detprof import backends, study_kinds
-from detprof.analysis.conditions import LoadRow, load_rows, shared_device_warnings
+from detprof.analysis.conditions import LoadRow, disturbed_runs, load_rows, shared_device_warnings
 from detprof.analysis.layers import ModelAttribution, attribute_model
 from detprof.analysis.overhead import ModelOverhead, PrecisionReached, model_overheads, noise_floors
 from detprof.analysis.run_costs import TimeRow, memory_line, memory_peaks, time_rows
@@ -170,6 +170,9 @@ class ModelCost:
     peak_memory: str | None = None
     """The framework allocator's peak on the device, deterministic against default, or why it is not known
     (``analysis.run_costs.memory_line``); None where no run recorded it."""
+    disturbed: list[str] = field(default_factory=list)
+    """Its runs that something else interrupted or shared the machine with, and the answer without them
+    (``analysis.conditions.disturbed_runs``): read beside the answer."""
 
     @property
     def headline_metric(self) -> Metric:
@@ -441,6 +444,7 @@ def model_cost(store: ResultsStore, overhead: ModelOverhead, records: Sequence[M
         warning=inconclusive_reason(headline(overhead.kernel, overhead.wall)[1]),
         precision=overhead.precision_line() if overhead.precision_short() is not None else None,
         precision_reached=overhead.precision_reached(),
+        disturbed=disturbed_runs(records),
     )
     summary = summarize_model(store, overhead, records)
     for mode, kernels in summary.modes.items():
@@ -459,7 +463,7 @@ def model_cost(store: ResultsStore, overhead: ModelOverhead, records: Sequence[M
     rest = changed.iloc[DIFF_ROWS:]
     cost.diff_rest = (len(rest), float(rest["delta_ns"].sum()))
     cost.parts = attribute_model(store, records)
-    cost.attribution = attribution(full)
+    cost.attribution = attribution(full, cost.headline)
     return cost
 
 
@@ -630,7 +634,7 @@ def _headline_row(sweep: SweepStudy, m: ModelCost, evidence: _Evidence) -> Headl
     floor = evidence.floors.get(key)
     parts = None if m.parts is None else m.parts.against(floor)
     verification = evidence.verified.get(key)
-    notes = [m.failure_note, *verification_caveats(verification)]
+    notes = [m.failure_note, *m.disturbed, *verification_caveats(verification)]
     if m.precision:
         notes.append(f"Precision: {m.precision}.")
     if m.warning and not v.why:

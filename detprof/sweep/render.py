@@ -52,8 +52,10 @@ def print_summary(store: ResultsStore) -> None:
     diff, so the console and the report cannot name different kernels or numbers. The
     sentences follow the table, one per model, where a terminal has the width to show them, and
     then the layers that pay (``analysis.layers``, as the report's leaderboard reads them without a
-    calibration's floor).
+    calibration's floor). The runs the report names beside its answer (``analysis.conditions.disturbed_runs``:
+    steps something interrupted, a machine other work used) come first.
     """
+    from detprof.analysis.conditions import disturbed_runs
     from detprof.analysis.layers import attribute_model
     from detprof.analysis.overhead import AddedRepeats
     from detprof.analysis.study_results import summarize
@@ -67,6 +69,7 @@ def print_summary(store: ResultsStore) -> None:
     for record in store.records():
         by_model.setdefault(str(record.get("model")), []).append(record)
     layer_lines: list[str] = []
+    disturbed: list[str] = []
     notes = {s.model: s.overhead.failure_note() for s in summaries}
     table = Table(title="Overhead of determinism (deterministic / default, 95% CI over repeats)")
     table.add_column("Model", no_wrap=True)
@@ -85,22 +88,25 @@ def print_summary(store: ResultsStore) -> None:
             note = notes[summary.model]
             row.append("-" if note is None else escape(note[:FAILURE_NOTE_CHARS]))
         table.add_row(*row)
-        parts = attribute_model(store, by_model.get(summary.model, []))
+        records = by_model.get(summary.model, [])
+        parts = attribute_model(store, records)
         if summary.kernel_diff is not None:
-            said = with_layer(parts, attribution(summary.kernel_diff))
+            said = with_layer(parts, attribution(summary.kernel_diff, measured))
             sentences.append(f"  {escape(summary.model)}: {escape(str(said))}")
         if parts is not None:
             layer_lines.append(f"  {escape(summary.model)}: {escape(layers_line(parts))}")
+        disturbed += [f"  {escape(summary.model)}: {escape(line)}" for line in disturbed_runs(records)]
     console = table_console()
     print_table(console, table)
-    if sentences:
-        console.print("Where the added time went:")
-        for line in sentences:
-            console.print(line)
-    if layer_lines:
-        console.print("Layers by time determinism adds (95% CI; the report has every layer and op):")
-        for line in layer_lines:
-            console.print(line)
+    for title, lines in (
+        ("Disturbed runs:", disturbed),
+        ("Where the added time went:", sentences),
+        ("Layers by time determinism adds (95% CI; the report has every layer and op):", layer_lines),
+    ):
+        if lines:
+            console.print(title)
+            for line in lines:
+                console.print(line)
     precision = [(s.model, s.overhead.precision_line()) for s in summaries]
     if any(line for _, line in precision):
         console.print("Precision (repeats added until each interval was within it, or the budget was spent):")
