@@ -117,7 +117,7 @@ def run(spec: WorkerSpec, pacer: Pacer | None = None) -> dict[str, Any]:
     if spec.cpu_threads and backend.limit_threads(spec.cpu_threads):
         result["cpu_threads"] = spec.cpu_threads
     capture = TRACERS[spec.tracer].capture(spec.trace_path, settings.backend)
-    backend.compile_for_tracing()
+    result.update(backend.compile_in_this_process())
     pacer = pacer or Pacer(None)
     try:
         step, facts = entry_point(spec.workload)(spec)
@@ -188,7 +188,7 @@ def run_arms(specs: Sequence[WorkerSpec], pacer: Pacer) -> list[dict[str, Any]]:
     if first.cpu_threads and backend.limit_threads(first.cpu_threads):
         common["cpu_threads"] = first.cpu_threads
     capture = TRACERS[first.tracer].capture(first.trace_path, backend.name)
-    backend.compile_for_tracing()
+    common.update(backend.compile_in_this_process())
     try:
         arms, facts = _arms_of(specs)
     except Exception as exc:
