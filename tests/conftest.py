@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 pytest.register_assert_rewrite("shared_studies")
+from fixtures_traces import require_real_traces  # noqa: E402
 from shared_studies import READERS, SHARED_STUDIES  # noqa: E402 (its asserts rewritten, as a plugin's are)
 
 from detprof import locks  # noqa: E402
@@ -62,6 +63,19 @@ def one_jax_compilation_cache(tmp_path_factory: pytest.TempPathFactory, worker_i
     os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(base / "jax-compilation-cache"))
     for name, value in JAX_CACHE_SETTINGS.items():
         os.environ.setdefault(name, value)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "real_traces(*paths): reads real traces of ../shared/traces: skipped without them, failed under CI"
+    )
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test marked ``real_traces`` (``fixtures_traces.real_traces``) needs those traces: skipped without them, or
+    failed under CI."""
+    for mark in item.iter_markers("real_traces"):
+        require_real_traces(*mark.args)
 
 
 @pytest.fixture(autouse=True)
