@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 pytest.register_assert_rewrite("shared_studies")
+from fixtures_traces import require_real_traces  # noqa: E402
 from shared_studies import READERS, SHARED_STUDIES  # noqa: E402 (its asserts rewritten, as a plugin's are)
 
 from detprof import locks  # noqa: E402
@@ -51,15 +52,30 @@ JAX_CACHE_SETTINGS = {
 
 @pytest.fixture(scope="session", autouse=True)
 def one_jax_compilation_cache(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> None:
-    """Every JAX process the suite starts compiles through one persistent compilation cache (JAX's own, keyed by
+    """The JAX processes the suite starts compile through one persistent compilation cache (JAX's own, keyed by
     the program, the compiler options and the versions), shared by both xdist workers: the same model's step and
-    its weights' initialisers compiled once per run instead of once per process. Two processes that compile one
-    program get one executable, as two compilations of it would be alike; a user's runs compile as they always do.
-    A cache hit saved about three quarters of the CPU time of a process that verifies MobileNet (16.8 s to 4.4 s)."""
+    its weights' initialisers compiled once per run instead of once per process, where that only saves time. A
+    process whose runs are judged (a verification's replica, a stability study's worker) or traced turns it off
+    and compiles its steps itself, as it does under a user's ``JAX_COMPILATION_CACHE_DIR``
+    (``Backend.compile_in_this_process``): two replicas that loaded one executable could not differ in what
+    compiling chose."""
     base = tmp_path_factory.getbasetemp() if worker_id == "master" else tmp_path_factory.getbasetemp().parent
     os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(base / "jax-compilation-cache"))
     for name, value in JAX_CACHE_SETTINGS.items():
         os.environ.setdefault(name, value)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "real_traces(*paths): reads real traces of ../shared/traces: skipped without them, failed under CI"
+    )
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test marked ``real_traces`` (``fixtures_traces.real_traces``) needs those traces: skipped without them, or
+    failed under CI."""
+    for mark in item.iter_markers("real_traces"):
+        require_real_traces(*mark.args)
 
 
 @pytest.fixture(autouse=True)

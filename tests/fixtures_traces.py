@@ -10,11 +10,46 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 SHARED_TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+"""Real traces of other people's GPU jobs, beside the repository and never in it."""
+
+
+def under_ci() -> bool:
+    """Whether the suite runs as CI runs it (``CI`` set, as CI services set it): every test must then run."""
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false")
+
+
+def require_real_traces(*paths: Path) -> None:
+    """A test that reads ``paths`` from ``SHARED_TRACES`` ends here where one is missing: skipped with the reason on
+    a developer's machine, failed under CI, where a missing folder would otherwise pass as some forty skips."""
+    missing = [path for path in paths if not path.exists()]
+    if not missing:
+        return
+    reason = f"real trace not present: {', '.join(map(str, missing))}"
+    if under_ci():
+        pytest.fail(f"{reason} (CI reads every real trace: put ../shared/traces beside the repository)", False)
+    pytest.skip(reason)
+
+
+def real_traces(*paths: Path) -> pytest.MarkDecorator:
+    """Marks a test that reads ``paths``: ``require_real_traces`` before it runs (``conftest.py``)."""
+    return pytest.mark.real_traces(*paths)
+
+
+def present_real_traces(*paths: Path) -> list[Path]:
+    """Those of ``paths`` that are here, for a test that reads what real traces it finds beside its own; under CI
+    all of them (``require_real_traces``)."""
+    if under_ci():
+        require_real_traces(*paths)
+    return [path for path in paths if path.exists()]
+
 
 TEXT_COLUMNS = {"value", "name", "text", "busLocation", "uuid", "chipName", "label", "jsonText"}
 

@@ -70,8 +70,11 @@ def write_verify(
     device: Mapping[str, Any] | None = None,
     backend: str = "torch",
     steps: int = STEPS,
+    compiled: Mapping[str, str] | None = None,
 ) -> Path:
-    """A verification study of ``models`` under ``root/verify``, as ``detprof verify`` writes one; returns ``root``."""
+    """A verification study of ``models`` under ``root/verify``, as ``detprof verify`` writes one; returns ``root``.
+    ``compiled``: what each run's worker said of its compiling (``Backend.compile_in_this_process``); none, as a
+    framework without a cache of compiled steps across processes says."""
     device = dict(device or synth.DEVICE)
     store = ResultsStore(root, "verify")
     config = {"models": list(models), "backend": backend, "gpu_label": device["label"], "steps": steps}
@@ -108,6 +111,7 @@ def write_verify(
                             started_at=f"2025-01-02T00:{order:02d}:00+00:00",
                             finished_at=f"2025-01-02T00:{order:02d}:20+00:00",
                             duration_s=20.0,
+                            **(compiled or {}),
                         )
                     )
                 )

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from fixtures_traces import SHARED_TRACES
+from fixtures_traces import SHARED_TRACES, real_traces
 
 from detprof.analysis.layers import ModelAttribution, PartCost, run_parts
 from detprof.analysis.study_results import counted_steps
@@ -30,11 +30,6 @@ ALEXNET = SHARED_TRACES / "kineto-alexnet-a100.json.gz"
 A100 = SHARED_TRACES / "kineto-a100-control.json.gz"
 BERT = SHARED_TRACES / "tf-bert-3gpu.xplane.pb"
 NVPROF = SHARED_TRACES / "nvprof-cfd-titanxp.gpu-trace.csv"
-
-
-def needs(*paths: Path) -> pytest.MarkDecorator:
-    missing = [p for p in paths if not p.is_file()]
-    return pytest.mark.skipif(bool(missing), reason=f"real trace not present: {', '.join(map(str, missing))}")
 
 
 LAYERS = ["conv1", "conv2", "bn1", "planted", "dense", "block0", "block1", "attention", "value"]
@@ -114,7 +109,7 @@ def _plain_kineto(path: Path) -> list[tuple[str | None, str | None]]:
     return found
 
 
-@needs(ALEXNET, A100)
+@real_traces(ALEXNET, A100)
 def test_kineto_kernels_are_attributed_to_the_aten_ops_around_their_launch() -> None:
     path = ALEXNET
     kernels = load_trace(path).kernels
@@ -128,7 +123,7 @@ def test_kineto_kernels_are_attributed_to_the_aten_ops_around_their_launch() -> 
     assert a100["op"].notna().mean() > 0.99 and "AddmmBackward0" in set(a100["op_type"].astype(str))
 
 
-@needs(BERT)
+@real_traces(BERT)
 def test_the_tensorflow_bert_trace_attributes_every_kernel_to_the_tf_op_that_launched_it() -> None:
     kernels = load_trace(BERT).kernels
     annotated = kernels["op"].astype(object)
@@ -139,7 +134,7 @@ def test_the_tensorflow_bert_trace_attributes_every_kernel_to_the_tf_op_that_lau
     assert {"Cast", "RandomUniform", "Mul"} <= set(ops["name"].astype(str))
 
 
-@needs(NVPROF)
+@real_traces(NVPROF)
 def test_diff_by_op_of_a_trace_that_names_no_op_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["diff", str(NVPROF), str(NVPROF), "--by", "op"]) == ExitCode.INPUT
     err = capsys.readouterr().err.strip()

@@ -8,7 +8,7 @@ import random
 import string
 
 import pytest
-from fixtures_traces import SHARED_TRACES
+from fixtures_traces import SHARED_TRACES, real_traces, require_real_traces
 
 from detprof.traces.classify import CATEGORIES, classify
 
@@ -797,8 +797,7 @@ def test_what_stays_other_in_the_real_pytorch_traces(trace: str) -> None:
     from detprof.traces.kernel_names import short_kernel_name
 
     path = SHARED_TRACES / f"{trace}.json.gz"
-    if not path.is_file():
-        pytest.skip(f"real trace {path} not present")
+    require_real_traces(path)
     with gzip.open(path, "rt") as fh:
         names = {e["name"] for e in json.load(fh)["traceEvents"] if e.get("cat") == "kernel"}
     other = {short_kernel_name(n) for n in names if classify(n) == OTHER}
@@ -853,10 +852,7 @@ def test_any_string_gets_a_category() -> None:
         assert classify(name) in CATEGORIES
 
 
-@pytest.mark.skipif(
-    not (SHARED_TRACES / "tf-bert-3gpu.xplane.pb").is_file(),
-    reason="../shared/traces/tf-bert-3gpu.xplane.pb not present",
-)
+@real_traces(SHARED_TRACES / "tf-bert-3gpu.xplane.pb")
 def test_every_kernel_of_the_bert_trace_gets_its_ops_category() -> None:
     """Each kernel's TF op (from its annotation) says what the kernel does."""
     from detprof.traces.parsers.tf_xplane import load_xplane

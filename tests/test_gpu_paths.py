@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from fake_nvml import FakeNvml, a100, t4
+from fixtures_traces import SHARED_TRACES, real_traces, require_real_traces
 
 from detprof.analysis.overhead import model_overheads
 from detprof.cli import main
@@ -25,9 +26,8 @@ from detprof.traces.kernel_table import KERNEL_DTYPES, KernelTable, conform, ran
 from detprof.traces.parsers import load_trace
 from detprof.traces.step_split import kernel_ns_by_step, within_steps
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
-NSYS_TRACE = SHARED / "nsys-2024.5-cloverleaf-4xA100.sqlite"
-needs_nsys_trace = pytest.mark.skipif(not NSYS_TRACE.is_file(), reason=f"{NSYS_TRACE} is not here")
+NSYS_TRACE = SHARED_TRACES / "nsys-2024.5-cloverleaf-4xA100.sqlite"
+needs_nsys_trace = real_traces(NSYS_TRACE)
 
 
 def fake_which(present: set[str]):
@@ -329,7 +329,6 @@ def test_a_record_names_the_gpus_whose_kernels_its_table_holds(trace: str, devic
     """What tells a GPU kernel table from a CPU's ops in a record: a CPU-only trace names no device."""
     from detprof.profiler.trace_fields import kernel_devices
 
-    path = SHARED / trace
-    if not path.is_file():
-        pytest.skip(f"{path} is not here")
+    path = SHARED_TRACES / trace
+    require_real_traces(path)
     assert kernel_devices(load_trace(path)) == devices

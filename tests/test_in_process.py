@@ -10,20 +10,22 @@ refuses determinism fails its own arm only. The step split is checked on a table
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
+import statistics
 import sys
 import textwrap
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pytest
+from scipy import stats
 
-from detprof.analysis.overhead import model_overheads, paired_log_ratios
 from detprof.backends.base import step_range_name
 from detprof.cli import main
-from detprof.intervals import stein_repeats
 from detprof.profiler.worker_spec import MIN_SIZED_STEPS, sized_steps, typical_step_ns
 from detprof.store import ResultsStore
 from detprof.traces.kernel_table import KernelTable
@@ -74,6 +76,27 @@ def test_steps_are_sized_to_the_machine_within_their_bounds() -> None:
     assert typical_step_ns([]) == 0
 
 
+def _log_ratios(records: Iterable[Mapping[str, Any]], base: str, other: str) -> list[float]:
+    """Each repeat's ln(other / base) in kernel time, read off the records' per-step kernel times as a pair whose
+    steps ran in turn pairs them: step i with step i, the median of their log ratios (``base`` and ``other``: modes,
+    or a calibration's arms)."""
+    steps = {(r["repeat"], r.get("arm") or r["mode"]): r["step_kernel_ns"] for r in records}
+    repeats = sorted({repeat for repeat, _ in steps})
+    pairs = [zip(steps[repeat, base], steps[repeat, other], strict=True) for repeat in repeats]
+    return [statistics.median(math.log(b / a) for a, b in pair) for pair in pairs]
+
+
+def _t(n: int, confidence: float = 0.95) -> float:
+    return float(stats.t.ppf(0.5 + confidence / 2, n - 1))
+
+
+def _printed_kernel_interval(printed: str, model: str) -> tuple[float, float, float]:
+    """The kernel-time cell of ``model``'s row in the overhead table a sweep prints: ratio [low, high]."""
+    found = re.search(rf"{model}\s+│\s+(\S+)x \[(\S+), (\S+)\]", printed)
+    assert found is not None, printed
+    return float(found[1]), float(found[2]), float(found[3])
+
+
 def _records(out: Path) -> dict[str, dict[str, Any]]:
     return {r["run_id"]: r for r in ResultsStore(out, "sweep").records()}
 
@@ -118,9 +141,15 @@ def test_torch_runs_both_modes_in_one_process_a_step_of_each_in_turn(tmp_path: P
 
 
 @pytest.mark.slow
-def test_jax_compiles_its_step_once_per_mode(tmp_path: Path) -> None:
+def test_jax_compiles_its_step_once_per_mode(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each pair's process compiles the training step twice, once per mode with that mode's compile options, and
+    never again while the steps run: XLA's own log of its compilations (``JAX_LOG_COMPILES``) counts them."""
+    monkeypatch.setenv("JAX_LOG_COMPILES", "1")
     records = _sweep(tmp_path, "jax")
     _check_pairs(tmp_path / "res", records, "smallcnn")
+    for repeat in (0, 1):
+        log = (tmp_path / "res" / "sweep" / records[f"smallcnn--default--r{repeat}"]["log"]).read_text()
+        assert len(re.findall(r"Finished XLA compilation of jit\(train_step\) ", log)) == 2, log[-3000:]
     det, default = records["smallcnn--deterministic--r0"], records["smallcnn--default--r0"]
     assert det["settings"]["compiler_options"] == {"xla_gpu_deterministic_ops": True}
     assert default["settings"]["compiler_options"] == {}
@@ -182,17 +211,27 @@ def test_an_aa_calibration_in_one_process_contains_one(tmp_path: Path, capsys: p
     assert {r["arm"] for r in records} == {"a", "b"} and {r["pairing"] for r in records} == {"in_process"}
     assert all(r["settings"]["op_determinism"] is True for r in records)
     printed = capsys.readouterr().out
-    kernel = re.search(r"smallcnn\s+│\s+(\S+)x \[(\S+), (\S+)\]", printed)
-    assert kernel is not None, printed
+    # The printed interval is the paired t-interval of the arms' log ratios, read here off the records.
+    logs = _log_ratios(records, "a", "b")
+    mean, sem = statistics.mean(logs), statistics.stdev(logs) / math.sqrt(len(logs))
+    expected = (math.exp(mean), math.exp(mean - _t(len(logs)) * sem), math.exp(mean + _t(len(logs)) * sem))
+    assert _printed_kernel_interval(printed, "smallcnn") == pytest.approx(expected, abs=5e-4), (printed, logs)
     # Its 95% interval misses 1 in one A/A of twenty by design (the more so on a loaded machine); at 99.9% a miss is
     # a pairing that favours one arm.
-    aa = model_overheads(records, confidence=0.999)["smallcnn"].kernel
-    assert aa is not None and aa.ci_low <= 1.0 <= aa.ci_high, printed
+    half = _t(len(logs), 0.999) * sem
+    assert mean - half <= 0.0 <= mean + half, (printed, logs)
 
 
 @pytest.mark.slow
-def test_a_sweep_adds_repeats_until_its_budget_is_spent_and_says_what_is_left(tmp_path: Path) -> None:
-    """An unreachable precision: repeats are added while the next fits the budget, and the summary names the rest."""
+def test_a_sweep_adds_repeats_until_its_budget_is_spent_and_says_what_is_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An unreachable precision: repeats are added while the next fits the budget, and the summary names the rest.
+    The repeats Stein's rule asks for, which each added repeat names, and the interval printed are worked out here
+    from the records' per-step kernel times: the first n with t(1) * s2 / sqrt(n) <= ln(1.0001), s2 the first two
+    repeats' spread; the interval's half-width t(1) * s2 / sqrt(n) with the n repeats taken, around the mean of all
+    their log ratios."""
+    monkeypatch.setenv("COLUMNS", "160")  # the table's rows whole, each on one line
     out = tmp_path / "res"
     args = ["sweep", "--backend", "torch", "--models", "smallcnn", "--repeats", "2", *TINY, "--steps", "3"]
     done = _cli([*args, "--precision", "0.01%", "--budget", "15s", "--no-report", "--out", str(out)])
@@ -210,21 +249,38 @@ def test_a_sweep_adds_repeats_until_its_budget_is_spent_and_says_what_is_left(tm
     assert spent is not None and int(spent[1]) < 15 + 10, said
     assert "kernel time +/-" in said and f"after {len(repeats)} repeats: not within +/-0.0%" in said
     assert "more repeats would settle it" in said
-    assert "for +/-0% (repeats so far of needed: smallcnn 2 of" in " ".join(done.stderr.split())
+    logs = _log_ratios(records, "default", "deterministic")
+    spread = _t(2) * statistics.stdev(logs[:2])
+    needed = math.ceil((spread / math.log1p(0.0001)) ** 2)
+    assert f"for +/-0% (repeats so far of needed: smallcnn 2 of {needed})" in " ".join(done.stderr.split()), logs
+    mean, half = statistics.mean(logs), spread / math.sqrt(len(logs))
+    expected = (math.exp(mean), math.exp(mean - half), math.exp(mean + half))
+    assert _printed_kernel_interval(done.stdout, "smallcnn") == pytest.approx(expected, abs=5e-4), (done.stdout, logs)
 
 
 @pytest.mark.slow
-def test_a_sweep_whose_first_stage_settles_runs_the_repeats_steins_rule_asks_for(tmp_path: Path) -> None:
+def test_a_sweep_whose_first_stage_settles_runs_the_repeats_steins_rule_asks_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A precision the first stage can reach: exactly the repeats it asks for (none while the budget lasts), and
     the interval within the precision. Three first-stage repeats (t(2) = 4.3, against t(1) = 12.7 for two) keep the
-    count small when load spreads the kernel times; the budget bounds the run either way."""
+    count small when load spreads the kernel times; the budget bounds the run either way. What Stein's rule asks for
+    and the interval printed are worked out here from the records' per-step kernel times: the first n >= 3 with
+    t(2) * s3 / sqrt(n) <= ln(1.9), s3 the first three repeats' spread; the interval's half-width the same with
+    every repeat's n, around the mean of all their log ratios."""
+    monkeypatch.setenv("COLUMNS", "160")  # the table's rows whole, each on one line
     out = tmp_path / "settled"
     args = ["sweep", "--backend", "torch", "--models", "smallcnn", "--repeats", "3", *TINY, "--steps", "3"]
     done = _cli([*args, "--precision", "90%", "--budget", "90s", "--no-report", "--out", str(out)])
     assert done.returncode == 0, done.stderr[-2000:]
-    logs = paired_log_ratios(list(ResultsStore(out, "sweep").records()), "kernel")["smallcnn"]
-    assert len(logs) == stein_repeats(logs[:3], 0.9), logs
-    assert "within +/-90.0%" in done.stdout
+    logs = _log_ratios(ResultsStore(out, "sweep").records(), "default", "deterministic")
+    spread = _t(3) * statistics.stdev(logs[:3])
+    assert len(logs) == max(3, math.ceil((spread / math.log(1.9)) ** 2)), logs
+    mean, half = statistics.mean(logs), spread / math.sqrt(len(logs))
+    expected = (math.exp(mean), math.exp(mean - half), math.exp(mean + half))
+    assert _printed_kernel_interval(done.stdout, "smallcnn") == pytest.approx(expected, abs=5e-4), (done.stdout, logs)
+    said = " ".join(done.stdout.split())
+    assert f"kernel time +/-{math.expm1(half):.1%} after {len(logs)} repeats, within +/-90.0%" in said, said
 
 
 def _pair_name(repeat: int) -> tuple[str, str]:
@@ -239,11 +295,18 @@ def _cli(args: list[str]) -> Any:
 
 
 def test_records_of_a_pair_name_how_it_was_paired() -> None:
+    """A pair whose steps ran in turn (both arms in one process, or two processes in lockstep) pairs step i with
+    step i: the median of the steps' ratios, 1.2 here. Two runs in processes of their own, one after the other, or
+    a pair whose records do not both name one pairing, compare their median steps: 180 against 100."""
     from detprof.records import pair_log_ratio
 
-    base = {"pairing": "in_process", "step_kernel_ns": [100, 100, 100], "kernel_ns_per_step": 100.0}
-    other = {"pairing": "in_process", "step_kernel_ns": [110, 200, 111], "kernel_ns_per_step": 140.0}
-    assert pair_log_ratio(base, other, "kernel") == pytest.approx(json.loads("0.1043600153242437"))
+    base = {"step_kernel_ns": [100, 200, 90], "kernel_ns_per_step": 130.0}
+    other = {"step_kernel_ns": [120, 210, 180], "kernel_ns_per_step": 170.0}
+    for pairing in ("in_process", "lockstep"):
+        paired = pair_log_ratio(base | {"pairing": pairing}, other | {"pairing": pairing}, "kernel")
+        assert paired == pytest.approx(math.log(1.2)), pairing
+    assert pair_log_ratio(base, other, "kernel") == pytest.approx(math.log(1.8))
+    assert pair_log_ratio(base | {"pairing": "in_process"}, other, "kernel") == pytest.approx(math.log(1.8))
 
 
 TF_ARMS_PROBE = textwrap.dedent(

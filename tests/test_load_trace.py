@@ -16,6 +16,7 @@ from fixtures_traces import (
     SHARED_TRACES,
     Kernel,
     nvprof_section,
+    real_traces,
     write_nsys_sqlite,
 )
 from script_runner import SCRIPTS, run_script
@@ -106,7 +107,7 @@ def test_format_comes_from_content_not_name(
     assert (table.format, table.source, table.kernel_count) == (fmt, str(path), kernels)
 
 
-@pytest.mark.skipif(not CPU_XPLANE.exists(), reason=f"real trace not present: {CPU_XPLANE}")
+@real_traces(CPU_XPLANE)
 def test_protobuf_goes_to_the_xplane_parser_whatever_its_name(tmp_path: Path) -> None:
     path = tmp_path / "profile.sqlite"
     shutil.copy(CPU_XPLANE, path)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from fixtures_traces import NVTX_COLUMNS, SHARED_TRACES, _create, _insert
+from fixtures_traces import NVTX_COLUMNS, SHARED_TRACES, _create, _insert, real_traces
 
 from detprof.errors import InputError
 from detprof.traces.attribution import by_part, layer_of, layer_path
@@ -26,7 +26,7 @@ from detprof.traces.parsers import load_trace
 from detprof.traces.parsers.nsys_ops import RangeOp, read_range
 
 CLOVERLEAF = SHARED_TRACES / "nsys-2024.5-cloverleaf-4xA100.sqlite"
-needs_cloverleaf = pytest.mark.skipif(not CLOVERLEAF.exists(), reason=f"real trace not present: {CLOVERLEAF}")
+needs_cloverleaf = real_traces(CLOVERLEAF)
 
 PUSH_POP = 59
 

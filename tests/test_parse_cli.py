@@ -15,7 +15,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from fixtures_traces import SHARED_TRACES, Kernel, a100, write_nsys_sqlite
+from fixtures_traces import SHARED_TRACES, Kernel, a100, real_traces, write_nsys_sqlite
 from piped_cli import header_lines, run_piped, table_rows
 from script_runner import run_script
 
@@ -313,10 +313,13 @@ def test_parse_json_imports_only_what_it_uses(trace) -> None:
     assert "detprof.traces.parsers.nsys_sqlite" in report["modules"]
 
 
-@pytest.mark.skipif(not SHARED_TRACES.is_dir(), reason="../shared/traces is absent")
+NVPROF_CFD = SHARED_TRACES / "nvprof-cfd-titanxp.gpu-trace.csv"
+CLOVERLEAF = SHARED_TRACES / "nsys-2024.5-cloverleaf-4xA100.sqlite"
+
+
+@real_traces(NVPROF_CFD)
 def test_parse_real_nvprof_trace_json(capsys) -> None:
-    path = SHARED_TRACES / "nvprof-cfd-titanxp.gpu-trace.csv"
-    code, out, _ = run(["parse", str(path), "--format", "json", "--top", "1"], capsys)
+    code, out, _ = run(["parse", str(NVPROF_CFD), "--format", "json", "--top", "1"], capsys)
     assert code == 0
     doc = json.loads(out)
     assert doc["format"] == "nvprof-trace-csv"
@@ -338,27 +341,25 @@ def distinct_nvprof_kernels(path: Path) -> int:
     return len({r["Name"] for r in rows[1:] if r.get("Grid X")})
 
 
-@pytest.mark.skipif(not SHARED_TRACES.is_dir(), reason="../shared/traces is absent")
+@real_traces(CLOVERLEAF)
 def test_real_nsys_trace_table_has_one_line_per_kernel(capsys, monkeypatch) -> None:
     """CloverLeaf's demangled names run to 600 characters; each row of the table stays one line."""
     monkeypatch.setenv("COLUMNS", "160")
-    path = SHARED_TRACES / "nsys-2024.5-cloverleaf-4xA100.sqlite"
-    code, out, _ = run(["parse", str(path), "--top", "30"], capsys)
+    code, out, _ = run(["parse", str(CLOVERLEAF), "--top", "30"], capsys)
     assert code == 0
     rows = table_rows(out)
     assert len(rows) == 31  # 30 kernels and "(all other kernels)", none folded onto a second line
     names = [row[-1] for row in rows[:-1]]
     assert len(set(names)) == 30 and all(len(n) <= 64 for n in names)
     assert all(n.startswith(("par_ranged1d_kernel", "par_ranged2d_kernel", "par_reduce_kernel")) for n in names)
-    code, out, _ = run(["parse", str(path), "--top", "3", "--full-names"], capsys)
+    code, out, _ = run(["parse", str(CLOVERLEAF), "--top", "3", "--full-names"], capsys)
     assert code == 0 and len(table_rows(out)) > 10  # the full names do wrap
 
 
-@pytest.mark.skipif(not SHARED_TRACES.is_dir(), reason="../shared/traces is absent")
+@real_traces(CLOVERLEAF, NVPROF_CFD)
 def test_real_traces_without_a_common_kernel(capsys, monkeypatch) -> None:
     monkeypatch.setenv("COLUMNS", "160")
-    nsys = SHARED_TRACES / "nsys-2024.5-cloverleaf-4xA100.sqlite"
-    nvprof = SHARED_TRACES / "nvprof-cfd-titanxp.gpu-trace.csv"
+    nsys, nvprof = CLOVERLEAF, NVPROF_CFD
     code, out, err = run(["diff", str(nsys), str(nvprof), "--top", "2"], capsys)
     assert (code, err) == (0, "")
     n, m = distinct_nsys_kernels(nsys), distinct_nvprof_kernels(nvprof)
@@ -379,7 +380,7 @@ def kineto_kernel_names(path: Path) -> set[str]:
     return {e["name"] for e in events if e.get("cat") == "kernel"}
 
 
-@pytest.mark.skipif(not SHARED_TRACES.is_dir(), reason="../shared/traces is absent")
+@real_traces(*KINETO_PAIR)
 def test_diff_to_a_pipe_is_one_line_per_kernel_with_whole_names() -> None:
     """``detprof diff A B | grep ncclKernel_SendRecv`` finds the kernel's row; a COLUMNS the user sets still rules."""
     done = run_piped("diff", *KINETO_PAIR)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from fixtures_traces import NVPROF_SUMMARY_HEADER, NVPROF_TRACE_HEADER, SHARED_TRACES, nvprof_section
+from fixtures_traces import NVPROF_SUMMARY_HEADER, NVPROF_TRACE_HEADER, SHARED_TRACES, nvprof_section, real_traces
 
 from detprof.errors import InputError
 from detprof.traces.kernel_names import short_kernel_name
@@ -390,7 +390,7 @@ def test_nvprof_summary_sections_merge_per_kernel(tmp_path: Path) -> None:
     assert s.loc["void kernelB<int>(int, int)", "instances"] == 2
 
 
-@pytest.mark.skipif(not NVPROF_CFD.exists(), reason=f"real trace not present: {NVPROF_CFD}")
+@real_traces(NVPROF_CFD)
 def test_real_nvprof_cfd_trace_matches_a_plain_csv_read() -> None:
     with NVPROF_CFD.open(newline="") as fh:
         rows = [r for r in csv.reader(fh) if r and not r[0].startswith("==")]

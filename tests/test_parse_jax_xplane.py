@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fixtures_traces import SHARED_TRACES
+from fixtures_traces import SHARED_TRACES, present_real_traces
 from script_runner import ROOT, run_script
 
 from detprof.backends.base import step_range_name
@@ -614,7 +614,7 @@ def test_tables_are_the_same_where_tensorflow_cannot_be_imported(jax_logdir: Pat
     TensorFlow puts them), beside detprof's, where TensorFlow is installed.
     """
     shared = (SHARED_TRACES / "tf-bert-3gpu.xplane.pb", SHARED_TRACES / "tf-2.21-cpu-smallcnn.xplane.pb")
-    paths = [jax_logdir, *(path for path in shared if path.is_file())]
+    paths = [jax_logdir, *present_real_traces(*shared)]
     runs = {}
     for mode in ("blocked", "tensorflow-classes"):
         done = run_script("xspace_tables.py", mode, *paths, timeout=300)

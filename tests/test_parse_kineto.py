@@ -32,7 +32,7 @@ from fixtures_kineto import (
     trace_document,
     write_trace,
 )
-from fixtures_traces import SHARED_TRACES
+from fixtures_traces import SHARED_TRACES, real_traces
 
 from detprof.cli import main
 from detprof.errors import ExitCode, InputError
@@ -48,13 +48,8 @@ ROCM = SHARED_TRACES / "kineto-rocm-mi250.json.gz"
 REAL = [A100, V100, ALEXNET, ROCM]
 
 
-def needs(*paths: Path) -> pytest.MarkDecorator:
-    missing = [p for p in paths if not p.is_file()]
-    return pytest.mark.skipif(bool(missing), reason=f"real trace not present: {', '.join(map(str, missing))}")
-
-
-real_traces = pytest.mark.parametrize(
-    "path", [pytest.param(p, marks=needs(p), id=p.name.removesuffix(".json.gz")) for p in REAL]
+each_real_trace = pytest.mark.parametrize(
+    "path", [pytest.param(p, marks=real_traces(p), id=p.name.removesuffix(".json.gz")) for p in REAL]
 )
 
 
@@ -124,7 +119,7 @@ README_FACTS = {
 }
 
 
-@real_traces
+@each_real_trace
 def test_plain_read_agrees_with_the_published_facts(path: Path) -> None:
     """The test's own reading of the files says what ../shared/traces/README.md says about them."""
     doc = plain(path)
@@ -135,7 +130,7 @@ def test_plain_read_agrees_with_the_published_facts(path: Path) -> None:
     assert len({e["name"] for e in kernels}) == distinct
 
 
-@real_traces
+@each_real_trace
 def test_load_trace_matches_a_plain_read(path: Path) -> None:
     doc = plain(path)
     kernels = events_of(doc, "kernel")
@@ -166,7 +161,7 @@ def test_load_trace_matches_a_plain_read(path: Path) -> None:
     assert other_ns == sum(total for _, _, total in expected[10:])
 
 
-@real_traces
+@each_real_trace
 def test_devices_are_those_that_ran_kernels(path: Path) -> None:
     doc = plain(path)
     ran = sorted({e["args"]["device"] for e in events_of(doc, "kernel")})
@@ -182,7 +177,7 @@ def test_devices_are_those_that_ran_kernels(path: Path) -> None:
         assert device.compute_capability == f"{p['computeMajor']}.{p['computeMinor']}"
 
 
-@real_traces
+@each_real_trace
 def test_memory_rows_match_a_plain_read(path: Path) -> None:
     doc = plain(path)
     copies = events_of(doc, "gpu_memcpy", "gpu_memset")
@@ -205,7 +200,7 @@ def parse_json(args: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str,
     return json.loads(captured.out)
 
 
-@real_traces
+@each_real_trace
 def test_parse_cli_matches_a_plain_read(path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     doc = plain(path)
     kernels = events_of(doc, "kernel")
@@ -226,7 +221,7 @@ def test_parse_cli_matches_a_plain_read(path: Path, capsys: pytest.CaptureFixtur
     assert out["other_ns"] == sum(total for _, _, total in expected[5:])
 
 
-@needs(A100)
+@real_traces(A100)
 def test_a100_top_kernel_is_the_nccl_send_recv(capsys: pytest.CaptureFixture[str]) -> None:
     out = parse_json([str(A100), "--top", "1"], capsys)
     top = out["kernels"][0]
@@ -238,7 +233,7 @@ def test_a100_top_kernel_is_the_nccl_send_recv(capsys: pytest.CaptureFixture[str
     assert top["category"] == "communication"
 
 
-@needs(A100)
+@real_traces(A100)
 def test_a100_steps_are_the_profiler_steps_of_the_launching_calls() -> None:
     doc = plain(A100)
     expected = launch_step_totals(doc)
@@ -252,7 +247,7 @@ def test_a100_steps_are_the_profiler_steps_of_the_launching_calls() -> None:
     assert within is not None and within.kernel_count == table.kernel_count
 
 
-@needs(ROCM)
+@real_traces(ROCM)
 def test_rocm_steps_count_the_kernels_autograd_threads_launch() -> None:
     """The GPU-side ProfilerStep range holds only the kernels of the annotating thread."""
     doc = plain(ROCM)
@@ -266,7 +261,7 @@ def test_rocm_steps_count_the_kernels_autograd_threads_launch() -> None:
     assert kernel_ns_by_step(load_trace(ROCM)) == expected
 
 
-@needs(V100)
+@real_traces(V100)
 def test_v100_steps_where_the_gpu_runs_a_step_behind() -> None:
     """Step i+1's first kernels start before step i's last: no range split is exact, the one chosen misplaces least.
 
@@ -293,7 +288,7 @@ def test_v100_steps_where_the_gpu_runs_a_step_behind() -> None:
 
 
 @pytest.mark.parametrize(
-    "path", [pytest.param(p, marks=needs(p), id=p.name.removesuffix(".json.gz")) for p in (A100, V100, ROCM)]
+    "path", [pytest.param(p, marks=real_traces(p), id=p.name.removesuffix(".json.gz")) for p in (A100, V100, ROCM)]
 )
 def test_the_table_within_steps_holds_the_kernels_launched_in_them(path: Path) -> None:
     """``within_steps`` (what a run's record counts) keeps every kernel launched in a step and none launched outside.
@@ -321,7 +316,7 @@ def test_the_table_within_steps_holds_the_kernels_launched_in_them(path: Path) -
     assert sum(kernel_ns_by_step(within) or []) == within.total_ns >= in_steps_ns
 
 
-@needs(ALEXNET)
+@real_traces(ALEXNET)
 def test_a_trace_without_step_annotations_is_not_restricted() -> None:
     """The AlexNet benchmark marks no ProfilerStep (nor detprof's steps): nothing to restrict the table to."""
     names = {e["name"] for e in events_of(plain(ALEXNET), "user_annotation")}
@@ -332,7 +327,7 @@ def test_a_trace_without_step_annotations_is_not_restricted() -> None:
     assert within_steps(table) is None and kernel_ns_by_step(table) is None
 
 
-@needs(A100, V100)
+@real_traces(A100, V100)
 def test_diff_names_the_changed_kernels(capsys: pytest.CaptureFixture[str]) -> None:
     base, other = totals_by_name(plain(A100)), totals_by_name(plain(V100))
 
@@ -361,7 +356,7 @@ def test_diff_names_the_changed_kernels(capsys: pytest.CaptureFixture[str]) -> N
     assert nccl == {"communication"}
 
 
-@needs(A100, V100)
+@real_traces(A100, V100)
 def test_a_folder_of_rank_files(tmp_path: Path) -> None:
     """tensorboard_trace_handler's layout: one <worker>.<time>.pt.trace.json.gz per rank (a100: 3, v100: 1)."""
     shutil.copy(A100, tmp_path / "host-a.1661203462.pt.trace.json.gz")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from fixtures_traces import SHARED_TRACES, Kernel, a100, write_nsys_sqlite
+from fixtures_traces import SHARED_TRACES, Kernel, a100, real_traces, write_nsys_sqlite
 
 from detprof.errors import InputError
 from detprof.traces.kernel_names import short_kernel_name
@@ -18,7 +18,7 @@ from detprof.traces.kernel_tables import kernel_stats, top_n
 from detprof.traces.parsers import load_trace, nsys_sqlite, sqlite_columns
 
 CLOVERLEAF = SHARED_TRACES / "nsys-2024.5-cloverleaf-4xA100.sqlite"
-needs_cloverleaf = pytest.mark.skipif(not CLOVERLEAF.exists(), reason=f"real trace not present: {CLOVERLEAF}")
+needs_cloverleaf = real_traces(CLOVERLEAF)
 
 # What NVIDIA's cuda_gpu_kern_sum computes, per demangled name: count, total, mean, median
 # (mean of the middle pair for even counts), min, max and the sample variance.

@@ -17,7 +17,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from fixtures_traces import SHARED_TRACES
+from fixtures_traces import SHARED_TRACES, real_traces, require_real_traces
 from script_runner import run_script
 
 from detprof.errors import InputError
@@ -30,8 +30,8 @@ from detprof.traces.step_split import kernel_ns_by_step, within_steps
 BERT = SHARED_TRACES / "tf-bert-3gpu.xplane.pb"
 SMALLCNN = SHARED_TRACES / "tf-2.21-cpu-smallcnn.xplane.pb"
 
-needs_bert = pytest.mark.skipif(not BERT.is_file(), reason=f"real trace {BERT} not present")
-needs_smallcnn = pytest.mark.skipif(not SMALLCNN.is_file(), reason=f"real trace {SMALLCNN} not present")
+needs_bert = real_traces(BERT)
+needs_smallcnn = real_traces(SMALLCNN)
 XSpace = xspace_class()
 
 
@@ -78,8 +78,7 @@ def test_runtime_schema_is_tensorflows(tensorflow_xplane_pb2) -> None:
 
 @pytest.mark.parametrize("trace", [BERT, SMALLCNN], ids=["bert-gpu", "smallcnn-cpu"])
 def test_runtime_classes_decode_real_traces_as_tensorflow_does(tensorflow_xplane_pb2, trace: Path) -> None:
-    if not trace.is_file():
-        pytest.skip(f"real trace {trace} not present")
+    require_real_traces(trace)
     from google.protobuf import json_format
 
     data = trace.read_bytes()

@@ -127,10 +127,10 @@ def test_json_holds_each_models_verification_with_its_device_and_backend(rendere
     verified = {v["model"]: v for v in document["verification"]}
     assert list(verified) == list(MODELS)
     keys = {"model", "command", "backend", "device", "device_name", "deterministic", "default", "held"}
-    keys |= {"findings", "failures"}
+    keys |= {"findings", "failures", "compilation_cache"}
     for v in verified.values():
         assert set(v) == keys | {"device_label"}
-        assert (v["device_label"], v["backend"]) == ("t4", "torch")
+        assert (v["device_label"], v["backend"], v["compilation_cache"]) == ("t4", "torch", None)
     assert [verified[m]["held"] for m in MODELS] == [True, False, True, False]
     parted = verified["vgg16"]["deterministic"]["first_difference"]
     assert (parted["step"], parted["layer"], parted["kind"]) == (2, "bn1", "output")
@@ -161,6 +161,25 @@ def test_where_nondeterminism_enters_has_a_section_and_a_plot_per_model_whose_de
     for line in lines:
         assert line in section
         assert line.replace("|", "\\|") in md_section
+
+
+def test_a_verification_whose_runs_each_compiled_their_steps_says_so(tmp_path: Path, rendered: dict[str, str]) -> None:
+    """JAX keeps compiled steps across processes (its persistent compilation cache): where every run turned it off,
+    the model's section says the runs could part in what compiling chose. PyTorch's runs keep none to turn off and
+    their section says nothing of it."""
+    compiled = {"compilation_cache": "off"}
+    root = write_verify(tmp_path, {"mobilenet": Planted(LAYERS)}, backend="jax", compiled=compiled)
+    line = (
+        "Each run compiled its steps itself (JAX's persistent compilation cache off in its process): the runs of a "
+        "mode could differ in what compiling chose, as processes on a GPU do."
+    )
+    page, text = render_report([root], "html", "cdn"), render_report([root], "md")
+    section = page[page.index('<section id="verification">') : page.index('<section id="stability">')]
+    md_section = text[text.index(f"## {SECTIONS['verification']}") : text.index(f"## {SECTIONS['stability']}")]
+    assert f"<li>{line}</li>".replace("'", "&#39;") in section and f"- {line}" in md_section
+    (verified,) = json.loads(render_report([root], "json"))["verification"]
+    assert verified["compilation_cache"] == "off"
+    assert "compiled its steps itself" not in rendered["html"] + rendered["md"]
 
 
 def test_the_plot_draws_each_layer_in_model_order_on_a_log_scale(results: Path) -> None:

@@ -11,6 +11,7 @@ import pytest
 from scipy.stats import spearmanr
 from sklearn.metrics import accuracy_score, confusion_matrix
 
+from detprof import formatting
 from detprof.fingerprints import digest
 from detprof.intervals import bootstrap_spread
 from detprof.stability import metrics
@@ -205,11 +206,21 @@ def _model(seed: int) -> list[tuple[str, list[np.ndarray]]]:
     ]
 
 
-def test_determinism_check_passes_for_identical_weights() -> None:
+def test_determinism_check_passes_for_identical_weights_and_says_how_many_processes_compiled_them() -> None:
+    """Runs of one worker share its compiled step; only runs of several could part in what compiling chose."""
     runs = [metrics.layer_digests(_model(0)) for _ in range(3)]
     check = metrics.determinism_check(runs)
     assert check.verified is True and check.distinct == 1 and check.first_differing_layer is None
-    assert "determinism verified" in check.line()
+    assert check.line() == "determinism verified: 3 runs ended with bitwise-identical weights"
+    apart = "determinism verified: 3 runs ended with bitwise-identical weights, trained in 2 processes, each "
+    assert metrics.determinism_check(runs, processes=2).line() == apart + "compiling its step itself"
+    one = metrics.determinism_check(runs, processes=1).line()
+    assert one.endswith("weights, trained in one process on one compiled step")
+    badge = formatting.check_line({"applicable": True, "verified": True, "processes": 2})
+    assert badge == (
+        "verified",
+        "verified: bitwise-identical weights, trained in 2 processes, each compiling its step itself",
+    )
 
 
 def test_determinism_check_names_the_first_layer_off_by_one_ulp() -> None:

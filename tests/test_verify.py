@@ -14,6 +14,8 @@ import json
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -123,7 +125,7 @@ pooling, dense layers, batch norm), its ResNet18 (residual blocks; the medium CN
 layers are among these), then Keras applications: bottleneck residual blocks, depthwise convolutions, separable
 convolutions, layer norm and GELU; and the transformers (``TRANSFORMERS``). Every model is more than ``make test``
 can carry (here TensorFlow took 8 min for all 47, JAX 7 min for 22 of them: it compiles each step for up to 40 s):
-``DETPROF_VERIFY_EVERY_MODEL=1 pytest -o timeout=0 -m slow -k registry tests/test_verify.py`` runs them all."""
+``DETPROF_VERIFY_EVERY_MODEL=1 pytest -o timeout=0 -m slow -k layer_kind tests/test_verify.py`` runs them all."""
 BESIDE_TENSORFLOW = ("smallcnn_bn", "resnet18", "mobilenet", *TRANSFORMERS)
 """On JAX and PyTorch, ``make test`` verifies the models whose layers the others repeat: detprof's small CNN with
 batch norm (plain convolutions, pooling, dense), its ResNet18 (residual blocks; the medium CNN's layers) and
@@ -144,13 +146,22 @@ def registry_models_to_verify(backend: str) -> list[str]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", [backends.TENSORFLOW, backends.JAX, backends.TORCH])
-def test_every_registry_model_is_bitwise_identical_in_deterministic_mode(backend: str, tmp_path: Path) -> None:
-    """Two processes (two replicas), each training the registry's models two steps at a small size, one after the
-    other: the suite's CPU is its limit, and on JAX the second loads the steps the first compiled from the suite's
-    compilation cache (conftest) instead of compiling them again; what runs is the same executable either way."""
+def test_a_model_of_each_layer_kind_is_bitwise_identical_in_deterministic_mode(backend: str, tmp_path: Path) -> None:
+    """Two processes (two replicas) side by side, each training the models two steps at a small size: one registry
+    model per kind of layer (``LAYER_KINDS``, ``BESIDE_TENSORFLOW``), every model with
+    ``DETPROF_VERIFY_EVERY_MODEL=1``. Each replica compiles its steps itself: given a persistent compilation cache
+    of their own, set to save every compilation, the replicas leave it empty, so neither loaded a step the other
+    compiled, and the two could differ in what compiling chose (on JAX a replica's compilations are most of its
+    100 s of CPU time here: side by side, the test ends within its timeout beside the suite's other worker)."""
     names = registry_models_to_verify(backend)
     models = [f"{name}:{SMALLEST_INPUT.get(name, 32)}" for name in names]
-    done = [run_script("verify_models.py", backend, tmp_path / replica, *models) for replica in "ab"]
+    cache = tmp_path / "jax-compilation-cache"
+    cache.mkdir()
+    env = {"JAX_COMPILATION_CACHE_DIR": str(cache)}  # the suite's settings (conftest) kept: it saves every compilation
+    replica = partial(run_script, "verify_models.py", backend, env=env)
+    with ThreadPoolExecutor(2) as pool:
+        done = list(pool.map(lambda name: replica(tmp_path / name, *models), "ab"))
+    assert list(cache.iterdir()) == []
     for ran in done:
         assert ran.returncode == 0, ran.stderr[-2000:]
         statuses = json.loads(ran.stdout.splitlines()[-1])

@@ -149,6 +149,10 @@ class ModelVerification:
     """Runs that failed for another reason than an op refusing determinism: their reasons."""
     program: str | None = None
     """A program's command (``verify --command``; ``model`` is its ``--name``); None for a model."""
+    compilation_cache: str | None = None
+    """The framework's cross-process cache of compiled steps as every run read it back ("off": each run compiled
+    its steps itself, so that the runs could differ in what compiling chose); None where the runs did not record one
+    alike (a framework that keeps none, a program, older records)."""
 
     @property
     def held(self) -> bool | None:
@@ -226,6 +230,7 @@ class ModelVerification:
             "held": self.held,
             "findings": self.findings,
             "failures": self.failures,
+            "compilation_cache": self.compilation_cache,
         }
 
 
@@ -266,7 +271,14 @@ def _verification(store: ResultsStore, model: str, records: Iterable[Mapping[str
         findings=[r["finding"] for r in records if r.get("finding")][:1],
         failures=[f"{r['run_id']}: {r.get('reason')}" for r in records if r["status"] == "failed"],
         program=None if program is None else str(program.get("command")),
+        compilation_cache=_alike(r.get("compilation_cache") for r in records),
     )
+
+
+def _alike(values: Iterable[str | None]) -> str | None:
+    """The one value every run recorded; None where they differ or none recorded it."""
+    found = set(values)
+    return found.pop() if len(found) == 1 else None
 
 
 def _program_comparison(store: ResultsStore, mode: str, runs: Sequence[Mapping[str, Any]]) -> Comparison:

@@ -339,9 +339,14 @@ class Backend:
         None by default: the loss's and the optimizer's scopes are Keras's (``profiler.workloads.step_scopes``)."""
         return {}
 
-    def compile_for_tracing(self) -> None:
-        """Before a traced process compiles its steps: whatever makes the framework compile them so that the trace
-        names their ops. Nothing by default."""
+    def compile_in_this_process(self) -> dict[str, str]:
+        """Before a process compiles its steps: the framework compiles each of them in this process, loading none
+        that another process compiled into a cache that outlives it. A traced process needs it for its trace to name
+        a step's ops; a run compared with another (``verify``'s two runs of a mode, a stability study's control runs)
+        for the two to be able to differ in what compiling chose (autotuned kernels, fusions), where processes on a
+        GPU part. Returns what the process's record says of it: that cache's state as this process reads it back
+        (``compilation_cache``); nothing, by default, for a framework that keeps no compiled step across processes."""
+        return {}
 
     # Under nsys, which names no framework op by itself.
 

@@ -241,13 +241,15 @@ class Jax(Backend):
 
         return jax.profiler.TraceAnnotation(name)
 
-    def compile_for_tracing(self) -> None:
+    def compile_in_this_process(self) -> dict[str, str]:
         """Off: JAX's persistent compilation cache (``JAX_COMPILATION_CACHE_DIR``, a user's or a platform's). A step
         loaded from it reaches the profiler without its HLO, so none of its kernels names an op or a layer (a sweep's
-        second repeat was 39% unattributed, its planted layer half hidden); a traced process compiles its own."""
+        second repeat was 39% unattributed, its planted layer half hidden); and two runs that load one executable
+        from it cannot differ in what XLA's compilation chose."""
         import jax
 
         jax.config.update("jax_enable_compilation_cache", False)
+        return {"compilation_cache": "on" if jax.config.jax_enable_compilation_cache else "off"}
 
 
 def compile_order(arms: Sequence[frozenset[str]]) -> list[int]:

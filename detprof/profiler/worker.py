@@ -168,7 +168,7 @@ def run(spec: WorkerSpec, clock: PartClock, pacer: Pacer | None = None) -> dict[
     _device_ready(backend, clock)
     result["versions"] = software_versions(settings.backend)
     capture = TRACERS[spec.tracer].capture(spec.trace_path, settings.backend)
-    backend.compile_for_tracing()
+    result.update(backend.compile_in_this_process())
     pacer = pacer or Pacer(None)
     memory = _PeakMemory(backend, 1)
     memory.before(0)
@@ -250,7 +250,7 @@ def run_arms(specs: Sequence[WorkerSpec], pacer: Pacer, clock: PartClock) -> lis
     if threads:
         common["cpu_threads"] = first.cpu_threads
     capture = TRACERS[first.tracer].capture(first.trace_path, backend.name)
-    backend.compile_for_tracing()
+    common.update(backend.compile_in_this_process())
     memory = _PeakMemory(backend, len(specs))
     try:
         arms, facts = _arms_of(specs)

@@ -311,6 +311,23 @@ def mode_line(v: ModelVerification, mode: str) -> str:
     return f"{name}: not compared: {comparison.problem or 'a run failed'}"
 
 
+def compilation_line(v: ModelVerification) -> str | None:
+    """How a verified model's runs compiled, where their framework keeps compiled steps across processes (JAX's
+    persistent compilation cache); None where it keeps none or the runs did not record it."""
+    if v.compilation_cache != "off":
+        return None
+    return (
+        f"Each run compiled its steps itself ({framework_name(v.backend)}'s persistent compilation cache off in its "
+        "process): the runs of a mode could differ in what compiling chose, as processes on a GPU do."
+    )
+
+
+def verification_lines(v: ModelVerification) -> list[str]:
+    """What the report's section says of a verified model: each mode, then how its runs compiled."""
+    compiled = compilation_line(v)
+    return [mode_line(v, mode) for mode in VERIFY_MODES] + ([compiled] if compiled else [])
+
+
 def verification_title(v: ModelVerification, shown: str) -> str:
     """A verified model, and the device (``shown``, as the report names it) it was verified on."""
     return f"{v.model} on {shown}"

@@ -424,7 +424,7 @@ def verification(report: Report) -> dict[str, Any] | None:
             models.append(
                 {
                     "title": cells.verification_title(v, shown),
-                    "lines": [cells.mode_line(v, mode) for mode in cells.VERIFY_MODES],
+                    "lines": cells.verification_lines(v),
                     "no_plot": no_plot,
                     "figure": figures.divergence_figure(v, shown) if no_plot is None else None,
                 }

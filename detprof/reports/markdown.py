@@ -200,7 +200,7 @@ def verification(report: Report) -> list[str]:
         shown = report.where(study.label, study.backend)
         for v in study.models:
             out += [f"### {md(cells.verification_title(v, shown))}", ""]
-            out += [f"- {md(cells.mode_line(v, mode))}" for mode in cells.VERIFY_MODES]
+            out += [f"- {md(line)}" for line in cells.verification_lines(v)]
             out.append("")
     return out
 

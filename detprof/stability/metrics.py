@@ -17,6 +17,7 @@ import numpy as np
 from scipy.stats import rankdata
 
 from detprof.fingerprints import digest
+from detprof.formatting import trained_in
 from detprof.intervals import bootstrap_spread
 
 T = TypeVar("T")
@@ -166,27 +167,33 @@ class DeterminismCheck:
     runs: int
     distinct: int
     first_differing_layer: str | None
+    processes: int | None = None
+    """The worker processes that trained the runs, each compiling its step once (``formatting.trained_in``); None
+    where the records do not say."""
 
     def line(self) -> str:
         if self.verified is None:
             return f"determinism not checked: {self.runs} run(s), at least 2 needed"
         if self.verified:
-            return f"determinism verified: {self.runs} runs ended with bitwise-identical weights"
+            return (
+                f"determinism verified: {self.runs} runs ended with bitwise-identical weights"
+                f"{trained_in(self.processes)}"
+            )
         return (
             f"determinism NOT verified: {self.distinct} different final weights across {self.runs} runs; "
             f"first differing layer: {self.first_differing_layer}"
         )
 
 
-def determinism_check(runs: Sequence[Sequence[tuple[str, str]]]) -> DeterminismCheck:
-    """``runs`` holds each run's per-layer digests, in model order."""
+def determinism_check(runs: Sequence[Sequence[tuple[str, str]]], processes: int | None = None) -> DeterminismCheck:
+    """``runs`` holds each run's per-layer digests, in model order; ``processes``: how many trained them."""
     n = len(runs)
     distinct = len({tuple(r) for r in runs})
     if n < 2:
-        return DeterminismCheck(None, n, distinct, None)
+        return DeterminismCheck(None, n, distinct, None, processes)
     if distinct == 1:
-        return DeterminismCheck(True, n, 1, None)
+        return DeterminismCheck(True, n, 1, None, processes)
     depth = max(len(r) for r in runs)
     position = next(i for i in range(depth) if len({r[i] if i < len(r) else None for r in runs}) > 1)
     layer = next(r[position][0] for r in runs if position < len(r))
-    return DeterminismCheck(False, n, distinct, layer)
+    return DeterminismCheck(False, n, distinct, layer, processes)

@@ -53,7 +53,7 @@ def summarize_variant(
         ),
         accuracy["std"],
     )
-    check = metrics.determinism_check([[tuple(d) for d in r["layer_digests"]] for r in ok])
+    check = metrics.determinism_check([[tuple(d) for d in r["layer_digests"]] for r in ok], _processes(ok))
     return {
         "variant": variant.name,
         "varies": [s for s in SOURCES if s in variant.varies],
@@ -81,9 +81,18 @@ def summarize_variant(
             "applicable": variant.checks_determinism,
             "verified": check.verified,
             "first_differing_layer": check.first_differing_layer,
+            "processes": check.processes,
             "line": check.line(),
         },
     }
+
+
+def _processes(records: Sequence[dict[str, Any]]) -> int | None:
+    """How many worker processes trained ``records`` (a process by its node and id); None where a record does not
+    name its process."""
+    if any(r.get("pid") is None for r in records):
+        return None
+    return len({(r.get("ray_node_id"), r["pid"]) for r in records})
 
 
 def runs_table(records: Sequence[dict[str, Any]], model: str, dataset: str, device: str) -> pd.DataFrame:

@@ -35,7 +35,8 @@ _context: dict[str, Any] = {}
 
 def initialize(settings: determinism.DeterminismSettings, study_dir: str, env: Mapping[str, str]) -> None:
     """Pool initializer: end with the driver, quiet Ctrl-C, set the GPU environment, log the framework's
-    chatter to a file, apply the mode.
+    chatter to a file, apply the mode, and compile in this process (``Backend.compile_in_this_process``: the
+    runs of two workers can then differ in what compiling chose, as two processes on a GPU do).
 
     ``env`` (``gpu_env``: which GPU, if any, and memory growth when workers share it) must
     act before the framework loads, which ``determinism.apply`` does. A pool's worker would
@@ -55,12 +56,14 @@ def initialize(settings: determinism.DeterminismSettings, study_dir: str, env: M
     os.dup2(log_fd, 2)
     os.close(log_fd)
     effective = determinism.apply(settings)
+    backend = backends.get(settings.backend)
     _context.update(
         backend=settings.backend,
         determinism=effective,
         software=determinism.software_versions(settings.backend),
-        device_name=backends.get(settings.backend).device_name(),
+        device_name=backend.device_name(),
         log=str(log_path.relative_to(study_dir)),
+        **backend.compile_in_this_process(),
     )
 
 

@@ -3,7 +3,8 @@
 The worker's mode is switched before the framework loads (``determinism.apply``), the model
 is built and trained as the sweep builds and trains it (``workloads.training_of``), and each
 step's batch is drawn from the run's seed, so two workers of one request see the same data in
-the same order and differ only in what the framework does. Each step is one pass through a
+the same order and differ only in what the framework does, compiling too: each compiles its steps itself
+(``Backend.compile_in_this_process``), none loaded from a cache another run filled. Each step is one pass through a
 model whose outputs are every layer's (``Backend.gradient_step``): the layers' outputs on the
 step's batch, the gradients, and each layer's weights once the optimizer applied them are
 fingerprinted (``fingerprints``). An op that refuses to run deterministically ends the run as
@@ -53,7 +54,8 @@ def fingerprint_run(ask: dict[str, Any], out: str) -> dict[str, Any]:
     knobs = None if run.knobs is None else tuple(run.knobs)
     settings = DeterminismSettings(run.mode, run.seed, backend=run.backend, knobs=knobs)  # type: ignore[arg-type]
     answer: dict[str, Any] = {"settings": apply(settings), "versions": software_versions(run.backend)}
-    answer["device_name"] = backends.get(run.backend).device_name()
+    backend = backends.get(run.backend)
+    answer |= backend.compile_in_this_process() | {"device_name": backend.device_name()}
     taken = RunFingerprints()
     try:
         answer |= _train(run.params, settings, run.steps, run.gradients, taken) | {"status": "ok", "reason": None}
