@@ -111,6 +111,16 @@ def arm_settings(settings: DeterminismSettings, in_effect: Mapping[str, Any]) ->
     return {**asked, "jit_compile": settings.jit_compile, **in_effect}
 
 
+def reseed(settings: DeterminismSettings) -> None:
+    """A worker that runs several models in turn (``verify``'s replicas) back where a fresh process starts each:
+    Keras' session cleared and every seed set again, so that a model's weights are what a process of its own would
+    build."""
+    import keras
+
+    keras.backend.clear_session()
+    _seed(settings.seed, backends.get(settings.backend))
+
+
 def _seed(seed: int, backend: backends.Backend) -> None:
     """Keras' seeds (Python, NumPy, its global seed generator and the backend's) plus the framework's own.
 

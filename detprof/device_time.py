@@ -91,6 +91,11 @@ def spawned_clock(env: Mapping[str, str] = os.environ) -> PartClock:
     return _running
 
 
+def running_clock() -> PartClock:
+    """This worker's clock (``spawned_clock``), or one from now where none runs."""
+    return _running or spawned_clock()
+
+
 @contextlib.contextmanager
 def charged(part: str, before: str) -> Iterator[None]:
     """What runs inside is ``part``'s, and what ran since the last lap is ``before``'s, on the worker's clock (a

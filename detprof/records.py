@@ -234,6 +234,9 @@ class VerifyRun(TypedDict):
     """A knob study's check (``sweep --knobs``): the knob that full determinism ran without."""
     knobs: NotRequired[list[str]]
     """The knobs such a run set."""
+    time_parts: NotRequired[dict[str, float]]
+    """Where the run's time went (``device_time.PARTS``): one process runs a replica's runs of every model, so the
+    process's start and device are its first run's; the steps are the training steps apart from fingerprinting."""
 
 
 REQUIRED_FIELDS: dict[RecordKind, tuple[tuple[str, type], ...]] = {

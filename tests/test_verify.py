@@ -263,3 +263,23 @@ def test_a_model_that_takes_tokens_is_verified_on_data(tmp_path: Path, capsys: p
     runs = list(ResultsStore(tmp_path / "out", "verify").records())
     assert len(runs) == 4 and all(r["status"] == "ok" and r["steps"] == 2 for r in runs)
     assert ResultsStore(tmp_path / "out", "verify").manifest()["config"]["data"] == f"npz:{tmp_path / 'tokens.npz'}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", [backends.TENSORFLOW, backends.JAX, backends.TORCH])
+def test_a_model_verified_after_another_in_one_process_runs_as_in_a_process_of_its_own(
+    backend: str, tmp_path: Path
+) -> None:
+    """A replica's runs of several models share one process (``workload.fingerprint_runs``): each model starts from
+    the seeds and session a fresh process starts from, so its tensors at every step are those it has alone."""
+    env = os.environ | {"CUDA_VISIBLE_DEVICES": ""}
+    after = run_script("verify_models.py", backend, str(tmp_path / "after"), "smallcnn", "gpt_tiny:8", env=env)
+    alone = run_script("verify_models.py", backend, str(tmp_path / "alone"), "gpt_tiny:8", env=env)
+    assert (
+        json.loads(after.stdout) == {"smallcnn": "ok", "gpt_tiny": "ok"}
+        and json.loads(alone.stdout)["gpt_tiny"] == "ok"
+    )
+    shared, own = (RunFingerprints.load(tmp_path / side / "gpt_tiny") for side in ("after", "alone"))
+    comparison = compare("deterministic", shared, own)
+    assert comparison.identical, comparison.first_difference
+    assert len(own.steps) == 2

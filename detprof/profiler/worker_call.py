@@ -28,6 +28,10 @@ from detprof.profiler.process import (
 from detprof.store import atomic_write_json
 
 
+class CallTimedOut(InputError):
+    """A call that outlasted its ``timeout_s``: its process group was killed."""
+
+
 def call_in_worker(
     entry: str,
     request: Mapping[str, Any],
@@ -58,7 +62,7 @@ def call_in_worker(
         answer = json.loads(result_path.read_text()) if result_path.is_file() else None
         said = last_log_line(output)
     if code == "timeout":
-        raise InputError(timeout_reason(timeout_s))
+        raise CallTimedOut(timeout_reason(timeout_s))
     if code == ExitCode.USAGE and answer is not None:
         raise UsageError(answer["error"])
     if code != ExitCode.OK or answer is None:

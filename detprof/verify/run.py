@@ -14,6 +14,8 @@ the report reads it; ``analysis.verification`` compares. A training program of t
 
 from __future__ import annotations
 
+import json
+import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
@@ -30,10 +32,10 @@ from detprof.errors import DetprofError, UsageError
 from detprof.invocation import command_line
 from detprof.options import RunOptions
 from detprof.profiler.measured_runs import MeasurementTarget, study_root
-from detprof.profiler.process import WorkerEnvironment
+from detprof.profiler.process import WorkerEnvironment, timeout_reason
 from detprof.profiler.progress import progress_bar
 from detprof.profiler.sweep_request import SweepConfig, SweepRequest
-from detprof.profiler.worker_call import call_in_worker
+from detprof.profiler.worker_call import CallTimedOut, call_in_worker
 from detprof.profiler.worker_process import utc_now
 from detprof.records import VerifyRun, verify_run
 from detprof.store import ResultsStore
@@ -41,7 +43,7 @@ from detprof.verify.workload import VerifyAsk
 
 DEFAULT_STEPS = 20
 REPLICAS = ("a", "b")
-WORKLOAD = "detprof.verify.workload:fingerprint_run"
+WORKLOAD = "detprof.verify.workload:fingerprint_runs"
 VERIFY_ORDER = ("deterministic", "default")
 """Deterministic mode first: its answer is the one ``verify`` exists to give."""
 
@@ -123,21 +125,41 @@ def run_arms(
     *,
     console: Console,
 ) -> None:
-    """Each model's two runs of each arm not already recorded in ``store`` (opened by the caller)."""
-    pairs = [(plan, arm) for plan in config.model_plans() for arm in arms]
+    """Each model's two runs of each arm not already recorded in ``store`` (opened by the caller): each replica of
+    an arm one process for every model (``workload.fingerprint_runs``), its two replicas side by side on a CPU."""
+    plans = config.model_plans()
     environment = WorkerEnvironment(target.device)
     side_by_side = 1 if target.on_gpu else len(REPLICAS)
-    with progress_bar(console, store.kind, 2 * len(pairs), store.dir) as progress:
-        for index, (plan, arm) in enumerate(pairs):
-            todo = [r for r in REPLICAS if not store.is_done(run_id(plan.label, arm.name, r))]
-            progress.on_start(f"{plan.label} {arm.name}", 2 * index + len(REPLICAS) - len(todo))
+    with progress_bar(console, store.kind, 2 * len(plans) * len(arms), store.dir) as progress:
+        for index, arm in enumerate(arms):
+            left = [
+                (plan, replica)
+                for replica in REPLICAS
+                for plan in plans
+                if not store.is_done(run_id(plan.label, arm.name, replica))
+            ]
+            progress.on_start(
+                f"{arm.name} ({len(plans)} model{'s' * (len(plans) != 1)})", 2 * len(plans) * (index + 1) - len(left)
+            )
             knobs = None if arm.knobs is None else list(arm.knobs)
-            spec = plan.workload_spec(config.batch_size)
-            ask = VerifyAsk(spec, arm.mode, target.backend, config.seed, steps, gradients, knobs)
+            asks = {
+                plan.label: VerifyAsk(
+                    plan.workload_spec(config.batch_size),
+                    arm.mode,
+                    target.backend,
+                    config.seed,
+                    steps,
+                    gradients,
+                    knobs,
+                )
+                for plan in plans
+            }
+            replica = partial(_replica, store, environment, arm, asks=asks, timeout_s=config.run_timeout_s)
+            todo = [[plan.label for plan, r in left if r == name] for name in REPLICAS]
             with ThreadPoolExecutor(side_by_side) as pool:
-                run = partial(_run, store, environment, plan.label, arm, ask=ask, timeout_s=config.run_timeout_s)
-                for record in pool.map(run, todo):
-                    progress.on_done(record)
+                for records in pool.map(replica, REPLICAS, todo):
+                    for record in records:
+                        progress.on_done(record)
 
 
 def run_id(model: str, mode: str, replica: str) -> str:
@@ -145,35 +167,80 @@ def run_id(model: str, mode: str, replica: str) -> str:
     return f"{model}--{mode}--{replica}"
 
 
-def _run(
+def _replica(
     store: ResultsStore,
     environment: WorkerEnvironment,
-    model: str,
     arm: VerifyArm,
     replica: str,
+    models: list[str],
     *,
-    ask: VerifyAsk,
+    asks: dict[str, VerifyAsk],
     timeout_s: float | None,
+) -> list[VerifyRun]:
+    """One replica's runs of ``models`` in a fresh worker, ended after ``timeout_s`` (``--run-timeout``) per model;
+    a record for each, written whatever happened: where the worker ended early, the model it was on failed with
+    why, and a fresh worker takes the models after it."""
+    records: list[VerifyRun] = []
+    while models:
+        these = [run_id(model, arm.name, replica) for model in models]
+        log = store.dir / "logs" / f"{these[0]}{'+more' if len(these) > 1 else ''}.log"
+        answers = store.dir / "work" / f"{these[0]}.answers"
+        shutil.rmtree(answers, ignore_errors=True)
+        answers.mkdir(parents=True)
+        log.parent.mkdir(parents=True, exist_ok=True)
+        started, t0 = utc_now(), time.monotonic()
+        request = {
+            "asks": [asdict(asks[model]) for model in models],
+            "outs": [str(store.dir / "fingerprints" / this) for this in these],
+            "answers": str(answers),
+        }
+        ended: str | None = None
+        try:
+            call_in_worker(
+                WORKLOAD,
+                request,
+                f"verifying {', '.join(models)}",
+                environment=environment,
+                log=log,
+                timeout_s=None if timeout_s is None else timeout_s * len(models),
+            )
+        except CallTimedOut:
+            ended = timeout_reason(timeout_s)
+        except DetprofError as exc:
+            ended = str(exc)
+        for index, model in enumerate(models):
+            path = answers / f"{index}.json"
+            if path.is_file():
+                answer = dict(json.loads(path.read_text()))
+            elif ended is not None:
+                answer = {"status": "failed", "reason": ended, "steps": 0, "started_at": started}
+                answer["duration_s"] = round(time.monotonic() - t0, 3)
+            else:
+                break
+            records.append(_record(store, arm, model, replica, asks[model], answer, environment, log))
+            if not path.is_file():
+                break
+        done = {record["model"] for record in records}
+        models = [model for model in models if model not in done]
+        shutil.rmtree(answers, ignore_errors=True)
+    return records
+
+
+def _record(
+    store: ResultsStore,
+    arm: VerifyArm,
+    model: str,
+    replica: str,
+    ask: VerifyAsk,
+    answer: dict[str, Any],
+    environment: WorkerEnvironment,
+    log: Path,
 ) -> VerifyRun:
-    """One run (``ask``) in a fresh worker, ended after ``timeout_s`` (``--run-timeout``);
-    its record, written whatever happened."""
+    """A run's record from its worker's answer, written to ``store``."""
     this = run_id(model, arm.name, replica)
     folder = Path("fingerprints") / this
-    log = store.dir / "logs" / f"{this}.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    started, t0 = utc_now(), time.monotonic()
-    try:
-        answer = call_in_worker(
-            WORKLOAD,
-            {"ask": asdict(ask), "out": str(store.dir / folder)},
-            f"verifying {model}",
-            environment=environment,
-            log=log,
-            timeout_s=timeout_s,
-        )
-    except DetprofError as exc:
-        answer = {"status": "failed", "reason": str(exc), "steps": 0}
     took = int(answer.pop("steps", 0))
+    parts = answer.get("time_parts") or {}
     record = verify_run(
         run_id=this,
         model=model,
@@ -186,9 +253,9 @@ def _run(
         steps_asked=ask.steps,
         fingerprints=str(folder) if took else None,
         device=environment.device.as_record(),
-        started_at=started,
-        finished_at=utc_now(),
-        duration_s=round(time.monotonic() - t0, 3),
+        started_at=answer.pop("started_at", utc_now()),
+        finished_at=answer.pop("finished_at", utc_now()),
+        duration_s=answer.pop("duration_s", round(sum(parts.values()), 3)),
         log=str(log.relative_to(store.dir)),
         **answer,
         **({} if arm.without is None else {"without": arm.without, "knobs": list(arm.knobs or ())}),

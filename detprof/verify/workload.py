@@ -14,16 +14,20 @@ are written.
 
 from __future__ import annotations
 
+import statistics
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import detprof.backends as backends
-from detprof.determinism import DeterminismSettings, apply, software_versions
+from detprof.determinism import DeterminismSettings, apply, reseed, software_versions
+from detprof.device_time import PartClock
 from detprof.errors import first_line
 from detprof.findings import finding_of, refuses_determinism
 from detprof.fingerprints import RunFingerprints
+from detprof.profiler.worker_process import utc_now
+from detprof.store import atomic_write_json
 
 if TYPE_CHECKING:
     import keras
@@ -47,18 +51,45 @@ class VerifyAsk:
     knobs: list[str] | None = None
 
 
-def fingerprint_run(ask: dict[str, Any], out: str) -> dict[str, Any]:
-    """``worker_call.call_in_worker``'s entry: the run ``ask`` (a ``VerifyAsk``), its fingerprints written to
-    ``out``; what it found, as JSON."""
-    run = VerifyAsk(**ask)
-    knobs = None if run.knobs is None else tuple(run.knobs)
-    settings = DeterminismSettings(run.mode, run.seed, backend=run.backend, knobs=knobs)  # type: ignore[arg-type]
-    answer: dict[str, Any] = {"settings": apply(settings), "versions": software_versions(run.backend)}
-    backend = backends.get(run.backend)
-    answer |= backend.compile_in_this_process() | {"device_name": backend.device_name()}
+def fingerprint_runs(asks: list[dict[str, Any]], outs: list[str], answers: str) -> int:
+    """``worker_call.call_in_worker``'s entry: the runs ``asks`` (``VerifyAsk``s of one mode and knobs: one replica's
+    runs of several models) one after the other in this process, each one's fingerprints written to its ``outs``
+    and its answer to ``answers/<index>.json`` as soon as it ends, so that a process that dies keeps what it
+    finished. Each model starts from the seeds a process of its own starts from (``determinism.reseed``), so its
+    runs are those a process per model would make, for a process's start less. Returns how many ran."""
+    from detprof.device_time import running_clock
+
+    clock = running_clock()
+    first = VerifyAsk(**asks[0])
+    knobs = None if first.knobs is None else tuple(first.knobs)
+    settings = DeterminismSettings(first.mode, first.seed, backend=first.backend, knobs=knobs)  # type: ignore[arg-type]
+    common: dict[str, Any] = {"settings": apply(settings)}
+    clock.lap("start")
+    backend = backends.get(first.backend)
+    backend.init_device()
+    clock.lap("device")
+    common |= {"versions": software_versions(first.backend), "device_name": backend.device_name()}
+    common |= backend.compile_in_this_process()
+    for index, (ask, out) in enumerate(zip(asks, outs, strict=True)):
+        started = utc_now()
+        if index:
+            reseed(settings)
+        clock.lap("other")
+        answer = common | _fingerprinted(VerifyAsk(**ask), settings, Path(out), clock)
+        answer |= {"started_at": started, "finished_at": utc_now(), "time_parts": clock.take()}
+        atomic_write_json(Path(answers) / f"{index}.json", answer)
+    return len(asks)
+
+
+def _fingerprinted(run: VerifyAsk, settings: DeterminismSettings, out: Path, clock: PartClock) -> dict[str, Any]:
+    """One run's training, fingerprinted into ``out``: what it found, as JSON."""
     taken = RunFingerprints()
+    answer: dict[str, Any] = {}
     try:
-        answer |= _train(run.params, settings, run.steps, run.gradients, taken) | {"status": "ok", "reason": None}
+        answer |= _train(run.params, settings, run.steps, run.gradients, taken, clock) | {
+            "status": "ok",
+            "reason": None,
+        }
     except Exception as exc:
         traceback.print_exc()
         if settings.deterministic and refuses_determinism(exc):
@@ -66,14 +97,21 @@ def fingerprint_run(ask: dict[str, Any], out: str) -> dict[str, Any]:
             answer |= {"status": "unsupported", "reason": finding.message, "finding": finding.to_json()}
         else:
             answer |= {"status": "failed", "reason": first_line(exc, with_type=True)[:REASON_CHARS]}
-    taken.save(Path(out))
-    answer["steps"] = len(taken.steps)
-    return answer
+    taken.save(out)
+    clock.lap("other")
+    return answer | {"steps": len(taken.steps)}
 
 
 def _train(
-    params: dict[str, Any], settings: DeterminismSettings, steps: int, gradients: bool, taken: RunFingerprints
+    params: dict[str, Any],
+    settings: DeterminismSettings,
+    steps: int,
+    gradients: bool,
+    taken: RunFingerprints,
+    clock: PartClock,
 ) -> dict[str, Any]:
+    """``steps`` training steps, each fingerprinted; on ``clock``, the steps apart from the fingerprinting, and
+    the first step's excess over the others as compiling."""
     import keras
 
     from detprof.profiler.workloads import batch_of, training_of
@@ -83,9 +121,15 @@ def _train(
     probe, layers = _every_layer(model)
     backend = backends.get(settings.backend)
     loss = keras.losses.get(training.loss) if isinstance(training.loss, str) else training.loss
+    clock.lap("build")
+    step_s: list[float] = []
     for step in range(steps):
         x, y = (keras.ops.convert_to_tensor(a) for a in batch_of(model, params, training.classes, settings.seed + step))
+        clock.lap("other")
         outputs, grads = backend.gradient_step(probe, loss, training.optimizer, x, y)
+        before = clock.parts.get("steps", 0.0)
+        clock.lap("steps")
+        step_s.append(clock.parts["steps"] - before)
         taken.begin_step()
         for layer, output in zip(layers, outputs, strict=False):
             taken.add(layer.name, "output", [keras.ops.convert_to_numpy(output)])
@@ -95,6 +139,9 @@ def _train(
         for layer in layers:
             if layer.weights:
                 taken.add(layer.name, "weights", [keras.ops.convert_to_numpy(w.value) for w in layer.weights])
+        clock.lap("other")
+    if len(step_s) > 1:
+        clock.move(step_s[0] - statistics.median(step_s[1:]), "steps", "compile")
     return {"layers": [layer.name for layer in layers], "parameters": int(model.count_params())}
 
 

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
 from dataclasses import asdict
+from pathlib import Path
 
 from detprof.models import registry
-from detprof.verify.workload import VerifyAsk, fingerprint_run
+from detprof.verify.workload import VerifyAsk, fingerprint_runs
 
 STEPS = 2
 BATCH = 2
@@ -21,16 +23,21 @@ CLASSES = 4
 
 
 def main(backend: str, out: str, models: list[str]) -> dict[str, str]:
-    found = {}
+    asks, names = [], []
     for given in models:
         name, _, size = given.partition(":")
         side = int(size or 32)
         shape = list(registry.get(name).shape_at(side))
         params = {"model": name, "input_shape": shape, "classes": CLASSES, "batch_size": BATCH}
-        ask = VerifyAsk(params, "deterministic", backend, 0, STEPS, False)
-        answer = fingerprint_run(asdict(ask), f"{out}/{name}")
-        found[name] = f"{answer['status']}: {answer['reason']}" if answer["status"] != "ok" else "ok"
-    return found
+        asks.append(asdict(VerifyAsk(params, "deterministic", backend, 0, STEPS, False)))
+        names.append(name)
+    with tempfile.TemporaryDirectory() as answers:
+        fingerprint_runs(asks, [f"{out}/{name}" for name in names], answers)
+        said = [json.loads((Path(answers) / f"{i}.json").read_text()) for i in range(len(names))]
+    return {
+        name: f"{answer['status']}: {answer['reason']}" if answer["status"] != "ok" else "ok"
+        for name, answer in zip(names, said, strict=True)
+    }
 
 
 if __name__ == "__main__":
