@@ -1,7 +1,8 @@
 """``detprof verify`` as the core runs it: each model trained twice per mode, every tensor fingerprinted, compared.
 
-Four fresh processes per model (deterministic a and b, default a and b), each in the
-measuring environment of the device (its GPU pinned), with the same seed, the same batches
+Four runs per model (deterministic a and b, default a and b), each replica of a mode one process that
+trains every model in turn, each from the seeds and session a fresh process starts from (``workload.fingerprint_runs``),
+in the measuring environment of the device (its GPU pinned), with the same seed, the same batches
 (drawn from the seed, or ``--data``'s leading rows at every step: what a model that takes tokens
 or several inputs needs) and the same number of steps (``verify.workload``). On a CPU the two runs of a mode run side
 by side (nothing here is timed, and each process is as deterministic alone as beside
