@@ -221,6 +221,12 @@ def test_resume_runs_every_part_on_pytorch_and_jax_and_each_part_answers(study: 
     summary = (out / "summary.md").read_text()
     assert "| jax-knobs | | | | not run: no knob of jax studied can matter on a CPU" in summary
     assert summary.rstrip().endswith("Done.")
+    # The suite sets JAX_COMPILATION_CACHE_DIR (conftest): JAX's verification and stability runs compiled regardless.
+    for part, kind in (("jax-verify", "verify"), ("jax-stability-smallcnn", "stability")):
+        compiled = {
+            json.loads(p.read_text()).get("compilation_cache") for p in (out / part / kind / "runs").glob("*.json")
+        }
+        assert compiled == {"off"}, part
     for backend in ("torch", "jax"):
         records = [json.loads(p.read_text()) for p in (out / f"{backend}-overhead-first/sweep/runs").glob("*.json")]
         assert {(r["model"], r["mode"], r["status"]) for r in records} == {
