@@ -307,6 +307,12 @@ def test_resume_runs_every_part_on_pytorch_and_jax_and_each_part_answers(study: 
     assert "- jax: in one process, no pairing check at this scale" in summary
     assert "Where each window's time went (seconds):" in summary
     assert summary.rstrip().endswith("Done.")
+    # The suite sets JAX_COMPILATION_CACHE_DIR (conftest): JAX's verification and stability runs compiled regardless.
+    for part, kind in (("jax-verify-first", "verify"), ("jax-stability-smallcnn-first", "stability")):
+        compiled = {
+            json.loads(p.read_text()).get("compilation_cache") for p in (out / part / kind / "runs").glob("*.json")
+        }
+        assert compiled == {"off"}, part
     for backend, folder in (("torch", "torch-pairing-in-process"), ("jax", "jax-overhead-first")):
         records = [json.loads(p.read_text()) for p in (out / f"{folder}/sweep/runs").glob("*.json")]
         assert {(r["model"], r["mode"], r["status"]) for r in records} == {

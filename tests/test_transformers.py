@@ -85,10 +85,10 @@ def test_the_tiny_transformers_sweep_with_their_blocks_on_the_leaderboard(tmp_pa
         layers = {layer["name"] for layer in model["layers"]}
         assert {"block0_attn/qkv", "block1_attn/out", "block0_norm1", "block1_norm2"} <= layers, sorted(layers)
         assert ("block1_moe/router" in layers) == (model["model"] == "moe_tiny"), sorted(layers)
-        # Most of the step is the model's layers and the step's other parts (on a quiet machine what none claims is
-        # under 0.3% on TensorFlow and JAX, 1.5-4.3% on PyTorch, README); the share is of CPU ops' times over three
-        # steps, which load can swell (21% once on PyTorch, with the suite beside it).
-        assert model["unattributed_share"] < (0.05 if backend != "torch" else 0.5), model["unattributed_share"]
+        # Most of the step is the model's layers and the step's other parts: what none claims is under 5% of it on
+        # every backend (on a quiet machine under 0.3% on TensorFlow and JAX; on PyTorch 1.5-4.7%, most of it
+        # autograd accumulating each gradient into its variable).
+        assert model["unattributed_share"] < 0.05, (model["model"], model["unattributed_share"])
         parts = {layer["name"]: layer for layer in model["layers"] if layer["name"] in STEP_PARTS}
         assert set(parts) == set(STEP_PARTS), sorted(layers)
         assert all(part["default_ms"] > 0 and part["deterministic_ms"] > 0 for part in parts.values()), parts
@@ -119,32 +119,39 @@ def test_a_transformer_trains_in_bfloat16_mixed_precision_on_a_gpu_and_a_cnn_sta
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("backend", "model", "epochs"), [("jax", "gpt_tiny", None), ("torch", "moe_tiny", 1)])
+@pytest.mark.parametrize(
+    ("backend", "model", "options"),
+    [("jax", "gpt_tiny", {"--jobs": 2}), ("torch", "moe_tiny", {"--jobs": 1, "--epochs": 2, "--lr": 0.01})],
+)
 def test_a_model_of_tokens_learns_the_markov_language_and_control_is_bitwise_identical(
-    tmp_path: Path, backend: str, model: str, epochs: int | None
+    tmp_path: Path, backend: str, model: str, options: dict[str, float]
 ) -> None:
-    """The default study learns the language (on JAX: the fastest here, 2.79 nats against 2.35 and 4.08); on
-    PyTorch one epoch of the mixture shows its token runs bitwise identical, with a verdict on learning either way
-    (the README has each model's learning on each backend)."""
+    """Each study learns the language: on JAX the default study (the fastest here, 2.79 nats against 2.35 and
+    4.08), its two runs in two workers that each compiled the step themselves (JAX's persistent compilation cache
+    off in both, the suite's beside them), so that their bitwise identity covers what compiling chose; on PyTorch
+    the mixture of experts in two epochs at a larger learning rate (2.85 nats), its runs in one worker."""
     out = tmp_path / "out"
     study = [sys.executable, "-m", "detprof.cli", "stability", "--model", model, "--backend", backend]
-    study += ["--variants", "control", "--runs", "2", "--jobs", "1", "--out", str(out)]
-    study += ["--epochs", str(epochs)] if epochs else []
+    study += ["--variants", "control", "--runs", "2", "--out", str(out)]
+    study += [str(part) for option, value in options.items() for part in (option, value)]
     done = subprocess.run(study, cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "determinism verified: 2 runs ended with bitwise-identical weights" in done.stdout
+    workers = options["--jobs"]
+    compiled = ", trained in 2 processes, each compiling its step itself" if workers == 2 else ", trained in one"
+    said = " ".join(done.stdout.split())
+    assert f"determinism verified: 2 runs ended with bitwise-identical weights{compiled}" in said, said
     summary = json.loads((out / "stability" / "summary.json").read_text())
     assert (summary["dataset"], summary["takes"], summary["classes"]) == ("markov", "tokens", 64)
-    assert summary["config"]["epochs"] == (epochs or 20)
+    assert summary["config"]["epochs"] == options.get("--epochs", 20)
     (control,) = summary["variants"]
     middle = (summary["entropy_rate"] + summary["frequency_entropy"]) / 2
-    assert control["learned"] is (control["cross_entropy"]["mean"] < middle)
-    assert ("learned the language: held-out loss" in done.stdout) is control["learned"]
-    record = json.loads((out / "stability" / "runs" / "control-r000.json").read_text())
-    with np.load(out / "stability" / record["arrays"]) as arrays:
+    assert control["cross_entropy"]["mean"] < middle and control["learned"] is True
+    assert "learned the language: held-out loss" in said
+    records = [json.loads(p.read_text()) for p in sorted((out / "stability" / "runs").glob("*.json"))]
+    assert len({r["pid"] for r in records}) == workers
+    assert [r.get("compilation_cache") for r in records] == (["off", "off"] if backend == "jax" else [None, None])
+    with np.load(out / "stability" / records[0]["arrays"]) as arrays:
         assert arrays["predictions"].shape == (datasets.MARKOV_TEST * datasets.MARKOV_LENGTH,)
         assert arrays["probabilities"].shape == (datasets.MARKOV_TEST * datasets.MARKOV_LENGTH, 64)
-    if epochs is None:
-        assert control["learned"] is True
-        shown = json.loads(render_report([out], "json"))
-        assert shown["stability_not_learned"] == []
+    shown = json.loads(render_report([out], "json"))
+    assert shown["stability_not_learned"] == []
