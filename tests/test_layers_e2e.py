@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from detprof.analysis.layers import INTERRUPTED_STEP
 from detprof.backends.base import GRADIENT_SUMS, STEP_PARTS
+from detprof.records import INTERRUPTED_STEP, OUTLYING_MADS
 from detprof.reports.command import render_report
 from detprof.store import ResultsStore
 
@@ -114,9 +114,12 @@ def assert_traced_by_the_backends_own_profiler(store: ResultsStore, backend: str
 
 def traced_ms_per_step(step_kernel_ns: Sequence[int]) -> float:
     """A run's traced kernel time per step in ms, as its record measured it step by step, over the steps no pause
-    interrupted (a step over ``INTERRUPTED_STEP`` times the run's median, which the layers leave out too)."""
+    interrupted (a step over ``OUTLYING_MADS`` median absolute deviations above the run's median and over
+    ``INTERRUPTED_STEP`` times it, which the layers leave out too)."""
     median = statistics.median(step_kernel_ns)
-    return statistics.mean(ns for ns in step_kernel_ns if ns <= INTERRUPTED_STEP * median) / 1e6
+    deviation = statistics.median(abs(ns - median) for ns in step_kernel_ns)
+    limit = max(median + OUTLYING_MADS * deviation, INTERRUPTED_STEP * median)
+    return statistics.mean(ns for ns in step_kernel_ns if ns <= limit) / 1e6
 
 
 def report(results: Path, fmt: str) -> str:
