@@ -22,7 +22,11 @@ APART_REPEAT_FACTOR = 1.5
 measured one way is taken to cost the other, until the study has measured it (the H100's in-process JAX repeats and
 its PyTorch repeats of a process per mode, reference/h100-2026-11-28, agree with it within their spread)."""
 VERIFY_RUN_SHARE = 0.5
-"""A verify run trains one mode of one model for a few steps: half a measured repeat (both modes) of that model."""
+"""A verify run trains one mode of one model for a few steps, in a worker that runs its replica's other models too:
+half a measured repeat (both modes, in one process) of that model."""
+WORKER_START_S = 8.0
+"""A worker's start on a GPU machine (Python, the framework and Keras imported, the device initialised), where the
+study has measured none yet (its records' ``start`` and ``device`` parts): what a process of its own adds."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,8 @@ class Costs:
     """(backend, model): seconds one verify run took in this study."""
     stability_run_s: Mapping[tuple[str, str], float] = field(default_factory=dict)
     """(backend, model): seconds one stability run took in this study."""
+    worker_start_s: Mapping[str, float] = field(default_factory=dict)
+    """Backend: the seconds a worker took to start and initialise the device in this study (its records' parts)."""
 
     def repeat(self, backend: str, model: str, route: Route) -> Estimate:
         """One repeat of ``model`` paired by ``route``: as measured that way, else scaled from the other way, else
@@ -89,11 +95,18 @@ class Costs:
         return Estimate(known.seconds * factor, known.steps_s or 0.0, f"measured {known.source}, scaled to {how}")
 
     def verify_run(self, backend: str, model: str) -> Estimate:
-        """One verify run (one mode, a few steps): as measured in this study, else half a repeat of the model."""
+        """One verify run (one mode, a few steps) in a worker of several: as measured in this study, else half a
+        repeat of the model in one process."""
         if (backend, model) in self.verify_run_s:
             return Estimate(self.verify_run_s[backend, model], 0.0, "measured in this study")
-        pair = self.repeat(backend, model, "processes")
+        pair = self.repeat(backend, model, "in_process")
         return Estimate(pair.seconds * VERIFY_RUN_SHARE, 0.0, f"{pair.source}; a verify run taken as half a repeat")
+
+    def worker_start(self, backend: str) -> Estimate:
+        """What a worker of its own adds: its start and the device's initialisation."""
+        if backend in self.worker_start_s:
+            return Estimate(self.worker_start_s[backend], 0.0, "measured in this study")
+        return Estimate(WORKER_START_S, 0.0, "estimated (a worker's start, until a window measures it)")
 
     def stability_run(self, backend: str, model: str, estimated_s: float) -> Estimate:
         if (backend, model) in self.stability_run_s:

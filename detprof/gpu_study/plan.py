@@ -39,6 +39,8 @@ COMMAND_START_S = 4.0
 """What a ``detprof`` command costs before its first run: Python, detprof, the plan."""
 VERIFY_RUNS = 4
 """``verify`` trains each model twice in each mode."""
+CHECK_RUNS = 2
+"""A knob study verifies each arm that leaves a knob out twice, each in a worker of its own."""
 APART = "apart"
 """The overhead part that reruns, with a process per mode (``--pairing processes``), the models whose pairs failed
 in one process: on an H100, XLA failed to run gpt_small's and moe_small's step compiled with deterministic ops as
@@ -371,7 +373,8 @@ class _Planner:
         shorter = _steps_share(self.scale.sweep, extra)
         pair = self.costs.repeat(backend, model, self.routes[backend])
         arms = Estimate(pair.seconds * len(design.comparisons), pair.steps_s * shorter * len(design.comparisons), "")
-        checks = self.costs.verify_run(backend, model).times(len(design.dropped()) * VERIFY_RUNS)
+        run = summed([self.costs.verify_run(backend, model), self.costs.worker_start(backend)])
+        checks = run.times(len(design.dropped()) * CHECK_RUNS)
         estimate = summed([replace(arms.times(self.scale.repeats), source=pair.source), checks], COMMAND_START_S)
         route = ROUTES[self.routes[backend]]
         options = (*_with(self.scale.sweep, extra), "--repeats", str(self.scale.repeats), "--pairing", route)
@@ -387,11 +390,14 @@ class _Planner:
         return Part(name, "stability", backend, (model,), options, estimate, first_window=first)
 
     def verify(self, backend: str, models: tuple[str, ...], *, first: bool) -> list[Part]:
+        """``verify`` of ``models``: each of its runs (two modes, two replicas) one worker for every model."""
         if not models:
             return []
         runs = [self.costs.verify_run(backend, model).times(VERIFY_RUNS) for model in models]
+        workers = self.costs.worker_start(backend).times(VERIFY_RUNS)
         name = f"{backend}-verify" + ("-first" if first else "")
-        return [Part(name, "verify", backend, models, self.scale.verify, summed(runs, COMMAND_START_S), first)]
+        estimate = summed([*runs, workers], COMMAND_START_S)
+        return [Part(name, "verify", backend, models, self.scale.verify, estimate, first)]
 
     def split(self, part: Part) -> list[Part]:
         """``part`` as parts that each fit a window, its models in turn (``NAME-1``, ``NAME-2``, ...); a part of one

@@ -14,6 +14,7 @@ import json
 import os
 import platform
 import shutil
+import statistics
 import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -149,6 +150,7 @@ def learned_costs(shipped: Costs, family_repeat_s: dict[str, float], out: Path, 
     measured = dict(shipped.measured)
     verify_s: dict[tuple[str, str], float] = {}
     stability_s: dict[tuple[str, str], float] = {}
+    started: dict[str, list[float]] = {}
     for name, outcome in (state.parts if state else {}).items():
         backend = name.split("-", 1)[0]
         folder = out / name
@@ -165,7 +167,16 @@ def learned_costs(shipped: Costs, family_repeat_s: dict[str, float], out: Path, 
         if runs and "-stability-" in name:
             model = name.split("-stability-", 1)[1].removesuffix("-first")
             stability_s[backend, model] = (outcome.seconds - COMMAND_START_S) / len(runs)
-    return Costs(measured, family_repeat_s, verify_s, stability_s)
+        starts = [
+            parts["start"] + parts.get("device", 0.0)
+            for kind in ("sweep", "verify")
+            for record in ResultsStore(folder, kind).records()
+            if "start" in (parts := record.get("time_parts") or {})
+        ]
+        if starts:
+            started.setdefault(backend, []).extend(starts)
+    worker_s = {backend: statistics.median(values) for backend, values in started.items()}
+    return Costs(measured, family_repeat_s, verify_s, stability_s, worker_s)
 
 
 def windows_of(plan: StudyPlan, state: StudyState) -> dict[str, int]:
