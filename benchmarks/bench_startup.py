@@ -76,9 +76,9 @@ def timed(command: Sequence[str], env: dict[str, str]) -> tuple[float, float, st
     return wall, cpu, done.stdout
 
 
-def baseline_tree(folder: Path) -> Path:
-    """``BASELINE``'s ``detprof`` package, out of this clone's history."""
-    archive = subprocess.run(["git", "archive", BASELINE, "detprof"], cwd=ROOT, capture_output=True, check=True)
+def extract_tree(folder: Path, commit: str) -> Path:
+    """``commit``'s ``detprof`` package in ``folder``, out of this clone's history."""
+    archive = subprocess.run(["git", "archive", commit, "detprof"], cwd=ROOT, capture_output=True, check=True)
     subprocess.run(["tar", "-x", "-C", str(folder)], input=archive.stdout, check=True)
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(folder / "detprof")], check=True)
     return folder
@@ -144,7 +144,7 @@ def main() -> int:
           f"{WORKER_ROUNDS}) ==")  # fmt: skip
     checks: dict[str, bool] = {}
     with tempfile.TemporaryDirectory(prefix="detprof-bench-startup-") as tmp:
-        trees = {"before": baseline_tree(Path(tmp)), "now": ROOT}
+        trees = {"before": extract_tree(Path(tmp), BASELINE), "now": ROOT}
         cli = cli_figures(trees)
         for flag in ("--version", "--help"):
             before, now = cli[(flag, "before")], cli[(flag, "now")]

@@ -123,6 +123,13 @@ class RunOptions:
         "in-process asked for by name also runs PyTorch's modes in one process on a GPU, both with deterministic "
         "mode's cuBLAS workspace."
     )
+    shared_repeats: bool = option(
+        "With --pairing in-process: one process runs every repeat of a model, each re-running the steps the first "
+        "built and compiled, instead of a process per repeat: a start, a build and a compile per model, not per "
+        "repeat. The interval then leaves out what differs between processes (a compiler's or an autotuner's picks); "
+        "use it where a comparison with a process per repeat agrees (detprof gpu-study checks).",
+        False,
+    )
     dry_run: bool = option(
         "Print the plan (each run's worker and tracer command line, the environment detprof sets) and exit without "
         "running it; works with --force and a tracer that is not installed.",
@@ -168,7 +175,7 @@ FLEET = ("ray", "max_trace_mb")
 """What runs a study on a Ray cluster (``detprof.fleet``): the sweep and ``check --run`` take these."""
 MODEL_INPUTS = ("input_shape", "classes", "data")
 """How the sweep's models are built and fed (``profiler.sweep_request``): the sweep and ``check --run`` take these."""
-TIME_TO_ANSWER = ("precision", "budget", "pairing")
+TIME_TO_ANSWER = ("precision", "budget", "pairing", "shared_repeats")
 """How the sweep reaches its answer (``profiler.study``): repeats until precise enough, within a budget, paired in
 one process where it can; kernels_bench's op cases take a fixed number of repeats in a process per mode."""
 MEASURED_STUDY = tuple(n for n in OPTION_TYPES if n not in FLEET + MODEL_INPUTS + TIME_TO_ANSWER)

@@ -150,6 +150,9 @@ class MeasuredRun(FleetRun):
     building, compiling, warm-up, measured steps, tracing, parsing, the rest). The records of an in-process pair
     share their process's parts (their ``log``), and each has its own ``parsing``; the first pair of a process
     carries its start."""
+    steps_reused: NotRequired[bool]
+    """With ``--shared-repeats`` (one process for every repeat of a model): True where this run re-ran the steps an
+    earlier repeat built and compiled, False where it built them; absent: a process of its repeat's own."""
     peak_memory: NotRequired[dict[str, Any]]
     """The framework allocator's peak on the device: ``bytes``, what it ``covers`` ("run": this run's steps alone;
     "process": the whole process, both arms of an in-process pair on a framework that cannot tell them apart),

@@ -57,8 +57,10 @@ def test_the_dry_run_for_an_h100_puts_what_only_a_gpu_answers_in_its_first_windo
     first_window = [
         "jax-pairing-in-process",
         "jax-pairing-processes",
+        "jax-pairing-shared",
         "torch-pairing-in-process",
         "torch-pairing-processes",
+        "torch-pairing-shared",
         "jax-stability-smallcnn-first",
         "torch-stability-smallcnn-first",
         "jax-verify-first",
@@ -69,18 +71,22 @@ def test_the_dry_run_for_an_h100_puts_what_only_a_gpu_answers_in_its_first_windo
     names = list(lines)
     assert names[: len(first_window)] == first_window  # the value first: nothing else comes before them
     later = names[len(first_window) :]
-    assert later[:4] == ["jax-overhead-first", "torch-overhead-first", "jax-overhead-rest-1", "jax-overhead-rest-2"]
-    assert {"jax-knobs", "torch-knobs-1", "torch-knobs-2", "jax-stability-gpt_tiny", "torch-verify-1"} <= set(later)
+    assert later[:4] == ["jax-overhead-first", "torch-overhead-first", "jax-overhead-rest", "torch-overhead-rest"]
+    assert {"jax-knobs", "torch-knobs", "jax-stability-gpt_tiny", "torch-verify-1"} <= set(later)
     # The pairing check: the same sweep with both modes in one process and with a process per mode.
     for route in ("in-process", "processes"):
         assert "--models mediumcnn_k5,gpt_small " in lines[f"jax-pairing-{route}"]
         assert f"--pairing {route} " in lines[f"jax-pairing-{route}"]
         assert "--models mediumcnn_k3 " in lines[f"torch-pairing-{route}"]
     assert "window 1 " in lines["jax-pairing-in-process"] and "window 1 " in lines["torch-pairing-processes"]
+    # The repeats check: the in-process sweep again, every repeat of a model in one process.
+    assert "--pairing in-process --shared-repeats " in lines["torch-pairing-shared"]
+    assert "window 1 " in lines["torch-pairing-shared"]
+    assert "torch: every repeat of a model in one process, until its repeats check answers" in printed
     # The overhead parts measure what the check did not, as the check finds valid (one process until it answers).
     assert "--models mediumcnn_k1,mediumcnn_k3,mediumcnn_k7 " in lines["jax-overhead-first"]
     assert "--models mediumcnn_k1,mediumcnn_k5,mediumcnn_k7,gpt_small " in lines["torch-overhead-first"]
-    assert "--pairing in-process " in lines["torch-overhead-first"]
+    assert "--pairing in-process --shared-repeats " in lines["torch-overhead-first"]
     assert "torch: in one process, until its pairing check answers" in printed
     # The first window's knob studies: few steps, the switches of the mode that can matter on a GPU.
     assert "--steps 3 --warmup 2 " in lines["torch-knobs-first"] and "--steps 10" not in lines["torch-knobs-first"]
@@ -93,8 +99,11 @@ def test_the_dry_run_for_an_h100_puts_what_only_a_gpu_answers_in_its_first_windo
     assert expected["torch-pairing-in-process"] == pytest.approx(4 + 2 * 29.2 / 1.5, abs=0.6)
     assert "for 1 of 2, else estimated" in lines["jax-pairing-in-process"]  # gpt_small failed there: no figure
     assert expected["jax-pairing-in-process"] == pytest.approx(4 + 2 * (13.0 + 30.0), abs=0.6)
+    # A re-run repeat: its measured steps and 3 s, until the study measures one.
+    assert "a re-run repeat as its measured steps and 3 s" in lines["torch-pairing-shared"]
+    assert expected["torch-pairing-shared"] == pytest.approx(4 + 29.2 / 1.5 + 1.372 + 3, abs=0.6)
     windows = [line for line in printed.splitlines() if line.startswith("window ")]
-    assert windows[0].startswith("window 1: 6 parts, ")
+    assert windows[0].startswith("window 1: 7 parts, ")
     assert all("% of it in measured steps" in line for line in windows)
     assert f"{len(windows)} windows" in printed.splitlines()[-1]
 
@@ -108,8 +117,9 @@ def test_a_part_longer_than_any_window_is_split_so_that_each_window_ends_with_fi
     assert tuple(m for part in verify for m in part.models) == asked
     whole = build_plan(SCALES["gpu"], ["jax"], 3600.0, measured_costs("h100"), on_gpu=True)
     assert [part.name for part in whole.parts if part.kind == "verify"] == ["jax-verify-first", "jax-verify"]
-    # A knob study is split by its knobs, each part pricing its own against full determinism.
-    known = Known(knob_models={"torch": "gpt_small"})
+    # A knob study is split by its knobs, each part pricing its own against full determinism (here a process per
+    # repeat: the repeats check disagreed).
+    known = Known(knob_models={"torch": "gpt_small"}, shared={"torch": False})
     knobs = [
         part
         for part in build_plan(SCALES["gpu"], ["torch"], 600.0, measured_costs("h100"), on_gpu=True, known=known).parts
@@ -152,6 +162,17 @@ def test_the_plan_learns_each_cost_from_what_its_own_windows_measured(tmp_path: 
     assert costs.repeat("jax", "mediumcnn_k5", "processes").seconds == pytest.approx(9.0)
     shipped = costs.repeat("jax", "mediumcnn_k3", "in_process")
     assert (shipped.seconds, shipped.source) == (11.2, "measured on NVIDIA H100 80GB HBM3, 2026-11-28")
+    # A repeat that re-ran its process's steps (--shared-repeats) is learned apart from one that built them.
+    shared = synth.records({"mediumcnn_k5": [2.17, 2.18]}, tracer="jax", backend="jax")
+    for record in shared:
+        reused = record["repeat"] > 0
+        record.update(duration_s=1.5 if reused else 6.5, pairing="in_process", started_at=f"t{record['repeat']}")
+        record.update(steps_reused=reused)
+    synth.write_sweep(tmp_path / "jax-pairing-shared", synth.config(["mediumcnn_k5"], 2), shared)
+    state.parts["jax-pairing-shared"] = PartOutcome("done", 10.0, 90.0, 0, 1)
+    costs = learned_costs(measured_costs("h100"), SCALES["gpu"].family_repeat_s, tmp_path, state)
+    three = costs.repeats("jax", "mediumcnn_k5", "in_process", 3, shared=True)
+    assert three.seconds == pytest.approx(6.5 + 2 * 1.5) and "a re-run repeat measured in this study" in three.source
 
 
 def test_later_parts_pair_the_modes_as_the_pairing_check_found() -> None:
@@ -164,6 +185,13 @@ def test_later_parts_pair_the_modes_as_the_pairing_check_found() -> None:
     for plan, route in ((agreed, "in-process"), (apart, "processes")):
         later = [p for p in plan.parts if p.kind in ("overhead", "knobs") and not p.first_window]
         assert later and all(f"--pairing {route}" in " ".join(p.argv("f")) for p in later)
+    # Their repeats share a process until the repeats check answers, and after it only where it agreed.
+    sharing = [p for p in agreed.parts if p.kind in ("overhead", "knobs") and not p.first_window]
+    assert all("--shared-repeats" in p.argv("f") for p in sharing)
+    known = Known(routes={"torch": "in_process"}, shared={"torch": False})
+    disagreed = build_plan(SCALES["gpu"], ["torch"], 600.0, Costs(), on_gpu=True, known=known)
+    assert not any("--shared-repeats" in p.argv("f") for p in disagreed.parts if p.kind != "pairing")
+    assert not any("--shared-repeats" in p.argv("f") for p in apart.parts if p.kind != "pairing")
     one = next(p for p in agreed.parts if p.name == "torch-overhead-first")
     each = next(p for p in apart.parts if p.name == "torch-overhead-first")
     assert each.estimate_s - 4 == pytest.approx(1.5 * (one.estimate_s - 4))
@@ -217,9 +245,9 @@ def test_the_h100_study_continues_with_the_first_windows_answers_before_the_rest
     continued = dry_run(capsys, tmp_path)
     assert "done" in continued["jax-overhead-first"] and "done" in continued["torch-overhead-first"]
     # What it has not measured yet comes next, the pairing check first; the parts it finished are not run again.
-    assert list(continued)[:2] == ["jax-pairing-in-process", "jax-pairing-processes"]
+    assert list(continued)[:3] == ["jax-pairing-in-process", "jax-pairing-processes", "jax-pairing-shared"]
     assert "window 1 " in continued["jax-pairing-in-process"]
-    assert "jax-overhead-rest-1" in continued and "done" not in continued["jax-overhead-rest-1"]
+    assert "jax-overhead-rest" in continued and "done" not in continued["jax-overhead-rest"]
 
 
 def test_without_a_gpu_the_study_says_what_to_run_instead_in_one_line(capsys: Capture, tmp_path: Path) -> None:
@@ -258,7 +286,7 @@ def test_a_window_stops_its_running_part_at_its_budget_and_leaves_the_rest_for_r
     assert window.ran == ["torch-pairing-in-process"]
     assert window.left["torch-pairing-in-process"] == "stopped at the window's end (its completed runs kept)"
     assert window.left["jax-verify-first"] == "the window's budget was spent"
-    assert len(window.left) == 8  # every part of the plan
+    assert len(window.left) == 9  # every part of the plan
     assert "parts left" in first.stdout and "--resume" in first.stdout
     assert (study["out"] / "study.zip").exists()  # a window that measured almost nothing still leaves its bundle
 
@@ -275,6 +303,7 @@ def test_resume_runs_every_part_on_pytorch_and_jax_and_each_part_answers(study: 
         for name in (
             "torch-pairing-in-process",
             "torch-pairing-processes",
+            "torch-pairing-shared",
             "torch-stability-smallcnn-first",
             "jax-stability-smallcnn-first",
             "torch-verify-first",
@@ -294,6 +323,11 @@ def test_resume_runs_every_part_on_pytorch_and_jax_and_each_part_answers(study: 
     answer = state.pairing["torch"]
     assert answer["answer"] in ("agrees", "disagrees", "cannot tell")
     assert [m["model"] for m in answer["models"]] == ["gpt_tiny"]
+    # So did the repeats check: gpt_tiny's repeats in one process, its steps built once, against a process each.
+    shared = state.shared["torch"]
+    assert shared["answer"] in ("agrees", "disagrees", "cannot tell") and "repeats in one process" in str(shared)
+    reused = [r["steps_reused"] for r in ResultsStore(out / "torch-pairing-shared", "sweep").records()]
+    assert sorted(reused) == [False, False, True, True]
     # The first window's knob study takes the pairing check's model; the full one (none at this scale) the model
     # whose determinism cost most in each backend's overhead parts, noted once they were done (here its one model).
     assert state.knob_models == {"torch": "gpt_tiny", "jax": "gpt_tiny"}
@@ -305,6 +339,9 @@ def test_resume_runs_every_part_on_pytorch_and_jax_and_each_part_answers(study: 
         in summary
     )
     assert "- jax: in one process, no pairing check at this scale" in summary
+    assert "- torch: every repeat of a model in one process: the repeats check" in summary or (
+        "- torch: a process per repeat: the repeats check" in summary
+    )
     assert "Where each window's time went (seconds):" in summary
     assert summary.rstrip().endswith("Done.")
     # The suite sets JAX_COMPILATION_CACHE_DIR (conftest): JAX's verification and stability runs compiled regardless.

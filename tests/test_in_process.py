@@ -157,6 +157,35 @@ def test_jax_compiles_its_step_once_per_mode(tmp_path: Path, monkeypatch: pytest
     assert det["settings"]["xla_flags"] == "--xla_gpu_deterministic_ops=true" and default["settings"]["xla_flags"] == ""
 
 
+@pytest.mark.slow
+def test_shared_repeats_build_and_compile_each_model_once_for_all_its_repeats(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--shared-repeats``: one process runs every repeat of each model in turn; a model's first repeat compiles its
+    step once per mode, and its later repeats re-run those steps, each repeat still a pair of its own with its own
+    trace and the modes' order alternating, so the overhead reads as from a process per repeat."""
+    monkeypatch.setenv("JAX_LOG_COMPILES", "1")
+    records = _sweep(tmp_path, "jax", "--shared-repeats", models="smallcnn,mediumcnn_k3")
+    out = tmp_path / "res"
+    for model in ("smallcnn", "mediumcnn_k3"):
+        _check_pairs(out, records, model)
+        for repeat, reused in ((0, False), (1, True)):
+            pair = [records[f"{model}--{mode}--r{repeat}"] for mode in ("deterministic", "default")]
+            assert [rec["steps_reused"] for rec in pair] == [reused, reused]
+            log = (out / "sweep" / pair[0]["log"]).read_text()
+            compiled = len(re.findall(r"Finished XLA compilation of jit\(train_step\) ", log))
+            assert compiled == (0 if reused else 2), log[-3000:]
+            assert pair[0]["time_parts"].get("build", 0) < (0.5 if reused else math.inf)
+    assert len({rec["command"] for rec in records.values()}) == 1
+    assert ResultsStore(out, "sweep").manifest()["config"]["shared_repeats"] is True
+
+
+def test_shared_repeats_need_a_process_that_runs_both_modes(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["sweep", "--backend", "torch", "--models", "smallcnn", "--pairing", "processes", "--shared-repeats"]
+    assert main([*args, *TINY, "--dry-run"]) == 2
+    assert "--shared-repeats" in capsys.readouterr().err.strip().splitlines()[-1]
+
+
 def test_jax_compiles_the_arm_with_most_knobs_first_whichever_steps_first() -> None:
     from detprof.backends.jax import compile_order
 

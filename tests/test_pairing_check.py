@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import synthetic_sweep as synth
 
-from detprof.analysis.pairing_check import PairingAnswer, compare
+from detprof.analysis.pairing_check import REPEATS, PairingAnswer, compare
 
 
 def routes(
@@ -57,7 +57,7 @@ def test_runs_that_fail_in_one_process_and_run_apart_disagree_with_the_reason() 
     answer = routes({"gpt_small": [1.1, 1.1]}, {"gpt_small": [1.07, 1.08]}, failed_in_one=failed)
     assert answer.answer == "disagrees"
     assert answer.models[0].why.startswith("in one process failed (2 run(s) failed, e.g. gpt_small--deterministic")
-    assert answer.models[0].why.endswith("; apart it ran")
+    assert answer.models[0].why.endswith("; a process per mode it ran")
     both = routes({"gpt_small": [1.1, 1.1]}, {"gpt_small": [1.07, 1.08]}, failed_in_one=failed, failed_apart=failed)
     assert both.answer == "cannot tell"
 
@@ -75,3 +75,13 @@ def test_a_backend_agrees_only_where_every_model_does_and_its_answer_is_kept_as_
     assert worse.answer == "disagrees"
     assert PairingAnswer.from_json(worse.to_json()) == worse
     assert routes({}, {}).answer == "cannot tell"
+
+
+def test_repeats_sharing_a_process_are_held_to_a_process_per_repeat_the_same_way() -> None:
+    """The repeats check: a model's repeats re-running the steps one process built, against a process per repeat."""
+    shared = synth.records({"mediumcnn_k5": [2.04, 2.041, 2.039]}, tracer="jax", backend="jax")
+    apart = synth.records({"mediumcnn_k5": [2.171, 2.170, 2.172]}, tracer="jax", backend="jax")
+    answer = compare(shared, apart, REPEATS)
+    assert answer.answer == "disagrees"
+    assert "repeats in one process over a process per repeat" in answer.models[0].why
+    assert compare(apart, apart, REPEATS).answer == "agrees"

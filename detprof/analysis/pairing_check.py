@@ -7,6 +7,11 @@ workspace. So the same sweep measured both ways is compared, model by model: the
 in-process overhead to the per-process one, with its 95% interval (Welch's, over the two routes'
 paired repeats). It **agrees** where the whole interval lies within ``AGREEMENT``, **disagrees** where
 it lies outside it (or where the runs fail one way and not the other), and **cannot tell** otherwise.
+
+The same comparison asks whether a model's repeats may share one process (``--shared-repeats``: the steps its
+first repeat built and compiled, re-run): a repeat in a process of its own draws again what a process fixes once
+(a compiler's and an autotuner's picks, where memory lies), so shared repeats stand for it only where the two
+agree (``REPEATS``).
 """
 
 from __future__ import annotations
@@ -25,6 +30,18 @@ Route = Literal["in_process", "processes"]
 AGREEMENT = (0.98, 1.02)
 """Where the ratio of the two routes' overheads must lie, whole interval, for one process to stand for two."""
 CONFIDENCE = 0.95
+
+
+@dataclass(frozen=True)
+class Ways:
+    """The two ways a check compares, as its answers name them: the cheap one, and the one it must stand for."""
+
+    cheap: str
+    reference: str
+
+
+PAIRING = Ways("in one process", "a process per mode")
+REPEATS = Ways("repeats in one process", "a process per repeat")
 
 
 @dataclass(frozen=True)
@@ -64,10 +81,13 @@ class PairingAnswer:
         return cls(data["answer"], tuple(ModelPairing(**m) for m in data["models"]))
 
 
-def compare(in_process: Sequence[Mapping[str, Any]], processes: Sequence[Mapping[str, Any]]) -> PairingAnswer:
-    """The two routes' records of one backend (the same models, settings and device), compared model by model."""
-    models = sorted({str(r["model"]) for r in in_process} & {str(r["model"]) for r in processes})
-    answers = tuple(_model(model, in_process, processes) for model in models)
+def compare(
+    cheap: Sequence[Mapping[str, Any]], reference: Sequence[Mapping[str, Any]], ways: Ways = PAIRING
+) -> PairingAnswer:
+    """The two ways' records of one backend (the same models, settings and device), compared model by model: the
+    cheap way's overhead over the reference's."""
+    models = sorted({str(r["model"]) for r in cheap} & {str(r["model"]) for r in reference})
+    answers = tuple(_model(model, cheap, reference, ways) for model in models)
     if not answers:
         return PairingAnswer("cannot tell", ())
     said = {m.answer for m in answers}
@@ -75,21 +95,24 @@ def compare(in_process: Sequence[Mapping[str, Any]], processes: Sequence[Mapping
     return PairingAnswer(answer, answers)
 
 
-def _model(model: str, in_process: Sequence[Mapping[str, Any]], processes: Sequence[Mapping[str, Any]]) -> ModelPairing:
-    one, each = _of(in_process, model), _of(processes, model)
+def _model(
+    model: str, cheap: Sequence[Mapping[str, Any]], reference: Sequence[Mapping[str, Any]], ways: Ways
+) -> ModelPairing:
+    one, each = _of(cheap, model), _of(reference, model)
     failed_one, failed_each = _failure(one), _failure(each)
     if failed_one and not failed_each:
-        return ModelPairing(model, "disagrees", None, None, None, None, f"in one process {failed_one}; apart it ran")
+        why = f"{ways.cheap} {failed_one}; {ways.reference} it ran"
+        return ModelPairing(model, "disagrees", None, None, None, None, why)
     if failed_each:
-        return ModelPairing(model, "cannot tell", None, None, None, None, f"a process per mode {failed_each}")
+        return ModelPairing(model, "cannot tell", None, None, None, None, f"{ways.reference} {failed_each}")
     for metric in ("kernel", "wall"):
         ones, eaches = paired_log_ratios(one, metric).get(model, []), paired_log_ratios(each, metric).get(model, [])
         if ones and eaches:
-            return _compared(model, metric, ones, eaches)
+            return _compared(model, metric, ones, eaches, ways)
     return ModelPairing(model, "cannot tell", None, None, None, None, "no pair measured both ways")
 
 
-def _compared(model: str, metric: str, ones: list[float], eaches: list[float]) -> ModelPairing:
+def _compared(model: str, metric: str, ones: list[float], eaches: list[float], ways: Ways) -> ModelPairing:
     ratio = math.exp(sum(ones) / len(ones) - sum(eaches) / len(eaches))
     if min(len(ones), len(eaches)) < MIN_REPEATS:
         why = f"{ratio:.3f}x ({metric} time) from one pair a way: two or more each way give an interval"
@@ -102,7 +125,7 @@ def _compared(model: str, metric: str, ones: list[float], eaches: list[float]) -
     answer: Answer = "agrees" if within else "disagrees" if outside else "cannot tell"
     band = f"[{AGREEMENT[0]:.2f}, {AGREEMENT[1]:.2f}]"
     where = {"agrees": "within", "disagrees": "outside", "cannot tell": "across the edge of"}[answer]
-    why = f"{ratio:.3f}x [{low:.3f}, {high:.3f}] ({metric} time, in one process over apart), {where} {band}"
+    why = f"{ratio:.3f}x [{low:.3f}, {high:.3f}] ({metric} time, {ways.cheap} over {ways.reference}), {where} {band}"
     return ModelPairing(model, answer, ratio, low, high, metric, why)
 
 

@@ -96,12 +96,14 @@ class RepeatCost:
     """``in_process``: both modes in one process, else ``processes``: a process per mode."""
 
 
-def repeat_costs(records: Iterable[Mapping[str, Any]]) -> dict[str, RepeatCost]:
+def repeat_costs(records: Iterable[Mapping[str, Any]], *, reused: bool = False) -> dict[str, RepeatCost]:
     """Per model, what a repeat of its successful pairs cost: its runs' durations counted once where one process ran
-    both modes (the same start), added where each mode had a process of its own."""
+    both modes (the same start), added where each mode had a process of its own. ``reused``: of the repeats that
+    re-ran steps an earlier repeat built in their process (``--shared-repeats``), else of those that built their
+    own."""
     pairs: dict[tuple[str, int], list[Mapping[str, Any]]] = {}
     for record in records:
-        if record.get("status") == "ok" and record.get("duration_s"):
+        if record.get("status") == "ok" and record.get("duration_s") and bool(record.get("steps_reused")) == reused:
             pairs.setdefault((str(record.get("model")), int(record["repeat"])), []).append(record)
     by_model: dict[str, list[list[Mapping[str, Any]]]] = {}
     for (model, _), runs in pairs.items():

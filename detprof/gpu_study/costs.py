@@ -24,6 +24,10 @@ its PyTorch repeats of a process per mode, reference/h100-2026-11-28, agree with
 VERIFY_RUN_SHARE = 0.5
 """A verify run trains one mode of one model for a few steps, in a worker that runs its replica's other models too:
 half a measured repeat (both modes, in one process) of that model."""
+REUSED_REST_S = 3.0
+"""A repeat that re-runs the steps its process built for the model's first (``--shared-repeats``): beyond its
+measured steps, a warm-up round of each mode, the tracer's start and stop, and its trace parsed; until the study
+measured one (its records' ``steps_reused``). Where a model's measured steps are not known, none is saved."""
 WORKER_START_S = 8.0
 """A worker's start on a GPU machine (Python, the framework and Keras imported, the device initialised), where the
 study has measured none yet (its records' ``start`` and ``device`` parts): what a process of its own adds."""
@@ -78,6 +82,8 @@ class Costs:
     """(backend, model): seconds one stability run took in this study."""
     worker_start_s: Mapping[str, float] = field(default_factory=dict)
     """Backend: the seconds a worker took to start and initialise the device in this study (its records' parts)."""
+    reused_repeat_s: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    """(backend, model): seconds a repeat that re-ran its process's steps took in this study."""
 
     def repeat(self, backend: str, model: str, route: Route) -> Estimate:
         """One repeat of ``model`` paired by ``route``: as measured that way, else scaled from the other way, else
@@ -93,6 +99,28 @@ class Costs:
         factor = APART_REPEAT_FACTOR if route == "processes" else 1 / APART_REPEAT_FACTOR
         how = "one process" if route == "in_process" else "a process per mode"
         return Estimate(known.seconds * factor, known.steps_s or 0.0, f"measured {known.source}, scaled to {how}")
+
+    def repeats(self, backend: str, model: str, route: Route, count: int, *, shared: bool = False) -> Estimate:
+        """``count`` repeats of ``model``: each its own process, or (``shared``) the first building the steps that
+        the others re-run in its process."""
+        first = self.repeat(backend, model, route)
+        if not shared or count < 2:
+            return first.times(count)
+        again = self.reused_repeat(backend, model, first)
+        steps = first.steps_s * count
+        return Estimate(first.seconds + again.seconds * (count - 1), steps, f"{first.source}; {again.source}")
+
+    def reused_repeat(self, backend: str, model: str, first: Estimate) -> Estimate:
+        """A repeat that re-runs the steps ``first`` built: as measured in this study, else its measured steps and
+        ``REUSED_REST_S``, else (its steps unknown) as long as ``first``."""
+        if (backend, model) in self.reused_repeat_s:
+            return Estimate(
+                self.reused_repeat_s[backend, model], first.steps_s, "a re-run repeat measured in this study"
+            )
+        if not first.steps_s:
+            return Estimate(first.seconds, 0.0, "a re-run repeat taken as a whole one")
+        again = min(first.seconds, first.steps_s + REUSED_REST_S)
+        return Estimate(again, first.steps_s, f"a re-run repeat as its measured steps and {REUSED_REST_S:g} s")
 
     def verify_run(self, backend: str, model: str) -> Estimate:
         """One verify run (one mode, a few steps) in a worker of several: as measured in this study, else half a

@@ -8,7 +8,10 @@ which switch pays (a knob study of few steps). Then the overhead of the paper's 
 GPT, the rest of the zoo, the models whose pairs failed in one process (a process per mode), the full
 knob studies, stability and ``verify`` of the rest. Overhead parts pair the modes as the pairing
 check found valid on their backend: in one process where the two routes agree, else a process per
-mode. A part longer than a window is split so that every window ends with finished parts.
+mode. The pairing check's third sweep asks whether a model's repeats may share one process (``--shared-repeats``:
+the steps built once, re-run for each repeat) against a process per repeat; where it agrees, or until it has
+answered, the overhead parts and the knob studies run their repeats that way. A part longer than a window is split
+so that every window ends with finished parts.
 
 Expected times come from ``costs``: what this study's own windows measured, else what the last GPU run
 kept in the repository measured, else an estimate per model family, each saying which.
@@ -199,6 +202,8 @@ class StudyPlan:
     """Parts the plan leaves out on this device, and why (a knob study of knobs that cannot matter here)."""
     routes: Mapping[str, Route] = field(default_factory=dict)
     """Per backend, how its later parts pair the modes: as the pairing check found, or as it is expected to."""
+    shared: Mapping[str, bool] = field(default_factory=dict)
+    """Per backend, whether its later sweeps' repeats share a process: as the repeats check found, or as expected."""
 
     @property
     def window_s(self) -> float:
@@ -214,6 +219,8 @@ class Known:
     knob_models: Mapping[str, str] = field(default_factory=dict)
     apart_models: Mapping[str, Sequence[str]] = field(default_factory=dict)
     routes: Mapping[str, Route] = field(default_factory=dict)
+    shared: Mapping[str, bool] = field(default_factory=dict)
+    """Per backend, the repeats check's answer: whether repeats sharing a process agree with a process per repeat."""
 
 
 def installed_backends() -> tuple[str, ...]:
@@ -226,7 +233,13 @@ def build_plan(
 ) -> StudyPlan:
     """Every part, in the order of value (the module's docstring), each split where it would not fit a window."""
     routes = {backend: known.routes.get(backend) or _expected_route(backend, on_gpu) for backend in names}
-    planner = _Planner(scale, costs, on_gpu, routes, budget_s)
+    shared = {
+        backend: routes[backend] == "in_process"
+        and _checked(scale, backend, on_gpu)
+        and known.shared.get(backend, True)
+        for backend in names
+    }
+    planner = _Planner(scale, costs, on_gpu, routes, budget_s, shared)
     first: list[Part] = []
     for backend in names:
         first += planner.pairing(backend)
@@ -255,7 +268,7 @@ def build_plan(
     for backend in names:
         later += planner.verify(backend, tuple(m for m in scale.models if m not in scale.verify_first), first=False)
     parts = [split for part in (*first, *later) for split in planner.split(part)]
-    return StudyPlan(scale, tuple(names), budget_s, tuple(parts), not_run, routes)
+    return StudyPlan(scale, tuple(names), budget_s, tuple(parts), not_run, routes, shared)
 
 
 def _add(parts: list[Part], not_run: dict[str, str], planned: list[Part] | str, name: str) -> None:
@@ -273,6 +286,12 @@ def _expected_route(backend: str, on_gpu: bool) -> Route:
     return "processes" if refusal else "in_process"
 
 
+def _checked(scale: Scale, backend: str, on_gpu: bool) -> bool:
+    """Whether the pairing check runs on ``backend`` at this scale: it has models for it, and the backend can run
+    both modes in one process."""
+    return bool(scale.pairing.get(backend)) and _expected_route(backend, on_gpu) == "in_process"
+
+
 def _pairing_cnn(scale: Scale, backend: str) -> str:
     """The first window's knob study takes the pairing check's first model (a CNN at the gpu scale), else the
     first overhead model."""
@@ -286,28 +305,40 @@ class _Planner:
     on_gpu: bool
     routes: Mapping[str, Route]
     budget_s: float
+    shared: Mapping[str, bool]
 
-    def _pairs(self, backend: str, models: Sequence[str], route: Route, repeats: int) -> Estimate:
-        return summed([self.costs.repeat(backend, model, route).times(repeats) for model in models], COMMAND_START_S)
+    def _pairs(self, backend: str, models: Sequence[str], route: Route, repeats: int, shared: bool) -> Estimate:
+        estimates = [self.costs.repeats(backend, model, route, repeats, shared=shared) for model in models]
+        return summed(estimates, COMMAND_START_S)
+
+    def _sharing(self, backend: str, route: Route) -> tuple[str, ...]:
+        """``--shared-repeats`` where ``backend``'s sweeps paired ``route`` share a process across repeats."""
+        return ("--shared-repeats",) if route == "in_process" and self.shared.get(backend) else ()
 
     def pairing(self, backend: str) -> list[Part]:
-        """The pairing check: the same sweep with both modes in one process and with a process per mode."""
+        """The pairing check: the same sweep with both modes in one process and with a process per mode; and the
+        repeats check: in one process, with every repeat of a model in that process."""
         models = self.scale.pairing.get(backend, ())
-        if not models or _expected_route(backend, self.on_gpu) == "processes":
+        if not _checked(self.scale, backend, self.on_gpu):
             return []
         repeats = self.scale.pairing_repeats
         options = (*self.scale.sweep, "--repeats", str(repeats), "--precision", "off")
+        ways: tuple[tuple[str, Route, tuple[str, ...]], ...] = (
+            ("in-process", "in_process", ()),
+            ("processes", "processes", ()),
+            ("shared", "in_process", ("--shared-repeats",)),
+        )
         return [
             Part(
-                f"{backend}-pairing-{ROUTES[route]}",
+                f"{backend}-pairing-{name}",
                 "pairing",
                 backend,
                 models,
-                (*options, "--pairing", ROUTES[route]),
-                self._pairs(backend, models, route, repeats),
+                (*options, "--pairing", ROUTES[route], *more),
+                self._pairs(backend, models, route, repeats, bool(more)),
                 first_window=True,
             )
-            for route in ("in_process", "processes")
+            for name, route, more in ways
         ]
 
     def overhead(
@@ -318,13 +349,14 @@ class _Planner:
         if not models:
             return []
         route = route or self.routes[backend]
-        estimate = self._pairs(backend, models, route, self.scale.repeats)
+        sharing = self._sharing(backend, route) if group != APART else ()
+        estimate = self._pairs(backend, models, route, self.scale.repeats, bool(sharing))
         precision = "off" if group == APART else self.scale.precision
         options: tuple[str, ...] = (*self.scale.sweep, "--repeats", str(self.scale.repeats), "--precision", precision)
         if precision != "off":
             share_s = self.budget_s * OVERHEAD_SHARE / (share_of or 1)
             options += ("--budget", f"{max(1, round(share_s - estimate.seconds))}s")
-        options += ("--pairing", ROUTES[route])
+        options += ("--pairing", ROUTES[route], *sharing)
         return [Part(f"{backend}-overhead-{group}", "overhead", backend, models, options, estimate)]
 
     def costliest(self, backend: str) -> str:
@@ -371,13 +403,16 @@ class _Planner:
         design = knob_design(backends.get(backend), self.on_gpu, split_knobs(named), [model])
         extra = self.scale.knobs_first if first else ()
         shorter = _steps_share(self.scale.sweep, extra)
-        pair = self.costs.repeat(backend, model, self.routes[backend])
-        arms = Estimate(pair.seconds * len(design.comparisons), pair.steps_s * shorter * len(design.comparisons), "")
+        sharing = self._sharing(backend, self.routes[backend])
+        pairs = self.costs.repeats(backend, model, self.routes[backend], self.scale.repeats, shared=bool(sharing))
+        comparisons = len(design.comparisons)
+        arms = Estimate(pairs.seconds * comparisons, pairs.steps_s * shorter * comparisons, pairs.source)
         run = summed([self.costs.verify_run(backend, model), self.costs.worker_start(backend)])
         checks = run.times(len(design.dropped()) * CHECK_RUNS)
-        estimate = summed([replace(arms.times(self.scale.repeats), source=pair.source), checks], COMMAND_START_S)
+        estimate = summed([arms, checks], COMMAND_START_S)
         route = ROUTES[self.routes[backend]]
         options = (*_with(self.scale.sweep, extra), "--repeats", str(self.scale.repeats), "--pairing", route)
+        options += sharing
         name = f"{backend}-knobs-first" if first else f"{backend}-knobs"
         return Part(name, "knobs", backend, (model,), options, estimate, first_window=first, knobs=named)
 

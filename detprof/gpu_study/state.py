@@ -61,6 +61,10 @@ class StudyState:
     pairing: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Backend: the pairing check's answer (``analysis.pairing_check.PairingAnswer``), read once both its parts were
     done; the backend's later parts pair the modes as it says."""
+    shared: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Backend: the repeats check's answer (a ``PairingAnswer`` of repeats in one process against a process per
+    repeat), read once both its parts were done; the backend's later sweeps share a process across repeats only
+    where it agrees."""
     windows: list[Window] = field(default_factory=list)
 
     def is_done(self, part: str) -> bool:
@@ -70,7 +74,10 @@ class StudyState:
     def known(self) -> Known:
         """What the plan takes from the study so far."""
         routes = {backend: PairingAnswer.from_json(answer).route for backend, answer in self.pairing.items()}
-        return Known(self.knob_models, self.apart_models, routes)
+        shared = {
+            backend: PairingAnswer.from_json(answer).answer == "agrees" for backend, answer in self.shared.items()
+        }
+        return Known(self.knob_models, self.apart_models, routes, shared)
 
     def expected_s(self, part: Part) -> float:
         """What a part is still expected to take: a stopped one resumes with its completed runs kept, so the seconds
@@ -96,6 +103,7 @@ class StudyState:
                 knob_models=dict(data.get("knob_models", {})),
                 apart_models={backend: list(models) for backend, models in data.get("apart_models", {}).items()},
                 pairing=dict(data.get("pairing", {})),
+                shared=dict(data.get("shared", {})),
                 windows=[Window(**window) for window in data.get("windows", [])],
             )
         except (KeyError, TypeError) as exc:

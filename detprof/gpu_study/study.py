@@ -151,13 +151,17 @@ def learned_costs(shipped: Costs, family_repeat_s: dict[str, float], out: Path, 
     verify_s: dict[tuple[str, str], float] = {}
     stability_s: dict[tuple[str, str], float] = {}
     started: dict[str, list[float]] = {}
+    reused_s: dict[tuple[str, str], float] = {}
     for name, outcome in (state.parts if state else {}).items():
         backend = name.split("-", 1)[0]
         folder = out / name
         if outcome.status != "done" or not folder.is_dir():
             continue
-        for model, cost in repeat_costs(ResultsStore(folder, "sweep").records()).items():
+        swept = list(ResultsStore(folder, "sweep").records())
+        for model, cost in repeat_costs(swept).items():
             measured[backend, model] = Measured(cost.seconds, cost.steps_s, cost.pairing, "in this study")
+        for model, cost in repeat_costs(swept, reused=True).items():
+            reused_s[backend, model] = cost.seconds
         verify = list(ResultsStore(folder, "verify").records())
         for model in {r["model"] for r in verify}:
             runs = [r for r in verify if r["model"] == model and r.get("duration_s")]
@@ -176,7 +180,7 @@ def learned_costs(shipped: Costs, family_repeat_s: dict[str, float], out: Path, 
         if starts:
             started.setdefault(backend, []).extend(starts)
     worker_s = {backend: statistics.median(values) for backend, values in started.items()}
-    return Costs(measured, family_repeat_s, verify_s, stability_s, worker_s)
+    return Costs(measured, family_repeat_s, verify_s, stability_s, worker_s, reused_s)
 
 
 def windows_of(plan: StudyPlan, state: StudyState) -> dict[str, int]:
@@ -275,17 +279,22 @@ def note_knob_models(prepared: Prepared, out: Path) -> None:
 
 
 def note_pairing(prepared: Prepared, out: Path) -> None:
-    """For each backend whose two pairing parts are done, once: the pairing check's answer, which the backend's
-    later parts follow (in one process where it agrees, else a process per mode)."""
-    from detprof.analysis.pairing_check import compare
+    """For each backend, once its parts are done: the pairing check's answer, which the backend's later parts follow
+    (in one process where it agrees, else a process per mode), and the repeats check's (their repeats in one
+    process where it agrees, else a process per repeat)."""
+    from detprof.analysis.pairing_check import PAIRING, REPEATS, compare
 
     state = prepared.state
     for backend in state.backends:
-        parts = [p for p in prepared.plan.parts if p.kind == "pairing" and p.backend == backend]
-        if backend in state.pairing or not parts or not all(state.is_done(p.name) for p in parts):
-            continue
-        one, each = (list(ResultsStore(out / p.name, "sweep").records()) for p in parts)
-        state.pairing[backend] = compare(one, each).to_json()
+        for answers, cheap, reference, ways in (
+            (state.pairing, "in-process", "processes", PAIRING),
+            (state.shared, "shared", "in-process", REPEATS),
+        ):
+            names = [f"{backend}-pairing-{cheap}", f"{backend}-pairing-{reference}"]
+            if backend in answers or not all(state.is_done(name) for name in names):
+                continue
+            one, each = (list(ResultsStore(out / name, "sweep").records()) for name in names)
+            answers[backend] = compare(one, each, ways).to_json()
     state.save(out)
 
 
@@ -428,6 +437,17 @@ def pairing_lines(prepared: Prepared) -> list[str]:
         read = PairingAnswer.from_json(answer)
         route = "in one process" if read.route == "in_process" else "a process per mode"
         lines.append(f"- {backend}: {route}: the pairing check {read.answer} ({read.why})")
+    lines += ["", "How the repeats are made (the repeats check: a model's repeats in one process and a process each):"]
+    for backend in prepared.plan.backends:
+        shared = prepared.plan.shared.get(backend)
+        how = "every repeat of a model in one process" if shared else "a process per repeat"
+        answer = prepared.state.shared.get(backend)
+        if answer is None:
+            until = "until its repeats check answers" if backend in checked else "no repeats check at this scale"
+            lines.append(f"- {backend}: {how}, {until}")
+            continue
+        read = PairingAnswer.from_json(answer)
+        lines.append(f"- {backend}: {how}: the repeats check {read.answer} ({read.why})")
     return lines
 
 

@@ -88,6 +88,9 @@ def _setting_lines(target: MeasurementTarget, settings: RunSettings) -> list[str
         shared = backend.process_knobs([backend.mode_knobs(), frozenset()], target.on_gpu)
         if shared:
             pairing += f"; the process starts with {', '.join(sorted(shared))}, which both modes share"
+        if settings.shared_repeats:
+            pairing = pairing.replace("one worker per repeat", "one worker for every repeat of a model")
+            pairing += "; a model's later repeats re-run the steps its first built and compiled (--shared-repeats)"
     sized = []
     if settings.run_seconds is not None:
         sized = [
@@ -145,10 +148,12 @@ def _in_process_lines(
     launcher: WorkerLauncher, settings: RunSettings, runs: Sequence[PlannedRun], target: MeasurementTarget
 ) -> list[str]:
     lines = []
-    for n, session in enumerate(planned.lockstep_sessions(planned.mode_pairs(runs))):
+    group = planned.shared_sessions if settings.shared_repeats else planned.lockstep_sessions
+    for n, session in enumerate(group(planned.mode_pairs(runs))):
         core = "" if target.on_gpu else f" on core {planned.session_core(n)}"
         command = launcher.session_command([pair[0] for pair in session])
-        lines.append(f"  repeat {session[0][0].repeat}: one worker{core}, both modes: {shlex.join(command)}")
+        which = "every repeat" if settings.shared_repeats else f"repeat {session[0][0].repeat}"
+        lines.append(f"  {which}: one worker{core}, both modes: {shlex.join(command)}")
         for pair in session:
             sides = " + ".join(_switched(run) for run in pair)
             lines.append(f"    {pair[0].run_id} + {pair[1].run_id}: {sides} in turn, {_measures(pair[0], settings)}")

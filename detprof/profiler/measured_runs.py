@@ -87,6 +87,11 @@ class RunSettings:
     preset: str | None = None
     pairing: Pairing = "sequential"
     """How the two modes of a repeat are paired: see ``Pairing``."""
+    shared_repeats: bool = False
+    """``--shared-repeats``: with ``in_process`` pairing, one process runs every repeat of a model, each re-running
+    the steps the first built and compiled; the spread between repeats then leaves out what differs between
+    processes (what a compiler or an autotuner picked, where memory lies), which a repeat of its own process keeps
+    in the interval. False: a process per repeat."""
     precision: float | None = None
     """``--precision``: repeats are added, model by model, until each interval is within +/-this fraction (Stein's
     two-stage design, ``intervals.stein_repeats``: ``repeats`` is its first stage); None: ``repeats`` repeats."""
@@ -114,6 +119,11 @@ class RunSettings:
             raise UsageError(f"--run-timeout must be positive, not {self.run_timeout_s}")
         if self.precision is not None and self.repeats < MIN_REPEATS:
             raise UsageError(f"--precision needs --repeats {MIN_REPEATS} or more: the first repeats give the spread")
+        if self.shared_repeats and self.pairing != "in_process":
+            raise UsageError(
+                "--shared-repeats re-runs a repeat's steps in the process that built both modes: it needs "
+                "--pairing in-process"
+            )
 
     def manifest(self) -> dict[str, Any]:
         """What identifies the measurement (a resumed study must match it exactly); not the timeout or the budget.
@@ -127,6 +137,8 @@ class RunSettings:
         for key in ("precision", "run_seconds"):  # unset: left out, as in the studies made before they were
             if config[key] is None:
                 config.pop(key)
+        if not self.shared_repeats:
+            config.pop("shared_repeats")
         config["modes"] = list(MODES)
         return config
 
@@ -140,6 +152,7 @@ class RunSettings:
         return cls(
             **measured,
             pairing=target.pairing_for(options.pairing, in_process=in_process, compile=options.compile),
+            shared_repeats=target.shared_repeats(options.shared_repeats),
             backend=target.backend,
             compile=options.compile,
             tracer=target.tracer.name,
@@ -207,6 +220,12 @@ class MeasurementTarget:
         if choice == "in-process" and why is not None:
             raise UsageError(f"--pairing in-process: {why}; use --pairing processes")
         return "in_process" if why is None and choice != "processes" else self.pairing
+
+    def shared_repeats(self, asked: bool) -> bool:
+        """``--shared-repeats``, where the tracer leaves a process to run more than one pair."""
+        if asked and self.tracer.wraps_process:
+            raise UsageError(f"--shared-repeats: tracer {self.tracer.name} wraps a process, which traces one pair")
+        return asked
 
 
 def choose_target(options: RunOptions, presets: Sequence[str], *, dry_run: bool = False) -> MeasurementTarget:
@@ -379,6 +398,22 @@ def lockstep_sessions(pairs: Sequence[ModePair]) -> list[list[ModePair]]:
         return (pair[0].repeat, *((run.mode, run.knobs) for run in pair))
 
     return [list(group) for _key, group in itertools.groupby(pairs, key=session)]
+
+
+def shared_sessions(pairs: Sequence[ModePair]) -> list[list[ModePair]]:
+    """The pairs whose sides run under the same settings, every repeat of a model after the other
+    (``--shared-repeats``: one process measures them, each model built once)."""
+
+    def session(pair: ModePair) -> tuple[Any, ...]:
+        return tuple(sorted((run.mode, run.knobs or ()) for run in pair))
+
+    def unit(pair: ModePair) -> str:
+        return repr((pair[0].workload, sorted(arm_of(run) for run in pair), pair[0].fields.get("comparison")))
+
+    groups: dict[tuple[Any, ...], dict[str, list[ModePair]]] = {}
+    for pair in pairs:
+        groups.setdefault(session(pair), {}).setdefault(unit(pair), []).append(pair)
+    return [[pair for repeats in units.values() for pair in repeats] for units in groups.values()]
 
 
 def session_core(index: int) -> int:

@@ -124,9 +124,9 @@ def lockstep_pairs(launch: Launch, pairs: Sequence[ModePair], cpu_core: int) -> 
 def in_process_pairs(launch: Launch, pairs: Sequence[ModePair], cpu_core: int | None) -> Iterator[MeasuredRun]:
     """Pairs measured by one worker that runs both arms of each, a step of each in turn (``worker.run_arms``).
 
-    The worker lives for all of ``pairs`` (the models of one repeat), which are measured one
-    after the other, both arms of a pair in one trace; pinned to ``cpu_core`` with one
-    compute thread once warm, as a lockstep pair is, where there is one (a CPU). Under a
+    The worker lives for all of ``pairs`` (the models of one repeat, or with ``--shared-repeats`` every repeat of
+    each model in turn), which are measured one after the other, both arms of a pair in one trace; pinned to
+    ``cpu_core`` with one compute thread once warm, as a lockstep pair is, where there is one (a CPU). Under a
     tracer that wraps the process (nsys), the process traces one pair. Yields each run's
     record as its pair finishes; when the worker dies or ``--run-timeout`` (per pair)
     expires, the session ends after that pair's records and the caller starts a fresh one.
@@ -178,7 +178,10 @@ def _pair_session(
             return launch.specs.spec(worker, cpu_core=cpu_core, control_fd=control_fd, arm=worker.arm).to_json()
 
         pairs = [[arm(worker) for worker in workers] for workers in sessions]
-        return {"pairs": pairs, "process_knobs": sorted(launch.process_knobs(sessions[0]))}
+        shared = launch.records.settings.shared_repeats
+        return {"pairs": pairs, "process_knobs": sorted(launch.process_knobs(sessions[0]))} | (
+            {"shared_repeats": True} if shared else {}
+        )
 
     first = sessions[0][0]
     spec_path = launch.files.session_spec_path(pairs[0][0])

@@ -34,6 +34,7 @@ from detprof.profiler.measured_runs import (
     mode_pairs,
     runs_to_measure,
     session_core,
+    shared_sessions,
 )
 from detprof.profiler.program.run import ProgramLauncher
 from detprof.profiler.progress import RunProgress, progress_bar
@@ -111,7 +112,15 @@ def _measure_runs(
         def in_process(pairs: Sequence[ModePair], n: int) -> Iterator[MeasuredRun]:
             return launcher.run_in_process(pairs, cpu_core=core(n))
 
-        return _run_pairs(plan, store, progress, base, in_process, one_per_process=target.tracer.wraps_process)
+        return _run_pairs(
+            plan,
+            store,
+            progress,
+            base,
+            in_process,
+            one_per_process=target.tracer.wraps_process,
+            shared_repeats=settings.shared_repeats,
+        )
     todo = [run for run in plan if not store.is_done(run.run_id)]
     records: list[MeasuredRun] = []
     for index, run in enumerate(todo, start=base + len(plan) - len(todo)):
@@ -130,13 +139,15 @@ def _run_pairs(
     measure_session: Callable[[Sequence[ModePair], int], Iterator[MeasuredRun]],
     *,
     one_per_process: bool = False,
+    shared_repeats: bool = False,
 ) -> list[MeasuredRun]:
     """Every pair not yet complete, a repeat at a time, each repeat's pairs by one session of workers.
 
     A session is a pair of lockstep workers, or one worker that runs both arms of each pair
     (``one_per_process``: a session per pair, for a tracer that wraps the process). The next
     repeat starts fresh workers, so the worker process stays a random effect across repeats,
-    and the cores are taken in turn. One session at a time: two pairs side by side on two cores
+    and the cores are taken in turn; ``shared_repeats``: one session measures every repeat of each
+    model in turn (``shared_sessions``). One session at a time: two pairs side by side on two cores
     interfered through the shared caches and memory, which widened A/A intervals several times
     over. A pair that is half done (a crash between its two records) is measured again whole:
     its two halves must share the machine's state. When a session ends early (a worker died,
@@ -146,7 +157,7 @@ def _run_pairs(
     todo = [pair for pair in pairs if not all(store.is_done(run.run_id) for run in pair)]
     records: list[MeasuredRun] = []
     completed = base + 2 * (len(pairs) - len(todo))
-    sessions = lockstep_sessions(todo)
+    sessions = shared_sessions(todo) if shared_repeats else lockstep_sessions(todo)
     if one_per_process:
         sessions = [[pair] for session in sessions for pair in session]
     for n, left in enumerate(sessions):
@@ -179,7 +190,7 @@ class _Clock:
         now = time.monotonic()
         elapsed, self.last = now - (self.last or self.started), now
         self.first_stage_end = self.first_stage_end or now
-        sessions = len({record["repeat"] for record in records})
+        sessions = len({record["repeat"] for record in records if not record.get("steps_reused")})
         if sessions:
             beyond = max(0.0, elapsed - sum(_pair_seconds(records).values())) / sessions
             self.overheads += [beyond] * sessions
@@ -245,9 +256,12 @@ def measure(study: MeasuredStudy, *, what: str, console: Console) -> ResultsStor
         if settings.precision is not None and study.extend is not None:
             within = f" (within {settings.budget_s:g} s after them)" if settings.budget_s is not None else ""
             repeats += f", then more{within} until each is within +/-{settings.precision:.1%}"
+        pairing = _PAIRING_WORDS[settings.pairing]
+        if settings.shared_repeats:
+            pairing = "both modes and every repeat of a model in one process, its steps built once"
         console.print(
             f"detprof {study.kind}: {what} x 2 modes x {repeats} on {escape(target.device.label)} "
-            f"with tracer {target.tracer.name}{untraced}, {_PAIRING_WORDS[settings.pairing]}, "
+            f"with tracer {target.tracer.name}{untraced}, {pairing}, "
             f"results in {escape(str(study.out))}"
         )
         total = len(runs_to_measure(study.plan, target.tracer, whole_runs=target.program))

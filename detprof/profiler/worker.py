@@ -27,6 +27,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -233,14 +234,49 @@ def _failure(exc: Exception, settings: DeterminismSettings) -> dict[str, Any]:
     return found | {"status": status, "reason": reason}
 
 
-def run_arms(specs: Sequence[WorkerSpec], pacer: Pacer, clock: PartClock) -> list[dict[str, Any]]:
-    """The arms of one pair in this process, a step of each in turn (A, B, A, B, ...): their results, in order.
+@dataclass(frozen=True)
+class _Built:
+    """A pair's arms as built and compiled, kept for the next repeat of the same model in this process
+    (``--shared-repeats``): its steps by arm, and what the workload said about itself."""
+
+    key: str
+    arms: dict[str | None, ArmStep]
+    facts: dict[str, Any]
+
+    def of(self, specs: Sequence[WorkerSpec]) -> tuple[list[ArmStep], dict[str, Any]] | None:
+        """The arms of ``specs`` in their order, where they are this build's; else None."""
+        return ([self.arms[spec.arm] for spec in specs], self.facts) if build_key(specs) == self.key else None
+
+
+_PER_RUN = frozenset({"run_id", "trace_path", "result_path", "log_path"})
+"""A spec's fields that name one run's files: two repeats of one model differ only in them."""
+
+
+def build_key(specs: Sequence[WorkerSpec]) -> str:
+    """What a pair's arms are built from, whatever order its repeat puts them in."""
+    arms = (
+        json.dumps({k: v for k, v in spec.to_json().items() if k not in _PER_RUN}, sort_keys=True) for spec in specs
+    )
+    return json.dumps(sorted(arms))
+
+
+REUSED_WARMUP = 1
+"""Warm-up rounds of steps an earlier repeat built and warmed: one, to size the phases by the step's time now."""
+
+
+def run_arms(
+    specs: Sequence[WorkerSpec], pacer: Pacer, clock: PartClock, built: _Built | None = None
+) -> tuple[list[dict[str, Any]], _Built | None]:
+    """The arms of one pair in this process, a step of each in turn (A, B, A, B, ...): their results, in order, and
+    the arms as built (None where building failed).
 
     As ``run``, after a warm-up of both, untraced steps for wall time and then traced ones for
     kernel time, each arm's marked ``step i ARM`` in the one trace, so that every pair of steps
     saw the same moment of the process and the machine, and no start-up or offset between two
     processes lies between the arms. An arm whose step raises drops out with its failure (an op
-    that refuses determinism is a finding) and the other goes on alone.
+    that refuses determinism is a finding) and the other goes on alone. ``built``: an earlier
+    repeat's arms, re-run where they are this pair's (their compiled steps and their weights as
+    that repeat left them), with one warm-up round.
     """
     first = specs[0]
     backend = backends.get(first.determinism.backend)
@@ -252,21 +288,22 @@ def run_arms(specs: Sequence[WorkerSpec], pacer: Pacer, clock: PartClock) -> lis
     capture = TRACERS[first.tracer].capture(first.trace_path, backend.name)
     common.update(backend.compile_in_this_process())
     memory = _PeakMemory(backend, len(specs))
+    reused = built.of(specs) if built is not None else None
     try:
-        arms, facts = _arms_of(specs)
+        arms, facts = reused or _arms_of(specs)
     except Exception as exc:
         pacer.failed()
         traceback.print_exc()
         clock.lap("build")
         parts = {"time_parts": clock.take()}
-        return [common | {"settings": None} | _failure(exc, spec.determinism) | parts for spec in specs]
+        return [common | {"settings": None} | _failure(exc, spec.determinism) | parts for spec in specs], None
     clock.lap("build")
     results = [
         common | facts | {"settings": arm_settings(spec.determinism, effect)}
         for spec, (_, effect) in zip(specs, arms, strict=True)
     ]
     steps = _Turns([step for step, _ in arms], [spec.arm for spec in specs], memory)
-    _warmed_up(clock, steps.warm_up(first.warmup), len(specs))
+    _warmed_up(clock, steps.warm_up(REUSED_WARMUP if reused else first.warmup), len(specs))
     window_start = time.monotonic()
     if first.cpu_core is not None:
         pin_threads({first.cpu_core})
@@ -292,7 +329,7 @@ def run_arms(specs: Sequence[WorkerSpec], pacer: Pacer, clock: PartClock) -> lis
         measured = _measured(wall_ns[k], traced_ns[k], window_start)
         result.update(measured if failed is None else _failure(failed, specs[k].determinism))
         result.update(peak_memory=memory.field(k, shared=True), time_parts=parts)
-    return results
+    return results, _Built(build_key(specs), {spec.arm: arm for spec, arm in zip(specs, arms, strict=True)}, facts)
 
 
 class _Turns:
@@ -382,27 +419,37 @@ def session(runs: list[WorkerSpec], clock: PartClock) -> int:
     return ExitCode.OK
 
 
-def pair_session(pairs: list[list[WorkerSpec]], clock: PartClock, process_knobs: Sequence[str]) -> int:
+def pair_session(
+    pairs: list[list[WorkerSpec]], clock: PartClock, process_knobs: Sequence[str], *, shared_repeats: bool = False
+) -> int:
     """Pairs of arms in this one process, one pair after the other (the models of a repeat), both arms of each
     a step of each in turn (``run_arms``); each result written, then ``DONE`` to the coordinator.
 
     The process is switched once, when it starts, for the knobs that can only be set then (``process_knobs``, as the
     launcher read them for the device: ``determinism.apply_shared``); each arm's step sets the rest of its knobs.
+    ``shared_repeats``: the pairs are every repeat of each model in turn, and a repeat re-runs the arms the one
+    before it built (``--shared-repeats``), where it is the same model's.
     """
     pacer = Pacer(pairs[0][0].control_fd)
     apply_shared([spec.determinism for spec in pairs[0]], process_knobs)
     clock.lap("start")
     cpus = os.sched_getaffinity(0)
+    built: _Built | None = None
     for specs in pairs:
         _log_to(Path(specs[0].log_path))
         pin_threads(cpus)
-        keras = sys.modules.get("keras")
-        if keras is not None:
-            keras.backend.clear_session()
+        if built is None or built.of(specs) is None:
+            built = None  # another model's arms: let them go before this one's are built
+            keras = sys.modules.get("keras")
+            if keras is not None:
+                keras.backend.clear_session()
         pacer.begin()
         clock.lap("other")
-        for spec, result in zip(specs, run_arms(specs, pacer, clock), strict=True):
-            atomic_write_json(Path(spec.result_path), result)
+        results, made = run_arms(specs, pacer, clock, built)
+        for spec, result in zip(specs, results, strict=True):
+            reused = {"steps_reused": built is not None} if shared_repeats else {}
+            atomic_write_json(Path(spec.result_path), result | reused)
+        built = made if shared_repeats else None
         pacer.written()
     return ExitCode.OK
 
@@ -438,7 +485,9 @@ def main(argv: list[str]) -> int:
         return session([WorkerSpec.from_json(run_spec) for run_spec in spec["runs"]], clock)
     if "pairs" in spec:
         pairs = [[WorkerSpec.from_json(arm) for arm in pair] for pair in spec["pairs"]]
-        return pair_session(pairs, clock, spec.get("process_knobs", ()))
+        return pair_session(
+            pairs, clock, spec.get("process_knobs", ()), shared_repeats=bool(spec.get("shared_repeats"))
+        )
     result_path = Path(argv[1])
     if "call" in spec:
         return call(spec, result_path)
