@@ -16,7 +16,7 @@ import platform
 import shutil
 import statistics
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -421,33 +421,42 @@ def _steps_share(parts: dict[str, float]) -> str:
 
 
 def pairing_lines(prepared: Prepared) -> list[str]:
-    """How each backend's later parts pair the modes, and why: the pairing check's answer, or what is expected of
-    it until it answers."""
+    """How each backend's later parts pair the modes and make their repeats, and why: each check's answer, or what
+    is expected of it until it answers."""
+    plan, state = prepared.plan, prepared.state
+    checked = {part.backend for part in plan.parts if part.kind == "pairing"}
+    modes = {b: "in one process" if plan.routes.get(b) == "in_process" else "a process per mode" for b in plan.backends}
+    repeats = {
+        b: "every repeat of a model in one process" if plan.shared.get(b) else "a process per repeat"
+        for b in plan.backends
+    }
+    return [
+        *_check_lines("How the modes are paired", "pairing check", "in one process and a process per mode", modes,
+                      state.pairing, checked),
+        *_check_lines("How the repeats are made", "repeats check", "with a model's repeats in one process and with "
+                      "a process each", repeats, state.shared, checked),
+    ]  # fmt: skip
+
+
+def _check_lines(
+    title: str,
+    check: str,
+    compared: str,
+    how: Mapping[str, str],
+    answers: Mapping[str, Mapping[str, Any]],
+    checked: set[str],
+) -> list[str]:
     from detprof.analysis.pairing_check import PairingAnswer
 
-    lines = ["", "How the modes are paired (the pairing check: the same sweep in one process and a process per mode):"]
-    checked = {part.backend for part in prepared.plan.parts if part.kind == "pairing"}
-    for backend in prepared.plan.backends:
-        route = "in one process" if prepared.plan.routes.get(backend) == "in_process" else "a process per mode"
-        answer = prepared.state.pairing.get(backend)
+    lines = ["", f"{title} (the {check}: the same sweep {compared}):"]
+    for backend, made in how.items():
+        answer = answers.get(backend)
         if answer is None:
-            until = "until its pairing check answers" if backend in checked else "no pairing check at this scale"
-            lines.append(f"- {backend}: {route}, {until}")
-            continue
-        read = PairingAnswer.from_json(answer)
-        route = "in one process" if read.route == "in_process" else "a process per mode"
-        lines.append(f"- {backend}: {route}: the pairing check {read.answer} ({read.why})")
-    lines += ["", "How the repeats are made (the repeats check: a model's repeats in one process and a process each):"]
-    for backend in prepared.plan.backends:
-        shared = prepared.plan.shared.get(backend)
-        how = "every repeat of a model in one process" if shared else "a process per repeat"
-        answer = prepared.state.shared.get(backend)
-        if answer is None:
-            until = "until its repeats check answers" if backend in checked else "no repeats check at this scale"
-            lines.append(f"- {backend}: {how}, {until}")
-            continue
-        read = PairingAnswer.from_json(answer)
-        lines.append(f"- {backend}: {how}: the repeats check {read.answer} ({read.why})")
+            until = f"until its {check} answers" if backend in checked else f"no {check} at this scale"
+            lines.append(f"- {backend}: {made}, {until}")
+        else:
+            read = PairingAnswer.from_json(answer)
+            lines.append(f"- {backend}: {made}: the {check} {read.answer} ({read.why})")
     return lines
 
 
