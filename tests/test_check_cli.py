@@ -541,6 +541,7 @@ def test_two_real_cpu_sweeps_of_one_configuration_are_not_regressed(tmp_path: Pa
     sweep_options = [
         *("--models", "smallcnn", "--steps", "5", "--warmup", "2", "--repeats", "2"),
         *("--input-size", "16", "--batch-size", "8", "--gpu", "cpu", "--tracer", "tf"),
+        *("--pairing", "in-process", "--shared-repeats"),  # replayed by check --run as the baseline has them
     ]
     code, _, err = run_cli(capsys, "sweep", *sweep_options, "--out", tmp_path / "first")
     assert code == 0, err

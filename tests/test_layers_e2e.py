@@ -135,7 +135,7 @@ def test_the_planted_layer_tops_the_leaderboard_and_the_layers_add_up(tmp_path: 
     out = tmp_path / "out"
     sweep = [sys.executable, "-m", "detprof.cli", "sweep", "--backend", backend, "--models", "planted_model.py:build"]
     sweep += ["--input-size", "24", "--batch-size", "16", "--steps", str(STEPS), "--warmup", "1"]
-    sweep += ["--repeats", str(REPEATS)]
+    sweep += ["--repeats", str(REPEATS), "--pairing", "in-process", "--shared-repeats"]  # one build, five repeats
     done = subprocess.run([*sweep, "--no-report", "--out", str(out)], cwd=tmp_path, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     assert_traced_by_the_backends_own_profiler(ResultsStore(out, "sweep"), backend, steps=STEPS)

@@ -116,9 +116,10 @@ def test_a_refusal_is_a_finding_naming_the_op_the_layer_and_the_advice() -> None
 
 SMALLEST_INPUT = {"inceptionv3": 75, "inceptionresnetv2": 75, "xception": 71}
 """Registry models whose stem needs a larger input than 32x32."""
-TRANSFORMERS = ("gpt_tiny", "moe_tiny", "vit_tiny")
-"""Attention, layer norm, GELU, the embedding (whose gradient is a scatter-add), and a mixture of experts'
-scatter-add dispatch and segment-sum combine: on every backend."""
+TRANSFORMERS = ("moe_tiny", "vit_tiny")
+"""Attention (causal and not), layer norm, GELU, the embedding (whose gradient is a scatter-add), a mixture of
+experts' scatter-add dispatch and segment-sum combine, and a vision transformer's patches and class token: the
+GPT's layers are the mixture of experts' (its experts are GELU MLPs)."""
 LAYER_KINDS = ("smallcnn_bn", "resnet18", "resnet50", "mobilenet", "xception", "convnexttiny", *TRANSFORMERS)
 """One registry model per kind of layer it adds: detprof's small CNN with batch norm (plain convolutions,
 pooling, dense layers, batch norm), its ResNet18 (residual blocks; the medium CNN's and the plain small CNN's
@@ -126,11 +127,12 @@ layers are among these), then Keras applications: bottleneck residual blocks, de
 convolutions, layer norm and GELU; and the transformers (``TRANSFORMERS``). Every model is more than ``make test``
 can carry (here TensorFlow took 8 min for all 47, JAX 7 min for 22 of them: it compiles each step for up to 40 s):
 ``DETPROF_VERIFY_EVERY_MODEL=1 pytest -o timeout=0 -m slow -k layer_kind tests/test_verify.py`` runs them all."""
-BESIDE_TENSORFLOW = ("smallcnn_bn", "resnet18", "mobilenet", *TRANSFORMERS)
+BESIDE_TENSORFLOW = ("smallcnn_bn", "resnet18", "mobilenet", "moe_tiny")
 """On JAX and PyTorch, ``make test`` verifies the models whose layers the others repeat: detprof's small CNN with
-batch norm (plain convolutions, pooling, dense), its ResNet18 (residual blocks; the medium CNN's layers) and
-MobileNet (depthwise convolutions). JAX compiles each step of the larger applications for tens of seconds (137 s
-for the set): the whole set runs on TensorFlow, and on every backend with ``DETPROF_VERIFY_EVERY_MODEL=1``."""
+batch norm (plain convolutions, pooling, dense), its ResNet18 (residual blocks; the medium CNN's layers),
+MobileNet (depthwise convolutions) and the mixture of experts (attention, layer norm, GELU, the embedding, the
+experts' scatter-add and segment sum). JAX compiles each step of the larger applications for tens of seconds
+(137 s for the set): the whole set runs on TensorFlow, and on every backend with ``DETPROF_VERIFY_EVERY_MODEL=1``."""
 UNAVAILABLE = {
     (backends.TORCH, "nasnetmobile"): "failed: ValueError: NASNetMobile is not available with the torch backend",
     (backends.TORCH, "nasnetlarge"): "failed: ValueError: NASNetLarge is not available with the torch backend",

@@ -34,7 +34,7 @@ from detprof.check.regression import Comparison, Verdict, compare, severity
 from detprof.errors import ExitCode, InputError, UsageError
 from detprof.options import CHECK_RUN, RunOptions
 
-FLAGS = ("force", "compile")
+FLAGS = ("force", "compile", "shared_repeats")
 """The on/off options ``check --run`` passes on: given when on (off is also what not giving them means)."""
 
 

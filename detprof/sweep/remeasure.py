@@ -50,6 +50,7 @@ def _remeasure_models(
         [n for n in CHECK_RUN if n not in fixed],
         out,
         compile=bool(config.get("compile")) or given.compile,
+        shared_repeats=bool(config.get("shared_repeats")) or given.shared_repeats,
         preset=config.get("preset"),
     )
     swept = split_models(models) or tuple(config.get("models") or ()) or None
