@@ -31,6 +31,9 @@ from detprof.store import ResultsStore
 
 Capture = pytest.CaptureFixture[str]
 TINY = ["gpu-study", "--scale", "tiny", "--backends", "torch,jax"]
+pytestmark = pytest.mark.timeout(480)
+"""The first test to ask for ``study`` runs the tiny study's two windows in its setup: 220-280 s beside the suite's
+other worker, near the suite's 300 s."""
 FIRST_WINDOW_S = 52
 """A window whose parts get 2 s: 52 less the 30 s kept for the report and bundle and the 20 s grace a stopped part
 gets, so its first part is stopped, whatever this machine's speed."""
