@@ -17,6 +17,7 @@ import statistics
 import sys
 import textwrap
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,10 @@ from scipy import stats
 
 from detprof.backends.base import step_range_name
 from detprof.cli import main
-from detprof.profiler.worker_spec import MIN_SIZED_STEPS, sized_steps, typical_step_ns
+from detprof.determinism import DeterminismSettings
+from detprof.profiler.measured_runs import PlannedRun, Workload, mode_pairs, shared_sessions
+from detprof.profiler.worker import build_key
+from detprof.profiler.worker_spec import MIN_SIZED_STEPS, WorkerSpec, sized_steps, typical_step_ns
 from detprof.store import ResultsStore
 from detprof.traces.kernel_table import KernelTable
 from detprof.traces.parsers import load_trace
@@ -178,6 +182,40 @@ def test_shared_repeats_build_and_compile_each_model_once_for_all_its_repeats(
             assert pair[0]["time_parts"].get("build", 0) < (0.5 if reused else math.inf)
     assert len({rec["command"] for rec in records.values()}) == 1
     assert ResultsStore(out, "sweep").manifest()["config"]["shared_repeats"] is True
+
+
+def test_shared_repeats_run_each_models_repeats_in_turn_and_rebuild_only_for_another_model() -> None:
+    """One session per setting of the arms, every repeat of a model after the other, whatever order the plan has
+    them in; and a pair's build is the same for every repeat of its model whichever arm steps first, and another for
+    any other model or setting."""
+
+    def run(model: str, mode: str, repeat: int, knobs: tuple[str, ...] | None = None) -> PlannedRun:
+        return PlannedRun(
+            f"{model}-{mode}-{repeat}", model, mode, repeat, Workload("m:f", {"model": model}), {}, knobs=knobs
+        )
+
+    plan = [run(model, mode, r) for r in range(3) for model in ("a", "b") for mode in ("deterministic", "default")]
+    plan += [run("a", mode, r, ("x",)) for r in range(2) for mode in ("deterministic", "default")]
+    sessions = shared_sessions(mode_pairs(plan))
+    assert [[(pair[0].label, pair[0].repeat) for pair in session] for session in sessions] == [
+        [("a", 0), ("a", 1), ("a", 2), ("b", 0), ("b", 1), ("b", 2)],
+        [("a", 0), ("a", 1)],
+    ]
+
+    def spec(model: str, arm: str, repeat: int) -> WorkerSpec:
+        paths = {name: f"{model}-{arm}-{repeat}.{name}" for name in ("trace_path", "result_path", "log_path")}
+        mode = "deterministic" if arm == "deterministic" else "default"
+        settings = DeterminismSettings(mode, backend="torch")
+        common = {"warmup": 2, "wall_steps": 4, "traced_steps": 4, "settling_steps": 1, "tracer": "torch"}
+        return WorkerSpec(
+            f"{model}-{arm}-{repeat}", "m:f", settings, **common, **paths, params={"model": model}, arm=arm
+        )
+
+    first = [spec("a", "deterministic", 0), spec("a", "default", 0)]
+    again = [spec("a", "default", 1), spec("a", "deterministic", 1)]
+    assert build_key(first) == build_key(again)
+    assert build_key(first) != build_key([spec("b", "deterministic", 0), spec("b", "default", 0)])
+    assert build_key(first) != build_key([replace(first[0], warmup=3), first[1]])
 
 
 def test_shared_repeats_need_a_process_that_runs_both_modes(capsys: pytest.CaptureFixture[str]) -> None:
