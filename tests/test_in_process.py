@@ -338,11 +338,15 @@ def test_a_sweep_whose_first_stage_settles_runs_the_repeats_steins_rule_asks_for
     monkeypatch.setenv("COLUMNS", "160")  # the table's rows whole, each on one line
     out = tmp_path / "settled"
     args = ["sweep", "--backend", "torch", "--models", "smallcnn", "--repeats", "3", *TINY, "--steps", "3"]
+    args += ["--shared-repeats"]  # the first stage in one process; each repeat Stein's rule adds in one of its own
     done = _cli([*args, "--precision", "90%", "--budget", "90s", "--no-report", "--out", str(out)])
     assert done.returncode == 0, done.stderr[-2000:]
-    logs = _log_ratios(ResultsStore(out, "sweep").records(), "default", "deterministic")
+    records = list(ResultsStore(out, "sweep").records())
+    logs = _log_ratios(records, "default", "deterministic")
     spread = _t(3) * statistics.stdev(logs[:3])
     assert len(logs) == max(3, math.ceil((spread / math.log(1.9)) ** 2)), logs
+    reused = {r["repeat"]: r["steps_reused"] for r in records}
+    assert reused == {repeat: 0 < repeat < 3 for repeat in range(len(logs))}
     mean, half = statistics.mean(logs), spread / math.sqrt(len(logs))
     expected = (math.exp(mean), math.exp(mean - half), math.exp(mean + half))
     assert _printed_kernel_interval(done.stdout, "smallcnn") == pytest.approx(expected, abs=5e-4), (done.stdout, logs)
