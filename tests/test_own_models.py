@@ -311,7 +311,10 @@ def sweep(zoo: Path) -> Iterator[Path]:
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(zoo)
         code = main(
-            ["sweep", "--models", models, "--data", "npz:batch.npz", "--repeats", "2", *SWEEP, "--out", str(out)]
+            [
+                *("sweep", "--models", models, "--data", "npz:batch.npz", "--repeats", "2", *SWEEP),
+                *("--shared-repeats", "--out", str(out)),  # each model built once for both repeats
+            ]
         )
     assert code == 0
     yield out
