@@ -201,3 +201,36 @@ def test_an_interrupted_step_is_left_out_of_every_layer_as_it_is_of_the_run() ->
     assert run_parts(*counted_steps(frame, record), layer_names=["conv1"]).layers == {"conv1": 1_050_000.0}
     whole = counted_steps(frame.drop(columns="step"), record)
     assert run_parts(*whole, layer_names=["conv1"]).layers == {"conv1": 3_700_000.0}
+
+
+def test_a_gradient_accumulated_into_its_variable_goes_to_the_layer_that_owns_the_variable(tmp_path: Path) -> None:
+    """PyTorch's ``AccumulateGrad`` nodes have no forward op to follow into a layer range; each of a linear layer's
+    two variables (weight, bias) is accumulated once per step, in that layer's row, never unattributed."""
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    from detprof.traces.attribution import layer_range_name
+
+    torch.manual_seed(0)
+    layers = {"dense1": torch.nn.Linear(8, 16), "dense2": torch.nn.Linear(16, 4)}
+    x, y = torch.randn(32, 8), torch.randint(0, 4, (32,))
+    steps = 3
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for i in range(steps):
+            with record_function(f"step {i}"):
+                for layer in layers.values():
+                    layer.zero_grad()
+                hidden = x
+                for name, layer in layers.items():
+                    with record_function(layer_range_name(name)):
+                        hidden = layer(hidden)
+                torch.nn.functional.cross_entropy(hidden, y).backward()
+    path = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(path))
+
+    kernels = load_trace(path).kernels
+    node = "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"
+    nodes = kernels[kernels["name"].astype(str) == node]
+    assert nodes["scope"].astype(object).value_counts().to_dict() == {"dense1": 2 * steps, "dense2": 2 * steps}
+    accumulating = kernels["op_type"].astype(str) == "torch::autograd::AccumulateGrad"
+    assert accumulating.sum() > len(nodes) and kernels.loc[accumulating, "scope"].notna().all()

@@ -706,7 +706,8 @@ class _LayerRanges:
 
     def scopes(self, ops: Sequence[_Event], start: np.ndarray, outermost: np.ndarray) -> list[str | None]:
         """Each op's layer path: the layer ranges around it, or, for the ops of a backward node (which runs
-        after every layer call has ended), those around the forward op of the same autograd sequence number."""
+        after every layer call has ended), those around the forward op of the same autograd sequence number;
+        a gradient's accumulation into its variable goes with the node that computed it (``_accumulated``)."""
         around = self.holding(ops, start)
         forward: dict[int, str] = {}
         for op, path in zip(ops, around, strict=True):
@@ -714,9 +715,37 @@ class _LayerRanges:
             if path is not None and sequence is not None:
                 forward.setdefault(sequence, path)
         backward = [(ops[i].args or _NO_ARGS).sequence for i in outermost.tolist()]
-        return [
+        found = [
             path or (forward.get(seq) if seq is not None else None) for path, seq in zip(around, backward, strict=True)
         ]
+        return _accumulated(ops, start, outermost, found)
+
+
+_ACCUMULATE_GRAD = "torch::autograd::AccumulateGrad"
+
+
+def _accumulated(
+    ops: Sequence[_Event], start: np.ndarray, outermost: np.ndarray, found: list[str | None]
+) -> list[str | None]:
+    """``found`` with each op of an ``AccumulateGrad`` node placed in the layer of the node run just before it on
+    its thread. The node has no forward op (no sequence number), but autograd's engine runs it the moment its
+    variable's gradient is computed (it ranks first in the ready queue), right after the backward node of the
+    layer that owns the variable: on a small model its time would otherwise leave several percent of the step
+    unattributed."""
+    top = outermost.astype(np.int64)
+    accumulates = np.array([op.name.endswith(_ACCUMULATE_GRAD) for op in ops], dtype=bool)[top]
+    if not accumulates.any():
+        return found
+    (thread,) = _threads(ops)
+    order = np.lexsort((start, thread))
+    other_node = (top == np.arange(len(ops)))[order] & ~accumulates[order]
+    last = np.maximum.accumulate(np.where(other_node, np.arange(len(order)), -1))
+    placed = list(found)
+    for position in np.flatnonzero(accumulates[order] & (last >= 0)).tolist():
+        op, node = int(order[position]), int(order[last[position]])
+        if found[op] is None and thread[node] == thread[op]:
+            placed[op] = found[node]
+    return placed
 
 
 def _cpu_table(source: str, trace: _Trace, events: _Events) -> KernelTable:
