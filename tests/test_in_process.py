@@ -16,7 +16,7 @@ import re
 import statistics
 import sys
 import textwrap
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ from scipy import stats
 from detprof.backends.base import step_range_name
 from detprof.cli import main
 from detprof.determinism import DeterminismSettings
-from detprof.profiler.measured_runs import PlannedRun, Workload, mode_pairs, shared_sessions
+from detprof.profiler.measured_runs import PlannedRun, Workload, in_process_sessions, mode_pairs
 from detprof.profiler.worker import build_key
 from detprof.profiler.worker_spec import MIN_SIZED_STEPS, WorkerSpec, sized_steps, typical_step_ns
 from detprof.store import ResultsStore
@@ -184,10 +184,11 @@ def test_shared_repeats_build_and_compile_each_model_once_for_all_its_repeats(
     assert ResultsStore(out, "sweep").manifest()["config"]["shared_repeats"] is True
 
 
-def test_shared_repeats_run_each_models_repeats_in_turn_and_rebuild_only_for_another_model() -> None:
-    """One session per setting of the arms, every repeat of a model after the other, whatever order the plan has
-    them in; and a pair's build is the same for every repeat of its model whichever arm steps first, and another for
-    any other model or setting."""
+def test_a_process_runs_the_pairs_it_starts_alike_for_and_shared_repeats_each_models_repeats_in_turn() -> None:
+    """A worker runs the pairs of a repeat whose process starts with the same knobs, whatever else their arms set
+    (a knob study's comparisons, as a sweep's models); with shared repeats, every repeat of a model (of a model's
+    arm settings) after the other, whatever order the plan has them in; and a pair's build is the same for every
+    repeat of its model whichever arm steps first, and another for any other model or setting."""
 
     def run(model: str, mode: str, repeat: int, knobs: tuple[str, ...] | None = None) -> PlannedRun:
         return PlannedRun(
@@ -196,11 +197,31 @@ def test_shared_repeats_run_each_models_repeats_in_turn_and_rebuild_only_for_ano
 
     plan = [run(model, mode, r) for r in range(3) for model in ("a", "b") for mode in ("deterministic", "default")]
     plan += [run("a", mode, r, ("x",)) for r in range(2) for mode in ("deterministic", "default")]
-    sessions = shared_sessions(mode_pairs(plan))
-    assert [[(pair[0].label, pair[0].repeat) for pair in session] for session in sessions] == [
-        [("a", 0), ("a", 1), ("a", 2), ("b", 0), ("b", 1), ("b", 2)],
-        [("a", 0), ("a", 1)],
+    pairs = mode_pairs(plan)
+
+    def sessions(starts_with: Callable[[Any], frozenset[str]], shared: bool) -> list[list[tuple[str, int, bool]]]:
+        grouped = in_process_sessions(pairs, starts_with, shared_repeats=shared)
+        return [[(p[0].label, p[0].repeat, p[0].knobs is not None) for p in session] for session in grouped]
+
+    alike, apart = (lambda pair: frozenset()), (lambda pair: frozenset({"x"} & set(pair[0].knobs or ())))
+    a, b, x = ("a", "b", "a")
+    assert sessions(alike, shared=False) == [
+        [(a, 0, False), (b, 0, False), (x, 0, True)],
+        [(a, 1, False), (b, 1, False), (x, 1, True)],
+        [(a, 2, False), (b, 2, False)],
     ]
+    assert sessions(apart, shared=False) == [
+        [(a, 0, False), (b, 0, False)],
+        [(a, 1, False), (b, 1, False)],
+        [(a, 2, False), (b, 2, False)],
+        [(x, 0, True)],
+        [(x, 1, True)],
+    ]
+    each_a, each_b, each_x = (
+        [(m, r, knobs) for r in range(n)] for m, n, knobs in ((a, 3, False), (b, 3, False), (x, 2, True))
+    )
+    assert sessions(alike, shared=True) == [each_a + each_b + each_x]
+    assert sessions(apart, shared=True) == [each_a + each_b, each_x]
 
     def spec(model: str, arm: str, repeat: int) -> WorkerSpec:
         paths = {name: f"{model}-{arm}-{repeat}.{name}" for name in ("trace_path", "result_path", "log_path")}

@@ -24,6 +24,7 @@ import pytest
 
 from detprof import backends
 from detprof.analysis.knobs import knob_checks, model_knobs, read_knob_study, within_noise
+from detprof.analysis.verification import compare
 from detprof.backends.base import NO_ATTENTION
 from detprof.cli import main
 from detprof.errors import ExitCode, UsageError
@@ -197,10 +198,14 @@ def test_the_dry_run_shows_every_arm_with_its_knobs_and_the_checks(capsys: pytes
     out = capsys.readouterr().out
     assert out.startswith("detprof knobs --dry-run: the plan, in order; nothing runs and nothing is written")
     assert "in-process: one worker per repeat runs both modes" in out
+    assert out.count("one worker on core 0, both arms of each pair: ") == 1
     assert f"default (no knob) + deterministic ({ALGORITHMS}) in turn" in out
     assert f"Comparisons (arm b against arm a): total, add:{ALGORITHMS}, drop:{ALGORITHMS}, drop:{FILL}" in out
     assert "Not run: torch.cudnn_deterministic: cuDNN and cuBLAS run only on a CUDA GPU" in out
-    assert f"without {ALGORITHMS}, {FILL}, into /nonexistent/out/knobs/knob_checks." in out
+    assert (
+        f"without {ALGORITHMS}, {FILL}, into /nonexistent/out/knobs/knob_checks (each replica's runs in one process)."
+        in out
+    )
     assert not Path("/nonexistent/out").exists()
 
 
@@ -307,6 +312,25 @@ def test_the_needed_verdict_on_a_layer_that_races_without_deterministic_algorith
     assert by_knob[ALGORITHMS]["needed"] is True and by_knob[FILL]["needed"] is False
     assert set(by_knob[ALGORITHMS]["add_one"]) >= {"ratio", "lo", "hi"} and by_knob[FILL]["add_one"] is None
     assert by_knob["torch.cudnn_deterministic"]["applies"] is False
+    # One process measured every comparison (the first pair's records carry its start), and each replica's checks
+    # ran in one process too, each arm under its own switches: without the fill (the racing writes sorted again
+    # after the arm without deterministic algorithms ran) the runs are those of full determinism, bit for bit.
+    assert sorted(r["run_id"] for r in records if "start" in r["time_parts"]) == [
+        "racing--total--a--r0",
+        "racing--total--b--r0",
+    ]
+    checks = ResultsStore(tmp_path / "out" / "knobs", "knob_checks")
+    logs = {(r["replica"], r["log"]) for r in checks.records()}
+    assert logs == {(replica, f"logs/racing--deterministic--{replica}+more.log") for replica in "ab"}
+    assert "verified bitwise (each replica's runs in one process)" in " ".join((out.out + out.err).split())
+    for record in checks.records():
+        assert record["settings"]["knobs"][ALGORITHMS] is (record.get("without") != ALGORITHMS), record["run_id"]
+        assert record["settings"]["knobs"][FILL] is (record.get("without") is None), record["run_id"]
+    full, without_fill = (
+        RunFingerprints.load(checks.dir / "fingerprints" / f"racing--{arm}--a")
+        for arm in ("deterministic", f"without-{FILL}")
+    )
+    assert compare("deterministic", full, without_fill).identical
 
 
 @pytest.mark.slow

@@ -177,6 +177,11 @@ class Backend:
     switched_after_import: ClassVar[bool] = False
     """Whether a program's deterministic mode needs ``switch_on`` once it imports the framework (no
     environment variable switches it: ``backends.program``)."""
+    knobs_switch_between_runs: ClassVar[bool] = False
+    """Whether ``arm_switch`` puts a process under another arm's knobs for the next model it trains, as it does
+    for the next step (PyTorch reads its switches at every op, TensorFlow when it traces a function and when a
+    kernel runs): a replica then trains a knob study's checks of every arm in one process (``verify.run``).
+    JAX takes its knobs as compile options of an arm's own step and as flags it reads when it starts."""
 
     def installed(self) -> bool:
         """Whether the framework is installed, found without importing it."""

@@ -48,6 +48,7 @@ class TensorFlow(Backend):
     trace_suffix = ".tfprof"
     unused_at_import = ("jax", "torch")
     """TensorFlow's import loads JAX (for TFLite's converter) whenever JAX is installed."""
+    knobs_switch_between_runs = True
     version_keys = ("tensorflow",)
     cuda_build = "install TensorFlow's CUDA build: pip install 'tensorflow[and-cuda]'"
     switch_words = "tf.config.experimental.enable_op_determinism()"

@@ -124,6 +124,7 @@ class Torch(Backend):
         "workspace, as PyTorch's reproducibility notes require."
     )
     switched_after_import = True
+    knobs_switch_between_runs = True
     knobs = KNOBS
     compiler = Compiler(
         "torch.compile", "compile", "compiles with --compile", "--compile is torch.compile, for --backend torch"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
 from detprof import backends
@@ -148,12 +149,15 @@ def _in_process_lines(
     launcher: WorkerLauncher, settings: RunSettings, runs: Sequence[PlannedRun], target: MeasurementTarget
 ) -> list[str]:
     lines = []
-    group = planned.shared_sessions if settings.shared_repeats else planned.lockstep_sessions
-    for n, session in enumerate(group(planned.mode_pairs(runs))):
+    starts_with = partial(settings.process_knobs, on_gpu=target.on_gpu)
+    pairs = planned.mode_pairs(runs)
+    sessions = planned.in_process_sessions(pairs, starts_with, shared_repeats=settings.shared_repeats)
+    for n, session in enumerate(sessions):
         core = "" if target.on_gpu else f" on core {planned.session_core(n)}"
         command = launcher.session_command([pair[0] for pair in session])
         which = "every repeat" if settings.shared_repeats else f"repeat {session[0][0].repeat}"
-        lines.append(f"  {which}: one worker{core}, both modes: {shlex.join(command)}")
+        sides = "both arms of each pair" if session[0][0].knobs is not None else "both modes"
+        lines.append(f"  {which}: one worker{core}, {sides}: {shlex.join(command)}")
         for pair in session:
             sides = " + ".join(_switched(run) for run in pair)
             lines.append(f"    {pair[0].run_id} + {pair[1].run_id}: {sides} in turn, {_measures(pair[0], settings)}")

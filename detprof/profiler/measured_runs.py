@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, Self, TypeVar
@@ -167,6 +167,11 @@ class RunSettings:
     def determinism(self, mode: Mode, knobs: tuple[str, ...] | None = None) -> DeterminismSettings:
         """What a run of ``mode`` switches (``determinism.apply``): its knobs, or (None) the mode's."""
         return DeterminismSettings(mode, self.seed, self.xla, self.backend, self.compile, knobs)
+
+    def process_knobs(self, pair: Sequence[PlannedRun], on_gpu: bool) -> frozenset[str]:
+        """What a process that runs ``pair``'s arms in turn starts with on the device (``Backend.process_knobs``)."""
+        arms = [self.determinism(run.mode, run.knobs).knob_set() for run in pair]
+        return backends.get(self.backend).process_knobs(arms, on_gpu)
 
 
 @dataclass(frozen=True)
@@ -400,20 +405,32 @@ def lockstep_sessions(pairs: Sequence[ModePair]) -> list[list[ModePair]]:
     return [list(group) for _key, group in itertools.groupby(pairs, key=session)]
 
 
-def shared_sessions(pairs: Sequence[ModePair]) -> list[list[ModePair]]:
-    """The pairs whose sides run under the same settings, every repeat of a model after the other
-    (``--shared-repeats``: one process measures them, each model built once)."""
-
-    def session(pair: ModePair) -> tuple[Any, ...]:
-        return tuple(sorted((run.mode, run.knobs or ()) for run in pair))
+def in_process_sessions(
+    pairs: Sequence[ModePair], starts_with: Callable[[ModePair], frozenset[str]], *, shared_repeats: bool = False
+) -> list[list[ModePair]]:
+    """The pairs that one worker measures in turn, each arm's step setting its own knobs (``Backend.arm_steps``):
+    those of a repeat whose process starts with the same knobs (``starts_with``: the knobs only a fresh process
+    takes, ``RunSettings.process_knobs``), whatever else their arms set, so that a knob study's comparisons share
+    a process as a sweep's models do. ``shared_repeats`` (``--shared-repeats``): every repeat, each model's (each
+    comparison's) repeats one after the other, so that a repeat re-runs the arms the one before it built."""
+    sessions: dict[tuple[Any, ...], list[ModePair]] = {}
+    for pair in pairs:
+        starts = tuple(sorted(starts_with(pair)))
+        sessions.setdefault(starts if shared_repeats else (pair[0].repeat, starts), []).append(pair)
+    if not shared_repeats:
+        return list(sessions.values())
 
     def unit(pair: ModePair) -> str:
-        return repr((pair[0].workload, sorted(arm_of(run) for run in pair), pair[0].fields.get("comparison")))
+        arms = sorted((arm_of(run), run.knobs or ()) for run in pair)
+        return repr((pair[0].workload, arms, pair[0].fields.get("comparison")))
 
-    groups: dict[tuple[Any, ...], dict[str, list[ModePair]]] = {}
-    for pair in pairs:
-        groups.setdefault(session(pair), {}).setdefault(unit(pair), []).append(pair)
-    return [[pair for repeats in units.values() for pair in repeats] for units in groups.values()]
+    def by_unit(session: list[ModePair]) -> list[ModePair]:
+        first: dict[str, int] = {}
+        for pair in session:
+            first.setdefault(unit(pair), len(first))
+        return sorted(session, key=lambda pair: first[unit(pair)])
+
+    return [by_unit(session) for session in sessions.values()]
 
 
 def session_core(index: int) -> int:

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from detprof import backends
 from detprof.errors import UsageError
 from detprof.profiler.lockstep import step_in_lockstep, wait_until_done
 from detprof.profiler.measured_runs import ModePair, PlannedRun
@@ -57,11 +56,8 @@ class Launch:
 
     def process_knobs(self, pair: Sequence[WorkerProcess]) -> frozenset[str]:
         """What a process that runs ``pair``'s arms starts with, on this study's device (``Backend.process_knobs``)."""
-        settings = self.records.settings
-        backend = backends.get(settings.backend)
         on_gpu = self.records.device.gpu is not None and not self.records.device.hide_gpus
-        arms = [settings.determinism(worker.run.mode, worker.run.knobs).knob_set() for worker in pair]
-        return backend.process_knobs(arms, on_gpu)
+        return self.records.settings.process_knobs([worker.run for worker in pair], on_gpu)
 
     def session_command(self, runs: Sequence[PlannedRun]) -> list[str]:
         """The command line of the worker that measures ``runs`` of one side of lockstep pairs."""

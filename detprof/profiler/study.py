@@ -14,6 +14,7 @@ import statistics
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -29,12 +30,12 @@ from detprof.profiler.measured_runs import (
     ModePair,
     PlannedRun,
     RunSettings,
+    in_process_sessions,
     lockstep_sessions,
     measured_parts,
     mode_pairs,
     runs_to_measure,
     session_core,
-    shared_sessions,
 )
 from detprof.profiler.program.run import ProgramLauncher
 from detprof.profiler.progress import RunProgress, progress_bar
@@ -104,7 +105,12 @@ def _measure_runs(
     base = progress.done_count
     if settings.pairing == "lockstep":
         return _run_pairs(
-            plan, store, progress, base, lambda pairs, n: launcher.run_pairs(pairs, cpu_core=session_core(n))
+            plan,
+            store,
+            progress,
+            base,
+            lambda pairs, n: launcher.run_pairs(pairs, cpu_core=session_core(n)),
+            lockstep_sessions,
         )
     if settings.pairing == "in_process":
         core = (lambda n: None) if target.on_gpu else session_core
@@ -112,15 +118,13 @@ def _measure_runs(
         def in_process(pairs: Sequence[ModePair], n: int) -> Iterator[MeasuredRun]:
             return launcher.run_in_process(pairs, cpu_core=core(n))
 
-        return _run_pairs(
-            plan,
-            store,
-            progress,
-            base,
-            in_process,
-            one_per_process=target.tracer.wraps_process,
-            shared_repeats=settings.shared_repeats,
-        )
+        def sessions(pairs: Sequence[ModePair]) -> list[list[ModePair]]:
+            if target.tracer.wraps_process:
+                return [[pair] for pair in pairs]
+            starts_with = partial(settings.process_knobs, on_gpu=target.on_gpu)
+            return in_process_sessions(pairs, starts_with, shared_repeats=settings.shared_repeats)
+
+        return _run_pairs(plan, store, progress, base, in_process, sessions)
     todo = [run for run in plan if not store.is_done(run.run_id)]
     records: list[MeasuredRun] = []
     for index, run in enumerate(todo, start=base + len(plan) - len(todo)):
@@ -137,17 +141,15 @@ def _run_pairs(
     progress: RunProgress,
     base: int,
     measure_session: Callable[[Sequence[ModePair], int], Iterator[MeasuredRun]],
-    *,
-    one_per_process: bool = False,
-    shared_repeats: bool = False,
+    sessions_of: Callable[[Sequence[ModePair]], list[list[ModePair]]],
 ) -> list[MeasuredRun]:
-    """Every pair not yet complete, a repeat at a time, each repeat's pairs by one session of workers.
+    """Every pair not yet complete, by sessions of workers (``sessions_of``): a repeat's pairs at a time.
 
-    A session is a pair of lockstep workers, or one worker that runs both arms of each pair
-    (``one_per_process``: a session per pair, for a tracer that wraps the process). The next
+    A session is a pair of lockstep workers (``lockstep_sessions``), or one worker that runs both arms of each
+    pair (``in_process_sessions``; a session per pair for a tracer that wraps the process). The next
     repeat starts fresh workers, so the worker process stays a random effect across repeats,
-    and the cores are taken in turn; ``shared_repeats``: one session measures every repeat of each
-    model in turn (``shared_sessions``). One session at a time: two pairs side by side on two cores
+    and the cores are taken in turn; with ``--shared-repeats`` one session measures every repeat of each
+    model in turn. One session at a time: two pairs side by side on two cores
     interfered through the shared caches and memory, which widened A/A intervals several times
     over. A pair that is half done (a crash between its two records) is measured again whole:
     its two halves must share the machine's state. When a session ends early (a worker died,
@@ -157,9 +159,7 @@ def _run_pairs(
     todo = [pair for pair in pairs if not all(store.is_done(run.run_id) for run in pair)]
     records: list[MeasuredRun] = []
     completed = base + 2 * (len(pairs) - len(todo))
-    sessions = shared_sessions(todo) if shared_repeats else lockstep_sessions(todo)
-    if one_per_process:
-        sessions = [[pair] for session in sessions for pair in session]
+    sessions = sessions_of(todo)
     for n, left in enumerate(sessions):
         while left:
             progress.on_start(" + ".join(run.label for run in left[0]), completed)

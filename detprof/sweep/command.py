@@ -31,7 +31,15 @@ from detprof.profiler.program.request import refuse_for_programs
 from detprof.profiler.sweep_request import SweepRequest
 from detprof.sweep.knobs import split_knobs
 from detprof.sweep.render import print_outcome
-from detprof.sweep.run import knob_check_steps, measure_knobs, measure_program, measure_sweep, study_stability
+from detprof.sweep.run import (
+    check_arms,
+    checks_in_processes,
+    knob_check_steps,
+    measure_knobs,
+    measure_program,
+    measure_sweep,
+    study_stability,
+)
 from detprof.sweep.sweep_runs import plan_runs
 
 ProgramOption = Annotated[
@@ -164,7 +172,8 @@ def print_knob_plan(request: SweepRequest, only: tuple[str, ...] | None) -> None
     lines += [f"Not run: {name}: {reason}" for name, reason in plan.not_applicable.items()]
     lines += [
         f"Then verified bitwise ({knob_check_steps(config)} steps, two runs each): full determinism, and without "
-        f"{', '.join(plan.dropped()) or 'no knob'}, into {out / 'knobs' / 'knob_checks'}."
+        f"{', '.join(plan.dropped()) or 'no knob'}, into {out / 'knobs' / 'knob_checks'} "
+        f"{checks_in_processes(check_arms(plan), config, target)}."
     ]
     typer.echo("\n".join(lines))
 

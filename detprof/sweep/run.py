@@ -30,6 +30,8 @@ from detprof.sweep.sweep_runs import plan_repeat, plan_runs
 if TYPE_CHECKING:
     from detprof.profiler.devices import DeviceChoice
     from detprof.profiler.program.request import ProgramRequest
+    from detprof.sweep.knobs import KnobDesign
+    from detprof.verify.run import VerifyArm
 
 
 @dataclass(frozen=True)
@@ -76,7 +78,7 @@ def measure_knobs(request: SweepRequest, only: tuple[str, ...] | None, *, consol
     bitwise into the study's ``knob_checks``."""
     from detprof import backends
     from detprof.sweep.knobs import knob_design, knob_settings, knobs_manifest, plan_knob_runs
-    from detprof.verify.run import VerifyArm, manifest, run_arms
+    from detprof.verify.run import manifest, run_arms
 
     config, target = request.resolve()
     plan = knob_design(backends.get(target.backend), target.on_gpu, only, config.models)
@@ -95,14 +97,31 @@ def measure_knobs(request: SweepRequest, only: tuple[str, ...] | None, *, consol
         store = measure(study, what=what, console=console)
         checks, steps = ResultsStore(store.dir, "knob_checks"), knob_check_steps(config)
         checks.open(manifest(config, target, steps, False) | {"without": plan.dropped()}, command_line(), resume=True)
-        arms = [VerifyArm("deterministic", "deterministic")]
-        arms += [
-            VerifyArm(f"without-{knob}", "deterministic", tuple(sorted(plan.full - {knob})), knob)
-            for knob in plan.dropped()
-        ]
-        console.print(f"detprof knobs: full determinism and {len(arms) - 1} arm(s) without one knob, verified bitwise")
+        arms = check_arms(plan)
+        console.print(
+            f"detprof knobs: full determinism and {len(arms) - 1} arm(s) without one knob, verified bitwise "
+            f"{checks_in_processes(arms, config, target)}"
+        )
         run_arms(checks, config, target, arms, steps, False, console=console)
     return _outcome(out, "knobs", store, config, target, request.options)
+
+
+def check_arms(plan: KnobDesign) -> list[VerifyArm]:
+    """What a knob study verifies bitwise: full determinism, and full determinism without each knob it drops."""
+    from detprof.verify.run import VerifyArm
+
+    without = [(knob, tuple(sorted(plan.full - {knob}))) for knob in plan.dropped()]
+    return [VerifyArm("deterministic", "deterministic")] + [
+        VerifyArm(f"without-{knob}", "deterministic", knobs, knob) for knob, knobs in without
+    ]
+
+
+def checks_in_processes(arms: list[VerifyArm], config: SweepConfig, target: MeasurementTarget) -> str:
+    """How many processes each replica of the checks takes (``verify.run.arm_groups``), as the console says it."""
+    from detprof.verify.run import arm_groups
+
+    groups = len(arm_groups(arms, config, target))
+    return "(each replica's runs in one process)" if groups == 1 else f"(each replica's runs in {groups} processes)"
 
 
 def knob_check_steps(config: SweepConfig) -> int:

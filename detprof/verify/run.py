@@ -127,40 +127,66 @@ def run_arms(
     console: Console,
 ) -> None:
     """Each model's two runs of each arm not already recorded in ``store`` (opened by the caller): each replica of
-    an arm one process for every model (``workload.fingerprint_runs``), its two replicas side by side on a CPU."""
+    an arm (of a group of arms: ``arm_groups``) one process for every model (``workload.fingerprint_runs``), its two
+    replicas side by side on a CPU."""
     plans = config.model_plans()
     environment = WorkerEnvironment(target.device)
     side_by_side = 1 if target.on_gpu else len(REPLICAS)
-    with progress_bar(console, store.kind, 2 * len(plans) * len(arms), store.dir) as progress:
-        for index, arm in enumerate(arms):
+    total, done = 2 * len(plans) * len(arms), 0
+    with progress_bar(console, store.kind, total, store.dir) as progress:
+        for group in arm_groups(arms, config, target):
+            units = [(arm, plan.label) for arm in group for plan in plans]
             left = [
-                (plan, replica)
-                for replica in REPLICAS
-                for plan in plans
-                if not store.is_done(run_id(plan.label, arm.name, replica))
+                (unit, replica) for replica in REPLICAS for unit in units if not store.is_done(_run_id(unit, replica))
             ]
-            progress.on_start(
-                f"{arm.name} ({len(plans)} model{'s' * (len(plans) != 1)})", 2 * len(plans) * (index + 1) - len(left)
-            )
-            knobs = None if arm.knobs is None else list(arm.knobs)
+            done += 2 * len(units)
+            models = f"{len(plans)} model{'s' * (len(plans) != 1)}"
+            progress.on_start(f"{' + '.join(arm.name for arm in group)} ({models})", done - len(left))
             asks = {
-                plan.label: VerifyAsk(
+                (arm.name, plan.label): VerifyAsk(
                     plan.workload_spec(config.batch_size),
                     arm.mode,
                     target.backend,
                     config.seed,
                     steps,
                     gradients,
-                    knobs,
+                    None if arm.knobs is None else list(arm.knobs),
                 )
+                for arm in group
                 for plan in plans
             }
-            replica = partial(_replica, store, environment, arm, asks=asks, timeout_s=config.run_timeout_s)
-            todo = [[plan.label for plan, r in left if r == name] for name in REPLICAS]
+            replica = partial(_replica, store, environment, asks=asks, timeout_s=config.run_timeout_s)
+            todo = [[unit for unit, r in left if r == name] for name in REPLICAS]
             with ThreadPoolExecutor(side_by_side) as pool:
                 for records in pool.map(replica, REPLICAS, todo):
                     for record in records:
                         progress.on_done(record)
+
+
+def arm_groups(arms: list[VerifyArm], config: SweepConfig, target: MeasurementTarget) -> list[list[VerifyArm]]:
+    """The arms whose runs one process per replica trains in turn, each model's run starting from the seeds of a
+    fresh process: a knob study's checks (arms of one mode) that set alike the knobs a process takes only when it
+    starts (``Backend.process_knobs``), where its backend puts a process under another arm's knobs between models
+    (``Backend.knobs_switch_between_runs``) and nothing else keeps them apart (``Backend.shared_process_refusal``);
+    on a GPU only where the study pairs its measured arms in one process too (``--pairing in-process``, as
+    ``gpu-study`` asks for it where its pairing check agreed). Otherwise, and for ``verify``'s two modes (each
+    answers for a process started in it), an arm a process of its own."""
+    from detprof import backends
+
+    backend = backends.get(target.backend)
+    trusted = not target.on_gpu or config.pairing == "in_process"
+    if len({arm.mode for arm in arms}) > 1 or not backend.knobs_switch_between_runs or not trusted:
+        return [[arm] for arm in arms]
+    knobs = {arm.name: target.applying(config.determinism(arm.mode, arm.knobs).knob_set()) for arm in arms}
+    alike: dict[frozenset[str], list[VerifyArm]] = {}
+    for arm in arms:
+        alike.setdefault(backend.process_knobs([knobs[arm.name]], target.on_gpu), []).append(arm)
+    groups: list[list[VerifyArm]] = []
+    for group in alike.values():
+        sets = [knobs[arm.name] for arm in group]
+        apart = backend.shared_process_refusal(sets, compile=config.compile, on_gpu=target.on_gpu) is not None
+        groups += [[arm] for arm in group] if apart else [group]
+    return groups
 
 
 def run_id(model: str, mode: str, replica: str) -> str:
@@ -168,22 +194,26 @@ def run_id(model: str, mode: str, replica: str) -> str:
     return f"{model}--{mode}--{replica}"
 
 
+def _run_id(unit: tuple[VerifyArm, str], replica: str) -> str:
+    arm, model = unit
+    return run_id(model, arm.name, replica)
+
+
 def _replica(
     store: ResultsStore,
     environment: WorkerEnvironment,
-    arm: VerifyArm,
     replica: str,
-    models: list[str],
+    units: list[tuple[VerifyArm, str]],
     *,
-    asks: dict[str, VerifyAsk],
+    asks: dict[tuple[str, str], VerifyAsk],
     timeout_s: float | None,
 ) -> list[VerifyRun]:
-    """One replica's runs of ``models`` in a fresh worker, ended after ``timeout_s`` (``--run-timeout``) per model;
-    a record for each, written whatever happened: where the worker ended early, the model it was on failed with
-    why, and a fresh worker takes the models after it."""
+    """One replica's runs of ``units`` (an arm and a model each) in a fresh worker, ended after ``timeout_s``
+    (``--run-timeout``) per run; a record for each, written whatever happened: where the worker ended early, the
+    run it was on failed with why, and a fresh worker takes the runs after it."""
     records: list[VerifyRun] = []
-    while models:
-        these = [run_id(model, arm.name, replica) for model in models]
+    while units:
+        these = [_run_id(unit, replica) for unit in units]
         log = store.dir / "logs" / f"{these[0]}{'+more' if len(these) > 1 else ''}.log"
         answers = store.dir / "work" / f"{these[0]}.answers"
         shutil.rmtree(answers, ignore_errors=True)
@@ -191,7 +221,7 @@ def _replica(
         log.parent.mkdir(parents=True, exist_ok=True)
         started, t0 = utc_now(), time.monotonic()
         request = {
-            "asks": [asdict(asks[model]) for model in models],
+            "asks": [asdict(asks[(arm.name, model)]) for arm, model in units],
             "outs": [str(store.dir / "fingerprints" / this) for this in these],
             "answers": str(answers),
         }
@@ -200,16 +230,17 @@ def _replica(
             call_in_worker(
                 WORKLOAD,
                 request,
-                f"verifying {', '.join(models)}",
+                f"verifying {', '.join(sorted({model for _, model in units}))}",
                 environment=environment,
                 log=log,
-                timeout_s=None if timeout_s is None else timeout_s * len(models),
+                timeout_s=None if timeout_s is None else timeout_s * len(units),
             )
         except CallTimedOut:
             ended = timeout_reason(timeout_s)
         except DetprofError as exc:
             ended = str(exc)
-        for index, model in enumerate(models):
+        finished: set[str] = set()
+        for index, (arm, model) in enumerate(units):
             path = answers / f"{index}.json"
             if path.is_file():
                 answer = dict(json.loads(path.read_text()))
@@ -218,11 +249,12 @@ def _replica(
                 answer["duration_s"] = round(time.monotonic() - t0, 3)
             else:
                 break
-            records.append(_record(store, arm, model, replica, asks[model], answer, environment, log))
+            record = _record(store, arm, model, replica, asks[(arm.name, model)], answer, environment, log)
+            records.append(record)
+            finished.add(these[index])
             if not path.is_file():
                 break
-        done = {record["model"] for record in records}
-        models = [model for model in models if model not in done]
+        units = [unit for unit, this in zip(units, these, strict=True) if this not in finished]
         shutil.rmtree(answers, ignore_errors=True)
     return records
 

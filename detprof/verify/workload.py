@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import detprof.backends as backends
-from detprof.determinism import DeterminismSettings, apply, reseed, software_versions
+from detprof.determinism import DeterminismSettings, apply, effective_settings, reseed, software_versions
 from detprof.device_time import PartClock
 from detprof.errors import first_line
 from detprof.findings import finding_of, refuses_determinism
@@ -52,33 +52,43 @@ class VerifyAsk:
 
 
 def fingerprint_runs(asks: list[dict[str, Any]], outs: list[str], answers: str) -> int:
-    """``worker_call.call_in_worker``'s entry: the runs ``asks`` (``VerifyAsk``s of one mode and knobs: one replica's
-    runs of several models) one after the other in this process, each one's fingerprints written to its ``outs``
-    and its answer to ``answers/<index>.json`` as soon as it ends, so that a process that dies keeps what it
-    finished. Each model starts from the seeds a process of its own starts from (``determinism.reseed``), so its
-    runs are those a process per model would make, for a process's start less. Returns how many ran."""
+    """``worker_call.call_in_worker``'s entry: the runs ``asks`` (``VerifyAsk``s of one mode: one replica's runs of
+    several models, of several knob sets where ``verify.run.arm_groups`` grouped a knob study's checks) one after
+    the other in this process, each one's fingerprints written to its ``outs`` and its answer to
+    ``answers/<index>.json`` as soon as it ends, so that a process that dies keeps what it finished. Each run starts
+    from the seeds a process of its own starts from (``determinism.reseed``), under its own knobs
+    (``Backend.arm_switch``, its record's settings read back then), so its runs are those a process per run would
+    make, for a process's start less. Returns how many ran."""
     from detprof.device_time import running_clock
 
     clock = running_clock()
-    first = VerifyAsk(**asks[0])
-    knobs = None if first.knobs is None else tuple(first.knobs)
-    settings = DeterminismSettings(first.mode, first.seed, backend=first.backend, knobs=knobs)  # type: ignore[arg-type]
+    settings = _settings(VerifyAsk(**asks[0]))
     common: dict[str, Any] = {"settings": apply(settings)}
     clock.lap("start")
-    backend = backends.get(first.backend)
+    backend = backends.get(settings.backend)
     backend.init_device()
     clock.lap("device")
-    common |= {"versions": software_versions(first.backend), "device_name": backend.device_name()}
+    common |= {"versions": software_versions(settings.backend), "device_name": backend.device_name()}
     common |= backend.compile_in_this_process()
     for index, (ask, out) in enumerate(zip(asks, outs, strict=True)):
         started = utc_now()
+        run = VerifyAsk(**ask)
+        if _settings(run) != settings:
+            settings = _settings(run)
+            backend.arm_switch(settings.knob_set())()
+            common["settings"] = effective_settings(settings)
         if index:
             reseed(settings)
         clock.lap("other")
-        answer = common | _fingerprinted(VerifyAsk(**ask), settings, Path(out), clock)
+        answer = common | _fingerprinted(run, settings, Path(out), clock)
         answer |= {"started_at": started, "finished_at": utc_now(), "time_parts": clock.take()}
         atomic_write_json(Path(answers) / f"{index}.json", answer)
     return len(asks)
+
+
+def _settings(run: VerifyAsk) -> DeterminismSettings:
+    knobs = None if run.knobs is None else tuple(run.knobs)
+    return DeterminismSettings(run.mode, run.seed, backend=run.backend, knobs=knobs)  # type: ignore[arg-type]
 
 
 def _fingerprinted(run: VerifyAsk, settings: DeterminismSettings, out: Path, clock: PartClock) -> dict[str, Any]:
