@@ -43,6 +43,16 @@ os.environ[locks.LOCK_DIR_ENV] = tempfile.mkdtemp(prefix="detprof-locks-")
 measuring on this machine, module fixtures included; each test then gets a folder of its own (below)."""
 
 
+SUITE_XLA_FLAGS = "--xla_backend_optimization_level=0"
+"""XLA's CPU code built without LLVM's optimisations, in every process the suite starts: compiling is most of what
+a JAX process spends here (a small CNN's process 14 s of CPU time with LLVM's -O2, 7-8 s without), and the tests
+run a few steps of each model. Nothing the tests read changes with it: the HLO passes (fusion, hence kernel names
+and their op metadata), what XLA parses of the GPU flags and every bitwise comparison are the same; only the CPU
+code runs slower (a step of the small CNN 20 -> 35 ms). detprof keeps it as a user's own flag, beside its knobs."""
+if SUITE_XLA_FLAGS not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {SUITE_XLA_FLAGS}".strip()
+
+
 JAX_CACHE_SETTINGS = {
     "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
     "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",

@@ -23,6 +23,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from conftest import SUITE_XLA_FLAGS
 from scipy import stats
 
 from detprof.backends.base import step_range_name
@@ -157,8 +158,10 @@ def test_jax_compiles_its_step_once_per_mode(tmp_path: Path, monkeypatch: pytest
     det, default = records["smallcnn--deterministic--r0"], records["smallcnn--default--r0"]
     assert det["settings"]["compiler_options"] == {"xla_gpu_deterministic_ops": True}
     assert default["settings"]["compiler_options"] == {}
-    # Traced with XLA_FLAGS as its own process would have it, for Python code that reads it.
-    assert det["settings"]["xla_flags"] == "--xla_gpu_deterministic_ops=true" and default["settings"]["xla_flags"] == ""
+    # Traced with XLA_FLAGS as its own process would have it, for Python code that reads it: the suite's own flag
+    # (conftest) kept as a user's, the deterministic arm's added.
+    assert det["settings"]["xla_flags"] == f"{SUITE_XLA_FLAGS} --xla_gpu_deterministic_ops=true"
+    assert default["settings"]["xla_flags"] == SUITE_XLA_FLAGS
 
 
 @pytest.mark.slow
