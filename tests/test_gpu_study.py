@@ -75,7 +75,7 @@ def test_the_dry_run_for_an_h100_puts_what_only_a_gpu_answers_in_its_first_windo
     assert names[: len(first_window)] == first_window  # the value first: nothing else comes before them
     later = names[len(first_window) :]
     assert later[:4] == ["jax-overhead-first", "torch-overhead-first", "jax-overhead-rest", "torch-overhead-rest"]
-    assert {"jax-knobs", "torch-knobs", "jax-stability-gpt_tiny", "torch-verify-1"} <= set(later)
+    assert {"jax-knobs", "torch-knobs-1", "jax-stability-gpt_tiny", "torch-verify-1"} <= set(later)
     # The pairing check: the same sweep with both modes in one process and with a process per mode.
     for route in ("in-process", "processes"):
         assert "--models mediumcnn_k5,gpt_small " in lines[f"jax-pairing-{route}"]
@@ -128,7 +128,7 @@ def test_a_part_longer_than_any_window_is_split_so_that_each_window_ends_with_fi
         for part in build_plan(SCALES["gpu"], ["torch"], 600.0, measured_costs("h100"), on_gpu=True, known=known).parts
         if part.kind == "knobs" and not part.first_window
     ]
-    assert [part.name for part in knobs] == ["torch-knobs-1", "torch-knobs-2"]
+    assert [part.name for part in knobs] == ["torch-knobs-1", "torch-knobs-2", "torch-knobs-3"]
     assert all(part.estimate_s <= plan.window_s and part.models == ("gpt_small",) for part in knobs)
     priced = [knob for part in knobs for knob in (part.knobs or "").split(",")]
     assert priced == [knob.name for knob in backends.get("torch").knobs]  # every switch can matter on a GPU
@@ -186,11 +186,30 @@ def test_later_parts_pair_the_modes_as_the_pairing_check_found() -> None:
         SCALES["gpu"], ["torch"], 600.0, Costs(), on_gpu=True, known=Known(routes={"torch": "processes"})
     )
     for plan, route in ((agreed, "in-process"), (apart, "processes")):
-        later = [p for p in plan.parts if p.kind in ("overhead", "knobs") and not p.first_window]
+        later = [p for p in plan.parts if p.kind == "overhead" and not p.first_window]
         assert later and all(f"--pairing {route}" in " ".join(p.argv("f")) for p in later)
     # Their repeats share a process until the repeats check answers, and after it only where it agreed.
-    sharing = [p for p in agreed.parts if p.kind in ("overhead", "knobs") and not p.first_window]
+    sharing = [p for p in agreed.parts if p.kind == "overhead" and not p.first_window]
     assert all("--shared-repeats" in p.argv("f") for p in sharing)
+    # PyTorch's knob studies take a process per arm and repeat on a GPU whatever the checks found: the total's arms
+    # differ in cuBLAS's workspace, which a process takes when it starts (``sweep.knobs.knob_settings``).
+    for plan in (agreed, apart):
+        knobs = [" ".join(p.argv("f")) for p in plan.parts if p.kind == "knobs"]
+        assert knobs and all("--pairing processes" in k and "--shared-repeats" not in k for k in knobs)
+    # JAX's follow the check: where it agreed, one worker per repeat measures every comparison, a start saved each.
+    jax = {
+        route: next(
+            p
+            for p in build_plan(SCALES["gpu"], ["jax"], 600.0, Costs(), on_gpu=True, known=known).parts
+            if p.name == "jax-knobs-first"
+        )
+        for route, known in (
+            ("in_process", Known(routes={"jax": "in_process"}, shared={"jax": False})),
+            ("processes", Known(routes={"jax": "processes"})),
+        )
+    }
+    assert "--pairing in-process" in " ".join(jax["in_process"].argv("f"))
+    assert jax["in_process"].estimate_s < jax["processes"].estimate_s / 1.5 + 1
     known = Known(routes={"torch": "in_process"}, shared={"torch": False})
     disagreed = build_plan(SCALES["gpu"], ["torch"], 600.0, Costs(), on_gpu=True, known=known)
     assert not any("--shared-repeats" in p.argv("f") for p in disagreed.parts if p.kind != "pairing")

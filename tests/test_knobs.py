@@ -209,6 +209,20 @@ def test_the_dry_run_shows_every_arm_with_its_knobs_and_the_checks(capsys: pytes
     assert not Path("/nonexistent/out").exists()
 
 
+def test_a_knob_a_gpu_process_takes_at_its_start_keeps_every_arm_in_a_process_of_its_own(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """On a GPU the total's arms differ in cuBLAS's workspace, which a process takes when it starts: the study takes
+    a process per arm and per repeat, whatever pairing and repeat sharing were asked for (``gpu-study`` asks for
+    them where its checks agreed), and so does the plan of its checks."""
+    args = ["sweep", "--knobs", f"{ALGORITHMS},torch.cudnn_deterministic", "--backend", "torch", "--models", "smallcnn"]
+    args += ["--gpu", "h100", "--force", "--pairing", "in-process", "--shared-repeats", "--repeats", "2", "--dry-run"]
+    assert main([*args, "--out", "/nonexistent/out"]) == ExitCode.OK
+    out = capsys.readouterr().out
+    assert "pairing      sequential: one worker at a time, each with the device to itself" in out
+    assert "(each replica's runs in 3 processes)" in out
+
+
 @pytest.mark.parametrize(("steps", "checked"), [([], 20), (["--steps", "5"], 5), (["--steps", "150"], 20)])
 def test_the_checks_train_the_steps_the_arms_measured_up_to_verifys_default(
     steps: list[str], checked: int, capsys: pytest.CaptureFixture[str]

@@ -22,10 +22,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from detprof import backends
 from detprof.gpu_study.costs import Costs, Estimate, Route, summed
+
+if TYPE_CHECKING:
+    from detprof.sweep.knobs import KnobDesign
 
 PartKind = Literal["pairing", "overhead", "knobs", "stability", "verify"]
 KINDS: tuple[PartKind, ...] = ("pairing", "overhead", "knobs", "stability", "verify")
@@ -403,18 +406,35 @@ class _Planner:
         design = knob_design(backends.get(backend), self.on_gpu, split_knobs(named), [model])
         extra = self.scale.knobs_first if first else ()
         shorter = _steps_share(self.scale.sweep, extra)
-        sharing = self._sharing(backend, self.routes[backend])
-        pairs = self.costs.repeats(backend, model, self.routes[backend], self.scale.repeats, shared=bool(sharing))
+        route = self._knob_route(backend, design)
+        sharing = self._sharing(backend, route)
+        pairs = self.costs.repeats(backend, model, route, self.scale.repeats, shared=bool(sharing))
         comparisons = len(design.comparisons)
         arms = Estimate(pairs.seconds * comparisons, pairs.steps_s * shorter * comparisons, pairs.source)
+        if route == "in_process":  # one worker per repeat (per study, sharing repeats) measures every comparison
+            processes = 1 if sharing else self.scale.repeats
+            saved = self.costs.worker_start(backend).seconds * processes * (comparisons - 1)
+            arms = Estimate(max(arms.seconds - saved, arms.steps_s), arms.steps_s, arms.source)
         run = summed([self.costs.verify_run(backend, model), self.costs.worker_start(backend)])
         checks = run.times(len(design.dropped()) * CHECK_RUNS)
         estimate = summed([arms, checks], COMMAND_START_S)
-        route = ROUTES[self.routes[backend]]
-        options = (*_with(self.scale.sweep, extra), "--repeats", str(self.scale.repeats), "--pairing", route)
+        options = (*_with(self.scale.sweep, extra), "--repeats", str(self.scale.repeats), "--pairing", ROUTES[route])
         options += sharing
         name = f"{backend}-knobs-first" if first else f"{backend}-knobs"
         return Part(name, "knobs", backend, (model,), options, estimate, first_window=first, knobs=named)
+
+    def _knob_route(self, backend: str, design: KnobDesign) -> Route:
+        """How the knob study pairs its arms: as the backend's sweeps do, unless a comparison's arms differ in a knob
+        that a process takes when it starts (PyTorch's cuBLAS workspace on a GPU), which takes a process per arm
+        for the whole study (``sweep.knobs.knob_settings``)."""
+        framework = backends.get(backend)
+
+        def applying(knobs: frozenset[str]) -> frozenset[str]:
+            return frozenset(k for k in knobs if framework.knob(k).applies(self.on_gpu) is None)
+
+        arms = [[applying(c.reference), applying(c.treated)] for c in design.comparisons]
+        refused = any(framework.shared_process_refusal(pair, compile=False, on_gpu=self.on_gpu) for pair in arms)
+        return "processes" if refused else self.routes[backend]
 
     def stability(self, backend: str, model: str, options: tuple[str, ...], *, first: bool) -> Part:
         runs = int(options[options.index("--runs") + 1])

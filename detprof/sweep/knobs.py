@@ -118,12 +118,14 @@ def split_knobs(knobs: str | None) -> tuple[str, ...] | None:
 def knob_settings(config: SweepConfig, target: MeasurementTarget, plan: KnobDesign) -> SweepConfig:
     """The sweep's settings as a knob study measures them: the repeats asked for (no precision, so that every
     comparison has as many), in one process per repeat only where every comparison's arms can share one (a knob
-    set once per process, such as cuBLAS's workspace, needs a process per arm)."""
+    set once per process, such as cuBLAS's workspace, needs a process per arm, and then a process per repeat too:
+    ``--shared-repeats`` does not apply)."""
     backend = get(config.backend)
     arms = [[target.applying(c.reference), target.applying(c.treated)] for c in plan.comparisons]
     apart = any(backend.shared_process_refusal(pair, compile=config.compile, on_gpu=target.on_gpu) for pair in arms)
     pairing = target.pairing if apart else config.pairing
-    return replace(config, precision=None, budget_s=None, pairing=pairing)
+    shared = config.shared_repeats and pairing == "in_process"
+    return replace(config, precision=None, budget_s=None, pairing=pairing, shared_repeats=shared)
 
 
 def plan_knob_runs(config: SweepConfig, plan: KnobDesign) -> list[PlannedRun]:
