@@ -427,14 +427,9 @@ class _Planner:
         """How the knob study pairs its arms: as the backend's sweeps do, unless a comparison's arms differ in a knob
         that a process takes when it starts (PyTorch's cuBLAS workspace on a GPU), which takes a process per arm
         for the whole study (``sweep.knobs.knob_settings``)."""
-        framework = backends.get(backend)
+        from detprof.sweep.knobs import comparisons_apart
 
-        def applying(knobs: frozenset[str]) -> frozenset[str]:
-            return frozenset(k for k in knobs if framework.knob(k).applies(self.on_gpu) is None)
-
-        arms = [[applying(c.reference), applying(c.treated)] for c in design.comparisons]
-        refused = any(framework.shared_process_refusal(pair, compile=False, on_gpu=self.on_gpu) for pair in arms)
-        return "processes" if refused else self.routes[backend]
+        return "processes" if comparisons_apart(design, self.on_gpu) else self.routes[backend]
 
     def stability(self, backend: str, model: str, options: tuple[str, ...], *, first: bool) -> Part:
         runs = int(options[options.index("--runs") + 1])

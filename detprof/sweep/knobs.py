@@ -120,12 +120,25 @@ def knob_settings(config: SweepConfig, target: MeasurementTarget, plan: KnobDesi
     comparison has as many), in one process per repeat only where every comparison's arms can share one (a knob
     set once per process, such as cuBLAS's workspace, needs a process per arm, and then a process per repeat too:
     ``--shared-repeats`` does not apply)."""
-    backend = get(config.backend)
-    arms = [[target.applying(c.reference), target.applying(c.treated)] for c in plan.comparisons]
-    apart = any(backend.shared_process_refusal(pair, compile=config.compile, on_gpu=target.on_gpu) for pair in arms)
+    apart = comparisons_apart(plan, target.on_gpu, compile=config.compile)
     pairing = target.pairing if apart else config.pairing
     shared = config.shared_repeats and pairing == "in_process"
     return replace(config, precision=None, budget_s=None, pairing=pairing, shared_repeats=shared)
+
+
+def comparisons_apart(plan: KnobDesign, on_gpu: bool, *, compile: bool = False) -> bool:
+    """Whether some comparison's arms cannot share a process on the device (``Backend.shared_process_refusal``: a
+    knob a process takes when it starts, set by one arm and not the other), the knobs that cannot matter there left
+    out: the whole study then takes a process per arm."""
+    backend = get(plan.backend)
+
+    def applying(knobs: frozenset[str]) -> frozenset[str]:
+        return frozenset(knob for knob in knobs if backend.knob(knob).applies(on_gpu) is None)
+
+    return any(
+        backend.shared_process_refusal([applying(c.reference), applying(c.treated)], compile=compile, on_gpu=on_gpu)
+        for c in plan.comparisons
+    )
 
 
 def plan_knob_runs(config: SweepConfig, plan: KnobDesign) -> list[PlannedRun]:
