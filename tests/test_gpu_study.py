@@ -128,7 +128,7 @@ def test_a_part_longer_than_any_window_is_split_so_that_each_window_ends_with_fi
         for part in build_plan(SCALES["gpu"], ["torch"], 600.0, measured_costs("h100"), on_gpu=True, known=known).parts
         if part.kind == "knobs" and not part.first_window
     ]
-    assert [part.name for part in knobs] == ["torch-knobs-1", "torch-knobs-2", "torch-knobs-3"]
+    assert len(knobs) > 1 and [part.name for part in knobs] == [f"torch-knobs-{n}" for n in range(1, len(knobs) + 1)]
     assert all(part.estimate_s <= plan.window_s and part.models == ("gpt_small",) for part in knobs)
     priced = [knob for part in knobs for knob in (part.knobs or "").split(",")]
     assert priced == [knob.name for knob in backends.get("torch").knobs]  # every switch can matter on a GPU
@@ -191,11 +191,17 @@ def test_later_parts_pair_the_modes_as_the_pairing_check_found() -> None:
     # Their repeats share a process until the repeats check answers, and after it only where it agreed.
     sharing = [p for p in agreed.parts if p.kind == "overhead" and not p.first_window]
     assert all("--shared-repeats" in p.argv("f") for p in sharing)
-    # PyTorch's knob studies take a process per arm and repeat on a GPU whatever the checks found: the total's arms
-    # differ in cuBLAS's workspace, which a process takes when it starts (``sweep.knobs.knob_settings``).
-    for plan in (agreed, apart):
+    # PyTorch's knob studies follow the check too: where it agreed, the comparisons whose arms start alike share a
+    # process, and only those whose arms differ in cuBLAS's workspace (which a process takes when it starts) take a
+    # process per arm (``sweep.knobs.knob_settings``), priced so; where it disagreed, every arm a process.
+    for plan, route in ((agreed, "in-process"), (apart, "processes")):
         knobs = [" ".join(p.argv("f")) for p in plan.parts if p.kind == "knobs"]
-        assert knobs and all("--pairing processes" in k and "--shared-repeats" not in k for k in knobs)
+        assert knobs and all(f"--pairing {route}" in k for k in knobs)
+        assert route == "in-process" or not any("--shared-repeats" in k for k in knobs)
+    knobs_s = [sum(p.estimate_s for p in plan.parts if p.kind == "knobs") for plan in (agreed, apart)]
+    assert knobs_s[0] < knobs_s[1], knobs_s
+    first = next(p for p in agreed.parts if p.name == "torch-knobs-first")
+    assert "1 of 5 comparisons a process per arm" in first.estimate.source
     # JAX's follow the check: where it agreed, one worker per repeat measures every comparison, a start saved each.
     jax = {
         route: next(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -209,18 +210,29 @@ def test_the_dry_run_shows_every_arm_with_its_knobs_and_the_checks(capsys: pytes
     assert not Path("/nonexistent/out").exists()
 
 
-def test_a_knob_a_gpu_process_takes_at_its_start_keeps_every_arm_in_a_process_of_its_own(
+def test_a_knob_a_gpu_process_takes_at_its_start_keeps_only_the_comparisons_it_parts_in_a_process_per_arm(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """On a GPU the total's arms differ in cuBLAS's workspace, which a process takes when it starts: the study takes
-    a process per arm and per repeat, whatever pairing and repeat sharing were asked for (``gpu-study`` asks for
-    them where its checks agreed), and so does the plan of its checks."""
+    """On a GPU the total's arms differ in cuBLAS's workspace, which a process takes when it starts: that comparison
+    takes a process per arm, while the others share one per repeat, started with the workspace where both their arms
+    set it (leave-one-out) and without it where neither does (add-one); the checks' arms all set it: one process."""
     args = ["sweep", "--knobs", f"{ALGORITHMS},torch.cudnn_deterministic", "--backend", "torch", "--models", "smallcnn"]
-    args += ["--gpu", "h100", "--force", "--pairing", "in-process", "--shared-repeats", "--repeats", "2", "--dry-run"]
+    args += ["--gpu", "h100", "--force", "--pairing", "in-process", "--repeats", "2", "--dry-run"]
     assert main([*args, "--out", "/nonexistent/out"]) == ExitCode.OK
     out = capsys.readouterr().out
-    assert "pairing      sequential: one worker at a time, each with the device to itself" in out
-    assert "(each replica's runs in 3 processes)" in out
+    said = " ".join(out.split())
+    apart = "a process per arm for the comparisons whose arms differ in a knob a process takes when it starts (total)"
+    assert apart in said
+    assert "then total: a process per arm, one after the other" in out
+    sessions = [line for line in out.splitlines() if line.startswith("  repeat ")]
+    assert [line.split(":")[0] for line in sessions] == ["  repeat 0", "  repeat 0", "  repeat 1", "  repeat 1"]
+    assert sum("started with torch.cublas_workspace_config" in line for line in sessions) == 2
+    for repeat in (0, 1):
+        assert f"smallcnn--add-{ALGORITHMS}--a--r{repeat} + smallcnn--add-{ALGORITHMS}--b--r{repeat}" in said or (
+            f"smallcnn--add-{ALGORITHMS}--b--r{repeat} + smallcnn--add-{ALGORITHMS}--a--r{repeat}" in said
+        )
+        assert f". smallcnn--total--a--r{repeat}: default (no knob)" in out
+    assert "(each replica's runs in one process)" in out
 
 
 @pytest.mark.parametrize(("steps", "checked"), [([], 20), (["--steps", "5"], 5), (["--steps", "150"], 20)])
@@ -296,6 +308,35 @@ def assert_read_back(records: list[dict[str, Any]], studied: list[str]) -> None:
             needs = backend.knob(name).needs
             expected = name in record["knobs"] and (needs is None or needs in record["knobs"])
             assert record["settings"]["knobs"][name] is expected, (record["run_id"], name)
+
+
+@pytest.mark.slow
+def test_a_comparison_whose_arms_start_apart_runs_a_process_per_arm_beside_those_sharing_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """cuBLAS's workspace as a GPU has it (a knob that can matter, which a process takes when it starts), in a real
+    knob study on this CPU, where its variable is read back and changes nothing else: the total's arms differ in it,
+    each in a process of its own; leaving out deterministic algorithms keeps it in both arms, which share a process
+    started with it; adding them keeps it out of both, which share a process started without it."""
+    torch_backend = type(backends.get(backends.TORCH))
+    cublas = "torch.cublas_workspace_config"
+    as_on_a_gpu = tuple(replace(k, gpu_only=None) if k.name == cublas else k for k in torch_backend.knobs)
+    monkeypatch.setattr(torch_backend, "knobs", as_on_a_gpu)
+    code, records = knob_study(
+        tmp_path, backends.TORCH, "smallcnn", ALGORITHMS, "--pairing", "in-process", "--repeats", "1"
+    )
+    assert code == ExitCode.OK
+    assert_read_back(records, [ALGORITHMS, cublas])
+    by_id = {r["run_id"].removeprefix("smallcnn--").removesuffix("--r0"): r for r in records}
+    assert set(by_id) == {f"{c}--{s}" for c in ("total", f"add-{ALGORITHMS}", f"drop-{ALGORITHMS}") for s in "ab"}
+    total = [by_id["total--a"], by_id["total--b"]]
+    assert [r.get("pairing") for r in total] == [None, None] and total[0]["log"] != total[1]["log"]
+    for comparison, started_with in ((f"add-{ALGORITHMS}", False), (f"drop-{ALGORITHMS}", True)):
+        pair = [by_id[f"{comparison}--{side}"] for side in "ab"]
+        assert [r["pairing"] for r in pair] == ["in_process", "in_process"] and pair[0]["log"] == pair[1]["log"]
+        assert [r["settings"]["knobs"][cublas] for r in pair] == [started_with, started_with]
+    manifest = ResultsStore(tmp_path / "out", "knobs").manifest()
+    assert manifest["config"]["apart"] == ["total"] and manifest["config"]["pairing"] == "in_process"
 
 
 @pytest.mark.slow

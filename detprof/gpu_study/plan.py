@@ -406,15 +406,10 @@ class _Planner:
         design = knob_design(backends.get(backend), self.on_gpu, split_knobs(named), [model])
         extra = self.scale.knobs_first if first else ()
         shorter = _steps_share(self.scale.sweep, extra)
-        route = self._knob_route(backend, design)
+        route, apart = self._knob_route(backend, design)
         sharing = self._sharing(backend, route)
-        pairs = self.costs.repeats(backend, model, route, self.scale.repeats, shared=bool(sharing))
-        comparisons = len(design.comparisons)
-        arms = Estimate(pairs.seconds * comparisons, pairs.steps_s * shorter * comparisons, pairs.source)
-        if route == "in_process":  # one worker per repeat (per study, sharing repeats) measures every comparison
-            processes = 1 if sharing else self.scale.repeats
-            saved = self.costs.worker_start(backend).seconds * processes * (comparisons - 1)
-            arms = Estimate(max(arms.seconds - saved, arms.steps_s), arms.steps_s, arms.source)
+        arms = self._knob_arms(backend, model, design, route, apart, bool(sharing))
+        arms = Estimate(arms.seconds, arms.steps_s * shorter, arms.source)
         run = summed([self.costs.verify_run(backend, model), self.costs.worker_start(backend)])
         checks = run.times(len(design.dropped()) * CHECK_RUNS)
         estimate = summed([arms, checks], COMMAND_START_S)
@@ -423,13 +418,37 @@ class _Planner:
         name = f"{backend}-knobs-first" if first else f"{backend}-knobs"
         return Part(name, "knobs", backend, (model,), options, estimate, first_window=first, knobs=named)
 
-    def _knob_route(self, backend: str, design: KnobDesign) -> Route:
-        """How the knob study pairs its arms: as the backend's sweeps do, unless a comparison's arms differ in a knob
-        that a process takes when it starts (PyTorch's cuBLAS workspace on a GPU), which takes a process per arm
-        for the whole study (``sweep.knobs.knob_settings``)."""
+    def _knob_route(self, backend: str, design: KnobDesign) -> tuple[Route, tuple[str, ...]]:
+        """How the knob study pairs its arms, as the backend's sweeps do, and the comparisons whose arms differ in a
+        knob that a process takes when it starts (PyTorch's cuBLAS workspace on a GPU), which take a process per
+        arm: the whole study's, where none of its comparisons can share a process (``sweep.knobs.knob_settings``)."""
         from detprof.sweep.knobs import comparisons_apart
 
-        return "processes" if comparisons_apart(design, self.on_gpu) else self.routes[backend]
+        apart = comparisons_apart(design, self.on_gpu)
+        if self.routes[backend] == "in_process" and len(apart) < len(design.comparisons):
+            return "in_process", apart
+        return ("processes" if apart else self.routes[backend]), ()
+
+    def _knob_arms(
+        self, backend: str, model: str, design: KnobDesign, route: Route, apart: tuple[str, ...], sharing: bool
+    ) -> Estimate:
+        """Every comparison's arms in every repeat: in one process, one worker per repeat (per study, sharing
+        repeats) for the comparisons whose process starts alike; a process per arm for those ``apart``."""
+        from detprof.sweep.knobs import process_starts
+
+        pairs = self.costs.repeats(backend, model, route, self.scale.repeats, shared=sharing)
+        if route != "in_process":
+            return pairs.times(len(design.comparisons))
+        starts = [start for name, start in process_starts(design, self.on_gpu).items() if name not in apart]
+        workers = 1 if sharing else self.scale.repeats  # of each start, each running all its comparisons
+        saved = self.costs.worker_start(backend).seconds * workers * (len(starts) - len(set(starts)))
+        shared = pairs.times(len(starts))
+        together = Estimate(max(shared.seconds - saved, shared.steps_s), shared.steps_s, shared.source)
+        if not apart:
+            return together
+        each = self.costs.repeats(backend, model, "processes", self.scale.repeats).times(len(apart))
+        source = f"{together.source}; {len(apart)} of {len(design.comparisons)} comparisons a process per arm"
+        return Estimate(together.seconds + each.seconds, together.steps_s + each.steps_s, source)
 
     def stability(self, backend: str, model: str, options: tuple[str, ...], *, first: bool) -> Part:
         runs = int(options[options.index("--runs") + 1])

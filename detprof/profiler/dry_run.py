@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Sequence
-from functools import partial
 from pathlib import Path
 
 from detprof import backends
@@ -43,7 +42,11 @@ def plan_lines(
     if settings.pairing == "lockstep":
         lines += _lockstep_lines(launcher, settings, runs)
     elif settings.pairing == "in_process":
-        lines += _in_process_lines(launcher, settings, runs, target)
+        shared, apart = settings.apart_runs(runs)
+        lines += _in_process_lines(launcher, settings, shared, target)
+        if apart:
+            lines.append(f"  then {', '.join(settings.apart)}: a process per arm, one after the other")
+            lines += _sequential_lines(launcher, settings, apart)
     else:
         lines += _sequential_lines(launcher, settings, runs)
     if settings.precision is not None:
@@ -87,11 +90,16 @@ def _setting_lines(target: MeasurementTarget, settings: RunSettings) -> list[str
     backend = backends.get(settings.backend)
     if settings.pairing == "in_process":
         shared = backend.process_knobs([backend.mode_knobs(), frozenset()], target.on_gpu)
-        if shared:
+        if shared and not settings.apart:
             pairing += f"; the process starts with {', '.join(sorted(shared))}, which both modes share"
         if settings.shared_repeats:
             pairing = pairing.replace("one worker per repeat", "one worker for every repeat of a model")
             pairing += "; a model's later repeats re-run the steps its first built and compiled (--shared-repeats)"
+        if settings.apart:
+            pairing += (
+                "; a process per arm for the comparisons whose arms differ in a knob a process takes when it starts "
+                f"({', '.join(settings.apart)})"
+            )
     sized = []
     if settings.run_seconds is not None:
         sized = [
@@ -149,14 +157,14 @@ def _in_process_lines(
     launcher: WorkerLauncher, settings: RunSettings, runs: Sequence[PlannedRun], target: MeasurementTarget
 ) -> list[str]:
     lines = []
-    starts_with = partial(settings.process_knobs, on_gpu=target.on_gpu)
-    pairs = planned.mode_pairs(runs)
-    sessions = planned.in_process_sessions(pairs, starts_with, shared_repeats=settings.shared_repeats)
+    sessions = settings.in_process_sessions(planned.mode_pairs(runs), target.on_gpu)
     for n, session in enumerate(sessions):
         core = "" if target.on_gpu else f" on core {planned.session_core(n)}"
         command = launcher.session_command([pair[0] for pair in session])
         which = "every repeat" if settings.shared_repeats else f"repeat {session[0][0].repeat}"
         sides = "both arms of each pair" if session[0][0].knobs is not None else "both modes"
+        starts = settings.process_knobs(session[0], target.on_gpu) if settings.apart else frozenset()
+        sides += f", started with {', '.join(sorted(starts))}" if starts else ""
         lines.append(f"  {which}: one worker{core}, {sides}: {shlex.join(command)}")
         for pair in session:
             sides = " + ".join(_switched(run) for run in pair)

@@ -15,6 +15,7 @@ import datetime as dt
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal, Self, TypeVar
 
@@ -92,6 +93,10 @@ class RunSettings:
     the steps the first built and compiled; the spread between repeats then leaves out what differs between
     processes (what a compiler or an autotuner picked, where memory lies), which a repeat of its own process keeps
     in the interval. False: a process per repeat."""
+    apart: tuple[str, ...] = ()
+    """With ``in_process`` pairing, a knob study's comparisons whose arms differ in a knob a process takes when it
+    starts (``sweep.knobs.comparisons_apart``): each arm a process of its own, one after the other, while the other
+    comparisons share a process."""
     precision: float | None = None
     """``--precision``: repeats are added, model by model, until each interval is within +/-this fraction (Stein's
     two-stage design, ``intervals.stein_repeats``: ``repeats`` is its first stage); None: ``repeats`` repeats."""
@@ -137,8 +142,9 @@ class RunSettings:
         for key in ("precision", "run_seconds"):  # unset: left out, as in the studies made before they were
             if config[key] is None:
                 config.pop(key)
-        if not self.shared_repeats:
-            config.pop("shared_repeats")
+        for key in ("shared_repeats", "apart"):  # unset: left out, as in the studies made before they were
+            if not config[key]:
+                config.pop(key)
         config["modes"] = list(MODES)
         return config
 
@@ -172,6 +178,17 @@ class RunSettings:
         """What a process that runs ``pair``'s arms in turn starts with on the device (``Backend.process_knobs``)."""
         arms = [self.determinism(run.mode, run.knobs).knob_set() for run in pair]
         return backends.get(self.backend).process_knobs(arms, on_gpu)
+
+    def apart_runs(self, runs: Sequence[PlannedRun]) -> tuple[list[PlannedRun], list[PlannedRun]]:
+        """``runs`` as those that share a process with their pair's other arm, and those of the comparisons that
+        take a process per arm (``apart``)."""
+        apart = [run for run in runs if run.fields.get("comparison") in self.apart]
+        return [run for run in runs if run.fields.get("comparison") not in self.apart], apart
+
+    def in_process_sessions(self, pairs: Sequence[ModePair], on_gpu: bool) -> list[list[ModePair]]:
+        """The pairs each in-process worker of this study measures in turn (``in_process_sessions``)."""
+        starts_with = partial(self.process_knobs, on_gpu=on_gpu)
+        return in_process_sessions(pairs, starts_with, shared_repeats=self.shared_repeats)
 
 
 @dataclass(frozen=True)

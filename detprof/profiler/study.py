@@ -14,7 +14,6 @@ import statistics
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +29,6 @@ from detprof.profiler.measured_runs import (
     ModePair,
     PlannedRun,
     RunSettings,
-    in_process_sessions,
     lockstep_sessions,
     measured_parts,
     mode_pairs,
@@ -121,10 +119,18 @@ def _measure_runs(
         def sessions(pairs: Sequence[ModePair]) -> list[list[ModePair]]:
             if target.tracer.wraps_process:
                 return [[pair] for pair in pairs]
-            starts_with = partial(settings.process_knobs, on_gpu=target.on_gpu)
-            return in_process_sessions(pairs, starts_with, shared_repeats=settings.shared_repeats)
+            return settings.in_process_sessions(pairs, target.on_gpu)
 
-        return _run_pairs(plan, store, progress, base, in_process, sessions)
+        shared, apart = settings.apart_runs(plan)
+        records = _run_pairs(shared, store, progress, base, in_process, sessions)
+        return records + _run_each(apart, store, progress, base + len(shared), launcher)
+    return _run_each(plan, store, progress, base, launcher)
+
+
+def _run_each(
+    plan: Sequence[PlannedRun], store: ResultsStore, progress: RunProgress, base: int, launcher: WorkerLauncher
+) -> list[MeasuredRun]:
+    """Every run of ``plan`` not yet complete, each in a process of its own, one after the other."""
     todo = [run for run in plan if not store.is_done(run.run_id)]
     records: list[MeasuredRun] = []
     for index, run in enumerate(todo, start=base + len(plan) - len(todo)):

@@ -117,28 +117,38 @@ def split_knobs(knobs: str | None) -> tuple[str, ...] | None:
 
 def knob_settings(config: SweepConfig, target: MeasurementTarget, plan: KnobDesign) -> SweepConfig:
     """The sweep's settings as a knob study measures them: the repeats asked for (no precision, so that every
-    comparison has as many), in one process per repeat only where every comparison's arms can share one (a knob
-    set once per process, such as cuBLAS's workspace, needs a process per arm, and then a process per repeat too:
-    ``--shared-repeats`` does not apply)."""
+    comparison has as many), paired as asked, except the comparisons whose arms cannot share a process (a knob set
+    once per process, such as cuBLAS's workspace): those take a process per arm (``RunSettings.apart``), the rest
+    of a repeat one process as asked; where no comparison can share one, the whole study takes a process per arm,
+    and a process per repeat (``--shared-repeats`` does not apply)."""
     apart = comparisons_apart(plan, target.on_gpu, compile=config.compile)
+    if config.pairing == "in_process" and len(apart) < len(plan.comparisons):
+        return replace(config, precision=None, budget_s=None, apart=apart)
     pairing = target.pairing if apart else config.pairing
     shared = config.shared_repeats and pairing == "in_process"
     return replace(config, precision=None, budget_s=None, pairing=pairing, shared_repeats=shared)
 
 
-def comparisons_apart(plan: KnobDesign, on_gpu: bool, *, compile: bool = False) -> bool:
-    """Whether some comparison's arms cannot share a process on the device (``Backend.shared_process_refusal``: a
-    knob a process takes when it starts, set by one arm and not the other), the knobs that cannot matter there left
-    out: the whole study then takes a process per arm."""
+def comparisons_apart(plan: KnobDesign, on_gpu: bool, *, compile: bool = False) -> tuple[str, ...]:
+    """The comparisons whose arms cannot share a process on the device (``process_starts``)."""
+    return tuple(name for name, starts in process_starts(plan, on_gpu, compile=compile).items() if starts is None)
+
+
+def process_starts(plan: KnobDesign, on_gpu: bool, *, compile: bool = False) -> dict[str, frozenset[str] | None]:
+    """Per comparison, what a process that runs both its arms starts with on the device (``Backend.process_knobs``);
+    None where the arms cannot share one (``Backend.shared_process_refusal``: a knob a process takes when it starts,
+    set by one arm and not the other), the knobs that cannot matter there left out."""
     backend = get(plan.backend)
 
     def applying(knobs: frozenset[str]) -> frozenset[str]:
         return frozenset(knob for knob in knobs if backend.knob(knob).applies(on_gpu) is None)
 
-    return any(
-        backend.shared_process_refusal([applying(c.reference), applying(c.treated)], compile=compile, on_gpu=on_gpu)
-        for c in plan.comparisons
-    )
+    starts: dict[str, frozenset[str] | None] = {}
+    for c in plan.comparisons:
+        arms = [applying(c.reference), applying(c.treated)]
+        apart = backend.shared_process_refusal(arms, compile=compile, on_gpu=on_gpu)
+        starts[c.name] = None if apart else backend.process_knobs(arms, on_gpu)
+    return starts
 
 
 def plan_knob_runs(config: SweepConfig, plan: KnobDesign) -> list[PlannedRun]:
