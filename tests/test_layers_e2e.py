@@ -82,10 +82,11 @@ training beside them, left TensorFlow's planted layer at 13.8 ms added with its 
 slowed by the load spread it so wide; at five the same spread keeps the bound above zero."""
 SHARED_REPEATS = {"tensorflow": False, "jax": True, "torch": True}
 """Whether a backend's repeats share one process (one build, five repeats). TensorFlow's do not: in its process's
-first traced repeat, kernel times came out 1.5-2x those of its later repeats here (the untraced steps alike), with
-or without a profiler session before it, more settling steps or a pause, so that the first of five shared repeats
-spread the planted layer's interval below zero (lower bound -3.3 ms around 36 ms added); a process per repeat
-makes every repeat a first one."""
+first traced repeat, kernel times came out 1.5-2x those of its later repeats here (the untraced steps alike; most
+of it the convolutions' weight gradients, Conv2DBackpropFilter, twice as long: on a CPU an op's time is its wall
+duration, which swells where ops run at once), with or without a profiler session before it, more settling steps
+or a pause, so that the first of five shared repeats spread the planted layer's interval below zero (lower bound
+-3.3 ms around 36 ms added); a process per repeat makes every repeat a first one."""
 
 
 TRACED_AS = {
