@@ -22,13 +22,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from detprof import backends
 from detprof.gpu_study.costs import Costs, Estimate, Route, summed
-
-if TYPE_CHECKING:
-    from detprof.sweep.knobs import KnobDesign
 
 PartKind = Literal["pairing", "overhead", "knobs", "stability", "verify"]
 KINDS: tuple[PartKind, ...] = ("pairing", "overhead", "knobs", "stability", "verify")
@@ -401,14 +398,15 @@ class _Planner:
         return self.budget_s - FINISH_S - GRACE_S
 
     def _knob_part(self, backend: str, model: str, named: str, first: bool) -> Part:
-        from detprof.sweep.knobs import knob_design, split_knobs
+        from detprof.sweep.knobs import knob_design, process_starts, split_knobs
 
         design = knob_design(backends.get(backend), self.on_gpu, split_knobs(named), [model])
         extra = self.scale.knobs_first if first else ()
         shorter = _steps_share(self.scale.sweep, extra)
-        route, apart = self._knob_route(backend, design)
+        starts = process_starts(design, self.on_gpu)
+        route = self._knob_route(backend, starts)
         sharing = self._sharing(backend, route)
-        arms = self._knob_arms(backend, model, design, route, apart, bool(sharing))
+        arms = self._knob_arms(backend, model, starts, route, bool(sharing))
         arms = Estimate(arms.seconds, arms.steps_s * shorter, arms.source)
         run = summed([self.costs.verify_run(backend, model), self.costs.worker_start(backend)])
         checks = run.times(len(design.dropped()) * CHECK_RUNS)
@@ -418,36 +416,34 @@ class _Planner:
         name = f"{backend}-knobs-first" if first else f"{backend}-knobs"
         return Part(name, "knobs", backend, (model,), options, estimate, first_window=first, knobs=named)
 
-    def _knob_route(self, backend: str, design: KnobDesign) -> tuple[Route, tuple[str, ...]]:
-        """How the knob study pairs its arms, as the backend's sweeps do, and the comparisons whose arms differ in a
-        knob that a process takes when it starts (PyTorch's cuBLAS workspace on a GPU), which take a process per
-        arm: the whole study's, where none of its comparisons can share a process (``sweep.knobs.knob_settings``)."""
-        from detprof.sweep.knobs import comparisons_apart
-
-        apart = comparisons_apart(design, self.on_gpu)
-        if self.routes[backend] == "in_process" and len(apart) < len(design.comparisons):
-            return "in_process", apart
-        return ("processes" if apart else self.routes[backend]), ()
+    def _knob_route(self, backend: str, starts: Mapping[str, frozenset[str] | None]) -> Route:
+        """How the knob study pairs its arms: as the backend's sweeps do, where some comparison's arms can share a
+        process (``starts``: what each comparison's process starts with, None where its arms differ in a knob that
+        a process takes when it starts, such as PyTorch's cuBLAS workspace on a GPU, and take a process per arm);
+        else a process per arm for the whole study (``sweep.knobs.knob_settings``)."""
+        if self.routes[backend] == "in_process" and any(start is not None for start in starts.values()):
+            return "in_process"
+        return "processes" if None in starts.values() else self.routes[backend]
 
     def _knob_arms(
-        self, backend: str, model: str, design: KnobDesign, route: Route, apart: tuple[str, ...], sharing: bool
+        self, backend: str, model: str, starts: Mapping[str, frozenset[str] | None], route: Route, sharing: bool
     ) -> Estimate:
         """Every comparison's arms in every repeat: in one process, one worker per repeat (per study, sharing
-        repeats) for the comparisons whose process starts alike; a process per arm for those ``apart``."""
-        from detprof.sweep.knobs import process_starts
-
+        repeats) for the comparisons whose process starts alike; a process per arm for those that cannot share one
+        (None in ``starts``)."""
         pairs = self.costs.repeats(backend, model, route, self.scale.repeats, shared=sharing)
         if route != "in_process":
-            return pairs.times(len(design.comparisons))
-        starts = [start for name, start in process_starts(design, self.on_gpu).items() if name not in apart]
+            return pairs.times(len(starts))
+        alike = [start for start in starts.values() if start is not None]
+        apart = len(starts) - len(alike)
         workers = 1 if sharing else self.scale.repeats  # of each start, each running all its comparisons
-        saved = self.costs.worker_start(backend).seconds * workers * (len(starts) - len(set(starts)))
-        shared = pairs.times(len(starts))
+        saved = self.costs.worker_start(backend).seconds * workers * (len(alike) - len(set(alike)))
+        shared = pairs.times(len(alike))
         together = Estimate(max(shared.seconds - saved, shared.steps_s), shared.steps_s, shared.source)
         if not apart:
             return together
-        each = self.costs.repeats(backend, model, "processes", self.scale.repeats).times(len(apart))
-        source = f"{together.source}; {len(apart)} of {len(design.comparisons)} comparisons a process per arm"
+        each = self.costs.repeats(backend, model, "processes", self.scale.repeats).times(apart)
+        source = f"{together.source}; {apart} of {len(starts)} comparisons a process per arm"
         return Estimate(together.seconds + each.seconds, together.steps_s + each.steps_s, source)
 
     def stability(self, backend: str, model: str, options: tuple[str, ...], *, first: bool) -> Part:
