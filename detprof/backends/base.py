@@ -240,6 +240,10 @@ class Backend:
         differ = (k.per_process for k in self.knobs if k.per_process and len({k.name in a for a in arms}) > 1)
         return None if asked else next(differ, None)
 
+    def applying(self, knobs: frozenset[str], on_gpu: bool) -> frozenset[str]:
+        """Those of ``knobs`` that can matter on the device (``Knob.applies``: no cuDNN switch on a CPU)."""
+        return frozenset(knob for knob in knobs if self.knob(knob).applies(on_gpu) is None)
+
     def process_knobs(self, arms: Sequence[frozenset[str]], on_gpu: bool) -> frozenset[str]:
         """What ``switch`` sets for a process that runs ``arms`` in turn on the device (``on_gpu``): the knobs a
         process takes only when it starts (``Knob.per_process``) that any arm sets and that can matter there (only

@@ -215,8 +215,7 @@ class MeasurementTarget:
 
     def applying(self, knobs: frozenset[str]) -> frozenset[str]:
         """Those of ``knobs`` that can matter on this device (``Knob.applies``: no cuDNN switch on a CPU)."""
-        backend = backends.get(self.backend)
-        return frozenset(knob for knob in knobs if backend.knob(knob).applies(self.on_gpu) is None)
+        return backends.get(self.backend).applying(knobs, self.on_gpu)
 
     def pairing_for(self, asked: str | None, *, in_process: bool, compile: bool = False) -> Pairing:
         """``--pairing`` (``PAIRING_CHOICES``; None: auto) for a study whose workloads can share a process

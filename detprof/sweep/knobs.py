@@ -139,13 +139,9 @@ def process_starts(plan: KnobDesign, on_gpu: bool, *, compile: bool = False) -> 
     None where the arms cannot share one (``Backend.shared_process_refusal``: a knob a process takes when it starts,
     set by one arm and not the other), the knobs that cannot matter there left out."""
     backend = get(plan.backend)
-
-    def applying(knobs: frozenset[str]) -> frozenset[str]:
-        return frozenset(knob for knob in knobs if backend.knob(knob).applies(on_gpu) is None)
-
     starts: dict[str, frozenset[str] | None] = {}
     for c in plan.comparisons:
-        arms = [applying(c.reference), applying(c.treated)]
+        arms = [backend.applying(c.reference, on_gpu), backend.applying(c.treated, on_gpu)]
         apart = backend.shared_process_refusal(arms, compile=compile, on_gpu=on_gpu)
         starts[c.name] = None if apart else backend.process_knobs(arms, on_gpu)
     return starts
