@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.results import record
+from benchmarks.results import record, timed_command
 from detprof.profiler.measured_runs import mode_order
 from detprof.profiler.presets import PRESETS
 from detprof.profiler.process import STEADY_HEAP_ENV
@@ -140,31 +140,12 @@ def _sweep(preset_name: str) -> float:
     added for precision)."""
     steps = str(PRESETS[preset_name]["steps"])
     with tempfile.TemporaryDirectory() as tmp:
-        start = time.perf_counter()
-        subprocess.run(
+        return timed_command(
             [
-                sys.executable,
-                "-m",
-                "detprof.cli",
-                "sweep",
-                "--preset",
-                preset_name,
-                "--gpu",
-                "cpu",
-                "--tracer",
-                "tf",
-                "--steps",
-                steps,
-                "--precision",
-                "off",
-                "--out",
-                str(Path(tmp) / "out"),
-            ],
-            check=True,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+                *(sys.executable, "-m", "detprof.cli", "sweep", "--preset", preset_name, "--gpu", "cpu"),
+                *("--tracer", "tf", "--steps", steps, "--precision", "off", "--out", str(Path(tmp) / "out")),
+            ]
         )
-        return time.perf_counter() - start
 
 
 def main(argv: list[str] | None = None) -> int:

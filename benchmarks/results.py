@@ -11,11 +11,19 @@ import datetime as dt
 import json
 import os
 import subprocess
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
 ROOT = RESULTS.parents[1]
+
+
+def timed_command(command: list[str]) -> float:
+    """Seconds ``command`` took, run to its end with its output discarded (a failure raises)."""
+    start = time.perf_counter()
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - start
 
 
 def _git(*args: str) -> str:

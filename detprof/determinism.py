@@ -74,26 +74,27 @@ class DeterminismSettings:
         return backends.get(self.backend).jit_compile(self.xla, self.compile)
 
 
-def apply(settings: DeterminismSettings) -> dict[str, Any]:
-    """Switch ``settings.backend`` into ``settings.mode``; returns the settings in effect.
+def apply(settings: DeterminismSettings, *, keras: bool = True) -> dict[str, Any]:
+    """Switch ``settings.backend`` into ``settings.mode``; returns the settings in effect. ``keras``: load Keras on
+    it (a native PyTorch module's worker trains without it).
 
     Runs in worker processes only, before any framework is imported.
     """
-    _switch(backends.get(settings.backend), settings.knob_set(), settings.seed)
+    _switch(backends.get(settings.backend), settings.knob_set(), settings.seed, keras)
     return effective_settings(settings)
 
 
-def apply_shared(arms: Sequence[DeterminismSettings], process_knobs: Iterable[str]) -> None:
+def apply_shared(arms: Sequence[DeterminismSettings], process_knobs: Iterable[str], *, keras: bool = True) -> None:
     """Set up a worker that runs ``arms`` in turn, a step of each (``Backend.arm_steps``): the backend, and the
     knobs only a fresh process takes (``Backend.process_knobs``, as its launcher read them for the device); each
     arm's step sets the rest.
 
     Runs in worker processes only, before any framework is imported.
     """
-    _switch(backends.get(arms[0].backend), frozenset(process_knobs), arms[0].seed)
+    _switch(backends.get(arms[0].backend), frozenset(process_knobs), arms[0].seed, keras)
 
 
-def _switch(backend: backends.Backend, knobs: frozenset[str], seed: int) -> None:
+def _switch(backend: backends.Backend, knobs: frozenset[str], seed: int, keras: bool) -> None:
     """The framework and Keras load here: what their imports load only because it is installed is kept out while
     they do (``Backend.unused_at_import``), and stays importable for whatever runs after."""
     os.environ["KERAS_BACKEND"] = backend.name
@@ -101,7 +102,7 @@ def _switch(backend: backends.Backend, knobs: frozenset[str], seed: int) -> None
         sys.meta_path.insert(0, backends.NotInstalled(backend.keeps_out))
     with backends.unused_kept_out(backend.name):
         backend.switch(knobs)
-        _seed(seed, backend)
+        _seed(seed, backend, keras)
 
 
 def arm_settings(settings: DeterminismSettings, in_effect: Mapping[str, Any]) -> dict[str, Any]:
@@ -114,22 +115,28 @@ def arm_settings(settings: DeterminismSettings, in_effect: Mapping[str, Any]) ->
 def reseed(settings: DeterminismSettings) -> None:
     """A worker that runs several models in turn (``verify``'s replicas) back where a fresh process starts each:
     Keras' session cleared and every seed set again, so that a model's weights are what a process of its own would
-    build."""
-    import keras
+    build (a worker that trains native modules alone loaded no Keras: its seeds, without)."""
+    keras = sys.modules.get("keras")
+    if keras is not None:
+        keras.backend.clear_session()
+    _seed(settings.seed, backends.get(settings.backend), keras is not None)
 
-    keras.backend.clear_session()
-    _seed(settings.seed, backends.get(settings.backend))
 
-
-def _seed(seed: int, backend: backends.Backend) -> None:
-    """Keras' seeds (Python, NumPy, its global seed generator and the backend's) plus the framework's own.
+def _seed(seed: int, backend: backends.Backend, keras: bool) -> None:
+    """Keras' seeds (Python, NumPy, its global seed generator and the backend's) plus the framework's own; without
+    Keras, Python's, NumPy's and the framework's.
 
     JAX has no global seed: its randomness comes from explicit keys, which Keras' seed
     generators derive from the seed set here.
     """
-    import keras
+    if keras:
+        import keras as keras_module
 
-    keras.utils.set_random_seed(seed)
+        keras_module.utils.set_random_seed(seed)
+    else:
+        import numpy as np
+
+        np.random.seed(seed)
     random.seed(seed)
     backend.seed(seed)
 
@@ -140,10 +147,10 @@ def effective_settings(settings: DeterminismSettings) -> dict[str, Any]:
 
 
 def software_versions(backend: str = backends.DEFAULT) -> dict[str, Any]:
-    """detprof's, Python's, Keras' and the backend's versions, with what the backend was built for and sees."""
-    import keras
-
+    """detprof's, Python's, Keras' (where the process loaded it) and the backend's versions, with what the backend
+    was built for and sees."""
     from detprof.version import detprof_version
 
-    common = {"detprof": detprof_version(), "python": platform.python_version(), "keras": keras.__version__}
-    return common | backends.get(backend).versions()
+    common = {"detprof": detprof_version(), "python": platform.python_version()}
+    keras = sys.modules.get("keras")
+    return common | ({"keras": keras.__version__} if keras else {}) | backends.get(backend).versions()

@@ -21,6 +21,7 @@ import statistics
 import subprocess
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -72,6 +73,64 @@ def build(input_shape, classes):
     return keras.Model(inputs, keras.layers.Dense(classes, name="logits")(x), name="twoconv")
 '''
 OWN_LAYERS = {"conv_k3", "planted", "conv_k5", "gap", "logits"}
+NATIVE_MODEL = '''
+import torch
+from torch import nn
+
+
+class Planted(nn.Module):
+    """The Keras model's planted layer, as a PyTorch module of a user's own: extra products in deterministic mode."""
+
+    def __init__(self, channels):
+        super().__init__()
+        self.register_buffer("mix", torch.eye(channels))
+
+    def forward(self, x):
+        if torch.are_deterministic_algorithms_enabled():
+            for _ in range(72):
+                x = torch.einsum("bchw,cd->bdhw", x, self.mix)
+        return x
+
+
+class TwoConv(nn.Module):
+    def __init__(self, classes):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), Planted(16), nn.Conv2d(16, 16, 5, padding=2), nn.ReLU()
+        )
+        self.logits = nn.Linear(16, classes)
+
+    def forward(self, x):
+        return self.logits(self.features(x).mean(dim=(2, 3)))
+
+
+def build(input_shape, classes):
+    return TwoConv(classes)
+'''
+NATIVE_LAYERS = {"features.0", "features.1", "features.2", "features.3", "features.4", "logits"}
+"""The native model's modules with work of their own, by their paths; ``features.2`` the planted one."""
+
+
+@dataclass(frozen=True)
+class Planted:
+    """A sweep of a model with a planted layer: its backend, its source, the flags that size it, its layers."""
+
+    backend: str
+    source: str
+    shape: tuple[str, ...]
+    layers: frozenset[str]
+    planted: str
+
+
+CASES = {
+    "tensorflow": Planted("tensorflow", MODEL, ("--input-size", "24"), frozenset(OWN_LAYERS), "planted"),
+    "jax": Planted("jax", MODEL, ("--input-size", "24"), frozenset(OWN_LAYERS), "planted"),
+    "torch": Planted("torch", MODEL, ("--input-size", "24"), frozenset(OWN_LAYERS), "planted"),
+    "torch-native": Planted(
+        "torch", NATIVE_MODEL, ("--input-shape", "3x24x24"), frozenset(NATIVE_LAYERS), "features.2"
+    ),
+}
+"""The Keras model on each backend, and a native PyTorch module whose planted module ranks under its full path."""
 STEPS = 6
 """Steps per run: a repeat's layer times are its steps' (a step costs milliseconds), so that a busy machine's pause
 in one step moves a repeat little. With two steps a loaded run left the planted layer at [-36, +211] ms around 88."""
@@ -136,29 +195,36 @@ def report(results: Path, fmt: str) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", ["tensorflow", "jax", "torch"])
-def test_the_planted_layer_tops_the_leaderboard_and_the_layers_add_up(tmp_path: Path, backend: str) -> None:
-    (tmp_path / "planted_model.py").write_text(MODEL)
+@pytest.mark.parametrize("case", list(CASES))
+def test_the_planted_layer_tops_the_leaderboard_and_the_layers_add_up(tmp_path: Path, case: str) -> None:
+    planted = CASES[case]
+    backend, own_layers = planted.backend, planted.layers
+    (tmp_path / "planted_model.py").write_text(planted.source)
     out = tmp_path / "out"
     sweep = [sys.executable, "-m", "detprof.cli", "sweep", "--backend", backend, "--models", "planted_model.py:build"]
-    sweep += ["--input-size", "24", "--batch-size", "16", "--steps", str(STEPS), "--warmup", "1"]
+    sweep += [*planted.shape, "--batch-size", "16", "--steps", str(STEPS), "--warmup", "1"]
     sweep += ["--repeats", str(REPEATS), "--pairing", "in-process", *(["--shared-repeats"] * SHARED_REPEATS[backend])]
     done = subprocess.run([*sweep, "--no-report", "--out", str(out)], cwd=tmp_path, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     assert_traced_by_the_backends_own_profiler(ResultsStore(out, "sweep"), backend, steps=STEPS)
+    api = "torch" if planted.source is NATIVE_MODEL else "keras"
+    records = list(ResultsStore(out, "sweep").records())
+    assert {r["model_api"] for r in records} == {api}
+    assert all(("keras" in r["versions"]) is (api == "keras") for r in records)  # a module's worker loads no Keras
     (model,) = json.loads(report(out, "json"))["models"]
     layers = {layer["name"]: layer for layer in model["layers"]}
-    assert set(layers) >= OWN_LAYERS, sorted(layers)
+    assert set(layers) >= own_layers, sorted(layers)
     step_parts = set(STEP_PARTS)
     others = {"(unattributed)", GRADIENT_SUMS} if backend == "tensorflow" else {"(unattributed)"}
-    assert set(layers) - OWN_LAYERS - step_parts <= others and set(layers) >= step_parts
-    for layer in OWN_LAYERS - {"planted"}:
+    assert set(layers) - own_layers - step_parts <= others and set(layers) >= step_parts
+    for layer in own_layers - {planted.planted}:
         assert layers[layer]["default_ms"] > 0 and layers[layer]["deterministic_ms"] > 0, layer
     top, *others = model["layers"]
-    assert top["name"] == "planted" and top["lo"] > 0 and not top["within_noise"], model["layers"][:3]
+    assert top["name"] == planted.planted and top["lo"] > 0 and not top["within_noise"], model["layers"][:3]
     assert all(o["within_noise"] or abs(o["added_ms"]) < top["added_ms"] / 3 for o in others), others
     told = model["overhead"]["kernel"]["lo"] > 1
-    assert (top["share"] > 0.5 and "Layer planted pays" in model["attribution"]) if told else top["share"] is None
+    pays = f"Layer {planted.planted} pays"
+    assert (top["share"] > 0.5 and pays in model["attribution"]) if told else top["share"] is None
     # The layers add up to the default runs' traced kernel time per step, what none of them claims included (each
     # row as the JSON rounds it, to 1e-6 ms).
     runs = [r for r in ResultsStore(out, "sweep").records() if r["mode"] == "default"]
@@ -173,7 +239,7 @@ def test_the_planted_layer_tops_the_leaderboard_and_the_layers_add_up(tmp_path: 
     # The sweep's closing lines say where the time went in the report's words, the planted layer's sentence included.
     assert " ".join(model["attribution"].split()) in " ".join(done.stdout.split()), done.stdout
     closing = done.stdout[done.stdout.index("Layers by time determinism adds") :]
-    assert re.search(r": planted \+\d", " ".join(closing.split())), closing
+    assert re.search(rf": {re.escape(planted.planted)} \+\d", " ".join(closing.split())), closing
     markdown = report(out, "md")
     board = markdown[markdown.index("| Layer | Default (ms/step)") :].splitlines()
-    assert board[2].startswith("| planted |"), board[:4]
+    assert board[2].startswith(f"| {planted.planted} |"), board[:4]

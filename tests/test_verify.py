@@ -55,6 +55,36 @@ def planted(input_shape, classes):
     x = keras.layers.GlobalAveragePooling2D(name="gap")(x)
     return keras.Model(inputs, keras.layers.Dense(classes, name="logits")(x))
 '''
+NATIVE_PLANTED = '''
+import numpy as np
+import torch
+from torch import nn
+
+
+class Jitter(nn.Module):
+    """The Keras planted layer as a PyTorch module of a user's own: noise from the operating system's entropy."""
+
+    def forward(self, x):
+        return x + torch.from_numpy(np.random.default_rng().standard_normal(x.shape[1:]).astype("float32") * 1e-3)
+
+
+class Planted(nn.Module):
+    def __init__(self, channels, classes):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(channels, 4, 3, padding=1), nn.ReLU(), Jitter(), nn.Conv2d(4, 4, 3, padding=1)
+        )
+        self.logits = nn.Linear(4, classes)
+
+    def forward(self, x):
+        return self.logits(self.features(x).mean(dim=(2, 3)))
+
+
+def planted(input_shape, classes):
+    return Planted(input_shape[0], classes)
+'''
+PLANTED_CASES = {"keras": (PLANTED, "8x8x1", "jitter"), "native": (NATIVE_PLANTED, "1x8x8", "features.2")}
+"""The planted layer in a Keras model on PyTorch, and in a native PyTorch module, where it goes by its path."""
 
 
 def run(steps: list[dict[str, np.ndarray]]) -> RunFingerprints:
@@ -178,10 +208,14 @@ def test_a_model_of_each_layer_kind_is_bitwise_identical_in_deterministic_mode(b
 
 
 @pytest.mark.slow
-def test_the_planted_layer_is_named_at_the_step_it_parts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    (tmp_path / "nets.py").write_text(PLANTED)
+@pytest.mark.parametrize("kind", list(PLANTED_CASES))
+def test_the_planted_layer_is_named_at_the_step_it_parts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
+    source, shape, jitter = PLANTED_CASES[kind]
+    (tmp_path / "nets.py").write_text(source)
     spec = f"{tmp_path / 'nets.py'}:planted"
-    args = ["verify", "--models", spec, "--backend", backends.TORCH, "--steps", "3", "--input-shape", "8x8x1"]
+    args = ["verify", "--models", spec, "--backend", backends.TORCH, "--steps", "3", "--input-shape", shape]
     code = main([*args, "--format", "json", "--out", str(tmp_path / "out")])
     doc = json.loads(capsys.readouterr().out)
     assert code == ExitCode.CHECK_FAILED
@@ -190,13 +224,13 @@ def test_the_planted_layer_is_named_at_the_step_it_parts(tmp_path: Path, capsys:
     for mode in ("deterministic", "default"):
         first = model[mode]["first_difference"]
         assert model[mode]["identical"] is False
-        assert (first["step"], first["layer"], first["kind"]) == (0, "jitter", "output") and first["max_abs"] > 0
+        assert (first["step"], first["layer"], first["kind"]) == (0, jitter, "output") and first["max_abs"] > 0
     assert model["findings"] == []
     page, text = render_report([tmp_path / "out"], "html", "cdn"), render_report([tmp_path / "out"], "md")
-    assert "NOT held" in page and "parts at step 0 in jitter&#39;s output" in page
+    assert "NOT held" in page and f"parts at step 0 in {jitter}&#39;s output" in page
     assert "Default mode, planted on cpu (torch)" in page
-    assert "NOT held (parts at step 0 in jitter's output)" in text
-    assert "Deterministic mode: the runs part at step 0, layer jitter (output)" in text
+    assert f"NOT held (parts at step 0 in {jitter}'s output)" in text
+    assert f"Deterministic mode: the runs part at step 0, layer {jitter} (output)" in text
     (read,) = json.loads(render_report([tmp_path / "out"], "json"))["verification"]
     assert (read["held"], read["device_label"], read["backend"]) == (False, "cpu", backends.TORCH)
     assert read["deterministic"]["first_difference"] == model["deterministic"]["first_difference"]

@@ -6,6 +6,7 @@ import contextlib
 import functools
 import os
 import sys
+import weakref
 from collections.abc import Callable, MutableMapping, Sequence
 from typing import Any
 
@@ -351,43 +352,99 @@ class Torch(Backend):
         return stop
 
 
+MARKED: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+"""The native parts of the step a worker trains (``mark_native``): each module by its path, the loss module and the
+optimizer by their rows; the ranges ``_mark_layers`` opens around their calls while a tracer captures."""
+
+
+def mark_native(module: Any, loss: Any, optimizer: Any) -> None:
+    """A ``torch.nn.Module``'s submodules by their paths as PyTorch names them (``named_modules``: ``blocks.1.conv``),
+    its loss and optimizer as the step's parts (``STEP_PARTS``). The module itself gets no range of its own, as a
+    Keras model's call names no layer: what its ``forward`` runs outside every submodule is unattributed."""
+    for path, submodule in module.named_modules():
+        if path:
+            MARKED[submodule] = path
+    MARKED[loss] = LOSS_PART
+    MARKED[optimizer] = OPTIMIZER_PART
+
+
 def _mark_layers(range_named: Callable[[str], contextlib.AbstractContextManager[Any]]) -> Callable[[], None]:
-    """While a tracer captures: a range around each Keras layer call, named after the layer.
+    """While a tracer captures: a range around each layer call, named after the layer.
 
-    A PyTorch trace names no layer: Keras's name scopes do not reach ``torch.profiler`` or nsys.
-    The ranges (``traces.attribution``) let the parsers place each op, and each backward op
-    through its forward op, in the model's layers. Layers are called through ``Layer.__call__``
-    alone, so wrapping it reaches every layer of every model; the loss (``Model.compute_loss``)
-    and the optimizer's update (``Optimizer.apply``) get ranges of their own (``STEP_PARTS``).
-    The wrappers go when the capture ends. Without Keras loaded (a program that uses PyTorch
-    alone) nothing is marked.
+    A PyTorch trace names no layer: Keras's name scopes do not reach ``torch.profiler`` or nsys,
+    and a native module's path is nowhere in it. The ranges (``traces.attribution``) let the
+    parsers place each op, and each backward op through its forward op, in the model's layers.
+    Keras layers are called through ``Layer.__call__`` alone, so wrapping it reaches every layer
+    of every model; the loss (``Model.compute_loss``) and the optimizer's update
+    (``Optimizer.apply``) get ranges of their own (``STEP_PARTS``). Native modules, their loss
+    and their optimizer (``MARKED``) are reached through PyTorch's global hooks on every
+    module's forward and every optimizer's step. The wrappers and hooks go when the capture ends.
     """
+    unmarks = []
     keras = sys.modules.get("keras")
-    if keras is None:
-        return lambda: None
-
-    def mark(owner: type, method: str, name: Callable[[Any], str]) -> Callable[[], None]:
-        unmarked = getattr(owner, method)
-
-        @functools.wraps(unmarked)
-        def marked(self: Any, *args: Any, **kwargs: Any) -> Any:
-            with range_named(layer_range_name(name(self))):
-                return unmarked(self, *args, **kwargs)
-
-        setattr(owner, method, marked)
-        return lambda: setattr(owner, method, unmarked)
-
-    unmarks = [
-        mark(keras.layers.Layer, "__call__", lambda layer: layer.name),
-        mark(keras.Model, "compute_loss", lambda _: LOSS_PART),
-        mark(keras.optimizers.Optimizer, "apply", lambda _: OPTIMIZER_PART),
-    ]
+    if keras is not None:
+        unmarks = [
+            _wrapped(range_named, keras.layers.Layer, "__call__", lambda layer: layer.name),
+            _wrapped(range_named, keras.Model, "compute_loss", lambda _: LOSS_PART),
+            _wrapped(range_named, keras.optimizers.Optimizer, "apply", lambda _: OPTIMIZER_PART),
+        ]
+    if MARKED:
+        unmarks.append(_hooked(range_named))
 
     def unmark_all() -> None:
         for unmark in reversed(unmarks):
             unmark()
 
     return unmark_all
+
+
+def _wrapped(
+    range_named: Callable[[str], contextlib.AbstractContextManager[Any]],
+    owner: type,
+    method: str,
+    name: Callable[[Any], str],
+) -> Callable[[], None]:
+    unmarked = getattr(owner, method)
+
+    @functools.wraps(unmarked)
+    def marked(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with range_named(layer_range_name(name(self))):
+            return unmarked(self, *args, **kwargs)
+
+    setattr(owner, method, marked)
+    return lambda: setattr(owner, method, unmarked)
+
+
+def _hooked(range_named: Callable[[str], contextlib.AbstractContextManager[Any]]) -> Callable[[], None]:
+    """A range from each marked module's forward (or optimizer's step) to its end, through the global hooks."""
+    import torch
+    from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+    open_ranges: list[contextlib.AbstractContextManager[Any]] = []
+
+    def enter(owner: Any, *_: Any) -> None:
+        name = MARKED.get(owner)
+        if name is not None:
+            opened = range_named(layer_range_name(name))
+            opened.__enter__()
+            open_ranges.append(opened)
+
+    def leave(owner: Any, *_: Any) -> None:
+        if owner in MARKED and open_ranges:
+            open_ranges.pop().__exit__(None, None, None)
+
+    handles = [
+        torch.nn.modules.module.register_module_forward_pre_hook(enter),
+        torch.nn.modules.module.register_module_forward_hook(leave),
+        register_optimizer_step_pre_hook(enter),
+        register_optimizer_step_post_hook(leave),
+    ]
+
+    def unhook() -> None:
+        for handle in handles:
+            handle.remove()
+
+    return unhook
 
 
 def _sdpa_only(back_end: str) -> bool:

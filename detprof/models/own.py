@@ -37,6 +37,10 @@ SINGLE_INPUT_ARRAY = "x_train"
 SINGLE_TARGET_ARRAY = "y_train"
 INSPECT_ENTRY = "detprof.models.own_build:inspect"
 SPEC_FORMS = "FILE.py:FUNCTION, package.module:FUNCTION or FILE.keras"
+KERAS_API = "keras"
+TORCH_API = "torch"
+"""What kind of model a function returned (``OwnModel.api``): a Keras model, or a native ``torch.nn.Module``
+(``models.torch_modules``)."""
 REGISTRY_SOURCE = "registry"
 """``model_source`` of a registry model: its code is detprof's own, versioned with detprof."""
 
@@ -63,6 +67,9 @@ class OwnModel:
     sha256: str | None = None
     """The file's hash (a module's once a worker has imported it): what ``check`` compares to tell whether the model
     changed."""
+    api: str | None = None
+    """``KERAS_API`` or ``TORCH_API``, read off what the function returned once a worker called it; None: not yet
+    inspected."""
 
     def as_record(self) -> dict[str, Any]:
         return asdict(self)
@@ -75,6 +82,12 @@ class OwnModel:
     def source(self) -> str:
         """What ``check`` compares to tell whether the model changed: the hash of its file."""
         return f"sha256:{self.sha256}"
+
+
+def is_native(params: Mapping[str, Any]) -> bool:
+    """Whether a workload's parameters name a native PyTorch module (``models.torch_modules``), which trains without
+    Keras, rather than a Keras model or an op case."""
+    return (params.get("own_model") or {}).get("api") == TORCH_API
 
 
 def is_own(name: str) -> bool:
@@ -183,7 +196,7 @@ class Inspected:
     def from_answer(cls, model: OwnModel, answer: Mapping[str, Any]) -> Inspected:
         """``model`` as ``own_build.describe`` found it, its file and hash filled in (a module's come from there)."""
         return cls(
-            replace(model, path=answer["path"], sha256=answer["sha256"]),
+            replace(model, path=answer["path"], sha256=answer["sha256"], api=answer.get("api", KERAS_API)),
             bool(answer["built_at_input_shape"]),
             tuple(TensorFacts.from_answer(t) for t in answer["inputs"]),
             tuple(TensorFacts.from_answer(t) for t in answer["outputs"]),
@@ -211,13 +224,21 @@ class Inspected:
 
 
 def inspect_with(
-    call: Call, models: Sequence[OwnModel], *, backend: str, input_shape: Sequence[int], classes: int
+    call: Call,
+    models: Sequence[OwnModel],
+    *,
+    backend: str,
+    input_shape: Sequence[int],
+    classes: int,
+    shape_given: bool = False,
 ) -> list[Inspected]:
     """Load each model once in a worker of ``backend`` (``call`` is ``worker_call.call_in_worker``).
 
     A factory that takes ``(input_shape, classes)`` is built with these, and a model that
-    fixes no input shape of its own at ``input_shape``. A module's file and hash come back
-    from the worker that imported it: this process never imports it.
+    fixes no input shape of its own at ``input_shape``; a native PyTorch module takes
+    ``input_shape`` as it is where ``shape_given`` (``--input-shape``), else with its channels
+    first. A module's file and hash come back from the worker that imported it: this process
+    never imports it.
     """
     if not models:
         return []
@@ -226,6 +247,7 @@ def inspect_with(
         "backend": backend,
         "input_shape": list(input_shape),
         "classes": classes,
+        "shape_given": shape_given,
     }
     answers = call(INSPECT_ENTRY, request, f"loading {', '.join(m.given for m in models)}")
     return [Inspected.from_answer(model, answer) for model, answer in zip(models, answers, strict=True)]
@@ -244,7 +266,8 @@ def refuse_synthetic(item: Inspected) -> None:
     (tensor,) = item.inputs
     if None in tensor.shape:
         raise UsageError(f"{item.label}'s input {tensor.name} has no fixed shape ({shape_text(tensor.shape)}): {need}")
-    if not tensor.dtype.startswith(("float", "bfloat")):
+    tokens = item.model.api == TORCH_API and tensor.dtype.startswith("int")
+    if not tensor.dtype.startswith(("float", "bfloat")) and not tokens:
         raise UsageError(f"{item.label}'s input {tensor.name} takes {tensor.dtype} values, not images: {need}")
     if not item.sparse_classifier:
         raise UsageError(

@@ -23,14 +23,15 @@ import json
 import os
 import sys
 import zipfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from detprof.determinism import DeterminismSettings, apply
 from detprof.errors import UsageError, first_line
-from detprof.models.own import KERAS_ARCHIVE_CONFIG, OwnModel, file_sha256, shape_text
+from detprof.models import torch_modules
+from detprof.models.own import KERAS_API, KERAS_ARCHIVE_CONFIG, OwnModel, file_sha256, shape_text
 
 if TYPE_CHECKING:
     import keras
@@ -99,14 +100,18 @@ def takes_arguments(function: Callable[..., Any], given: str) -> bool:
 
 
 def build(model: OwnModel, input_shape: Sequence[int], classes: int) -> keras.Model:
-    """The model the spec names as a functional model (``defined``), built at ``input_shape`` where it fixes none."""
-    return defined(as_given(model, input_shape, classes), input_shape, model.given)
+    """The Keras model the spec names as a functional model (``defined``), built at ``input_shape`` where it fixes
+    none."""
+    given = as_given(model, input_shape, classes)
+    if torch_modules.is_module(given):
+        raise UsageError(f"{model.given}: a torch.nn.Module, which this command does not train yet (sweep does)")
+    return defined(given, input_shape, model.given)
 
 
-def as_given(model: OwnModel, input_shape: Sequence[int], classes: int) -> keras.Model:
-    """The model as the spec gives it: the factory's (called as it takes it), or the saved one, loaded."""
-    import keras
-
+def as_given(model: OwnModel, input_shape: Sequence[int], classes: int) -> Any:
+    """The model as the spec gives it: the factory's (called as it takes it: a Keras model or a native PyTorch
+    module), or the saved one, loaded. Keras is what the factory loaded, if anything: a worker that trains a native
+    module loads none of its own."""
     if model.kind == "saved":
         return load_saved(model)
     function = factory(model)
@@ -116,9 +121,22 @@ def as_given(model: OwnModel, input_shape: Sequence[int], classes: int) -> keras
         raise
     except Exception as exc:
         raise UsageError(f"{model.given}: building the model failed: {first_line(exc, with_type=True)}") from exc
-    if not isinstance(built, keras.Model):
-        raise UsageError(f"{model.given}: {model.function} returned {type(built).__name__}, not a keras.Model")
+    keras = sys.modules.get("keras")
+    if not (keras is not None and isinstance(built, keras.Model)) and not torch_modules.is_module(built):
+        raise UsageError(
+            f"{model.given}: {model.function} returned {type(built).__name__}, not a keras.Model or a torch.nn.Module"
+        )
     return built
+
+
+def native_training(spec: Mapping[str, Any], seed: int) -> torch_modules.ModuleTraining:
+    """The native PyTorch module a workload spec names, built from ``seed`` (each arm of an in-process pair alike),
+    trained as ``torch_modules.training`` sets it up."""
+    import torch
+
+    torch.manual_seed(seed)
+    module = as_given(OwnModel.from_record(spec["own_model"]), spec["input_shape"], spec["classes"])
+    return torch_modules.training(module, spec, seed)
 
 
 def load_saved(model: OwnModel) -> keras.Model:
@@ -321,23 +339,29 @@ def _probe_array(tensor: keras.KerasTensor, rng: Any) -> Any:
     return np.zeros(shape, dtype=dtype)
 
 
-def inspect(models: list[dict[str, Any]], backend: str, input_shape: list[int], classes: int) -> list[dict[str, Any]]:
+def inspect(
+    models: list[dict[str, Any]], backend: str, input_shape: list[int], classes: int, shape_given: bool = False
+) -> list[dict[str, Any]]:
     """``call_in_worker``'s entry: each model loaded once on ``backend``, and what the parent needs of it."""
     apply(DeterminismSettings("default", backend=backend))  # type: ignore[arg-type]
-    return [describe(OwnModel.from_record(record), input_shape, classes) for record in models]
+    return [describe(OwnModel.from_record(record), input_shape, classes, shape_given) for record in models]
 
 
-def describe(model: OwnModel, input_shape: Sequence[int], classes: int) -> dict[str, Any]:
-    """The model built once, as JSON: its file and hash, whether it is built at the input shape given, its inputs,
-    outputs, loss and size."""
+def describe(model: OwnModel, input_shape: Sequence[int], classes: int, shape_given: bool = False) -> dict[str, Any]:
+    """The model built once, as JSON: its kind, its file and hash, whether it is built at the input shape given, its
+    inputs, outputs, loss and size."""
     original = as_given(model, input_shape, classes)
     takes = model.kind == "factory" and takes_arguments(factory(model), model.given)
+    path = model.path or str(getattr(sys.modules.get(str(model.module)), "__file__", "") or "")
+    source = {"path": path or None, "sha256": model.sha256 or (file_sha256(path) if path else None)}
+    if torch_modules.is_module(original):
+        shape = torch_modules.input_shape(original, input_shape, shape_given, model.given)
+        module = as_given(model, shape, classes) if takes and shape != tuple(input_shape) else original
+        return source | torch_modules.described(module, shape, model.given)
     built_at_input_shape = takes or not fixes_input_shape(original)
     built = defined(original, input_shape, model.given)
-    path = model.path or str(getattr(sys.modules.get(str(model.module)), "__file__", "") or "")
-    return {
-        "path": path or None,
-        "sha256": model.sha256 or (file_sha256(path) if path else None),
+    return source | {
+        "api": KERAS_API,
         "built_at_input_shape": built_at_input_shape,
         "inputs": [{"name": t.name, "shape": list(t.shape[1:]), "dtype": str(t.dtype)} for t in built.inputs],
         "outputs": [

@@ -97,13 +97,22 @@ def model_plans(asked: ModelsAsked, backend: str, call: Callable[..., Any]) -> t
     its own (a Sequential without ``keras.Input``, an unbuilt subclassed model), is built at
     ``--input-shape``, else the shape of ``--data``'s ``x_train`` examples, else 32x32x3, for
     ``--classes`` (or the preset's), else as many classes as ``--data``'s labels name, else 10.
+    A native PyTorch module is fed the input it was inspected at (``own_build.describe``) and
+    trained on the classes its logits score.
     """
     data = None if asked.data is None else own.NpzData.read(asked.data)
     mine = {model: own.parse(model) for model in asked.models if own.is_own(model)}
     own.refuse_duplicate_labels([mine[m].label if m in mine else m for m in asked.models], asked.models)
     shape = own.parse_input_shape(asked.input_shape) or (data.images if data else None) or own.DEFAULT_INPUT_SHAPE
     classes = asked.classes or (data.classes if data else None) or own.DEFAULT_CLASSES
-    inspected = own.inspect_with(call, list(mine.values()), backend=backend, input_shape=shape, classes=classes)
+    inspected = own.inspect_with(
+        call,
+        list(mine.values()),
+        backend=backend,
+        input_shape=shape,
+        classes=classes,
+        shape_given=asked.input_shape is not None,
+    )
     if asked.input_shape is not None and not any(item.built_at_input_shape for item in inspected):
         raise UsageError(
             "--input-shape applies to your own models that take it: factories of (input_shape, classes), and "
@@ -120,6 +129,9 @@ def model_plans(asked: ModelsAsked, backend: str, call: Callable[..., Any]) -> t
         if data is None:
             own.refuse_synthetic(item)
         feed = None if data is None else own.data_feed(item, data.path, data.arrays, asked.batch_size)
+        if item.model.api == own.TORCH_API:
+            plans.append(ModelPlan(model, item.label, item.model, list(item.inputs[0].shape), item.classes, feed))
+            continue
         built_at = item.built_at_input_shape
         plans.append(
             ModelPlan(

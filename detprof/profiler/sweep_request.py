@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from detprof import backends
 from detprof.errors import UsageError
 from detprof.models import own
 from detprof.models.plans import ModelPlan, ModelsAsked, check_known, data_path, model_plans, registry_plan
@@ -78,8 +79,11 @@ class SweepRequest:
     models: tuple[str, ...] | None
     options: RunOptions
 
-    def resolve(self, *, dry_run: bool = False) -> tuple[SweepConfig, MeasurementTarget]:
-        """The device and tracer chosen and checked, and the configuration the sweep will run."""
+    def resolve(
+        self, *, dry_run: bool = False, plans: tuple[ModelPlan, ...] | None = None
+    ) -> tuple[SweepConfig, MeasurementTarget]:
+        """The device and tracer chosen and checked, and the configuration the sweep will run (``plans``: the models'
+        plans made already, by the resolution that found a native module without ``--backend``)."""
         run = self.options
         target = choose_target(run, list(PRESETS), dry_run=dry_run)
         given = {
@@ -117,5 +121,14 @@ class SweepRequest:
             data=run.data,
         )
         run_seconds = lengths.get(config.pairing) if isinstance(lengths, dict) else lengths
-        plans = model_plans(config.asked(data), target.backend, call_in_worker)
+        plans = plans or model_plans(config.asked(data), target.backend, call_in_worker)
+        native = next((p.given for p in plans if p.own_model is not None and p.own_model.api == own.TORCH_API), None)
+        if native is not None and target.backend != backends.TORCH:
+            if run.backend is None:  # a native module implies PyTorch; what a worker found of each model holds there
+                implied = replace(self, options=replace(run, backend=backends.TORCH))
+                return implied.resolve(dry_run=dry_run, plans=plans)
+            raise UsageError(
+                f"{native} returns a torch.nn.Module, which trains on PyTorch, not on {run.backend}: pass "
+                f"--backend {backends.TORCH}, or no --backend"
+            )
         return replace(config, run_seconds=run_seconds, plans=plans), target

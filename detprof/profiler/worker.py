@@ -162,7 +162,7 @@ def run(spec: WorkerSpec, clock: PartClock, pacer: Pacer | None = None) -> dict[
     """
     settings = spec.determinism
     backend = backends.get(settings.backend)
-    result: dict[str, Any] = {"settings": apply(settings)}
+    result: dict[str, Any] = {"settings": apply(settings, keras=spec.keras)}
     clock.lap("start")
     if spec.cpu_threads and backend.limit_threads(spec.cpu_threads):
         result["cpu_threads"] = spec.cpu_threads
@@ -431,7 +431,8 @@ def pair_session(
     before it built (``--shared-repeats``), where it is the same model's.
     """
     pacer = Pacer(pairs[0][0].control_fd)
-    apply_shared([spec.determinism for spec in pairs[0]], process_knobs)
+    keras = any(spec.keras for specs in pairs for spec in specs)
+    apply_shared([spec.determinism for spec in pairs[0]], process_knobs, keras=keras)
     clock.lap("start")
     cpus = os.sched_getaffinity(0)
     built: _Built | None = None

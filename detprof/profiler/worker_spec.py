@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from detprof.determinism import DeterminismSettings
+from detprof.models.own import is_native
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,12 @@ class WorkerSpec:
     arms_workload: str | None = None
     """With ``arm``: the entry point that builds both arms, ``(specs) -> (arms, facts)``; None: each arm's step is
     ``workload``'s, built and stepped under that arm's switches (``workloads.switched_arms``)."""
+
+    @property
+    def keras(self) -> bool:
+        """Whether the workload trains through Keras: every one but a native PyTorch module's
+        (``models.torch_modules``), whose process never loads Keras, as a user's training loop does not."""
+        return not is_native(self.params)
 
     @property
     def most_steps(self) -> int:

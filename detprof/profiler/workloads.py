@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from detprof import backends
 from detprof.backends.base import COMPILED_LOSS_SCOPE, LOSS_PART, OPTIMIZER_PART, ArmStep, Step
+from detprof.models.own import KERAS_API
 from detprof.profiler.worker_spec import WorkerSpec
 
 if TYPE_CHECKING:
@@ -97,6 +98,11 @@ def dtype_policy(policy: str | None) -> Iterator[None]:
 def model_training(worker: WorkerSpec) -> tuple[Step, dict[str, Any]]:
     """One training step of the model the spec names, on its batch; facts about what was run."""
     spec, settings = worker.params, worker.determinism
+    if not worker.keras:
+        from detprof.models.own_build import native_training
+
+        module = native_training(spec, settings.seed)
+        return module.step(), module.facts()
     training = training_of(spec)
     x, y = batch_of(training.model, spec, training.classes, settings.seed)
     if settings.backend == backends.TENSORFLOW:
@@ -108,8 +114,11 @@ def model_training(worker: WorkerSpec) -> tuple[Step, dict[str, Any]]:
 
 def model_training_arms(workers: Sequence[WorkerSpec]) -> tuple[list[ArmStep], dict[str, Any]]:
     """The arms of an in-process pair (``worker.run_arms``): one model on one batch, compiled by Keras as for
-    ``train_on_batch``, and a step of it per arm, each under that arm's knobs (``Backend.arm_steps``)."""
+    ``train_on_batch``, and a step of it per arm, each under that arm's knobs (``Backend.arm_steps``). A native
+    PyTorch module is built per arm from the same seed, each under its arm's switches (``switched_arms``)."""
     spec, settings = workers[0].params, workers[0].determinism
+    if not workers[0].keras:
+        return switched_arms(workers, model_training)
     training = training_of(spec)
     x, y = batch_of(training.model, spec, training.classes, settings.seed)
     x_t, y_t = _keras_compiled(training, x, y, settings.jit_compile)
@@ -161,7 +170,7 @@ def _facts(training: Training, x: Batch, y: Batch, train_step: str) -> dict[str,
     import numpy as np
 
     model = training.model
-    facts: dict[str, Any] = {"parameters": int(model.count_params()), "train_step": train_step}
+    facts: dict[str, Any] = {"model_api": KERAS_API, "parameters": int(model.count_params()), "train_step": train_step}
     facts["dtype_policy"] = model.dtype_policy.name
     facts["layer_names"] = [layer.name for layer in model._flatten_layers(include_self=False)]
     facts["step_scopes"] = step_scopes(training)

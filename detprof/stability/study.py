@@ -445,6 +445,11 @@ def inspected_for(model: own.OwnModel, data: datasets.Dataset, backend: str) -> 
     (item,) = own.inspect_with(
         call_in_worker, [model], backend=backend, input_shape=data.input_shape, classes=data.classes
     )
+    if item.model.api == own.TORCH_API:
+        raise UsageError(
+            f"{item.label} is a torch.nn.Module: a stability study trains Keras models so far; `detprof sweep` "
+            "measures a native module's overhead and its modules"
+        )
     if len(item.inputs) != 1 or len(item.outputs) != 1:
         raise UsageError(
             f"{item.label} has {len(item.inputs)} input(s) and {len(item.outputs)} output(s): a stability study "

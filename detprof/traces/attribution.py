@@ -5,11 +5,13 @@ Every parser fills two columns of the kernel table where its trace says (``kerne
 under. TensorFlow's op names and JAX's ``op_name`` metadata carry the Keras layers' name scopes
 (``mediumcnn_k3_1/conv4_1/convolution``, ``jit(train_step)/transpose(jvp(conv4))/conv_general_dilated``);
 a PyTorch worker marks each layer call with a range (``layer_range_name``) that the Kineto parser
-turns into the same kind of path. Here a path becomes the model's layer: the parts that name one
-of its layers, outermost first (``multi_head_attention_1/value``: the sublayers of two attention
-layers share their names, the path tells them apart; TensorFlow appends ``_1`` to a scope it enters
-again; JAX wraps scopes in the transformations applied, ``transpose(jvp(...))``). A kernel no path
-places is "unattributed", never dropped, so per-layer times always add up to the step's.
+turns into the same kind of path (a native module's range names it by its path as PyTorch does,
+``blocks.1.conv``, which stands for the ranges of its parents around it). Here a path becomes the
+model's layer: the parts that name one of its layers, outermost first (``multi_head_attention_1/value``:
+the sublayers of two attention layers share their names, the path tells them apart; TensorFlow appends
+``_1`` to a scope it enters again; JAX wraps scopes in the transformations applied,
+``transpose(jvp(...))``). A kernel no path places is "unattributed", never dropped, so per-layer times
+always add up to the step's.
 """
 
 from __future__ import annotations
@@ -73,8 +75,17 @@ def layer_of(scope: object, layers: Iterable[str], step_scopes: Mapping[str, str
             return step_part
         named = part if part in names else base
         if named in names and (not found or found[-1] != named):
-            found.append(named)
+            _descend(found, named)
     return "/".join(found) or UNATTRIBUTED
+
+
+def _descend(found: list[str], part: str) -> None:
+    """``part`` appended to the path ``found``, or in place of its last part where it extends it: a native PyTorch
+    module's path names its parents already (``blocks.1.conv`` inside ``blocks.1`` inside ``blocks``)."""
+    if found and part.startswith(f"{found[-1]}."):
+        found[-1] = part
+    else:
+        found.append(part)
 
 
 def in_model_order(paths: Iterable[str], layers: Sequence[str]) -> list[str]:
@@ -114,7 +125,10 @@ def layer_path(scope: object, ranges_only: bool) -> str:
         keep = [not _JITTED.match(name) and name != _GRADIENT_SCOPE for name in names]
         found = [part for part, kept in zip(found, keep, strict=True) if kept]
         found = found[:-drop_end]
-    return "/".join(found) or UNATTRIBUTED
+    path: list[str] = []
+    for part in found:
+        _descend(path, part)
+    return "/".join(path) or UNATTRIBUTED
 
 
 def by_part(table: KernelTable, part: str) -> KernelTable:

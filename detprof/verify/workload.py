@@ -26,6 +26,7 @@ from detprof.device_time import PartClock
 from detprof.errors import first_line
 from detprof.findings import finding_of, refuses_determinism
 from detprof.fingerprints import RunFingerprints
+from detprof.models.own import is_native
 from detprof.profiler.worker_process import utc_now
 from detprof.store import atomic_write_json
 
@@ -63,7 +64,8 @@ def fingerprint_runs(asks: list[dict[str, Any]], outs: list[str], answers: str) 
 
     clock = running_clock()
     settings = _settings(VerifyAsk(**asks[0]))
-    common: dict[str, Any] = {"settings": apply(settings)}
+    keras = not all(is_native(ask["params"]) for ask in asks)
+    common: dict[str, Any] = {"settings": apply(settings, keras=keras)}
     clock.lap("start")
     backend = backends.get(settings.backend)
     backend.init_device()
@@ -120,39 +122,106 @@ def _train(
     taken: RunFingerprints,
     clock: PartClock,
 ) -> dict[str, Any]:
-    """``steps`` training steps, each fingerprinted; on ``clock``, the steps apart from the fingerprinting, and
-    the first step's excess over the others as compiling."""
-    import keras
-
-    from detprof.profiler.workloads import batch_of, training_of
-
-    training = training_of(params)
-    model = training.model
-    probe, layers = _every_layer(model)
-    backend = backends.get(settings.backend)
-    loss = keras.losses.get(training.loss) if isinstance(training.loss, str) else training.loss
+    """``steps`` training steps of the model's kind (``_KerasSteps``, ``_NativeSteps``), each fingerprinted; on
+    ``clock``, the steps apart from the fingerprinting, and the first step's excess over the others as compiling."""
+    kind = (_NativeSteps if is_native(params) else _KerasSteps)(params, settings)
     clock.lap("build")
     step_s: list[float] = []
     for step in range(steps):
-        x, y = (keras.ops.convert_to_tensor(a) for a in batch_of(model, params, training.classes, settings.seed + step))
+        batch = kind.batch(settings.seed + step)
         clock.lap("other")
-        outputs, grads = backend.gradient_step(probe, loss, training.optimizer, x, y)
+        trained = kind.train(batch)
         before = clock.parts.get("steps", 0.0)
         clock.lap("steps")
         step_s.append(clock.parts["steps"] - before)
         taken.begin_step()
-        for layer, output in zip(layers, outputs, strict=False):
-            taken.add(layer.name, "output", [keras.ops.convert_to_numpy(output)])
-        if gradients:
-            for variable, grad in zip(probe.trainable_variables, grads, strict=True):
-                taken.add(variable.path, "gradients", [keras.ops.convert_to_numpy(grad)])
-        for layer in layers:
-            if layer.weights:
-                taken.add(layer.name, "weights", [keras.ops.convert_to_numpy(w.value) for w in layer.weights])
+        kind.take(trained, taken, gradients)
         clock.lap("other")
     if len(step_s) > 1:
         clock.move(step_s[0] - statistics.median(step_s[1:]), "steps", "compile")
-    return {"layers": [layer.name for layer in layers], "parameters": int(model.count_params())}
+    return {"layers": kind.layers, "parameters": kind.parameters}
+
+
+class _KerasSteps:
+    """A Keras model's verified steps: each layer's output (a model whose outputs are every layer's,
+    ``Backend.gradient_step``), each variable's gradient, each layer's weights."""
+
+    def __init__(self, params: dict[str, Any], settings: DeterminismSettings) -> None:
+        import keras
+
+        from detprof.profiler.workloads import training_of
+
+        self.params, self.backend = params, backends.get(settings.backend)
+        self.training = training_of(params)
+        self.probe, self.layer_objects = _every_layer(self.training.model)
+        loss = self.training.loss
+        self.loss = keras.losses.get(loss) if isinstance(loss, str) else loss
+        self.layers = [layer.name for layer in self.layer_objects]
+        self.parameters = int(self.training.model.count_params())
+
+    def batch(self, seed: int) -> tuple[Any, Any]:
+        import keras
+
+        from detprof.profiler.workloads import batch_of
+
+        x, y = batch_of(self.training.model, self.params, self.training.classes, seed)
+        return keras.ops.convert_to_tensor(x), keras.ops.convert_to_tensor(y)
+
+    def train(self, batch: tuple[Any, Any]) -> tuple[list[Any], list[Any]]:
+        return self.backend.gradient_step(self.probe, self.loss, self.training.optimizer, *batch)
+
+    def take(self, trained: tuple[list[Any], list[Any]], taken: RunFingerprints, gradients: bool) -> None:
+        import keras
+
+        outputs, grads = trained
+        for layer, output in zip(self.layer_objects, outputs, strict=False):
+            taken.add(layer.name, "output", [keras.ops.convert_to_numpy(output)])
+        if gradients:
+            for variable, grad in zip(self.probe.trainable_variables, grads, strict=True):
+                taken.add(variable.path, "gradients", [keras.ops.convert_to_numpy(grad)])
+        for layer in self.layer_objects:
+            if layer.weights:
+                taken.add(layer.name, "weights", [keras.ops.convert_to_numpy(w.value) for w in layer.weights])
+
+
+class _NativeSteps:
+    """A native PyTorch module's verified steps: each submodule's output as its forward returned it (in the order
+    they ran), each parameter's gradient, and each module's own parameters and buffers once the optimizer stepped,
+    by path (the top module's by its class name)."""
+
+    def __init__(self, params: dict[str, Any], settings: DeterminismSettings) -> None:
+        from detprof.models import torch_modules
+        from detprof.models.own_build import native_training
+
+        self.params, self.host = params, backends.get(settings.backend).host_array
+        self.training = native_training(params, settings.seed)
+        self.module = self.training.module
+        self.layers = torch_modules.module_paths(self.module)
+        self.parameters = sum(p.numel() for p in self.module.parameters())
+
+    def batch(self, seed: int) -> tuple[Any, Any]:
+        from detprof.models import torch_modules
+
+        return torch_modules.batch(self.module, self.params, seed)
+
+    def train(self, batch: tuple[Any, Any]) -> list[tuple[str, list[Any]]]:
+        from detprof.models import torch_modules
+
+        with torch_modules.outputs_taken(self.module) as outputs:
+            self.training.train_on(*batch)
+        return outputs
+
+    def take(self, trained: list[tuple[str, list[Any]]], taken: RunFingerprints, gradients: bool) -> None:
+        for path, arrays in trained:
+            taken.add(path, "output", arrays)
+        if gradients:
+            for name, parameter in self.module.named_parameters():
+                if parameter.grad is not None:
+                    taken.add(name, "gradients", [self.host(parameter.grad)])
+        for path, submodule in self.module.named_modules():
+            own = [*submodule.parameters(recurse=False), *submodule.buffers(recurse=False)]
+            if own:
+                taken.add(path or type(self.module).__name__, "weights", [self.host(t) for t in own])
 
 
 def _every_layer(model: keras.Model) -> tuple[keras.Model, list[keras.layers.Layer]]:

@@ -1,0 +1,270 @@
+"""Native PyTorch modules (``torch.nn.Module``) as a kind of model: how a worker looks at one, feeds it and trains it.
+
+Most people who pay for determinism train PyTorch modules of their own, not Keras models. A
+function that returns a module (``FILE.py:FUNCTION``, ``package.module:FUNCTION``) is that model,
+trained as users train one: the module in training mode, called on a batch it takes as it is
+(channels first for images, token ids where its first submodule is an embedding), cross-entropy
+on its logits (every position's, for a language model), AdamW, ``backward`` and ``step`` in eager
+mode. Its submodules are the leaderboard's rows by their paths (``named_modules``), the loss and the
+optimizer's update rows of their own (``backends.torch.mark_native``). Runs in workers only: torch is
+imported where it is used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from detprof.backends.base import Step
+from detprof.errors import UsageError, first_line
+
+API = "torch"
+"""``OwnModel.api`` and the records' ``model_api`` of a native PyTorch module."""
+KERAS_API = "keras"
+TOKENS = 32
+"""The sequence length a module that takes token ids is fed, unless ``--input-shape`` gives one."""
+LEARNING_RATE = 1e-3
+PROBE_ROWS = 2
+"""The rows of the batch a module is first called on, in the parent's inspection."""
+
+
+def is_module(value: Any) -> bool:
+    """Whether ``value`` is a native ``torch.nn.Module`` (torch is loaded wherever a function returned one); not a
+    Keras model, which on PyTorch is a module too."""
+    torch, keras = sys.modules.get("torch"), sys.modules.get("keras")
+    native = torch is not None and isinstance(value, torch.nn.Module)
+    return native and not (keras is not None and isinstance(value, keras.layers.Layer))
+
+
+def takes_tokens(module: Any) -> bool:
+    """A module whose first submodule is an embedding takes token ids."""
+    import torch
+
+    first = next((m for _, m in module.named_modules() if not list(m.children())), None)
+    return isinstance(first, torch.nn.Embedding)
+
+
+def input_shape(module: Any, shape: Sequence[int], given: bool, spec: str) -> tuple[int, ...]:
+    """The shape of one example as ``module`` takes it: ``--input-shape`` as given (the module's own layout, e.g.
+    3x224x224), else the images the study would build a Keras model for (HxWxC) with their channels first; a
+    sequence of ``TOKENS`` ids where it takes tokens."""
+    if takes_tokens(module):
+        if given and len(shape) != 1:
+            raise UsageError(f"{spec}: the module takes token ids: --input-shape is their length (like 64)")
+        return tuple(shape) if given else (TOKENS,)
+    if given or len(shape) != 3:
+        return tuple(shape)
+    return (shape[-1], *shape[:-1])
+
+
+def logits_of(output: Any) -> Any:
+    """The module's logits: its output, its ``logits`` (a Hugging Face model's output), or its first output."""
+    logits = getattr(output, "logits", None)
+    if logits is not None:
+        return logits
+    if isinstance(output, tuple | list):
+        return output[0]
+    return output
+
+
+def _device() -> Any:
+    import torch
+
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def synthetic_inputs(module: Any, shape: Sequence[int], rows: int, seed: int) -> Any:
+    """Normal inputs, or uniform ids under the embedding's vocabulary where the module takes tokens, on the device."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    if takes_tokens(module):
+        x = torch.randint(0, _vocabulary(module), (rows, *shape), generator=generator)
+    else:
+        x = torch.randn((rows, *shape), generator=generator)
+    return x.to(_device())
+
+
+def _vocabulary(module: Any) -> int:
+    import torch
+
+    return next(int(m.num_embeddings) for m in module.modules() if isinstance(m, torch.nn.Embedding))
+
+
+def probe_logits(module: Any, x: Any) -> Any:
+    """The module's logits for ``x`` in inference mode (no dropout drawn, no running statistics updated), the
+    module left in training mode."""
+    import torch
+
+    module.eval()
+    try:
+        with torch.no_grad():
+            return logits_of(module(x))
+    finally:
+        module.train()
+
+
+def described(module: Any, shape: tuple[int, ...], spec: str) -> dict[str, Any]:
+    """What the parent needs of a module: its input and output, per example, and its size; one line when its
+    forward fails on a batch of that input."""
+    import torch
+
+    probe = synthetic_inputs(module.to(_device()), shape, PROBE_ROWS, 0)
+    try:
+        output = probe_logits(module, probe)
+    except Exception as exc:
+        kind = "token ids" if takes_tokens(module) else f"{str(probe.dtype).removeprefix('torch.')} inputs"
+        raise UsageError(
+            f"{spec}: the module's forward failed on a batch of {'x'.join(map(str, shape))} {kind} "
+            f"({first_line(exc, with_type=True)}): give the --input-shape it takes (its own layout, like 3x224x224)"
+        ) from exc
+    if not isinstance(output, torch.Tensor) or output.ndim < 2 or not output.dtype.is_floating_point:
+        raise UsageError(f"{spec}: the module returned {type(output).__name__}, not logits (a tensor of scores)")
+    return {
+        "api": API,
+        "built_at_input_shape": True,
+        "inputs": [{"name": "input", "shape": list(shape), "dtype": str(probe.dtype).removeprefix("torch.")}],
+        "outputs": [
+            {"name": "logits", "shape": list(output.shape[1:]), "dtype": str(output.dtype).removeprefix("torch.")}
+        ],
+        "loss": None,
+        "parameters": sum(p.numel() for p in module.parameters()),
+    }
+
+
+@dataclass
+class ModuleTraining:
+    """A module, its batch, its loss and optimizer, on the device, in training mode."""
+
+    module: Any
+    x: Any
+    y: Any
+    loss: Any
+    optimizer: Any
+    classes: int
+
+    def step(self) -> Step:
+        """One eager training step on the batch, run to completion (the device synchronised at its end)."""
+        import torch
+
+        x, y = self.x, self.y
+        synchronize = torch.cuda.synchronize if x.is_cuda else (lambda: None)
+
+        def step() -> None:
+            self.train_on(x, y)
+            synchronize()
+
+        return step
+
+    def train_on(self, x: Any, y: Any) -> None:
+        """Forward, cross-entropy over every row of logits, backward, the optimizer's step: as users train."""
+        self.optimizer.zero_grad(set_to_none=True)
+        logits = logits_of(self.module(x))
+        self.loss(logits.reshape(-1, logits.shape[-1]), y.reshape(-1)).backward()
+        self.optimizer.step()
+
+    def facts(self) -> dict[str, Any]:
+        """What the run's record keeps of the model (``profiler.workloads._facts`` for a Keras model)."""
+        return {
+            "model_api": API,
+            "parameters": sum(p.numel() for p in self.module.parameters()),
+            "train_step": f"eager PyTorch: forward, cross-entropy, backward, {type(self.optimizer).__name__}.step",
+            "dtype_policy": str(next(self.module.parameters()).dtype).removeprefix("torch."),
+            "layer_names": module_paths(self.module),
+            "step_scopes": {},
+            "input_shape": [int(d) for d in self.x.shape[1:]],
+            "classes": self.classes,
+        }
+
+
+def module_paths(module: Any) -> list[str]:
+    """Every submodule's path, in the order ``named_modules`` lists them (the module itself has none)."""
+    return [path for path, _ in module.named_modules() if path]
+
+
+def batch(module: Any, spec: Mapping[str, Any], seed: int) -> tuple[Any, Any]:
+    """The spec's batch on the device: ``--data``'s leading rows, else one drawn from ``seed`` (inputs as
+    ``synthetic_inputs``, a uniform label per row of logits, under the classes they score)."""
+    import torch
+
+    shape, rows = tuple(spec["input_shape"]), int(spec["batch_size"])
+    feed = spec.get("data")
+    if feed is not None:
+        x, y = _real_batch(feed, shape, rows, takes_tokens(module))
+        return x.to(_device()), y.to(_device())
+    x = synthetic_inputs(module, shape, rows, seed)
+    logits = probe_logits(module, x[:1])
+    generator = torch.Generator().manual_seed(seed + 1)
+    y = torch.randint(0, int(logits.shape[-1]), (rows, *logits.shape[1:-1]), generator=generator)
+    return x, y.to(x.device)
+
+
+def training(module: Any, spec: Mapping[str, Any], seed: int) -> ModuleTraining:
+    """``module`` on the device, in training mode, with its batch (``batch``), cross-entropy and AdamW, its parts
+    marked for the tracer's ranges (``backends.torch.mark_native``)."""
+    import torch
+
+    from detprof.backends.torch import mark_native
+
+    module.to(_device()).train()
+    x, y = batch(module, spec, seed)
+    classes = int(probe_logits(module, x[:1]).shape[-1])
+    loss = torch.nn.CrossEntropyLoss()
+    optimizer = torch.optim.AdamW(module.parameters(), lr=LEARNING_RATE)
+    mark_native(module, loss, optimizer)
+    return ModuleTraining(module, x, y, loss, optimizer, classes)
+
+
+@contextlib.contextmanager
+def outputs_taken(module: Any) -> Iterator[list[tuple[str, list[Any]]]]:
+    """While inside: each submodule's output as it returns, by path, in the order the forward pass called them (a
+    module called twice, twice), as host arrays (``Backend.host_array``): what ``verify`` fingerprints."""
+    from detprof.backends import TORCH, get
+
+    host = get(TORCH).host_array
+    taken: list[tuple[str, list[Any]]] = []
+    paths = {submodule: path for path, submodule in module.named_modules() if path}
+
+    def take(submodule: Any, args: Any, output: Any) -> None:
+        taken.append((paths[submodule], [host(t) for t in _tensors(output)]))
+
+    handles = [submodule.register_forward_hook(take) for submodule in paths]
+    try:
+        yield taken
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def _tensors(value: Any) -> list[Any]:
+    """The tensors of a module's output, in order: a tensor, or those of a tuple, list or dict (a Hugging Face
+    model's output) of them."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict):
+        return [t for item in value.values() for t in _tensors(item)]
+    if isinstance(value, tuple | list):
+        return [t for item in value for t in _tensors(item)]
+    return []
+
+
+def _real_batch(feed: Mapping[str, Any], shape: tuple[int, ...], rows: int, tokens: bool) -> tuple[Any, Any]:
+    """The leading ``rows`` of ``--data``'s arrays as the module takes them (its own layout): ids, or pixels scaled
+    as the Keras path scales them."""
+    import numpy as np
+    import torch
+
+    from detprof.models.npz_data import leading_rows, scaled
+
+    path = feed["path"]
+    ((_, x_name),) = feed["inputs"]
+    ((_, y_name),) = feed["targets"]
+    values = leading_rows(path, x_name, rows)
+    values = values.reshape((len(values), *shape))
+    x = torch.from_numpy(values.astype(np.int64) if tokens else scaled(values))
+    return x, torch.from_numpy(leading_rows(path, y_name, rows).astype(np.int64))

@@ -1,0 +1,219 @@
+"""Native PyTorch modules as models (``models.torch_modules``): looked at, fed, trained, marked, and refused.
+
+What a worker reports of a module, the step it trains and the ranges that name its modules are checked in this
+process (torch's switches left alone); the command lines run end to end through the CLI, their workers real
+subprocesses. The module leaderboard of a sweep is ``test_layers_e2e``'s native case.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from detprof.backends.base import LOSS_PART, OPTIMIZER_PART, layer_range_name
+from detprof.cli import main
+from detprof.errors import ExitCode, UsageError
+from detprof.models import own
+from detprof.traces.attribution import layer_of, layer_path
+
+MODULES = """
+import torch
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self, channels):
+        super().__init__()
+        self.conv = nn.Conv2d(channels, channels, 3, padding=1)
+        self.norm = nn.BatchNorm2d(channels)
+
+    def forward(self, x):
+        return torch.relu(self.norm(self.conv(x)))
+
+
+class Net(nn.Module):
+    def __init__(self, channels, classes):
+        super().__init__()
+        self.stem = nn.Conv2d(channels, 8, 3, padding=1)
+        self.blocks = nn.Sequential(Block(8), Block(8))
+        self.head = nn.Linear(8, classes)
+
+    def forward(self, x):
+        return self.head(self.blocks(self.stem(x)).mean(dim=(2, 3)))
+
+
+class Tokens(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(50, 16)
+        self.mix = nn.Linear(16, 16)
+        self.out = nn.Linear(16, 50)
+
+    def forward(self, ids):
+        return self.out(torch.tanh(self.mix(self.embed(ids))))
+
+
+def net(input_shape, classes):
+    return Net(input_shape[0], classes)
+
+
+def grey():
+    return Net(1, 4)
+
+
+def tokens():
+    return Tokens()
+
+
+def no_logits():
+    return nn.Flatten(0)
+"""
+Capture = pytest.CaptureFixture[str]
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    made = tmp_path_factory.mktemp("modules")
+    (made / "modules.py").write_text(MODULES)
+    return made
+
+
+def described(folder: Path, function: str, shape: tuple[int, ...], given: bool = False) -> own.Inspected:
+    from detprof.models import own_build
+
+    model = own.parse(f"{folder / 'modules.py'}:{function}")
+    return own.Inspected.from_answer(model, own_build.describe(model, shape, 6, given))
+
+
+def test_a_module_is_described_at_its_own_layout_with_the_classes_its_logits_score(folder: Path) -> None:
+    """Without ``--input-shape`` the study's images (HxWxC) reach a factory channels first; with it, as given."""
+    item = described(folder, "net", (12, 12, 3))
+    assert item.model.api == own.TORCH_API and item.built_at_input_shape and not item.compiled
+    assert item.inputs[0].shape == (3, 12, 12) and item.inputs[0].dtype == "float32" and item.classes == 6
+    assert item.parameters == 3 * 8 * 9 + 8 + 2 * (8 * 8 * 9 + 8 + 16) + 8 * 6 + 6
+    assert described(folder, "grey", (1, 10, 10), given=True).inputs[0].shape == (1, 10, 10)
+    tokens = described(folder, "tokens", (12, 12, 3))
+    assert tokens.inputs[0].shape == (own_tokens_length(),) and tokens.inputs[0].dtype == "int64"
+    assert tokens.outputs[0].shape == (own_tokens_length(), 50) and tokens.classes == 50
+    own.refuse_synthetic(tokens)  # token ids are what synthetic data gives a module with an embedding first
+    own.refuse_synthetic(item)
+
+
+def own_tokens_length() -> int:
+    from detprof.models.torch_modules import TOKENS
+
+    return TOKENS
+
+
+def test_a_module_that_cannot_take_the_batch_or_returns_no_logits_is_one_line(folder: Path) -> None:
+    with pytest.raises(UsageError, match=r"forward failed on a batch of 3x4 float32 inputs \(RuntimeError: .*--input"):
+        described(folder, "grey", (3, 4), given=True)
+    with pytest.raises(UsageError, match=r"no_logits: the module returned Tensor, not logits"):
+        described(folder, "no_logits", (4,), given=True)
+    with pytest.raises(UsageError, match=r"the module takes token ids: --input-shape is their length"):
+        described(folder, "tokens", (3, 8, 8), given=True)
+
+
+def spec(folder: Path, function: str, shape: list[int], classes: int) -> dict[str, object]:
+    model = own.parse(f"{folder / 'modules.py'}:{function}")
+    record = model.as_record() | {"api": own.TORCH_API}
+    return {"model": function, "own_model": record, "input_shape": shape, "classes": classes, "batch_size": 4}
+
+
+def test_each_arm_builds_the_same_module_and_a_step_trains_it_as_users_do(folder: Path) -> None:
+    import torch
+
+    from detprof.models.own_build import native_training
+
+    first, second = (native_training(spec(folder, "net", [3, 8, 8], 5), seed=3) for _ in range(2))
+    weights = [p.detach().clone() for p in first.module.parameters()]
+    assert all(torch.equal(a, b) for a, b in zip(weights, second.module.parameters(), strict=True))
+    first.step()()
+    assert not all(torch.equal(a, b) for a, b in zip(weights, first.module.parameters(), strict=True))
+    facts = first.facts()
+    assert facts["model_api"] == "torch" and facts["classes"] == 5 and facts["input_shape"] == [3, 8, 8]
+    assert facts["layer_names"][:4] == ["stem", "blocks", "blocks.0", "blocks.0.conv"]
+    tokens = native_training(spec(folder, "tokens", [6], 50), seed=3)
+    assert tokens.x.dtype == torch.int64 and tokens.y.shape == (4, 6) and int(tokens.x.max()) < 50
+    tokens.step()()
+
+
+def test_the_tracer_names_each_module_call_by_its_path_and_the_loss_and_update_apart(folder: Path) -> None:
+    import torch
+
+    from detprof.backends.torch import _mark_layers
+    from detprof.models.own_build import native_training
+
+    training = native_training(spec(folder, "net", [3, 8, 8], 5), seed=0)
+    step = training.step()
+    unmark = _mark_layers(torch.profiler.record_function)
+    try:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+            step()
+    finally:
+        unmark()
+    names = {event.name for event in profile.events()}
+    paths = ["stem", "blocks", "blocks.0", "blocks.0.conv", "blocks.1.norm", "head", LOSS_PART, OPTIMIZER_PART]
+    assert {layer_range_name(path) for path in paths} <= names
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as after:
+        step()
+    assert not any(event.name.startswith(layer_range_name("")) for event in after.events())
+
+
+def test_a_modules_path_stands_for_its_parents_ranges() -> None:
+    layers = ["blocks", "blocks.1", "blocks.1.conv", "head"]
+    assert layer_of("net/blocks/blocks.1/blocks.1.conv", layers) == "blocks.1.conv"
+    assert layer_of("net/blocks/blocks.1", layers) == "blocks.1"
+    assert layer_of("net/head", layers) == "head"
+    assert layer_path("blocks/blocks.1/blocks.1.conv", ranges_only=True) == "blocks.1.conv"
+    # Keras paths are as they were: a sublayer's own name after its layer's.
+    assert layer_of("mha_1/value", ["mha_1", "value"]) == "mha_1/value"
+
+
+@pytest.mark.slow
+def test_a_module_implies_pytorch_and_another_backend_or_command_is_one_line(
+    folder: Path, monkeypatch: pytest.MonkeyPatch, capsys: Capture
+) -> None:
+    """Without ``--backend`` a sweep of a module plans PyTorch; with another it is refused, as is the stability
+    study, which takes Keras models only so far, each in one line before anything runs."""
+    monkeypatch.chdir(folder)
+    assert main(["sweep", "--models", "modules.py:net", "--dry-run"]) == ExitCode.OK
+    plan = capsys.readouterr().out
+    assert re.search(r"^  backend +torch ", plan, re.MULTILINE), plan
+    refused = [
+        (
+            ["sweep", "--models", "modules.py:net", "--backend", "jax", "--dry-run"],
+            "which trains on PyTorch, not on jax",
+        ),
+        (["stability", "--model", "modules.py:net", "--backend", "torch"], "a stability study trains Keras models"),
+    ]
+    for args, words in refused:
+        assert main([*args, "--out", str(folder / "none")]) == ExitCode.USAGE
+        err = capsys.readouterr().err
+        assert err.startswith("detprof: error: ") and words in err and err.count("\n") == 1, err
+    assert not (folder / "none").exists()
+
+
+def test_data_in_the_modules_own_layout_feeds_it(folder: Path) -> None:
+    """``--data``'s arrays as the module takes them (channels first): checked against the module in the parent,
+    its leading rows the worker's batch."""
+    import numpy as np
+    import torch
+
+    from detprof.models.npz_data import headers
+    from detprof.models.own_build import native_training
+
+    rng = np.random.default_rng(0)
+    path = folder / "grey.npz"
+    np.savez(path, x_train=rng.integers(0, 256, (8, 1, 10, 10), dtype=np.uint8), y_train=np.arange(8) % 4)
+    item = described(folder, "grey", (1, 10, 10), given=True)
+    feed = own.data_feed(item, path, headers(path), 4)
+    with pytest.raises(UsageError, match=r"array x_train holds 1x10x10 examples; grey's input input takes 1x12x12"):
+        own.data_feed(described(folder, "grey", (1, 12, 12), given=True), path, headers(path), 4)
+    params = spec(folder, "grey", [1, 10, 10], 4) | {"data": feed}
+    training = native_training(params, seed=0)
+    assert training.x.shape == (4, 1, 10, 10) and float(training.x.max()) <= 1.0 and training.x.dtype == torch.float32
+    assert training.y.tolist() == [0, 1, 2, 3]
+    training.step()()
