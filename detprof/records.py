@@ -117,7 +117,7 @@ class MeasuredRun(FleetRun):
     ``exit_status``, ``stderr_tail`` and ``stderr_log``, ``measured_window`` ("api": the steps inside
     ``detprof.measure()``, ``marked_steps`` of them marked by ``detprof.step()``; "process": the whole process),
     and how many of its Python ``processes`` reported what was in effect (``settings.frameworks``)."""
-    model_api: NotRequired[Literal["keras", "torch"]]
+    model_api: NotRequired[str]
     """What kind of model trained: a Keras model, or a native PyTorch module (``models.torch_modules``); absent in
     records from before detprof trained native modules (Keras) and for programs and op cases."""
     input_shape: NotRequired[list[int]]

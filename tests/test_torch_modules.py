@@ -69,6 +69,22 @@ def tokens():
 
 def no_logits():
     return nn.Flatten(0)
+
+
+class Unpooled(nn.Module):  # max unpooling scatters into its output: PyTorch has no deterministic one
+
+    def __init__(self):
+        super().__init__()
+        self.pool = nn.MaxPool2d(2, return_indices=True)
+        self.unpool = nn.MaxUnpool2d(2)
+        self.head = nn.Linear(3, 4)
+
+    def forward(self, x):
+        return self.head(self.unpool(*self.pool(x)).mean(dim=(2, 3)))
+
+
+def unpooled():
+    return Unpooled()
 """
 Capture = pytest.CaptureFixture[str]
 
@@ -99,6 +115,25 @@ def test_a_module_is_described_at_its_own_layout_with_the_classes_its_logits_sco
     assert tokens.outputs[0].shape == (own_tokens_length(), 50) and tokens.classes == 50
     own.refuse_synthetic(tokens)  # token ids are what synthetic data gives a module with an embedding first
     own.refuse_synthetic(item)
+    assert item.nondeterministic_ops == () and tokens.nondeterministic_ops == ()
+
+
+def test_an_op_without_a_deterministic_implementation_is_named_with_its_module_before_anything_runs(
+    folder: Path,
+) -> None:
+    """One training step under ``warn_only``: each op PyTorch warns of, and the module that called it; the process's
+    determinism as it was after."""
+    import torch
+
+    item = described(folder, "unpooled", (3, 8, 8), given=True)
+    ((found,),) = (item.nondeterministic_ops,)
+    assert found["op"] == "max_unpooling2d_forward_out" and found["modules"] == ["unpool"], found
+    assert "does not have a deterministic implementation" in found["message"]
+    line = own.without_deterministic_implementation(item.label, item.nondeterministic_ops)
+    assert line is not None and line.startswith(
+        "unpooled: no deterministic implementation on this device for max_unpooling2d_forward_out (in unpool): "
+    )
+    assert not torch.are_deterministic_algorithms_enabled()
 
 
 def own_tokens_length() -> int:
@@ -179,9 +214,11 @@ def test_a_module_implies_pytorch_and_another_backend_or_command_is_one_line(
     """Without ``--backend`` a sweep of a module plans PyTorch; with another it is refused, as is the stability
     study, which takes Keras models only so far, each in one line before anything runs."""
     monkeypatch.chdir(folder)
-    assert main(["sweep", "--models", "modules.py:net", "--dry-run"]) == ExitCode.OK
+    assert main(["sweep", "--models", "modules.py:net,modules.py:unpooled", "--dry-run"]) == ExitCode.OK
     plan = capsys.readouterr().out
     assert re.search(r"^  backend +torch ", plan, re.MULTILINE), plan
+    warned = r"^unpooled: no deterministic implementation on this device for max_unpooling2d_forward_out \(in unpool\)"
+    assert re.search(warned, plan, re.MULTILINE), plan
     refused = [
         (
             ["sweep", "--models", "modules.py:net", "--backend", "jax", "--dry-run"],

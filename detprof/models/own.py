@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from detprof import backends
 from detprof.errors import InputError, UsageError
 from detprof.models.npz_data import ArrayHeader, headers, leading_rows
 
@@ -38,7 +39,7 @@ SINGLE_TARGET_ARRAY = "y_train"
 INSPECT_ENTRY = "detprof.models.own_build:inspect"
 SPEC_FORMS = "FILE.py:FUNCTION, package.module:FUNCTION or FILE.keras"
 KERAS_API = "keras"
-TORCH_API = "torch"
+TORCH_API = backends.TORCH
 """What kind of model a function returned (``OwnModel.api``): a Keras model, or a native ``torch.nn.Module``
 (``models.torch_modules``)."""
 REGISTRY_SOURCE = "registry"
@@ -191,6 +192,9 @@ class Inspected:
     loss: str | None
     """The loss it is compiled with (its function's name); None: not compiled, so SGD and sparse cross-entropy."""
     parameters: int
+    nondeterministic_ops: tuple[Mapping[str, Any], ...] = ()
+    """A native module's ops without a deterministic implementation on the device, each with the modules that call
+    it (``torch_modules.nondeterministic_ops``)."""
 
     @classmethod
     def from_answer(cls, model: OwnModel, answer: Mapping[str, Any]) -> Inspected:
@@ -202,6 +206,7 @@ class Inspected:
             tuple(TensorFacts.from_answer(t) for t in answer["outputs"]),
             answer["loss"],
             int(answer["parameters"]),
+            tuple(answer.get("nondeterministic_ops") or ()),
         )
 
     @property
@@ -251,6 +256,19 @@ def inspect_with(
     }
     answers = call(INSPECT_ENTRY, request, f"loading {', '.join(m.given for m in models)}")
     return [Inspected.from_answer(model, answer) for model, answer in zip(models, answers, strict=True)]
+
+
+def without_deterministic_implementation(label: str, ops: Sequence[Mapping[str, Any]]) -> str | None:
+    """One line naming the ops of ``label`` that have no deterministic implementation on the device and the modules
+    that call them; None where there are none."""
+    if not ops:
+        return None
+    named = "; ".join(f"{op['op']} (in {', '.join(op['modules']) or 'no module found'})" for op in ops)
+    return (
+        f"{label}: no deterministic implementation on this device for {named}: its deterministic runs stop there "
+        "(torch.use_deterministic_algorithms(True, warn_only=True) would run them with a warning, not "
+        "deterministically)"
+    )
 
 
 def refuse_synthetic(item: Inspected) -> None:

@@ -357,7 +357,10 @@ def describe(model: OwnModel, input_shape: Sequence[int], classes: int, shape_gi
     if torch_modules.is_module(original):
         shape = torch_modules.input_shape(original, input_shape, shape_given, model.given)
         module = as_given(model, shape, classes) if takes and shape != tuple(input_shape) else original
-        return source | torch_modules.described(module, shape, model.given)
+        answer = torch_modules.described(module, shape, model.given)
+        probe = {"input_shape": list(shape), "batch_size": torch_modules.PROBE_ROWS, "classes": classes}
+        found = torch_modules.nondeterministic_ops(torch_modules.training(module, probe, 0))
+        return source | answer | {"nondeterministic_ops": found}
     built_at_input_shape = takes or not fixes_input_shape(original)
     built = defined(original, input_shape, model.given)
     return source | {

@@ -33,6 +33,9 @@ class ModelPlan:
     classes: int | None = None
     feed: dict[str, Any] | None = None
     """Which arrays of ``--data`` feed its inputs and targets (``own.data_feed``); None: a synthetic batch."""
+    warning: str | None = None
+    """What the study says of the model before it measures anything: a native module's ops without a deterministic
+    implementation on the device (``own.without_deterministic_implementation``)."""
 
     def workload_spec(self, batch_size: int) -> dict[str, Any]:
         spec = {"model": self.label, "batch_size": batch_size, "input_shape": self.input_shape, "classes": self.classes}
@@ -130,7 +133,9 @@ def model_plans(asked: ModelsAsked, backend: str, call: Callable[..., Any]) -> t
             own.refuse_synthetic(item)
         feed = None if data is None else own.data_feed(item, data.path, data.arrays, asked.batch_size)
         if item.model.api == own.TORCH_API:
-            plans.append(ModelPlan(model, item.label, item.model, list(item.inputs[0].shape), item.classes, feed))
+            warning = own.without_deterministic_implementation(item.label, item.nondeterministic_ops)
+            shape_in = list(item.inputs[0].shape)
+            plans.append(ModelPlan(model, item.label, item.model, shape_in, item.classes, feed, warning))
             continue
         built_at = item.built_at_input_shape
         plans.append(

@@ -13,17 +13,19 @@ imported where it is used.
 from __future__ import annotations
 
 import contextlib
+import re
 import sys
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from detprof.backends.base import Step
+from detprof import backends
+from detprof.backends.base import OPTIMIZER_PART, Step
 from detprof.errors import UsageError, first_line
+from detprof.findings import OP_PATTERNS
+from detprof.models.own import TORCH_API
 
-API = "torch"
-"""``OwnModel.api`` and the records' ``model_api`` of a native PyTorch module."""
-KERAS_API = "keras"
 TOKENS = 32
 """The sequence length a module that takes token ids is fed, unless ``--input-shape`` gives one."""
 LEARNING_RATE = 1e-3
@@ -34,7 +36,7 @@ PROBE_ROWS = 2
 def is_module(value: Any) -> bool:
     """Whether ``value`` is a native ``torch.nn.Module`` (torch is loaded wherever a function returned one); not a
     Keras model, which on PyTorch is a module too."""
-    torch, keras = sys.modules.get("torch"), sys.modules.get("keras")
+    torch, keras = sys.modules.get(backends.get(backends.TORCH).module), sys.modules.get("keras")
     native = torch is not None and isinstance(value, torch.nn.Module)
     return native and not (keras is not None and isinstance(value, keras.layers.Layer))
 
@@ -124,7 +126,7 @@ def described(module: Any, shape: tuple[int, ...], spec: str) -> dict[str, Any]:
     if not isinstance(output, torch.Tensor) or output.ndim < 2 or not output.dtype.is_floating_point:
         raise UsageError(f"{spec}: the module returned {type(output).__name__}, not logits (a tensor of scores)")
     return {
-        "api": API,
+        "api": TORCH_API,
         "built_at_input_shape": True,
         "inputs": [{"name": "input", "shape": list(shape), "dtype": str(probe.dtype).removeprefix("torch.")}],
         "outputs": [
@@ -169,7 +171,7 @@ class ModuleTraining:
     def facts(self) -> dict[str, Any]:
         """What the run's record keeps of the model (``profiler.workloads._facts`` for a Keras model)."""
         return {
-            "model_api": API,
+            "model_api": TORCH_API,
             "parameters": sum(p.numel() for p in self.module.parameters()),
             "train_step": f"eager PyTorch: forward, cross-entropy, backward, {type(self.optimizer).__name__}.step",
             "dtype_policy": str(next(self.module.parameters()).dtype).removeprefix("torch."),
@@ -268,3 +270,76 @@ def _real_batch(feed: Mapping[str, Any], shape: tuple[int, ...], rows: int, toke
     values = values.reshape((len(values), *shape))
     x = torch.from_numpy(values.astype(np.int64) if tokens else scaled(values))
     return x, torch.from_numpy(leading_rows(path, y_name, rows).astype(np.int64))
+
+
+PYTORCH_ALERT = OP_PATTERNS[0]
+"""How PyTorch's warning (or error) names an op that has no deterministic implementation on its device."""
+_ALERT_SUFFIXES = re.compile(r"(_backward|_forward)?(_out)?(_cuda|_cpu)?$")
+
+
+def nondeterministic_ops(training: ModuleTraining) -> list[dict[str, Any]]:
+    """Each op without a deterministic implementation on this device, with the modules that call it, from one
+    training step under ``torch.use_deterministic_algorithms(True, warn_only=True)``, before anything is measured.
+
+    PyTorch warns as each forward op returns, so a forward op's warning goes to the module whose forward was
+    running. The backward pass warns once it is over: a backward op (``adaptive_avg_pool2d_backward_cuda``) goes to
+    the modules whose forward called the op it differentiates (``torch.overrides.TorchFunctionMode`` records which
+    function each module called). The module's state after the step does not matter: this is the parent's
+    inspection, whose module is thrown away. Determinism goes back to what it was.
+    """
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    module, paths = training.module, {m: p for p, m in training.module.named_modules() if p}
+    running: list[str] = []
+    called: dict[str, set[str]] = {}
+    found: dict[str, dict[str, Any]] = {}
+
+    class Calls(TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            if running:
+                called.setdefault(getattr(func, "__name__", ""), set()).add(running[-1])
+            return func(*args, **(kwargs or {}))
+
+    def note(caught: list[warnings.WarningMessage], start: int, where: Any) -> int:
+        for warning in caught[start:]:
+            message = str(warning.message)
+            alert = PYTORCH_ALERT.match(message)
+            if alert is not None:
+                op = alert.group("op")
+                entry = found.setdefault(op, {"op": op, "modules": set(), "message": message.splitlines()[0]})
+                entry["modules"] |= where(op)
+        return len(caught)
+
+    was = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        seen = 0
+
+        def enter(submodule: Any, args: Any) -> None:
+            nonlocal seen
+            seen = note(caught, seen, lambda _: set(running[-1:]))
+            running.append(paths[submodule])
+
+        def leave(submodule: Any, args: Any, output: Any) -> None:
+            nonlocal seen
+            seen = note(caught, seen, lambda _: set(running[-1:]))
+            running.pop()
+
+        handles = [h for m in paths for h in (m.register_forward_pre_hook(enter), m.register_forward_hook(leave))]
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        try:
+            with Calls():
+                training.optimizer.zero_grad(set_to_none=True)
+                logits = logits_of(module(training.x))
+                value = training.loss(logits.reshape(-1, logits.shape[-1]), training.y.reshape(-1))
+            seen = note(caught, seen, lambda _: set())
+            value.backward()
+            seen = note(caught, seen, lambda op: called.get(_ALERT_SUFFIXES.sub("", op), set()))
+            training.optimizer.step()
+            note(caught, seen, lambda _: {OPTIMIZER_PART})
+        finally:
+            torch.use_deterministic_algorithms(was[0], warn_only=was[1])
+            for handle in handles:
+                handle.remove()
+    return [entry | {"modules": sorted(entry["modules"])} for entry in found.values()]

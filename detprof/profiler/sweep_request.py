@@ -10,6 +10,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+from rich.markup import escape
+
 from detprof import backends
 from detprof.errors import UsageError
 from detprof.models import own
@@ -62,6 +65,15 @@ class SweepConfig(RunSettings):
 
     def model_plans(self) -> tuple[ModelPlan, ...]:
         return self.plans or tuple(registry_plan(self.asked(), model) for model in self.models)
+
+    def model_warnings(self) -> list[str]:
+        """What the models' plans say before anything is measured (``ModelPlan.warning``), a line each: what a study
+        prints first, and its dry run with its plan."""
+        return [plan.warning for plan in self.model_plans() if plan.warning is not None]
+
+    def say_before(self, console: Console) -> None:
+        for line in self.model_warnings():
+            console.print(escape(line), highlight=False)
 
     def labels(self) -> list[str]:
         """Each model as its records name it: what a folder of the study's own is named for (``store.place_for``)."""

@@ -131,7 +131,7 @@ def print_sweep_plan(request: SweepRequest, *, stability: bool, calibrate: bool)
     config, target = request.resolve(dry_run=True)
     kind = "calibration" if calibrate else "sweep"
     out = study_root(request.options.out, target.device, target.backend, kind, config.manifest(), config.labels())
-    lines = plan_lines(kind, plan_runs(config, calibrate=calibrate), config, target, out)
+    lines = [*config.model_warnings(), *plan_lines(kind, plan_runs(config, calibrate=calibrate), config, target, out)]
     if stability:
         lines += ["", f"Then the stability study of each swept model that can learn it, into {out / 'stability'}."]
     typer.echo("\n".join(lines))
@@ -167,7 +167,7 @@ def print_knob_plan(request: SweepRequest, only: tuple[str, ...] | None) -> None
     config = knob_settings(config, target, plan)
     manifest = knobs_manifest(config, plan)
     out = study_root(request.options.out, target.device, target.backend, "knobs", manifest, config.labels())
-    lines = plan_lines("knobs", plan_knob_runs(config, plan), config, target, out)
+    lines = [*config.model_warnings(), *plan_lines("knobs", plan_knob_runs(config, plan), config, target, out)]
     lines += ["", f"Comparisons (arm b against arm a): {', '.join(c.name for c in plan.comparisons)}"]
     lines += [f"Not run: {name}: {reason}" for name, reason in plan.not_applicable.items()]
     lines += [

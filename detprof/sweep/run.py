@@ -67,6 +67,7 @@ def measure_sweep(request: SweepRequest, *, calibrate: bool = False, console: Co
             raise UsageError("--precision and --budget add repeats on this machine; on a fleet give --repeats")
         return _measure_on_fleet(request, kind, console)
     config, target = request.resolve()
+    config.say_before(console)
     manifest = config.manifest()
     out = study_root(request.options.out, target.device, target.backend, kind, manifest, config.labels())
     plan = plan_runs(config, calibrate=calibrate)
@@ -84,6 +85,7 @@ def measure_knobs(request: SweepRequest, only: tuple[str, ...] | None, *, consol
     from detprof.verify.run import manifest, run_arms
 
     config, target = request.resolve()
+    config.say_before(console)
     plan = knob_design(backends.get(target.backend), target.on_gpu, only, config.models)
     config = knob_settings(config, target, plan)
     if len(plan.comparisons) == 1:

@@ -75,6 +75,7 @@ def run_verify(request: VerifyRequest, *, console: Console) -> VerifyOutcome:
     """Every model's four runs not already recorded, then every model compared."""
     request.checked()
     config, target = SweepRequest(request.models, replace(request.options, tracer="none")).resolve()
+    config.say_before(console)
     asked = manifest(config, target, request.steps, request.gradients)
     out = study_root(request.options.out, target.device, target.backend, "verify", asked, config.labels())
     store = ResultsStore(out, "verify")
