@@ -104,7 +104,7 @@ def build(model: OwnModel, input_shape: Sequence[int], classes: int) -> keras.Mo
     none."""
     given = as_given(model, input_shape, classes)
     if torch_modules.is_module(given):
-        raise UsageError(f"{model.given}: a torch.nn.Module, which this command does not train yet (sweep does)")
+        raise UsageError(f"{model.given}: a torch.nn.Module, which this command does not train yet")
     return defined(given, input_shape, model.given)
 
 

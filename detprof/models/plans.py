@@ -37,6 +37,11 @@ class ModelPlan:
     """What the study says of the model before it measures anything: a native module's ops without a deterministic
     implementation on the device (``own.without_deterministic_implementation``)."""
 
+    @property
+    def native(self) -> bool:
+        """A native PyTorch module of the user's (``own.OwnModel.api``)."""
+        return self.own_model is not None and self.own_model.api == own.TORCH_API
+
     def workload_spec(self, batch_size: int) -> dict[str, Any]:
         spec = {"model": self.label, "batch_size": batch_size, "input_shape": self.input_shape, "classes": self.classes}
         if self.own_model is not None:

@@ -146,7 +146,12 @@ class ModuleTraining:
     y: Any
     loss: Any
     optimizer: Any
-    classes: int
+    logits_shape: tuple[int, ...]
+    """The module's logits per example (``(classes,)``, or ``(length, vocabulary)`` for a language model)."""
+
+    @property
+    def classes(self) -> int:
+        return self.logits_shape[-1]
 
     def step(self) -> Step:
         """One eager training step on the batch, run to completion (the device synchronised at its end)."""
@@ -164,9 +169,13 @@ class ModuleTraining:
     def train_on(self, x: Any, y: Any) -> None:
         """Forward, cross-entropy over every row of logits, backward, the optimizer's step: as users train."""
         self.optimizer.zero_grad(set_to_none=True)
-        logits = logits_of(self.module(x))
-        self.loss(logits.reshape(-1, logits.shape[-1]), y.reshape(-1)).backward()
+        self.loss_of(x, y).backward()
         self.optimizer.step()
+
+    def loss_of(self, x: Any, y: Any) -> Any:
+        """The forward pass and the cross-entropy over every row of its logits."""
+        logits = logits_of(self.module(x))
+        return self.loss(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
 
     def facts(self) -> dict[str, Any]:
         """What the run's record keeps of the model (``profiler.workloads._facts`` for a Keras model)."""
@@ -187,9 +196,10 @@ def module_paths(module: Any) -> list[str]:
     return [path for path, _ in module.named_modules() if path]
 
 
-def batch(module: Any, spec: Mapping[str, Any], seed: int) -> tuple[Any, Any]:
+def batch(module: Any, spec: Mapping[str, Any], seed: int, logits_shape: Sequence[int]) -> tuple[Any, Any]:
     """The spec's batch on the device: ``--data``'s leading rows, else one drawn from ``seed`` (inputs as
-    ``synthetic_inputs``, a uniform label per row of logits, under the classes they score)."""
+    ``synthetic_inputs``, a uniform label per row of the module's logits, ``logits_shape``, under the classes they
+    score)."""
     import torch
 
     shape, rows = tuple(spec["input_shape"]), int(spec["batch_size"])
@@ -198,26 +208,27 @@ def batch(module: Any, spec: Mapping[str, Any], seed: int) -> tuple[Any, Any]:
         x, y = _real_batch(feed, shape, rows, takes_tokens(module))
         return x.to(_device()), y.to(_device())
     x = synthetic_inputs(module, shape, rows, seed)
-    logits = probe_logits(module, x[:1])
     generator = torch.Generator().manual_seed(seed + 1)
-    y = torch.randint(0, int(logits.shape[-1]), (rows, *logits.shape[1:-1]), generator=generator)
+    y = torch.randint(0, logits_shape[-1], (rows, *logits_shape[:-1]), generator=generator)
     return x, y.to(x.device)
 
 
 def training(module: Any, spec: Mapping[str, Any], seed: int) -> ModuleTraining:
     """``module`` on the device, in training mode, with its batch (``batch``), cross-entropy and AdamW, its parts
-    marked for the tracer's ranges (``backends.torch.mark_native``)."""
+    marked for the tracer's ranges (``backends.torch.mark_native``). The module is called once first, on one
+    example, for the shape of its logits."""
     import torch
 
     from detprof.backends.torch import mark_native
 
     module.to(_device()).train()
-    x, y = batch(module, spec, seed)
-    classes = int(probe_logits(module, x[:1]).shape[-1])
+    example = synthetic_inputs(module, tuple(spec["input_shape"]), 1, seed)
+    logits_shape = tuple(int(d) for d in probe_logits(module, example).shape[1:])
+    x, y = batch(module, spec, seed, logits_shape)
     loss = torch.nn.CrossEntropyLoss()
     optimizer = torch.optim.AdamW(module.parameters(), lr=LEARNING_RATE)
     mark_native(module, loss, optimizer)
-    return ModuleTraining(module, x, y, loss, optimizer, classes)
+    return ModuleTraining(module, x, y, loss, optimizer, logits_shape)
 
 
 @contextlib.contextmanager
@@ -290,7 +301,7 @@ def nondeterministic_ops(training: ModuleTraining) -> list[dict[str, Any]]:
     import torch
     from torch.overrides import TorchFunctionMode
 
-    module, paths = training.module, {m: p for p, m in training.module.named_modules() if p}
+    paths = {m: p for p, m in training.module.named_modules() if p}
     running: list[str] = []
     called: dict[str, set[str]] = {}
     found: dict[str, dict[str, Any]] = {}
@@ -331,8 +342,7 @@ def nondeterministic_ops(training: ModuleTraining) -> list[dict[str, Any]]:
         try:
             with Calls():
                 training.optimizer.zero_grad(set_to_none=True)
-                logits = logits_of(module(training.x))
-                value = training.loss(logits.reshape(-1, logits.shape[-1]), training.y.reshape(-1))
+                value = training.loss_of(training.x, training.y)
             seen = note(caught, seen, lambda _: set())
             value.backward()
             seen = note(caught, seen, lambda op: called.get(_ALERT_SUFFIXES.sub("", op), set()))

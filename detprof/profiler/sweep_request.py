@@ -134,7 +134,7 @@ class SweepRequest:
         )
         run_seconds = lengths.get(config.pairing) if isinstance(lengths, dict) else lengths
         plans = plans or model_plans(config.asked(data), target.backend, call_in_worker)
-        native = next((p.given for p in plans if p.own_model is not None and p.own_model.api == own.TORCH_API), None)
+        native = next((p.given for p in plans if p.native), None)
         if native is not None and target.backend != backends.TORCH:
             if run.backend is None:  # a native module implies PyTorch; what a worker found of each model holds there
                 implied = replace(self, options=replace(run, backend=backends.TORCH))

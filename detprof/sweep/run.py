@@ -19,7 +19,6 @@ from rich.markup import escape
 from detprof import locks
 from detprof.errors import UsageError
 from detprof.invocation import Invocation, command_line
-from detprof.models import own
 from detprof.options import RunOptions
 from detprof.profiler.measured_runs import MeasurementTarget, study_root
 from detprof.profiler.presets import PRESETS, STABILITY_MODELS, STABILITY_RUNS
@@ -151,7 +150,7 @@ def _outcome(
     """What a study of models measured on this machine wrote."""
     # Without plans, every model is a registry model built at its defaults (``SweepConfig.plans``).
     registry_models = tuple(p.given for p in config.plans if p.own_model is None) if config.plans else config.models
-    native = tuple(p.given for p in config.plans if p.own_model is not None and p.own_model.api == own.TORCH_API)
+    native = tuple(p.given for p in config.plans if p.native)
     return SweepOutcome(
         out,
         kind,

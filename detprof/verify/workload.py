@@ -202,7 +202,7 @@ class _NativeSteps:
     def batch(self, seed: int) -> tuple[Any, Any]:
         from detprof.models import torch_modules
 
-        return torch_modules.batch(self.module, self.params, seed)
+        return torch_modules.batch(self.module, self.params, seed, self.training.logits_shape)
 
     def train(self, batch: tuple[Any, Any]) -> list[tuple[str, list[Any]]]:
         from detprof.models import torch_modules
