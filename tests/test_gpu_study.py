@@ -74,7 +74,18 @@ def test_the_dry_run_for_an_h100_puts_what_only_a_gpu_answers_in_its_first_windo
     names = list(lines)
     assert names[: len(first_window)] == first_window  # the value first: nothing else comes before them
     later = names[len(first_window) :]
-    assert later[:4] == ["jax-overhead-first", "torch-overhead-first", "jax-overhead-rest", "torch-overhead-rest"]
+    # Then the native PyTorch models people train (issue: your PyTorch model), then the paper's zoo.
+    assert later[:5] == [
+        "torch-overhead-native",
+        "jax-overhead-first",
+        "torch-overhead-first",
+        "jax-overhead-rest",
+        "torch-overhead-rest",
+    ]
+    assert (
+        "--backend torch --models hf_resnet50_small,hf_vit_small,hf_gpt2_small,hf_llama_small "
+        in (lines["torch-overhead-native"])
+    )
     assert {"jax-knobs", "torch-knobs-1", "jax-stability-gpt_tiny", "torch-verify-1"} <= set(later)
     # The pairing check: the same sweep with both modes in one process and with a process per mode.
     for route in ("in-process", "processes"):
@@ -242,6 +253,7 @@ def test_models_whose_pairs_failed_in_one_process_are_rerun_a_process_per_mode_a
     plan = build_plan(SCALES["gpu"], ["torch", "jax"], 3600.0, Costs(), on_gpu=True, known=Known(apart_models=apart))
     names = [part.name for part in plan.parts if part.kind == "overhead"]
     assert names == [
+        "torch-overhead-native",
         "torch-overhead-first",
         "jax-overhead-first",
         "torch-overhead-rest",

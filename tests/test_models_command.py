@@ -9,7 +9,7 @@ import pytest
 
 from detprof.cli import main
 from detprof.models import registry
-from detprof.models.command import parameter_counts
+from detprof.models.command import counts_key, parameter_counts
 
 
 @pytest.mark.slow  # builds two Keras models (smallcnn, resnet18)
@@ -37,7 +37,8 @@ def test_models_command_lists_the_paper_models(tmp_path, monkeypatch, capsys) ->
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     cache = tmp_path / "detprof" / "model-parameters.json"
     cache.parent.mkdir(parents=True)
-    cache.write_text(json.dumps({keras.__version__: dict.fromkeys(registry.BUILT_IN, 1)}))
+    key = counts_key(keras.__version__, registry.NATIVE_NEEDS)  # transformers' version too: it builds the native ones
+    cache.write_text(json.dumps({key: dict.fromkeys(registry.BUILT_IN, 1)}))
     monkeypatch.setenv("COLUMNS", "200")
     assert main(["models"]) == 0
     out = capsys.readouterr().out
@@ -45,3 +46,4 @@ def test_models_command_lists_the_paper_models(tmp_path, monkeypatch, capsys) ->
         assert name in out
     assert "224x224x3" in out and "keras-applications" in out and "medium-cnn" in out
     assert "256 tokens" in out and "8192 (vocabulary)" in out
+    assert "hf_gpt2_tiny" in out and "torch.nn.Module" in out and "3x224x224" in out  # native: channels first

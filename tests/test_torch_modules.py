@@ -7,15 +7,18 @@ subprocesses. The module leaderboard of a sweep is ``test_layers_e2e``'s native 
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 import pytest
 
-from detprof.backends.base import LOSS_PART, OPTIMIZER_PART, layer_range_name
+from detprof.backends.base import LOSS_PART, OPTIMIZER_PART, STEP_PARTS, layer_range_name
 from detprof.cli import main
 from detprof.errors import ExitCode, UsageError
 from detprof.models import own
+from detprof.reports.command import render_report
+from detprof.store import ResultsStore
 from detprof.traces.attribution import layer_of, layer_path
 
 MODULES = """
@@ -254,3 +257,71 @@ def test_data_in_the_modules_own_layout_feeds_it(folder: Path) -> None:
     assert training.x.shape == (4, 1, 10, 10) and float(training.x.max()) <= 1.0 and training.x.dtype == torch.float32
     assert training.y.tolist() == [0, 1, 2, 3]
     training.step()()
+
+
+NATIVE_REGISTRY = {
+    "hf_resnet50_tiny": {
+        "resnet.embedder.embedder.convolution",
+        "resnet.encoder.stages.3.layers.2.layer.2.convolution",
+    },
+    "hf_vit_tiny": {"vit.embeddings.patch_embeddings.projection", "vit.layers.1.mlp.fc2", "classifier"},
+    "hf_gpt2_tiny": {"transformer.h.0.attn.c_attn", "transformer.h.1.mlp.c_proj", "lm_head"},
+    "hf_llama_tiny": {"model.layers.0.self_attn.q_proj", "model.layers.1.mlp.down_proj", "lm_head"},
+}
+"""The native registry models at their tiny size, and modules of each that do work of their own, by their paths."""
+
+
+@pytest.mark.slow
+def test_the_native_registry_models_train_on_pytorch_with_their_modules_on_the_leaderboard(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    """Hugging Face's ResNet-50, ViT, GPT-2 and Llama-style decoder, built from their configurations: without
+    ``--backend`` they train on PyTorch, loading no Keras, each module a leaderboard row by its path, and what no
+    module claims under 5% of the step (0.05-0.8% here). With another backend, or for a stability study, they are
+    refused in one line before any worker starts."""
+    out = tmp_path / "out"
+    args = ["sweep", "--models", ",".join(NATIVE_REGISTRY), "--steps", "3", "--warmup", "1", "--repeats", "1"]
+    assert main([*args, "--precision", "off", "--no-report", "--out", str(out)]) == ExitCode.OK
+    capsys.readouterr()
+    records = list(ResultsStore(out, "sweep").records())
+    assert {(r["model"], r["mode"], r["status"], r["model_api"], r["backend"]) for r in records} == {
+        (model, mode, "ok", "torch", "torch") for model in NATIVE_REGISTRY for mode in ("default", "deterministic")
+    }
+    assert not any("keras" in r["versions"] for r in records)
+    # At the CPU preset's input size, 32: images channels first, as many tokens.
+    assert {r["model"]: r["input_shape"] for r in records} == {
+        "hf_resnet50_tiny": [3, 32, 32],
+        "hf_vit_tiny": [3, 32, 32],
+        "hf_gpt2_tiny": [32],
+        "hf_llama_tiny": [32],
+    }
+    for model in json.loads(render_report([out], "json"))["models"]:
+        layers = {layer["name"]: layer for layer in model["layers"]}
+        assert NATIVE_REGISTRY[model["model"]] | set(STEP_PARTS) <= set(layers), sorted(layers)
+        assert all(layers[name]["default_ms"] > 0 for name in NATIVE_REGISTRY[model["model"]]), model["model"]
+        assert model["unattributed_share"] < 0.05, (model["model"], model["unattributed_share"])
+    refused = [
+        (["sweep", "--models", "hf_gpt2_tiny", "--backend", "jax"], "which trains on PyTorch, not on jax"),
+        (["stability", "--model", "hf_llama_tiny"], "a stability study trains Keras models"),
+    ]
+    for command, words in refused:
+        assert main([*command, "--out", str(tmp_path / "none")]) == ExitCode.USAGE
+        err = capsys.readouterr().err
+        assert err.startswith("detprof: error: ") and words in err and err.count("\n") == 1, err
+    assert not (tmp_path / "none").exists()
+
+
+def test_a_native_registry_model_without_transformers_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where transformers is not installed, naming a native registry model says which install brings it, before
+    anything starts (the package looked up, not imported)."""
+    import importlib.util
+
+    from detprof.models import registry
+
+    found = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "transformers" else found(name, *a)
+    )
+    with pytest.raises(UsageError, match=r"hf_vit_tiny is built by Hugging Face transformers.*detprof\[huggingface\]"):
+        registry.native_model("hf_vit_tiny")
+    assert registry.native_model("smallcnn") is None

@@ -4,9 +4,10 @@ A GPU lease is short and rare, so the first window answers what no other machine
 the smallest size that answers it: whether pairing the two modes in one process measures what a
 process started in each mode gets (the pairing check, on each backend), what determinism buys
 (implementation noise against control), whether it holds (``verify`` of a CNN and a transformer), and
-which switch pays (a knob study of few steps). Then the overhead of the paper's medium CNN and a
-GPT, the rest of the zoo, the models whose pairs failed in one process (a process per mode), the full
-knob studies, stability and ``verify`` of the rest. Overhead parts pair the modes as the pairing
+which switch pays (a knob study of few steps). Then the native PyTorch models people train (Hugging
+Face's, on PyTorch), the overhead of the paper's medium CNN and a GPT, the rest of the zoo, the models
+whose pairs failed in one process (a process per mode), the full knob studies, stability and ``verify``
+of the rest. Overhead parts pair the modes as the pairing
 check found valid on their backend: in one process where the two routes agree, else a process per
 mode. The pairing check's third sweep asks whether a model's repeats may share one process (``--shared-repeats``:
 the steps built once, re-run for each repeat) against a process per repeat; where it agrees, or until it has
@@ -19,6 +20,7 @@ kept in the repository measured, else an estimate per model family, each saying 
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -26,6 +28,7 @@ from typing import Literal
 
 from detprof import backends
 from detprof.gpu_study.costs import Costs, Estimate, Route, summed
+from detprof.models import registry
 
 PartKind = Literal["pairing", "overhead", "knobs", "stability", "verify"]
 KINDS: tuple[PartKind, ...] = ("pairing", "overhead", "knobs", "stability", "verify")
@@ -45,6 +48,8 @@ VERIFY_RUNS = 4
 CHECK_RUNS = 2
 """A knob study verifies each arm that leaves a knob out twice, each in a worker of its own."""
 APART = "apart"
+NATIVE = "native"
+"""The overhead part of the native PyTorch models (``Scale.native``)."""
 """The overhead part that reruns, with a process per mode (``--pairing processes``), the models whose pairs failed
 in one process: on an H100, XLA failed to run gpt_small's and moe_small's step compiled with deterministic ops as
 a compile option in a process started without them (reference/h100-2026-11-28); a process of its own is started
@@ -64,6 +69,8 @@ class Scale:
     first: tuple[str, ...]
     """The overhead models the study answers for first, on every backend."""
     rest: tuple[str, ...]
+    native: tuple[str, ...]
+    """The native PyTorch registry models (``hf_*``), swept on PyTorch right after the first window's checks."""
     sweep: tuple[str, ...]
     """The sweep's options (the pairing check, the overhead parts and the knob studies)."""
     repeats: int
@@ -106,6 +113,7 @@ SCALES: dict[str, Scale] = {
         name="gpu",
         first=("mediumcnn_k1", "mediumcnn_k3", "mediumcnn_k5", "mediumcnn_k7", "gpt_small"),
         rest=("moe_small", "vit_small", "vgg19", "resnet50", "densenet121", "mobilenet", "efficientnetb0"),
+        native=("hf_resnet50_small", "hf_vit_small", "hf_gpt2_small", "hf_llama_small"),
         sweep=GPU_SWEEP,
         repeats=2,
         precision="2%",
@@ -133,6 +141,7 @@ SCALES: dict[str, Scale] = {
         name="tiny",
         first=("gpt_tiny",),
         rest=(),
+        native=(),
         sweep=("--preset", "cpu-small", "--steps", "3", "--warmup", "1", "--batch-size", "8"),
         repeats=1,
         precision="off",
@@ -252,6 +261,8 @@ def build_plan(
         knobs = planner.knobs(backend, _pairing_cnn(scale, backend), first=True)
         _add(first, not_run, knobs, f"{backend}-knobs-first")
     later: list[Part] = []
+    if backends.TORCH in names and scale.native:
+        _add(later, not_run, planner.native(), f"{backends.TORCH}-overhead-{NATIVE}")
     for group, models in (("first", scale.first), ("rest", scale.rest)):
         for backend in names:
             left = tuple(m for m in models if m not in scale.pairing.get(backend, ()))
@@ -358,6 +369,13 @@ class _Planner:
             options += ("--budget", f"{max(1, round(share_s - estimate.seconds))}s")
         options += ("--pairing", ROUTES[route], *sharing)
         return [Part(f"{backend}-overhead-{group}", "overhead", backend, models, options, estimate)]
+
+    def native(self) -> list[Part] | str:
+        """The native models' sweep on PyTorch, paired as its pairing check found; why not, where the package that
+        builds them is not installed."""
+        if importlib.util.find_spec(registry.NATIVE_NEEDS) is None:
+            return f"{registry.NATIVE_NEEDS} is not installed: pip install 'detprof[huggingface]'"
+        return self.overhead(backends.TORCH, NATIVE, self.scale.native, share_of=len(self.routes) * 2)
 
     def costliest(self, backend: str) -> str:
         """The model the full knob study's estimate assumes before the overhead parts chose one: the costliest of

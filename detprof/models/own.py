@@ -236,14 +236,16 @@ def inspect_with(
     input_shape: Sequence[int],
     classes: int,
     shape_given: bool = False,
+    sizes: Mapping[str, tuple[Sequence[int], int]] | None = None,
 ) -> list[Inspected]:
     """Load each model once in a worker of ``backend`` (``call`` is ``worker_call.call_in_worker``).
 
     A factory that takes ``(input_shape, classes)`` is built with these, and a model that
     fixes no input shape of its own at ``input_shape``; a native PyTorch module takes
     ``input_shape`` as it is where ``shape_given`` (``--input-shape``), else with its channels
-    first. A module's file and hash come back from the worker that imported it: this process
-    never imports it.
+    first. ``sizes``: the models (by ``OwnModel.given``) built at a shape and classes of their own
+    instead, as given (a native registry model's, in its own layout). A module's file and hash come
+    back from the worker that imported it: this process never imports it.
     """
     if not models:
         return []
@@ -253,6 +255,7 @@ def inspect_with(
         "input_shape": list(input_shape),
         "classes": classes,
         "shape_given": shape_given,
+        "sizes": {given: [list(shape), count] for given, (shape, count) in (sizes or {}).items()},
     }
     answers = call(INSPECT_ENTRY, request, f"loading {', '.join(m.given for m in models)}")
     return [Inspected.from_answer(model, answer) for model, answer in zip(models, answers, strict=True)]

@@ -340,11 +340,25 @@ def _probe_array(tensor: keras.KerasTensor, rng: Any) -> Any:
 
 
 def inspect(
-    models: list[dict[str, Any]], backend: str, input_shape: list[int], classes: int, shape_given: bool = False
+    models: list[dict[str, Any]],
+    backend: str,
+    input_shape: list[int],
+    classes: int,
+    shape_given: bool = False,
+    sizes: Mapping[str, list[Any]] | None = None,
 ) -> list[dict[str, Any]]:
-    """``call_in_worker``'s entry: each model loaded once on ``backend``, and what the parent needs of it."""
+    """``call_in_worker``'s entry: each model loaded once on ``backend``, and what the parent needs of it (at its
+    own shape and classes where ``sizes`` gives them: ``own.inspect_with``)."""
     apply(DeterminismSettings("default", backend=backend))  # type: ignore[arg-type]
-    return [describe(OwnModel.from_record(record), input_shape, classes, shape_given) for record in models]
+    answers = []
+    for record in models:
+        model = OwnModel.from_record(record)
+        own_size = (sizes or {}).get(model.given)
+        if own_size is None:
+            answers.append(describe(model, input_shape, classes, shape_given))
+        else:
+            answers.append(describe(model, own_size[0], int(own_size[1]), shape_given=True))
+    return answers
 
 
 def describe(model: OwnModel, input_shape: Sequence[int], classes: int, shape_given: bool = False) -> dict[str, Any]:

@@ -39,7 +39,7 @@ class ModelPlan:
 
     @property
     def native(self) -> bool:
-        """A native PyTorch module of the user's (``own.OwnModel.api``)."""
+        """A native PyTorch module, the user's or the registry's (``own.OwnModel.api``)."""
         return self.own_model is not None and self.own_model.api == own.TORCH_API
 
     def workload_spec(self, batch_size: int) -> dict[str, Any]:
@@ -110,18 +110,20 @@ def model_plans(asked: ModelsAsked, backend: str, call: Callable[..., Any]) -> t
     """
     data = None if asked.data is None else own.NpzData.read(asked.data)
     mine = {model: own.parse(model) for model in asked.models if own.is_own(model)}
+    native = {model: found for model in asked.models if (found := registry.native_model(model)) is not None}
     own.refuse_duplicate_labels([mine[m].label if m in mine else m for m in asked.models], asked.models)
     shape = own.parse_input_shape(asked.input_shape) or (data.images if data else None) or own.DEFAULT_INPUT_SHAPE
     classes = asked.classes or (data.classes if data else None) or own.DEFAULT_CLASSES
     inspected = own.inspect_with(
         call,
-        list(mine.values()),
+        [*mine.values(), *native.values()],
         backend=backend,
         input_shape=shape,
         classes=classes,
         shape_given=asked.input_shape is not None,
+        sizes={model: native_size(asked, model) for model in native if data is None},
     )
-    if asked.input_shape is not None and not any(item.built_at_input_shape for item in inspected):
+    if asked.input_shape is not None and not any(item.built_at_input_shape for item in inspected[: len(mine)]):
         raise UsageError(
             "--input-shape applies to your own models that take it: factories of (input_shape, classes), and "
             "models without an input shape of their own (a Sequential without keras.Input, an unbuilt subclassed "
@@ -149,6 +151,14 @@ def model_plans(asked: ModelsAsked, backend: str, call: Callable[..., Any]) -> t
             )
         )
     return tuple(plans)
+
+
+def native_size(asked: ModelsAsked, model: str) -> tuple[registry.InputShape, int]:
+    """A native registry model's input shape (in its own layout) and classes: its own, at ``--input-size`` and
+    ``--classes`` where given."""
+    spec = registry.get(model)
+    shape = spec.input_shape if asked.input_size is None else spec.shape_at(asked.input_size)
+    return shape, asked.classes or spec.classes
 
 
 def registry_plan(asked: ModelsAsked, model: str, data: own.NpzData | None = None) -> ModelPlan:

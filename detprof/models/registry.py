@@ -7,10 +7,12 @@ discovered from ``keras.applications`` only when a name is not one of ours.
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from detprof.errors import UsageError
 from detprof.models import paper_cnns
@@ -18,9 +20,12 @@ from detprof.models import paper_cnns
 if TYPE_CHECKING:
     import keras
 
+    from detprof.models.own import OwnModel
+
 InputShape = tuple[int, ...]
 """An image's (height, width, channels), or a token model's (sequence length,)."""
-Builder = Callable[[InputShape, int], "keras.Model"]
+Builder = Callable[[InputShape, int], Any]
+"""A Keras model's builder, or a native module's factory (``ModelSpec.native``)."""
 
 IMAGENET_SHAPE: InputShape = (224, 224, 3)
 PAPER_KERAS_APPLICATIONS = {
@@ -49,12 +54,20 @@ class ModelSpec:
     gpu_dtype_policy: str | None = None
     """The Keras dtype policy the model trains in on a GPU, as its users train it there (a transformer in bfloat16
     mixed precision, where the fused attention kernels run); None: float32 everywhere."""
+    native: str | None = None
+    """``package.module:FUNCTION`` of a native PyTorch module's factory (``models.huggingface``), planned and
+    trained as a module of your own is (``native_model``); None: a Keras model. Its input shape is the module's own
+    layout: an image's channels first."""
 
     def shape_at(self, size: int) -> InputShape:
-        """The input shape at ``--input-size``: square images with the model's channels, or ``size`` tokens."""
-        return (size,) if self.takes == "tokens" else (size, size, self.input_shape[-1])
+        """The input shape at ``--input-size``: square images with the model's channels (first, for a native
+        module), or ``size`` tokens."""
+        if self.takes == "tokens":
+            return (size,)
+        return (self.input_shape[0], size, size) if self.native else (size, size, self.input_shape[-1])
 
-    def build(self, input_shape: InputShape | None = None, classes: int | None = None) -> keras.Model:
+    def build(self, input_shape: InputShape | None = None, classes: int | None = None) -> Any:
+        """The Keras model, or the native module."""
         return self.builder(input_shape or self.input_shape, classes or self.classes)
 
 
@@ -126,10 +139,45 @@ def _transformer_specs() -> dict[str, ModelSpec]:
     return specs
 
 
+NATIVE_FACTORIES = "detprof.models.huggingface"
+HUGGING_FACE = {
+    "resnet50": ("resnet", "images"),
+    "vit": ("vit", "images"),
+    "gpt2": ("gpt", "tokens"),
+    "llama": ("llama", "tokens"),
+}
+"""The native models: Hugging Face transformers' architectures people train, each a family and what it takes."""
+NATIVE_NEEDS = "transformers"
+
+
+def _native_factory(function: str) -> Builder:
+    def build(input_shape: InputShape, classes: int) -> Any:
+        return getattr(importlib.import_module(NATIVE_FACTORIES), function)(input_shape, classes)
+
+    return build
+
+
+def _native_specs() -> dict[str, ModelSpec]:
+    """``hf_ARCHITECTURE_SIZE`` for each of ``HUGGING_FACE`` at each of ``TRANSFORMER_SIZES``, sized as the Keras
+    transformers are (images channels first)."""
+    specs = {}
+    for architecture, (family, takes) in HUGGING_FACE.items():
+        for size in TRANSFORMER_SIZES:
+            shape, classes = (IMAGES if takes == "images" else TOKENS)[size]
+            shape = shape if takes == "tokens" else (shape[-1], *shape[:-1])
+            function = f"{architecture}_{size}"
+            name = f"hf_{function}"
+            native = f"{NATIVE_FACTORIES}:{function}"
+            specs[name] = ModelSpec(name, family, _native_factory(function), shape, classes, takes, native=native)
+    return specs
+
+
 PAPER_MODELS: dict[str, ModelSpec] = _paper_specs()
 """The paper's zoo, which the ``paper`` preset sweeps."""
-BUILT_IN: dict[str, ModelSpec] = PAPER_MODELS | _transformer_specs()
-"""Every model detprof defines itself: the paper's and the transformers."""
+NATIVE_MODELS: dict[str, ModelSpec] = _native_specs()
+"""Native PyTorch modules people train (Hugging Face's), trained as modules of your own are."""
+BUILT_IN: dict[str, ModelSpec] = PAPER_MODELS | _transformer_specs() | NATIVE_MODELS
+"""Every model detprof defines itself: the paper's, the transformers and the native modules."""
 
 
 def _other_keras_applications() -> dict[str, ModelSpec]:
@@ -156,7 +204,7 @@ def all_models() -> dict[str, ModelSpec]:
     return {**BUILT_IN, **_other_keras_applications()}
 
 
-ATTENTION_FAMILIES = frozenset({"gpt", "moe", "vit"})
+ATTENTION_FAMILIES = frozenset({"gpt", "moe", "vit", "llama"})
 
 
 def runs_attention(name: str) -> bool | None:
@@ -178,3 +226,26 @@ def get(name: str) -> ModelSpec:
 
 def build(name: str, input_shape: InputShape | None = None, classes: int | None = None) -> keras.Model:
     return get(name).build(input_shape, classes)
+
+
+def is_native(name: str) -> bool:
+    """Whether ``name`` is a native registry model (``ModelSpec.native``)."""
+    spec = BUILT_IN.get(name.strip().lower())
+    return spec is not None and spec.native is not None
+
+
+def native_model(name: str) -> OwnModel | None:
+    """A native registry model as a module of your own (labelled by its registry name), which the study plans,
+    inspects and trains as it does yours; None for a Keras model. One line where transformers is not installed."""
+    spec = BUILT_IN.get(name.strip().lower())
+    if spec is None or spec.native is None:
+        return None
+    if importlib.util.find_spec(NATIVE_NEEDS) is None:
+        raise UsageError(
+            f"{spec.name} is built by Hugging Face {NATIVE_NEEDS}, which is not installed here: "
+            "pip install 'detprof[huggingface]'"
+        )
+    from detprof.models.own import OwnModel
+
+    module, _, function = spec.native.partition(":")
+    return OwnModel(spec.name, "factory", spec.name, module=module, function=function)

@@ -15,7 +15,7 @@ from rich.markup import escape
 
 from detprof import backends
 from detprof.errors import UsageError
-from detprof.models import own
+from detprof.models import own, registry
 from detprof.models.plans import ModelPlan, ModelsAsked, check_known, data_path, model_plans, registry_plan
 from detprof.option_values import parse_duration, parse_precision
 from detprof.options import RunOptions
@@ -97,6 +97,11 @@ class SweepRequest:
         """The device and tracer chosen and checked, and the configuration the sweep will run (``plans``: the models'
         plans made already, by the resolution that found a native module without ``--backend``)."""
         run = self.options
+        native = next((model for model in self.models or () if registry.is_native(model)), None)
+        if native is not None and run.backend is None:  # known before any worker looks: no other framework's worker
+            return replace(self, options=replace(run, backend=backends.TORCH)).resolve(dry_run=dry_run, plans=plans)
+        if native is not None and run.backend != backends.TORCH:
+            raise UsageError(_not_on(native, run.backend))
         target = choose_target(run, list(PRESETS), dry_run=dry_run)
         given = {
             "models": self.models,
@@ -139,8 +144,12 @@ class SweepRequest:
             if run.backend is None:  # a native module implies PyTorch; what a worker found of each model holds there
                 implied = replace(self, options=replace(run, backend=backends.TORCH))
                 return implied.resolve(dry_run=dry_run, plans=plans)
-            raise UsageError(
-                f"{native} returns a torch.nn.Module, which trains on PyTorch, not on {run.backend}: pass "
-                f"--backend {backends.TORCH}, or no --backend"
-            )
+            raise UsageError(_not_on(native, run.backend))
         return replace(config, run_seconds=run_seconds, plans=plans), target
+
+
+def _not_on(native: str, backend: str | None) -> str:
+    return (
+        f"{native} is a torch.nn.Module, which trains on PyTorch, not on {backend}: pass --backend {backends.TORCH}, "
+        "or no --backend"
+    )

@@ -70,6 +70,13 @@ TOKEN_EPOCHS = 20
 its token frequencies' entropy 4.08), 2.79 after 20."""
 
 
+def _native_refusal(label: str) -> str:
+    return (
+        f"{label} is a torch.nn.Module: a stability study trains Keras models so far; `detprof sweep` measures a "
+        "native module's overhead and its modules"
+    )
+
+
 def default_dataset(model: str) -> str:
     """The built-in data a model takes: the Markov language for a registry model of tokens, else digits."""
     if own.is_own(model) or registry.get(model).takes != "tokens":
@@ -127,6 +134,8 @@ class StudyConfig:
         if self.keep_saved_weights and (mine is None or mine.kind != "saved"):
             raise UsageError("--keep-saved-weights applies to a saved model of your own (--model FILE.keras)")
         dataset = datasets.canonical_name(self.dataset)
+        if mine is None and registry.is_native(self.model):
+            raise UsageError(_native_refusal(registry.get(self.model).name))
         if mine is None:
             _refuse_other_inputs(registry.get(self.model), dataset)
         canonical = StudyConfig(
@@ -446,10 +455,7 @@ def inspected_for(model: own.OwnModel, data: datasets.Dataset, backend: str) -> 
         call_in_worker, [model], backend=backend, input_shape=data.input_shape, classes=data.classes
     )
     if item.model.api == own.TORCH_API:
-        raise UsageError(
-            f"{item.label} is a torch.nn.Module: a stability study trains Keras models so far; `detprof sweep` "
-            "measures a native module's overhead and its modules"
-        )
+        raise UsageError(_native_refusal(item.label))
     if len(item.inputs) != 1 or len(item.outputs) != 1:
         raise UsageError(
             f"{item.label} has {len(item.inputs)} input(s) and {len(item.outputs)} output(s): a stability study "
