@@ -143,6 +143,12 @@ class RunOptions:
     classes: int | None = option(
         "Classes the models are built for (default: the preset's, else --data's labels, else 10)."
     )
+    amp: str | None = option(
+        "bf16: train every model in bfloat16 mixed precision in both modes, as models are trained on GPUs now: a "
+        "PyTorch module's forward and loss under torch.autocast, a Keras model built under the mixed_bfloat16 dtype "
+        "policy (default: each model's own precision: float32, the registry's Keras transformers in mixed_bfloat16 "
+        "on a GPU)."
+    )
     data: str | None = option(
         "npz:PATH: train on a real batch from this file instead of synthetic data: x_train/y_train "
         "(as stability --dataset npz:PATH), or an array per input and output of your model, by name."
@@ -173,7 +179,7 @@ OPTION_TYPES: dict[str, Any] = _option_types()
 
 FLEET = ("ray", "max_trace_mb")
 """What runs a study on a Ray cluster (``detprof.fleet``): the sweep and ``check --run`` take these."""
-MODEL_INPUTS = ("input_shape", "classes", "data")
+MODEL_INPUTS = ("input_shape", "classes", "data", "amp")
 """How the sweep's models are built and fed (``profiler.sweep_request``): the sweep and ``check --run`` take these."""
 TIME_TO_ANSWER = ("precision", "budget", "pairing", "shared_repeats")
 """How the sweep reaches its answer (``profiler.study``): repeats until precise enough, within a budget, paired in

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 
 import keras
 import pytest
+from parameter_cache import cached_everywhere
 
 from detprof.cli import main
 from detprof.models import registry
-from detprof.models.command import counts_key, parameter_counts
+from detprof.models.command import parameter_counts
 
 
 @pytest.mark.slow  # builds two Keras models (smallcnn, resnet18)
@@ -22,6 +24,12 @@ def test_parameter_counts_are_built_once_and_cached(tmp_path, monkeypatch) -> No
     }
     cache = json.loads((tmp_path / "detprof" / "model-parameters.json").read_text())
     assert cache[keras.__version__]["smallcnn"] == counts["smallcnn"]
+    # A native module is counted on PyTorch's meta device, as many as when built for real, cached apart from
+    # Keras' counts (installing transformers leaves those cached).
+    (native,) = parameter_counts(["hf_gpt2_tiny"], keras.__version__).values()
+    assert native == sum(p.numel() for p in registry.build("hf_gpt2_tiny").parameters())
+    cache = json.loads((tmp_path / "detprof" / "model-parameters.json").read_text())
+    assert set(cache) == {keras.__version__, f"transformers-{importlib.metadata.version('transformers')}"}
 
     def refuse(*_args: object) -> None:
         raise AssertionError("cached counts must not rebuild models")
@@ -37,8 +45,7 @@ def test_models_command_lists_the_paper_models(tmp_path, monkeypatch, capsys) ->
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     cache = tmp_path / "detprof" / "model-parameters.json"
     cache.parent.mkdir(parents=True)
-    key = counts_key(keras.__version__, registry.NATIVE_NEEDS)  # transformers' version too: it builds the native ones
-    cache.write_text(json.dumps({key: dict.fromkeys(registry.BUILT_IN, 1)}))
+    cache.write_text(json.dumps(cached_everywhere(list(registry.BUILT_IN), keras.__version__)))
     monkeypatch.setenv("COLUMNS", "200")
     assert main(["models"]) == 0
     out = capsys.readouterr().out

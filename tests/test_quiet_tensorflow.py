@@ -16,6 +16,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from parameter_cache import cached_everywhere
 
 from detprof.backends.tensorflow import DEBUG_ENV, LOG_LEVEL_ENV, quiet_tensorflow
 from detprof.models import registry
@@ -105,7 +106,8 @@ def _run_models(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
     """``detprof models`` with every parameter count cached, so only the TensorFlow import is left."""
     cache = tmp_path / "detprof" / "model-parameters.json"
     cache.parent.mkdir(parents=True, exist_ok=True)
-    cache.write_text(json.dumps({importlib.metadata.version("keras"): dict.fromkeys(registry.BUILT_IN, 1)}))
+    keras = importlib.metadata.version("keras")
+    cache.write_text(json.dumps(cached_everywhere(list(registry.BUILT_IN), keras)))
     base = {k: v for k, v in os.environ.items() if k not in (DEBUG_ENV, LOG_LEVEL_ENV)}
     return subprocess.run(
         [sys.executable, "-m", "detprof.cli", "models"],

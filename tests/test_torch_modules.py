@@ -25,6 +25,8 @@ MODULES = """
 import torch
 from torch import nn
 
+import detprof
+
 
 class Block(nn.Module):
     def __init__(self, channels):
@@ -88,6 +90,23 @@ class Unpooled(nn.Module):  # max unpooling scatters into its output: PyTorch ha
 
 def unpooled():
     return Unpooled()
+
+
+def smooth(logits, labels):
+    return torch.nn.functional.cross_entropy(logits, labels, label_smoothing=0.1)
+
+
+def trained(input_shape, classes):
+    model = Net(input_shape[0], classes)
+    return detprof.Training(model, loss=smooth, optimizer=torch.optim.SGD(model.parameters(), lr=0.5))
+
+
+def vector_loss():
+    return detprof.Training(Net(3, 4), loss=lambda logits, labels: logits.sum(dim=1))
+
+
+def elsewhere():
+    return detprof.Training(Net(3, 4), optimizer=torch.optim.SGD(Net(3, 4).parameters(), lr=0.1))
 """
 Capture = pytest.CaptureFixture[str]
 
@@ -176,6 +195,49 @@ def test_each_arm_builds_the_same_module_and_a_step_trains_it_as_users_do(folder
     tokens = native_training(spec(folder, "tokens", [6], 50), seed=3)
     assert tokens.x.dtype == torch.int64 and tokens.y.shape == (4, 6) and int(tokens.x.max()) < 50
     tokens.step()()
+
+
+def test_a_module_returned_with_its_loss_and_optimizer_trains_with_them(folder: Path) -> None:
+    """``detprof.Training``: the step is the user's loss and optimizer, checked against the same step written by
+    hand; a loss that is not a scalar, or an optimizer over another module's parameters, is one line."""
+    import torch
+
+    from detprof.models.own_build import native_training
+
+    item = described(folder, "trained", (8, 8, 3))
+    assert item.model.api == own.TORCH_API and item.inputs[0].shape == (3, 8, 8) and item.classes == 6
+    training, reference = (native_training(spec(folder, "trained", [3, 8, 8], 5), seed=3) for _ in range(2))
+    assert training.facts()["train_step"] == "eager PyTorch: forward, smooth, backward, SGD.step"
+    training.step()()
+    logits = reference.module(reference.x)
+    torch.nn.functional.cross_entropy(logits, reference.y, label_smoothing=0.1).backward()
+    with torch.no_grad():
+        expected = [p - 0.5 * p.grad for p in reference.module.parameters()]
+    assert all(torch.allclose(a, b) for a, b in zip(training.module.parameters(), expected, strict=True))
+    with pytest.raises(UsageError, match=r"vector_loss: the loss \(<lambda>\) returned \[2\], not a scalar"):
+        described(folder, "vector_loss", (3, 8, 8), given=True)
+    with pytest.raises(UsageError, match=r"elsewhere: detprof.Training's optimizer updates none of the module's"):
+        described(folder, "elsewhere", (3, 8, 8), given=True)
+
+
+def test_with_amp_the_forward_pass_and_the_loss_run_in_bfloat16_and_the_weights_stay_float32(folder: Path) -> None:
+    """``--amp bf16``: the forward pass and the loss under ``torch.autocast``, the backward pass and the update
+    outside it, as users write it; the record says so."""
+    import torch
+
+    from detprof.models.own_build import native_training
+
+    training = native_training(spec(folder, "net", [3, 8, 8], 5) | {"amp": "bf16"}, seed=0)
+    seen: list[torch.dtype] = []
+    handle = training.module.head.register_forward_hook(lambda module, args, output: seen.append(output.dtype))
+    try:
+        training.step()()
+    finally:
+        handle.remove()
+    assert seen == [torch.bfloat16]
+    assert {p.dtype for p in training.module.parameters()} == {torch.float32}
+    assert training.facts()["dtype_policy"] == "float32 weights, bfloat16 autocast"
+    assert native_training(spec(folder, "net", [3, 8, 8], 5), seed=0).facts()["dtype_policy"] == "float32"
 
 
 def test_the_tracer_names_each_module_call_by_its_path_and_the_loss_and_update_apart(folder: Path) -> None:
@@ -277,12 +339,16 @@ def test_the_native_registry_models_train_on_pytorch_with_their_modules_on_the_l
 ) -> None:
     """Hugging Face's ResNet-50, ViT, GPT-2 and Llama-style decoder, built from their configurations: without
     ``--backend`` they train on PyTorch, loading no Keras, each module a leaderboard row by its path, and what no
-    module claims under 5% of the step (0.05-0.8% here). With another backend, or for a stability study, they are
-    refused in one line before any worker starts."""
-    out = tmp_path / "out"
-    args = ["sweep", "--models", ",".join(NATIVE_REGISTRY), "--steps", "3", "--warmup", "1", "--repeats", "1"]
-    assert main([*args, "--precision", "off", "--no-report", "--out", str(out)]) == ExitCode.OK
+    module claims under 5% of the step (0.05-0.8% here), eager and in bfloat16 mixed precision (``--amp bf16``).
+    With another backend, for a stability study, with ``--compile`` or another ``--amp``, they are refused in one
+    line before any worker starts."""
+    out, amp = tmp_path / "out", tmp_path / "amp"
+    args = ["sweep", "--steps", "3", "--warmup", "1", "--repeats", "1", "--precision", "off", "--no-report"]
+    assert main([*args, "--models", ",".join(NATIVE_REGISTRY), "--out", str(out)]) == ExitCode.OK
+    assert main([*args, "--models", "hf_llama_tiny", "--amp", "bf16", "--out", str(amp)]) == ExitCode.OK
     capsys.readouterr()
+    mixed = list(ResultsStore(amp, "sweep").records())
+    assert {r["dtype_policy"] for r in mixed} == {"float32 weights, bfloat16 autocast"} and len(mixed) == 2
     records = list(ResultsStore(out, "sweep").records())
     assert {(r["model"], r["mode"], r["status"], r["model_api"], r["backend"]) for r in records} == {
         (model, mode, "ok", "torch", "torch") for model in NATIVE_REGISTRY for mode in ("default", "deterministic")
@@ -295,7 +361,10 @@ def test_the_native_registry_models_train_on_pytorch_with_their_modules_on_the_l
         "hf_gpt2_tiny": [32],
         "hf_llama_tiny": [32],
     }
-    for model in json.loads(render_report([out], "json"))["models"]:
+    assert {r["dtype_policy"] for r in records} == {"float32"}
+    models = [*json.loads(render_report([out], "json"))["models"], *json.loads(render_report([amp], "json"))["models"]]
+    assert len(models) == 5
+    for model in models:
         layers = {layer["name"]: layer for layer in model["layers"]}
         assert NATIVE_REGISTRY[model["model"]] | set(STEP_PARTS) <= set(layers), sorted(layers)
         assert all(layers[name]["default_ms"] > 0 for name in NATIVE_REGISTRY[model["model"]]), model["model"]
@@ -303,6 +372,8 @@ def test_the_native_registry_models_train_on_pytorch_with_their_modules_on_the_l
     refused = [
         (["sweep", "--models", "hf_gpt2_tiny", "--backend", "jax"], "which trains on PyTorch, not on jax"),
         (["stability", "--model", "hf_llama_tiny"], "a stability study trains Keras models"),
+        (["sweep", "--models", "hf_vit_tiny", "--compile"], "which detprof trains eagerly so far: --compile"),
+        (["sweep", "--models", "hf_vit_tiny", "--amp", "fp16"], "--amp takes bf16, not 'fp16'"),
     ]
     for command, words in refused:
         assert main([*command, "--out", str(tmp_path / "none")]) == ExitCode.USAGE

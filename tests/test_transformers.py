@@ -101,7 +101,8 @@ def test_the_tiny_transformers_sweep_with_their_blocks_on_the_leaderboard(tmp_pa
 def test_a_transformer_trains_in_bfloat16_mixed_precision_on_a_gpu_and_a_cnn_stays_in_float32(monkeypatch) -> None:
     """The device is faked at its one boundary, the backend's ``device_name``: where Keras trains on a GPU, the
     transformers are built in ``mixed_bfloat16`` (their users' dtype there, where the fused attention kernels run)
-    and the CNNs in float32; on a CPU every model is float32; the global policy is left as it was."""
+    and the CNNs in float32; on a CPU every model is float32, unless ``--amp bf16`` builds each in
+    ``mixed_bfloat16`` on any device; the global policy is left as it was."""
     import keras
 
     from detprof import backends
@@ -109,10 +110,12 @@ def test_a_transformer_trains_in_bfloat16_mixed_precision_on_a_gpu_and_a_cnn_sta
 
     backend = backends.get(keras.config.backend())
 
-    def policy(model: str) -> str:
-        return training_of({"model": model, "input_shape": None, "classes": None}).model.dtype_policy.name
+    def policy(model: str, **amp: str) -> str:
+        return training_of({"model": model, "input_shape": None, "classes": None, **amp}).model.dtype_policy.name
 
     assert (policy("gpt_tiny"), policy("smallcnn")) == ("float32", "float32")
+    assert (policy("gpt_tiny", amp="bf16"), policy("smallcnn", amp="bf16")) == ("mixed_bfloat16",) * 2
+    assert keras.config.dtype_policy().name == "float32"
     monkeypatch.setattr(type(backend), "device_name", lambda self: "NVIDIA H100 80GB HBM3")
     assert (policy("gpt_tiny"), policy("moe_tiny"), policy("vit_tiny")) == ("mixed_bfloat16",) * 3
     assert policy("smallcnn") == "float32" and keras.config.dtype_policy().name == "float32"

@@ -62,6 +62,8 @@ def gpt2(input_shape: Sequence[int], classes: int, size: str) -> Any:
     shape = TRANSFORMER_SIZES[size]
     config = GPT2Config(
         vocab_size=classes,
+        bos_token_id=classes - 1,
+        eos_token_id=classes - 1,
         n_positions=input_shape[0],
         n_embd=shape["width"],
         n_layer=shape["depth"],

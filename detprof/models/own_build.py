@@ -32,6 +32,7 @@ from detprof.determinism import DeterminismSettings, apply
 from detprof.errors import UsageError, first_line
 from detprof.models import torch_modules
 from detprof.models.own import KERAS_API, KERAS_ARCHIVE_CONFIG, OwnModel, file_sha256, shape_text
+from detprof.training import Training
 
 if TYPE_CHECKING:
     import keras
@@ -103,15 +104,15 @@ def build(model: OwnModel, input_shape: Sequence[int], classes: int) -> keras.Mo
     """The Keras model the spec names as a functional model (``defined``), built at ``input_shape`` where it fixes
     none."""
     given = as_given(model, input_shape, classes)
-    if torch_modules.is_module(given):
+    if torch_modules.is_native(given):
         raise UsageError(f"{model.given}: a torch.nn.Module, which this command does not train yet")
     return defined(given, input_shape, model.given)
 
 
 def as_given(model: OwnModel, input_shape: Sequence[int], classes: int) -> Any:
-    """The model as the spec gives it: the factory's (called as it takes it: a Keras model or a native PyTorch
-    module), or the saved one, loaded. Keras is what the factory loaded, if anything: a worker that trains a native
-    module loads none of its own."""
+    """The model as the spec gives it: the factory's (called as it takes it: a Keras model, or a native PyTorch
+    module, bare or with its loss and optimizer as ``detprof.Training``), or the saved one, loaded. Keras is what
+    the factory loaded, if anything: a worker that trains a native module loads none of its own."""
     if model.kind == "saved":
         return load_saved(model)
     function = factory(model)
@@ -122,9 +123,12 @@ def as_given(model: OwnModel, input_shape: Sequence[int], classes: int) -> Any:
     except Exception as exc:
         raise UsageError(f"{model.given}: building the model failed: {first_line(exc, with_type=True)}") from exc
     keras = sys.modules.get("keras")
+    if isinstance(built, Training):
+        return torch_modules.checked(built, model.given)
     if not (keras is not None and isinstance(built, keras.Model)) and not torch_modules.is_module(built):
         raise UsageError(
-            f"{model.given}: {model.function} returned {type(built).__name__}, not a keras.Model or a torch.nn.Module"
+            f"{model.given}: {model.function} returned {type(built).__name__}, not a keras.Model, a torch.nn.Module "
+            "or a detprof.Training"
         )
     return built
 
@@ -368,13 +372,14 @@ def describe(model: OwnModel, input_shape: Sequence[int], classes: int, shape_gi
     takes = model.kind == "factory" and takes_arguments(factory(model), model.given)
     path = model.path or str(getattr(sys.modules.get(str(model.module)), "__file__", "") or "")
     source = {"path": path or None, "sha256": model.sha256 or (file_sha256(path) if path else None)}
-    if torch_modules.is_module(original):
-        shape = torch_modules.input_shape(original, input_shape, shape_given, model.given)
-        module = as_given(model, shape, classes) if takes and shape != tuple(input_shape) else original
-        answer = torch_modules.described(module, shape, model.given)
+    if torch_modules.is_native(original):
+        shape = torch_modules.input_shape(torch_modules.module_of(original), input_shape, shape_given, model.given)
+        given = as_given(model, shape, classes) if takes and shape != tuple(input_shape) else original
+        answer = torch_modules.described(torch_modules.module_of(given), shape, model.given)
         probe = {"input_shape": list(shape), "batch_size": torch_modules.PROBE_ROWS, "classes": classes}
-        found = torch_modules.nondeterministic_ops(torch_modules.training(module, probe, 0))
-        return source | answer | {"nondeterministic_ops": found}
+        training = torch_modules.training(given, probe, 0)
+        torch_modules.scalar_loss(training, model.given)
+        return source | answer | {"nondeterministic_ops": torch_modules.nondeterministic_ops(training)}
     built_at_input_shape = takes or not fixes_input_shape(original)
     built = defined(original, input_shape, model.given)
     return source | {

@@ -42,8 +42,11 @@ class ModelPlan:
         """A native PyTorch module, the user's or the registry's (``own.OwnModel.api``)."""
         return self.own_model is not None and self.own_model.api == own.TORCH_API
 
-    def workload_spec(self, batch_size: int) -> dict[str, Any]:
+    def workload_spec(self, batch_size: int, amp: str | None = None) -> dict[str, Any]:
+        """What a worker builds and feeds (``amp``: ``--amp``, None: the model's own precision)."""
         spec = {"model": self.label, "batch_size": batch_size, "input_shape": self.input_shape, "classes": self.classes}
+        if amp is not None:
+            spec["amp"] = amp
         if self.own_model is not None:
             spec["own_model"] = self.own_model.as_record()
         if self.feed is not None:

@@ -4,15 +4,17 @@ Most people who pay for determinism train PyTorch modules of their own, not Kera
 function that returns a module (``FILE.py:FUNCTION``, ``package.module:FUNCTION``) is that model,
 trained as users train one: the module in training mode, called on a batch it takes as it is
 (channels first for images, token ids where its first submodule is an embedding), cross-entropy
-on its logits (every position's, for a language model), AdamW, ``backward`` and ``step`` in eager
-mode. Its submodules are the leaderboard's rows by their paths (``named_modules``), the loss and the
-optimizer's update rows of their own (``backends.torch.mark_native``). Runs in workers only: torch is
-imported where it is used.
+on its logits (every position's, for a language model) and AdamW, or the loss and optimizer it
+returned with it (``detprof.Training``), ``backward`` and ``step`` in eager mode. Its submodules
+are the leaderboard's rows by their paths (``named_modules``), the loss and the optimizer's update
+rows of their own (``backends.torch.mark_native``). Runs in workers only: torch is imported where
+it is used.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 import sys
 import warnings
@@ -25,12 +27,16 @@ from detprof.backends.base import OPTIMIZER_PART, Step
 from detprof.errors import UsageError, first_line
 from detprof.findings import OP_PATTERNS
 from detprof.models.own import TORCH_API
+from detprof.training import Training
 
 TOKENS = 32
 """The sequence length a module that takes token ids is fed, unless ``--input-shape`` gives one."""
 LEARNING_RATE = 1e-3
 PROBE_ROWS = 2
 """The rows of the batch a module is first called on, in the parent's inspection."""
+AUTOCAST = {"bf16": "bfloat16"}
+"""What ``--amp`` takes (``workloads.AMP_POLICIES``), each with the dtype ``torch.autocast`` runs a module's forward
+pass and loss in."""
 
 
 def is_module(value: Any) -> bool:
@@ -39,6 +45,42 @@ def is_module(value: Any) -> bool:
     torch, keras = sys.modules.get(backends.get(backends.TORCH).module), sys.modules.get("keras")
     native = torch is not None and isinstance(value, torch.nn.Module)
     return native and not (keras is not None and isinstance(value, keras.layers.Layer))
+
+
+def is_native(value: Any) -> bool:
+    """A native module, bare or with its loss and optimizer (``detprof.Training``)."""
+    return is_module(value) or isinstance(value, Training)
+
+
+def checked(value: Training, spec: str) -> Training:
+    """``value`` as a model function returned it, one line where it is not what ``detprof.Training`` holds: a
+    module, a callable loss, an optimizer over that module's parameters."""
+    import torch
+
+    if not is_module(value.model):
+        raise UsageError(
+            f"{spec}: detprof.Training holds a torch.nn.Module, not {type(value.model).__name__} (a Keras model "
+            "trains with the loss and optimizer it is compiled with)"
+        )
+    if value.loss is not None and not callable(value.loss):
+        raise UsageError(f"{spec}: detprof.Training's loss is {type(value.loss).__name__}, not a callable")
+    if value.optimizer is not None:
+        if not isinstance(value.optimizer, torch.optim.Optimizer):
+            raise UsageError(
+                f"{spec}: detprof.Training's optimizer is {type(value.optimizer).__name__}, not one of torch.optim's"
+            )
+        own = {id(p) for p in value.model.parameters()}
+        if not any(id(p) in own for group in value.optimizer.param_groups for p in group["params"]):
+            raise UsageError(
+                f"{spec}: detprof.Training's optimizer updates none of the module's parameters: make it in the "
+                "function, over model.parameters()"
+            )
+    return value
+
+
+def module_of(value: Any) -> Any:
+    """The module of what a model function returned (a bare module, or ``detprof.Training``'s)."""
+    return value.model if isinstance(value, Training) else value
 
 
 def takes_tokens(module: Any) -> bool:
@@ -145,9 +187,14 @@ class ModuleTraining:
     x: Any
     y: Any
     loss: Any
+    """A module of ``(logits, labels)``: the user's loss (``detprof.Training``), else cross-entropy over every row of
+    the logits (``loss_modules``)."""
     optimizer: Any
     logits_shape: tuple[int, ...]
     """The module's logits per example (``(classes,)``, or ``(length, vocabulary)`` for a language model)."""
+    loss_name: str = "cross-entropy"
+    autocast: str | None = None
+    """The dtype the forward pass and the loss run in under ``torch.autocast`` (``--amp``); None: the module's own."""
 
     @property
     def classes(self) -> int:
@@ -167,23 +214,33 @@ class ModuleTraining:
         return step
 
     def train_on(self, x: Any, y: Any) -> None:
-        """Forward, cross-entropy over every row of logits, backward, the optimizer's step: as users train."""
+        """Forward, the loss, backward, the optimizer's step: as users train."""
         self.optimizer.zero_grad(set_to_none=True)
         self.loss_of(x, y).backward()
         self.optimizer.step()
 
     def loss_of(self, x: Any, y: Any) -> Any:
-        """The forward pass and the cross-entropy over every row of its logits."""
-        logits = logits_of(self.module(x))
-        return self.loss(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        """The forward pass and the loss of its logits (under autocast with ``--amp``, as users write it: the
+        backward pass and the optimizer's step outside it)."""
+        import torch
+
+        dtype = getattr(torch, self.autocast or "float32")
+        with torch.autocast(x.device.type, dtype=dtype, enabled=self.autocast is not None):
+            return self.loss(logits_of(self.module(x)), y)
+
+    @property
+    def dtype_policy(self) -> str:
+        """What the record says the module trained in: its weights' dtype, and autocast's where it ran under it."""
+        weights = str(next(self.module.parameters()).dtype).removeprefix("torch.")
+        return weights if self.autocast is None else f"{weights} weights, {self.autocast} autocast"
 
     def facts(self) -> dict[str, Any]:
         """What the run's record keeps of the model (``profiler.workloads._facts`` for a Keras model)."""
         return {
             "model_api": TORCH_API,
             "parameters": sum(p.numel() for p in self.module.parameters()),
-            "train_step": f"eager PyTorch: forward, cross-entropy, backward, {type(self.optimizer).__name__}.step",
-            "dtype_policy": str(next(self.module.parameters()).dtype).removeprefix("torch."),
+            "train_step": f"eager PyTorch: forward, {self.loss_name}, backward, {type(self.optimizer).__name__}.step",
+            "dtype_policy": self.dtype_policy,
             "layer_names": module_paths(self.module),
             "step_scopes": {},
             "input_shape": [int(d) for d in self.x.shape[1:]],
@@ -213,22 +270,72 @@ def batch(module: Any, spec: Mapping[str, Any], seed: int, logits_shape: Sequenc
     return x, y.to(x.device)
 
 
-def training(module: Any, spec: Mapping[str, Any], seed: int) -> ModuleTraining:
-    """``module`` on the device, in training mode, with its batch (``batch``), cross-entropy and AdamW, its parts
-    marked for the tracer's ranges (``backends.torch.mark_native``). The module is called once first, on one
-    example, for the shape of its logits."""
+def training(given: Any, spec: Mapping[str, Any], seed: int) -> ModuleTraining:
+    """The module a model function returned (``given``: bare, or ``detprof.Training``) on the device, in training
+    mode, with its batch (``batch``), its loss and optimizer (else cross-entropy and AdamW), its parts marked for
+    the tracer's ranges (``backends.torch.mark_native``). The module is called once first, on one example, for the
+    shape of its logits. The optimizer is made after the module moved to the device, as users make it."""
     import torch
 
     from detprof.backends.torch import mark_native
 
-    module.to(_device()).train()
+    module = module_of(given).to(_device()).train()
     example = synthetic_inputs(module, tuple(spec["input_shape"]), 1, seed)
     logits_shape = tuple(int(d) for d in probe_logits(module, example).shape[1:])
     x, y = batch(module, spec, seed, logits_shape)
-    loss = torch.nn.CrossEntropyLoss()
-    optimizer = torch.optim.AdamW(module.parameters(), lr=LEARNING_RATE)
+    chosen = given if isinstance(given, Training) else Training(module)
+    flat_cross_entropy, loss_of = loss_modules()
+    loss = flat_cross_entropy() if chosen.loss is None else chosen.loss
+    if not isinstance(loss, torch.nn.Module):
+        loss = loss_of(loss)
+    optimizer = chosen.optimizer
+    if optimizer is None:
+        optimizer = torch.optim.AdamW(module.parameters(), lr=LEARNING_RATE)
     mark_native(module, loss, optimizer)
-    return ModuleTraining(module, x, y, loss, optimizer, logits_shape)
+    name = "cross-entropy" if chosen.loss is None else _name(chosen.loss)
+    autocast = AUTOCAST[spec["amp"]] if spec.get("amp") else None
+    return ModuleTraining(module, x, y, loss, optimizer, logits_shape, name, autocast)
+
+
+def _name(loss: Any) -> str:
+    return str(getattr(loss, "__name__", None) or type(loss).__name__)
+
+
+@functools.cache
+def loss_modules() -> tuple[type, type]:
+    """The step's loss as a module, so that the tracer's hooks range it (``LOSS_PART``): cross-entropy over every
+    row of the logits (a language model's every position), and a loss function of the user's."""
+    import torch
+
+    class FlatCrossEntropy(torch.nn.CrossEntropyLoss):
+        def forward(self, logits: Any, labels: Any) -> Any:
+            return super().forward(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
+
+    class LossOf(torch.nn.Module):
+        def __init__(self, function: Any) -> None:
+            super().__init__()
+            self.function = function
+
+        def forward(self, logits: Any, labels: Any) -> Any:
+            return self.function(logits, labels)
+
+    return FlatCrossEntropy, LossOf
+
+
+def scalar_loss(training: ModuleTraining, spec: str) -> None:
+    """One line where the loss fails on the module's logits, or returns anything but a scalar."""
+    import torch
+
+    try:
+        value = training.loss_of(training.x, training.y)
+    except Exception as exc:
+        raise UsageError(
+            f"{spec}: the loss ({training.loss_name}) failed on the module's logits and the batch's labels "
+            f"({first_line(exc, with_type=True)})"
+        ) from exc
+    if not isinstance(value, torch.Tensor) or value.ndim != 0 or not value.dtype.is_floating_point:
+        shape = list(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+        raise UsageError(f"{spec}: the loss ({training.loss_name}) returned {shape}, not a scalar to train on")
 
 
 @contextlib.contextmanager

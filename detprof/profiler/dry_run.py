@@ -116,6 +116,18 @@ def _setting_lines(target: MeasurementTarget, settings: RunSettings) -> list[str
         f"  determinism  deterministic mode: {backend.switch_words} in the worker, "
         "before the framework does any work; seeds set in both modes",
         f"  compiler     {backend.compiler_words(settings.xla, settings.compile)}",
+        *_precision_lines(settings),
+    ]
+
+
+def _precision_lines(settings: RunSettings) -> list[str]:
+    """``--amp``'s line: the mixed precision every model trains in, in both modes."""
+    amp = getattr(settings, "amp", None)
+    if amp is None:
+        return []
+    return [
+        f"  precision    {amp} in both modes: a PyTorch module's forward and loss under torch.autocast, a Keras "
+        "model built under its mixed dtype policy"
     ]
 
 

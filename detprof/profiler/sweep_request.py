@@ -27,6 +27,7 @@ from detprof.profiler.measured_runs import (
 )
 from detprof.profiler.presets import PRESETS
 from detprof.profiler.worker_call import call_in_worker
+from detprof.profiler.workloads import AMP_POLICIES
 
 MODEL_WORKLOAD = "detprof.profiler.workloads:model_training"
 MODEL_ARMS_WORKLOAD = "detprof.profiler.workloads:model_training_arms"
@@ -41,6 +42,8 @@ class SweepConfig(RunSettings):
     given."""
     data: str | None = None
     """``--data npz:PATH`` as given; None: synthetic batches."""
+    amp: str | None = None
+    """``--amp``: the mixed precision every model trains in (``workloads.AMP_POLICIES``); None: each model's own."""
     plans: tuple[ModelPlan, ...] = field(default=(), compare=False)
     """Each model's plan, once ``SweepRequest.resolve`` made them; without them, registry models' defaults."""
 
@@ -49,13 +52,15 @@ class SweepConfig(RunSettings):
             raise UsageError("no models to sweep: pass --models")
         super().__post_init__()
         check_known(self.models)
+        if self.amp is not None and self.amp not in AMP_POLICIES:
+            raise UsageError(f"--amp takes {' or '.join(AMP_POLICIES)}, not {self.amp!r}")
 
     def manifest(self) -> dict[str, Any]:
         """The configuration; your own models add their specs (file hashes included), so that a sweep of a
         changed model does not resume into the old one's results."""
         config = super().manifest()
         config.pop("plans")
-        for key in ("input_shape", "data"):
+        for key in ("input_shape", "data", "amp"):
             if config[key] is None:
                 config.pop(key)
         mine = {plan.label: plan.own_model.as_record() for plan in self.model_plans() if plan.own_model is not None}
@@ -102,6 +107,8 @@ class SweepRequest:
             return replace(self, options=replace(run, backend=backends.TORCH)).resolve(dry_run=dry_run, plans=plans)
         if native is not None and run.backend != backends.TORCH:
             raise UsageError(_not_on(native, run.backend))
+        if native is not None and run.compile:
+            raise UsageError(_eager_only(native))
         target = choose_target(run, list(PRESETS), dry_run=dry_run)
         given = {
             "models": self.models,
@@ -136,6 +143,7 @@ class SweepRequest:
             **values,
             input_shape=None if shape is None else own.shape_text(shape),
             data=run.data,
+            amp=run.amp,
         )
         run_seconds = lengths.get(config.pairing) if isinstance(lengths, dict) else lengths
         plans = plans or model_plans(config.asked(data), target.backend, call_in_worker)
@@ -145,7 +153,16 @@ class SweepRequest:
                 implied = replace(self, options=replace(run, backend=backends.TORCH))
                 return implied.resolve(dry_run=dry_run, plans=plans)
             raise UsageError(_not_on(native, run.backend))
+        if native is not None and run.compile:
+            raise UsageError(_eager_only(native))
         return replace(config, run_seconds=run_seconds, plans=plans), target
+
+
+def _eager_only(native: str) -> str:
+    return (
+        f"{native} is a torch.nn.Module, which detprof trains eagerly so far: --compile applies to Keras models; "
+        "measure your compiled training loop as a program (--command)"
+    )
 
 
 def _not_on(native: str, backend: str | None) -> str:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from detprof import backends
 from detprof.backends.base import COMPILED_LOSS_SCOPE, LOSS_PART, OPTIMIZER_PART, ArmStep, Step
+from detprof.errors import UsageError
 from detprof.models.own import KERAS_API
 from detprof.profiler.worker_spec import WorkerSpec
 
@@ -41,8 +42,14 @@ class Training:
     classes: int
 
 
+AMP_POLICIES = {"bf16": "mixed_bfloat16"}
+"""What ``--amp`` takes, each with the Keras dtype policy it builds a model in (a native module's autocast dtype:
+``torch_modules.AUTOCAST``)."""
+
+
 def training_of(spec: Mapping[str, Any]) -> Training:
-    """The registry model or your own the spec names, built at its shape, with its loss and optimizer."""
+    """The registry model or your own the spec names, built at its shape (in ``--amp``'s dtype policy where given),
+    with its loss and optimizer."""
     import keras
 
     from detprof.models import registry
@@ -50,18 +57,25 @@ def training_of(spec: Mapping[str, Any]) -> Training:
     from detprof.models.own_build import build, outputs_probabilities
 
     own = spec.get("own_model")
+    amp = AMP_POLICIES.get(spec.get("amp") or "")
     if own is None:
         model_spec = registry.get(spec["model"])
         shape = tuple(spec["input_shape"] or model_spec.input_shape)
         classes = int(spec["classes"] or model_spec.classes)
-        with dtype_policy(_policy_here(model_spec.gpu_dtype_policy)):
+        with dtype_policy(amp or _policy_here(model_spec.gpu_dtype_policy)):
             model = model_spec.build(shape, classes)
         from_logits = True
     else:
         shape = tuple(spec["input_shape"] or DEFAULT_INPUT_SHAPE)
         classes = int(spec["classes"] or DEFAULT_CLASSES)
-        model = build(OwnModel.from_record(own), shape, classes)
+        with dtype_policy(amp):
+            model = build(OwnModel.from_record(own), shape, classes)
         from_logits = not outputs_probabilities(model)
+    if amp is not None and model.dtype_policy.name != amp:
+        raise UsageError(
+            f"{spec['model']} keeps the dtype policy {model.dtype_policy.name} it was saved or built with: --amp "
+            "applies to the models built here"
+        )
     compiled = own is not None and getattr(model, "compiled", False) and getattr(model, "loss", None) is not None
     if compiled:
         return Training(model, model.loss, model.optimizer, True, classes)

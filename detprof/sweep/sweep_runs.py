@@ -65,7 +65,7 @@ def model_run(config: SweepConfig, plan: ModelPlan, repeat: int, slot: RunSlot) 
         label=f"{plan.label} {slot.shown or slot.side} r{repeat}",
         mode=slot.mode,
         repeat=repeat,
-        workload=Workload(MODEL_WORKLOAD, plan.workload_spec(config.batch_size), MODEL_ARMS_WORKLOAD),
+        workload=Workload(MODEL_WORKLOAD, plan.workload_spec(config.batch_size, config.amp), MODEL_ARMS_WORKLOAD),
         fields={"model": plan.label, "repeat": repeat, "batch_size": config.batch_size, **slot.fields, **own},
         knobs=slot.knobs,
     )

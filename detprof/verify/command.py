@@ -34,6 +34,7 @@ VERIFY_OPTIONS = (
     "input_shape",
     "classes",
     "data",
+    "amp",
     "run_timeout",
 )
 

@@ -145,7 +145,7 @@ def run_arms(
             progress.on_start(f"{' + '.join(arm.name for arm in group)} ({models})", done - len(left))
             asks = {
                 (arm.name, plan.label): VerifyAsk(
-                    plan.workload_spec(config.batch_size),
+                    plan.workload_spec(config.batch_size, config.amp),
                     arm.mode,
                     target.backend,
                     config.seed,
