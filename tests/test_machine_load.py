@@ -31,6 +31,14 @@ def test_a_core_spun_by_a_process_of_ours_counts_as_our_own_load() -> None:
     assert len(load["load_average"]) == 2 and 0 <= load["steal_fraction"] < 1
 
 
+def test_a_window_shorter_than_the_counters_resolve_reads_no_load() -> None:
+    """The kernel counts CPU time in ticks of 10 ms: a window of a few milliseconds (a tiny model's few steps) would
+    read one tick as several cores, so it reads nothing, as a run that did not look (records say why: no load)."""
+    with LoadWatch() as watch:
+        time.sleep(0.005)
+    assert watch.result() is None
+
+
 def test_a_core_spun_by_a_process_that_is_not_ours_counts_as_other_load() -> None:
     """A spinner started through a shell that exits is nobody's child here: its CPU time is other load."""
     spinner = cpu_hog()

@@ -18,6 +18,11 @@ from typing import Any
 
 import psutil
 
+SHORTEST_WINDOW_S = 0.5
+"""The shortest window whose load is read: the kernel counts CPU time in ticks of 10 ms (``USER_HZ``), so over a
+window of a few milliseconds (a tiny model's few steps) one tick reads as several cores; over half a second it is
+two hundredths of a core."""
+
 
 def own_process_tree() -> set[int]:
     """This process and every process it started, still running: what detprof itself runs."""
@@ -88,7 +93,7 @@ class LoadWatch:
             return
         (t0, (busy0, steal0, total0), own0, load0), (t1, (busy1, steal1, total1), own1, load1) = self._start, end
         window_s = t1 - t0
-        if window_s <= 0 or total1 <= total0:
+        if window_s < SHORTEST_WINDOW_S or total1 <= total0:
             return
         self._result = {
             "cores": len(self._cores),
@@ -100,5 +105,6 @@ class LoadWatch:
         }
 
     def result(self) -> dict[str, Any] | None:
-        """The run's share of the machine; None where the kernel's counters could not be read."""
+        """The run's share of the machine; None where the kernel's counters could not be read, or the window was too
+        short for them (``SHORTEST_WINDOW_S``)."""
         return self._result
