@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -380,6 +381,23 @@ def test_the_native_registry_models_train_on_pytorch_with_their_modules_on_the_l
         err = capsys.readouterr().err
         assert err.startswith("detprof: error: ") and words in err and err.count("\n") == 1, err
     assert not (tmp_path / "none").exists()
+
+
+def test_a_model_function_that_needs_a_missing_model_package_names_its_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torchvision, timm and transformers are not detprof's to install: a model file that imports one where it is
+    missing (here made so, whatever is installed) is one line naming the install; any other missing module says
+    what failed to import."""
+    from detprof.models import own_build
+
+    (tmp_path / "vision.py").write_text("import timm\n\n\ndef net():\n    return timm.create_model('resnet50')\n")
+    (tmp_path / "other.py").write_text("import no_such_package_here\n\n\ndef net():\n    pass\n")
+    monkeypatch.setitem(sys.modules, "timm", None)
+    with pytest.raises(UsageError, match=r"vision.py:net needs timm, which is not installed here: pip install timm$"):
+        own_build.factory(own.parse(f"{tmp_path / 'vision.py'}:net"))
+    with pytest.raises(UsageError, match=r"other.py:net: importing .*other.py failed: No module named 'no_such_pa"):
+        own_build.factory(own.parse(f"{tmp_path / 'other.py'}:net"))
 
 
 def test_a_native_registry_model_without_transformers_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -49,11 +49,26 @@ PROBABILITY_TOLERANCE = 1e-2
 """How far from 1 a row of probabilities may sum: float16 outputs round that much."""
 
 
+MODEL_PACKAGES = {
+    "torchvision": "pip install torchvision",
+    "timm": "pip install timm",
+    "transformers": "pip install 'detprof[huggingface]'",
+}
+"""Packages of models people train that detprof does not install (``detprof[torch]`` stays light), each with what
+installs it: a model function that needs one that is missing is one line naming that install."""
+
+
 def factory(model: OwnModel) -> Callable[..., Any]:
     """The function the spec names, its module imported (once per process)."""
     try:
         module = _import(model)
     except Exception as exc:
+        missing = (exc.name or "") if isinstance(exc, ModuleNotFoundError) else ""
+        package = missing.partition(".")[0]
+        if package in MODEL_PACKAGES:
+            raise UsageError(
+                f"{model.given} needs {package}, which is not installed here: {MODEL_PACKAGES[package]}"
+            ) from exc
         raise UsageError(f"{model.given}: importing {model.path or model.module} failed: {first_line(exc)}") from exc
     function = getattr(module, str(model.function), None)
     if not callable(function):
