@@ -292,11 +292,16 @@ def test_a_module_implies_pytorch_and_another_backend_or_command_is_one_line(
         ),
         (["stability", "--model", "modules.py:net", "--backend", "torch"], "a stability study trains Keras models"),
     ]
+    assert_refused_in_one_line(refused, folder / "none", capsys)
+
+
+def assert_refused_in_one_line(refused: list[tuple[list[str], str]], out: Path, capsys: Capture) -> None:
+    """Each command exits 2 with one line holding its words, before anything is written to ``out``."""
     for args, words in refused:
-        assert main([*args, "--out", str(folder / "none")]) == ExitCode.USAGE
+        assert main([*args, "--out", str(out)]) == ExitCode.USAGE
         err = capsys.readouterr().err
         assert err.startswith("detprof: error: ") and words in err and err.count("\n") == 1, err
-    assert not (folder / "none").exists()
+    assert not out.exists()
 
 
 def test_data_in_the_modules_own_layout_feeds_it(folder: Path) -> None:
@@ -376,11 +381,7 @@ def test_the_native_registry_models_train_on_pytorch_with_their_modules_on_the_l
         (["sweep", "--models", "hf_vit_tiny", "--compile"], "which detprof trains eagerly so far: --compile"),
         (["sweep", "--models", "hf_vit_tiny", "--amp", "fp16"], "--amp takes bf16, not 'fp16'"),
     ]
-    for command, words in refused:
-        assert main([*command, "--out", str(tmp_path / "none")]) == ExitCode.USAGE
-        err = capsys.readouterr().err
-        assert err.startswith("detprof: error: ") and words in err and err.count("\n") == 1, err
-    assert not (tmp_path / "none").exists()
+    assert_refused_in_one_line(refused, tmp_path / "none", capsys)
 
 
 def test_a_model_function_that_needs_a_missing_model_package_names_its_install(
