@@ -7,11 +7,11 @@ process started in each mode gets (the pairing check, on each backend), what det
 which switch pays (a knob study of few steps). Then the native PyTorch models people train (Hugging
 Face's, on PyTorch), the overhead of the paper's medium CNN and a GPT, the rest of the zoo, the models
 whose pairs failed in one process (a process per mode), the full knob studies, stability and ``verify``
-of the rest. Overhead parts pair the modes as the pairing
-check found valid on their backend: in one process where the two routes agree, else a process per
-mode. The pairing check's third sweep asks whether a model's repeats may share one process (``--shared-repeats``:
-the steps built once, re-run for each repeat) against a process per repeat; where it agrees, or until it has
-answered, the overhead parts and the knob studies run their repeats that way. A part longer than a window is split
+of the rest. Overhead parts pair the modes as the pairing check found valid on their backend: in one
+process where the two routes agree, else a process per mode. The pairing check's third sweep asks
+whether a model's repeats may share one process (``--shared-repeats``: the steps built once, re-run for
+each repeat) against a process per repeat; where it agrees, or until it has answered, the overhead
+parts and the knob studies run their repeats that way. A part longer than a window is split
 so that every window ends with finished parts.
 
 Expected times come from ``costs``: what this study's own windows measured, else what the last GPU run
@@ -48,13 +48,13 @@ VERIFY_RUNS = 4
 CHECK_RUNS = 2
 """A knob study verifies each arm that leaves a knob out twice, each in a worker of its own."""
 APART = "apart"
-NATIVE = "native"
-"""The overhead part of the native PyTorch models (``Scale.native``)."""
 """The overhead part that reruns, with a process per mode (``--pairing processes``), the models whose pairs failed
 in one process: on an H100, XLA failed to run gpt_small's and moe_small's step compiled with deterministic ops as
 a compile option in a process started without them (reference/h100-2026-11-28); a process of its own is started
 with the flag in ``XLA_FLAGS``, as a user's program is, and says whether the failure is the pairing's or the
 mode's."""
+NATIVE = "native"
+"""The overhead part of the native PyTorch models (``Scale.native``)."""
 STABILITY_VARIANTS = ("impl", "control")
 """Implementation noise alone (same seed, default mode) against control (deterministic): what determinism buys."""
 ROUTES: dict[Route, str] = {"in_process": "in-process", "processes": "processes"}
@@ -374,7 +374,7 @@ class _Planner:
         """The native models' sweep on PyTorch, paired as its pairing check found; why not, where the package that
         builds them is not installed."""
         if importlib.util.find_spec(registry.NATIVE_NEEDS) is None:
-            return f"{registry.NATIVE_NEEDS} is not installed: pip install 'detprof[huggingface]'"
+            return f"{registry.NATIVE_NEEDS} is not installed: {registry.MODEL_PACKAGES[registry.NATIVE_NEEDS]}"
         return self.overhead(backends.TORCH, NATIVE, self.scale.native, share_of=len(self.routes) * 2)
 
     def costliest(self, backend: str) -> str:

@@ -77,7 +77,8 @@ def models(
 
     specs = registry.all_models() if all_models else registry.BUILT_IN
     needs = registry.NATIVE_NEEDS
-    absent = [name for name in specs if registry.is_native(name) and importlib.util.find_spec(needs) is None]
+    installed = importlib.util.find_spec(needs) is not None
+    absent = [] if installed else [name for name in specs if registry.is_native(name)]
     console = status_console()
     with console.status("counting parameters (cached after the first time)"):
         counts = parameter_counts([name for name in specs if name not in absent], keras.__version__)

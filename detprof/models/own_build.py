@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from detprof.determinism import DeterminismSettings, apply
 from detprof.errors import UsageError, first_line
-from detprof.models import torch_modules
+from detprof.models import registry, torch_modules
 from detprof.models.own import KERAS_API, KERAS_ARCHIVE_CONFIG, OwnModel, file_sha256, shape_text
 from detprof.training import Training
 
@@ -49,26 +49,16 @@ PROBABILITY_TOLERANCE = 1e-2
 """How far from 1 a row of probabilities may sum: float16 outputs round that much."""
 
 
-MODEL_PACKAGES = {
-    "torchvision": "pip install torchvision",
-    "timm": "pip install timm",
-    "transformers": "pip install 'detprof[huggingface]'",
-}
-"""Packages of models people train that detprof does not install (``detprof[torch]`` stays light), each with what
-installs it: a model function that needs one that is missing is one line naming that install."""
-
-
 def factory(model: OwnModel) -> Callable[..., Any]:
-    """The function the spec names, its module imported (once per process)."""
+    """The function the spec names, its module imported (once per process); one line naming the install where it
+    needs a model package that is missing (``registry.MODEL_PACKAGES``)."""
     try:
         module = _import(model)
     except Exception as exc:
         missing = (exc.name or "") if isinstance(exc, ModuleNotFoundError) else ""
         package = missing.partition(".")[0]
-        if package in MODEL_PACKAGES:
-            raise UsageError(
-                f"{model.given} needs {package}, which is not installed here: {MODEL_PACKAGES[package]}"
-            ) from exc
+        if package in registry.MODEL_PACKAGES:
+            raise UsageError(registry.not_installed(model.given, package)) from exc
         raise UsageError(f"{model.given}: importing {model.path or model.module} failed: {first_line(exc)}") from exc
     function = getattr(module, str(model.function), None)
     if not callable(function):

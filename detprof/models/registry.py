@@ -148,6 +148,18 @@ HUGGING_FACE = {
 }
 """The native models: Hugging Face transformers' architectures people train, each a family and what it takes."""
 NATIVE_NEEDS = "transformers"
+MODEL_PACKAGES = {
+    "torchvision": "pip install torchvision",
+    "timm": "pip install timm",
+    NATIVE_NEEDS: "pip install 'detprof[huggingface]'",
+}
+"""Packages of models people train that detprof does not install (``detprof[torch]`` stays light), each with what
+installs it."""
+
+
+def not_installed(given: str, package: str) -> str:
+    """The one line for a model (``given``) that needs ``package`` of ``MODEL_PACKAGES`` where it is missing."""
+    return f"{given} needs {package}, which is not installed here: {MODEL_PACKAGES[package]}"
 
 
 def _native_factory(function: str) -> Builder:
@@ -224,7 +236,8 @@ def get(name: str) -> ModelSpec:
     raise UsageError(f"unknown model {name!r}; valid models: {', '.join(sorted(every))}")
 
 
-def build(name: str, input_shape: InputShape | None = None, classes: int | None = None) -> keras.Model:
+def build(name: str, input_shape: InputShape | None = None, classes: int | None = None) -> Any:
+    """The Keras model, or the native module, ``name`` names."""
     return get(name).build(input_shape, classes)
 
 
@@ -237,15 +250,12 @@ def is_native(name: str) -> bool:
 def native_model(name: str) -> OwnModel | None:
     """A native registry model as a module of your own (labelled by its registry name), which the study plans,
     inspects and trains as it does yours; None for a Keras model. One line where transformers is not installed."""
-    spec = BUILT_IN.get(name.strip().lower())
-    if spec is None or spec.native is None:
+    if not is_native(name):
         return None
+    spec = get(name)
     if importlib.util.find_spec(NATIVE_NEEDS) is None:
-        raise UsageError(
-            f"{spec.name} is built by Hugging Face {NATIVE_NEEDS}, which is not installed here: "
-            "pip install 'detprof[huggingface]'"
-        )
+        raise UsageError(not_installed(spec.name, NATIVE_NEEDS))
     from detprof.models.own import OwnModel
 
-    module, _, function = spec.native.partition(":")
+    module, _, function = str(spec.native).partition(":")
     return OwnModel(spec.name, "factory", spec.name, module=module, function=function)

@@ -105,10 +105,8 @@ class SweepRequest:
         native = next((model for model in self.models or () if registry.is_native(model)), None)
         if native is not None and run.backend is None:  # known before any worker looks: no other framework's worker
             return replace(self, options=replace(run, backend=backends.TORCH)).resolve(dry_run=dry_run, plans=plans)
-        if native is not None and run.backend != backends.TORCH:
-            raise UsageError(_not_on(native, run.backend))
-        if native is not None and run.compile:
-            raise UsageError(_eager_only(native))
+        if native is not None:
+            _refuse_native(native, run.backend, run.compile)
         target = choose_target(run, list(PRESETS), dry_run=dry_run)
         given = {
             "models": self.models,
@@ -148,25 +146,25 @@ class SweepRequest:
         run_seconds = lengths.get(config.pairing) if isinstance(lengths, dict) else lengths
         plans = plans or model_plans(config.asked(data), target.backend, call_in_worker)
         native = next((p.given for p in plans if p.native), None)
-        if native is not None and target.backend != backends.TORCH:
-            if run.backend is None:  # a native module implies PyTorch; what a worker found of each model holds there
-                implied = replace(self, options=replace(run, backend=backends.TORCH))
-                return implied.resolve(dry_run=dry_run, plans=plans)
-            raise UsageError(_not_on(native, run.backend))
-        if native is not None and run.compile:
-            raise UsageError(_eager_only(native))
+        if native is not None and target.backend != backends.TORCH and run.backend is None:
+            # A native module implies PyTorch; what a worker found of each model holds there.
+            implied = replace(self, options=replace(run, backend=backends.TORCH))
+            return implied.resolve(dry_run=dry_run, plans=plans)
+        if native is not None:
+            _refuse_native(native, target.backend, run.compile)
         return replace(config, run_seconds=run_seconds, plans=plans), target
 
 
-def _eager_only(native: str) -> str:
-    return (
-        f"{native} is a torch.nn.Module, which detprof trains eagerly so far: --compile applies to Keras models; "
-        "measure your compiled training loop as a program (--command)"
-    )
-
-
-def _not_on(native: str, backend: str | None) -> str:
-    return (
-        f"{native} is a torch.nn.Module, which trains on PyTorch, not on {backend}: pass --backend {backends.TORCH}, "
-        "or no --backend"
-    )
+def _refuse_native(native: str, backend: str | None, compile: bool) -> None:
+    """One line where a native module (``native``) cannot run as asked: on another backend than PyTorch, or under
+    ``--compile`` (modules train eagerly so far)."""
+    if backend != backends.TORCH:
+        raise UsageError(
+            f"{native} is a torch.nn.Module, which trains on PyTorch, not on {backend}: pass --backend "
+            f"{backends.TORCH}, or no --backend"
+        )
+    if compile:
+        raise UsageError(
+            f"{native} is a torch.nn.Module, which detprof trains eagerly so far: --compile applies to Keras models; "
+            "measure your compiled training loop as a program (--command)"
+        )
