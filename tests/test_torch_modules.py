@@ -12,15 +12,17 @@ import re
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
-from detprof.backends.base import LOSS_PART, OPTIMIZER_PART, STEP_PARTS, layer_range_name
+from detprof.backends.base import COMPILED_PART, LOSS_PART, OPTIMIZER_PART, STEP_PARTS, layer_range_name
 from detprof.cli import main
 from detprof.errors import ExitCode, UsageError
 from detprof.models import own
 from detprof.reports.command import render_report
 from detprof.store import ResultsStore
 from detprof.traces.attribution import layer_of, layer_path
+from detprof.traces.parsers.kineto_json import COMPILED_GRAPH_CALL
 
 MODULES = """
 import torch
@@ -271,6 +273,9 @@ def test_a_modules_path_stands_for_its_parents_ranges() -> None:
     assert layer_path("blocks/blocks.1/blocks.1.conv", ranges_only=True) == "blocks.1.conv"
     # Keras paths are as they were: a sublayer's own name after its layer's.
     assert layer_of("mha_1/value", ["mha_1", "value"]) == "mha_1/value"
+    # A compiled region is a row where no module's range inside it places the op.
+    assert layer_of(COMPILED_PART, layers) == COMPILED_PART
+    assert layer_of(f"{COMPILED_PART}/blocks/blocks.1", layers) == "blocks.1"
 
 
 @pytest.mark.slow
@@ -346,13 +351,17 @@ def test_the_native_registry_models_train_on_pytorch_with_their_modules_on_the_l
     """Hugging Face's ResNet-50, ViT, GPT-2 and Llama-style decoder, built from their configurations: without
     ``--backend`` they train on PyTorch, loading no Keras, each module a leaderboard row by its path, and what no
     module claims under 5% of the step (0.05-0.8% here), eager and in bfloat16 mixed precision (``--amp bf16``).
-    With another backend, for a stability study, with ``--compile`` or another ``--amp``, they are refused in one
-    line before any worker starts."""
-    out, amp = tmp_path / "out", tmp_path / "amp"
+    Under ``--compile`` (GPT-2 here) the compiled module is a row of its own beside the loss and the update,
+    Inductor's fused kernels named in the kernel table, its deterministic mode read back per run. With another
+    backend, for a stability study or with another ``--amp``, they are refused in one line before any worker
+    starts."""
+    out, amp, compiled = tmp_path / "out", tmp_path / "amp", tmp_path / "compiled"
     args = ["sweep", "--steps", "3", "--warmup", "1", "--repeats", "1", "--precision", "off", "--no-report"]
     assert main([*args, "--models", ",".join(NATIVE_REGISTRY), "--out", str(out)]) == ExitCode.OK
     assert main([*args, "--models", "hf_llama_tiny", "--amp", "bf16", "--out", str(amp)]) == ExitCode.OK
+    assert main([*args, "--models", "hf_gpt2_tiny", "--compile", "--out", str(compiled)]) == ExitCode.OK
     capsys.readouterr()
+    assert_compiled(compiled)
     mixed = list(ResultsStore(amp, "sweep").records())
     assert {r["dtype_policy"] for r in mixed} == {"float32 weights, bfloat16 autocast"} and len(mixed) == 2
     records = list(ResultsStore(out, "sweep").records())
@@ -378,10 +387,31 @@ def test_the_native_registry_models_train_on_pytorch_with_their_modules_on_the_l
     refused = [
         (["sweep", "--models", "hf_gpt2_tiny", "--backend", "jax"], "which trains on PyTorch, not on jax"),
         (["stability", "--model", "hf_llama_tiny"], "a stability study trains Keras models"),
-        (["sweep", "--models", "hf_vit_tiny", "--compile"], "which detprof trains eagerly so far: --compile"),
         (["sweep", "--models", "hf_vit_tiny", "--amp", "fp16"], "--amp takes bf16, not 'fp16'"),
     ]
     assert_refused_in_one_line(refused, tmp_path / "none", capsys)
+
+
+def assert_compiled(out: Path) -> None:
+    """A compiled sweep's records and report: the step through torch.compile, Inductor's deterministic mode on in
+    deterministic mode alone, the compiled region, the loss and the update as rows with under 5% left over, and
+    the fused kernels and Inductor's graph calls under one name each in the kernel tables."""
+    store = ResultsStore(out, "sweep")
+    records = list(store.records())
+    assert {(r["mode"], r["status"], r["settings"]["inductor_deterministic"]) for r in records} == {
+        ("default", "ok", False),
+        ("deterministic", "ok", True),
+    }
+    assert {r["train_step"] for r in records} == {
+        "torch.compile (inductor): forward, cross-entropy, backward, AdamW.step"
+    }
+    (model,) = json.loads(render_report([out], "json"))["models"]
+    assert {layer["name"] for layer in model["layers"]} >= {COMPILED_PART, *STEP_PARTS}
+    assert model["unattributed_share"] < 0.05
+    for record in records:
+        names = set(pd.read_parquet(store.dir / record["kernel_table"], columns=["name"])["name"])
+        assert any(re.match(r"graph_\d+_cpp_fused_", name) for name in names), sorted(names)[:20]
+        assert not any(name.startswith("## Call CompiledFxGraph ") and name != COMPILED_GRAPH_CALL for name in names)
 
 
 def test_a_model_function_that_needs_a_missing_model_package_names_its_install(

@@ -51,6 +51,10 @@ STEP_PARTS = (LOSS_PART, OPTIMIZER_PART)
 """The parts of a training step that are no layer of the model, marked as layers are where the framework's trace
 names neither (PyTorch): the loss (its backward pass with it) and the optimizer's update are rows of their own in
 the leaderboard, not "(unattributed)"."""
+COMPILED_PART = "(torch.compile region)"
+"""Where a module's forward (and its backward) ran compiled by ``torch.compile``: its submodules' ranges do not
+reach inside the compiled graph, so what runs there is placed in the module that holds it where a range says so,
+and in this row of its own otherwise (with Inductor's fused kernels by their names in the kernel table)."""
 
 
 NO_ATTENTION = "no model studied is known to run attention (for your own, name the knob in --knobs)"

@@ -11,6 +11,7 @@ from collections.abc import Callable, MutableMapping, Sequence
 from typing import Any
 
 from .base import (
+    COMPILED_PART,
     LOSS_PART,
     NVTX_DOMAIN,
     OPTIMIZER_PART,
@@ -229,6 +230,7 @@ class Torch(Backend):
             "cudnn_deterministic": bool(torch.backends.cudnn.deterministic),
             "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
             "cublas_workspace_config": os.environ.get(CUBLAS_WORKSPACE_ENV),
+            "inductor_deterministic": _inductor_deterministic(),
             "knobs": self.knobs_in_effect(),
         }
 
@@ -357,15 +359,38 @@ MARKED: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 optimizer by their rows; the ranges ``_mark_layers`` opens around their calls while a tracer captures."""
 
 
-def mark_native(module: Any, loss: Any, optimizer: Any) -> None:
+def _inductor_deterministic() -> bool | None:
+    """Inductor's deterministic mode as it compiles (``torch.use_deterministic_algorithms`` turns it on since PyTorch
+    2.10); None where nothing loaded Inductor (no ``torch.compile``)."""
+    config = sys.modules.get("torch._inductor.config")
+    return None if config is None else bool(config.deterministic)
+
+
+def mark_native(module: Any, loss: Any, optimizer: Any, compiled: Any = None) -> None:
     """A ``torch.nn.Module``'s submodules by their paths as PyTorch names them (``named_modules``: ``blocks.1.conv``),
     its loss and optimizer as the step's parts (``STEP_PARTS``). The module itself gets no range of its own, as a
-    Keras model's call names no layer: what its ``forward`` runs outside every submodule is unattributed."""
-    for path, submodule in module.named_modules():
-        if path:
-            MARKED[submodule] = path
+    Keras model's call names no layer: what its ``forward`` runs outside every submodule is unattributed.
+    ``compiled``: ``torch.compile``'s module around it, whose call is the compiled region (``COMPILED_PART``), its
+    submodules unmarked (a range inside it would be compiled in, ``_hooked``)."""
+    if compiled is not None:
+        MARKED[compiled] = COMPILED_PART
+    else:
+        for path, submodule in module.named_modules():
+            if path:
+                MARKED[submodule] = path
     MARKED[loss] = LOSS_PART
     MARKED[optimizer] = OPTIMIZER_PART
+
+
+def compiled(module: Any, backend: str) -> Any:
+    """``module`` through ``torch.compile`` with ``backend``; on a CPU, Inductor's C++ kernels each in a range of
+    their own (``cpp.enable_kernel_profile``, the same in both modes), so that the trace names each fused kernel as
+    a GPU trace names Triton's."""
+    import torch
+    import torch._inductor.config
+
+    torch._inductor.config.cpp.enable_kernel_profile = True
+    return torch.compile(module, backend=backend)
 
 
 def _mark_layers(range_named: Callable[[str], contextlib.AbstractContextManager[Any]]) -> Callable[[], None]:
@@ -377,8 +402,8 @@ def _mark_layers(range_named: Callable[[str], contextlib.AbstractContextManager[
     Keras layers are called through ``Layer.__call__`` alone, so wrapping it reaches every layer
     of every model; the loss (``Model.compute_loss``) and the optimizer's update
     (``Optimizer.apply``) get ranges of their own (``STEP_PARTS``). Native modules, their loss
-    and their optimizer (``MARKED``) are reached through PyTorch's global hooks on every
-    module's forward and every optimizer's step. The wrappers and hooks go when the capture ends.
+    and their optimizer (``MARKED``) are reached through hooks on each (``_hooked``). The
+    wrappers and hooks go when the capture ends.
     """
     unmarks = []
     keras = sys.modules.get("keras")
@@ -416,29 +441,30 @@ def _wrapped(
 
 
 def _hooked(range_named: Callable[[str], contextlib.AbstractContextManager[Any]]) -> Callable[[], None]:
-    """A range from each marked module's forward (or optimizer's step) to its end, through the global hooks."""
+    """A range from each marked module's forward (or optimizer's step) to its end, through hooks of its own.
+
+    Hooks of each marked object, not PyTorch's global hooks: ``torch.compile`` traces every hook it meets inside a
+    compiled module, and hooks added once it compiled would have it compile the module again, hooks and all, in the
+    traced run alone. A compiled module's inner modules are not marked (``mark_native``)."""
     import torch
-    from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
     open_ranges: list[contextlib.AbstractContextManager[Any]] = []
 
     def enter(owner: Any, *_: Any) -> None:
-        name = MARKED.get(owner)
-        if name is not None:
-            opened = range_named(layer_range_name(name))
-            opened.__enter__()
-            open_ranges.append(opened)
+        opened = range_named(layer_range_name(MARKED[owner]))
+        opened.__enter__()
+        open_ranges.append(opened)
 
     def leave(owner: Any, *_: Any) -> None:
-        if owner in MARKED and open_ranges:
+        if open_ranges:
             open_ranges.pop().__exit__(None, None, None)
 
-    handles = [
-        torch.nn.modules.module.register_module_forward_pre_hook(enter),
-        torch.nn.modules.module.register_module_forward_hook(leave),
-        register_optimizer_step_pre_hook(enter),
-        register_optimizer_step_post_hook(leave),
-    ]
+    handles = []
+    for owner in list(MARKED):
+        if isinstance(owner, torch.optim.Optimizer):
+            handles += [owner.register_step_pre_hook(enter), owner.register_step_post_hook(leave)]
+        else:
+            handles += [owner.register_forward_pre_hook(enter), owner.register_forward_hook(leave)]
 
     def unhook() -> None:
         for handle in handles:

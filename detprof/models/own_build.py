@@ -138,14 +138,14 @@ def as_given(model: OwnModel, input_shape: Sequence[int], classes: int) -> Any:
     return built
 
 
-def native_training(spec: Mapping[str, Any], seed: int) -> torch_modules.ModuleTraining:
+def native_training(spec: Mapping[str, Any], seed: int, compiled: bool = False) -> torch_modules.ModuleTraining:
     """The native PyTorch module a workload spec names, built from ``seed`` (each arm of an in-process pair alike),
-    trained as ``torch_modules.training`` sets it up."""
+    trained as ``torch_modules.training`` sets it up (through ``torch.compile`` where ``compiled``)."""
     import torch
 
     torch.manual_seed(seed)
     module = as_given(OwnModel.from_record(spec["own_model"]), spec["input_shape"], spec["classes"])
-    return torch_modules.training(module, spec, seed)
+    return torch_modules.training(module, spec, seed, compiled)
 
 
 def load_saved(model: OwnModel) -> keras.Model:

@@ -34,6 +34,8 @@ TOKENS = 32
 LEARNING_RATE = 1e-3
 PROBE_ROWS = 2
 """The rows of the batch a module is first called on, in the parent's inspection."""
+COMPILER = "inductor"
+"""``torch.compile``'s back end under ``--compile``: its default, as users compile."""
 AUTOCAST = {"bf16": "bfloat16"}
 """What ``--amp`` takes (``workloads.AMP_POLICIES``), each with the dtype ``torch.autocast`` runs a module's forward
 pass and loss in."""
@@ -195,6 +197,8 @@ class ModuleTraining:
     loss_name: str = "cross-entropy"
     autocast: str | None = None
     """The dtype the forward pass and the loss run in under ``torch.autocast`` (``--amp``); None: the module's own."""
+    forward: Any = None
+    """What the step calls the module through: ``torch.compile``'s module under ``--compile``, else the module."""
 
     @property
     def classes(self) -> int:
@@ -226,7 +230,8 @@ class ModuleTraining:
 
         dtype = getattr(torch, self.autocast or "float32")
         with torch.autocast(x.device.type, dtype=dtype, enabled=self.autocast is not None):
-            return self.loss(logits_of(self.module(x)), y)
+            forward = self.module if self.forward is None else self.forward
+            return self.loss(logits_of(forward(x)), y)
 
     @property
     def dtype_policy(self) -> str:
@@ -234,12 +239,16 @@ class ModuleTraining:
         weights = str(next(self.module.parameters()).dtype).removeprefix("torch.")
         return weights if self.autocast is None else f"{weights} weights, {self.autocast} autocast"
 
+    @property
+    def how(self) -> str:
+        return "eager PyTorch" if self.forward is None else f"torch.compile ({COMPILER})"
+
     def facts(self) -> dict[str, Any]:
         """What the run's record keeps of the model (``profiler.workloads._facts`` for a Keras model)."""
         return {
             "model_api": TORCH_API,
             "parameters": sum(p.numel() for p in self.module.parameters()),
-            "train_step": f"eager PyTorch: forward, {self.loss_name}, backward, {type(self.optimizer).__name__}.step",
+            "train_step": f"{self.how}: forward, {self.loss_name}, backward, {type(self.optimizer).__name__}.step",
             "dtype_policy": self.dtype_policy,
             "layer_names": module_paths(self.module),
             "step_scopes": {},
@@ -270,13 +279,16 @@ def batch(module: Any, spec: Mapping[str, Any], seed: int, logits_shape: Sequenc
     return x, y.to(x.device)
 
 
-def training(given: Any, spec: Mapping[str, Any], seed: int) -> ModuleTraining:
+def training(given: Any, spec: Mapping[str, Any], seed: int, compiled: bool = False) -> ModuleTraining:
     """The module a model function returned (``given``: bare, or ``detprof.Training``) on the device, in training
     mode, with its batch (``batch``), its loss and optimizer (else cross-entropy and AdamW), its parts marked for
     the tracer's ranges (``backends.torch.mark_native``). The module is called once first, on one example, for the
-    shape of its logits. The optimizer is made after the module moved to the device, as users make it."""
+    shape of its logits. The optimizer is made after the module moved to the device, as users make it. ``compiled``
+    (``--compile``): the step calls the module through ``torch.compile``, as ``model = torch.compile(model)`` does
+    in a user's loop; the loss and the optimizer's step stay eager around it."""
     import torch
 
+    from detprof.backends.torch import compiled as compiled_module
     from detprof.backends.torch import mark_native
 
     module = module_of(given).to(_device()).train()
@@ -291,10 +303,11 @@ def training(given: Any, spec: Mapping[str, Any], seed: int) -> ModuleTraining:
     optimizer = chosen.optimizer
     if optimizer is None:
         optimizer = torch.optim.AdamW(module.parameters(), lr=LEARNING_RATE)
-    mark_native(module, loss, optimizer)
+    forward = compiled_module(module, COMPILER) if compiled else None
+    mark_native(module, loss, optimizer, forward)
     name = "cross-entropy" if chosen.loss is None else _name(chosen.loss)
     autocast = AUTOCAST[spec["amp"]] if spec.get("amp") else None
-    return ModuleTraining(module, x, y, loss, optimizer, logits_shape, name, autocast)
+    return ModuleTraining(module, x, y, loss, optimizer, logits_shape, name, autocast, forward)
 
 
 def _name(loss: Any) -> str:

@@ -115,7 +115,7 @@ def model_training(worker: WorkerSpec) -> tuple[Step, dict[str, Any]]:
     if not worker.keras:
         from detprof.models.own_build import native_training
 
-        module = native_training(spec, settings.seed)
+        module = native_training(spec, settings.seed, settings.jit_compile)
         return module.step(), module.facts()
     training = training_of(spec)
     x, y = batch_of(training.model, spec, training.classes, settings.seed)

@@ -85,6 +85,10 @@ _PROFILER_STEP = re.compile(r"^ProfilerStep#\d+$")
 _DETPROF_STEP = re.compile(STEP_RANGE)
 _GRAPH_LAUNCH = re.compile(r"^(?:cuda|cu|hip)GraphLaunch")
 _COPY_DIRECTION = re.compile(r"^Memcpy (\w+)")
+_COMPILED_GRAPH = re.compile(r"^## Call CompiledFxGraph \w+ ##$")
+COMPILED_GRAPH_CALL = "## Call CompiledFxGraph ##"
+"""Inductor's call of a compiled graph, named in the trace by its cache key, which differs between processes and
+modes: one name for every one, so that the two modes' calls are one row."""
 _HEAD_BYTES = 1 << 20
 _RANK = re.compile(rb'"distributedInfo"\s*:\s*\{[^{}]*?"rank"\s*:\s*(-?\d+)')
 _LEADING_SPACE = re.compile(rb"\s*")
@@ -302,6 +306,9 @@ def _group(events: list[_Event]) -> _Events:
         if event.ph == "X":
             by_category[event.cat].append(event)
     launches = [e for category, found in by_category.items() if category.endswith(LAUNCH_SUFFIXES) for e in found]
+    for op in by_category[CPU_OP_CATEGORY]:
+        if _COMPILED_GRAPH.match(op.name):
+            op.name = COMPILED_GRAPH_CALL
     return _Events(
         kernels=by_category[KERNEL_CATEGORY],
         memory=[e for category in MEMORY_KINDS for e in by_category[category]],
