@@ -282,8 +282,8 @@ def test_a_modules_path_stands_for_its_parents_ranges() -> None:
 def test_a_module_implies_pytorch_and_another_backend_or_command_is_one_line(
     folder: Path, monkeypatch: pytest.MonkeyPatch, capsys: Capture
 ) -> None:
-    """Without ``--backend`` a sweep of a module plans PyTorch; with another it is refused, as is the stability
-    study, which takes Keras models only so far, each in one line before anything runs."""
+    """Without ``--backend`` a sweep of a module plans PyTorch; with another it is refused in one line before
+    anything runs."""
     monkeypatch.chdir(folder)
     assert main(["sweep", "--models", "modules.py:net,modules.py:unpooled", "--dry-run"]) == ExitCode.OK
     plan = capsys.readouterr().out
@@ -295,7 +295,6 @@ def test_a_module_implies_pytorch_and_another_backend_or_command_is_one_line(
             ["sweep", "--models", "modules.py:net", "--backend", "jax", "--dry-run"],
             "which trains on PyTorch, not on jax",
         ),
-        (["stability", "--model", "modules.py:net", "--backend", "torch"], "a stability study trains Keras models"),
     ]
     assert_refused_in_one_line(refused, folder / "none", capsys)
 
@@ -386,10 +385,39 @@ def test_the_native_registry_models_train_on_pytorch_with_their_modules_on_the_l
         assert model["unattributed_share"] < 0.05, (model["model"], model["unattributed_share"])
     refused = [
         (["sweep", "--models", "hf_gpt2_tiny", "--backend", "jax"], "which trains on PyTorch, not on jax"),
-        (["stability", "--model", "hf_llama_tiny"], "a stability study trains Keras models"),
+        (["stability", "--model", "hf_llama_tiny", "--backend", "jax"], "which trains on PyTorch, not on jax"),
         (["sweep", "--models", "hf_vit_tiny", "--amp", "fp16"], "--amp takes bf16, not 'fp16'"),
     ]
     assert_refused_in_one_line(refused, tmp_path / "none", capsys)
+
+
+@pytest.mark.slow
+def test_a_stability_study_of_modules_holds_control_bitwise_and_varies_each_source_alone(
+    folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Capture
+) -> None:
+    """Hugging Face's GPT-2 on the Markov language and a module of your own on the digits (channels first, PyTorch
+    implied by what the function returned): control's runs end bitwise identical, dropout's seeds and the data
+    order each part the runs alone, and the workers load PyTorch without Keras."""
+    monkeypatch.chdir(folder)
+    studies = {
+        "hf_gpt2_tiny": ("dropout", [16], [16]),
+        "modules.py:net": ("shuffle", [1, 8, 8], [8, 8, 1]),
+    }
+    for model, (varied, shape, data_shape) in studies.items():
+        out = tmp_path / model.replace(":", "-")
+        args = ["stability", "--model", model, "--runs", "2", "--epochs", "1", "--variants", f"control,{varied}"]
+        assert main([*args, "--out", str(out)]) == ExitCode.OK, capsys.readouterr().err
+        summary = json.loads((out / "stability" / "summary.json").read_text())
+        variants = {variant["variant"]: variant for variant in summary["variants"]}
+        assert variants["control"]["determinism_check"]["verified"] is True, model
+        assert variants[varied]["distinct_weights"] == 2, model
+        records = list(ResultsStore(out, "stability").records())
+        assert {(r["status"], r["backend"]) for r in records} == {("ok", "torch")}
+        assert all("keras" not in r["software"] and r["train_step"].startswith("eager PyTorch") for r in records)
+        assert {(tuple(r["input_shape"]), tuple(r["data_shape"])) for r in records} == {
+            (tuple(shape), tuple(data_shape))
+        }
+    capsys.readouterr()
 
 
 def assert_compiled(out: Path) -> None:

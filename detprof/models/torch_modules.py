@@ -95,12 +95,12 @@ def takes_tokens(module: Any) -> bool:
 
 def input_shape(module: Any, shape: Sequence[int], given: bool, spec: str) -> tuple[int, ...]:
     """The shape of one example as ``module`` takes it: ``--input-shape`` as given (the module's own layout, e.g.
-    3x224x224), else the images the study would build a Keras model for (HxWxC) with their channels first; a
-    sequence of ``TOKENS`` ids where it takes tokens."""
+    3x224x224), else the images the study would build a Keras model for (HxWxC) with their channels first; where it
+    takes tokens, a sequence of ``TOKENS`` ids, or of the length a study's sequences have (a shape of one axis)."""
     if takes_tokens(module):
         if given and len(shape) != 1:
             raise UsageError(f"{spec}: the module takes token ids: --input-shape is their length (like 64)")
-        return tuple(shape) if given else (TOKENS,)
+        return tuple(shape) if given or len(shape) == 1 else (TOKENS,)
     if given or len(shape) != 3:
         return tuple(shape)
     return (shape[-1], *shape[:-1])
@@ -217,21 +217,28 @@ class ModuleTraining:
 
         return step
 
-    def train_on(self, x: Any, y: Any) -> None:
-        """Forward, the loss, backward, the optimizer's step: as users train."""
+    def train_on(self, x: Any, y: Any) -> tuple[Any, Any]:
+        """Forward, the loss, backward, the optimizer's step: as users train. Returns the loss and the logits, off
+        the graph."""
         self.optimizer.zero_grad(set_to_none=True)
-        self.loss_of(x, y).backward()
+        logits, loss = self.logits_and_loss(x, y)
+        loss.backward()
         self.optimizer.step()
+        return loss.detach(), logits.detach()
 
     def loss_of(self, x: Any, y: Any) -> Any:
+        return self.logits_and_loss(x, y)[1]
+
+    def logits_and_loss(self, x: Any, y: Any) -> tuple[Any, Any]:
         """The forward pass and the loss of its logits (under autocast with ``--amp``, as users write it: the
         backward pass and the optimizer's step outside it)."""
         import torch
 
         dtype = getattr(torch, self.autocast or "float32")
+        forward = self.module if self.forward is None else self.forward
         with torch.autocast(x.device.type, dtype=dtype, enabled=self.autocast is not None):
-            forward = self.module if self.forward is None else self.forward
-            return self.loss(logits_of(forward(x)), y)
+            logits = logits_of(forward(x))
+            return logits, self.loss(logits, y)
 
     @property
     def dtype_policy(self) -> str:
@@ -279,7 +286,9 @@ def batch(module: Any, spec: Mapping[str, Any], seed: int, logits_shape: Sequenc
     return x, y.to(x.device)
 
 
-def training(given: Any, spec: Mapping[str, Any], seed: int, compiled: bool = False) -> ModuleTraining:
+def training(
+    given: Any, spec: Mapping[str, Any], seed: int, compiled: bool = False, learning_rate: float = LEARNING_RATE
+) -> ModuleTraining:
     """The module a model function returned (``given``: bare, or ``detprof.Training``) on the device, in training
     mode, with its batch (``batch``), its loss and optimizer (else cross-entropy and AdamW), its parts marked for
     the tracer's ranges (``backends.torch.mark_native``). The module is called once first, on one example, for the
@@ -302,7 +311,7 @@ def training(given: Any, spec: Mapping[str, Any], seed: int, compiled: bool = Fa
         loss = loss_of(loss)
     optimizer = chosen.optimizer
     if optimizer is None:
-        optimizer = torch.optim.AdamW(module.parameters(), lr=LEARNING_RATE)
+        optimizer = torch.optim.AdamW(module.parameters(), lr=learning_rate)
     forward = compiled_module(module, COMPILER) if compiled else None
     mark_native(module, loss, optimizer, forward)
     name = "cross-entropy" if chosen.loss is None else _name(chosen.loss)

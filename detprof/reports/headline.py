@@ -135,15 +135,13 @@ def advice(
     backend: str = backends.DEFAULT,
     *,
     held: bool | None = None,
-    native: bool = False,
 ) -> str:
     """What to do, in a few words, consistent with the verdict (never more sure of the cost than it is).
 
     The command it suggests names the row's model as the commands take it (``given``: None for a program, which
     the stability study cannot train) and its backend (``suggested``), so that the study it runs is the one this
     row pairs with. Where ``detprof verify`` found that determinism does not hold (``held`` False), what it costs
-    is beside the point until that is fixed, and the caveats say what to fix. A native PyTorch module (``native``)
-    gets no stability study to run: none trains one yet.
+    is beside the point until that is fixed, and the caveats say what to fix.
     """
     if held is False:
         return NOT_HELD_ADVICE
@@ -151,9 +149,7 @@ def advice(
         return "no overhead measured: see the notes"
     if q is not None and q != "not settled":
         return QUADRANT_ADVICE[q]
-    if stability is None and native:
-        what = "what it buys is not measured: a stability study trains Keras models, not yet a PyTorch module"
-    elif stability is None:
+    if stability is None:
         what = with_stand_in(
             f"no stability study: {suggested('stability', [given], backend)} measures what it buys", [given]
         )

@@ -48,7 +48,6 @@ from detprof.errors import InputError
 from detprof.formatting import finite
 from detprof.gpu_labels import is_cpu
 from detprof.intervals import Metric, Overhead, headline, inconclusive_reason
-from detprof.models.own import TORCH_API
 from detprof.records import REQUIRED_FIELDS, backend_of
 from detprof.reports import kernels_data
 from detprof.reports.attribution import attribution, with_layer
@@ -139,8 +138,6 @@ class ModelCost:
     model: str
     given: str | None
     """How the commands name it (``model_given``): what a command suggested for it takes."""
-    native: bool
-    """A native PyTorch module (records' ``model_api``), which no stability study trains yet."""
     kernel: Overhead | None
     wall: Overhead | None
     unsupported_reason: str | None
@@ -440,7 +437,6 @@ def model_cost(store: ResultsStore, overhead: ModelOverhead, records: Sequence[M
     cost = ModelCost(
         overhead.model,
         model_given(records[0]),
-        records[0].get("model_api") == TORCH_API,
         overhead.kernel,
         overhead.wall,
         overhead.unsupported_reason,
@@ -658,9 +654,7 @@ def _headline_row(sweep: SweepStudy, m: ModelCost, evidence: _Evidence) -> Headl
         calibrated=(sweep.label, sweep.backend) in evidence.calibrated,
         stability=stability,
         quadrant=q,
-        advice=advice(
-            v, q, stability, m.given, sweep.backend, held=verification.held if verification else None, native=m.native
-        ),
+        advice=advice(v, q, stability, m.given, sweep.backend, held=verification.held if verification else None),
         attribution=with_layer(parts, m.attribution),
         parts=parts,
         caveats=caveats(

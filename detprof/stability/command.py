@@ -128,7 +128,7 @@ def stability(
 
     if "," in model:
         raise UsageError(f"--model: a stability study trains one model, not {model!r}; run one study per model")
-    backend = backends.require(options.backend).name
+    backend = None if options.backend is None else backends.require(options.backend).name
     dataset = dataset if dataset is not None else study.default_dataset(model)
     config = study.StudyConfig(
         model=model,

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
+from scipy.special import log_softmax, softmax
 from scipy.stats import rankdata
 
 from detprof.fingerprints import digest
@@ -197,3 +198,17 @@ def determinism_check(runs: Sequence[Sequence[tuple[str, str]]], processes: int 
     position = next(i for i in range(depth) if len({r[i] if i < len(r) else None for r in runs}) > 1)
     layer = next(r[position][0] for r in runs if position < len(r))
     return DeterminismCheck(False, n, distinct, layer, processes)
+
+
+def probabilities_and_loss(outputs: np.ndarray, y: np.ndarray, probabilities: bool) -> tuple[np.ndarray, float]:
+    """Per label (an image, or a position of a sequence: both flattened to rows) and their mean loss, from a model's
+    ``outputs``: its probabilities where ``probabilities``, else its logits."""
+    scores = outputs.reshape(-1, outputs.shape[-1]).astype(np.float64)
+    y = y.reshape(-1)
+    if probabilities:
+        log_p = np.log(np.clip(scores, 1e-12, 1.0))
+        probs = scores
+    else:
+        log_p = log_softmax(scores, axis=1)
+        probs = softmax(scores, axis=1)
+    return probs.astype(np.float32), float(-np.mean(log_p[np.arange(len(y)), y]))

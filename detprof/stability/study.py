@@ -70,13 +70,6 @@ TOKEN_EPOCHS = 20
 its token frequencies' entropy 4.08), 2.79 after 20."""
 
 
-def _native_refusal(label: str) -> str:
-    return (
-        f"{label} is a torch.nn.Module: a stability study trains Keras models so far; `detprof sweep` measures a "
-        "native module's overhead and its modules"
-    )
-
-
 def default_dataset(model: str) -> str:
     """The built-in data a model takes: the Markov language for a registry model of tokens, else digits."""
     if own.is_own(model) or registry.get(model).takes != "tokens":
@@ -106,8 +99,9 @@ class StudyConfig:
     lr: float = DEFAULT_LR
     seed: int = 0
     keep_weights: bool = False
-    backend: str = backends.DEFAULT
-    """The Keras backend every worker trains on (``--backend``)."""
+    backend: str | None = backends.DEFAULT
+    """The backend every worker trains on (``--backend``; None: not given, PyTorch for a native module, else the
+    installed one's)."""
     keep_saved_weights: bool = False
     """A saved model of your own (``FILE.keras``) starts every run from its saved weights (``--keep-saved-weights``)."""
     own_model: own.OwnModel | None = None
@@ -120,7 +114,10 @@ class StudyConfig:
 
     def validated(self) -> tuple[StudyConfig, list[Variant]]:
         """Every name and number checked, names made canonical, before anything is trained (or any worker started)."""
-        backend = backends.require(self.backend).name
+        native = self.own_model is None and not own.is_own(self.model) and registry.is_native(self.model)
+        backend = backends.require(backends.TORCH if native and self.backend is None else self.backend).name
+        if native and backend != backends.TORCH:
+            raise UsageError(f"{self.model} is a torch.nn.Module, which trains on PyTorch, not on {backend}")
         if self.runs < 2:
             raise UsageError(f"--runs must be at least 2 (got {self.runs}): a spread needs two runs")
         if self.epochs < 1:
@@ -131,11 +128,11 @@ class StudyConfig:
             raise UsageError(f"--lr must be positive (got {self.lr})")
         variants = parse_variants(",".join(self.variants))
         mine = own.parse(self.model) if own.is_own(self.model) else None
+        if native:
+            mine = registry.native_model(self.model)
         if self.keep_saved_weights and (mine is None or mine.kind != "saved"):
             raise UsageError("--keep-saved-weights applies to a saved model of your own (--model FILE.keras)")
         dataset = datasets.canonical_name(self.dataset)
-        if mine is None and registry.is_native(self.model):
-            raise UsageError(_native_refusal(registry.get(self.model).name))
         if mine is None:
             _refuse_other_inputs(registry.get(self.model), dataset)
         canonical = StudyConfig(
@@ -311,7 +308,7 @@ def execute_runs(
                 mode,
                 workers,
                 deque(r for r in runs if r.mode == mode),
-                (config.settings(mode), config.study_dir, env),
+                (config.settings(mode), config.study_dir, env, config.keras),
                 tasks_per_worker,
             )
             for mode, workers in phase.items()
@@ -399,10 +396,12 @@ def run_study(
     the study's own in it: ``measured_runs.study_root``), then summarize."""
     device, jobs, execute = workers.device, workers.jobs, workers.execute
     check_jobs(jobs, device)
+    asked_backend = config.backend
     config, variants = config.validated()
     data = load_in_parent(config.dataset, config.backend)
     if config.own_model is not None:
         config = replace(config, own_model=inspected_for(config.own_model, data, config.backend))
+        config = _on_torch_for_a_module(config, asked_backend)
     manifest = {**config.manifest(), "device": device.label}
     store = ResultsStore(study_root(out, device, config.backend, "stability", manifest, [config.label]), "stability")
     holds = (device.lock_key, device.label) if execute is None else None
@@ -440,6 +439,19 @@ def run_study(
         return StudyOutcome(store, result, store.dir / "summary.json", len(pending), len(planned) - len(pending))
 
 
+def _on_torch_for_a_module(config: StudyConfig, asked: str | None) -> StudyConfig:
+    """A native PyTorch module trains on PyTorch: implied where no ``--backend`` was given, else one line."""
+    assert config.own_model is not None
+    if config.own_model.api != own.TORCH_API or config.backend == backends.TORCH:
+        return config
+    if asked is not None:
+        raise UsageError(
+            f"{config.label} is a torch.nn.Module, which trains on PyTorch, not on {config.backend}: pass --backend "
+            f"{backends.TORCH}, or no --backend"
+        )
+    return replace(config, backend=backends.require(backends.TORCH).name)
+
+
 def inspected_for(model: own.OwnModel, data: datasets.Dataset, backend: str) -> own.OwnModel:
     """Your model loaded once in a worker before any run, and checked against the dataset in one line.
 
@@ -454,8 +466,7 @@ def inspected_for(model: own.OwnModel, data: datasets.Dataset, backend: str) -> 
     (item,) = own.inspect_with(
         call_in_worker, [model], backend=backend, input_shape=data.input_shape, classes=data.classes
     )
-    if item.model.api == own.TORCH_API:
-        raise UsageError(_native_refusal(item.label))
+    native = item.model.api == own.TORCH_API
     if len(item.inputs) != 1 or len(item.outputs) != 1:
         raise UsageError(
             f"{item.label} has {len(item.inputs)} input(s) and {len(item.outputs)} output(s): a stability study "
@@ -467,10 +478,12 @@ def inspected_for(model: own.OwnModel, data: datasets.Dataset, backend: str) -> 
             f"{item.label} takes {own.shape_text(shape)} inputs; {data.name} holds sequences of "
             f"{data.input_shape[0]} token ids (a model of tokens takes (length,) integer inputs)"
         )
-    if data.takes == "images" and (len(shape) != len(data.input_shape) or shape[-1] != data.input_shape[-1]):
+    channels = shape[0] if native else shape[-1]
+    if data.takes == "images" and (len(shape) != len(data.input_shape) or channels != data.input_shape[-1]):
+        layout = ", as a module takes them channels first" if native else ""
         raise UsageError(
             f"{item.label} takes {own.shape_text(shape)} inputs; {data.name} holds "
-            f"{own.shape_text(data.input_shape)} images (the channels must match)"
+            f"{own.shape_text(data.input_shape)} images (the channels must match{layout})"
         )
     if not outputs or outputs[-1] != data.classes:
         raise UsageError(

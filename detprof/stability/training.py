@@ -11,7 +11,8 @@ A worker reuses one compiled model for all its runs: weights, optimizer state an
 generators are reset to exactly what a freshly built model would hold, which saves the
 framework's start-up and the step's tracing or compilation per run without changing a
 single bit of the result. Only Keras APIs touch the model, so the same code trains on
-TensorFlow, JAX and PyTorch, whichever backend the worker was started with.
+TensorFlow, JAX and PyTorch, whichever backend the worker was started with. A native PyTorch
+module trains through ``module_training.ModuleTrainer``, the same protocol; ``train`` runs both.
 """
 
 from __future__ import annotations
@@ -24,15 +25,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from scipy.special import log_softmax, softmax
 
 from detprof import backends
 from detprof.determinism import DeterminismSettings, Mode
 from detprof.fingerprints import digest
 from detprof.models import registry
-from detprof.models.own import OwnModel
+from detprof.models.own import TORCH_API, OwnModel
 from detprof.models.own_build import OwnBuilder, outputs_probabilities
-from detprof.stability import datasets, metrics
+from detprof.stability import datasets, metrics, variants
+from detprof.stability.module_training import ModuleTrainer
 from detprof.stability.variants import PlannedRun, RunSeeds
 from detprof.store import atomic_write_bytes, json_safe
 
@@ -64,6 +65,11 @@ class TrainConfig:
     def settings(self, mode: Mode) -> DeterminismSettings:
         """What the workers of ``mode`` apply before their framework starts."""
         return DeterminismSettings(mode, backend=self.backend)  # type: ignore[arg-type]
+
+    @property
+    def keras(self) -> bool:
+        """Whether the workers train through Keras: every model but a native PyTorch module."""
+        return self.own_model is None or self.own_model.api != TORCH_API
 
     @property
     def jit_compile(self) -> bool:
@@ -132,14 +138,9 @@ def seed_stochastic_layers(model: keras.Model, seed: int) -> list[str]:
 
 
 def flip_one_weight(model: keras.Model, seed: int) -> dict[str, Any]:
-    """Move one uniformly chosen trainable weight by one ulp, up or down (Summers & Dinneen)."""
-    rng = np.random.default_rng(seed)
+    """Move one uniformly chosen trainable weight by one ulp, up or down (``one_weight``)."""
     variables = model.trainable_variables
-    sizes = np.array([int(np.prod(v.shape)) for v in variables])
-    flat_index = int(rng.integers(0, sizes.sum()))
-    upward = bool(rng.integers(0, 2))
-    which = int(np.searchsorted(np.cumsum(sizes), flat_index, side="right"))
-    index = flat_index - int(sizes[:which].sum())
+    which, index, upward = variants.one_weight([int(np.prod(v.shape)) for v in variables], seed)
     variable = variables[which]
     values = np.array(variable.numpy())
     flat = values.reshape(-1)
@@ -284,27 +285,31 @@ class Trainer:
         return np.concatenate(feats), np.concatenate(outs)
 
     def probabilities_and_loss(self, outputs: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
-        """Per label (an image, or a position of a sequence: both flattened to rows) and their mean loss."""
-        scores = outputs.reshape(-1, outputs.shape[-1]).astype(np.float64)
-        y = y.reshape(-1)
-        if self.outputs_probabilities:
-            log_p = np.log(np.clip(scores, 1e-12, 1.0))
-            probs = scores
-        else:
-            log_p = log_softmax(scores, axis=1)
-            probs = softmax(scores, axis=1)
-        return probs.astype(np.float32), float(-np.mean(log_p[np.arange(len(y)), y]))
+        return metrics.probabilities_and_loss(outputs, y, self.outputs_probabilities)
+
+    def layer_weights(self) -> list[tuple[str, list[np.ndarray]]]:
+        """Each layer's weights by its name, in model order: what the digests and ``layer_digests`` cover."""
+        return [(layer.name, [w.numpy() for w in layer.weights]) for layer in self.model.layers if layer.weights]
+
+    def trainable_vector(self) -> np.ndarray:
+        return np.concatenate([v.numpy().ravel() for v in self.model.trainable_variables])
+
+    def named_weights(self) -> list[tuple[str, np.ndarray]]:
+        """Every weight by its path, in layer order: the weights file of ``--keep-weights``."""
+        return [(w.path, w.numpy()) for layer in self.model.layers for w in layer.weights]
 
 
 trainer_for = functools.lru_cache(maxsize=1)(Trainer)
 """The worker's trainer, built once for the runs of one study: the same arguments give the same ``Trainer``."""
+module_trainer_for = functools.lru_cache(maxsize=1)(ModuleTrainer)
 
 
-def train(run: PlannedRun, config: TrainConfig) -> dict[str, Any]:
-    """Train one run and store its arrays; returns the run's record (without status)."""
-    started = time.perf_counter()
-    data = load_dataset(config.dataset)
-    trainer = trainer_for(
+def _trainer(config: TrainConfig, data: datasets.Dataset) -> Trainer | ModuleTrainer:
+    """The worker's trainer for the study's model: a Keras model's, compiled once for all its runs (``trainer_for``),
+    or a native module's (rebuilt every run)."""
+    if not config.keras:
+        return module_trainer_for(config.own_model, data.input_shape, data.takes, data.classes, config.lr)
+    return trainer_for(
         config.model,
         data.input_shape,
         data.classes,
@@ -313,6 +318,13 @@ def train(run: PlannedRun, config: TrainConfig) -> dict[str, Any]:
         config.own_model,
         config.keep_saved_weights,
     )
+
+
+def train(run: PlannedRun, config: TrainConfig) -> dict[str, Any]:
+    """Train one run and store its arrays; returns the run's record (without status)."""
+    started = time.perf_counter()
+    data = load_dataset(config.dataset)
+    trainer = _trainer(config, data)
     applied = trainer.reset(run.seeds)
     shuffle_rng = np.random.default_rng(run.seeds.shuffle)
     augment_rng = np.random.default_rng(run.seeds.augment)
@@ -345,11 +357,10 @@ def train(run: PlannedRun, config: TrainConfig) -> dict[str, Any]:
                 "test_accuracy": metrics.accuracy(data.test_labels, predictions),
             }
         )
-    variables = [(layer.name, layer.weights) for layer in trainer.model.layers if layer.weights]
-    layers = [(name, [w.numpy() for w in weights]) for name, weights in variables]
+    layers = trainer.layer_weights()
     digests = metrics.layer_digests(layers)
     per_class = metrics.per_class_accuracy(data.test_labels, predictions, data.classes)
-    trainable = np.concatenate([v.numpy().ravel() for v in trainer.model.trainable_variables])
+    trainable = trainer.trainable_vector()
     study_dir = Path(config.study_dir)
     arrays_rel = f"{ARRAYS_DIR}/{run.run_id}.npz"
     _save_npz(
@@ -375,8 +386,8 @@ def train(run: PlannedRun, config: TrainConfig) -> dict[str, Any]:
     }
     if config.keep_weights:
         weights_rel = f"{WEIGHTS_DIR}/{run.run_id}.npz"
-        ordered = [v for _, weights in variables for v in weights]
-        _save_npz(study_dir / weights_rel, **{f"{i:04d}_{v.path}": v.numpy() for i, v in enumerate(ordered)})
+        named = trainer.named_weights()
+        _save_npz(study_dir / weights_rel, **{f"{i:04d}_{name}": w for i, (name, w) in enumerate(named)})
         record["weights_file"] = weights_rel
     record["train_seconds"] = time.perf_counter() - started
     return record

@@ -9,6 +9,7 @@ off, holding it fixed means determinism on. ``bitflip`` held fixed means no flip
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -120,3 +121,14 @@ def plan_runs(variants: list[Variant], runs: int, base_seed: int = 0) -> list[Pl
         for r in range(runs)
         for v in variants
     ]
+
+
+def one_weight(sizes: Sequence[int], seed: int) -> tuple[int, int, bool]:
+    """Which weight ``bitflip`` moves: one uniformly chosen element of weights of ``sizes`` (which of them, its flat
+    index) and whether up or down (Summers & Dinneen)."""
+    rng = np.random.default_rng(seed)
+    total = np.array(sizes)
+    flat_index = int(rng.integers(0, total.sum()))
+    upward = bool(rng.integers(0, 2))
+    which = int(np.searchsorted(np.cumsum(total), flat_index, side="right"))
+    return which, flat_index - int(total[:which].sum()), upward

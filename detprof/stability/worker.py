@@ -33,9 +33,12 @@ LOGS_DIR = "logs"
 _context: dict[str, Any] = {}
 
 
-def initialize(settings: determinism.DeterminismSettings, study_dir: str, env: Mapping[str, str]) -> None:
+def initialize(
+    settings: determinism.DeterminismSettings, study_dir: str, env: Mapping[str, str], keras: bool = True
+) -> None:
     """Pool initializer: end with the driver, quiet Ctrl-C, set the GPU environment, log the framework's
-    chatter to a file, apply the mode, and compile in this process (``Backend.compile_in_this_process``: the
+    chatter to a file, apply the mode (loading Keras unless the study trains a native PyTorch module, ``keras``),
+    and compile in this process (``Backend.compile_in_this_process``: the
     runs of two workers can then differ in what compiling chose, as two processes on a GPU do).
 
     ``env`` (``gpu_env``: which GPU, if any, and memory growth when workers share it) must
@@ -55,7 +58,7 @@ def initialize(settings: determinism.DeterminismSettings, study_dir: str, env: M
     os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)
     os.close(log_fd)
-    effective = determinism.apply(settings)
+    effective = determinism.apply(settings, keras=keras)
     backend = backends.get(settings.backend)
     _context.update(
         backend=settings.backend,

@@ -50,8 +50,6 @@ class SweepOutcome:
     """The device measured on this machine; None on a fleet."""
     backend: str | None = None
     resume: bool = False
-    native_models: tuple[str, ...] = ()
-    """Those of ``models`` that are native PyTorch modules, which no stability study trains yet."""
 
     @property
     def fleet(self) -> bool:
@@ -150,7 +148,6 @@ def _outcome(
     """What a study of models measured on this machine wrote."""
     # Without plans, every model is a registry model built at its defaults (``SweepConfig.plans``).
     registry_models = tuple(p.given for p in config.plans if p.own_model is None) if config.plans else config.models
-    native = tuple(p.given for p in config.plans if p.native)
     return SweepOutcome(
         out,
         kind,
@@ -161,7 +158,6 @@ def _outcome(
         target.device,
         target.backend,
         options.resume,
-        native,
     )
 
 
@@ -232,12 +228,7 @@ def study_stability(outcome: SweepOutcome, *, console: Console) -> list[Path]:
     studied = STABILITY_MODELS.get(outcome.preset or "")
     registry_models = outcome.registry_models
     models = registry_models if studied is None else tuple(m for m in registry_models if m in studied)
-    skipped = [m for m in outcome.models if m not in models and m not in outcome.native_models]
-    if outcome.native_models:
-        console.print(
-            f"stability: {', '.join(outcome.native_models)}: native PyTorch modules, which a stability study does "
-            "not train yet (it trains Keras models)"
-        )
+    skipped = [m for m in outcome.models if m not in models]
     if skipped:
         studies = ", ".join(suggested("stability", [model], outcome.backend) for model in skipped)
         console.print(
