@@ -144,10 +144,10 @@ class RunOptions:
         "Classes the models are built for (default: the preset's, else --data's labels, else 10)."
     )
     amp: str | None = option(
-        "bf16: train every model in bfloat16 mixed precision in both modes, as models are trained on GPUs now: a "
-        "PyTorch module's forward and loss under torch.autocast, a Keras model built under the mixed_bfloat16 dtype "
-        "policy (default: each model's own precision: float32, the registry's Keras transformers in mixed_bfloat16 "
-        "on a GPU)."
+        "bf16 or fp16: train every model in bfloat16 (or float16) mixed precision in both modes, as models are "
+        "trained on GPUs now: a PyTorch module's forward and loss under torch.autocast, a Keras model built under the "
+        "mixed_bfloat16 (mixed_float16) dtype policy; float16's loss scaled (GradScaler, LossScaleOptimizer) "
+        "(default: each model's own precision: float32, the registry's Keras transformers in mixed_bfloat16 on a GPU)."
     )
     data: str | None = option(
         "npz:PATH: train on a real batch from this file instead of synthetic data: x_train/y_train "

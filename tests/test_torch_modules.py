@@ -223,23 +223,29 @@ def test_a_module_returned_with_its_loss_and_optimizer_trains_with_them(folder: 
         described(folder, "elsewhere", (3, 8, 8), given=True)
 
 
-def test_with_amp_the_forward_pass_and_the_loss_run_in_bfloat16_and_the_weights_stay_float32(folder: Path) -> None:
-    """``--amp bf16``: the forward pass and the loss under ``torch.autocast``, the backward pass and the update
-    outside it, as users write it; the record says so."""
+@pytest.mark.parametrize(("amp", "dtype"), [("bf16", "bfloat16"), ("fp16", "float16")])
+def test_with_amp_the_forward_pass_and_the_loss_run_in_half_precision_and_the_weights_stay_float32(
+    folder: Path, amp: str, dtype: str
+) -> None:
+    """``--amp``: the forward pass and the loss under ``torch.autocast``, the backward pass and the update outside
+    it, as users write it; float16's loss scaled by a ``GradScaler`` (its scale in effect after the step); the record
+    says so."""
     import torch
 
     from detprof.models.own_build import native_training
 
-    training = native_training(spec(folder, "net", [3, 8, 8], 5) | {"amp": "bf16"}, seed=0)
+    training = native_training(spec(folder, "net", [3, 8, 8], 5) | {"amp": amp}, seed=0)
     seen: list[torch.dtype] = []
     handle = training.module.head.register_forward_hook(lambda module, args, output: seen.append(output.dtype))
     try:
         training.step()()
     finally:
         handle.remove()
-    assert seen == [torch.bfloat16]
+    assert seen == [getattr(torch, dtype)]
     assert {p.dtype for p in training.module.parameters()} == {torch.float32}
-    assert training.facts()["dtype_policy"] == "float32 weights, bfloat16 autocast"
+    scaled = amp == "fp16"
+    assert (training.scaler is not None and training.scaler.get_scale() == 2.0**16) is scaled
+    assert training.facts()["dtype_policy"] == f"float32 weights, {dtype} autocast" + (", loss scaled" * scaled)
     assert native_training(spec(folder, "net", [3, 8, 8], 5), seed=0).facts()["dtype_policy"] == "float32"
 
 
@@ -386,7 +392,7 @@ def test_the_native_registry_models_train_on_pytorch_with_their_modules_on_the_l
     refused = [
         (["sweep", "--models", "hf_gpt2_tiny", "--backend", "jax"], "which trains on PyTorch, not on jax"),
         (["stability", "--model", "hf_llama_tiny", "--backend", "jax"], "which trains on PyTorch, not on jax"),
-        (["sweep", "--models", "hf_vit_tiny", "--amp", "fp16"], "--amp takes bf16, not 'fp16'"),
+        (["sweep", "--models", "hf_vit_tiny", "--amp", "fp8"], "--amp takes bf16 or fp16, not 'fp8'"),
     ]
     assert_refused_in_one_line(refused, tmp_path / "none", capsys)
 

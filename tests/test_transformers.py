@@ -115,6 +115,9 @@ def test_a_transformer_trains_in_bfloat16_mixed_precision_on_a_gpu_and_a_cnn_sta
 
     assert (policy("gpt_tiny"), policy("smallcnn")) == ("float32", "float32")
     assert (policy("gpt_tiny", amp="bf16"), policy("smallcnn", amp="bf16")) == ("mixed_bfloat16",) * 2
+    assert policy("smallcnn", amp="fp16") == "mixed_float16"
+    scaled = training_of({"model": "smallcnn", "input_shape": None, "classes": None, "amp": "fp16"}).optimizer
+    assert isinstance(scaled, keras.optimizers.LossScaleOptimizer)
     assert keras.config.dtype_policy().name == "float32"
     monkeypatch.setattr(type(backend), "device_name", lambda self: "NVIDIA H100 80GB HBM3")
     assert (policy("gpt_tiny"), policy("moe_tiny"), policy("vit_tiny")) == ("mixed_bfloat16",) * 3

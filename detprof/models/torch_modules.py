@@ -36,9 +36,10 @@ PROBE_ROWS = 2
 """The rows of the batch a module is first called on, in the parent's inspection."""
 COMPILER = "inductor"
 """``torch.compile``'s back end under ``--compile``: its default, as users compile."""
-AUTOCAST = {"bf16": "bfloat16"}
+AUTOCAST = {"bf16": "bfloat16", "fp16": "float16"}
 """What ``--amp`` takes (``workloads.AMP_POLICIES``), each with the dtype ``torch.autocast`` runs a module's forward
-pass and loss in."""
+pass and loss in; float16's loss is scaled (``torch.amp.GradScaler``), as users train in it."""
+SCALED = "float16"
 
 
 def is_module(value: Any) -> bool:
@@ -199,6 +200,9 @@ class ModuleTraining:
     """The dtype the forward pass and the loss run in under ``torch.autocast`` (``--amp``); None: the module's own."""
     forward: Any = None
     """What the step calls the module through: ``torch.compile``'s module under ``--compile``, else the module."""
+    scaler: Any = None
+    """``torch.amp.GradScaler`` under float16 autocast: the loss scaled before ``backward``, the gradients unscaled
+    (and the step skipped where they overflowed) by the optimizer's step."""
 
     @property
     def classes(self) -> int:
@@ -222,8 +226,13 @@ class ModuleTraining:
         the graph."""
         self.optimizer.zero_grad(set_to_none=True)
         logits, loss = self.logits_and_loss(x, y)
-        loss.backward()
-        self.optimizer.step()
+        if self.scaler is None:
+            loss.backward()
+            self.optimizer.step()
+        else:
+            self.scaler.scale(loss).backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
         return loss.detach(), logits.detach()
 
     def loss_of(self, x: Any, y: Any) -> Any:
@@ -244,7 +253,9 @@ class ModuleTraining:
     def dtype_policy(self) -> str:
         """What the record says the module trained in: its weights' dtype, and autocast's where it ran under it."""
         weights = str(next(self.module.parameters()).dtype).removeprefix("torch.")
-        return weights if self.autocast is None else f"{weights} weights, {self.autocast} autocast"
+        if self.autocast is None:
+            return weights
+        return f"{weights} weights, {self.autocast} autocast" + (", loss scaled" if self.scaler is not None else "")
 
     @property
     def how(self) -> str:
@@ -316,7 +327,8 @@ def training(
     mark_native(module, loss, optimizer, forward)
     name = "cross-entropy" if chosen.loss is None else _name(chosen.loss)
     autocast = AUTOCAST[spec["amp"]] if spec.get("amp") else None
-    return ModuleTraining(module, x, y, loss, optimizer, logits_shape, name, autocast, forward)
+    scaler = torch.amp.GradScaler(_device().type) if autocast == SCALED else None
+    return ModuleTraining(module, x, y, loss, optimizer, logits_shape, name, autocast, forward, scaler)
 
 
 def _name(loss: Any) -> str:

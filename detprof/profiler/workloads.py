@@ -42,9 +42,11 @@ class Training:
     classes: int
 
 
-AMP_POLICIES = {"bf16": "mixed_bfloat16"}
+AMP_POLICIES = {"bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
 """What ``--amp`` takes, each with the Keras dtype policy it builds a model in (a native module's autocast dtype:
-``torch_modules.AUTOCAST``)."""
+``torch_modules.AUTOCAST``). float16's narrow range needs its loss scaled: a Keras model's optimizer is wrapped in
+``LossScaleOptimizer`` (as ``Model.compile`` does by itself), a module's step takes ``torch.amp.GradScaler``."""
+LOSS_SCALED = "mixed_float16"
 
 
 def training_of(spec: Mapping[str, Any]) -> Training:
@@ -80,7 +82,10 @@ def training_of(spec: Mapping[str, Any]) -> Training:
     if compiled:
         return Training(model, model.loss, model.optimizer, True, classes)
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=from_logits)
-    return Training(model, loss, keras.optimizers.SGD(learning_rate=LEARNING_RATE), False, classes)
+    optimizer = keras.optimizers.SGD(learning_rate=LEARNING_RATE)
+    if amp == LOSS_SCALED:
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+    return Training(model, loss, optimizer, False, classes)
 
 
 def _policy_here(gpu_policy: str | None) -> str | None:
@@ -283,7 +288,8 @@ def _tensorflow_step(training: Training, x: Batch, y: Batch, jit_compile: bool) 
     def train_step(x: Any, y: Any) -> tf.Tensor:
         with tf.GradientTape() as tape:
             value = loss_of(y, model(x, training=True))
-        grads = tape.gradient(value, model.trainable_variables)
+            scaled = optimizer.scale_loss(value)  # as Keras's own step: the loss itself but under float16's scaling
+        grads = tape.gradient(scaled, model.trainable_variables)
         optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
         return value
 
