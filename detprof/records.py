@@ -238,6 +238,8 @@ class VerifyRun(TypedDict):
     """A program's run (``verify --command``): as ``MeasuredRun.program``."""
     without: NotRequired[str]
     """A knob study's check (``sweep --knobs``): the knob that full determinism ran without."""
+    helper: NotRequired[str]
+    """A knob study's check of the switches a library's helper sets (``Helper.key``)."""
     knobs: NotRequired[list[str]]
     """The knobs such a run set."""
     time_parts: NotRequired[dict[str, float]]

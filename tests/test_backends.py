@@ -112,10 +112,12 @@ def test_a_tensorflow_worker_loads_tensorflow_alone() -> None:
 @pytest.mark.slow
 def test_every_jax_knob_is_read_back_from_xla_as_set_even_those_that_matter_only_on_a_gpu() -> None:
     """Beyond deterministic mode's flag (above), the knobs a knob study may set: XLA parses its GPU flags here too.
-    (PyTorch's deterministic mode sets every one of its knobs but the choices of an attention back end.)"""
+    (PyTorch's deterministic mode sets every one of its knobs but the choices of an attention back end and CUDA's
+    launch blocking.)"""
     names = backends.get("jax").knob_names()
     torch_knobs = frozenset(backends.get("torch").knob_names())
     assert backends.get("torch").mode_knobs() == torch_knobs - {
+        "torch.cuda_launch_blocking",
         "torch.sdpa_math",
         "torch.sdpa_flash",
         "torch.sdpa_efficient",

@@ -142,7 +142,9 @@ def test_a_part_longer_than_any_window_is_split_so_that_each_window_ends_with_fi
     assert len(knobs) > 1 and [part.name for part in knobs] == [f"torch-knobs-{n}" for n in range(1, len(knobs) + 1)]
     assert all(part.estimate_s <= plan.window_s and part.models == ("gpt_small",) for part in knobs)
     priced = [knob for part in knobs for knob in (part.knobs or "").split(",")]
-    assert priced == [knob.name for knob in backends.get("torch").knobs]  # every switch can matter on a GPU
+    torch = backends.get("torch")
+    # Every switch can matter on a GPU; the libraries' helpers come last, a part of their own.
+    assert priced == [knob.name for knob in torch.knobs] + [helper.key for helper in torch.helpers]
 
 
 def test_a_folder_holding_a_bundle_beside_its_readme_reports_as_the_bundle(capsys: Capture) -> None:
@@ -205,10 +207,14 @@ def test_later_parts_pair_the_modes_as_the_pairing_check_found() -> None:
     # PyTorch's knob studies follow the check too: where it agreed, the comparisons whose arms start alike share a
     # process, and only those whose arms differ in cuBLAS's workspace (which a process takes when it starts) take a
     # process per arm (``sweep.knobs.knob_settings``), priced so; where it disagreed, every arm a process.
+    # A part that prices only a switch a GPU process takes at its start (CUDA's launch blocking) has no comparison
+    # whose arms share one: a process per arm. The libraries' helpers are a part of their own.
     for plan, route in ((agreed, "in-process"), (apart, "processes")):
-        knobs = [" ".join(p.argv("f")) for p in plan.parts if p.kind == "knobs"]
-        assert knobs and all(f"--pairing {route}" in k for k in knobs)
-        assert route == "in-process" or not any("--shared-repeats" in k for k in knobs)
+        knobs = {p.knobs: " ".join(p.argv("f")) for p in plan.parts if p.kind == "knobs"}
+        alone = "torch.cuda_launch_blocking"
+        assert knobs and all(f"--pairing {'processes' if k == alone else route}" in v for k, v in knobs.items())
+        assert route == "in-process" or not any("--shared-repeats" in k for k in knobs.values())
+        assert "hf_full_determinism,lightning_deterministic,accelerate_deterministic" in knobs
     knobs_s = [sum(p.estimate_s for p in plan.parts if p.kind == "knobs") for plan in (agreed, apart)]
     assert knobs_s[0] < knobs_s[1], knobs_s
     first = next(p for p in agreed.parts if p.name == "torch-knobs-first")

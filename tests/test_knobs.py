@@ -32,7 +32,7 @@ from detprof.errors import ExitCode, UsageError
 from detprof.fingerprints import RunFingerprints
 from detprof.reports.command import render_report
 from detprof.store import ResultsStore
-from detprof.sweep.knobs import knob_design, split_knobs
+from detprof.sweep.knobs import comparisons_apart, knob_design, split_knobs
 
 TORCH = backends.get(backends.TORCH)
 ALGORITHMS, FILL = "torch.use_deterministic_algorithms", "torch.fill_uninitialized_memory"
@@ -46,8 +46,9 @@ def test_the_plan_prices_each_knob_that_can_matter_and_lists_the_others_with_the
         "torch.cudnn_deterministic",
         "torch.cudnn_benchmark",
         "torch.cublas_workspace_config",
+        LAUNCH_BLOCKING,
     }
-    assert all("CUDA GPU" in reason for reason in cpu.not_applicable.values())
+    assert all("CUDA" in reason for reason in cpu.not_applicable.values())
     assert not any(knob.attention_only for knob in cpu.knobs)  # no model runs attention: its knobs are left out
     # A transformer has attention: its back ends are priced, each added to the default; on a CPU flash and math.
     gpt = knob_design(TORCH, on_gpu=False, only=None, models=("smallcnn", "gpt_tiny"))
@@ -71,6 +72,54 @@ def test_the_plan_prices_each_knob_that_can_matter_and_lists_the_others_with_the
     with pytest.raises(UsageError, match=r"--knobs: torch\.nope is not a knob of torch; its knobs: torch\.use_det"):
         knob_design(TORCH, on_gpu=False, only=("torch.nope",))
     assert split_knobs("all") is None and split_knobs(f" {FILL} ,") == (FILL,)
+
+
+LAUNCH_BLOCKING = "torch.cuda_launch_blocking"
+HELPERS = ("hf_full_determinism", "lightning_deterministic", "accelerate_deterministic")
+
+
+def test_each_librarys_helper_is_priced_whole_by_a_comparison_of_its_own_or_of_the_same_switches() -> None:
+    """On a CPU every helper sets what deterministic mode sets (the GPU's switches cannot matter): the total prices
+    them, and nothing more runs. On a GPU each sets its own switches (Hugging Face's also CUDA_LAUNCH_BLOCKING, which
+    a process takes at its start), each a comparison against the default, each verified bitwise; a study of some
+    knobs prices no helper."""
+    from detprof.sweep.run import check_arms
+
+    cpu = knob_design(TORCH, on_gpu=False, only=None)
+    assert cpu.helpers == dict.fromkeys(HELPERS, "total")
+    assert not any(c.name.startswith("helper:") for c in cpu.comparisons)
+    gpu = knob_design(TORCH, on_gpu=True, only=None)
+    assert gpu.helpers == {key: f"helper:{key}" for key in HELPERS}
+    by_name = {c.name: c for c in gpu.comparisons}
+    hf = by_name["helper:hf_full_determinism"]
+    assert hf.reference == frozenset() and hf.treated == TORCH.mode_knobs() | {LAUNCH_BLOCKING}
+    assert by_name["helper:accelerate_deterministic"].treated == {ALGORITHMS, FILL}
+    assert "helper:hf_full_determinism" in comparisons_apart(gpu, on_gpu=True)  # launch blocking: at CUDA's start
+    helpers = {arm.helper: arm.knobs for arm in check_arms(gpu) if arm.helper}
+    assert helpers == {key: by_name[f"helper:{key}"].knobs("b") for key in HELPERS}
+    assert knob_design(TORCH, on_gpu=True, only=(ALGORITHMS,)).helpers == {}
+
+
+def test_hugging_faces_helper_sets_the_switches_detprof_prices_it_with() -> None:
+    """The installed transformers' own enable_full_determinism, read: each switch its knob set names, set as the knob
+    sets it (its cuBLAS workspace's other value is said)."""
+    import inspect
+
+    import transformers
+
+    source = inspect.getsource(transformers.enable_full_determinism)
+    (helper,) = (h for h in TORCH.helpers if h.key == "hf_full_determinism")
+    set_as = {
+        ALGORITHMS: "torch.use_deterministic_algorithms(True",
+        FILL: None,  # PyTorch's default under deterministic algorithms: the helper leaves it on
+        "torch.cudnn_deterministic": "torch.backends.cudnn.deterministic = True",
+        "torch.cudnn_benchmark": "torch.backends.cudnn.benchmark = False",
+        "torch.cublas_workspace_config": 'os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":16:8"',
+        LAUNCH_BLOCKING: 'os.environ["CUDA_LAUNCH_BLOCKING"] = "1"',
+    }
+    assert set(set_as) == helper.knobs
+    assert all(words in source for words in set_as.values() if words), source
+    assert ":16:8" in helper.differs
 
 
 def test_tensorflow_and_jax_declare_their_knobs_and_which_cannot_matter_on_a_cpu() -> None:
@@ -356,13 +405,20 @@ def test_the_needed_verdict_on_a_layer_that_races_without_deterministic_algorith
     algorithms, fill, *gpu_only = study.knobs
     assert algorithms.needed is True and algorithms.add_one is not None and algorithms.leave_one_out is not None
     assert fill.needed is False and fill.leave_one_out is not None and fill.add_one is None
-    assert [k.applies for k in gpu_only] == [False, False, False]
+    assert [k.applies for k in gpu_only] == [False, False, False, False]
+    # Every library's helper sets here what deterministic mode sets: the total prices each, bitwise identical; the
+    # least set that holds is deterministic algorithms alone.
+    assert study.least_set() == (ALGORITHMS,)
+    assert [(h.priced_by, h.identical, h.cost) for h in study.helpers] == [("total", True, study.total)] * 3
+    assert f"the least set that holds bitwise here: {ALGORITHMS} (the runs part without each)" in out.out
     advice = study.advice()
     assert advice.startswith(f"{ALGORITHMS} costs most") or f"{ALGORITHMS} is needed: without it" in advice
     assert "needed: without it the runs part at step" in advice and "nan" not in advice
     page = render_report([tmp_path / "out"], "html", "cdn")
     assert "Which switch costs what" in page and "needed: without it the runs part at step" in page
+    assert "transformers.enable_full_determinism(seed): " in page
     (entry,) = json.loads(render_report([tmp_path / "out"], "json"))["knobs"]
+    assert entry["least_set"] == [ALGORITHMS] and [h["priced_by"] for h in entry["helpers"]] == ["total"] * 3
     by_knob = {k["knob"]: k for k in entry["knobs"]}
     assert by_knob[ALGORITHMS]["needed"] is True and by_knob[FILL]["needed"] is False
     assert set(by_knob[ALGORITHMS]["add_one"]) >= {"ratio", "lo", "hi"} and by_knob[FILL]["add_one"] is None

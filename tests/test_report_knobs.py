@@ -38,6 +38,7 @@ from detprof.sweep.knobs import knob_design
 TORCH = backends.get(backends.TORCH)
 ALGORITHMS, FILL = "torch.use_deterministic_algorithms", "torch.fill_uninitialized_memory"
 CUDNN, BENCHMARK, CUBLAS = "torch.cudnn_deterministic", "torch.cudnn_benchmark", "torch.cublas_workspace_config"
+LAUNCH_BLOCKING = "torch.cuda_launch_blocking"
 CPU = {"label": "cpu", "name": "AMD EPYC", "cpu_count": 2}
 LAYERS = ("conv1", "relu1", "logits")
 JITTER = (1.004, 0.996, 1.002, 0.998)
@@ -53,6 +54,10 @@ GPU_COSTS = {
     f"drop:{BENCHMARK}": 1.0,
     f"add:{CUBLAS}": 1.02,
     f"drop:{CUBLAS}": 1.02,
+    f"add:{LAUNCH_BLOCKING}": 1.12,
+    "helper:hf_full_determinism": 1.45,
+    "helper:lightning_deterministic": 1.09,
+    "helper:accelerate_deterministic": 1.05,
 }
 CPU_COSTS = {"total": 1.08, f"add:{ALGORITHMS}": 1.02, f"drop:{ALGORITHMS}": 1.07, f"drop:{FILL}": 1.0}
 SWEPT = {"resnet50": [1.3, 1.31, 1.29]}
@@ -68,6 +73,7 @@ def in_effect(asked: frozenset[str]) -> dict[str, bool]:
         CUDNN: CUDNN in asked,
         BENCHMARK: True,
         CUBLAS: CUBLAS in asked,
+        LAUNCH_BLOCKING: LAUNCH_BLOCKING in asked,
     }
 
 
@@ -119,6 +125,7 @@ def write_knobs(root: Path, model: str, costs: dict[str, float], device: Mapping
         "knobs": [k.name for k in plan.knobs],
         "comparisons": list(costs),
         "not_applicable": plan.not_applicable,
+        "helpers": plan.helpers,
     }
     store = ResultsStore(root, "knobs")
     store.open(config, f"{KNOBS_SWEEP} {model}", resume=False)
@@ -221,7 +228,8 @@ def test_each_model_gets_a_table_of_its_knobs_with_both_costs_its_share_and_the_
     page = section(rendered["html"])
     assert '<a href="#knobs">Switches</a>' in rendered["html"]
     cpu, gpu = knob_tables(page)  # the studies in the order of their folders: cpu, t4
-    assert list(gpu) == [ALGORITHMS, FILL, CUDNN, BENCHMARK, CUBLAS]
+    assert list(gpu) == [ALGORITHMS, FILL, CUDNN, BENCHMARK, CUBLAS, LAUNCH_BLOCKING]
+    assert gpu[LAUNCH_BLOCKING]["Within full determinism"] == ("-", "not in deterministic mode")
     cudnn = gpu[CUDNN]
     assert cudnn["How it is set"] == ("torch.backends.cudnn.deterministic = True", "")
     assert cudnn["Added to the default alone"][0].startswith("1.180x [1.1")
@@ -246,6 +254,10 @@ def test_each_model_gets_a_table_of_its_knobs_with_both_costs_its_share_and_the_
     assert "Full determinism against the default: 1.300x [" in page and "4 paired repeats" in page
     assert "of the overhead unexplained: knobs interact" in page
     assert "What each switch costs: resnet50 on t4 (torch)" in page, "a chart per model"
+    # Each library's helper priced whole on the GPU (Hugging Face's with CUDA's launch blocking); on the CPU the
+    # total prices them all.
+    assert "transformers.enable_full_determinism(seed): +45.0% [" in page
+    assert "(on this device it sets what deterministic mode sets: the total)" in page
 
 
 def test_a_noise_floor_of_the_same_model_device_and_backend_marks_a_small_cost_as_noise(results: Path) -> None:
@@ -286,7 +298,10 @@ def test_json_holds_each_model_of_a_knob_study_and_its_knobs(rendered: dict[str,
     assert knobs[FILL]["add_one"] is None and knobs[FILL]["reason"].startswith("alone it has no effect")
     assert knobs[CUBLAS]["add_one_within_noise"] is True, "read against the calibration's floor"
     not_applicable = {k["knob"]: k for k in cpu["knobs"] if not k["applies"]}
-    assert set(not_applicable) == {CUDNN, BENCHMARK, CUBLAS}
+    assert set(not_applicable) == {CUDNN, BENCHMARK, CUBLAS, LAUNCH_BLOCKING}
+    helpers = {h["call"]: h for h in gpu["helpers"]}
+    assert helpers["transformers.enable_full_determinism(seed)"]["cost"]["ratio"] == pytest.approx(1.45, abs=0.003)
+    assert [h["priced_by"] for h in cpu["helpers"]] == ["total"] * 3
     assert all(k["needed"] is None and k["leave_one_out"] is None for k in not_applicable.values())
     (row,) = document["models"]
     assert row["model"] == "resnet50" and row["knobs"] == gpu["knobs"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from detprof import backends
@@ -61,6 +61,42 @@ class KnobCost:
 
 
 @dataclass(frozen=True)
+class HelperCost:
+    """A library's one call for determinism, priced whole on one model: the switches it sets, what they cost against
+    the default, and whether two runs under them stay bitwise identical."""
+
+    call: str
+    knobs: tuple[str, ...]
+    differs: str
+    priced_by: str
+    """The comparison that priced it: its own (``helper:<key>``), or ``total`` where on the device it sets what
+    deterministic mode sets."""
+    cost: Overhead | None
+    identical: bool | None
+    check: str | None
+
+    def line(self) -> str:
+        """What it costs against the default, and whether the runs under it stay bitwise identical."""
+        cost = "not measured" if self.cost is None else _interval(self.cost)
+        same = " (on this device it sets what deterministic mode sets: the total)" if self.priced_by == TOTAL else ""
+        held = f"; {self.check}" if self.check else ""
+        differs = f"; {self.differs}" if self.differs else ""
+        return f"{self.call}: {cost} over the default{same}{held}{differs}"
+
+
+def least_set_line(least: tuple[str, ...] | None) -> str | None:
+    """The least set of deterministic mode's switches that holds bitwise (``ModelKnobs.least_set``), in words."""
+    if least is None:
+        return None
+    if not least:
+        return (
+            "the least set that holds bitwise here: none of deterministic mode's switches (each could be left off "
+            "alone with the runs still bitwise identical)"
+        )
+    return f"the least set that holds bitwise here: {', '.join(least)} (the runs part without each)"
+
+
+@dataclass(frozen=True)
 class ModelKnobs:
     """A model's knob study on one device and backend."""
 
@@ -71,6 +107,15 @@ class ModelKnobs:
     """Full determinism against the default, measured beside the arms."""
     knobs: list[KnobCost]
     failures: list[str]
+    helpers: list[HelperCost] = field(default_factory=list)
+
+    def least_set(self) -> tuple[str, ...] | None:
+        """The fewest of deterministic mode's switches with which the runs stay bitwise identical, read off the
+        study's own checks: each one without which they part (or that was not checked), none that could go; None
+        where full determinism itself parts or was not checked."""
+        if not any(k.needed is not None for k in self.knobs):
+            return None
+        return tuple(k.knob for k in self.knobs if k.in_mode and k.applies and k.needed is not False)
 
     def top(self, floor: float | None = None) -> KnobCost | None:
         """The knob whose leaving off saves most (else that costs most alone), among those measured: one whose cost
@@ -163,6 +208,7 @@ def model_knobs(
                 )
             )
         failures = [f"{r['run_id']}: {r.get('reason') or r['status']}" for r in mine if r.get("status") != "ok"]
+        helpers = _helper_costs(backend, manifest.get("helpers") or {}, cost, checks, model)
         first = mine[0]
         result.append(
             ModelKnobs(
@@ -172,9 +218,53 @@ def model_knobs(
                 total=cost.get(TOTAL),
                 knobs=knobs,
                 failures=failures,
+                helpers=helpers,
             )
         )
     return result
+
+
+def _helper_costs(
+    backend: backends.Backend,
+    priced_by: Mapping[str, str],
+    cost: Mapping[str, Overhead],
+    checks: Mapping[tuple[str, str], Comparison],
+    model: str,
+) -> list[HelperCost]:
+    """Each helper the study priced (``sweep.knobs.KnobDesign.helpers``), with its comparison's cost and check (full
+    determinism's where the total priced it)."""
+    found = []
+    for helper in backend.helpers:
+        name = priced_by.get(helper.key)
+        if name is None:
+            continue
+        check = checks.get((model, "" if name == TOTAL else name))
+        found.append(
+            HelperCost(
+                helper.call,
+                tuple(sorted(helper.knobs)),
+                helper.differs,
+                name,
+                cost.get(name),
+                None if check is None else check.identical,
+                None if check is None else _held_words(check),
+            )
+        )
+    return found
+
+
+def _held_words(check: Comparison) -> str:
+    if check.identical is None:
+        return f"not compared: {check.problem}"
+    if check.identical:
+        return f"bitwise identical over {check.steps} steps"
+    return f"not bitwise reproducible (the runs part {check.parting()})"
+
+
+def _interval(overhead: Overhead) -> str:
+    if not overhead.has_interval:
+        return f"{_signed(overhead.ratio - 1)} (one repeat)"
+    return f"{_signed(overhead.ratio - 1)} [{_signed(overhead.ci_low - 1)}, {_signed(overhead.ci_high - 1)}]"
 
 
 def _signed(fraction: float) -> str:
@@ -201,11 +291,12 @@ def _check_words(full: Comparison | None, without: Comparison | None) -> str | N
 
 
 def knob_checks(store: ResultsStore) -> dict[tuple[str, str], Comparison]:
-    """The bitwise checks of a knob study: (model, knob left off) -> the two runs compared; ("", full determinism)
-    under the knob ""."""
+    """The bitwise checks of a knob study: (model, knob left off) -> the two runs compared; full determinism under the
+    knob "", a helper's switches under its comparison's name (``helper:<key>``)."""
     by_arm: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for record in store.records():
-        by_arm.setdefault((str(record["model"]), str(record.get("without") or "")), []).append(record)
+        arm = str(record.get("without") or (f"helper:{record['helper']}" if record.get("helper") else ""))
+        by_arm.setdefault((str(record["model"]), arm), []).append(record)
     result = {}
     for key, runs in by_arm.items():
         runs.sort(key=lambda r: str(r["replica"]))
@@ -223,6 +314,29 @@ def read_knob_study(store: ResultsStore) -> list[ModelKnobs]:
     checks_store = ResultsStore(store.dir, "knob_checks")
     checks = knob_checks(checks_store) if checks_store.exists() else {}
     return model_knobs(store.records(), checks, store.manifest().get("config") or {})
+
+
+def helper_lines(study: ModelKnobs) -> list[str]:
+    """The least set that holds bitwise, then each library helper priced whole: what a report lists under the knobs."""
+    if not study.helpers:
+        return []
+    least = least_set_line(study.least_set())
+    return [*([least] if least else []), *(helper.line() for helper in study.helpers)]
+
+
+def helpers_json(study: ModelKnobs) -> list[dict[str, Any]]:
+    """The JSON report's ``helpers`` of one model: each helper priced, its switches, cost and check."""
+    return [
+        {
+            "call": h.call,
+            "knobs": list(h.knobs),
+            "priced_by": h.priced_by,
+            "cost": None if h.cost is None else {"ratio": h.cost.ratio, "lo": h.cost.ci_low, "hi": h.cost.ci_high},
+            "identical": h.identical,
+            "line": h.line(),
+        }
+        for h in study.helpers
+    ]
 
 
 def knobs_json(study: ModelKnobs, floor: float | None = None) -> list[dict[str, Any]]:

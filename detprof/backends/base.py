@@ -117,6 +117,20 @@ class Knob:
 
 
 @dataclass(frozen=True)
+class Helper:
+    """A library's one call for determinism (Hugging Face's ``enable_full_determinism``, ...): the framework's
+    switches it sets (``Knob`` names, as its source sets them), which a knob study prices whole."""
+
+    key: str
+    """Its name in a comparison and a run id: ``hf_full_determinism``."""
+    call: str
+    """The call as users write it: ``transformers.enable_full_determinism(seed)``."""
+    knobs: frozenset[str]
+    differs: str = ""
+    """Where it sets a switch otherwise than the knob does (a value detprof's knob sets apart), in words."""
+
+
+@dataclass(frozen=True)
 class SettingColumn:
     """One setting a report shows for a backend's runs: its heading, and the ``Backend.in_effect`` key it reads."""
 
@@ -182,6 +196,8 @@ class Backend:
     """Whether a program's deterministic mode needs ``switch_on`` once it imports the framework (no
     environment variable switches it: ``backends.program``)."""
     knobs_switch_between_runs: ClassVar[bool] = False
+    helpers: ClassVar[tuple[Helper, ...]] = ()
+    """Libraries' one-call determinism on this framework, priced whole by a knob study."""
     """Whether ``arm_switch`` puts a process under another arm's knobs for the next model it trains, as it does
     for the next step (PyTorch reads its switches at every op, TensorFlow when it traces a function and when a
     kernel runs): a replica then trains a knob study's checks of every arm in one process (``verify.run``).

@@ -18,6 +18,7 @@ from .base import (
     ArmStep,
     Backend,
     Compiler,
+    Helper,
     Knob,
     LossOf,
     SettingColumn,
@@ -34,6 +35,8 @@ FILL_UNINITIALIZED = "torch.fill_uninitialized_memory"
 CUDNN_DETERMINISTIC = "torch.cudnn_deterministic"
 CUDNN_BENCHMARK = "torch.cudnn_benchmark"
 CUBLAS_WORKSPACE = "torch.cublas_workspace_config"
+LAUNCH_BLOCKING_ENV = "CUDA_LAUNCH_BLOCKING"
+LAUNCH_BLOCKING = "torch.cuda_launch_blocking"
 CUDA_ONLY = "cuDNN and cuBLAS run only on a CUDA GPU"
 SDPA_MATH = "torch.sdpa_math"
 SDPA_FLASH = "torch.sdpa_flash"
@@ -90,10 +93,53 @@ KNOBS = (
         gpu_only=CUDA_ONLY,
         per_process=f"{CUBLAS_WORKSPACE_ENV} is read once, when CUDA starts",
     ),
+    Knob(
+        LAUNCH_BLOCKING,
+        f"{LAUNCH_BLOCKING_ENV}=1",
+        "every CUDA launch waits until its kernel has run (the host no longer runs ahead of the device): a debugging "
+        "switch that Hugging Face's enable_full_determinism sets beside the others; not part of detprof's "
+        "deterministic mode",
+        gpu_only="no CUDA kernel is launched on a CPU",
+        in_mode=False,
+        per_process=f"{LAUNCH_BLOCKING_ENV} is read once, when CUDA starts",
+    ),
     _sdpa_knob(SDPA_MATH, "math"),
     _sdpa_knob(SDPA_FLASH, "flash_attention"),
     _sdpa_knob(SDPA_EFFICIENT, "efficient_attention", gpu_only="memory-efficient attention runs only on a CUDA GPU"),
 )
+
+
+HELPERS = (
+    Helper(
+        "hf_full_determinism",
+        "transformers.enable_full_determinism(seed)",
+        frozenset(
+            {
+                DETERMINISTIC_ALGORITHMS,
+                FILL_UNINITIALIZED,
+                CUDNN_DETERMINISTIC,
+                CUDNN_BENCHMARK,
+                CUBLAS_WORKSPACE,
+                LAUNCH_BLOCKING,
+            }
+        ),
+        f"it sets {CUBLAS_WORKSPACE_ENV}=:16:8 (the knob sets {CUBLAS_DETERMINISTIC_WORKSPACE}), and "
+        "FLASH_ATTENTION_DETERMINISTIC=1 for the flash-attn package",
+    ),
+    Helper(
+        "lightning_deterministic",
+        "lightning.Trainer(deterministic=True)",
+        frozenset({DETERMINISTIC_ALGORITHMS, FILL_UNINITIALIZED, CUDNN_BENCHMARK, CUBLAS_WORKSPACE}),
+    ),
+    Helper(
+        "accelerate_deterministic",
+        "accelerate.utils.set_seed(seed, deterministic=True)",
+        frozenset({DETERMINISTIC_ALGORITHMS, FILL_UNINITIALIZED}),
+    ),
+)
+"""The helpers users call, each with the switches its source sets (the fill with deterministic algorithms, as
+PyTorch's default leaves it on): Hugging Face transformers' ``enable_full_determinism``, Lightning's
+``Trainer(deterministic=True)`` (cuDNN's benchmark off with it) and accelerate's ``set_seed(deterministic=True)``."""
 
 
 class Torch(Backend):
@@ -128,6 +174,7 @@ class Torch(Backend):
     switched_after_import = True
     knobs_switch_between_runs = True
     knobs = KNOBS
+    helpers = HELPERS
     compiler = Compiler(
         "torch.compile", "compile", "compiles with --compile", "--compile is torch.compile, for --backend torch"
     )
@@ -140,6 +187,8 @@ class Torch(Backend):
         """
         if CUBLAS_WORKSPACE in knobs:
             os.environ.setdefault(CUBLAS_WORKSPACE_ENV, CUBLAS_DETERMINISTIC_WORKSPACE)
+        if LAUNCH_BLOCKING in knobs:
+            os.environ[LAUNCH_BLOCKING_ENV] = "1"
         self._flip(knobs)
 
     def _flip(self, knobs: frozenset[str]) -> None:
@@ -245,6 +294,7 @@ class Torch(Backend):
             CUDNN_DETERMINISTIC: bool(torch.backends.cudnn.deterministic),
             CUDNN_BENCHMARK: not torch.backends.cudnn.benchmark,
             CUBLAS_WORKSPACE: bool(os.environ.get(CUBLAS_WORKSPACE_ENV)),
+            LAUNCH_BLOCKING: os.environ.get(LAUNCH_BLOCKING_ENV) == "1",
             **{knob: _sdpa_only(back_end) for knob, back_end in SDPA_ONLY.items()},
         }
 

@@ -385,7 +385,8 @@ class _Planner:
     def knobs(self, backend: str, model: str, *, first: bool) -> list[Part] | str:
         """A knob study of one model: a pair of arms per comparison and repeat, then ``verify`` of each arm that
         leaves a knob out (``sweep.knobs``), split by its knobs where it would not fit a window (each part prices its
-        own, against full determinism again); where no knob studied can matter on the device, why not."""
+        own, against full determinism again, the libraries' helpers a part of their own); where no knob studied can
+        matter on the device, why not."""
         from detprof.sweep.knobs import knob_design, split_knobs
 
         named = self.scale.knobs.get(backend, "all")
@@ -406,9 +407,10 @@ class _Planner:
             ):
                 groups.append([])
             groups[-1].append(knob)
+        helpers = [helper.key for helper in backends.get(backend).helpers]
         return [
             replace(self._knob_part(backend, model, ",".join(group), first), name=f"{backend}-knobs-{n}")
-            for n, group in enumerate(groups, start=1)
+            for n, group in enumerate([*groups, *([helpers] if helpers else [])], start=1)
         ]
 
     @property
@@ -416,7 +418,7 @@ class _Planner:
         return self.budget_s - FINISH_S - GRACE_S
 
     def _knob_part(self, backend: str, model: str, named: str, first: bool) -> Part:
-        from detprof.sweep.knobs import knob_design, process_starts, split_knobs
+        from detprof.sweep.knobs import TOTAL, knob_design, process_starts, split_knobs
 
         design = knob_design(backends.get(backend), self.on_gpu, split_knobs(named), [model])
         extra = self.scale.knobs_first if first else ()
@@ -427,7 +429,7 @@ class _Planner:
         arms = self._knob_arms(backend, model, starts, route, bool(sharing))
         arms = Estimate(arms.seconds, arms.steps_s * shorter, arms.source)
         run = summed([self.costs.verify_run(backend, model), self.costs.worker_start(backend)])
-        checks = run.times(len(design.dropped()) * CHECK_RUNS)
+        checks = run.times((len(design.dropped()) + len(set(design.helpers.values()) - {TOTAL})) * CHECK_RUNS)
         estimate = summed([arms, checks], COMMAND_START_S)
         options = (*_with(self.scale.sweep, extra), "--repeats", str(self.scale.repeats), "--pairing", ROUTES[route])
         options += sharing

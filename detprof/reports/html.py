@@ -33,6 +33,7 @@ from markupsafe import Markup
 from detprof import backends
 from detprof import formatting as f
 from detprof.analysis import layers
+from detprof.analysis.knobs import helper_lines
 from detprof.analysis.layers import ModelAttribution
 from detprof.analysis.verification import ModelVerification
 from detprof.backends.base import SettingColumn
@@ -401,6 +402,7 @@ def knobs(report: Report) -> dict[str, Any] | None:
                 "total": total.text,
                 "total_noise": total.note,
                 "unexplained": cells.knobs_unexplained(k),
+                "helpers": helper_lines(k.knobs),
                 "advice": cells.knobs_advice(k),
                 "table": table(
                     cells.KNOB_HEADERS, rows, classes={0: "knob", 1: "setting", 2: "cost", 3: "cost", 5: "check"}

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import asdict
 from typing import Any
 
-from detprof.analysis.knobs import knobs_json
+from detprof.analysis.knobs import helpers_json, knobs_json
 from detprof.intervals import CHEAP_OVERHEAD
 from detprof.reports.headline import HeadlineRow, interval_json, row_json
 from detprof.reports.knobs_data import KnobReading
@@ -107,6 +107,8 @@ def knob_json(k: KnobReading) -> dict[str, Any]:
         "advice": k.advice,
         "unexplained": k.knobs.unexplained(),
         "knobs": knobs_json(k.knobs, k.floor),
+        "helpers": helpers_json(k.knobs),
+        "least_set": k.knobs.least_set(),
     }
 
 

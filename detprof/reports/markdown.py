@@ -24,6 +24,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from detprof.analysis import layers
+from detprof.analysis.knobs import helper_lines
 from detprof.reports import cells
 from detprof.reports.cells import Words
 from detprof.reports.headline import published_reference
@@ -187,6 +188,7 @@ def knobs(report: Report) -> list[str]:
         unexplained = cells.knobs_unexplained(k)
         if unexplained is not None:
             out += [md(unexplained), ""]
+        out += [f"- {md(line)}" for line in helper_lines(k.knobs)] + ([""] if k.knobs.helpers else [])
     return out
 
 

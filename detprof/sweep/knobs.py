@@ -9,7 +9,10 @@ arm ``b`` the treated one, so every figure is a paired ratio b/a with its interv
   denominator);
 - ``add:K``: the default against the default plus knob K alone ("what this switch costs");
 - ``drop:K``: full determinism without K against full determinism: the cost K carries within full
-  determinism ("what leaving it off saves").
+  determinism ("what leaving it off saves");
+- ``helper:H``: the default against the switches a library's one call sets (``Backend.helpers``: Hugging Face's
+  ``enable_full_determinism``, ...), priced whole; a helper that sets on the device what another comparison's arm
+  sets (on a CPU, each sets what deterministic mode does) is priced by that comparison, not run again.
 
 A knob that cannot matter on the device (cuDNN on a CPU) is listed with the reason, not run;
 one that works only with another knob (PyTorch's fill under deterministic algorithms) is not
@@ -20,7 +23,7 @@ stays deterministic without that knob, which turns a cost into advice.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from detprof.backends import get
@@ -35,6 +38,7 @@ from detprof.sweep.sweep_runs import RunSlot, model_run
 
 Side = Literal["a", "b"]
 TOTAL = "total"
+HELPER = "helper:"
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,9 @@ class KnobDesign:
     comparisons: tuple[Comparison, ...]
     full: frozenset[str]
     """Full determinism: the knobs deterministic mode sets (all of them, even those studied not)."""
+    helpers: dict[str, str] = field(default_factory=dict)
+    """Each helper priced (``Backend.helpers``, by key): the comparison that prices it, its own or one whose arm
+    sets the same switches on the device."""
 
     def dropped(self) -> list[str]:
         """The knobs whose leave-one-out arm runs, each verified bitwise."""
@@ -78,10 +85,12 @@ def knob_design(backend: Backend, on_gpu: bool, only: tuple[str, ...] | None, mo
     of attention is priced where one of them runs attention (``registry.runs_attention``: a transformer), or may (a
     model of your own) and the knob is named; a study of models without attention leaves it out, unless named."""
     names = backend.knob_names()
-    unknown = [name for name in only or () if name not in names]
+    helper_keys = tuple(helper.key for helper in backend.helpers)
+    unknown = [name for name in only or () if name not in names and name not in helper_keys]
     if unknown:
+        helpers = f"; its helpers: {', '.join(helper_keys)}" if helper_keys else ""
         raise UsageError(
-            f"--knobs: {', '.join(unknown)} is not a knob of {backend.name}; its knobs: {', '.join(names)} "
+            f"--knobs: {', '.join(unknown)} is not a knob of {backend.name}; its knobs: {', '.join(names)}{helpers} "
             f"(detprof knobs --backend {backend.name})"
         )
     runs = [registry.runs_attention(model) for model in models]
@@ -101,7 +110,27 @@ def knob_design(backend: Backend, on_gpu: bool, only: tuple[str, ...] | None, mo
             comparisons.append(Comparison(f"add:{knob.name}", frozenset(), frozenset({knob.name})))
         if knob.in_mode:
             comparisons.append(Comparison(f"drop:{knob.name}", full - {knob.name}, full))
-    return KnobDesign(backend.name, studied, not_applicable, tuple(comparisons), full)
+    helpers = _helpers(backend, on_gpu, comparisons, only)
+    return KnobDesign(backend.name, studied, not_applicable, tuple(comparisons), full, helpers)
+
+
+def _helpers(
+    backend: Backend, on_gpu: bool, comparisons: list[Comparison], only: tuple[str, ...] | None
+) -> dict[str, str]:
+    """Each of the backend's helpers studied (every one, or those ``--knobs`` names), by key, with the comparison
+    that prices it: one of its own (appended to ``comparisons``), or the full determinism's or another helper's
+    where that sets the same switches here."""
+    priced = {backend.applying(comparisons[0].treated, on_gpu): TOTAL}
+    helpers = {}
+    for helper in backend.helpers:
+        if only is not None and helper.key not in only:
+            continue
+        here = backend.applying(helper.knobs, on_gpu)
+        if here not in priced:
+            comparisons.append(Comparison(f"{HELPER}{helper.key}", frozenset(), helper.knobs))
+            priced[here] = comparisons[-1].name
+        helpers[helper.key] = priced[here]
+    return helpers
 
 
 ALL_KNOBS = "all"
@@ -171,4 +200,5 @@ def knobs_manifest(config: SweepConfig, plan: KnobDesign) -> dict[str, object]:
         "knobs": [knob.name for knob in plan.knobs],
         "comparisons": [c.name for c in plan.comparisons],
         "not_applicable": plan.not_applicable,
+        "helpers": plan.helpers,
     }

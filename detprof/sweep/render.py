@@ -119,7 +119,7 @@ def print_summary(store: ResultsStore) -> None:
 def print_knobs(store: ResultsStore) -> None:
     """Per model, each knob's cost added alone and within full determinism, with the bitwise check; then the
     first screen's line."""
-    from detprof.analysis.knobs import read_knob_study
+    from detprof.analysis.knobs import helper_lines, read_knob_study
 
     console = table_console()
     for study in read_knob_study(store):
@@ -139,6 +139,8 @@ def print_knobs(store: ResultsStore) -> None:
             table.add_row(knob.knob, alone, within, escape(knob.check or "-"))
         print_table(console, table)
         console.print(f"  {escape(study.model)}: {escape(study.advice())}")
+        for line in helper_lines(study):
+            console.print(f"  {escape(line)}")
         unexplained = study.unexplained()
         if unexplained is not None:
             console.print(f"  the knobs added alone leave {unexplained:.0%} of the total overhead unexplained")

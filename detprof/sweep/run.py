@@ -85,7 +85,7 @@ def measure_knobs(request: SweepRequest, only: tuple[str, ...] | None, *, consol
     config.say_before(console)
     plan = knob_design(backends.get(target.backend), target.on_gpu, only, config.models)
     config = knob_settings(config, target, plan)
-    if len(plan.comparisons) == 1:
+    if len(plan.comparisons) == 1 and not plan.helpers:
         reasons = "; ".join(f"{name}: {reason}" for name, reason in plan.not_applicable.items())
         raise UsageError(f"no knob of {target.backend} studied can matter on {target.device.label} ({reasons})")
     manifest_of_knobs = knobs_manifest(config, plan)
@@ -109,12 +109,17 @@ def measure_knobs(request: SweepRequest, only: tuple[str, ...] | None, *, consol
 
 
 def check_arms(plan: KnobDesign) -> list[VerifyArm]:
-    """What a knob study verifies bitwise: full determinism, and full determinism without each knob it drops."""
+    """What a knob study verifies bitwise: full determinism, full determinism without each knob it drops, and each
+    helper priced by a comparison of its own."""
+    from detprof.sweep.knobs import HELPER
     from detprof.verify.run import VerifyArm
 
     without = [(knob, tuple(sorted(plan.full - {knob}))) for knob in plan.dropped()]
-    return [VerifyArm("deterministic", "deterministic")] + [
-        VerifyArm(f"without-{knob}", "deterministic", knobs, knob) for knob, knobs in without
+    helpers = [c for c in plan.comparisons if c.name.startswith(HELPER)]
+    return [
+        VerifyArm("deterministic", "deterministic"),
+        *(VerifyArm(f"without-{knob}", "deterministic", knobs, knob) for knob, knobs in without),
+        *(VerifyArm(c.slug, "deterministic", c.knobs("b"), helper=c.name.removeprefix(HELPER)) for c in helpers),
     ]
 
 

@@ -115,6 +115,8 @@ class VerifyArm:
     knobs: tuple[str, ...] | None = None
     without: str | None = None
     """A knob study's check: the knob full determinism runs without."""
+    helper: str | None = None
+    """A knob study's check of a helper's switches (``Helper.key``)."""
 
 
 def run_arms(
@@ -293,6 +295,7 @@ def _record(
         log=str(log.relative_to(store.dir)),
         **answer,
         **({} if arm.without is None else {"without": arm.without, "knobs": list(arm.knobs or ())}),
+        **({} if arm.helper is None else {"helper": arm.helper, "knobs": list(arm.knobs or ())}),
     )
     store.write_record(dict(record))
     return record
