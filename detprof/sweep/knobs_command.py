@@ -36,4 +36,13 @@ def knobs(
             if knob.needs is not None:
                 applies += f" (only with {knob.needs})"
             table.add_row(knob.name, escape(knob.setting), "yes" if knob.in_mode else "no", escape(applies), knob.does)
-    print_table(table_console(), table)
+    console = table_console()
+    print_table(console, table)
+    helpers = [helper for each in chosen for helper in each.helpers]
+    if helpers:
+        listed = Table(title="Libraries' one-call determinism, priced whole by a knob study (sweep --knobs NAME,...)")
+        for col in ("Helper", "The call", "The knobs it sets"):
+            listed.add_column(col, overflow="fold")
+        for helper in helpers:
+            listed.add_row(helper.key, escape(helper.call), ", ".join(sorted(helper.knobs)))
+        print_table(console, listed)
