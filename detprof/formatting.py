@@ -116,12 +116,15 @@ def plus_minus(stat: Mapping[str, Any] | None, digits: int = 4) -> str:
     return f"{std:.{digits}f}" + ("" if se is None else f" +/- {se:.{digits}f}")
 
 
-def trained_in(processes: int | None) -> str:
+def trained_in(processes: int | None, eager: bool = False) -> str:
     """Where a stability study's identical runs trained, after the words that say they were: the runs of one
     worker share its compiled step, so only runs of several processes, each compiling its own, could have parted in
-    what compiling chose; nothing where the records do not say (``None``)."""
+    what compiling chose (an ``eager`` step, a native PyTorch module's, compiles nothing); nothing where the
+    records do not say (``None``)."""
     if processes is None:
         return ""
+    if eager:
+        return ", trained in one process" if processes == 1 else f", trained in {processes} processes"
     if processes == 1:
         return ", trained in one process on one compiled step"
     return f", trained in {processes} processes, each compiling its step itself"
@@ -134,7 +137,8 @@ def check_line(check: Mapping[str, Any] | None) -> tuple[str, str]:
     if check.get("verified") is None:
         return "unchecked", "not checked: fewer than 2 runs"
     if check["verified"]:
-        return "verified", f"verified: bitwise-identical weights{trained_in(check.get('processes'))}"
+        where = trained_in(check.get("processes"), bool(check.get("eager")))
+        return "verified", f"verified: bitwise-identical weights{where}"
     return "failed", f"NOT verified: first differing layer {check.get('first_differing_layer')}"
 
 

@@ -415,7 +415,9 @@ def test_a_stability_study_of_modules_holds_control_bitwise_and_varies_each_sour
         assert main([*args, "--out", str(out)]) == ExitCode.OK, capsys.readouterr().err
         summary = json.loads((out / "stability" / "summary.json").read_text())
         variants = {variant["variant"]: variant for variant in summary["variants"]}
-        assert variants["control"]["determinism_check"]["verified"] is True, model
+        check = variants["control"]["determinism_check"]
+        assert check["verified"] is True and check["eager"] is True, model
+        assert check["line"].endswith(("trained in one process", "trained in 2 processes")), check["line"]
         assert variants[varied]["distinct_weights"] == 2, model
         records = list(ResultsStore(out, "stability").records())
         assert {(r["status"], r["backend"]) for r in records} == {("ok", "torch")}

@@ -171,6 +171,8 @@ class DeterminismCheck:
     processes: int | None = None
     """The worker processes that trained the runs, each compiling its step once (``formatting.trained_in``); None
     where the records do not say."""
+    eager: bool = False
+    """The runs trained an eager step (a native PyTorch module's): nothing compiled to share."""
 
     def line(self) -> str:
         if self.verified is None:
@@ -178,7 +180,7 @@ class DeterminismCheck:
         if self.verified:
             return (
                 f"determinism verified: {self.runs} runs ended with bitwise-identical weights"
-                f"{trained_in(self.processes)}"
+                f"{trained_in(self.processes, self.eager)}"
             )
         return (
             f"determinism NOT verified: {self.distinct} different final weights across {self.runs} runs; "
@@ -186,18 +188,21 @@ class DeterminismCheck:
         )
 
 
-def determinism_check(runs: Sequence[Sequence[tuple[str, str]]], processes: int | None = None) -> DeterminismCheck:
-    """``runs`` holds each run's per-layer digests, in model order; ``processes``: how many trained them."""
+def determinism_check(
+    runs: Sequence[Sequence[tuple[str, str]]], processes: int | None = None, eager: bool = False
+) -> DeterminismCheck:
+    """``runs`` holds each run's per-layer digests, in model order; ``processes``: how many trained them; ``eager``:
+    whether their step compiled nothing."""
     n = len(runs)
     distinct = len({tuple(r) for r in runs})
     if n < 2:
-        return DeterminismCheck(None, n, distinct, None, processes)
+        return DeterminismCheck(None, n, distinct, None, processes, eager)
     if distinct == 1:
-        return DeterminismCheck(True, n, 1, None, processes)
+        return DeterminismCheck(True, n, 1, None, processes, eager)
     depth = max(len(r) for r in runs)
     position = next(i for i in range(depth) if len({r[i] if i < len(r) else None for r in runs}) > 1)
     layer = next(r[position][0] for r in runs if position < len(r))
-    return DeterminismCheck(False, n, distinct, layer, processes)
+    return DeterminismCheck(False, n, distinct, layer, processes, eager)
 
 
 def probabilities_and_loss(outputs: np.ndarray, y: np.ndarray, probabilities: bool) -> tuple[np.ndarray, float]:

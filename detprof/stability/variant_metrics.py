@@ -53,7 +53,8 @@ def summarize_variant(
         ),
         accuracy["std"],
     )
-    check = metrics.determinism_check([[tuple(d) for d in r["layer_digests"]] for r in ok], _processes(ok))
+    eager = bool(ok) and all(str(r.get("train_step", "")).startswith("eager") for r in ok)
+    check = metrics.determinism_check([[tuple(d) for d in r["layer_digests"]] for r in ok], _processes(ok), eager)
     return {
         "variant": variant.name,
         "varies": [s for s in SOURCES if s in variant.varies],
@@ -82,6 +83,7 @@ def summarize_variant(
             "verified": check.verified,
             "first_differing_layer": check.first_differing_layer,
             "processes": check.processes,
+            "eager": check.eager,
             "line": check.line(),
         },
     }
