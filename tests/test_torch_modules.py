@@ -354,7 +354,8 @@ def test_the_native_registry_models_train_on_pytorch_with_their_modules_on_the_l
     tmp_path: Path, capsys: Capture
 ) -> None:
     """Hugging Face's ResNet-50, ViT, GPT-2 and Llama-style decoder, built from their configurations: without
-    ``--backend`` they train on PyTorch, loading no Keras, each module a leaderboard row by its path, and what no
+    ``--backend`` they train on PyTorch, loading no Keras, on the loss each computes itself (a row of its own), each
+    module a leaderboard row by its path, and what no
     module claims under 5% of the step (0.05-0.8% here), eager and in bfloat16 mixed precision (``--amp bf16``).
     Under ``--compile`` (GPT-2 here) the compiled module is a row of its own beside the loss and the update,
     Inductor's fused kernels named in the kernel table, its deterministic mode read back per run. With another
@@ -382,6 +383,8 @@ def test_the_native_registry_models_train_on_pytorch_with_their_modules_on_the_l
         "hf_llama_tiny": [32],
     }
     assert {r["dtype_policy"] for r in records} == {"float32"}
+    # Each trains on the loss it computes itself given the labels, ranged as the step's loss.
+    assert all(re.search(r"forward, its own loss \(For\w+Loss\), backward", r["train_step"]) for r in records)
     models = [*json.loads(render_report([out], "json"))["models"], *json.loads(render_report([amp], "json"))["models"]]
     assert len(models) == 5
     for model in models:
@@ -430,7 +433,8 @@ def test_a_stability_study_of_modules_holds_control_bitwise_and_varies_each_sour
 
 def assert_compiled(out: Path) -> None:
     """A compiled sweep's records and report: the step through torch.compile, Inductor's deterministic mode on in
-    deterministic mode alone, the compiled region, the loss and the update as rows with under 5% left over, and
+    deterministic mode alone, the compiled region (GPT-2's own loss in it) and the update as rows with under 5% left
+    over, and
     the fused kernels and Inductor's graph calls under one name each in the kernel tables."""
     store = ResultsStore(out, "sweep")
     records = list(store.records())
@@ -439,10 +443,10 @@ def assert_compiled(out: Path) -> None:
         ("deterministic", "ok", True),
     }
     assert {r["train_step"] for r in records} == {
-        "torch.compile (inductor): forward, cross-entropy, backward, AdamW.step"
+        "torch.compile (inductor): forward, its own loss (ForCausalLMLoss), backward, AdamW.step"
     }
     (model,) = json.loads(render_report([out], "json"))["models"]
-    assert {layer["name"] for layer in model["layers"]} >= {COMPILED_PART, *STEP_PARTS}
+    assert {layer["name"] for layer in model["layers"]} >= {COMPILED_PART, OPTIMIZER_PART}  # its loss compiled in
     assert model["unattributed_share"] < 0.05
     for record in records:
         names = set(pd.read_parquet(store.dir / record["kernel_table"], columns=["name"])["name"])

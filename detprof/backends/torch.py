@@ -416,19 +416,21 @@ def _inductor_deterministic() -> bool | None:
     return None if config is None else bool(config.deterministic)
 
 
-def mark_native(module: Any, loss: Any, optimizer: Any, compiled: Any = None) -> None:
+def mark_native(module: Any, loss: Any | None, optimizer: Any, compiled: Any = None) -> None:
     """A ``torch.nn.Module``'s submodules by their paths as PyTorch names them (``named_modules``: ``blocks.1.conv``),
     its loss and optimizer as the step's parts (``STEP_PARTS``). The module itself gets no range of its own, as a
     Keras model's call names no layer: what its ``forward`` runs outside every submodule is unattributed.
     ``compiled``: ``torch.compile``'s module around it, whose call is the compiled region (``COMPILED_PART``), its
-    submodules unmarked (a range inside it would be compiled in, ``_hooked``)."""
+    submodules unmarked (a range inside it would be compiled in, ``_hooked``). ``loss``: None where the module's own
+    loss runs where no range can be put."""
     if compiled is not None:
         MARKED[compiled] = COMPILED_PART
     else:
         for path, submodule in module.named_modules():
             if path:
                 MARKED[submodule] = path
-    MARKED[loss] = LOSS_PART
+    if loss is not None:
+        MARKED[loss] = LOSS_PART
     MARKED[optimizer] = OPTIMIZER_PART
 
 

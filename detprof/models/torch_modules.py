@@ -203,6 +203,9 @@ class ModuleTraining:
     scaler: Any = None
     """``torch.amp.GradScaler`` under float16 autocast: the loss scaled before ``backward``, the gradients unscaled
     (and the step skipped where they overflowed) by the optimizer's step."""
+    own_loss: bool = False
+    """The module computes its own loss when given the labels (a Hugging Face model's ``labels=``): ``loss`` is
+    then only the range around it (``own_loss_ranged``), None where none could be put."""
 
     @property
     def classes(self) -> int:
@@ -246,6 +249,9 @@ class ModuleTraining:
         dtype = getattr(torch, self.autocast or "float32")
         forward = self.module if self.forward is None else self.forward
         with torch.autocast(x.device.type, dtype=dtype, enabled=self.autocast is not None):
+            if self.own_loss:
+                output = forward(x, labels=y)
+                return logits_of(output), output.loss
             logits = logits_of(forward(x))
             return logits, self.loss(logits, y)
 
@@ -298,14 +304,21 @@ def batch(module: Any, spec: Mapping[str, Any], seed: int, logits_shape: Sequenc
 
 
 def training(
-    given: Any, spec: Mapping[str, Any], seed: int, compiled: bool = False, learning_rate: float = LEARNING_RATE
+    given: Any,
+    spec: Mapping[str, Any],
+    seed: int,
+    compiled: bool = False,
+    learning_rate: float = LEARNING_RATE,
+    own_loss: bool = True,
 ) -> ModuleTraining:
     """The module a model function returned (``given``: bare, or ``detprof.Training``) on the device, in training
     mode, with its batch (``batch``), its loss and optimizer (else cross-entropy and AdamW), its parts marked for
     the tracer's ranges (``backends.torch.mark_native``). The module is called once first, on one example, for the
     shape of its logits. The optimizer is made after the module moved to the device, as users make it. ``compiled``
     (``--compile``): the step calls the module through ``torch.compile``, as ``model = torch.compile(model)`` does
-    in a user's loop; the loss and the optimizer's step stay eager around it."""
+    in a user's loop; the loss and the optimizer's step stay eager around it. Without a loss given, a module that
+    computes its own given the labels (a Hugging Face model) trains on it, unless ``own_loss`` is off (a stability
+    study's protocol: cross-entropy on the logits, its labels already the next tokens)."""
     import torch
 
     from detprof.backends.torch import compiled as compiled_module
@@ -317,18 +330,56 @@ def training(
     x, y = batch(module, spec, seed, logits_shape)
     chosen = given if isinstance(given, Training) else Training(module)
     flat_cross_entropy, loss_of = loss_modules()
-    loss = flat_cross_entropy() if chosen.loss is None else chosen.loss
-    if not isinstance(loss, torch.nn.Module):
-        loss = loss_of(loss)
+    own = own_loss and chosen.loss is None and returns_own_loss(module, example, logits_shape)
+    if own:
+        name = f"its own loss ({_name(module.loss_function)})" if hasattr(module, "loss_function") else "its own loss"
+        loss = None if compiled else own_loss_ranged(module)
+    else:
+        loss = flat_cross_entropy() if chosen.loss is None else chosen.loss
+        loss = loss if isinstance(loss, torch.nn.Module) else loss_of(loss)
+        name = "cross-entropy" if chosen.loss is None else _name(chosen.loss)
     optimizer = chosen.optimizer
     if optimizer is None:
         optimizer = torch.optim.AdamW(module.parameters(), lr=learning_rate)
     forward = compiled_module(module, COMPILER) if compiled else None
     mark_native(module, loss, optimizer, forward)
-    name = "cross-entropy" if chosen.loss is None else _name(chosen.loss)
     autocast = AUTOCAST[spec["amp"]] if spec.get("amp") else None
     scaler = torch.amp.GradScaler(_device().type) if autocast == SCALED else None
-    return ModuleTraining(module, x, y, loss, optimizer, logits_shape, name, autocast, forward, scaler)
+    return ModuleTraining(module, x, y, loss, optimizer, logits_shape, name, autocast, forward, scaler, own)
+
+
+def returns_own_loss(module: Any, example: Any, logits_shape: Sequence[int]) -> bool:
+    """Whether the module computes its own loss given the labels, as a Hugging Face model does (``labels=``, its
+    output's ``loss``): tried once on one example, in inference mode."""
+    import inspect
+
+    import torch
+
+    if "labels" not in inspect.signature(module.forward).parameters:
+        return False
+    labels = torch.zeros((len(example), *logits_shape[:-1]), dtype=torch.long, device=example.device)
+    module.eval()
+    try:
+        with torch.no_grad():
+            loss = getattr(module(example, labels=labels), "loss", None)
+    except Exception:
+        return False
+    finally:
+        module.train()
+    return isinstance(loss, torch.Tensor) and loss.ndim == 0 and loss.dtype.is_floating_point
+
+
+def own_loss_ranged(module: Any) -> Any:
+    """A Hugging Face model's own loss (``loss_function``, which its ``forward`` calls) through a module of ours
+    that the tracer ranges as the step's loss, as the default loss is; None for a module that computes its loss
+    otherwise (its ops then go where the ranges around them say)."""
+    function = getattr(module, "loss_function", None)
+    if not callable(function):
+        return None
+    _, loss_of = loss_modules()
+    ranged = loss_of(function)
+    module.loss_function = lambda *args, **kwargs: ranged(*args, **kwargs)
+    return ranged
 
 
 def _name(loss: Any) -> str:
@@ -338,7 +389,8 @@ def _name(loss: Any) -> str:
 @functools.cache
 def loss_modules() -> tuple[type, type]:
     """The step's loss as a module, so that the tracer's hooks range it (``LOSS_PART``): cross-entropy over every
-    row of the logits (a language model's every position), and a loss function of the user's."""
+    row of the logits (a language model's every position), and a loss function of the user's (or a Hugging Face
+    model's own, called as the model calls it)."""
     import torch
 
     class FlatCrossEntropy(torch.nn.CrossEntropyLoss):
@@ -350,8 +402,8 @@ def loss_modules() -> tuple[type, type]:
             super().__init__()
             self.function = function
 
-        def forward(self, logits: Any, labels: Any) -> Any:
-            return self.function(logits, labels)
+        def forward(self, *args: Any, **kwargs: Any) -> Any:
+            return self.function(*args, **kwargs)
 
     return FlatCrossEntropy, LossOf
 

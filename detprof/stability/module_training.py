@@ -6,9 +6,10 @@ would hold; ``dropout`` then seeds PyTorch's generators, the only ones the steps
 from (dropout masks, whichever module draws them); ``shuffle`` and ``augment`` are the
 study's numpy generators, the images moved channels first as the module takes them;
 ``bitflip`` moves one parameter by an ulp. The step is the sweep's eager step
-(``torch_modules.ModuleTraining``): the module's own loss and optimizer where its function
-returns them (``detprof.Training``), else cross-entropy and AdamW at ``--lr``. Runs in
-workers only: torch is imported where it is used.
+(``torch_modules.ModuleTraining``): the loss and optimizer the function returns with the module
+(``detprof.Training``), else the study's protocol, cross-entropy on the logits (not a Hugging
+Face model's own loss, which would shift labels that are already the next tokens) and AdamW at
+``--lr``. Runs in workers only: torch is imported where it is used.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ class ModuleTrainer:
         torch.manual_seed(seeds.init)
         given = as_given(self.own_model, self.input_shape, self.classes)
         spec = {"input_shape": list(self.input_shape), "batch_size": 1}
-        self.training = torch_modules.training(given, spec, seeds.init, learning_rate=self.lr)
+        self.training = torch_modules.training(given, spec, seeds.init, learning_rate=self.lr, own_loss=False)
         torch.manual_seed(seeds.dropout)
         dropout = torch.nn.modules.dropout._DropoutNd
         dropouts = [path for path, m in self.module.named_modules() if isinstance(m, dropout)]
