@@ -47,8 +47,15 @@ def test_the_plan_prices_each_knob_that_can_matter_and_lists_the_others_with_the
         "torch.cudnn_benchmark",
         "torch.cublas_workspace_config",
         LAUNCH_BLOCKING,
+        INDUCTOR,
     }
+    assert (
+        cpu.not_applicable.pop(INDUCTOR) == "only a step compiled by torch.compile (--compile) runs Inductor's kernels"
+    )
     assert all("CUDA" in reason for reason in cpu.not_applicable.values())
+    # Under --compile, Inductor's deterministic mode is priced both ways, as a switch of deterministic mode.
+    compiled = knob_design(TORCH, on_gpu=False, only=None, compiled=True)
+    assert {f"add:{INDUCTOR}", f"drop:{INDUCTOR}"} <= {c.name for c in compiled.comparisons}
     assert not any(knob.attention_only for knob in cpu.knobs)  # no model runs attention: its knobs are left out
     # A transformer has attention: its back ends are priced, each added to the default; on a CPU flash and math.
     gpt = knob_design(TORCH, on_gpu=False, only=None, models=("smallcnn", "gpt_tiny"))
@@ -75,6 +82,7 @@ def test_the_plan_prices_each_knob_that_can_matter_and_lists_the_others_with_the
 
 
 LAUNCH_BLOCKING = "torch.cuda_launch_blocking"
+INDUCTOR = "torch.inductor_deterministic"
 HELPERS = ("hf_full_determinism", "lightning_deterministic", "accelerate_deterministic")
 
 
@@ -93,7 +101,7 @@ def test_each_librarys_helper_is_priced_whole_by_a_comparison_of_its_own_or_of_t
     by_name = {c.name: c for c in gpu.comparisons}
     hf = by_name["helper:hf_full_determinism"]
     assert hf.reference == frozenset() and hf.treated == TORCH.mode_knobs() | {LAUNCH_BLOCKING}
-    assert by_name["helper:accelerate_deterministic"].treated == {ALGORITHMS, FILL}
+    assert by_name["helper:accelerate_deterministic"].treated == {ALGORITHMS, FILL, INDUCTOR}
     assert "helper:hf_full_determinism" in comparisons_apart(gpu, on_gpu=True)  # launch blocking: at CUDA's start
     helpers = {arm.helper: arm.knobs for arm in check_arms(gpu) if arm.helper}
     assert helpers == {key: by_name[f"helper:{key}"].knobs("b") for key in HELPERS}
@@ -112,6 +120,7 @@ def test_hugging_faces_helper_sets_the_switches_detprof_prices_it_with() -> None
     set_as = {
         ALGORITHMS: "torch.use_deterministic_algorithms(True",
         FILL: None,  # PyTorch's default under deterministic algorithms: the helper leaves it on
+        INDUCTOR: None,  # use_deterministic_algorithms(True) turns it on
         "torch.cudnn_deterministic": "torch.backends.cudnn.deterministic = True",
         "torch.cudnn_benchmark": "torch.backends.cudnn.benchmark = False",
         "torch.cublas_workspace_config": 'os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":16:8"',
@@ -405,7 +414,7 @@ def test_the_needed_verdict_on_a_layer_that_races_without_deterministic_algorith
     algorithms, fill, *gpu_only = study.knobs
     assert algorithms.needed is True and algorithms.add_one is not None and algorithms.leave_one_out is not None
     assert fill.needed is False and fill.leave_one_out is not None and fill.add_one is None
-    assert [k.applies for k in gpu_only] == [False, False, False, False]
+    assert [k.applies for k in gpu_only] == [False, False, False, False, False]
     # Every library's helper sets here what deterministic mode sets: the total prices each, bitwise identical; the
     # least set that holds is deterministic algorithms alone.
     assert study.least_set() == (ALGORITHMS,)

@@ -38,7 +38,7 @@ from detprof.sweep.knobs import knob_design
 TORCH = backends.get(backends.TORCH)
 ALGORITHMS, FILL = "torch.use_deterministic_algorithms", "torch.fill_uninitialized_memory"
 CUDNN, BENCHMARK, CUBLAS = "torch.cudnn_deterministic", "torch.cudnn_benchmark", "torch.cublas_workspace_config"
-LAUNCH_BLOCKING = "torch.cuda_launch_blocking"
+LAUNCH_BLOCKING, INDUCTOR = "torch.cuda_launch_blocking", "torch.inductor_deterministic"
 CPU = {"label": "cpu", "name": "AMD EPYC", "cpu_count": 2}
 LAYERS = ("conv1", "relu1", "logits")
 JITTER = (1.004, 0.996, 1.002, 0.998)
@@ -74,6 +74,7 @@ def in_effect(asked: frozenset[str]) -> dict[str, bool]:
         BENCHMARK: True,
         CUBLAS: CUBLAS in asked,
         LAUNCH_BLOCKING: LAUNCH_BLOCKING in asked,
+        INDUCTOR: INDUCTOR in asked,
     }
 
 
@@ -228,7 +229,8 @@ def test_each_model_gets_a_table_of_its_knobs_with_both_costs_its_share_and_the_
     page = section(rendered["html"])
     assert '<a href="#knobs">Switches</a>' in rendered["html"]
     cpu, gpu = knob_tables(page)  # the studies in the order of their folders: cpu, t4
-    assert list(gpu) == [ALGORITHMS, FILL, CUDNN, BENCHMARK, CUBLAS, LAUNCH_BLOCKING]
+    assert list(gpu) == [ALGORITHMS, FILL, CUDNN, BENCHMARK, CUBLAS, INDUCTOR, LAUNCH_BLOCKING]
+    assert gpu[INDUCTOR]["Added to the default alone"][1].startswith("not applicable: only a step compiled by")
     assert gpu[LAUNCH_BLOCKING]["Within full determinism"] == ("-", "not in deterministic mode")
     cudnn = gpu[CUDNN]
     assert cudnn["How it is set"] == ("torch.backends.cudnn.deterministic = True", "")
@@ -298,7 +300,7 @@ def test_json_holds_each_model_of_a_knob_study_and_its_knobs(rendered: dict[str,
     assert knobs[FILL]["add_one"] is None and knobs[FILL]["reason"].startswith("alone it has no effect")
     assert knobs[CUBLAS]["add_one_within_noise"] is True, "read against the calibration's floor"
     not_applicable = {k["knob"]: k for k in cpu["knobs"] if not k["applies"]}
-    assert set(not_applicable) == {CUDNN, BENCHMARK, CUBLAS, LAUNCH_BLOCKING}
+    assert set(not_applicable) == {CUDNN, BENCHMARK, CUBLAS, LAUNCH_BLOCKING, INDUCTOR}
     helpers = {h["call"]: h for h in gpu["helpers"]}
     assert helpers["transformers.enable_full_determinism(seed)"]["cost"]["ratio"] == pytest.approx(1.45, abs=0.003)
     assert [h["priced_by"] for h in cpu["helpers"]] == ["total"] * 3

@@ -107,12 +107,16 @@ class Knob:
 
     attention_only: bool = False
     """It switches how attention runs: a study of models that run none lists it as not applicable."""
+    compiled_only: str | None = None
+    """Why it matters only where the step is compiled (``--compile``); None: compiled or not."""
 
-    def applies(self, on_gpu: bool, attention: bool = True) -> str | None:
-        """None where the knob can matter on the device measured, for models that run attention or not; else why
-        it cannot."""
+    def applies(self, on_gpu: bool, attention: bool = True, compiled: bool = True) -> str | None:
+        """None where the knob can matter on the device measured, for models that run attention or not, compiled or
+        not; else why it cannot."""
         if self.attention_only and not attention:
             return NO_ATTENTION
+        if self.compiled_only is not None and not compiled:
+            return self.compiled_only
         return None if on_gpu or self.gpu_only is None else self.gpu_only
 
 

@@ -35,6 +35,7 @@ FILL_UNINITIALIZED = "torch.fill_uninitialized_memory"
 CUDNN_DETERMINISTIC = "torch.cudnn_deterministic"
 CUDNN_BENCHMARK = "torch.cudnn_benchmark"
 CUBLAS_WORKSPACE = "torch.cublas_workspace_config"
+INDUCTOR_DETERMINISTIC = "torch.inductor_deterministic"
 LAUNCH_BLOCKING_ENV = "CUDA_LAUNCH_BLOCKING"
 LAUNCH_BLOCKING = "torch.cuda_launch_blocking"
 CUDA_ONLY = "cuDNN and cuBLAS run only on a CUDA GPU"
@@ -94,6 +95,14 @@ KNOBS = (
         per_process=f"{CUBLAS_WORKSPACE_ENV} is read once, when CUDA starts",
     ),
     Knob(
+        INDUCTOR_DETERMINISTIC,
+        "torch._inductor.config.deterministic = True",
+        "Inductor's deterministic mode: no benchmarking on the device where it would change numerics (its kernels' "
+        "autotuned configurations, reductions split or not); torch.use_deterministic_algorithms(True) turns it on "
+        "since PyTorch 2.10",
+        compiled_only="only a step compiled by torch.compile (--compile) runs Inductor's kernels",
+    ),
+    Knob(
         LAUNCH_BLOCKING,
         f"{LAUNCH_BLOCKING_ENV}=1",
         "every CUDA launch waits until its kernel has run (the host no longer runs ahead of the device): a debugging "
@@ -117,6 +126,7 @@ HELPERS = (
             {
                 DETERMINISTIC_ALGORITHMS,
                 FILL_UNINITIALIZED,
+                INDUCTOR_DETERMINISTIC,
                 CUDNN_DETERMINISTIC,
                 CUDNN_BENCHMARK,
                 CUBLAS_WORKSPACE,
@@ -129,16 +139,19 @@ HELPERS = (
     Helper(
         "lightning_deterministic",
         "lightning.Trainer(deterministic=True)",
-        frozenset({DETERMINISTIC_ALGORITHMS, FILL_UNINITIALIZED, CUDNN_BENCHMARK, CUBLAS_WORKSPACE}),
+        frozenset(
+            {DETERMINISTIC_ALGORITHMS, FILL_UNINITIALIZED, INDUCTOR_DETERMINISTIC, CUDNN_BENCHMARK, CUBLAS_WORKSPACE}
+        ),
     ),
     Helper(
         "accelerate_deterministic",
         "accelerate.utils.set_seed(seed, deterministic=True)",
-        frozenset({DETERMINISTIC_ALGORITHMS, FILL_UNINITIALIZED}),
+        frozenset({DETERMINISTIC_ALGORITHMS, FILL_UNINITIALIZED, INDUCTOR_DETERMINISTIC}),
     ),
 )
-"""The helpers users call, each with the switches its source sets (the fill with deterministic algorithms, as
-PyTorch's default leaves it on): Hugging Face transformers' ``enable_full_determinism``, Lightning's
+"""The helpers users call, each with the switches its source sets (the fill and Inductor's deterministic mode with
+deterministic algorithms, as PyTorch's default leaves the one on and ``use_deterministic_algorithms`` turns the other
+on): Hugging Face transformers' ``enable_full_determinism``, Lightning's
 ``Trainer(deterministic=True)`` (cuDNN's benchmark off with it) and accelerate's ``set_seed(deterministic=True)``."""
 
 
@@ -196,7 +209,8 @@ class Torch(Backend):
         import torch
 
         algorithms = DETERMINISTIC_ALGORITHMS in knobs
-        torch.use_deterministic_algorithms(algorithms)
+        torch.use_deterministic_algorithms(algorithms)  # Inductor's deterministic mode with it: set apart below
+        torch._inductor.config.deterministic = INDUCTOR_DETERMINISTIC in knobs
         torch.utils.deterministic.fill_uninitialized_memory = FILL_UNINITIALIZED in knobs or not algorithms
         torch.backends.cudnn.deterministic = CUDNN_DETERMINISTIC in knobs
         torch.backends.cudnn.benchmark = False
@@ -294,6 +308,7 @@ class Torch(Backend):
             CUDNN_DETERMINISTIC: bool(torch.backends.cudnn.deterministic),
             CUDNN_BENCHMARK: not torch.backends.cudnn.benchmark,
             CUBLAS_WORKSPACE: bool(os.environ.get(CUBLAS_WORKSPACE_ENV)),
+            INDUCTOR_DETERMINISTIC: bool(_inductor_deterministic()),
             LAUNCH_BLOCKING: os.environ.get(LAUNCH_BLOCKING_ENV) == "1",
             **{knob: _sdpa_only(back_end) for knob, back_end in SDPA_ONLY.items()},
         }

@@ -163,7 +163,7 @@ def print_knob_plan(request: SweepRequest, only: tuple[str, ...] | None) -> None
     from detprof.sweep.knobs import knob_design, knob_settings, knobs_manifest, plan_knob_runs
 
     config, target = request.resolve(dry_run=True)
-    plan = knob_design(backends.get(target.backend), target.on_gpu, only, config.models)
+    plan = knob_design(backends.get(target.backend), target.on_gpu, only, config.models, config.compile)
     config = knob_settings(config, target, plan)
     manifest = knobs_manifest(config, plan)
     out = study_root(request.options.out, target.device, target.backend, "knobs", manifest, config.labels())

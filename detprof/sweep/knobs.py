@@ -80,7 +80,9 @@ class KnobDesign:
         return [c.name.removeprefix("drop:") for c in self.comparisons if c.name.startswith("drop:")]
 
 
-def knob_design(backend: Backend, on_gpu: bool, only: tuple[str, ...] | None, models: Sequence[str] = ()) -> KnobDesign:
+def knob_design(
+    backend: Backend, on_gpu: bool, only: tuple[str, ...] | None, models: Sequence[str] = (), compiled: bool = False
+) -> KnobDesign:
     """The comparisons of a knob study of ``backend`` (``only``: the knobs named by ``--knobs``) of ``models``: a knob
     of attention is priced where one of them runs attention (``registry.runs_attention``: a transformer), or may (a
     model of your own) and the knob is named; a study of models without attention leaves it out, unless named."""
@@ -101,7 +103,9 @@ def knob_design(backend: Backend, on_gpu: bool, only: tuple[str, ...] | None, mo
         if (knob.name in only if only is not None else attention or not knob.attention_only)
     )
     full = backend.mode_knobs()
-    not_applicable = {knob.name: reason for knob in studied if (reason := knob.applies(on_gpu, attention)) is not None}
+    not_applicable = {
+        knob.name: reason for knob in studied if (reason := knob.applies(on_gpu, attention, compiled)) is not None
+    }
     comparisons = [Comparison(TOTAL, frozenset(), full)]
     for knob in studied:
         if knob.name in not_applicable:

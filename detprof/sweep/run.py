@@ -83,7 +83,7 @@ def measure_knobs(request: SweepRequest, only: tuple[str, ...] | None, *, consol
 
     config, target = request.resolve()
     config.say_before(console)
-    plan = knob_design(backends.get(target.backend), target.on_gpu, only, config.models)
+    plan = knob_design(backends.get(target.backend), target.on_gpu, only, config.models, config.compile)
     config = knob_settings(config, target, plan)
     if len(plan.comparisons) == 1 and not plan.helpers:
         reasons = "; ".join(f"{name}: {reason}" for name, reason in plan.not_applicable.items())
