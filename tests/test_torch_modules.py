@@ -182,6 +182,34 @@ def spec(folder: Path, function: str, shape: list[int], classes: int) -> dict[st
     return {"model": function, "own_model": record, "input_shape": shape, "classes": classes, "batch_size": 4}
 
 
+@pytest.mark.slow  # compiles the module twice
+def test_a_compiled_modules_checks_take_its_logits_gradients_and_weights_outside_the_compiled_graph(
+    folder: Path,
+) -> None:
+    """A knob study's bitwise checks of a compiled study train the module through torch.compile as its arms did:
+    no hook inside the compiled graph (it would be compiled in), the module's logits for its submodules' outputs,
+    then its gradients and every module's weights; two runs alike are bitwise identical."""
+    from detprof.analysis.verification import compare
+    from detprof.determinism import DeterminismSettings
+    from detprof.fingerprints import RunFingerprints
+    from detprof.verify.workload import _NativeSteps
+
+    settings = DeterminismSettings("deterministic", 0, backend="torch", compile=True)
+    runs = []
+    for _ in range(2):
+        steps, taken = _NativeSteps(spec(folder, "net", [3, 8, 8], 5), settings), RunFingerprints()
+        assert steps.training.forward is not None  # torch.compile's module
+        for step in range(2):
+            trained = steps.train(steps.batch(step))
+            taken.begin_step()
+            steps.take(trained, taken, gradients=True)
+        runs.append(taken)
+    assert [f.name for f in runs[0].steps[0] if f.kind == "output"] == ["Net"]
+    assert {f.name for f in runs[0].steps[0] if f.kind == "weights"} >= {"stem", "blocks.0.conv", "head"}
+    assert any(f.kind == "gradients" for f in runs[0].steps[0])
+    assert compare("deterministic", *runs).identical
+
+
 def test_each_arm_builds_the_same_module_and_a_step_trains_it_as_users_do(folder: Path) -> None:
     import torch
 

@@ -154,6 +154,7 @@ def run_arms(
                     steps,
                     gradients,
                     None if arm.knobs is None else list(arm.knobs),
+                    config.compile,
                 )
                 for arm in group
                 for plan in plans

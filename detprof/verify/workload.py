@@ -50,6 +50,8 @@ class VerifyAsk:
     steps: int
     gradients: bool
     knobs: list[str] | None = None
+    compile: bool = False
+    """``--compile``: a native module's step through ``torch.compile`` (a knob study's checks of a compiled study)."""
 
 
 def fingerprint_runs(asks: list[dict[str, Any]], outs: list[str], answers: str) -> int:
@@ -90,7 +92,7 @@ def fingerprint_runs(asks: list[dict[str, Any]], outs: list[str], answers: str) 
 
 def _settings(run: VerifyAsk) -> DeterminismSettings:
     knobs = None if run.knobs is None else tuple(run.knobs)
-    return DeterminismSettings(run.mode, run.seed, backend=run.backend, knobs=knobs)  # type: ignore[arg-type]
+    return DeterminismSettings(run.mode, run.seed, backend=run.backend, knobs=knobs, compile=run.compile)  # type: ignore[arg-type]
 
 
 def _fingerprinted(run: VerifyAsk, settings: DeterminismSettings, out: Path, clock: PartClock) -> dict[str, Any]:
@@ -187,15 +189,17 @@ class _KerasSteps:
 class _NativeSteps:
     """A native PyTorch module's verified steps: each submodule's output as its forward returned it (in the order
     they ran), each parameter's gradient, and each module's own parameters and buffers once the optimizer stepped,
-    by path (the top module's by its class name)."""
+    by path (the top module's by its class name). Compiled (``--compile``), its submodules' outputs are inside the
+    compiled graph, where a hook would be compiled in: the module's logits stand for them."""
 
     def __init__(self, params: dict[str, Any], settings: DeterminismSettings) -> None:
         from detprof.models import torch_modules
         from detprof.models.own_build import native_training
 
         self.params, self.host = params, backends.get(settings.backend).host_array
-        self.training = native_training(params, settings.seed)
+        self.training = native_training(params, settings.seed, settings.jit_compile)
         self.module = self.training.module
+        self.compiled = settings.jit_compile
         self.layers = torch_modules.module_paths(self.module)
         self.parameters = sum(p.numel() for p in self.module.parameters())
 
@@ -207,6 +211,9 @@ class _NativeSteps:
     def train(self, batch: tuple[Any, Any]) -> list[tuple[str, list[Any]]]:
         from detprof.models import torch_modules
 
+        if self.compiled:
+            _, logits = self.training.train_on(*batch)
+            return [(type(self.module).__name__, [self.host(logits)])]
         with torch_modules.outputs_taken(self.module) as outputs:
             self.training.train_on(*batch)
         return outputs
