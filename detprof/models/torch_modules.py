@@ -5,10 +5,11 @@ function that returns a module (``FILE.py:FUNCTION``, ``package.module:FUNCTION`
 trained as users train one: the module in training mode, called on a batch it takes as it is
 (channels first for images, token ids where its first submodule is an embedding), cross-entropy
 on its logits (every position's, for a language model) and AdamW, or the loss and optimizer it
-returned with it (``detprof.Training``), ``backward`` and ``step`` in eager mode. Its submodules
-are the leaderboard's rows by their paths (``named_modules``), the loss and the optimizer's update
-rows of their own (``backends.torch.mark_native``). Runs in workers only: torch is imported where
-it is used.
+returned with it (``detprof.Training``), or the loss it computes itself given the labels (a Hugging
+Face model's), ``backward`` and ``step``: eagerly, or through ``torch.compile`` (``--compile``),
+in mixed precision under ``--amp``. Its submodules are the leaderboard's rows by their paths
+(``named_modules``), the loss and the optimizer's update rows of their own
+(``backends.torch.mark_native``). Runs in workers only: torch is imported where it is used.
 """
 
 from __future__ import annotations
