@@ -18,6 +18,7 @@ from typing import Any
 from detprof import backends
 from detprof.analysis.overhead import model_overheads
 from detprof.analysis.verification import Comparison, compare
+from detprof.backends.base import HELPER_COMPARISON
 from detprof.fingerprints import RunFingerprints
 from detprof.intervals import Overhead, headline, spans
 from detprof.store import ResultsStore
@@ -150,7 +151,7 @@ class ModelKnobs:
                 f"{top.knob} costs most: {what} {_signed(saving.ratio - 1)} (one repeat: no interval, use --repeats 3 "
                 f"or more){'; ' + top.check if top.check else ''}{needed}"
             )
-        cost = f"{_signed(saving.ratio - 1)} [{_signed(saving.ci_low - 1)}, {_signed(saving.ci_high - 1)}]"
+        cost = _interval(saving)
         share = self.share(top)
         of_total = "" if share is None else f", {share[0]:.0%} [{share[1]:.0%}, {share[2]:.0%}] of the overhead"
         if within_noise(saving, floor):
@@ -295,7 +296,8 @@ def knob_checks(store: ResultsStore) -> dict[tuple[str, str], Comparison]:
     knob "", a helper's switches under its comparison's name (``helper:<key>``)."""
     by_arm: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for record in store.records():
-        arm = str(record.get("without") or (f"helper:{record['helper']}" if record.get("helper") else ""))
+        helper = f"{HELPER_COMPARISON}{record['helper']}" if record.get("helper") else ""
+        arm = str(record.get("without") or helper)
         by_arm.setdefault((str(record["model"]), arm), []).append(record)
     result = {}
     for key, runs in by_arm.items():

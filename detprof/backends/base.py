@@ -120,6 +120,10 @@ class Knob:
         return None if on_gpu or self.gpu_only is None else self.gpu_only
 
 
+HELPER_COMPARISON = "helper:"
+"""A knob study's comparison that prices a library's helper is called this, then its ``Helper.key``."""
+
+
 @dataclass(frozen=True)
 class Helper:
     """A library's one call for determinism (Hugging Face's ``enable_full_determinism``, ...): the framework's

@@ -261,6 +261,15 @@ def inspect_with(
     return [Inspected.from_answer(model, answer) for model, answer in zip(models, answers, strict=True)]
 
 
+def refuse_other_backend(label: str, backend: str | None) -> None:
+    """One line where a native PyTorch module (``label``) is asked to train on another backend than PyTorch."""
+    if backend != backends.TORCH:
+        raise UsageError(
+            f"{label} is a torch.nn.Module, which trains on PyTorch, not on {backend}: pass --backend "
+            f"{backends.TORCH}, or no --backend"
+        )
+
+
 def without_deterministic_implementation(label: str, ops: Sequence[Mapping[str, Any]]) -> str | None:
     """One line naming the ops of ``label`` that have no deterministic implementation on the device and the modules
     that call them; None where there are none."""

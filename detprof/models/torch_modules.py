@@ -40,7 +40,7 @@ COMPILER = "inductor"
 AUTOCAST = {"bf16": "bfloat16", "fp16": "float16"}
 """What ``--amp`` takes (``workloads.AMP_POLICIES``), each with the dtype ``torch.autocast`` runs a module's forward
 pass and loss in; float16's loss is scaled (``torch.amp.GradScaler``), as users train in it."""
-SCALED = "float16"
+SCALED = AUTOCAST["fp16"]
 
 
 def is_module(value: Any) -> bool:
@@ -103,9 +103,12 @@ def input_shape(module: Any, shape: Sequence[int], given: bool, spec: str) -> tu
         if given and len(shape) != 1:
             raise UsageError(f"{spec}: the module takes token ids: --input-shape is their length (like 64)")
         return tuple(shape) if given or len(shape) == 1 else (TOKENS,)
-    if given or len(shape) != 3:
-        return tuple(shape)
-    return (shape[-1], *shape[:-1])
+    return tuple(shape) if given else channels_first(shape)
+
+
+def channels_first(shape: Sequence[int]) -> tuple[int, ...]:
+    """Images' HxWxC as a module takes them, CxHxW; any other shape as it is."""
+    return (shape[-1], *shape[:-1]) if len(shape) == 3 else tuple(shape)
 
 
 def logits_of(output: Any) -> Any:

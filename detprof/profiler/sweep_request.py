@@ -106,7 +106,7 @@ class SweepRequest:
         if native is not None and run.backend is None:  # known before any worker looks: no other framework's worker
             return replace(self, options=replace(run, backend=backends.TORCH)).resolve(dry_run=dry_run, plans=plans)
         if native is not None:
-            _refuse_native(native, run.backend)
+            own.refuse_other_backend(native, run.backend)
         target = choose_target(run, list(PRESETS), dry_run=dry_run)
         given = {
             "models": self.models,
@@ -151,14 +151,5 @@ class SweepRequest:
             implied = replace(self, options=replace(run, backend=backends.TORCH))
             return implied.resolve(dry_run=dry_run, plans=plans)
         if native is not None:
-            _refuse_native(native, target.backend)
+            own.refuse_other_backend(native, target.backend)
         return replace(config, run_seconds=run_seconds, plans=plans), target
-
-
-def _refuse_native(native: str, backend: str | None) -> None:
-    """One line where a native module (``native``) is asked to run on another backend than PyTorch."""
-    if backend != backends.TORCH:
-        raise UsageError(
-            f"{native} is a torch.nn.Module, which trains on PyTorch, not on {backend}: pass --backend "
-            f"{backends.TORCH}, or no --backend"
-        )

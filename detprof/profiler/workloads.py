@@ -46,7 +46,7 @@ AMP_POLICIES = {"bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
 """What ``--amp`` takes, each with the Keras dtype policy it builds a model in (a native module's autocast dtype:
 ``torch_modules.AUTOCAST``). float16's narrow range needs its loss scaled: a Keras model's optimizer is wrapped in
 ``LossScaleOptimizer`` (as ``Model.compile`` does by itself), a module's step takes ``torch.amp.GradScaler``."""
-LOSS_SCALED = "mixed_float16"
+LOSS_SCALED = AMP_POLICIES["fp16"]
 
 
 def training_of(spec: Mapping[str, Any]) -> Training:

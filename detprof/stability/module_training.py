@@ -27,9 +27,7 @@ from detprof.stability.variants import RunSeeds
 
 def module_input_shape(data_shape: Sequence[int], takes: str) -> tuple[int, ...]:
     """One example as a module takes the study's data: token ids as they are, images channels first."""
-    if takes == "tokens" or len(data_shape) != 3:
-        return tuple(data_shape)
-    return (data_shape[-1], *data_shape[:-1])
+    return tuple(data_shape) if takes == "tokens" else torch_modules.channels_first(data_shape)
 
 
 class ModuleTrainer:

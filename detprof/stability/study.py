@@ -116,8 +116,8 @@ class StudyConfig:
         """Every name and number checked, names made canonical, before anything is trained (or any worker started)."""
         native = self.own_model is None and not own.is_own(self.model) and registry.is_native(self.model)
         backend = backends.require(backends.TORCH if native and self.backend is None else self.backend).name
-        if native and backend != backends.TORCH:
-            raise UsageError(f"{self.model} is a torch.nn.Module, which trains on PyTorch, not on {backend}")
+        if native:
+            own.refuse_other_backend(self.model, backend)
         if self.runs < 2:
             raise UsageError(f"--runs must be at least 2 (got {self.runs}): a spread needs two runs")
         if self.epochs < 1:
@@ -445,10 +445,7 @@ def _on_torch_for_a_module(config: StudyConfig, asked: str | None) -> StudyConfi
     if config.own_model.api != own.TORCH_API or config.backend == backends.TORCH:
         return config
     if asked is not None:
-        raise UsageError(
-            f"{config.label} is a torch.nn.Module, which trains on PyTorch, not on {config.backend}: pass --backend "
-            f"{backends.TORCH}, or no --backend"
-        )
+        own.refuse_other_backend(config.label, config.backend)
     return replace(config, backend=backends.require(backends.TORCH).name)
 
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from detprof.backends import get
-from detprof.backends.base import Backend, Knob
+from detprof.backends.base import HELPER_COMPARISON, Backend, Knob
 from detprof.determinism import Mode
 from detprof.errors import UsageError
 from detprof.models import registry
@@ -38,7 +38,6 @@ from detprof.sweep.sweep_runs import RunSlot, model_run
 
 Side = Literal["a", "b"]
 TOTAL = "total"
-HELPER = "helper:"
 
 
 @dataclass(frozen=True)
@@ -114,24 +113,28 @@ def knob_design(
             comparisons.append(Comparison(f"add:{knob.name}", frozenset(), frozenset({knob.name})))
         if knob.in_mode:
             comparisons.append(Comparison(f"drop:{knob.name}", full - {knob.name}, full))
-    helpers = _helpers(backend, on_gpu, comparisons, only)
+    helpers = _helpers(backend, on_gpu, full, comparisons, only)
     return KnobDesign(backend.name, studied, not_applicable, tuple(comparisons), full, helpers)
 
 
 def _helpers(
-    backend: Backend, on_gpu: bool, comparisons: list[Comparison], only: tuple[str, ...] | None
+    backend: Backend,
+    on_gpu: bool,
+    full: frozenset[str],
+    comparisons: list[Comparison],
+    only: tuple[str, ...] | None,
 ) -> dict[str, str]:
     """Each of the backend's helpers studied (every one, or those ``--knobs`` names), by key, with the comparison
     that prices it: one of its own (appended to ``comparisons``), or the full determinism's or another helper's
     where that sets the same switches here."""
-    priced = {backend.applying(comparisons[0].treated, on_gpu): TOTAL}
+    priced = {backend.applying(full, on_gpu): TOTAL}
     helpers = {}
     for helper in backend.helpers:
         if only is not None and helper.key not in only:
             continue
         here = backend.applying(helper.knobs, on_gpu)
         if here not in priced:
-            comparisons.append(Comparison(f"{HELPER}{helper.key}", frozenset(), helper.knobs))
+            comparisons.append(Comparison(f"{HELPER_COMPARISON}{helper.key}", frozenset(), helper.knobs))
             priced[here] = comparisons[-1].name
         helpers[helper.key] = priced[here]
     return helpers

@@ -111,15 +111,18 @@ def measure_knobs(request: SweepRequest, only: tuple[str, ...] | None, *, consol
 def check_arms(plan: KnobDesign) -> list[VerifyArm]:
     """What a knob study verifies bitwise: full determinism, full determinism without each knob it drops, and each
     helper priced by a comparison of its own."""
-    from detprof.sweep.knobs import HELPER
+    from detprof.backends.base import HELPER_COMPARISON
     from detprof.verify.run import VerifyArm
 
     without = [(knob, tuple(sorted(plan.full - {knob}))) for knob in plan.dropped()]
-    helpers = [c for c in plan.comparisons if c.name.startswith(HELPER)]
+    helpers = [c for c in plan.comparisons if c.name.startswith(HELPER_COMPARISON)]
     return [
         VerifyArm("deterministic", "deterministic"),
         *(VerifyArm(f"without-{knob}", "deterministic", knobs, knob) for knob, knobs in without),
-        *(VerifyArm(c.slug, "deterministic", c.knobs("b"), helper=c.name.removeprefix(HELPER)) for c in helpers),
+        *(
+            VerifyArm(c.slug, "deterministic", c.knobs("b"), helper=c.name.removeprefix(HELPER_COMPARISON))
+            for c in helpers
+        ),
     ]
 
 

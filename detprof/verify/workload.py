@@ -199,7 +199,6 @@ class _NativeSteps:
         self.params, self.host = params, backends.get(settings.backend).host_array
         self.training = native_training(params, settings.seed, settings.jit_compile)
         self.module = self.training.module
-        self.compiled = settings.jit_compile
         self.layers = torch_modules.module_paths(self.module)
         self.parameters = sum(p.numel() for p in self.module.parameters())
 
@@ -211,7 +210,7 @@ class _NativeSteps:
     def train(self, batch: tuple[Any, Any]) -> list[tuple[str, list[Any]]]:
         from detprof.models import torch_modules
 
-        if self.compiled:
+        if self.training.forward is not None:  # compiled
             _, logits = self.training.train_on(*batch)
             return [(type(self.module).__name__, [self.host(logits)])]
         with torch_modules.outputs_taken(self.module) as outputs:
