@@ -18,7 +18,7 @@ import pytest
 from detprof.backends.base import COMPILED_PART, LOSS_PART, OPTIMIZER_PART, STEP_PARTS, layer_range_name
 from detprof.cli import main
 from detprof.errors import ExitCode, UsageError
-from detprof.models import own
+from detprof.models import kinds, own
 from detprof.reports.command import render_report
 from detprof.store import ResultsStore
 from detprof.traces.attribution import layer_of, layer_path
@@ -131,7 +131,7 @@ def described(folder: Path, function: str, shape: tuple[int, ...], given: bool =
 def test_a_module_is_described_at_its_own_layout_with_the_classes_its_logits_score(folder: Path) -> None:
     """Without ``--input-shape`` the study's images (HxWxC) reach a factory channels first; with it, as given."""
     item = described(folder, "net", (12, 12, 3))
-    assert item.model.api == own.TORCH_API and item.built_at_input_shape and not item.compiled
+    assert item.model.api == kinds.TORCH.api and item.built_at_input_shape and not item.compiled
     assert item.inputs[0].shape == (3, 12, 12) and item.inputs[0].dtype == "float32" and item.classes == 6
     assert item.parameters == 3 * 8 * 9 + 8 + 2 * (8 * 8 * 9 + 8 + 16) + 8 * 6 + 6
     assert described(folder, "grey", (1, 10, 10), given=True).inputs[0].shape == (1, 10, 10)
@@ -178,7 +178,7 @@ def test_a_module_that_cannot_take_the_batch_or_returns_no_logits_is_one_line(fo
 
 def spec(folder: Path, function: str, shape: list[int], classes: int) -> dict[str, object]:
     model = own.parse(f"{folder / 'modules.py'}:{function}")
-    record = model.as_record() | {"api": own.TORCH_API}
+    record = model.as_record() | {"api": kinds.TORCH.api}
     return {"model": function, "own_model": record, "input_shape": shape, "classes": classes, "batch_size": 4}
 
 
@@ -236,7 +236,7 @@ def test_a_module_returned_with_its_loss_and_optimizer_trains_with_them(folder: 
     from detprof.models.own_build import native_training
 
     item = described(folder, "trained", (8, 8, 3))
-    assert item.model.api == own.TORCH_API and item.inputs[0].shape == (3, 8, 8) and item.classes == 6
+    assert item.model.api == kinds.TORCH.api and item.inputs[0].shape == (3, 8, 8) and item.classes == 6
     training, reference = (native_training(spec(folder, "trained", [3, 8, 8], 5), seed=3) for _ in range(2))
     assert training.facts()["train_step"] == "eager PyTorch: forward, smooth, backward, SGD.step"
     training.step()()

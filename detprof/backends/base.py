@@ -51,6 +51,9 @@ STEP_PARTS = (LOSS_PART, OPTIMIZER_PART)
 """The parts of a training step that are no layer of the model, marked as layers are where the framework's trace
 names neither (PyTorch): the loss (its backward pass with it) and the optimizer's update are rows of their own in
 the leaderboard, not "(unattributed)"."""
+TOP_LEVEL_PART = "(top-level ops)"
+"""What a native module's own call runs outside every submodule (a functional activation or pooling written in its
+``forward`` or ``__call__``): a row of its own, where a Keras model's call runs nothing but its layers."""
 COMPILED_PART = "(torch.compile region)"
 """Where a module's forward (and its backward) ran compiled by ``torch.compile``: its submodules' ranges do not
 reach inside the compiled graph, so what runs there is placed in the module that holds it where a range says so,

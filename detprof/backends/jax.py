@@ -122,41 +122,16 @@ class Jax(Backend):
         import jax  # noqa: F401
 
     def arm_steps(self, model: Any, x: Any, y: Any, arms: Sequence[frozenset[str]]) -> list[ArmStep]:
-        """Keras' own JAX step (``train_step``, as ``train_on_batch`` jits it) traced and compiled once per arm, each
-        with its knobs as XLA compile options: XLA reads its flags once, when JAX starts, and a compile option
-        overrides them for that one executable (an option XLA does not know fails the compilation). The arms take
-        turns on one model state, each step's output state the next step's input."""
-        import jax
-
-        from detprof.device_time import charged
-
+        """Keras' own JAX step (``train_step``, as ``train_on_batch`` jits it) compiled once per arm with its knobs
+        (``compiled_arms``), the arms taking turns on one model state."""
         data = (x, y, None)
         model._symbolic_build(data_batch=data)
-        state = [model._get_jax_state(**dict.fromkeys(_JAX_STATE, True), purge_model_variables=False)]
+        state = model._get_jax_state(**dict.fromkeys(_JAX_STATE, True), purge_model_variables=False)
 
-        def arm(knobs: frozenset[str]) -> ArmStep:
-            def train_step(state: Any, data: Any) -> Any:  # a function of its own: JAX traces each arm anew
-                return model.train_step(state, data)
+        def train_step(state: Any, data: Any) -> Any:
+            return model.train_step(state, data)
 
-            options = compiler_options(knobs)
-            with _flags_while_traced(knobs), charged("compile", before="build"):
-                compiled = jax.jit(train_step, donate_argnums=0).lower(state[0], data).compile(compiler_options=options)
-
-            def step() -> None:
-                logs, state[0] = compiled(state[0], data)
-                jax.block_until_ready(logs)
-
-            effect = {
-                "op_determinism": XLA_KNOBS[0].knob.name in knobs,
-                "xla_flags": xla_flags(os.environ.get(XLA_FLAGS_ENV, ""), knobs),
-                "compiler_options": options,
-                "scatter_determinism_expander": scatter_expander(),
-                "knobs": {xla.knob.name: xla.knob.name in knobs for xla in XLA_KNOBS},
-            }
-            return step, effect
-
-        steps = {i: arm(arms[i]) for i in compile_order(arms)}
-        return [steps[i] for i in range(len(arms))]
+        return compiled_arms(train_step, state, data, arms)
 
     def program_environment(self, env: MutableMapping[str, str], deterministic: bool) -> None:
         _set_flags(env, self.mode_knobs() if deterministic else frozenset())
@@ -250,6 +225,46 @@ class Jax(Backend):
 
         jax.config.update("jax_enable_compilation_cache", False)
         return {"compilation_cache": "on" if jax.config.jax_enable_compilation_cache else "off"}
+
+
+def compiled_arms(
+    train_step: Callable[[Any, Any], tuple[Any, Any]], state: Any, data: Any, arms: Sequence[frozenset[str]]
+) -> list[ArmStep]:
+    """Per arm, ``train_step`` (a pure function of the state and the batch, returning its output and the state
+    after it) compiled with the arm's knobs as XLA compile options, in ``compile_order``, with what the arm has in
+    effect. XLA reads its flags once, when JAX starts, and a compile option overrides them for that one executable
+    (an option XLA does not know fails the compilation); Python code that reads ``XLA_FLAGS`` while the step is
+    traced sees the arm's (``_flags_while_traced``). The state is donated: the arms take turns on one state, each
+    step's output state the next step's input."""
+    import jax
+
+    from detprof.device_time import charged
+
+    held = [state]
+
+    def arm(knobs: frozenset[str]) -> ArmStep:
+        def step_of_arm(state: Any, data: Any) -> tuple[Any, Any]:  # a function of its own: JAX traces each anew
+            return train_step(state, data)
+
+        options = compiler_options(knobs)
+        with _flags_while_traced(knobs), charged("compile", before="build"):
+            compiled = jax.jit(step_of_arm, donate_argnums=0).lower(held[0], data).compile(compiler_options=options)
+
+        def step() -> None:
+            output, held[0] = compiled(held[0], data)
+            jax.block_until_ready(output)
+
+        effect = {
+            "op_determinism": XLA_KNOBS[0].knob.name in knobs,
+            "xla_flags": xla_flags(os.environ.get(XLA_FLAGS_ENV, ""), knobs),
+            "compiler_options": options,
+            "scatter_determinism_expander": scatter_expander(),
+            "knobs": {xla.knob.name: xla.knob.name in knobs for xla in XLA_KNOBS},
+        }
+        return step, effect
+
+    steps = {i: arm(arms[i]) for i in compile_order(arms)}
+    return [steps[i] for i in range(len(arms))]
 
 
 def compile_order(arms: Sequence[frozenset[str]]) -> list[int]:

@@ -15,6 +15,7 @@ from .base import (
     LOSS_PART,
     NVTX_DOMAIN,
     OPTIMIZER_PART,
+    TOP_LEVEL_PART,
     ArmStep,
     Backend,
     Compiler,
@@ -433,17 +434,15 @@ def _inductor_deterministic() -> bool | None:
 
 def mark_native(module: Any, loss: Any | None, optimizer: Any, compiled: Any = None) -> None:
     """A ``torch.nn.Module``'s submodules by their paths as PyTorch names them (``named_modules``: ``blocks.1.conv``),
-    its loss and optimizer as the step's parts (``STEP_PARTS``). The module itself gets no range of its own, as a
-    Keras model's call names no layer: what its ``forward`` runs outside every submodule is unattributed.
-    ``compiled``: ``torch.compile``'s module around it, whose call is the compiled region (``COMPILED_PART``), its
-    submodules unmarked (a range inside it would be compiled in, ``_hooked``). ``loss``: None where the module's own
-    loss runs where no range can be put."""
+    its loss and optimizer as the step's parts (``STEP_PARTS``), the module itself as ``TOP_LEVEL_PART``: what its
+    ``forward`` runs outside every submodule goes to that row. ``compiled``: ``torch.compile``'s module around it,
+    whose call is the compiled region (``COMPILED_PART``), its submodules unmarked (a range inside it would be
+    compiled in, ``_hooked``). ``loss``: None where the module's own loss runs where no range can be put."""
     if compiled is not None:
         MARKED[compiled] = COMPILED_PART
     else:
         for path, submodule in module.named_modules():
-            if path:
-                MARKED[submodule] = path
+            MARKED[submodule] = path or TOP_LEVEL_PART
     if loss is not None:
         MARKED[loss] = LOSS_PART
     MARKED[optimizer] = OPTIMIZER_PART

@@ -44,21 +44,30 @@ def parameter_counts(names: list[str], keras_version: str) -> dict[str, int]:
 
 def counts_key(name: str, keras_version: str) -> str:
     """What a model's cached count depends on: Keras' version, or for a native model the version of what builds it
-    (``registry.NATIVE_NEEDS``), so that installing it leaves the Keras models' counts cached."""
+    (``ModelSpec.needs``), so that installing it leaves the Keras models' counts cached."""
     from importlib.metadata import version
 
     from detprof.models import registry
 
-    return f"{registry.NATIVE_NEEDS}-{version(registry.NATIVE_NEEDS)}" if registry.is_native(name) else keras_version
+    needs = registry.get(name).needs if registry.is_native(name) else None
+    return keras_version if needs is None else f"{needs}-{version(needs)}"
 
 
 def _parameters(name: str) -> int:
-    """A Keras model's parameters, or a native module's, built on PyTorch's meta device: shapes without memory or
-    initialisation, so that ResNet-50's 25.6 million take milliseconds."""
+    """A Keras model's parameters, or a native module's: a PyTorch module built on PyTorch's meta device (shapes
+    without memory or initialisation, so that ResNet-50's 25.6 million take milliseconds), a Flax module's shapes
+    traced without being computed (``nnx.eval_shape``)."""
     from detprof.models import registry
 
+    spec = registry.get(name)
     if not registry.is_native(name):
         return int(registry.build(name).count_params())
+    if spec.api == "flax":
+        from flax import nnx
+
+        from detprof.models.flax_modules import parameters
+
+        return parameters(nnx.eval_shape(lambda: registry.build(name)))
     import torch
 
     with torch.device("meta"):
@@ -71,14 +80,12 @@ def models(
     """List the models detprof can profile: name, family, parameters, default input shape (a GPT's is its sequence
     length, its classes its vocabulary)."""
     from detprof.backends import import_keras
-    from detprof.models import registry
+    from detprof.models import kinds, registry
 
     keras = import_keras()
 
     specs = registry.all_models() if all_models else registry.BUILT_IN
-    needs = registry.NATIVE_NEEDS
-    installed = importlib.util.find_spec(needs) is not None
-    absent = [] if installed else [name for name in specs if registry.is_native(name)]
+    absent = {name: s.needs for name, s in specs.items() if s.needs and importlib.util.find_spec(s.needs) is None}
     console = status_console()
     with console.status("counting parameters (cached after the first time)"):
         counts = parameter_counts([name for name in specs if name not in absent], keras.__version__)
@@ -89,7 +96,8 @@ def models(
         tokens = spec.takes == "tokens"
         shape = f"{spec.input_shape[0]} tokens" if tokens else "x".join(map(str, spec.input_shape))
         classes = f"{spec.classes} (vocabulary)" if tokens else str(spec.classes)
-        kind = "torch.nn.Module" if spec.native else "Keras"
-        parameters = f"needs {needs}" if name in absent else f"{counts[name]:,}"
+        native = kinds.native(spec.api)
+        kind = "Keras" if native is None else native.what.removeprefix("a ")
+        parameters = f"needs {absent[name]}" if name in absent else f"{counts[name]:,}"
         table.add_row(name, kind, spec.family, parameters, shape, classes)
     print_table(table_console(), table)

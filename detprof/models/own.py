@@ -23,8 +23,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from detprof import backends
 from detprof.errors import InputError, UsageError
+from detprof.models import kinds
 from detprof.models.npz_data import ArrayHeader, headers, leading_rows
 
 Kind = Literal["factory", "saved"]
@@ -38,10 +38,7 @@ SINGLE_INPUT_ARRAY = "x_train"
 SINGLE_TARGET_ARRAY = "y_train"
 INSPECT_ENTRY = "detprof.models.own_build:inspect"
 SPEC_FORMS = "FILE.py:FUNCTION, package.module:FUNCTION or FILE.keras"
-KERAS_API = "keras"
-TORCH_API = backends.TORCH
-"""What kind of model a function returned (``OwnModel.api``): a Keras model, or a native ``torch.nn.Module``
-(``models.torch_modules``)."""
+KERAS_API = kinds.KERAS.api
 REGISTRY_SOURCE = "registry"
 """``model_source`` of a registry model: its code is detprof's own, versioned with detprof."""
 
@@ -69,8 +66,8 @@ class OwnModel:
     """The file's hash (a module's once a worker has imported it): what ``check`` compares to tell whether the model
     changed."""
     api: str | None = None
-    """``KERAS_API`` or ``TORCH_API``, read off what the function returned once a worker called it; None: not yet
-    inspected."""
+    """The kind of model (``kinds.ModelKind.api``: keras, torch, flax), read off what the function returned once a
+    worker called it; None: not yet inspected."""
 
     def as_record(self) -> dict[str, Any]:
         return asdict(self)
@@ -86,9 +83,9 @@ class OwnModel:
 
 
 def is_native(params: Mapping[str, Any]) -> bool:
-    """Whether a workload's parameters name a native PyTorch module (``models.torch_modules``), which trains without
-    Keras, rather than a Keras model or an op case."""
-    return (params.get("own_model") or {}).get("api") == TORCH_API
+    """Whether a workload's parameters name a native model (``kinds.NATIVE``: a PyTorch or Flax module), which trains
+    without Keras, rather than a Keras model or an op case."""
+    return kinds.of_params(params) is not None
 
 
 def is_own(name: str) -> bool:
@@ -261,15 +258,6 @@ def inspect_with(
     return [Inspected.from_answer(model, answer) for model, answer in zip(models, answers, strict=True)]
 
 
-def refuse_other_backend(label: str, backend: str | None) -> None:
-    """One line where a native PyTorch module (``label``) is asked to train on another backend than PyTorch."""
-    if backend != backends.TORCH:
-        raise UsageError(
-            f"{label} is a torch.nn.Module, which trains on PyTorch, not on {backend}: pass --backend "
-            f"{backends.TORCH}, or no --backend"
-        )
-
-
 def without_deterministic_implementation(label: str, ops: Sequence[Mapping[str, Any]]) -> str | None:
     """One line naming the ops of ``label`` that have no deterministic implementation on the device and the modules
     that call them; None where there are none."""
@@ -296,7 +284,7 @@ def refuse_synthetic(item: Inspected) -> None:
     (tensor,) = item.inputs
     if None in tensor.shape:
         raise UsageError(f"{item.label}'s input {tensor.name} has no fixed shape ({shape_text(tensor.shape)}): {need}")
-    tokens = item.model.api == TORCH_API and tensor.dtype.startswith("int")
+    tokens = kinds.native(item.model.api) is not None and tensor.dtype.startswith("int")
     if not tensor.dtype.startswith(("float", "bfloat")) and not tokens:
         raise UsageError(f"{item.label}'s input {tensor.name} takes {tensor.dtype} values, not images: {need}")
     if not item.sparse_classifier:

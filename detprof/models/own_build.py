@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from detprof.determinism import DeterminismSettings, apply
 from detprof.errors import UsageError, first_line
-from detprof.models import registry, torch_modules
+from detprof.models import kinds, registry
 from detprof.models.own import KERAS_API, KERAS_ARCHIVE_CONFIG, OwnModel, file_sha256, shape_text
 from detprof.training import Training
 
@@ -109,15 +109,16 @@ def build(model: OwnModel, input_shape: Sequence[int], classes: int) -> keras.Mo
     """The Keras model the spec names as a functional model (``defined``), built at ``input_shape`` where it fixes
     none."""
     given = as_given(model, input_shape, classes)
-    if torch_modules.is_native(given):
-        raise UsageError(f"{model.given}: a torch.nn.Module, which this command does not train yet")
+    kind = kinds.of_value(given)
+    if kind is not None:
+        raise UsageError(f"{model.given}: {kind.what}, which this command does not train yet")
     return defined(given, input_shape, model.given)
 
 
 def as_given(model: OwnModel, input_shape: Sequence[int], classes: int) -> Any:
-    """The model as the spec gives it: the factory's (called as it takes it: a Keras model, or a native PyTorch
-    module, bare or with its loss and optimizer as ``detprof.Training``), or the saved one, loaded. Keras is what
-    the factory loaded, if anything: a worker that trains a native module loads none of its own."""
+    """The model as the spec gives it: the factory's (called as it takes it: a Keras model, or a native module of a
+    kind of ``kinds.NATIVE``, bare or with its loss and optimizer as ``detprof.Training``), or the saved one, loaded.
+    Keras is what the factory loaded, if anything: a worker that trains a native module loads none of its own."""
     if model.kind == "saved":
         return load_saved(model)
     function = factory(model)
@@ -128,24 +129,33 @@ def as_given(model: OwnModel, input_shape: Sequence[int], classes: int) -> Any:
     except Exception as exc:
         raise UsageError(f"{model.given}: building the model failed: {first_line(exc, with_type=True)}") from exc
     keras = sys.modules.get("keras")
+    kind = kinds.of_value(built)
+    if kind is not None:
+        return kind.code().checked(built, model.given) if isinstance(built, Training) else built
     if isinstance(built, Training):
-        return torch_modules.checked(built, model.given)
-    if not (keras is not None and isinstance(built, keras.Model)) and not torch_modules.is_module(built):
         raise UsageError(
-            f"{model.given}: {model.function} returned {type(built).__name__}, not a keras.Model, a torch.nn.Module "
-            "or a detprof.Training"
+            f"{model.given}: detprof.Training holds a torch.nn.Module or a Flax NNX module, not "
+            f"{type(built.model).__name__} (a Keras model trains with the loss and optimizer it is compiled with)"
+        )
+    if not (keras is not None and isinstance(built, keras.Model)):
+        raise UsageError(
+            f"{model.given}: {model.function} returned {type(built).__name__}, not a keras.Model, a torch.nn.Module, "
+            "a Flax NNX module or a detprof.Training"
         )
     return built
 
 
-def native_training(spec: Mapping[str, Any], seed: int, compiled: bool = False) -> torch_modules.ModuleTraining:
-    """The native PyTorch module a workload spec names, built from ``seed`` (each arm of an in-process pair alike),
-    trained as ``torch_modules.training`` sets it up (through ``torch.compile`` where ``compiled``)."""
-    import torch
+def native_training(spec: Mapping[str, Any], seed: int, compiled: bool = False) -> Any:
+    """The native module a workload spec names, built from ``seed`` (each arm of an in-process pair alike), trained
+    as its kind's ``training`` sets it up (a PyTorch module through ``torch.compile`` where ``compiled``)."""
+    kind = kinds.of_params(spec)
+    assert kind is not None, "a workload of a Keras model"
+    if kind is kinds.TORCH:
+        import torch
 
-    torch.manual_seed(seed)
+        torch.manual_seed(seed)
     module = as_given(OwnModel.from_record(spec["own_model"]), spec["input_shape"], spec["classes"])
-    return torch_modules.training(module, spec, seed, compiled)
+    return kind.code().training(module, spec, seed, compiled)
 
 
 def load_saved(model: OwnModel) -> keras.Model:
@@ -377,14 +387,16 @@ def describe(model: OwnModel, input_shape: Sequence[int], classes: int, shape_gi
     takes = model.kind == "factory" and takes_arguments(factory(model), model.given)
     path = model.path or str(getattr(sys.modules.get(str(model.module)), "__file__", "") or "")
     source = {"path": path or None, "sha256": model.sha256 or (file_sha256(path) if path else None)}
-    if torch_modules.is_native(original):
-        shape = torch_modules.input_shape(torch_modules.module_of(original), input_shape, shape_given, model.given)
+    kind = kinds.of_value(original)
+    if kind is not None:
+        code = kind.code()
+        shape = code.input_shape(code.module_of(original), input_shape, shape_given, model.given)
         given = as_given(model, shape, classes) if takes and shape != tuple(input_shape) else original
-        answer = torch_modules.described(torch_modules.module_of(given), shape, model.given)
-        probe = {"input_shape": list(shape), "batch_size": torch_modules.PROBE_ROWS, "classes": classes}
-        training = torch_modules.training(given, probe, 0)
-        torch_modules.scalar_loss(training, model.given)
-        return source | answer | {"nondeterministic_ops": torch_modules.nondeterministic_ops(training)}
+        answer = code.described(code.module_of(given), shape, model.given)
+        probe = {"model": model.label, "input_shape": list(shape), "batch_size": code.PROBE_ROWS, "classes": classes}
+        training = code.training(given, probe, 0)
+        code.scalar_loss(training, model.given)
+        return source | answer | {"nondeterministic_ops": code.nondeterministic_ops(training)}
     built_at_input_shape = takes or not fixes_input_shape(original)
     built = defined(original, input_shape, model.given)
     return source | {

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from detprof.errors import UsageError
-from detprof.models import own, registry
+from detprof.models import kinds, own, registry
 from detprof.models.npz_data import npz_path
 
 
@@ -38,9 +38,9 @@ class ModelPlan:
     implementation on the device (``own.without_deterministic_implementation``)."""
 
     @property
-    def native(self) -> bool:
-        """A native PyTorch module, the user's or the registry's (``own.OwnModel.api``)."""
-        return self.own_model is not None and self.own_model.api == own.TORCH_API
+    def kind(self) -> kinds.ModelKind | None:
+        """The native kind of the model, the user's or the registry's (``own.OwnModel.api``); None: a Keras model."""
+        return None if self.own_model is None else kinds.native(self.own_model.api)
 
     def workload_spec(self, batch_size: int, amp: str | None = None) -> dict[str, Any]:
         """What a worker builds and feeds (``amp``: ``--amp``, None: the model's own precision)."""
@@ -108,8 +108,8 @@ def model_plans(asked: ModelsAsked, backend: str, call: Callable[..., Any]) -> t
     its own (a Sequential without ``keras.Input``, an unbuilt subclassed model), is built at
     ``--input-shape``, else the shape of ``--data``'s ``x_train`` examples, else 32x32x3, for
     ``--classes`` (or the preset's), else as many classes as ``--data``'s labels name, else 10.
-    A native PyTorch module is fed the input it was inspected at (``own_build.describe``) and
-    trained on the classes its logits score.
+    A native module (PyTorch's, Flax's) is fed the input it was inspected at (``own_build.describe``)
+    and trained on the classes its logits score.
     """
     data = None if asked.data is None else own.NpzData.read(asked.data)
     mine = {model: own.parse(model) for model in asked.models if own.is_own(model)}
@@ -142,7 +142,7 @@ def model_plans(asked: ModelsAsked, backend: str, call: Callable[..., Any]) -> t
         if data is None:
             own.refuse_synthetic(item)
         feed = None if data is None else own.data_feed(item, data.path, data.arrays, asked.batch_size)
-        if item.model.api == own.TORCH_API:
+        if kinds.native(item.model.api) is not None:
             warning = own.without_deterministic_implementation(item.label, item.nondeterministic_ops)
             shape_in = list(item.inputs[0].shape)
             plans.append(ModelPlan(model, item.label, item.model, shape_in, item.classes, feed, warning))

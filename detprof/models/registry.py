@@ -15,7 +15,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from detprof.errors import UsageError
-from detprof.models import paper_cnns
+from detprof.models import kinds, paper_cnns
 
 if TYPE_CHECKING:
     import keras
@@ -55,16 +55,24 @@ class ModelSpec:
     """The Keras dtype policy the model trains in on a GPU, as its users train it there (a transformer in bfloat16
     mixed precision, where the fused attention kernels run); None: float32 everywhere."""
     native: str | None = None
-    """``package.module:FUNCTION`` of a native PyTorch module's factory (``models.huggingface``), planned and
-    trained as a module of your own is (``native_model``); None: a Keras model. Its input shape is the module's own
-    layout: an image's channels first."""
+    """``package.module:FUNCTION`` of a native module's factory (``models.huggingface``, ``models.flax_zoo``),
+    planned and trained as a module of your own is (``native_model``); None: a Keras model. Its input shape is the
+    module's own layout: an image's channels first for PyTorch, last for Flax."""
+    api: str = kinds.KERAS.api
+    """The kind of model it is (``kinds.ModelKind.api``)."""
+    needs: str | None = None
+    """The package of ``MODEL_PACKAGES`` it is built with, which detprof's own extras may not install."""
+
+    @property
+    def channels_first(self) -> bool:
+        return self.native is not None and self.api == kinds.TORCH.api
 
     def shape_at(self, size: int) -> InputShape:
-        """The input shape at ``--input-size``: square images with the model's channels (first, for a native
+        """The input shape at ``--input-size``: square images with the model's channels (first, for a PyTorch
         module), or ``size`` tokens."""
         if self.takes == "tokens":
             return (size,)
-        return (self.input_shape[0], size, size) if self.native else (size, size, self.input_shape[-1])
+        return (self.input_shape[0], size, size) if self.channels_first else (size, size, self.input_shape[-1])
 
     def build(self, input_shape: InputShape | None = None, classes: int | None = None) -> Any:
         """The Keras model, or the native module."""
@@ -140,6 +148,7 @@ def _transformer_specs() -> dict[str, ModelSpec]:
 
 
 NATIVE_FACTORIES = "detprof.models.huggingface"
+FLAX_FACTORIES = "detprof.models.flax_zoo"
 HUGGING_FACE = {
     "resnet50": ("resnet", "images"),
     "vit": ("vit", "images"),
@@ -148,10 +157,12 @@ HUGGING_FACE = {
 }
 """The native models: Hugging Face transformers' architectures people train, each a family and what it takes."""
 NATIVE_NEEDS = "transformers"
+FLAX_NEEDS = "flax"
 MODEL_PACKAGES = {
     "torchvision": "pip install torchvision",
     "timm": "pip install timm",
     NATIVE_NEEDS: "pip install 'detprof[huggingface]'",
+    FLAX_NEEDS: "pip install 'detprof[flax]'",
 }
 """Packages of models people train that detprof does not install (``detprof[torch]`` stays light), each with what
 installs it."""
@@ -162,32 +173,45 @@ def not_installed(given: str, package: str) -> str:
     return f"{given} needs {package}, which is not installed here: {MODEL_PACKAGES[package]}"
 
 
-def _native_factory(function: str) -> Builder:
+def _native_factory(module: str, function: str) -> Builder:
     def build(input_shape: InputShape, classes: int) -> Any:
-        return getattr(importlib.import_module(NATIVE_FACTORIES), function)(input_shape, classes)
+        return getattr(importlib.import_module(module), function)(input_shape, classes)
 
     return build
 
 
-def _native_specs() -> dict[str, ModelSpec]:
-    """``hf_ARCHITECTURE_SIZE`` for each of ``HUGGING_FACE`` at each of ``TRANSFORMER_SIZES``, sized as the Keras
-    transformers are (images channels first)."""
+FLAX_ZOO = {"resnet": ("resnet", "images"), "gpt": ("gpt", "tokens")}
+"""The Flax NNX models (``models.flax_zoo``), each a family and what it takes."""
+
+
+def _native_specs(
+    prefix: str, zoo: dict[str, tuple[str, str]], factories: str, kind: kinds.ModelKind, needs: str
+) -> dict[str, ModelSpec]:
+    """``PREFIX_ARCHITECTURE_SIZE`` for each architecture of ``zoo`` (built by ``factories``, with ``needs``) at each
+    of ``TRANSFORMER_SIZES``, sized as the Keras models are (images channels first for a PyTorch module)."""
     specs = {}
-    for architecture, (family, takes) in HUGGING_FACE.items():
+    for architecture, (family, takes) in zoo.items():
         for size in TRANSFORMER_SIZES:
             shape, classes = (IMAGES if takes == "images" else TOKENS)[size]
-            shape = shape if takes == "tokens" else (shape[-1], *shape[:-1])
+            if takes == "images" and kind is kinds.TORCH:
+                shape = (shape[-1], *shape[:-1])
             function = f"{architecture}_{size}"
-            name = f"hf_{function}"
-            native = f"{NATIVE_FACTORIES}:{function}"
-            specs[name] = ModelSpec(name, family, _native_factory(function), shape, classes, takes, native=native)
+            builder = _native_factory(factories, function)
+            name, native = f"{prefix}_{function}", f"{factories}:{function}"
+            specs[name] = ModelSpec(
+                name, family, builder, shape, classes, takes, native=native, api=kind.api, needs=needs
+            )
     return specs
 
 
 PAPER_MODELS: dict[str, ModelSpec] = _paper_specs()
 """The paper's zoo, which the ``paper`` preset sweeps."""
-NATIVE_MODELS: dict[str, ModelSpec] = _native_specs()
-"""Native PyTorch modules people train (Hugging Face's), trained as modules of your own are."""
+NATIVE_MODELS: dict[str, ModelSpec] = {
+    **_native_specs("hf", HUGGING_FACE, NATIVE_FACTORIES, kinds.TORCH, NATIVE_NEEDS),
+    **_native_specs("flax", FLAX_ZOO, FLAX_FACTORIES, kinds.FLAX, FLAX_NEEDS),
+}
+"""Native modules people train (Hugging Face's on PyTorch, Flax NNX's on JAX), trained as modules of your own
+are."""
 BUILT_IN: dict[str, ModelSpec] = PAPER_MODELS | _transformer_specs() | NATIVE_MODELS
 """Every model detprof defines itself: the paper's, the transformers and the native modules."""
 
@@ -247,14 +271,21 @@ def is_native(name: str) -> bool:
     return spec is not None and spec.native is not None
 
 
+def kind_of(name: str) -> kinds.ModelKind | None:
+    """The native kind of a registry model (``kinds.NATIVE``); None for a Keras model or a name it does not define."""
+    spec = BUILT_IN.get(name.strip().lower())
+    return None if spec is None else kinds.native(spec.api)
+
+
 def native_model(name: str) -> OwnModel | None:
     """A native registry model as a module of your own (labelled by its registry name), which the study plans,
-    inspects and trains as it does yours; None for a Keras model. One line where transformers is not installed."""
+    inspects and trains as it does yours; None for a Keras model. One line where the package it needs is not
+    installed."""
     if not is_native(name):
         return None
     spec = get(name)
-    if importlib.util.find_spec(NATIVE_NEEDS) is None:
-        raise UsageError(not_installed(spec.name, NATIVE_NEEDS))
+    if spec.needs is not None and importlib.util.find_spec(spec.needs) is None:
+        raise UsageError(not_installed(spec.name, spec.needs))
     from detprof.models.own import OwnModel
 
     module, _, function = str(spec.native).partition(":")

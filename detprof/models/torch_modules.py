@@ -27,7 +27,7 @@ from detprof import backends
 from detprof.backends.base import OPTIMIZER_PART, Step
 from detprof.errors import UsageError, first_line
 from detprof.findings import OP_PATTERNS
-from detprof.models.own import TORCH_API
+from detprof.models.kinds import TORCH
 from detprof.training import Training
 
 TOKENS = 32
@@ -53,19 +53,14 @@ def is_module(value: Any) -> bool:
 
 def is_native(value: Any) -> bool:
     """A native module, bare or with its loss and optimizer (``detprof.Training``)."""
-    return is_module(value) or isinstance(value, Training)
+    return is_module(value) or (isinstance(value, Training) and is_module(value.model))
 
 
 def checked(value: Training, spec: str) -> Training:
-    """``value`` as a model function returned it, one line where it is not what ``detprof.Training`` holds: a
-    module, a callable loss, an optimizer over that module's parameters."""
+    """``value`` as a model function returned it, one line where it is not what ``detprof.Training`` holds for a
+    module: a callable loss, an optimizer over that module's parameters."""
     import torch
 
-    if not is_module(value.model):
-        raise UsageError(
-            f"{spec}: detprof.Training holds a torch.nn.Module, not {type(value.model).__name__} (a Keras model "
-            "trains with the loss and optimizer it is compiled with)"
-        )
     if value.loss is not None and not callable(value.loss):
         raise UsageError(f"{spec}: detprof.Training's loss is {type(value.loss).__name__}, not a callable")
     if value.optimizer is not None:
@@ -175,7 +170,7 @@ def described(module: Any, shape: tuple[int, ...], spec: str) -> dict[str, Any]:
     if not isinstance(output, torch.Tensor) or output.ndim < 2 or not output.dtype.is_floating_point:
         raise UsageError(f"{spec}: the module returned {type(output).__name__}, not logits (a tensor of scores)")
     return {
-        "api": TORCH_API,
+        "api": TORCH.api,
         "built_at_input_shape": True,
         "inputs": [{"name": "input", "shape": list(shape), "dtype": str(probe.dtype).removeprefix("torch.")}],
         "outputs": [
@@ -274,7 +269,7 @@ class ModuleTraining:
     def facts(self) -> dict[str, Any]:
         """What the run's record keeps of the model (``profiler.workloads._facts`` for a Keras model)."""
         return {
-            "model_api": TORCH_API,
+            "model_api": TORCH.api,
             "parameters": sum(p.numel() for p in self.module.parameters()),
             "train_step": f"{self.how}: forward, {self.loss_name}, backward, {type(self.optimizer).__name__}.step",
             "dtype_policy": self.dtype_policy,

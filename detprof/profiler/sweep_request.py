@@ -13,9 +13,8 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from detprof import backends
 from detprof.errors import UsageError
-from detprof.models import own, registry
+from detprof.models import kinds, own, registry
 from detprof.models.plans import ModelPlan, ModelsAsked, check_known, data_path, model_plans, registry_plan
 from detprof.option_values import parse_duration, parse_precision
 from detprof.options import RunOptions
@@ -104,9 +103,10 @@ class SweepRequest:
         run = self.options
         native = next((model for model in self.models or () if registry.is_native(model)), None)
         if native is not None and run.backend is None:  # known before any worker looks: no other framework's worker
-            return replace(self, options=replace(run, backend=backends.TORCH)).resolve(dry_run=dry_run, plans=plans)
+            implied = replace(run, backend=kinds.NATIVE[registry.get(native).api].backend)
+            return replace(self, options=implied).resolve(dry_run=dry_run, plans=plans)
         if native is not None:
-            own.refuse_other_backend(native, run.backend)
+            kinds.refuse_other_backend(native, registry.get(native).api, run.backend)
         target = choose_target(run, list(PRESETS), dry_run=dry_run)
         given = {
             "models": self.models,
@@ -145,11 +145,12 @@ class SweepRequest:
         )
         run_seconds = lengths.get(config.pairing) if isinstance(lengths, dict) else lengths
         plans = plans or model_plans(config.asked(data), target.backend, call_in_worker)
-        native = next((p.given for p in plans if p.native), None)
-        if native is not None and target.backend != backends.TORCH and run.backend is None:
-            # A native module implies PyTorch; what a worker found of each model holds there.
-            implied = replace(self, options=replace(run, backend=backends.TORCH))
+        native = next((p.kind for p in plans if p.kind is not None), None)
+        if native is not None and target.backend != native.backend and run.backend is None:
+            # A native module implies its framework; what a worker found of each model holds there.
+            implied = replace(self, options=replace(run, backend=native.backend))
             return implied.resolve(dry_run=dry_run, plans=plans)
-        if native is not None:
-            own.refuse_other_backend(native, target.backend)
+        for plan in plans:
+            if plan.kind is not None:
+                kinds.refuse_other_backend(plan.given, plan.kind.api, target.backend)
         return replace(config, run_seconds=run_seconds, plans=plans), target

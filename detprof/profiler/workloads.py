@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from detprof import backends
 from detprof.backends.base import COMPILED_LOSS_SCOPE, LOSS_PART, OPTIMIZER_PART, ArmStep, Step
 from detprof.errors import UsageError
-from detprof.models.own import KERAS_API
+from detprof.models import kinds
 from detprof.profiler.worker_spec import WorkerSpec
 
 if TYPE_CHECKING:
@@ -133,10 +133,17 @@ def model_training(worker: WorkerSpec) -> tuple[Step, dict[str, Any]]:
 
 def model_training_arms(workers: Sequence[WorkerSpec]) -> tuple[list[ArmStep], dict[str, Any]]:
     """The arms of an in-process pair (``worker.run_arms``): one model on one batch, compiled by Keras as for
-    ``train_on_batch``, and a step of it per arm, each under that arm's knobs (``Backend.arm_steps``). A native
-    PyTorch module is built per arm from the same seed, each under its arm's switches (``switched_arms``)."""
+    ``train_on_batch``, and a step of it per arm, each under that arm's knobs (``Backend.arm_steps``). A Flax module
+    likewise (its step compiled per arm: ``backends.jax.compiled_arms``); a native PyTorch module is built per arm
+    from the same seed, each under its arm's switches (``switched_arms``)."""
     spec, settings = workers[0].params, workers[0].determinism
-    if not workers[0].keras:
+    kind = kinds.of_params(spec)
+    if kind is kinds.FLAX:
+        from detprof.models.own_build import native_training
+
+        module = native_training(spec, settings.seed)
+        return module.arms([worker.determinism.knob_set() for worker in workers]), module.facts()
+    if kind is not None:
         return switched_arms(workers, model_training)
     training = training_of(spec)
     x, y = batch_of(training.model, spec, training.classes, settings.seed)
@@ -189,7 +196,8 @@ def _facts(training: Training, x: Batch, y: Batch, train_step: str) -> dict[str,
     import numpy as np
 
     model = training.model
-    facts: dict[str, Any] = {"model_api": KERAS_API, "parameters": int(model.count_params()), "train_step": train_step}
+    facts: dict[str, Any] = {"model_api": kinds.KERAS.api, "parameters": int(model.count_params())}
+    facts["train_step"] = train_step
     facts["dtype_policy"] = model.dtype_policy.name
     facts["layer_names"] = [layer.name for layer in model._flatten_layers(include_self=False)]
     facts["step_scopes"] = step_scopes(training)

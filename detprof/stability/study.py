@@ -30,7 +30,7 @@ from detprof import backends, interrupts, locks
 from detprof.determinism import MODES, Mode, without_implied
 from detprof.errors import UsageError, first_line
 from detprof.invocation import Invocation
-from detprof.models import own, registry
+from detprof.models import kinds, own, registry
 from detprof.profiler.devices import DeviceChoice, Nvml, free_memory, usable_cpus
 from detprof.profiler.gpu_env import gpu_env
 from detprof.profiler.measured_runs import study_root
@@ -114,10 +114,12 @@ class StudyConfig:
 
     def validated(self) -> tuple[StudyConfig, list[Variant]]:
         """Every name and number checked, names made canonical, before anything is trained (or any worker started)."""
-        native = self.own_model is None and not own.is_own(self.model) and registry.is_native(self.model)
-        backend = backends.require(backends.TORCH if native and self.backend is None else self.backend).name
-        if native:
-            own.refuse_other_backend(self.model, backend)
+        kind = None if self.own_model is not None or own.is_own(self.model) else registry.kind_of(self.model)
+        if kind is not None:
+            kinds.refuse_where_not_built(self.model, kind, kinds.STABILITY)
+        backend = backends.require(kind.backend if kind is not None and self.backend is None else self.backend).name
+        if kind is not None:
+            kinds.refuse_other_backend(self.model, kind.api, backend)
         if self.runs < 2:
             raise UsageError(f"--runs must be at least 2 (got {self.runs}): a spread needs two runs")
         if self.epochs < 1:
@@ -128,7 +130,7 @@ class StudyConfig:
             raise UsageError(f"--lr must be positive (got {self.lr})")
         variants = parse_variants(",".join(self.variants))
         mine = own.parse(self.model) if own.is_own(self.model) else None
-        if native:
+        if kind is not None:
             mine = registry.native_model(self.model)
         if self.keep_saved_weights and (mine is None or mine.kind != "saved"):
             raise UsageError("--keep-saved-weights applies to a saved model of your own (--model FILE.keras)")
@@ -401,7 +403,7 @@ def run_study(
     data = load_in_parent(config.dataset, config.backend)
     if config.own_model is not None:
         config = replace(config, own_model=inspected_for(config.own_model, data, config.backend))
-        config = _on_torch_for_a_module(config, asked_backend)
+        config = _on_its_backend(config, asked_backend)
     manifest = {**config.manifest(), "device": device.label}
     store = ResultsStore(study_root(out, device, config.backend, "stability", manifest, [config.label]), "stability")
     holds = (device.lock_key, device.label) if execute is None else None
@@ -439,14 +441,15 @@ def run_study(
         return StudyOutcome(store, result, store.dir / "summary.json", len(pending), len(planned) - len(pending))
 
 
-def _on_torch_for_a_module(config: StudyConfig, asked: str | None) -> StudyConfig:
-    """A native PyTorch module trains on PyTorch: implied where no ``--backend`` was given, else one line."""
+def _on_its_backend(config: StudyConfig, asked: str | None) -> StudyConfig:
+    """A native module trains on its framework: implied where no ``--backend`` was given, else one line."""
     assert config.own_model is not None
-    if config.own_model.api != own.TORCH_API or config.backend == backends.TORCH:
+    kind = kinds.native(config.own_model.api)
+    if kind is None or config.backend == kind.backend:
         return config
     if asked is not None:
-        own.refuse_other_backend(config.label, config.backend)
-    return replace(config, backend=backends.require(backends.TORCH).name)
+        kinds.refuse_other_backend(config.label, kind.api, config.backend)
+    return replace(config, backend=backends.require(str(kind.backend)).name)
 
 
 def inspected_for(model: own.OwnModel, data: datasets.Dataset, backend: str) -> own.OwnModel:
@@ -463,7 +466,8 @@ def inspected_for(model: own.OwnModel, data: datasets.Dataset, backend: str) -> 
     (item,) = own.inspect_with(
         call_in_worker, [model], backend=backend, input_shape=data.input_shape, classes=data.classes
     )
-    native = item.model.api == own.TORCH_API
+    kinds.refuse_where_not_built(item.label, kinds.native(item.model.api), kinds.STABILITY)
+    native = item.model.api == kinds.TORCH.api
     if len(item.inputs) != 1 or len(item.outputs) != 1:
         raise UsageError(
             f"{item.label} has {len(item.inputs)} input(s) and {len(item.outputs)} output(s): a stability study "

@@ -29,8 +29,8 @@ import numpy as np
 from detprof import backends
 from detprof.determinism import DeterminismSettings, Mode
 from detprof.fingerprints import digest
-from detprof.models import registry
-from detprof.models.own import TORCH_API, OwnModel
+from detprof.models import kinds, registry
+from detprof.models.own import OwnModel
 from detprof.models.own_build import OwnBuilder, outputs_probabilities
 from detprof.stability import datasets, metrics, variants
 from detprof.stability.module_training import ModuleTrainer
@@ -68,8 +68,8 @@ class TrainConfig:
 
     @property
     def keras(self) -> bool:
-        """Whether the workers train through Keras: every model but a native PyTorch module."""
-        return self.own_model is None or self.own_model.api != TORCH_API
+        """Whether the workers train through Keras: every model but a native module."""
+        return self.own_model is None or kinds.native(self.own_model.api) is None
 
     @property
     def jit_compile(self) -> bool:

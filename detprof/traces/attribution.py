@@ -22,7 +22,7 @@ from dataclasses import replace
 
 import pandas as pd
 
-from detprof.backends.base import COMPILED_PART, LAYER_RANGE, STEP_PARTS, layer_range_name
+from detprof.backends.base import COMPILED_PART, LAYER_RANGE, STEP_PARTS, TOP_LEVEL_PART, layer_range_name
 from detprof.errors import InputError
 from detprof.traces.kernel_table import KernelTable
 
@@ -43,6 +43,8 @@ UNATTRIBUTED = "(unattributed)"
 """The layer, or op, of a kernel that no op or layer claims."""
 BACKWARD_PREFIX = "autograd::engine::evaluate_function: "
 
+ENCLOSING_PARTS = (COMPILED_PART, TOP_LEVEL_PART)
+"""Parts of a path that hold a module's submodules: a row of their own only for what no submodule holds."""
 _WRAPPED = re.compile(r"^[\w.-]+\((.*)\)$")
 _REPEATED_SCOPE = re.compile(r"_\d+$")
 
@@ -61,15 +63,16 @@ def layer_of(scope: object, layers: Iterable[str], step_scopes: Mapping[str, str
     """The path of the parts of ``scope`` that name one of ``layers`` (as given, or as TensorFlow renamed
     a scope entered again), outermost first, or the part of the step that is no layer (``STEP_PARTS``: the
     loss, the optimizer's update; a scope of ``step_scopes``: the row it goes to) where no layer's scope holds it;
-    ``COMPILED_PART`` where only a compiled region does; ``UNATTRIBUTED`` where none does."""
+    the innermost of ``ENCLOSING_PARTS`` (a compiled region, a native module's own call) where only those do;
+    ``UNATTRIBUTED`` where none does."""
     if not isinstance(scope, str) or not scope:
         return UNATTRIBUTED
     names, others = set(layers), step_scopes or {}
     found: list[str] = []
-    compiled = False
+    enclosing = UNATTRIBUTED
     for part in parts(scope):
-        if part == COMPILED_PART:
-            compiled = True
+        if part in ENCLOSING_PARTS:
+            enclosing = part
             continue
         if part in STEP_PARTS:
             return part
@@ -80,7 +83,7 @@ def layer_of(scope: object, layers: Iterable[str], step_scopes: Mapping[str, str
         named = part if part in names else base
         if named in names and (not found or found[-1] != named):
             _descend(found, named)
-    return "/".join(found) or (COMPILED_PART if compiled else UNATTRIBUTED)
+    return "/".join(found) or enclosing
 
 
 def _descend(found: list[str], part: str) -> None:

@@ -1,0 +1,98 @@
+"""The kinds of model detprof trains, each found by what a model function returns: one registry.
+
+A Keras model trains on any of the three backends through Keras. A native model trains on its
+own framework, the way its users write the step: a ``torch.nn.Module`` on PyTorch
+(``models.torch_modules``), a Flax NNX module on JAX (``models.flax_modules``). Each native kind is
+one module of workers' code with the same functions (what it is, its input, its probe, its
+training step, its facts), named here once, so that the study commands ask a kind and never test
+for a framework. Nothing here imports a framework: the parent plans with it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from detprof import backends
+
+
+@dataclass(frozen=True)
+class ModelKind:
+    api: str
+    """What records call the kind (``OwnModel.api``, a run's ``model_api``)."""
+    what: str
+    """The kind in a sentence's words: "a torch.nn.Module"."""
+    backend: str | None = None
+    """The backend it trains on; None: any (Keras')."""
+    framework: str | None = None
+    """The module whose classes tell the kind apart, loaded wherever a function returned one."""
+    implementation: str | None = None
+    """The module of workers' code that builds, feeds and trains a model of the kind."""
+    package: str | None = None
+    """The distribution a model of the kind needs beside its backend (``pip install 'detprof[...]'``)."""
+    not_built: tuple[str, ...] = ()
+    """The study commands that do not train a model of the kind yet (``refuse_where_not_built``)."""
+
+    def code(self) -> ModuleType:
+        """The kind's workers' code, imported where a worker needs it."""
+        return importlib.import_module(str(self.implementation))
+
+
+KERAS = ModelKind("keras", "a Keras model")
+TORCH = ModelKind(
+    "torch", "a torch.nn.Module", backends.TORCH, "torch", "detprof.models.torch_modules", "torch"
+)
+VERIFY, KNOBS, STABILITY = "detprof verify", "the knob study", "the stability study"
+FLAX = ModelKind(
+    "flax", "a Flax NNX module", backends.JAX, "flax.nnx", "detprof.models.flax_modules", "flax",
+    not_built=(VERIFY, KNOBS, STABILITY),
+)
+NATIVE: dict[str, ModelKind] = {kind.api: kind for kind in (TORCH, FLAX)}
+"""The kinds that train without Keras, by ``api``."""
+
+
+def native(api: object) -> ModelKind | None:
+    """The native kind ``api`` names (``OwnModel.api``); None for a Keras model, or one not yet inspected."""
+    return NATIVE.get(api) if isinstance(api, str) else None
+
+
+def of_params(params: Mapping[str, Any]) -> ModelKind | None:
+    """The native kind of the model a workload's parameters name; None for a Keras model or an op case."""
+    return native((params.get("own_model") or {}).get("api"))
+
+
+def of_value(value: Any) -> ModelKind | None:
+    """The native kind of what a model function returned (bare, or with its loss and optimizer: ``detprof.Training``);
+    None for anything else. Only a framework already loaded is asked: a function that returned its model loaded it."""
+    for kind in NATIVE.values():
+        if kind.framework in sys.modules and kind.code().is_native(value):
+            return kind
+    return None
+
+
+def refuse_other_backend(label: str, api: str, backend: str | None) -> None:
+    """One line where a native model (``label``, of kind ``api``) is asked to train on another backend than its own."""
+    from detprof.errors import UsageError
+
+    kind = NATIVE[api]
+    if backend != kind.backend:
+        raise UsageError(
+            f"{label} is {kind.what}, which trains on {backends.get(str(kind.backend)).framework}, not on {backend}: "
+            f"pass --backend "
+            f"{kind.backend}, or no --backend"
+        )
+
+
+def refuse_where_not_built(label: str, kind: ModelKind | None, command: str) -> None:
+    """One line where ``command`` (``VERIFY``, ``KNOBS``, ``STABILITY``) does not train a model of ``kind`` yet."""
+    from detprof.errors import UsageError
+
+    if kind is not None and command in kind.not_built:
+        raise UsageError(
+            f"{label} is {kind.what}, which {command} does not train yet: `detprof sweep --models {label}` measures "
+            "what determinism costs it, by module and op"
+        )

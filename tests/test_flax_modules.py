@@ -1,0 +1,199 @@
+"""Flax NNX modules as models (``models.flax_modules``): looked at, trained, scoped, paired, and refused.
+
+What a worker reports of a module and the step it trains are checked in this process; the sweep runs end to end
+through the CLI, its workers real subprocesses tracing with ``jax.profiler``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from detprof.backends.base import LOSS_PART, OPTIMIZER_PART, TOP_LEVEL_PART
+from detprof.cli import main
+from detprof.errors import ExitCode, UsageError
+from detprof.models import kinds, own
+from detprof.reports.command import render_report
+from detprof.store import ResultsStore
+
+MODULES = """
+import optax
+from flax import nnx
+
+import detprof
+
+
+class Block(nnx.Module):
+    def __init__(self, channels, rngs):
+        self.conv = nnx.Conv(channels, channels, (3, 3), rngs=rngs)
+        self.norm = nnx.BatchNorm(channels, rngs=rngs)
+
+    def __call__(self, x):
+        return nnx.relu(self.norm(self.conv(x)))
+
+
+class Net(nnx.Module):
+    def __init__(self, channels, classes, rngs):
+        self.stem = nnx.Conv(channels, 8, (3, 3), rngs=rngs)
+        self.blocks = nnx.List([Block(8, rngs), Block(8, rngs)])
+        self.head = nnx.Linear(8, classes, rngs=rngs)
+
+    def __call__(self, x):
+        x = nnx.max_pool(self.stem(x), (2, 2), (2, 2))
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x.mean(axis=(1, 2)))
+
+
+def net(input_shape, classes):
+    return Net(input_shape[-1], classes, nnx.Rngs(0))
+
+
+def smooth(logits, labels):
+    return optax.softmax_cross_entropy(logits, optax.smooth_labels(nnx.one_hot(labels, logits.shape[-1]), 0.1)).mean()
+
+
+def trained(input_shape, classes):
+    return detprof.Training(Net(input_shape[-1], classes, nnx.Rngs(0)), loss=smooth, optimizer=optax.sgd(0.5))
+
+
+def torch_optimizer():
+    return detprof.Training(Net(3, 4, nnx.Rngs(0)), optimizer="adam")
+"""
+FLAX_REGISTRY = {
+    "flax_resnet_tiny": {"stem", "blocks.0.conv1", "blocks.7.conv2", "head", TOP_LEVEL_PART},
+    "flax_gpt_tiny": {"embed", "blocks.0.attention", "blocks.1.mlp_in", "head"},
+}
+"""Each registry Flax model, with modules the leaderboard must hold."""
+Capture = pytest.CaptureFixture[str]
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    made = tmp_path_factory.mktemp("flax")
+    (made / "flax_net.py").write_text(MODULES)
+    return made
+
+
+def described(folder: Path, function: str) -> own.Inspected:
+    from detprof.models import own_build
+
+    model = own.parse(f"{folder / 'flax_net.py'}:{function}")
+    return own.Inspected.from_answer(model, own_build.describe(model, (8, 8, 3), 6))
+
+
+def test_a_module_is_described_channels_last_with_the_classes_its_logits_score(folder: Path) -> None:
+    item = described(folder, "net")
+    assert item.model.api == kinds.FLAX.api and item.built_at_input_shape
+    assert item.inputs[0].shape == (8, 8, 3) and item.inputs[0].dtype == "float32" and item.classes == 6
+
+
+def test_a_registry_models_parameters_are_counted_from_its_shapes_alone() -> None:
+    """``detprof models`` counts a Flax model's parameters without computing them (``nnx.eval_shape``)."""
+    from detprof.models import flax_modules, registry
+    from detprof.models.command import _parameters
+
+    for name in ("flax_resnet_tiny", "flax_gpt_tiny"):
+        assert _parameters(name) == flax_modules.parameters(registry.build(name)) > 1000
+
+
+def test_a_step_trains_the_module_under_its_paths_scopes_and_each_arm_compiles_apart(folder: Path) -> None:
+    """The step learns; every submodule's ops carry its path in the compiled step's op names, the module's own
+    call, the loss and the update theirs; an in-process pair's arms each compile with their knobs as XLA options."""
+    import jax
+
+    from detprof.models import own_build
+
+    model = replace(own.parse(f"{folder / 'flax_net.py'}:net"), api=kinds.FLAX.api)
+    spec = {"model": "net", "own_model": model.as_record(), "input_shape": [8, 8, 3], "classes": 4, "batch_size": 8}
+    training = own_build.native_training(spec, 0)
+    before = float(training.loss_value())
+    step = training.step()
+    for _ in range(5):
+        step()
+    assert float(training.loss_value()) < before
+    facts = training.facts()
+    assert facts["model_api"] == "flax" and facts["classes"] == 4 and facts["input_shape"] == [8, 8, 3]
+    assert {"stem", "blocks.0", "blocks.0.conv", "blocks.1.norm", "head"} <= set(facts["layer_names"])
+    assert "nnx.value_and_grad" in facts["train_step"] and "adamw" in facts["train_step"]
+    text = jax.jit(training.train_step).lower(training.state, (training.x, training.y)).as_text(debug_info=True)
+    names = set(re.findall(r'loc\("([^"]+)"', text))
+    for scope in ("blocks.0.conv", "blocks.1.norm", "stem", "head", TOP_LEVEL_PART, LOSS_PART, OPTIMIZER_PART):
+        assert any(f"/{scope}/" in name or f"({scope})/" in name for name in names), scope
+    backward = [name for name in names if "/transpose(jvp(" in name and "/blocks.0.conv/" in name]
+    assert any(name.endswith("/conv_general_dilated") for name in backward), "the gradient under its module's path"
+    arms = training.arms([frozenset({"jax.xla_gpu_deterministic_ops"}), frozenset()])
+    effects = [effect for _, effect in arms]
+    assert [e["compiler_options"] for e in effects] == [{"xla_gpu_deterministic_ops": True}, {}]
+    for run, _ in arms:
+        run()
+
+
+def test_a_module_returned_with_its_loss_and_optimizer_trains_with_them_and_a_wrong_one_is_one_line(
+    folder: Path,
+) -> None:
+    from detprof.models import own_build
+
+    model = replace(own.parse(f"{folder / 'flax_net.py'}:trained"), api=kinds.FLAX.api)
+    spec = {"model": "trained", "own_model": model.as_record(), "input_shape": [8, 8, 3], "classes": 4}
+    training = own_build.native_training(spec | {"batch_size": 4}, 0)
+    assert training.loss_name == "smooth" and training.optimizer_name == "GradientTransformationExtraArgs"
+    with pytest.raises(UsageError, match=r"optimizer for a Flax module is an optax transformation .*not str"):
+        described(folder, "torch_optimizer")
+    with pytest.raises(UsageError, match=r"--amp applies to Keras models and PyTorch modules"):
+        own_build.native_training(spec | {"batch_size": 4, "amp": "bf16"}, 0)
+
+
+@pytest.mark.slow
+def test_flax_models_sweep_on_jax_by_module_in_one_process_and_other_commands_refuse_them(
+    folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Capture
+) -> None:
+    """The registry's Flax ResNet and GPT and a module of one's own: without ``--backend`` they train on JAX, loading
+    no Keras, both modes in one process (each arm compiled with its XLA options); each module is a leaderboard row by
+    its path, the module's own ops (the stem's max pooling) a row, and what no module claims under 5%. Another
+    backend, ``verify``, a knob or stability study: one line before any worker starts."""
+    monkeypatch.chdir(folder)
+    out = tmp_path / "out"
+    args = ["sweep", "--steps", "3", "--warmup", "1", "--repeats", "1", "--precision", "off", "--no-report"]
+    models = ",".join([*FLAX_REGISTRY, "flax_net.py:net"])
+    assert main([*args, "--models", models, "--out", str(out)]) == ExitCode.OK
+    capsys.readouterr()
+    records = list(ResultsStore(out, "sweep").records())
+    assert {(r["model"], r["mode"], r["status"], r["model_api"], r["backend"]) for r in records} == {
+        (model, mode, "ok", "flax", "jax") for model in [*FLAX_REGISTRY, "net"] for mode in ("default", "deterministic")
+    }
+    assert not any("keras" in r["versions"] for r in records)
+    assert {r["pairing"] for r in records} == {"in_process"}
+    assert {json.dumps(r["settings"]["compiler_options"], sort_keys=True) for r in records} == {
+        "{}",
+        '{"xla_gpu_deterministic_ops": true}',
+    }
+    assert {r["model"]: r["input_shape"] for r in records} == {
+        "flax_resnet_tiny": [32, 32, 3],
+        "flax_gpt_tiny": [32],
+        "net": [32, 32, 3],
+    }
+    reported = {m["model"]: m for m in json.loads(render_report([out], "json"))["models"]}
+    for model, expected in {**FLAX_REGISTRY, "net": {"stem", "blocks.0.conv", "head", TOP_LEVEL_PART}}.items():
+        layers = {layer["name"]: layer for layer in reported[model]["layers"]}
+        assert expected | {LOSS_PART, OPTIMIZER_PART} <= set(layers), (model, sorted(layers))
+        assert all(layers[name]["default_ms"] > 0 for name in expected), model
+        assert reported[model]["unattributed_share"] < 0.05, (model, reported[model]["unattributed_share"])
+    refused = [
+        (["sweep", "--models", "flax_gpt_tiny", "--backend", "torch"], "which trains on JAX, not on torch"),
+        (["verify", "--models", "flax_gpt_tiny"], "which detprof verify does not train yet"),
+        (["stability", "--model", "flax_resnet_tiny"], "which the stability study does not train yet"),
+        (["stability", "--model", "flax_net.py:net"], "which the stability study does not train yet"),
+    ]
+    none = tmp_path / "none"
+    for command, words in refused:
+        assert main([*command, "--out", str(none)]) == ExitCode.USAGE
+        err = capsys.readouterr().err
+        assert err.startswith("detprof: error: ") and words in err and err.count("\n") == 1, err
+    assert not none.exists()
+    assert np.isfinite([r["kernel_ns_per_step"] for r in records]).all()
