@@ -62,6 +62,36 @@ def trained(input_shape, classes):
     return detprof.Training(Net(input_shape[-1], classes, nnx.Rngs(0)), loss=smooth, optimizer=optax.sgd(0.5))
 
 
+class Dropped(nnx.Module):
+    def __init__(self, channels, classes, rngs):
+        self.conv = nnx.Conv(channels, 8, (3, 3), rngs=rngs)
+        self.drop = nnx.Dropout(0.2, rngs=rngs)
+        self.head = nnx.Linear(8, classes, rngs=rngs)
+
+    def __call__(self, x):
+        x = nnx.max_pool(nnx.relu(self.conv(x)), (2, 2), (2, 2))
+        return self.head(self.drop(x.mean(axis=(1, 2))))
+
+
+def dropped(input_shape, classes):
+    return Dropped(input_shape[-1], classes, nnx.Rngs(0))
+
+
+class Noisy(nnx.Module):  # a constant drawn from the OS when the step is traced: each process compiles its own
+    def __init__(self, rngs):
+        self.conv = nnx.Conv(3, 4, (3, 3), rngs=rngs)
+        self.head = nnx.Linear(4, 4, rngs=rngs)
+
+    def __call__(self, x):
+        import numpy
+
+        return self.head(self.conv(x).mean(axis=(1, 2)) + numpy.random.default_rng().normal())
+
+
+def noisy():
+    return Noisy(nnx.Rngs(0))
+
+
 def torch_optimizer():
     return detprof.Training(Net(3, 4, nnx.Rngs(0)), optimizer="adam")
 """
@@ -150,22 +180,23 @@ def test_a_module_returned_with_its_loss_and_optimizer_trains_with_them_and_a_wr
 
 
 @pytest.mark.slow
-def test_flax_models_sweep_on_jax_by_module_in_one_process_and_other_commands_refuse_them(
+def test_flax_models_sweep_on_jax_by_module_in_one_process_and_verify_names_the_module_that_parts(
     folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Capture
 ) -> None:
-    """The registry's Flax ResNet and GPT and a module of one's own: without ``--backend`` they train on JAX, loading
-    no Keras, both modes in one process (each arm compiled with its XLA options); each module is a leaderboard row by
-    its path, the module's own ops (the stem's max pooling) a row, and what no module claims under 5%. Another
-    backend, ``verify``, a knob or stability study: one line before any worker starts."""
+    """The registry's Flax ResNet and GPT: without ``--backend`` they train on JAX, loading no Keras, both modes in
+    one process (each arm compiled with its XLA options); each module is a leaderboard row by its path, the module's
+    own ops (the stem's max pooling) a row, and what no module claims under 5%. Another backend: one line before any
+    worker starts. ``verify`` compares every submodule call's output, and names the first module whose output parts
+    where a module draws a constant of its own in each process."""
     monkeypatch.chdir(folder)
     out = tmp_path / "out"
     args = ["sweep", "--steps", "3", "--warmup", "1", "--repeats", "1", "--precision", "off", "--no-report"]
-    models = ",".join([*FLAX_REGISTRY, "flax_net.py:net"])
+    models = ",".join(FLAX_REGISTRY)
     assert main([*args, "--models", models, "--out", str(out)]) == ExitCode.OK
     capsys.readouterr()
     records = list(ResultsStore(out, "sweep").records())
     assert {(r["model"], r["mode"], r["status"], r["model_api"], r["backend"]) for r in records} == {
-        (model, mode, "ok", "flax", "jax") for model in [*FLAX_REGISTRY, "net"] for mode in ("default", "deterministic")
+        (model, mode, "ok", "flax", "jax") for model in FLAX_REGISTRY for mode in ("default", "deterministic")
     }
     assert not any("keras" in r["versions"] for r in records)
     assert {r["pairing"] for r in records} == {"in_process"}
@@ -173,22 +204,24 @@ def test_flax_models_sweep_on_jax_by_module_in_one_process_and_other_commands_re
         "{}",
         '{"xla_gpu_deterministic_ops": true}',
     }
-    assert {r["model"]: r["input_shape"] for r in records} == {
-        "flax_resnet_tiny": [32, 32, 3],
-        "flax_gpt_tiny": [32],
-        "net": [32, 32, 3],
-    }
+    assert {r["model"]: r["input_shape"] for r in records} == {"flax_resnet_tiny": [32, 32, 3], "flax_gpt_tiny": [32]}
     reported = {m["model"]: m for m in json.loads(render_report([out], "json"))["models"]}
-    for model, expected in {**FLAX_REGISTRY, "net": {"stem", "blocks.0.conv", "head", TOP_LEVEL_PART}}.items():
+    for model, expected in FLAX_REGISTRY.items():
         layers = {layer["name"]: layer for layer in reported[model]["layers"]}
         assert expected | {LOSS_PART, OPTIMIZER_PART} <= set(layers), (model, sorted(layers))
         assert all(layers[name]["default_ms"] > 0 for name in expected), model
         assert reported[model]["unattributed_share"] < 0.05, (model, reported[model]["unattributed_share"])
+    verified = tmp_path / "verified"
+    verify = ["verify", "--models", "flax_net.py:net,flax_net.py:noisy", "--steps", "2", "--out", str(verified)]
+    assert main(verify) == ExitCode.CHECK_FAILED
+    lines = capsys.readouterr().out
+    # The stem, each block's convolution, norm and block itself, the head.
+    assert "net on cpu (jax): deterministic mode: bitwise identical over 2 steps in all 8 layers" in lines, lines
+    parted = r"noisy on cpu \(jax\): NOT deterministic .* part at step 0, layer head \(output\)"
+    assert re.search(parted, lines), lines
     refused = [
         (["sweep", "--models", "flax_gpt_tiny", "--backend", "torch"], "which trains on JAX, not on torch"),
-        (["verify", "--models", "flax_gpt_tiny"], "which detprof verify does not train yet"),
-        (["stability", "--model", "flax_resnet_tiny"], "which the stability study does not train yet"),
-        (["stability", "--model", "flax_net.py:net"], "which the stability study does not train yet"),
+        (["stability", "--model", "flax_resnet_tiny", "--backend", "torch"], "which trains on JAX, not on torch"),
     ]
     none = tmp_path / "none"
     for command, words in refused:
@@ -197,3 +230,26 @@ def test_flax_models_sweep_on_jax_by_module_in_one_process_and_other_commands_re
         assert err.startswith("detprof: error: ") and words in err and err.count("\n") == 1, err
     assert not none.exists()
     assert np.isfinite([r["kernel_ns_per_step"] for r in records]).all()
+
+
+@pytest.mark.slow
+def test_a_stability_study_of_a_flax_module_holds_control_bitwise_and_varies_each_source_alone(
+    folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Capture
+) -> None:
+    """A module of one's own on the digits (channels last, JAX implied by what the function returned, its function
+    seeding its own ``nnx.Rngs(0)``): control's runs end bitwise identical; ``init`` (folded into the function's
+    seeds) and dropout's keys each part the runs alone; the workers load JAX without Keras."""
+    monkeypatch.chdir(folder)
+    out = tmp_path / "stability"
+    args = ["stability", "--model", "flax_net.py:dropped", "--runs", "2", "--epochs", "1"]
+    assert main([*args, "--variants", "control,init,dropout", "--out", str(out)]) == ExitCode.OK, capsys.readouterr()
+    summary = json.loads((out / "stability" / "summary.json").read_text())
+    variants = {variant["variant"]: variant for variant in summary["variants"]}
+    assert variants["control"]["determinism_check"]["verified"] is True
+    assert variants["init"]["distinct_weights"] == 2 and variants["dropout"]["distinct_weights"] == 2
+    records = list(ResultsStore(out, "stability").records())
+    assert {(r["status"], r["backend"]) for r in records} == {("ok", "jax")}
+    assert all("keras" not in r["software"] and "nnx.value_and_grad" in r["train_step"] for r in records)
+    seen = {(tuple(r["input_shape"]), tuple(r["seeded_stochastic_layers"])) for r in records}
+    assert seen == {((8, 8, 1), ("drop",))}
+    capsys.readouterr()

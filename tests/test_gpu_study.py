@@ -70,6 +70,7 @@ def test_the_dry_run_for_an_h100_puts_what_only_a_gpu_answers_in_its_first_windo
         "torch-verify-first",
         "jax-knobs-first",
         "torch-knobs-first",
+        "jax-overhead-flax",
     ]
     names = list(lines)
     assert names[: len(first_window)] == first_window  # the value first: nothing else comes before them
@@ -86,6 +87,8 @@ def test_the_dry_run_for_an_h100_puts_what_only_a_gpu_answers_in_its_first_windo
         "--backend torch --models hf_resnet50_small,hf_vit_small,hf_gpt2_small,hf_llama_small "
         in (lines["torch-overhead-native"])
     )
+    # JAX users' own kind of model, the registry's Flax NNX models, close the first window.
+    assert "--backend jax --models flax_resnet_small,flax_gpt_small " in lines["jax-overhead-flax"]
     assert {"jax-knobs", "torch-knobs-1", "jax-stability-gpt_tiny", "torch-verify-1"} <= set(later)
     # The pairing check: the same sweep with both modes in one process and with a process per mode.
     for route in ("in-process", "processes"):
@@ -261,6 +264,7 @@ def test_models_whose_pairs_failed_in_one_process_are_rerun_a_process_per_mode_a
     plan = build_plan(SCALES["gpu"], ["torch", "jax"], 3600.0, Costs(), on_gpu=True, known=Known(apart_models=apart))
     names = [part.name for part in plan.parts if part.kind == "overhead"]
     assert names == [
+        "jax-overhead-flax",
         "torch-overhead-native",
         "torch-overhead-first",
         "jax-overhead-first",

@@ -4,7 +4,8 @@ A GPU lease is short and rare, so the first window answers what no other machine
 the smallest size that answers it: whether pairing the two modes in one process measures what a
 process started in each mode gets (the pairing check, on each backend), what determinism buys
 (implementation noise against control), whether it holds (``verify`` of a CNN and a transformer), and
-which switch pays (a knob study of few steps). Then the native PyTorch models people train (Hugging
+which switch pays (a knob study of few steps), and what it costs JAX users' own kind of model (the registry's
+Flax NNX models, on JAX). Then the native PyTorch models people train (Hugging
 Face's, on PyTorch), the overhead of the paper's medium CNN and a GPT, the rest of the zoo, the models
 whose pairs failed in one process (a process per mode), the full knob studies, stability and ``verify``
 of the rest. Overhead parts pair the modes as the pairing check found valid on their backend: in one
@@ -55,6 +56,8 @@ with the flag in ``XLA_FLAGS``, as a user's program is, and says whether the fai
 mode's."""
 NATIVE = "native"
 """The overhead part of the native PyTorch models (``Scale.native``)."""
+FLAX = "flax"
+"""The overhead part of the Flax NNX models (``Scale.flax``), on JAX in the first window."""
 STABILITY_VARIANTS = ("impl", "control")
 """Implementation noise alone (same seed, default mode) against control (deterministic): what determinism buys."""
 ROUTES: dict[Route, str] = {"in_process": "in-process", "processes": "processes"}
@@ -71,6 +74,9 @@ class Scale:
     rest: tuple[str, ...]
     native: tuple[str, ...]
     """The native PyTorch registry models (``hf_*``), swept on PyTorch right after the first window's checks."""
+    flax: tuple[str, ...]
+    """The Flax NNX registry models (``flax_*``), swept on JAX at the first window's end: JAX users' own kind of
+    model, on the backend where determinism has cost most."""
     sweep: tuple[str, ...]
     """The sweep's options (the pairing check, the overhead parts and the knob studies)."""
     repeats: int
@@ -114,6 +120,7 @@ SCALES: dict[str, Scale] = {
         first=("mediumcnn_k1", "mediumcnn_k3", "mediumcnn_k5", "mediumcnn_k7", "gpt_small"),
         rest=("moe_small", "vit_small", "vgg19", "resnet50", "densenet121", "mobilenet", "efficientnetb0"),
         native=("hf_resnet50_small", "hf_vit_small", "hf_gpt2_small", "hf_llama_small"),
+        flax=("flax_resnet_small", "flax_gpt_small"),
         sweep=GPU_SWEEP,
         repeats=2,
         precision="2%",
@@ -142,6 +149,7 @@ SCALES: dict[str, Scale] = {
         first=("gpt_tiny",),
         rest=(),
         native=(),
+        flax=(),
         sweep=("--preset", "cpu-small", "--steps", "3", "--warmup", "1", "--batch-size", "8"),
         repeats=1,
         precision="off",
@@ -260,9 +268,14 @@ def build_plan(
     for backend in names:
         knobs = planner.knobs(backend, _pairing_cnn(scale, backend), first=True)
         _add(first, not_run, knobs, f"{backend}-knobs-first")
+    if backends.JAX in names and scale.flax:
+        flax = planner.native(backends.JAX, FLAX, scale.flax, registry.FLAX_NEEDS)
+        flax = flax if isinstance(flax, str) else [replace(part, first_window=True) for part in flax]
+        _add(first, not_run, flax, f"{backends.JAX}-overhead-{FLAX}")
     later: list[Part] = []
     if backends.TORCH in names and scale.native:
-        _add(later, not_run, planner.native(), f"{backends.TORCH}-overhead-{NATIVE}")
+        native = planner.native(backends.TORCH, NATIVE, scale.native, registry.NATIVE_NEEDS)
+        _add(later, not_run, native, f"{backends.TORCH}-overhead-{NATIVE}")
     for group, models in (("first", scale.first), ("rest", scale.rest)):
         for backend in names:
             left = tuple(m for m in models if m not in scale.pairing.get(backend, ()))
@@ -370,12 +383,12 @@ class _Planner:
         options += ("--pairing", ROUTES[route], *sharing)
         return [Part(f"{backend}-overhead-{group}", "overhead", backend, models, options, estimate)]
 
-    def native(self) -> list[Part] | str:
-        """The native models' sweep on PyTorch, paired as its pairing check found; why not, where the package that
-        builds them is not installed."""
-        if importlib.util.find_spec(registry.NATIVE_NEEDS) is None:
-            return f"{registry.NATIVE_NEEDS} is not installed: {registry.MODEL_PACKAGES[registry.NATIVE_NEEDS]}"
-        return self.overhead(backends.TORCH, NATIVE, self.scale.native, share_of=len(self.routes) * 2)
+    def native(self, backend: str, group: str, models: tuple[str, ...], needs: str) -> list[Part] | str:
+        """A sweep of native registry models on their backend, paired as its pairing check found; why not, where the
+        package that builds them (``needs``) is not installed."""
+        if importlib.util.find_spec(needs) is None:
+            return f"{needs} is not installed: {registry.MODEL_PACKAGES[needs]}"
+        return self.overhead(backend, group, models, share_of=len(self.routes) * 2)
 
     def costliest(self, backend: str) -> str:
         """The model the full knob study's estimate assumes before the overhead parts chose one: the costliest of

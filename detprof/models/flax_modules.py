@@ -15,8 +15,10 @@ and Flax are imported where they are used.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +33,22 @@ LEARNING_RATE = 1e-3
 PROBE_ROWS = 2
 """The rows of the batch a module is first called on, in the parent's inspection."""
 _SCOPED = "__detprof_scoped__"
+PENULTIMATE = "penultimate"
+"""The submodule whose output a stability study reads as the model's features, where one is named so."""
+
+
+@dataclass(frozen=True)
+class Call:
+    """One call of a scoped submodule, as traced: its path, its first argument, its output."""
+
+    path: str
+    input: Any
+    output: Any
+
+
+_TAKEN: list[list[Call]] = []
+"""While a step that takes them is traced (``_calls_taken``): each submodule's call as it returns, in the order the
+calls ran."""
 """Marks the subclass that runs a submodule under its path's name scope, so that no module is wrapped twice."""
 
 
@@ -150,11 +168,12 @@ def described(module: Any, shape: tuple[int, ...], spec: str) -> dict[str, Any]:
 
 
 def module_paths(module: Any) -> list[str]:
-    """Every submodule's path, dotted as PyTorch writes one (``blocks.0.attn``), parents before children."""
+    """Every submodule's path, dotted as PyTorch writes one (``blocks.0.attn``), each parent before its children and
+    a list's items in their order (``blocks.2`` before ``blocks.10``)."""
     from flax import nnx
 
-    paths = [".".join(map(str, path)) for path, _ in nnx.iter_modules(module) if path]
-    return sorted(paths, key=lambda path: (path.count("."), path))
+    paths = [path for path, _ in nnx.iter_modules(module) if path]
+    return [_dotted(path) for path in sorted(paths, key=lambda path: [(isinstance(p, str), p) for p in path])]
 
 
 def scoped(module: Any) -> None:
@@ -169,14 +188,48 @@ def scoped(module: Any) -> None:
         cls = type(submodule)
         if getattr(cls, _SCOPED, False):
             continue
-        name = ".".join(map(str, path)) or TOP_LEVEL_PART
+        name = _dotted(path) or TOP_LEVEL_PART
 
         def call(self: Any, *args: Any, _base: type = cls, _name: str = name, **kwargs: Any) -> Any:
             with jax.named_scope(_name):
-                return _base.__call__(self, *args, **kwargs)
+                output = _base.__call__(self, *args, **kwargs)
+            if _TAKEN and _name != TOP_LEVEL_PART:
+                _TAKEN[-1].append(Call(_name, args[0] if args else None, output))
+            return output
 
         attributes = {"__call__": call, "__module__": cls.__module__, "__qualname__": cls.__qualname__, _SCOPED: True}
         submodule.__class__ = type(cls.__name__, (cls,), attributes)
+
+
+@contextlib.contextmanager
+def init_seeded(seed: int) -> Iterator[None]:
+    """While inside (a model function building its module): every ``nnx.Rngs`` made draws from its seeds folded with
+    ``seed``, as if the function had been given another seed. Flax draws a module's initial weights from the keys
+    its function chose, so a stability study's ``init`` source varies them here, the function's own seeds kept
+    apart from one another."""
+    import jax
+    import numpy as np
+    from flax import nnx
+
+    original = nnx.Rngs.__init__
+
+    def fold(value: Any) -> Any:
+        if isinstance(value, int | np.integer):
+            return int(np.random.SeedSequence([int(value), seed]).generate_state(1, dtype=np.uint32)[0] >> 1)
+        if isinstance(value, Mapping):
+            return {name: fold(inner) for name, inner in value.items()}
+        if isinstance(value, jax.Array):
+            return jax.random.fold_in(value, seed)
+        return value
+
+    def seeded(self: Any, default: Any = None, **streams: Any) -> None:
+        original(self, fold(default), **{name: fold(value) for name, value in streams.items()})
+
+    nnx.Rngs.__init__ = seeded  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        nnx.Rngs.__init__ = original  # type: ignore[method-assign]
 
 
 def cross_entropy(logits: Any, labels: Any) -> Any:
@@ -187,10 +240,37 @@ def cross_entropy(logits: Any, labels: Any) -> Any:
     return optax.softmax_cross_entropy_with_integer_labels(flat, labels.reshape(-1)).mean()
 
 
+@dataclass(frozen=True)
+class TakenStep:
+    """What ``verify`` fingerprints of one step (``FlaxTraining.taken_step``), as host arrays by path."""
+
+    outputs: list[tuple[str, list[Any]]]
+    gradients: list[tuple[str, Any]]
+    weights: list[tuple[str, list[Any]]]
+
+
+@contextlib.contextmanager
+def _calls_taken(taking: bool) -> Iterator[list[Call]]:
+    """While inside, where ``taking``: each scoped submodule's call as it returns (``scoped``)."""
+    taken: list[Call] = []
+    if taking:
+        _TAKEN.append(taken)
+    try:
+        yield taken
+    finally:
+        if taking:
+            _TAKEN.pop()
+
+
+def _dotted(path: Sequence[Any]) -> str:
+    return ".".join(map(str, path))
+
+
 @dataclass
 class FlaxTraining:
-    """A module and its ``nnx.Optimizer``, split into the state the compiled step takes and gives back, with its
-    batch and loss."""
+    """A module and its ``nnx.Optimizer``, split into the state the compiled steps take and give back, with its
+    batch and loss. Each compiled function (the sweep's step, ``verify``'s, a stability run's and its inference) is
+    compiled once, at its first call."""
 
     graph: Any
     """``nnx.split``'s graph of (module, optimizer): what ``nnx.merge`` rebuilds them from inside the step."""
@@ -204,7 +284,15 @@ class FlaxTraining:
     parameters: int
     paths: list[str]
     dtype: str
-    compiled: Callable[[Any, Any], Any] | None = field(default=None, repr=False)
+    module: Any = field(repr=False)
+    """The module as built, for what it takes (its batch's shapes and ids); its values are ``state``'s."""
+    compiled: dict[str, Callable[..., Any]] = field(default_factory=dict, repr=False)
+    taken_paths: list[str] = field(default_factory=list, repr=False)
+    """The paths of the submodule calls ``verify``'s step takes, in the order they ran (read while it is traced)."""
+
+    @property
+    def name(self) -> str:
+        return type(self.module).__name__
 
     @property
     def classes(self) -> int:
@@ -213,35 +301,152 @@ class FlaxTraining:
     def train_step(self, state: Any, data: Any) -> tuple[Any, Any]:
         """One step as a pure function of the state: forward, the loss, ``nnx.value_and_grad``'s backward, the
         optimizer's update; returns the loss and the state after it."""
+        (loss, *_), state = self._step(state, data, taking=False)
+        return loss, state
+
+    def _step(self, state: Any, data: Any, taking: bool) -> tuple[tuple[Any, Any, Any, Any, Any], Any]:
+        """The step; returns the loss and the logits, and where ``taking`` (``verify``'s step) each submodule's output
+        in the order they ran (their paths in ``taken_paths``), the gradients, and the weights after the update
+        (parameters and batch statistics); and the state after it."""
         import jax
         from flax import nnx
 
         module, optimizer = nnx.merge(self.graph, state)
         x, y = data
 
-        def loss_of(module: Any) -> Any:
-            logits = logits_of(module(x))
+        def loss_of(module: Any) -> tuple[Any, tuple[Any, list[Any]]]:
+            with _calls_taken(taking) as taken:
+                logits = logits_of(module(x))
+            self.taken_paths = [call.path for call in taken]
             with jax.named_scope(LOSS_PART):
-                return self.loss(logits, y)
+                return self.loss(logits, y), (logits, [call.output for call in taken])
 
-        loss, grads = nnx.value_and_grad(loss_of)(module)
+        (loss, (logits, outputs)), grads = nnx.value_and_grad(loss_of, has_aux=True)(module)
         with jax.named_scope(OPTIMIZER_PART):
             optimizer.update(module, grads)
-        return loss, nnx.state((module, optimizer))
+        weights = nnx.state(module, nnx.Any(nnx.Param, nnx.BatchStat)) if taking else None
+        return (loss, logits, outputs, grads if taking else None, weights), nnx.state((module, optimizer))
+
+    def _jitted(self, name: str, function: Callable[..., Any], donate: bool = True) -> Callable[..., Any]:
+        import jax
+
+        if name not in self.compiled:
+            self.compiled[name] = jax.jit(function, donate_argnums=0 if donate else ())
+        return self.compiled[name]
 
     def step(self) -> Step:
         """One training step on the batch, run to completion; compiled once (``jax.jit``), the state donated."""
         import jax
 
-        if self.compiled is None:
-            self.compiled = jax.jit(self.train_step, donate_argnums=0)
-        compiled, data = self.compiled, (self.x, self.y)
+        compiled, data = self._jitted("step", self.train_step), (self.x, self.y)
 
         def step() -> None:
             loss, self.state = compiled(self.state, data)
             jax.block_until_ready(loss)
 
         return step
+
+    def train_on(self, x: Any, y: Any) -> tuple[Any, Any]:
+        """One training step on ``x`` and ``y``: the loss and the logits, on the host."""
+        import numpy as np
+
+        compiled = self._jitted("train_on", functools.partial(self._step, taking=False))
+        (loss, logits, *_), self.state = compiled(self.state, (x, y))
+        return np.asarray(loss), np.asarray(logits)
+
+    def taken_step(self, data: Any) -> TakenStep:
+        """One training step on ``data``, with what ``verify`` fingerprints of it as host arrays: each submodule's
+        output by path, in the order the forward pass called them; each parameter's gradient by its path; each
+        module's own parameters and batch statistics after the update, by its path (the top module's by its class
+        name)."""
+        import jax
+        import numpy as np
+        from flax import nnx
+
+        compiled = self._jitted("taken", functools.partial(self._step, taking=True))
+        (_, _, outputs, grads, weights), self.state = compiled(self.state, data)
+        host = [
+            (path, [np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(output)])
+            for path, output in zip(self.taken_paths, outputs, strict=True)
+        ]
+        gradients = [(_dotted(path), np.asarray(v.get_value())) for path, v in nnx.to_flat_state(grads)]
+        by_module: dict[str, list[Any]] = {}
+        for owner, _, value in self._named(weights):
+            by_module.setdefault(owner, []).append(value)
+        return TakenStep(host, gradients, list(by_module.items()))
+
+    def _named(self, weights: Any) -> list[tuple[str, str, Any]]:
+        """Each variable of ``weights`` (an ``nnx.State``) as its module's path (the top module's by its class name),
+        its own dotted path, and its value on the host."""
+        import numpy as np
+        from flax import nnx
+
+        return [
+            (_dotted(path[:-1]) or self.name, _dotted(path), np.asarray(variable.get_value()))
+            for path, variable in nnx.to_flat_state(weights)
+        ]
+
+    def weights(self, *kinds: type) -> list[tuple[str, str, Any]]:
+        """The module's variables of ``kinds`` (``nnx.Param``, ``nnx.BatchStat``) as they stand (``_named``)."""
+        from flax import nnx
+
+        module, _ = nnx.merge(self.graph, self.state)
+        return self._named(nnx.state(module, nnx.Any(*kinds)))
+
+    def features_and_logits(self, x: Any) -> tuple[Any, Any]:
+        """The penultimate features and the logits of ``x`` in inference mode (no dropout drawn, no running statistics
+        updated), on the host: the output of a submodule named ``penultimate``, else the input of the last submodule
+        call with parameters of its own (the classifier, a language model's head)."""
+        import numpy as np
+        from flax import nnx
+
+        holders = {owner for owner, _, _ in self.weights(nnx.Param)}
+
+        def infer(state: Any, x: Any) -> tuple[Any, Any]:
+            module, _ = nnx.merge(self.graph, state)
+            module.eval()
+            with _calls_taken(True) as taken:
+                logits = logits_of(module(x))
+            named = [call.output for call in taken if call.path == PENULTIMATE]
+            inputs = [call.input for call in taken if call.path in holders]
+            return (named or inputs or [logits])[-1], logits
+
+        features, logits = self._jitted("infer", infer, donate=False)(self.state, x)
+        return np.asarray(features), np.asarray(logits)
+
+    def reseeded(self, seed: int) -> list[str]:
+        """Every random stream the module draws from while it trains (dropout's) reseeded from ``seed``, apart from
+        what built it; returns the paths of the modules that hold one."""
+        from flax import nnx
+
+        module, optimizer = nnx.merge(self.graph, self.state)
+        keys = list(nnx.to_flat_state(nnx.state(module, nnx.RngKey)))
+        if keys:
+            nnx.reseed(module, **dict.fromkeys({variable.tag for _, variable in keys}, seed))
+        self.graph, self.state = nnx.split((module, optimizer))
+        holders = {_dotted(path[: path.index("rngs")] if "rngs" in path else path[:-1]) for path, _ in keys}
+        return sorted(holder or self.name for holder in holders)
+
+    def parameter_sizes(self) -> list[int]:
+        """Each parameter's size, in the order ``flip`` counts them."""
+        from flax import nnx
+
+        return [int(value.size) for _, _, value in self.weights(nnx.Param)]
+
+    def flip(self, which: int, index: int, upward: bool) -> dict[str, Any]:
+        """Element ``index`` of parameter ``which`` moved by an ulp, up or down; returns which and by how much."""
+        import numpy as np
+        from flax import nnx
+
+        module, optimizer = nnx.merge(self.graph, self.state)
+        path, variable = list(nnx.to_flat_state(nnx.state(module, nnx.Param)))[which]
+        values = np.array(variable.get_value())
+        flat = values.reshape(-1)
+        before = flat[index].copy()
+        flat[index] = np.nextafter(before, np.inf if upward else -np.inf)
+        variable.set_value(values)
+        self.graph, self.state = nnx.split((module, optimizer))
+        return {"variable": _dotted(path), "index": index, "before": float(before), "after": float(flat[index])}
 
     def arms(self, arms: Sequence[frozenset[str]]) -> list[ArmStep]:
         """A step per arm of an in-process pair, each compiled with its knobs as XLA compile options, taking turns
@@ -343,7 +548,7 @@ def training(
     optimizer_name = "adamw" if chosen.optimizer is None else _name(chosen.optimizer)
     dtypes = [", ".join(sorted({str(leaf.dtype) for leaf in _leaves(nnx.state(module, nnx.Param))}))]
     paths, size = module_paths(module), parameters(module)
-    return FlaxTraining(graph, state, x, y, loss, logits_shape, loss_name, optimizer_name, size, paths, *dtypes)
+    return FlaxTraining(graph, state, x, y, loss, logits_shape, loss_name, optimizer_name, size, paths, *dtypes, module)
 
 
 def _leaves(tree: Any) -> list[Any]:

@@ -34,8 +34,6 @@ class ModelKind:
     """The module of workers' code that builds, feeds and trains a model of the kind."""
     package: str | None = None
     """The distribution a model of the kind needs beside its backend (``pip install 'detprof[...]'``)."""
-    not_built: tuple[str, ...] = ()
-    """The study commands that do not train a model of the kind yet (``refuse_where_not_built``)."""
 
     def code(self) -> ModuleType:
         """The kind's workers' code, imported where a worker needs it."""
@@ -46,11 +44,7 @@ KERAS = ModelKind("keras", "a Keras model")
 TORCH = ModelKind(
     "torch", "a torch.nn.Module", backends.TORCH, "torch", "detprof.models.torch_modules", "torch"
 )
-VERIFY, KNOBS, STABILITY = "detprof verify", "the knob study", "the stability study"
-FLAX = ModelKind(
-    "flax", "a Flax NNX module", backends.JAX, "flax.nnx", "detprof.models.flax_modules", "flax",
-    not_built=(VERIFY, KNOBS, STABILITY),
-)
+FLAX = ModelKind("flax", "a Flax NNX module", backends.JAX, "flax.nnx", "detprof.models.flax_modules", "flax")
 NATIVE: dict[str, ModelKind] = {kind.api: kind for kind in (TORCH, FLAX)}
 """The kinds that train without Keras, by ``api``."""
 
@@ -82,17 +76,6 @@ def refuse_other_backend(label: str, api: str, backend: str | None) -> None:
     if backend != kind.backend:
         raise UsageError(
             f"{label} is {kind.what}, which trains on {backends.get(str(kind.backend)).framework}, not on {backend}: "
-            f"pass --backend "
-            f"{kind.backend}, or no --backend"
+            f"pass --backend {kind.backend}, or no --backend"
         )
 
-
-def refuse_where_not_built(label: str, kind: ModelKind | None, command: str) -> None:
-    """One line where ``command`` (``VERIFY``, ``KNOBS``, ``STABILITY``) does not train a model of ``kind`` yet."""
-    from detprof.errors import UsageError
-
-    if kind is not None and command in kind.not_built:
-        raise UsageError(
-            f"{label} is {kind.what}, which {command} does not train yet: `detprof sweep --models {label}` measures "
-            "what determinism costs it, by module and op"
-        )

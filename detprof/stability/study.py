@@ -115,8 +115,6 @@ class StudyConfig:
     def validated(self) -> tuple[StudyConfig, list[Variant]]:
         """Every name and number checked, names made canonical, before anything is trained (or any worker started)."""
         kind = None if self.own_model is not None or own.is_own(self.model) else registry.kind_of(self.model)
-        if kind is not None:
-            kinds.refuse_where_not_built(self.model, kind, kinds.STABILITY)
         backend = backends.require(kind.backend if kind is not None and self.backend is None else self.backend).name
         if kind is not None:
             kinds.refuse_other_backend(self.model, kind.api, backend)
@@ -466,7 +464,6 @@ def inspected_for(model: own.OwnModel, data: datasets.Dataset, backend: str) -> 
     (item,) = own.inspect_with(
         call_in_worker, [model], backend=backend, input_shape=data.input_shape, classes=data.classes
     )
-    kinds.refuse_where_not_built(item.label, kinds.native(item.model.api), kinds.STABILITY)
     native = item.model.api == kinds.TORCH.api
     if len(item.inputs) != 1 or len(item.outputs) != 1:
         raise UsageError(

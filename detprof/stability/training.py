@@ -33,6 +33,7 @@ from detprof.models import kinds, registry
 from detprof.models.own import OwnModel
 from detprof.models.own_build import OwnBuilder, outputs_probabilities
 from detprof.stability import datasets, metrics, variants
+from detprof.stability.flax_training import FlaxTrainer
 from detprof.stability.module_training import ModuleTrainer
 from detprof.stability.variants import PlannedRun, RunSeeds
 from detprof.store import atomic_write_bytes, json_safe
@@ -301,14 +302,26 @@ class Trainer:
 
 trainer_for = functools.lru_cache(maxsize=1)(Trainer)
 """The worker's trainer, built once for the runs of one study: the same arguments give the same ``Trainer``."""
-module_trainer_for = functools.lru_cache(maxsize=1)(ModuleTrainer)
+@functools.lru_cache(maxsize=1)
+def native_trainer_for(
+    trainer: type[ModuleTrainer | FlaxTrainer],
+    own_model: OwnModel,
+    shape: tuple[int, ...],
+    takes: str,
+    classes: int,
+    lr: float,
+) -> ModuleTrainer | FlaxTrainer:
+    """The worker's trainer of a native module, made once for the runs of one study."""
+    return trainer(own_model, shape, takes, classes, lr)
 
 
-def _trainer(config: TrainConfig, data: datasets.Dataset) -> Trainer | ModuleTrainer:
+def _trainer(config: TrainConfig, data: datasets.Dataset) -> Trainer | ModuleTrainer | FlaxTrainer:
     """The worker's trainer for the study's model: a Keras model's, compiled once for all its runs (``trainer_for``),
     or a native module's (rebuilt every run)."""
     if not config.keras:
-        return module_trainer_for(config.own_model, data.input_shape, data.takes, data.classes, config.lr)
+        assert config.own_model is not None
+        native = FlaxTrainer if config.own_model.api == kinds.FLAX.api else ModuleTrainer
+        return native_trainer_for(native, config.own_model, data.input_shape, data.takes, data.classes, config.lr)
     return trainer_for(
         config.model,
         data.input_shape,

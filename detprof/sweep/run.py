@@ -78,15 +78,10 @@ def measure_knobs(request: SweepRequest, only: tuple[str, ...] | None, *, consol
     """Each knob's arms measured (``sweep.knobs``), then full determinism and every arm without one knob verified
     bitwise into the study's ``knob_checks``."""
     from detprof import backends
-    from detprof.models import kinds, registry
     from detprof.sweep.knobs import knob_design, knob_settings, knobs_manifest, plan_knob_runs
     from detprof.verify.run import manifest, run_arms
 
-    for name in request.models or ():
-        kinds.refuse_where_not_built(name, registry.kind_of(name), kinds.KNOBS)
     config, target = request.resolve()
-    for model in config.model_plans():
-        kinds.refuse_where_not_built(model.given, model.kind, kinds.KNOBS)
     config.say_before(console)
     plan = knob_design(backends.get(target.backend), target.on_gpu, only, config.models, config.compile)
     config = knob_settings(config, target, plan)

@@ -31,7 +31,6 @@ from detprof import locks
 from detprof.analysis.verification import ModelVerification, verifications
 from detprof.errors import DetprofError, UsageError
 from detprof.invocation import command_line
-from detprof.models import kinds, registry
 from detprof.options import RunOptions
 from detprof.profiler.measured_runs import MeasurementTarget, study_root
 from detprof.profiler.process import WorkerEnvironment, timeout_reason
@@ -75,11 +74,7 @@ class VerifyOutcome:
 def run_verify(request: VerifyRequest, *, console: Console) -> VerifyOutcome:
     """Every model's four runs not already recorded, then every model compared."""
     request.checked()
-    for model in request.models or ():
-        kinds.refuse_where_not_built(model, registry.kind_of(model), kinds.VERIFY)
     config, target = SweepRequest(request.models, replace(request.options, tracer="none")).resolve()
-    for plan in config.model_plans():
-        kinds.refuse_where_not_built(plan.given, plan.kind, kinds.VERIFY)
     config.say_before(console)
     asked = manifest(config, target, request.steps, request.gradients)
     out = study_root(request.options.out, target.device, target.backend, "verify", asked, config.labels())

@@ -26,6 +26,7 @@ from detprof.device_time import PartClock
 from detprof.errors import first_line
 from detprof.findings import finding_of, refuses_determinism
 from detprof.fingerprints import RunFingerprints
+from detprof.models import kinds
 from detprof.models.own import is_native
 from detprof.profiler.worker_process import utc_now
 from detprof.store import atomic_write_json
@@ -124,9 +125,11 @@ def _train(
     taken: RunFingerprints,
     clock: PartClock,
 ) -> dict[str, Any]:
-    """``steps`` training steps of the model's kind (``_KerasSteps``, ``_NativeSteps``), each fingerprinted; on
+    """``steps`` training steps of the model's kind (``_KerasSteps``, ``_NativeSteps``, ``_FlaxSteps``), each
+    fingerprinted; on
     ``clock``, the steps apart from the fingerprinting, and the first step's excess over the others as compiling."""
-    kind = (_NativeSteps if is_native(params) else _KerasSteps)(params, settings)
+    native = kinds.of_params(params)
+    kind = (_KerasSteps if native is None else _FlaxSteps if native is kinds.FLAX else _NativeSteps)(params, settings)
     clock.lap("build")
     step_s: list[float] = []
     for step in range(steps):
@@ -228,6 +231,37 @@ class _NativeSteps:
             own = [*submodule.parameters(recurse=False), *submodule.buffers(recurse=False)]
             if own:
                 taken.add(path or type(self.module).__name__, "weights", [self.host(t) for t in own])
+
+
+class _FlaxSteps:
+    """A Flax NNX module's verified steps (``flax_modules.FlaxTraining.taken_step``): each submodule's output as its
+    call returned it (in the order they ran), each parameter's gradient, and each module's own parameters and batch
+    statistics after the optimizer's update, by path (the top module's by its class name)."""
+
+    def __init__(self, params: dict[str, Any], settings: DeterminismSettings) -> None:
+        from detprof.models.own_build import native_training
+
+        self.params = params
+        self.training = native_training(params, settings.seed)
+        self.layers = self.training.paths
+        self.parameters = self.training.parameters
+
+    def batch(self, seed: int) -> tuple[Any, Any]:
+        from detprof.models import flax_modules
+
+        return flax_modules.batch(self.training.module, self.params, seed, self.training.logits_shape)
+
+    def train(self, batch: tuple[Any, Any]) -> Any:
+        return self.training.taken_step(batch)
+
+    def take(self, trained: Any, taken: RunFingerprints, gradients: bool) -> None:
+        for path, arrays in trained.outputs:
+            taken.add(path, "output", arrays)
+        if gradients:
+            for name, gradient in trained.gradients:
+                taken.add(name, "gradients", [gradient])
+        for path, arrays in trained.weights:
+            taken.add(path, "weights", arrays)
 
 
 def _every_layer(model: keras.Model) -> tuple[keras.Model, list[keras.layers.Layer]]:
