@@ -10,12 +10,20 @@ from __future__ import annotations
 import json
 import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from detprof.backends.base import COMPILED_PART, LOSS_PART, OPTIMIZER_PART, STEP_PARTS, layer_range_name
+from detprof.backends.base import (
+    COMPILED_PART,
+    LOSS_PART,
+    OPTIMIZER_PART,
+    STEP_PARTS,
+    TOP_LEVEL_PART,
+    layer_range_name,
+)
 from detprof.cli import main
 from detprof.errors import ExitCode, UsageError
 from detprof.models import kinds, own
@@ -310,6 +318,12 @@ def test_a_modules_path_stands_for_its_parents_ranges() -> None:
     # A compiled region is a row where no module's range inside it places the op.
     assert layer_of(COMPILED_PART, layers) == COMPILED_PART
     assert layer_of(f"{COMPILED_PART}/blocks/blocks.1", layers) == "blocks.1"
+    # So is the module's own call, for what it runs outside every submodule; the innermost such part holds the op.
+    assert layer_of(f"{TOP_LEVEL_PART}/blocks/blocks.1", layers) == "blocks.1"
+    assert layer_of(f"{TOP_LEVEL_PART}/relu", layers) == TOP_LEVEL_PART
+    assert layer_of(f"{TOP_LEVEL_PART}/{COMPILED_PART}/add", layers) == COMPILED_PART
+    assert layer_of(f"jit(train_step)/transpose(jvp({TOP_LEVEL_PART}))/blocks.1/conv", layers) == "blocks.1"
+    assert layer_of(f"{TOP_LEVEL_PART}/{LOSS_PART}/mul", layers) == LOSS_PART
 
 
 @pytest.mark.slow
@@ -429,34 +443,51 @@ def test_the_native_registry_models_train_on_pytorch_with_their_modules_on_the_l
 
 
 @pytest.mark.slow
-def test_a_stability_study_of_modules_holds_control_bitwise_and_varies_each_source_alone(
+def test_a_stability_study_of_a_registry_module_holds_control_bitwise_and_dropout_parts_it(
     folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Capture
 ) -> None:
-    """Hugging Face's GPT-2 on the Markov language and a module of your own on the digits (channels first, PyTorch
-    implied by what the function returned): control's runs end bitwise identical, dropout's seeds and the data
-    order each part the runs alone, and the workers load PyTorch without Keras."""
+    """Hugging Face's GPT-2 on the Markov language (PyTorch implied for the registry's module): control's runs end
+    bitwise identical, dropout's seeds part the runs alone, and the workers load PyTorch without Keras. (A module of
+    one's own on images: ``test_a_modules_stability_runs_take_the_images_channels_first``.)"""
     monkeypatch.chdir(folder)
-    studies = {
-        "hf_gpt2_tiny": ("dropout", [16], [16]),
-        "modules.py:net": ("shuffle", [1, 8, 8], [8, 8, 1]),
-    }
-    for model, (varied, shape, data_shape) in studies.items():
-        out = tmp_path / model.replace(":", "-")
-        args = ["stability", "--model", model, "--runs", "2", "--epochs", "1", "--variants", f"control,{varied}"]
-        assert main([*args, "--out", str(out)]) == ExitCode.OK, capsys.readouterr().err
-        summary = json.loads((out / "stability" / "summary.json").read_text())
-        variants = {variant["variant"]: variant for variant in summary["variants"]}
-        check = variants["control"]["determinism_check"]
-        assert check["verified"] is True and check["eager"] is True, model
-        assert check["line"].endswith(("trained in one process", "trained in 2 processes")), check["line"]
-        assert variants[varied]["distinct_weights"] == 2, model
-        records = list(ResultsStore(out, "stability").records())
-        assert {(r["status"], r["backend"]) for r in records} == {("ok", "torch")}
-        assert all("keras" not in r["software"] and r["train_step"].startswith("eager PyTorch") for r in records)
-        assert {(tuple(r["input_shape"]), tuple(r["data_shape"])) for r in records} == {
-            (tuple(shape), tuple(data_shape))
-        }
+    out = tmp_path / "hf_gpt2_tiny"
+    args = ["stability", "--model", "hf_gpt2_tiny", "--runs", "2", "--epochs", "1", "--variants", "control,dropout"]
+    assert main([*args, "--out", str(out)]) == ExitCode.OK, capsys.readouterr().err
+    summary = json.loads((out / "stability" / "summary.json").read_text())
+    variants = {variant["variant"]: variant for variant in summary["variants"]}
+    check = variants["control"]["determinism_check"]
+    assert check["verified"] is True and check["eager"] is True
+    assert check["line"].endswith(("trained in one process", "trained in 2 processes")), check["line"]
+    assert variants["dropout"]["distinct_weights"] == 2
+    records = list(ResultsStore(out, "stability").records())
+    assert {(r["status"], r["backend"]) for r in records} == {("ok", "torch")}
+    assert all("keras" not in r["software"] and r["train_step"].startswith("eager PyTorch") for r in records)
+    assert {(tuple(r["input_shape"]), tuple(r["data_shape"])) for r in records} == {((16,), (16,))}
     capsys.readouterr()
+
+
+def test_a_modules_stability_runs_take_the_images_channels_first(folder: Path) -> None:
+    """A module of one's own on the digits (8x8x1 images): its stability runs feed it 1x8x8, learn, and read the
+    penultimate features off its head's input; the same seeds build the same module, another init seed another."""
+    from detprof.stability import datasets
+    from detprof.stability.module_training import ModuleTrainer
+    from detprof.stability.variants import RunSeeds
+
+    digits = datasets.load("digits")
+    model = replace(own.parse(f"{folder / 'modules.py'}:net"), api=kinds.TORCH.api)
+    trainer = ModuleTrainer(model, digits.input_shape, digits.takes, digits.classes, 1e-2)
+    assert trainer.input_shape == (1, 8, 8)
+    seeds = RunSeeds(init=1, shuffle=2, augment=3, dropout=4, bitflip=None)
+    trainer.reset(seeds)
+    first = trainer.trainable_vector()
+    losses = [trainer.train_step(digits.x_train[:64], digits.y_train[:64])[0] for _ in range(5)]
+    assert losses[-1] < losses[0]
+    features, logits = trainer.infer(digits.x_test[:10], 5)
+    assert features.shape == (10, 8) and logits.shape == (10, digits.classes)
+    trainer.reset(seeds)
+    assert (trainer.trainable_vector() == first).all()
+    trainer.reset(replace(seeds, init=5))
+    assert not (trainer.trainable_vector() == first).all()
 
 
 def assert_compiled(out: Path) -> None:

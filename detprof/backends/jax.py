@@ -228,9 +228,9 @@ class Jax(Backend):
 
 
 def compiled_arms(
-    train_step: Callable[[Any, Any], tuple[Any, Any]], state: Any, data: Any, arms: Sequence[frozenset[str]]
+    pure_step: Callable[[Any, Any], tuple[Any, Any]], state: Any, data: Any, arms: Sequence[frozenset[str]]
 ) -> list[ArmStep]:
-    """Per arm, ``train_step`` (a pure function of the state and the batch, returning its output and the state
+    """Per arm, ``pure_step`` (a pure function of the state and the batch, returning its output and the state
     after it) compiled with the arm's knobs as XLA compile options, in ``compile_order``, with what the arm has in
     effect. XLA reads its flags once, when JAX starts, and a compile option overrides them for that one executable
     (an option XLA does not know fails the compilation); Python code that reads ``XLA_FLAGS`` while the step is
@@ -243,12 +243,12 @@ def compiled_arms(
     held = [state]
 
     def arm(knobs: frozenset[str]) -> ArmStep:
-        def step_of_arm(state: Any, data: Any) -> tuple[Any, Any]:  # a function of its own: JAX traces each anew
-            return train_step(state, data)
+        def train_step(state: Any, data: Any) -> tuple[Any, Any]:  # a function of its own: JAX traces each anew
+            return pure_step(state, data)
 
         options = compiler_options(knobs)
         with _flags_while_traced(knobs), charged("compile", before="build"):
-            compiled = jax.jit(step_of_arm, donate_argnums=0).lower(held[0], data).compile(compiler_options=options)
+            compiled = jax.jit(train_step, donate_argnums=0).lower(held[0], data).compile(compiler_options=options)
 
         def step() -> None:
             output, held[0] = compiled(held[0], data)

@@ -18,10 +18,13 @@ from types import ModuleType
 from typing import Any
 
 from detprof import backends
+from detprof.errors import UsageError
 
 
 @dataclass(frozen=True)
 class ModelKind:
+    """One kind of model: what records call it, how a sentence names it, where it trains and whose code trains it."""
+
     api: str
     """What records call the kind (``OwnModel.api``, a run's ``model_api``)."""
     what: str
@@ -32,8 +35,6 @@ class ModelKind:
     """The module whose classes tell the kind apart, loaded wherever a function returned one."""
     implementation: str | None = None
     """The module of workers' code that builds, feeds and trains a model of the kind."""
-    package: str | None = None
-    """The distribution a model of the kind needs beside its backend (``pip install 'detprof[...]'``)."""
 
     def code(self) -> ModuleType:
         """The kind's workers' code, imported where a worker needs it."""
@@ -41,10 +42,8 @@ class ModelKind:
 
 
 KERAS = ModelKind("keras", "a Keras model")
-TORCH = ModelKind(
-    "torch", "a torch.nn.Module", backends.TORCH, "torch", "detprof.models.torch_modules", "torch"
-)
-FLAX = ModelKind("flax", "a Flax NNX module", backends.JAX, "flax.nnx", "detprof.models.flax_modules", "flax")
+TORCH = ModelKind(backends.TORCH, "a torch.nn.Module", backends.TORCH, backends.TORCH, "detprof.models.torch_modules")
+FLAX = ModelKind("flax", "a Flax NNX module", backends.JAX, "flax.nnx", "detprof.models.flax_modules")
 NATIVE: dict[str, ModelKind] = {kind.api: kind for kind in (TORCH, FLAX)}
 """The kinds that train without Keras, by ``api``."""
 
@@ -70,8 +69,6 @@ def of_value(value: Any) -> ModelKind | None:
 
 def refuse_other_backend(label: str, api: str, backend: str | None) -> None:
     """One line where a native model (``label``, of kind ``api``) is asked to train on another backend than its own."""
-    from detprof.errors import UsageError
-
     kind = NATIVE[api]
     if backend != kind.backend:
         raise UsageError(
