@@ -12,13 +12,11 @@ vocabulary. Runs in workers only.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import partial
-from typing import Any
 
 import jax
 from flax import nnx
 
-from detprof.models.registry import TRANSFORMER_SIZES
+from detprof.models.registry import TRANSFORMER_SIZES, sized_factories
 
 RESNET_WIDTHS = {"tiny": (8, 16, 32, 64), "small": (64, 128, 256, 512)}
 """ResNet-18's four stages' widths: its own at ``small``, an eighth of them at ``tiny``; both keep its basic blocks
@@ -118,17 +116,5 @@ def gpt(input_shape: Sequence[int], classes: int, size: str, seed: int = 0) -> G
 
 
 ARCHITECTURES = {"resnet": resnet, "gpt": gpt}
-FACTORIES = {
-    f"{name}_{size}": partial(build, size=size) for name, build in ARCHITECTURES.items() for size in TRANSFORMER_SIZES
-}
-"""``ARCHITECTURE_SIZE`` (``gpt_tiny``): each architecture's factory of ``(input_shape, classes)`` at a size."""
-
-
-def __getattr__(name: str) -> Any:
-    """The factories as this module's functions, as ``--models`` and the registry name them
-    (``detprof.models.flax_zoo:gpt_tiny``)."""
-    try:
-        return FACTORIES[name]
-    except KeyError:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+__getattr__ = sized_factories(__name__, ARCHITECTURES)
 

@@ -13,10 +13,9 @@ a model is built.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import partial
 from typing import Any
 
-from detprof.models.registry import PATCHES, TRANSFORMER_SIZES
+from detprof.models.registry import PATCHES, TRANSFORMER_SIZES, sized_factories
 
 RESNET50_WIDTHS = {"tiny": (16, [32, 64, 128, 256]), "small": (64, [256, 512, 1024, 2048])}
 """ResNet-50's stem and its four stages' widths: the paper's at ``small``, a sixteenth of them at ``tiny``; both
@@ -91,16 +90,4 @@ def llama(input_shape: Sequence[int], classes: int, size: str) -> Any:
 
 
 ARCHITECTURES = {"resnet50": resnet50, "vit": vit, "gpt2": gpt2, "llama": llama}
-FACTORIES = {
-    f"{name}_{size}": partial(build, size=size) for name, build in ARCHITECTURES.items() for size in TRANSFORMER_SIZES
-}
-"""``ARCHITECTURE_SIZE`` (``gpt2_tiny``): each architecture's factory of ``(input_shape, classes)`` at a size."""
-
-
-def __getattr__(name: str) -> Any:
-    """The factories as this module's functions, as ``--models`` and the registry name them
-    (``detprof.models.huggingface:gpt2_tiny``)."""
-    try:
-        return FACTORIES[name]
-    except KeyError:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+__getattr__ = sized_factories(__name__, ARCHITECTURES)

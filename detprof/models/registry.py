@@ -173,6 +173,25 @@ def not_installed(given: str, package: str) -> str:
     return f"{given} needs {package}, which is not installed here: {MODEL_PACKAGES[package]}"
 
 
+def sized_factories(module: str, architectures: dict[str, Callable[..., Any]]) -> Callable[[str], Any]:
+    """A factories module's ``__getattr__``: each architecture's factory of ``(input_shape, classes)`` at each of
+    ``TRANSFORMER_SIZES`` as that module's function ``ARCHITECTURE_SIZE`` (``gpt2_tiny``), as ``--models`` and the
+    registry name them (``detprof.models.huggingface:gpt2_tiny``)."""
+    factories = {
+        f"{name}_{size}": partial(build, size=size)
+        for name, build in architectures.items()
+        for size in TRANSFORMER_SIZES
+    }
+
+    def attribute(name: str) -> Any:
+        try:
+            return factories[name]
+        except KeyError:
+            raise AttributeError(f"module {module!r} has no attribute {name!r}") from None
+
+    return attribute
+
+
 def _native_factory(module: str, function: str) -> Builder:
     def build(input_shape: InputShape, classes: int) -> Any:
         return getattr(importlib.import_module(module), function)(input_shape, classes)
