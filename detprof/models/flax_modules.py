@@ -24,7 +24,7 @@ from typing import Any
 
 from detprof.backends.base import LOSS_PART, OPTIMIZER_PART, TOP_LEVEL_PART, ArmStep, Step
 from detprof.errors import UsageError, first_line
-from detprof.models.kinds import FLAX
+from detprof.models.kinds import FLAX, call_failed
 from detprof.training import Training
 
 TOKENS = 32
@@ -150,21 +150,11 @@ def described(module: Any, shape: tuple[int, ...], spec: str) -> dict[str, Any]:
     try:
         output = probe_logits(module, probe)
     except Exception as exc:
-        kind = "token ids" if takes_tokens(module) else f"{probe.dtype} inputs"
-        raise UsageError(
-            f"{spec}: the module's call failed on a batch of {'x'.join(map(str, shape))} {kind} "
-            f"({first_line(exc, with_type=True)}): give the --input-shape it takes (like 32x32x3)"
-        ) from exc
+        taking = "token ids" if takes_tokens(module) else f"{probe.dtype} inputs"
+        raise call_failed(spec, "call", shape, taking, exc, "like 32x32x3") from exc
     if not hasattr(output, "ndim") or output.ndim < 2 or not jnp.issubdtype(output.dtype, jnp.floating):
         raise UsageError(f"{spec}: the module returned {type(output).__name__}, not logits (an array of scores)")
-    return {
-        "api": FLAX.api,
-        "built_at_input_shape": True,
-        "inputs": [{"name": "input", "shape": list(shape), "dtype": str(probe.dtype)}],
-        "outputs": [{"name": "logits", "shape": list(output.shape[1:]), "dtype": str(output.dtype)}],
-        "loss": None,
-        "parameters": parameters(module),
-    }
+    return FLAX.described(shape, str(probe.dtype), output.shape[1:], str(output.dtype), parameters(module))
 
 
 def module_paths(module: Any) -> list[str]:

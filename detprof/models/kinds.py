@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import importlib
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
 from detprof import backends
-from detprof.errors import UsageError
+from detprof.errors import UsageError, first_line
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,20 @@ class ModelKind:
     """The module whose classes tell the kind apart, loaded wherever a function returned one."""
     implementation: str | None = None
     """The module of workers' code that builds, feeds and trains a model of the kind."""
+
+    def described(
+        self, shape: Sequence[int], input_dtype: str, logits: Sequence[int], logits_dtype: str, parameters: int
+    ) -> dict[str, Any]:
+        """What the parent's inspection answers of a module of this kind (``own.Inspected.from_answer``): one input
+        of ``shape`` per example, its logits per example, no compiled loss, its size."""
+        return {
+            "api": self.api,
+            "built_at_input_shape": True,
+            "inputs": [{"name": "input", "shape": list(shape), "dtype": input_dtype}],
+            "outputs": [{"name": "logits", "shape": list(logits), "dtype": logits_dtype}],
+            "loss": None,
+            "parameters": parameters,
+        }
 
     def code(self) -> ModuleType:
         """The kind's workers' code, imported where a worker needs it."""
@@ -65,6 +79,15 @@ def of_value(value: Any) -> ModelKind | None:
         if kind.framework in sys.modules and kind.code().is_native(value):
             return kind
     return None
+
+
+def call_failed(spec: str, method: str, shape: Sequence[int], taking: str, exc: Exception, example: str) -> UsageError:
+    """The one line for a module whose ``method`` (forward, call) failed on the inspection's batch of ``shape``
+    (``taking``: token ids, or the inputs' dtype), asking for the ``--input-shape`` it takes (``example``)."""
+    return UsageError(
+        f"{spec}: the module's {method} failed on a batch of {'x'.join(map(str, shape))} {taking} "
+        f"({first_line(exc, with_type=True)}): give the --input-shape it takes ({example})"
+    )
 
 
 def refuse_other_backend(label: str, api: str, backend: str | None) -> None:

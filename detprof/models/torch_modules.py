@@ -27,7 +27,7 @@ from detprof import backends
 from detprof.backends.base import OPTIMIZER_PART, Step
 from detprof.errors import UsageError, first_line
 from detprof.findings import OP_PATTERNS
-from detprof.models.kinds import TORCH
+from detprof.models.kinds import TORCH, call_failed
 from detprof.training import Training
 
 TOKENS = 32
@@ -162,23 +162,16 @@ def described(module: Any, shape: tuple[int, ...], spec: str) -> dict[str, Any]:
     try:
         output = probe_logits(module, probe)
     except Exception as exc:
-        kind = "token ids" if takes_tokens(module) else f"{str(probe.dtype).removeprefix('torch.')} inputs"
-        raise UsageError(
-            f"{spec}: the module's forward failed on a batch of {'x'.join(map(str, shape))} {kind} "
-            f"({first_line(exc, with_type=True)}): give the --input-shape it takes (its own layout, like 3x224x224)"
-        ) from exc
+        taking = "token ids" if takes_tokens(module) else f"{_dtype(probe)} inputs"
+        raise call_failed(spec, "forward", shape, taking, exc, "its own layout, like 3x224x224") from exc
     if not isinstance(output, torch.Tensor) or output.ndim < 2 or not output.dtype.is_floating_point:
         raise UsageError(f"{spec}: the module returned {type(output).__name__}, not logits (a tensor of scores)")
-    return {
-        "api": TORCH.api,
-        "built_at_input_shape": True,
-        "inputs": [{"name": "input", "shape": list(shape), "dtype": str(probe.dtype).removeprefix("torch.")}],
-        "outputs": [
-            {"name": "logits", "shape": list(output.shape[1:]), "dtype": str(output.dtype).removeprefix("torch.")}
-        ],
-        "loss": None,
-        "parameters": sum(p.numel() for p in module.parameters()),
-    }
+    size = sum(p.numel() for p in module.parameters())
+    return TORCH.described(shape, _dtype(probe), output.shape[1:], _dtype(output), size)
+
+
+def _dtype(tensor: Any) -> str:
+    return str(tensor.dtype).removeprefix("torch.")
 
 
 @dataclass
