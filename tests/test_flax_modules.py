@@ -124,6 +124,21 @@ def test_a_module_is_described_channels_last_with_the_classes_its_logits_score(f
     assert item.inputs[0].shape == (8, 8, 3) and item.inputs[0].dtype == "float32" and item.classes == 6
 
 
+def test_data_feeds_a_module_channels_last_its_pixels_scaled(folder: Path, tmp_path: Path) -> None:
+    """``--data``'s leading rows as a Flax module takes them: images as they are stored (channels last), uint8
+    pixels scaled to [0, 1], labels as int32."""
+    from detprof.models import flax_modules, flax_zoo
+
+    path = tmp_path / "batch.npz"
+    pixels = np.arange(4 * 8 * 8 * 3, dtype=np.uint32).reshape(4, 8, 8, 3) % 256
+    np.savez(path, x_train=pixels.astype(np.uint8), y_train=np.array([3, 1, 2, 0]))
+    feed = {"path": str(path), "inputs": [["input", "x_train"]], "targets": [["logits", "y_train"]]}
+    module = flax_zoo.resnet_tiny((8, 8, 3), 4)
+    x, y = flax_modules.batch(module, {"input_shape": [8, 8, 3], "batch_size": 2, "data": feed}, 0, (4,))
+    assert x.shape == (2, 8, 8, 3) and str(x.dtype) == "float32" and float(x.max()) <= 1.0
+    assert np.allclose(np.asarray(x) * 255, pixels[:2]) and np.asarray(y).tolist() == [3, 1] and str(y.dtype) == "int32"
+
+
 def test_a_registry_models_parameters_are_counted_from_its_shapes_alone() -> None:
     """``detprof models`` counts a Flax model's parameters without computing them (``nnx.eval_shape``)."""
     from detprof.models import flax_modules, registry

@@ -478,27 +478,13 @@ def batch(module: Any, spec: Mapping[str, Any], seed: int, logits_shape: Sequenc
     shape, rows = tuple(spec["input_shape"]), int(spec["batch_size"])
     feed = spec.get("data")
     if feed is not None:
-        return _real_batch(feed, shape, rows, takes_tokens(module))
+        from detprof.models.npz_data import module_batch
+
+        x, y = module_batch(feed, shape, rows, takes_tokens(module))
+        return jnp.asarray(x.astype(np.int32) if x.dtype == np.int64 else x), jnp.asarray(y.astype(np.int32))
     x = synthetic_inputs(module, shape, rows, seed)
     labels = np.random.default_rng(seed + 1).integers(0, logits_shape[-1], (rows, *logits_shape[:-1]))
     return x, jnp.asarray(labels, dtype=jnp.int32)
-
-
-def _real_batch(feed: Mapping[str, Any], shape: tuple[int, ...], rows: int, tokens: bool) -> tuple[Any, Any]:
-    """The leading ``rows`` of ``--data``'s arrays as the module takes them: ids, or pixels scaled as the Keras path
-    scales them."""
-    import jax.numpy as jnp
-    import numpy as np
-
-    from detprof.models.npz_data import leading_rows, scaled
-
-    path = feed["path"]
-    ((_, x_name),) = feed["inputs"]
-    ((_, y_name),) = feed["targets"]
-    values = leading_rows(path, x_name, rows)
-    values = values.reshape((len(values), *shape))
-    x = jnp.asarray(values.astype(np.int32) if tokens else scaled(values))
-    return x, jnp.asarray(leading_rows(path, y_name, rows).astype(np.int32))
 
 
 def training(

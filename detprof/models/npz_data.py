@@ -10,8 +10,10 @@ numpy only: the parent process validates the file without a framework.
 from __future__ import annotations
 
 import zipfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -96,3 +98,18 @@ def scaled(x: np.ndarray) -> np.ndarray:
     if x.dtype == np.uint8:
         return (x.astype(np.float32) / 255.0).astype(np.float32)
     return x.astype(np.float32)
+
+
+def module_batch(
+    feed: Mapping[str, Any], shape: tuple[int, ...], rows: int, tokens: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """The leading ``rows`` of ``--data``'s arrays as a native module takes them (``shape``, its own layout): token
+    ids (int64), or pixels scaled as the Keras path scales them; the labels as int64. The module's kind puts them on
+    its framework."""
+    path = feed["path"]
+    ((_, x_name),) = feed["inputs"]
+    ((_, y_name),) = feed["targets"]
+    values = leading_rows(path, x_name, rows)
+    values = values.reshape((len(values), *shape))
+    x = values.astype(np.int64) if tokens else scaled(values)
+    return x, leading_rows(path, y_name, rows).astype(np.int64)

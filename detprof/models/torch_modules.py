@@ -287,7 +287,9 @@ def batch(module: Any, spec: Mapping[str, Any], seed: int, logits_shape: Sequenc
     shape, rows = tuple(spec["input_shape"]), int(spec["batch_size"])
     feed = spec.get("data")
     if feed is not None:
-        x, y = _real_batch(feed, shape, rows, takes_tokens(module))
+        from detprof.models.npz_data import module_batch
+
+        x, y = (torch.from_numpy(a) for a in module_batch(feed, shape, rows, takes_tokens(module)))
         return x.to(_device()), y.to(_device())
     x = synthetic_inputs(module, shape, rows, seed)
     generator = torch.Generator().manual_seed(seed + 1)
@@ -449,23 +451,6 @@ def _tensors(value: Any) -> list[Any]:
     if isinstance(value, tuple | list):
         return [t for item in value for t in _tensors(item)]
     return []
-
-
-def _real_batch(feed: Mapping[str, Any], shape: tuple[int, ...], rows: int, tokens: bool) -> tuple[Any, Any]:
-    """The leading ``rows`` of ``--data``'s arrays as the module takes them (its own layout): ids, or pixels scaled
-    as the Keras path scales them."""
-    import numpy as np
-    import torch
-
-    from detprof.models.npz_data import leading_rows, scaled
-
-    path = feed["path"]
-    ((_, x_name),) = feed["inputs"]
-    ((_, y_name),) = feed["targets"]
-    values = leading_rows(path, x_name, rows)
-    values = values.reshape((len(values), *shape))
-    x = torch.from_numpy(values.astype(np.int64) if tokens else scaled(values))
-    return x, torch.from_numpy(leading_rows(path, y_name, rows).astype(np.int64))
 
 
 PYTORCH_ALERT = OP_PATTERNS[0]
