@@ -390,18 +390,20 @@ class FlaxTraining:
         import numpy as np
         from flax import nnx
 
-        holders = {owner for owner, _, _ in self.weights(nnx.Param)}
+        if "infer" not in self.compiled:  # which modules hold parameters is read once, for the one trace
+            holders = {owner for owner, _, _ in self.weights(nnx.Param)}
 
-        def infer(state: Any, x: Any) -> tuple[Any, Any]:
-            module, _ = nnx.merge(self.graph, state)
-            module.eval()
-            with _calls_taken(True) as taken:
-                logits = logits_of(module(x))
-            named = [call.output for call in taken if call.path == PENULTIMATE]
-            inputs = [call.input for call in taken if call.path in holders]
-            return (named or inputs or [logits])[-1], logits
+            def infer(state: Any, x: Any) -> tuple[Any, Any]:
+                module, _ = nnx.merge(self.graph, state)
+                module.eval()
+                with _calls_taken(True) as taken:
+                    logits = logits_of(module(x))
+                named = [call.output for call in taken if call.path == PENULTIMATE]
+                inputs = [call.input for call in taken if call.path in holders]
+                return (named or inputs or [logits])[-1], logits
 
-        features, logits = self._jitted("infer", infer, donate=False)(self.state, x)
+            self._jitted("infer", infer, donate=False)
+        features, logits = self.compiled["infer"](self.state, x)
         return np.asarray(features), np.asarray(logits)
 
     def reseeded(self, seed: int) -> list[str]:
