@@ -16,7 +16,7 @@ import sys
 import pytest
 
 from detprof import backends, determinism
-from detprof.backends.jax import xla_flags
+from detprof.backends.jax import scatter_expander_default, xla_flags
 from detprof.cli import main
 from detprof.errors import UsageError
 from detprof.options import RunOptions
@@ -63,8 +63,9 @@ USER_XLA_FLAGS = {
     "default": f"--xla_cpu_enable_fast_math=false {EXPANDER}=false --xla_gpu_deterministic_ops=true",
     "deterministic": f"--xla_cpu_enable_fast_math=false {EXPANDER}=true",
 }
-"""A user's own ``XLA_FLAGS`` per mode: kept in both, and a deterministic flag they set dropped by default mode;
-the scatter determinism expander, whose default differs between XLA versions, read back as set."""
+"""A user's own ``XLA_FLAGS`` per mode: kept in both, but for the flags of detprof's knobs (a deterministic flag and
+the scatter determinism expander they set), which each mode sets as its knobs say: the expander stays at the
+installed XLA's default, whatever the user's flags say."""
 
 
 @pytest.mark.slow
@@ -94,9 +95,9 @@ def test_each_backend_reports_determinism_in_effect_exactly_in_deterministic_mod
     else:
         assert effective["jit_compile"] is True
         assert found["facts"]["train_step"] == "keras train_on_batch (jit_compile=True)"
-        kept = USER_XLA_FLAGS[mode].removesuffix(" --xla_gpu_deterministic_ops=true")
+        kept = "--xla_cpu_enable_fast_math=false"
         assert effective["xla_flags"] == (kept if mode == "default" else f"{kept} --xla_gpu_deterministic_ops=true")
-        assert effective["scatter_determinism_expander"] is (mode == "deterministic")
+        assert effective["scatter_determinism_expander"] is scatter_expander_default()
     assert effective["knobs"] == expected
 
 
@@ -133,6 +134,12 @@ def test_xla_flags_replace_only_detprofs_knobs() -> None:
     assert xla_flags(flags, frozenset()) == "--xla_dump_to=/tmp/x"
     assert xla_flags("", frozenset({"jax.xla_gpu_autotune_level"})) == "--xla_gpu_autotune_level=0"
     assert xla_flags("", frozenset()) == ""
+    # The scatter expander's knob turns the installed XLA's default around, a user's own setting taken out.
+    expander = "--xla_gpu_enable_scatter_determinism_expander"
+    turned = "false" if scatter_expander_default() else "true"
+    knob = frozenset({"jax.xla_gpu_enable_scatter_determinism_expander"})
+    assert xla_flags(f"{expander}={turned} --xla_dump_to=/tmp/x", knob) == f"--xla_dump_to=/tmp/x {expander}={turned}"
+    assert xla_flags(f"{expander}={turned}", frozenset()) == ""
 
 
 def test_an_unknown_or_missing_backend_is_one_line_naming_the_extra(monkeypatch) -> None:

@@ -75,9 +75,12 @@ def test_the_dry_run_for_an_h100_puts_what_only_a_gpu_answers_in_its_first_windo
     names = list(lines)
     assert names[: len(first_window)] == first_window  # the value first: nothing else comes before them
     later = names[len(first_window) :]
-    # Then the native PyTorch models people train (issue: your PyTorch model), then the paper's zoo.
-    assert later[:5] == [
+    # Then the native PyTorch models people train (issue: your PyTorch model), a knob study of a Flax GPT pricing
+    # each of XLA's switches (split to fit a window), then the paper's zoo.
+    assert later[:7] == [
         "torch-overhead-native",
+        "jax-knobs-flax-1",
+        "jax-knobs-flax-2",
         "jax-overhead-first",
         "torch-overhead-first",
         "jax-overhead-rest",
@@ -89,6 +92,10 @@ def test_the_dry_run_for_an_h100_puts_what_only_a_gpu_answers_in_its_first_windo
     )
     # JAX users' own kind of model, the registry's Flax NNX models, close the first window.
     assert "--backend jax --models flax_resnet_small,flax_gpt_small " in lines["jax-overhead-flax"]
+    flax_knobs = lines["jax-knobs-flax-1"] + lines["jax-knobs-flax-2"]
+    assert flax_knobs.count("--models flax_gpt_small ") == 2
+    for switch in ("deterministic_ops", "exclude_nondeterministic_ops", "autotune_level", "enable_scatter"):
+        assert f"jax.xla_gpu_{switch}" in flax_knobs
     assert {"jax-knobs", "torch-knobs-1", "jax-stability-gpt_tiny", "torch-verify-1"} <= set(later)
     # The pairing check: the same sweep with both modes in one process and with a process per mode.
     for route in ("in-process", "processes"):

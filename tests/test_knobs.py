@@ -33,6 +33,7 @@ from detprof.fingerprints import RunFingerprints
 from detprof.reports.command import render_report
 from detprof.store import ResultsStore
 from detprof.sweep.knobs import comparisons_apart, knob_design, split_knobs
+from detprof.sweep.run import check_arms
 
 TORCH = backends.get(backends.TORCH)
 ALGORITHMS, FILL = "torch.use_deterministic_algorithms", "torch.fill_uninitialized_memory"
@@ -60,7 +61,10 @@ def test_the_plan_prices_each_knob_that_can_matter_and_lists_the_others_with_the
     # A transformer has attention: its back ends are priced, each added to the default; on a CPU flash and math.
     gpt = knob_design(TORCH, on_gpu=False, only=None, models=("smallcnn", "gpt_tiny"))
     assert [c.name for c in gpt.comparisons][-2:] == ["add:torch.sdpa_math", "add:torch.sdpa_flash"]
-    assert gpt.not_applicable["torch.sdpa_efficient"] == "memory-efficient attention runs only on a CUDA GPU"
+    efficient = gpt.not_applicable["torch.sdpa_efficient"]
+    assert efficient == (
+        "memory-efficient attention runs only on a CUDA GPU; on a GPU, switched between steps: both arms in one process"
+    )
     mine = knob_design(TORCH, on_gpu=False, only=("torch.sdpa_math",), models=("net.py:build",))
     assert [c.name for c in mine.comparisons] == ["total", "add:torch.sdpa_math"]  # yours may run attention: named
     assert SDPA not in {k.name for k in knob_design(TORCH, on_gpu=False, only=None, models=("net.py:build",)).knobs}
@@ -138,12 +142,52 @@ def test_tensorflow_and_jax_declare_their_knobs_and_which_cannot_matter_on_a_cpu
         "add:tensorflow.op_determinism",
         "drop:tensorflow.op_determinism",
     ]
-    assert tensorflow.not_applicable == {"tensorflow.cudnn_autotune": "cuDNN runs only on a CUDA GPU"}
-    jax = knob_design(backends.get(backends.JAX), on_gpu=False, only=None)
-    assert [c.name for c in jax.comparisons] == ["total"] and len(jax.not_applicable) == 3
-    on_gpu = knob_design(backends.get(backends.JAX), on_gpu=True, only=None)
-    extras = ["add:jax.xla_gpu_exclude_nondeterministic_ops", "add:jax.xla_gpu_autotune_level"]
-    assert [c.name for c in on_gpu.comparisons][-2:] == extras
+    autotune = (
+        "cuDNN runs only on a CUDA GPU; on a GPU, a process per arm "
+        "(TF_CUDNN_USE_AUTOTUNE is set for the whole process)"
+    )
+    assert tensorflow.not_applicable == {"tensorflow.cudnn_autotune": autotune}
+    jax = knob_design(backends.get(backends.JAX), on_gpu=False, only=None, models=["flax_gpt_tiny"])
+    assert [c.name for c in jax.comparisons] == ["total"] and not jax.every
+    # On a CPU each of XLA's switches is listed with the route a GPU's study takes it by.
+    assert set(jax.not_applicable) == {f"jax.xla_gpu_{s}" for s in XLA_SWITCHES}
+    route = "a compile option of each arm's step, both arms in one process, where the pairing check"
+    assert all(route in reason and "XLA_FLAGS, a process per arm" in reason for reason in jax.not_applicable.values())
+
+
+XLA_SWITCHES = (
+    "deterministic_ops",
+    "exclude_nondeterministic_ops",
+    "autotune_level",
+    "enable_scatter_determinism_expander",
+)
+
+
+def test_on_a_gpu_each_of_xlas_switches_is_priced_added_alone_and_left_out_of_every_switch_on() -> None:
+    jax = backends.get(backends.JAX)
+    design = knob_design(jax, on_gpu=True, only=None)
+    every = frozenset(f"jax.xla_gpu_{s}" for s in XLA_SWITCHES)
+    assert design.full == {"jax.xla_gpu_deterministic_ops"} and design.every == every
+    by_name = {c.name: c for c in design.comparisons}
+    assert list(by_name)[:2] == ["total", "every"] and by_name["every"].treated == every
+    for knob in every:
+        assert by_name[f"add:{knob}"].treated == {knob}
+        assert (by_name[f"drop:{knob}"].reference, by_name[f"drop:{knob}"].treated) == (every - {knob}, every)
+    # The checks: full determinism, every switch on, and every switch on less each one.
+    arms = check_arms(design)
+    assert [arm.name for arm in arms][:2] == ["deterministic", "every"] and arms[1].every
+    assert {arm.without: frozenset(arm.knobs or ()) for arm in arms[2:]} == {k: every - {k} for k in every}
+    # A study of one extra switch leaves it out of full determinism with it.
+    autotune = knob_design(jax, on_gpu=True, only=("jax.xla_gpu_autotune_level",))
+    assert [c.name for c in autotune.comparisons] == [
+        "total",
+        "every",
+        "add:jax.xla_gpu_autotune_level",
+        "drop:jax.xla_gpu_autotune_level",
+    ]
+    assert autotune.comparisons[-1].reference == {"jax.xla_gpu_deterministic_ops"}
+    # PyTorch has no extra switch that joins: its leave-one-out stays within full determinism.
+    assert not knob_design(TORCH, on_gpu=True, only=None).every
 
 
 def arm_records(model: str, comparison: str, ratios: list[float]) -> list[dict[str, Any]]:
@@ -193,7 +237,8 @@ def check_store(root: Path, arms: dict[str, int | None]) -> ResultsStore:
         for replica in "ab":
             record = {"run_id": f"m--{without or 'full'}--{replica}", "model": "m", "mode": "deterministic"}
             record |= {"replica": replica, "status": "ok", "fingerprints": str(Path(folder) / replica)}
-            store.write_record(record | ({"without": without} if without else {}))
+            arm = {"every": True} if without == "every" else {"without": without} if without else {}
+            store.write_record(record | arm)
     return store
 
 
@@ -226,6 +271,32 @@ def test_each_knob_gets_its_costs_with_intervals_and_the_bitwise_verdict_says_wh
     assert broken.knobs[0].needed is None and broken.knobs[0].check.startswith("full determinism itself is not")
 
 
+def test_within_every_switch_on_each_knob_is_left_out_of_them_all_its_share_and_verdict_read_against_them(
+    tmp_path: Path,
+) -> None:
+    ops, exclude = "jax.xla_gpu_deterministic_ops", "jax.xla_gpu_exclude_nondeterministic_ops"
+    records = [
+        *arm_records("m", "total", [1.50, 1.52, 1.49, 1.50]),
+        *arm_records("m", "every", [2.00, 2.02, 1.99, 2.01]),
+        *arm_records("m", f"add:{exclude}", [1.30, 1.31, 1.29, 1.30]),
+        *arm_records("m", f"drop:{ops}", [1.20, 1.21, 1.19, 1.20]),
+        *arm_records("m", f"drop:{exclude}", [1.05, 1.06, 1.04, 1.05]),
+    ]
+    # Full determinism parts here, every switch on holds: the verdicts are read against every switch on.
+    checks = knob_checks(check_store(tmp_path, {"": 1, "every": None, ops: 1, exclude: None}))
+    manifest = {"backend": "jax", "knobs": [ops, exclude], "every": [ops, exclude]}
+    (study,) = model_knobs(records, checks, manifest)
+    assert study.has_every and study.every is not None and study.every.ratio == pytest.approx(2.005, abs=0.01)
+    deterministic_ops, excluded = study.knobs
+    assert deterministic_ops.in_full and excluded.in_full
+    assert deterministic_ops.needed is True and "part at step 1" in deterministic_ops.check
+    assert excluded.needed is False and excluded.check == "still bitwise identical over 3 steps without it"
+    share = study.share(deterministic_ops)
+    assert share is not None and share[0] == pytest.approx(math.log(1.20) / math.log(2.005), abs=0.01)
+    assert study.least_set() == (ops,)
+    assert study.advice().startswith(f"{ops} costs most (with every switch on it costs +20.0% [")
+
+
 def test_a_cost_within_noise_says_so(tmp_path: Path) -> None:
     records = [
         *arm_records("m", "total", [1.01, 0.99, 1.0]),
@@ -244,9 +315,10 @@ def test_a_bad_knob_or_a_study_with_nothing_to_run_is_one_line(
         ["sweep", "--knobs", "torch.nope", "--backend", "torch", "--models", "smallcnn", "--out", str(tmp_path)]
     )
     assert code == ExitCode.USAGE and "is not a knob of torch" in capsys.readouterr().err
-    code = main(["sweep", "--knobs", "--backend", "jax", "--models", "smallcnn", "--out", str(tmp_path)])
+    code = main(["sweep", "--knobs", "--models", "flax_gpt_tiny", "--out", str(tmp_path)])  # a Flax model: on JAX
     err = capsys.readouterr().err
-    assert code == ExitCode.USAGE and "no knob of jax studied can matter on cpu" in err
+    assert code == ExitCode.USAGE and "no knob of jax studied can matter on cpu (jax.xla_gpu_deterministic_ops, " in err
+    assert "on a GPU, a compile option of each arm's step, both arms in one process" in err and err.count("\n") == 1
     code = main(["sweep", "--knobs", "--calibrate", "--out", str(tmp_path)])
     assert code == ExitCode.USAGE and "--knobs is a study of its own: not with --calibrate" in capsys.readouterr().err
 
@@ -465,5 +537,5 @@ def test_op_determinism_is_priced_on_tensorflow_and_cudnn_autotune_listed_as_not
     op_determinism, autotune = study.knobs
     assert op_determinism.add_one is not None and op_determinism.leave_one_out is not None
     assert op_determinism.needed is False and op_determinism.check == "still bitwise identical over 3 steps without it"
-    assert not autotune.applies and autotune.reason == "cuDNN runs only on a CUDA GPU"
+    assert not autotune.applies and autotune.reason.startswith("cuDNN runs only on a CUDA GPU; on a GPU, a process per")
     assert "not applicable: cuDNN runs only on a CUDA GPU" in out.out

@@ -248,7 +248,11 @@ def test_each_model_gets_a_table_of_its_knobs_with_both_costs_its_share_and_the_
         f"alone it has no effect: it works only with {ALGORITHMS}",
     )
     assert gpu[FILL]["Within full determinism"][1] == WITHIN_NOISE
-    assert cpu[CUDNN]["Added to the default alone"] == ("-", "not applicable: cuDNN and cuBLAS run only on a CUDA GPU")
+    assert cpu[CUDNN]["Added to the default alone"] == (
+        "-",
+        "not applicable: cuDNN and cuBLAS run only on a CUDA GPU; on a GPU, switched between steps: both arms in one "
+        "process",
+    )
     assert cpu[FILL]["Share of the overhead"][0].startswith("0% ["), "a share that rounds to none is not -0%"
     assert cpu[CUDNN]["Within full determinism"] == ("-", "") and cpu[CUDNN]["Without it (bitwise)"] == ("-", "")
     assert '<span class="agree-no">needed: without it' in page and '<span class="agree-yes">still bitwise' in page

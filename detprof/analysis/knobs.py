@@ -24,6 +24,9 @@ from detprof.intervals import Overhead, headline, spans
 from detprof.store import ResultsStore
 
 TOTAL = "total"
+EVERY = "every"
+"""A study's comparison of every switch users set for determinism against the default, where that is more than
+full determinism (``sweep.knobs``): its ``drop`` arms then leave one out of it."""
 NO_EFFECT = 1.0
 
 
@@ -54,6 +57,9 @@ class KnobCost:
     check: str | None
     """The bitwise check in words: "still bitwise identical over 20 steps" or where the runs part."""
     in_mode: bool = True
+    in_full: bool = False
+    """One of the switches the study's leave-one-out arms leave one out of (full determinism's, or every switch
+    on's), applicable here: the least set that holds bitwise is drawn from them."""
 
     @property
     def saving(self) -> Overhead | None:
@@ -91,7 +97,7 @@ def least_set_line(least: tuple[str, ...] | None) -> str | None:
         return None
     if not least:
         return (
-            "the least set that holds bitwise here: none of deterministic mode's switches (each could be left off "
+            "the least set that holds bitwise here: none of the switches studied together (each could be left off "
             "alone with the runs still bitwise identical)"
         )
     return f"the least set that holds bitwise here: {', '.join(least)} (the runs part without each)"
@@ -109,14 +115,19 @@ class ModelKnobs:
     knobs: list[KnobCost]
     failures: list[str]
     helpers: list[HelperCost] = field(default_factory=list)
+    every: Overhead | None = None
+    """Every switch on against the default (``EVERY``), where the study has more than full determinism: what its
+    knobs' leave-one-out costs are taken within."""
+    has_every: bool = False
+    """Whether the study compared every switch on (``every`` is None where its runs failed)."""
 
     def least_set(self) -> tuple[str, ...] | None:
-        """The fewest of deterministic mode's switches with which the runs stay bitwise identical, read off the
-        study's own checks: each one without which they part (or that was not checked), none that could go; None
-        where full determinism itself parts or was not checked."""
+        """The fewest of the switches studied together (deterministic mode's, or every one on) with which the runs
+        stay bitwise identical, read off the study's own checks: each one without which they part (or that was not
+        checked), none that could go; None where all of them on parts or was not checked."""
         if not any(k.needed is not None for k in self.knobs):
             return None
-        return tuple(k.knob for k in self.knobs if k.in_mode and k.applies and k.needed is not False)
+        return tuple(k.knob for k in self.knobs if k.in_full and k.needed is not False)
 
     def top(self, floor: float | None = None) -> KnobCost | None:
         """The knob whose leaving off saves most (else that costs most alone), among those measured: one whose cost
@@ -129,9 +140,11 @@ class ModelKnobs:
         )
 
     def share(self, knob: KnobCost) -> tuple[float, float, float] | None:
-        """The knob's saving as a share of the total overhead, with its interval (the total's point estimate as the
-        denominator, on the log scale); None where the total is within noise and shares mean nothing."""
-        total, saving = self.total, knob.saving
+        """The knob's saving as a share of the total overhead (of every switch on's, for a cost taken within it),
+        with its interval (the total's point estimate as the denominator, on the log scale); None where the total is
+        within noise and shares mean nothing."""
+        within_every = self.has_every and knob.leave_one_out is not None
+        total, saving = (self.every if within_every else self.total), knob.saving
         if total is None or saving is None or not total.has_interval or spans(total, NO_EFFECT):
             return None
         scale = math.log(total.ratio)
@@ -145,7 +158,8 @@ class ModelKnobs:
             return "no knob could be measured on this device" + (f" ({self.failures[0]})" if self.failures else "")
         saving = top.saving
         needed = "".join(f"; {k.knob} is {k.check}" for k in self.knobs if k.needed and k is not top)
-        what = "in full determinism it costs" if top.leave_one_out is not None else "added alone it costs"
+        within = "with every switch on" if self.has_every else "in full determinism"
+        what = f"{within} it costs" if top.leave_one_out is not None else "added alone it costs"
         if not saving.has_interval:
             return (
                 f"{top.knob} costs most: {what} {_signed(saving.ratio - 1)} (one repeat: no interval, use --repeats 3 "
@@ -181,13 +195,15 @@ def model_knobs(
     backend = backends.get(backends.named(manifest.get("backend")))
     studied = [backend.knob(name) for name in manifest.get("knobs", [])]
     not_applicable: dict[str, str] = dict(manifest.get("not_applicable") or {})
+    every = frozenset(manifest.get(EVERY) or ())
+    left_out_of = every or backend.mode_knobs()
     models = list(dict.fromkeys(str(r["model"]) for r in records))
     result = []
     for model in models:
         mine = [r for r in records if r["model"] == model]
         overheads = model_overheads(mine, key="comparison")
         cost = {name: headline(o.kernel, o.wall)[1] for name, o in overheads.items()}
-        full = checks.get((model, ""))
+        full = checks.get((model, EVERY if every else ""))
         knobs = []
         for knob in studied:
             reason = not_applicable.get(knob.name)
@@ -204,8 +220,9 @@ def model_knobs(
                     add_one=cost.get(f"add:{knob.name}"),
                     leave_one_out=cost.get(f"drop:{knob.name}"),
                     needed=_needed(full, check),
-                    check=_check_words(full, check),
+                    check=_check_words(full, check, "every switch on" if every else "full determinism"),
                     in_mode=knob.in_mode,
+                    in_full=knob.name in left_out_of and knob.name not in not_applicable,
                 )
             )
         failures = [f"{r['run_id']}: {r.get('reason') or r['status']}" for r in mine if r.get("status") != "ok"]
@@ -220,6 +237,8 @@ def model_knobs(
                 knobs=knobs,
                 failures=failures,
                 helpers=helpers,
+                every=cost.get(EVERY),
+                has_every=bool(every),
             )
         )
     return result
@@ -279,11 +298,11 @@ def _needed(full: Comparison | None, without: Comparison | None) -> bool | None:
     return not without.identical
 
 
-def _check_words(full: Comparison | None, without: Comparison | None) -> str | None:
+def _check_words(full: Comparison | None, without: Comparison | None, reference: str) -> str | None:
     if without is None:
         return None
     if full is not None and full.identical is False:
-        return f"full determinism itself is not bitwise reproducible here (the runs part {full.parting()})"
+        return f"{reference} itself is not bitwise reproducible here (the runs part {full.parting()})"
     if without.identical is None:
         return f"not compared: {without.problem}"
     if without.identical:
@@ -297,7 +316,7 @@ def knob_checks(store: ResultsStore) -> dict[tuple[str, str], Comparison]:
     by_arm: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for record in store.records():
         helper = f"{HELPER_COMPARISON}{record['helper']}" if record.get("helper") else ""
-        arm = str(record.get("without") or helper)
+        arm = EVERY if record.get("every") else str(record.get("without") or helper)
         by_arm.setdefault((str(record["model"]), arm), []).append(record)
     result = {}
     for key, runs in by_arm.items():

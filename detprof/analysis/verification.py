@@ -234,6 +234,10 @@ class ModelVerification:
         }
 
 
+KNOB_CHECK_ARMS = ("without", "helper", "every")
+"""The fields that mark a knob study's check of an arm other than full determinism (``verify.run.VerifyArm``)."""
+
+
 def verifications(store: ResultsStore) -> list[ModelVerification]:
     """Every model (or program) of a verification study, in the order its runs started (the order they were asked for).
 
@@ -242,7 +246,7 @@ def verifications(store: ResultsStore) -> list[ModelVerification]:
     """
     by_model: dict[str, list[dict[str, Any]]] = {}
     for record in sorted(store.records(), key=lambda r: str(r.get("started_at") or "")):
-        if record.get("without") is None:
+        if not any(record.get(arm) for arm in KNOB_CHECK_ARMS):
             by_model.setdefault(record["model"], []).append(record)
     return [_verification(store, model, records) for model, records in by_model.items()]
 

@@ -100,7 +100,12 @@ class Knob:
     gpu_only: str | None = None
     """Why it cannot matter on a CPU (what it switches runs only on a GPU); None: it can matter anywhere."""
     in_mode: bool = True
-    """Part of detprof's deterministic mode; False: an extra switch, priced added to the default only."""
+    """Part of detprof's deterministic mode; False: an extra switch, priced added to the default only (unless
+    ``in_every``)."""
+    in_every: bool = False
+    """An extra switch that users set for determinism beside the mode's (XLA's exclusion of nondeterministic ops,
+    its autotuning level): a knob study also prices what it carries among every such switch on (``every``), by
+    leaving it out of them, where the device takes it."""
     needs: str | None = None
     """The knob without which this one has no effect: it is priced only where that one is on."""
     per_process: str | None = None
@@ -206,9 +211,12 @@ class Backend:
     switched_after_import: ClassVar[bool] = False
     """Whether a program's deterministic mode needs ``switch_on`` once it imports the framework (no
     environment variable switches it: ``backends.program``)."""
-    knobs_switch_between_runs: ClassVar[bool] = False
     helpers: ClassVar[tuple[Helper, ...]] = ()
     """Libraries' one-call determinism on this framework, priced whole by a knob study."""
+    arm_route: ClassVar[str] = "switched between steps: both arms in one process"
+    """How a knob study sets a knob that a process need not take when it starts (``Knob.per_process``: None), as
+    ``knob_route`` says it."""
+    knobs_switch_between_runs: ClassVar[bool] = False
     """Whether ``arm_switch`` puts a process under another arm's knobs for the next model it trains, as it does
     for the next step (PyTorch reads its switches at every op, TensorFlow when it traces a function and when a
     kernel runs): a replica then trains a knob study's checks of every arm in one process (``verify.run``).
@@ -240,6 +248,11 @@ class Backend:
     def mode_knobs(self) -> frozenset[str]:
         """The knobs deterministic mode sets."""
         return frozenset(knob.name for knob in self.knobs if knob.in_mode)
+
+    def knob_route(self, knob: Knob) -> str:
+        """How a knob study sets ``knob`` on a GPU, in words: where a CPU lists it as not applicable, a user reads
+        how a GPU's study would take it."""
+        return f"a process per arm ({knob.per_process})" if knob.per_process else self.arm_route
 
     def knob(self, name: str) -> Knob:
         """The knob called ``name``; KeyError for one this backend does not declare."""

@@ -6,6 +6,7 @@ import contextlib
 import functools
 import os
 import re
+import subprocess
 import sys
 from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
@@ -24,6 +25,11 @@ XLA versions: every run records it (``scatter_determinism_expander``) beside ``X
 XLA_GPU_ONLY = "an XLA GPU flag: XLA compiles for the CPU the same either way"
 
 
+EXPANDER_FLAG = "--xla_gpu_enable_scatter_determinism_expander"
+FLIPPED = "flipped"
+"""An ``XlaKnob``'s value that turns the installed XLA's default around (``scatter_expander_default``)."""
+
+
 @dataclass(frozen=True)
 class XlaKnob:
     """A knob that is one flag of ``XLA_FLAGS``, read back as XLA parsed it: a field of its ``DebugOptions``."""
@@ -31,11 +37,27 @@ class XlaKnob:
     knob: Knob
     flag: str
     value: str
-    """The flag's value when the knob is on."""
+    """The flag's value when the knob is on; ``FLIPPED``: the opposite of the installed XLA's default."""
     field: int
     """The flag's field number in XLA's ``DebugOptions`` (xla.proto)."""
-    on: int
-    """The field's value when the knob is on (proto3 leaves a field at its default unwritten)."""
+    on: int | None
+    """The field's value when the knob is on (proto3 leaves a field at its default unwritten); None: ``FLIPPED``."""
+
+    def flag_value(self) -> str:
+        """The flag's value when the knob is on, as ``XLA_FLAGS`` takes it."""
+        if self.value != FLIPPED:
+            return self.value
+        return "false" if scatter_expander_default() else "true"
+
+    def is_on(self, options: Mapping[int, Any]) -> bool:
+        """Whether the knob is on in ``options`` (a process's ``debug_options``). A flipped knob is off wherever
+        the process's ``XLA_FLAGS`` does not name its flag (detprof takes a user's out: ``xla_flags``), so that no
+        run without it pays for reading the installed default."""
+        if self.on is not None:
+            return options.get(self.field, 0) == self.on
+        if self.flag not in os.environ.get(XLA_FLAGS_ENV, ""):
+            return False
+        return (options.get(self.field, 0) == 1) != scatter_expander_default()
 
 
 XLA_KNOBS = (
@@ -56,10 +78,11 @@ XLA_KNOBS = (
         Knob(
             "jax.xla_gpu_exclude_nondeterministic_ops",
             "XLA_FLAGS=--xla_gpu_exclude_nondeterministic_ops=true",
-            "only ops with a deterministic implementation, without deterministic_ops' hold on autotuning; not part "
-            "of detprof's deterministic mode",
+            "only ops with a deterministic implementation (compiling fails on one without, such as max pooling's "
+            "gradient), without deterministic_ops' hold on autotuning; not part of detprof's deterministic mode",
             gpu_only=XLA_GPU_ONLY,
             in_mode=False,
+            in_every=True,
         ),
         "--xla_gpu_exclude_nondeterministic_ops",
         "true",
@@ -73,11 +96,28 @@ XLA_KNOBS = (
             "no autotuning of GPU kernels (level 0 instead of 4); not part of detprof's deterministic mode",
             gpu_only=XLA_GPU_ONLY,
             in_mode=False,
+            in_every=True,
         ),
         "--xla_gpu_autotune_level",
         "0",
         123,
         0,
+    ),
+    XlaKnob(
+        Knob(
+            "jax.xla_gpu_enable_scatter_determinism_expander",
+            f"XLA_FLAGS={EXPANDER_FLAG}=<the installed XLA's default, turned around>",
+            "XLA's rewrite of a deterministic scatter into sorted segments, much faster than the serial loop it "
+            "replaces (openxla/xla#34917); its default has changed between XLA versions, so the knob turns this "
+            "one's around; not part of detprof's deterministic mode",
+            gpu_only=XLA_GPU_ONLY,
+            in_mode=False,
+            in_every=True,
+        ),
+        EXPANDER_FLAG,
+        FLIPPED,
+        SCATTER_EXPANDER_FIELD,
+        None,
     ),
 )
 
@@ -90,8 +130,28 @@ def xla_flags(user_flags: str, knobs: frozenset[str]) -> str:
     """
     ours = {xla.flag for xla in XLA_KNOBS}
     kept = [flag for flag in user_flags.split() if flag.split("=", 1)[0] not in ours]
-    kept += [f"{xla.flag}={xla.value}" for xla in XLA_KNOBS if xla.knob.name in knobs]
+    kept += [f"{xla.flag}={xla.flag_value()}" for xla in XLA_KNOBS if xla.knob.name in knobs]
     return " ".join(kept)
+
+
+@functools.lru_cache(maxsize=1)
+def scatter_expander_default() -> bool:
+    """The installed XLA's own default for its scatter determinism expander, read in a process started without
+    the flag: XLA parses ``XLA_FLAGS`` once per process, so this one's reading may hold a flag already."""
+    env = dict(os.environ)
+    env[XLA_FLAGS_ENV] = xla_flags_without(env.pop(XLA_FLAGS_ENV, ""), EXPANDER_FLAG)
+    probe = "from detprof.backends.jax import scatter_expander; print(int(scatter_expander()))"
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True, timeout=300
+        )
+    except (subprocess.SubprocessError, OSError) as exc:
+        raise RuntimeError(f"could not read the installed XLA's default for {EXPANDER_FLAG}: {exc}") from exc
+    return done.stdout.split()[-1:] == ["1"]
+
+
+def xla_flags_without(flags: str, flag: str) -> str:
+    return " ".join(f for f in flags.split() if f.split("=", 1)[0] != flag)
 
 
 class Jax(Backend):
@@ -107,6 +167,10 @@ class Jax(Backend):
     nondeterministic_op_advice = "replace the op, or run it on the CPU (with jax.default_device)"
     compiler = Compiler("jax.jit", None, "always compiles with XLA")
     knobs = tuple(xla.knob for xla in XLA_KNOBS)
+    arm_route = (
+        "a compile option of each arm's step, both arms in one process, where the pairing check (detprof gpu-study) "
+        "agrees; else in XLA_FLAGS, a process per arm"
+    )
     in_effect_columns = (
         SettingColumn("op determinism (xla_gpu_deterministic_ops)", "op_determinism"),
         SettingColumn("XLA_FLAGS", "xla_flags", environment=True),
@@ -258,7 +322,7 @@ def compiled_arms(
             "op_determinism": XLA_KNOBS[0].knob.name in knobs,
             "xla_flags": xla_flags(os.environ.get(XLA_FLAGS_ENV, ""), knobs),
             "compiler_options": options,
-            "scatter_determinism_expander": scatter_expander(),
+            "scatter_determinism_expander": bool(options.get(EXPANDER_FLAG.removeprefix("--"), scatter_expander())),
             "knobs": {xla.knob.name: xla.knob.name in knobs for xla in XLA_KNOBS},
         }
         return step, effect
@@ -283,11 +347,8 @@ def compiler_options(knobs: frozenset[str]) -> dict[str, bool | int]:
     """The knobs as XLA compile options (each flag's name without its dashes, its value typed as the option is):
     those of one executable."""
     typed = {"true": True, "false": False}
-    return {
-        xla.flag.removeprefix("--"): typed[xla.value] if xla.value in typed else int(xla.value)
-        for xla in XLA_KNOBS
-        if xla.knob.name in knobs
-    }
+    on = [(xla.flag.removeprefix("--"), xla.flag_value()) for xla in XLA_KNOBS if xla.knob.name in knobs]
+    return {option: typed[value] if value in typed else int(value) for option, value in on}
 
 
 @contextlib.contextmanager
@@ -324,7 +385,7 @@ def _compiled_step(model: Any, loss_of: LossOf) -> Callable[..., Any]:
 
 
 def _knobs_in(options: Mapping[int, Any]) -> dict[str, bool]:
-    return {xla.knob.name: options.get(xla.field, 0) == xla.on for xla in XLA_KNOBS}
+    return {xla.knob.name: xla.is_on(options) for xla in XLA_KNOBS}
 
 
 def scatter_expander(options: Mapping[int, Any] | None = None) -> bool:

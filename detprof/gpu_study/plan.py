@@ -5,10 +5,10 @@ the smallest size that answers it: whether pairing the two modes in one process 
 process started in each mode gets (the pairing check, on each backend), what determinism buys
 (implementation noise against control), whether it holds (``verify`` of a CNN and a transformer), and
 which switch pays (a knob study of few steps), and what it costs JAX users' own kind of model (the registry's
-Flax NNX models, on JAX). Then the native PyTorch models people train (Hugging
-Face's, on PyTorch), the overhead of the paper's medium CNN and a GPT, the rest of the zoo, the models
-whose pairs failed in one process (a process per mode), the full knob studies, stability and ``verify``
-of the rest. Overhead parts pair the modes as the pairing check found valid on their backend: in one
+Flax NNX models, on JAX). Then the native PyTorch models people train (Hugging Face's, on PyTorch), a knob study
+of a Flax GPT (each of XLA's switches), the overhead of the paper's medium CNN and a GPT, the rest of the zoo, the
+models whose pairs failed in one process (a process per mode), the full knob studies, stability and ``verify`` of
+the rest. Overhead parts pair the modes as the pairing check found valid on their backend: in one
 process where the two routes agree, else a process per mode. The pairing check's third sweep asks
 whether a model's repeats may share one process (``--shared-repeats``: the steps built once, re-run for
 each repeat) against a process per repeat; where it agrees, or until it has answered, the overhead
@@ -77,6 +77,9 @@ class Scale:
     flax: tuple[str, ...]
     """The Flax NNX registry models (``flax_*``), swept on JAX at the first window's end: JAX users' own kind of
     model, on the backend where determinism has cost most."""
+    flax_knobs: str | None
+    """The Flax model whose knob study prices each of XLA's switches, first of the later windows' parts: a model with
+    an embedding, whose gradient is the scatter that XLA's deterministic ops and its scatter expander rewrite."""
     sweep: tuple[str, ...]
     """The sweep's options (the pairing check, the overhead parts and the knob studies)."""
     repeats: int
@@ -121,6 +124,7 @@ SCALES: dict[str, Scale] = {
         rest=("moe_small", "vit_small", "vgg19", "resnet50", "densenet121", "mobilenet", "efficientnetb0"),
         native=("hf_resnet50_small", "hf_vit_small", "hf_gpt2_small", "hf_llama_small"),
         flax=("flax_resnet_small", "flax_gpt_small"),
+        flax_knobs="flax_gpt_small",
         sweep=GPU_SWEEP,
         repeats=2,
         precision="2%",
@@ -150,6 +154,7 @@ SCALES: dict[str, Scale] = {
         rest=(),
         native=(),
         flax=(),
+        flax_knobs=None,
         sweep=("--preset", "cpu-small", "--steps", "3", "--warmup", "1", "--batch-size", "8"),
         repeats=1,
         precision="off",
@@ -188,6 +193,9 @@ class Part:
     """One of the answers the first window brings back."""
     knobs: str | None = None
     """A knob study's ``--knobs``."""
+    chooses_model: bool = False
+    """A later knob study of the model that paid most on its backend, chosen when it starts (``knob_model``);
+    False: its ``models`` as planned."""
 
     @property
     def estimate_s(self) -> float:
@@ -276,6 +284,9 @@ def build_plan(
     if backends.TORCH in names and scale.native:
         native = planner.native(backends.TORCH, NATIVE, scale.native, registry.NATIVE_NEEDS)
         _add(later, not_run, native, f"{backends.TORCH}-overhead-{NATIVE}")
+    if backends.JAX in names and scale.flax_knobs:
+        flax_knobs = planner.native_knobs(backends.JAX, FLAX, scale.flax_knobs, registry.FLAX_NEEDS)
+        _add(later, not_run, flax_knobs, f"{backends.JAX}-knobs-{FLAX}")
     for group, models in (("first", scale.first), ("rest", scale.rest)):
         for backend in names:
             left = tuple(m for m in models if m not in scale.pairing.get(backend, ()))
@@ -286,7 +297,9 @@ def build_plan(
     if scale.full_knobs:
         for backend in names:
             model = known.knob_models.get(backend) or planner.costliest(backend)
-            _add(later, not_run, planner.knobs(backend, model, first=False), f"{backend}-knobs")
+            chosen = planner.knobs(backend, model, first=False)
+            chosen = chosen if isinstance(chosen, str) else [replace(part, chooses_model=True) for part in chosen]
+            _add(later, not_run, chosen, f"{backend}-knobs")
     for backend in names:
         later += [planner.stability(backend, model, options, first=False) for model, options in scale.stability]
     for backend in names:
@@ -389,6 +402,16 @@ class _Planner:
         if importlib.util.find_spec(needs) is None:
             return f"{needs} is not installed: {registry.MODEL_PACKAGES[needs]}"
         return self.overhead(backend, group, models, share_of=len(self.routes) * 2)
+
+    def native_knobs(self, backend: str, group: str, model: str, needs: str) -> list[Part] | str:
+        """A knob study of a native registry model (``knobs``), each part named for its group; why not, where the
+        package that builds it (``needs``) is not installed."""
+        if importlib.util.find_spec(needs) is None:
+            return f"{needs} is not installed: {registry.MODEL_PACKAGES[needs]}"
+        parts = self.knobs(backend, model, first=False)
+        if isinstance(parts, str):
+            return parts
+        return [replace(part, name=part.name.replace(f"{backend}-knobs", f"{backend}-knobs-{group}")) for part in parts]
 
     def costliest(self, backend: str) -> str:
         """The model the full knob study's estimate assumes before the overhead parts chose one: the costliest of

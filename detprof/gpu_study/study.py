@@ -372,7 +372,7 @@ def _report(out: Path, say: Callable[[str], None]) -> None:
 def shown(part: Part, state: StudyState) -> str:
     """A part's command line as the plan and the summary show it: its folder left out, a knob study's chosen
     model in."""
-    model = state.knob_models.get(part.backend) if part.kind == "knobs" else None
+    model = state.knob_models.get(part.backend) if part.chooses_model else None
     return " ".join(part.argv(part.name, model)[:-2])
 
 

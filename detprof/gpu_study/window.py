@@ -85,7 +85,7 @@ class StudyWindow:
             self.left[part.name] = f"expects {expected_s:.0f} s, {left_s:.0f} s were left"
             return
         model = None
-        if part.kind == "knobs" and not part.first_window:
+        if part.chooses_model:
             model = self.state.knob_models.get(part.backend) or choose_knob_model(part.backend)
             if model is None:
                 self.left[part.name] = f"no overhead measured on {part.backend} yet to choose its model"

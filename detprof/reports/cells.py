@@ -521,7 +521,8 @@ def knobs_total(k: KnobReading) -> Words:
     total = k.knobs.total
     repeats = f", {total.n} paired repeats" if total is not None else ""
     noise = WITHIN_NOISE if within_noise(total, k.floor) else ""
-    return Words(f"Full determinism against the default: {f.ratio(total)}{repeats}", noise)
+    every = f"; every switch on, which each knob is left out of: {f.ratio(k.knobs.every)}" if k.knobs.has_every else ""
+    return Words(f"Full determinism against the default: {f.ratio(total)}{repeats}{every}", noise)
 
 
 def knobs_advice(k: KnobReading) -> str:

@@ -103,6 +103,7 @@ def knob_json(k: KnobReading) -> dict[str, Any]:
         "device_label": k.study.label,
         "backend": k.study.backend,
         "total": interval_json(k.knobs.total),
+        **({"every": interval_json(k.knobs.every)} if k.knobs.has_every else {}),
         "noise_floor": k.floor,
         "advice": k.advice,
         "unexplained": k.knobs.unexplained(),

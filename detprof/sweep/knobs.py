@@ -10,6 +10,10 @@ arm ``b`` the treated one, so every figure is a paired ratio b/a with its interv
 - ``add:K``: the default against the default plus knob K alone ("what this switch costs");
 - ``drop:K``: full determinism without K against full determinism: the cost K carries within full
   determinism ("what leaving it off saves");
+- ``every``: the default against every switch users set for determinism, the mode's and the extra ones that join
+  it (``Knob.in_every``: XLA's exclusion of nondeterministic ops, its autotuning level, its scatter expander); where
+  the device takes such a switch, each ``drop:K`` is taken within ``every`` instead, so that an extra switch is
+  left out too (whether deterministic ops could go where the others hold);
 - ``helper:H``: the default against the switches a library's one call sets (``Backend.helpers``: Hugging Face's
   ``enable_full_determinism``, ...), priced whole; a helper that sets on the device what another comparison's arm
   sets (on a CPU, each sets what deterministic mode does) is priced by that comparison, not run again.
@@ -26,6 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from detprof.analysis.knobs import EVERY, TOTAL
 from detprof.backends import get
 from detprof.backends.base import HELPER_COMPARISON, Backend, Knob
 from detprof.determinism import Mode
@@ -37,7 +42,6 @@ from detprof.profiler.sweep_request import SweepConfig
 from detprof.sweep.sweep_runs import RunSlot, model_run
 
 Side = Literal["a", "b"]
-TOTAL = "total"
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,9 @@ class KnobDesign:
     comparisons: tuple[Comparison, ...]
     full: frozenset[str]
     """Full determinism: the knobs deterministic mode sets (all of them, even those studied not)."""
+    every: frozenset[str] = frozenset()
+    """Where it is more than ``full``: full determinism and the extra switches studied that join it
+    (``Knob.in_every``) on the device, which each ``drop`` arm leaves one out of; else empty."""
     helpers: dict[str, str] = field(default_factory=dict)
     """Each helper priced (``Backend.helpers``, by key): the comparison that prices it, its own or one whose arm
     sets the same switches on the device."""
@@ -77,6 +84,11 @@ class KnobDesign:
     def dropped(self) -> list[str]:
         """The knobs whose leave-one-out arm runs, each verified bitwise."""
         return [c.name.removeprefix("drop:") for c in self.comparisons if c.name.startswith("drop:")]
+
+    @property
+    def left_out_of(self) -> frozenset[str]:
+        """The switches each ``drop`` arm leaves one out of: ``every`` where there is one, else ``full``."""
+        return self.every or self.full
 
 
 def knob_design(
@@ -105,16 +117,29 @@ def knob_design(
     not_applicable = {
         knob.name: reason for knob in studied if (reason := knob.applies(on_gpu, attention, compiled)) is not None
     }
+    measured = [knob for knob in studied if knob.name not in not_applicable]
+    every = full | {knob.name for knob in measured if knob.in_every}
     comparisons = [Comparison(TOTAL, frozenset(), full)]
-    for knob in studied:
-        if knob.name in not_applicable:
-            continue
+    if every != full:
+        comparisons.append(Comparison(EVERY, frozenset(), every))
+    for knob in measured:
         if knob.needs is None:
             comparisons.append(Comparison(f"add:{knob.name}", frozenset(), frozenset({knob.name})))
-        if knob.in_mode:
-            comparisons.append(Comparison(f"drop:{knob.name}", full - {knob.name}, full))
+        if knob.name in every:
+            comparisons.append(Comparison(f"drop:{knob.name}", every - {knob.name}, every))
     helpers = _helpers(backend, on_gpu, full, comparisons, only)
-    return KnobDesign(backend.name, studied, not_applicable, tuple(comparisons), full, helpers)
+    routes = _with_routes(backend, not_applicable)
+    extra = every if every != full else frozenset()
+    return KnobDesign(backend.name, studied, routes, tuple(comparisons), full, every=extra, helpers=helpers)
+
+
+def _with_routes(backend: Backend, not_applicable: dict[str, str]) -> dict[str, str]:
+    """Each knob that cannot matter on this device only because it is a GPU's, with how a GPU's study sets it."""
+    return {
+        name: f"{reason}; on a GPU, {backend.knob_route(knob)}" if reason == knob.gpu_only else reason
+        for name, reason in not_applicable.items()
+        for knob in [backend.knob(name)]
+    }
 
 
 def _helpers(
@@ -203,9 +228,13 @@ def plan_knob_runs(config: SweepConfig, plan: KnobDesign) -> list[PlannedRun]:
 
 def knobs_manifest(config: SweepConfig, plan: KnobDesign) -> dict[str, object]:
     """The sweep's configuration and the comparisons: a study of other knobs does not resume into this one."""
-    return config.manifest() | {
-        "knobs": [knob.name for knob in plan.knobs],
-        "comparisons": [c.name for c in plan.comparisons],
-        "not_applicable": plan.not_applicable,
-        "helpers": plan.helpers,
-    }
+    return (
+        config.manifest()
+        | {
+            "knobs": [knob.name for knob in plan.knobs],
+            "comparisons": [c.name for c in plan.comparisons],
+            "not_applicable": plan.not_applicable,
+            "helpers": plan.helpers,
+        }
+        | ({EVERY: sorted(plan.every)} if plan.every else {})
+    )

@@ -123,12 +123,14 @@ def print_knobs(store: ResultsStore) -> None:
 
     console = table_console()
     for study in read_knob_study(store):
+        every = f"; every switch on {ratio(study.every)}" if study.has_every else ""
         table = Table(
             title=f"Which switch costs what: {study.model} on {study.device} ({study.backend}); full determinism "
-            f"{ratio(study.total)} (ratios, 95% CI over repeats)"
+            f"{ratio(study.total)}{every} (ratios, 95% CI over repeats)"
         )
         table.add_column("Knob", no_wrap=True)
-        for col in ("Added to the default alone", "Within full determinism", "Without it (bitwise)"):
+        within = "Within every switch on" if study.has_every else "Within full determinism"
+        for col in ("Added to the default alone", within, "Without it (bitwise)"):
             table.add_column(col, overflow="fold")
         for knob in study.knobs:
             if not knob.applies:

@@ -86,7 +86,10 @@ def measure_knobs(request: SweepRequest, only: tuple[str, ...] | None, *, consol
     plan = knob_design(backends.get(target.backend), target.on_gpu, only, config.models, config.compile)
     config = knob_settings(config, target, plan)
     if len(plan.comparisons) == 1 and not plan.helpers:
-        reasons = "; ".join(f"{name}: {reason}" for name, reason in plan.not_applicable.items())
+        by_reason: dict[str, list[str]] = {}
+        for name, reason in plan.not_applicable.items():
+            by_reason.setdefault(reason, []).append(name)
+        reasons = "; ".join(f"{', '.join(names)}: {reason}" for reason, names in by_reason.items())
         raise UsageError(f"no knob of {target.backend} studied can matter on {target.device.label} ({reasons})")
     manifest_of_knobs = knobs_manifest(config, plan)
     out = study_root(request.options.out, target.device, target.backend, "knobs", manifest_of_knobs, config.labels())
@@ -101,7 +104,7 @@ def measure_knobs(request: SweepRequest, only: tuple[str, ...] | None, *, consol
         checks.open(manifest(config, target, steps, False) | {"without": plan.dropped()}, command_line(), resume=True)
         arms = check_arms(plan)
         console.print(
-            f"detprof knobs: full determinism and {len(arms) - 1} arm(s) without one knob, verified bitwise "
+            f"detprof knobs: full determinism and {len(arms) - 1} other arm(s), verified bitwise "
             f"{checks_in_processes(arms, config, target)}"
         )
         run_arms(checks, config, target, arms, steps, False, console=console)
@@ -109,15 +112,18 @@ def measure_knobs(request: SweepRequest, only: tuple[str, ...] | None, *, consol
 
 
 def check_arms(plan: KnobDesign) -> list[VerifyArm]:
-    """What a knob study verifies bitwise: full determinism, full determinism without each knob it drops, and each
-    helper priced by a comparison of its own."""
+    """What a knob study verifies bitwise: full determinism, every switch on (where the study has more than full
+    determinism), each of them without each knob it drops, and each helper priced by a comparison of its own."""
     from detprof.backends.base import HELPER_COMPARISON
+    from detprof.sweep.knobs import EVERY
     from detprof.verify.run import VerifyArm
 
-    without = [(knob, tuple(sorted(plan.full - {knob}))) for knob in plan.dropped()]
+    without = [(knob, tuple(sorted(plan.left_out_of - {knob}))) for knob in plan.dropped()]
     helpers = [c for c in plan.comparisons if c.name.startswith(HELPER_COMPARISON)]
+    every = [VerifyArm(EVERY, "deterministic", tuple(sorted(plan.every)), every=True)] if plan.every else []
     return [
         VerifyArm("deterministic", "deterministic"),
+        *every,
         *(VerifyArm(f"without-{knob}", "deterministic", knobs, knob) for knob, knobs in without),
         *(
             VerifyArm(c.slug, "deterministic", c.knobs("b"), helper=c.name.removeprefix(HELPER_COMPARISON))

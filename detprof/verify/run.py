@@ -117,6 +117,8 @@ class VerifyArm:
     """A knob study's check: the knob full determinism runs without."""
     helper: str | None = None
     """A knob study's check of a helper's switches (``Helper.key``)."""
+    every: bool = False
+    """A knob study's check of every switch on that its ``drop`` arms leave one out of (``sweep.knobs.EVERY``)."""
 
 
 def run_arms(
@@ -297,6 +299,7 @@ def _record(
         **answer,
         **({} if arm.without is None else {"without": arm.without, "knobs": list(arm.knobs or ())}),
         **({} if arm.helper is None else {"helper": arm.helper, "knobs": list(arm.knobs or ())}),
+        **({"every": True, "knobs": list(arm.knobs or ())} if arm.every else {}),
     )
     store.write_record(dict(record))
     return record
