@@ -23,7 +23,9 @@ from detprof.reports.command import render_report
 from detprof.store import ResultsStore
 
 MODULES = """
+import jax.numpy as jnp
 import optax
+from flax import linen as nn
 from flax import nnx
 
 import detprof
@@ -95,12 +97,60 @@ def noisy():
 
 def torch_optimizer():
     return detprof.Training(Net(3, 4, nnx.Rngs(0)), optimizer="adam")
+
+
+def nnx_with_example():
+    return detprof.Training(Net(3, 4, nnx.Rngs(0)), example=jnp.zeros((1, 8, 8, 3)))
+
+
+class LinenBlock(nn.Module):
+    width: int
+
+    @nn.compact
+    def __call__(self, x, train: bool = False):
+        return nn.relu(nn.BatchNorm(use_running_average=not train)(nn.Conv(self.width, (3, 3))(x)))
+
+
+class LinenNet(nn.Module):
+    classes: int
+
+    @nn.compact
+    def __call__(self, x, train: bool = False):
+        x = LinenBlock(8)(x, train)
+        x = nn.max_pool(LinenBlock(8)(x, train), (2, 2), (2, 2))
+        x = nn.Dropout(0.2, deterministic=not train)(x.mean(axis=(1, 2)))
+        return nn.Dense(self.classes)(x)
+
+
+class LinenLm(nn.Module):
+    @nn.compact
+    def __call__(self, ids, deterministic: bool = True):
+        x = nn.Dense(16)(nn.Embed(40, 16)(ids))
+        return nn.Dense(40)(nn.Dropout(0.1)(x, deterministic=deterministic))
+
+
+def linen(input_shape, classes):
+    return detprof.Training(LinenNet(classes), example=jnp.zeros((1, 12, 12, 3)))
+
+
+def linen_lm():
+    return detprof.Training(LinenLm(), example=jnp.zeros((1, 10), jnp.int32))
+
+
+def linen_bare():
+    return LinenNet(4)
+
+
+def linen_no_example():
+    return detprof.Training(LinenNet(4))
 """
 FLAX_REGISTRY = {
     "flax_resnet_tiny": {"stem", "blocks.0.conv1", "blocks.7.conv2", "head", TOP_LEVEL_PART},
     "flax_gpt_tiny": {"embed", "blocks.0.attention", "blocks.1.mlp_in", "head"},
 }
 """Each registry Flax model, with modules the leaderboard must hold."""
+SWEPT = FLAX_REGISTRY | {"linen": {"LinenBlock_0.Conv_0", "LinenBlock_1.BatchNorm_0", "Dense_0", TOP_LEVEL_PART}}
+"""What the sweep runs: the registry's and a Linen module of one's own (its max pooling in its own call)."""
 Capture = pytest.CaptureFixture[str]
 
 
@@ -194,24 +244,95 @@ def test_a_module_returned_with_its_loss_and_optimizer_trains_with_them_and_a_wr
         own_build.native_training(spec | {"batch_size": 4, "amp": "bf16"}, 0)
 
 
+def test_a_linen_module_is_initialised_on_its_example_and_trains_as_an_nnx_one_by_its_linen_paths(
+    folder: Path,
+) -> None:
+    """A Linen module with its example input: its input is the example's (token ids where it embeds), each Linen
+    submodule a path of its own (``LinenBlock_1.Conv_0``) in the compiled step, forward and backward; it learns,
+    its batch statistics updated in training (its ``train`` flag set, ``batch_stats`` mutable), its dropout drawn
+    in training only, from keys a stability study reseeds; without its example, or an NNX module with one: one
+    line."""
+    import jax
+
+    from detprof.models import flax_modules, own_build
+
+    item = described(folder, "linen")
+    assert item.model.api == kinds.FLAX.api and item.inputs[0].shape == (12, 12, 3) and item.classes == 6
+    lm = described(folder, "linen_lm")
+    assert lm.inputs[0].shape == (10,) and lm.inputs[0].dtype == "int32" and lm.classes == 40
+    model = replace(own.parse(f"{folder / 'flax_net.py'}:linen"), api=kinds.FLAX.api)
+    spec = {"model": "linen", "own_model": model.as_record(), "input_shape": [12, 12, 3], "classes": 4, "batch_size": 8}
+    training = own_build.native_training(spec, 0)
+    assert training.name == "LinenNet" and training.paths == [
+        "LinenBlock_0",
+        "LinenBlock_0.Conv_0",
+        "LinenBlock_0.BatchNorm_0",
+        "LinenBlock_1",
+        "LinenBlock_1.Conv_0",
+        "LinenBlock_1.BatchNorm_0",
+        "Dropout_0",
+        "Dense_0",
+    ]
+    statistics = [value.copy() for _, _, value in training.weights(nnx_kind("BatchStat"))]
+    before, step = float(training.loss_value()), training.step()
+    for _ in range(30):
+        step()
+    assert float(training.loss_value()) < before
+    after = [value for _, _, value in training.weights(nnx_kind("BatchStat"))]
+    assert len(after) == 4 and not any(np.array_equal(a, b) for a, b in zip(statistics, after, strict=True))
+    text = jax.jit(training.train_step).lower(training.state, (training.x, training.y)).as_text(debug_info=True)
+    names = set(re.findall(r'loc\("([^"]+)"', text))
+    backward = [n for n in names if "/transpose(jvp(" in n and "/LinenBlock_1.Conv_0/" in n]
+    assert any(n.endswith("/conv_general_dilated") for n in backward), "the gradient under its Linen path"
+    assert any(f"({TOP_LEVEL_PART})/" in n or f"/{TOP_LEVEL_PART}/" in n for n in names)
+    taken = training.taken_step((training.x, training.y))
+    assert [path for path, _ in taken.outputs][:3] == [
+        "LinenBlock_0.Conv_0",
+        "LinenBlock_0.BatchNorm_0",
+        "LinenBlock_0",
+    ]
+    first, _ = training.features_and_logits(training.x)
+    again, _ = training.features_and_logits(training.x)
+    assert first.shape == (8, 8) and np.array_equal(first, again), "inference draws no dropout"
+    assert training.reseeded(7) == ["LinenNet"]
+    drawn = training.train_on(training.x, training.y)[1]
+    training.reseeded(7)
+    assert not np.array_equal(drawn, training.train_on(training.x, training.y)[1]), "a step in training drops"
+    for function, words in (
+        ("linen_bare", "a Linen module is initialised on an example input: return detprof.Training(module, "),
+        ("linen_no_example", "detprof.Training of a Linen module needs its example input (example=x)"),
+        ("nnx_with_example", "detprof.Training's example is a Linen module's; an NNX module takes none"),
+    ):
+        with pytest.raises(UsageError, match=re.escape(words)):
+            described(folder, function)
+    assert flax_modules.TOKENS
+
+
+def nnx_kind(name: str) -> type:
+    from flax import nnx
+
+    return getattr(nnx, name)
+
+
 @pytest.mark.slow
 def test_flax_models_sweep_on_jax_by_module_in_one_process_and_verify_names_the_module_that_parts(
     folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Capture
 ) -> None:
-    """The registry's Flax ResNet and GPT: without ``--backend`` they train on JAX, loading no Keras, both modes in
-    one process (each arm compiled with its XLA options); each module is a leaderboard row by its path, the module's
-    own ops (the stem's max pooling) a row, and what no module claims under 5%. Another backend: one line before any
+    """The registry's Flax ResNet and GPT, and a Linen module: without ``--backend`` they train on JAX, loading no
+    Keras, both modes in one process (each arm compiled with its XLA options); each module is a leaderboard row by
+    its path (a Linen submodule's too), the module's own ops (the stem's max pooling) a row, and what no module
+    claims under 5%. Another backend: one line before any
     worker starts. ``verify`` compares every submodule call's output, and names the first module whose output parts
     where a module draws a constant of its own in each process."""
     monkeypatch.chdir(folder)
     out = tmp_path / "out"
     args = ["sweep", "--steps", "3", "--warmup", "1", "--repeats", "1", "--precision", "off", "--no-report"]
-    models = ",".join(FLAX_REGISTRY)
+    models = ",".join([*FLAX_REGISTRY, "flax_net.py:linen"])
     assert main([*args, "--models", models, "--out", str(out)]) == ExitCode.OK
     capsys.readouterr()
     records = list(ResultsStore(out, "sweep").records())
     assert {(r["model"], r["mode"], r["status"], r["model_api"], r["backend"]) for r in records} == {
-        (model, mode, "ok", "flax", "jax") for model in FLAX_REGISTRY for mode in ("default", "deterministic")
+        (model, mode, "ok", "flax", "jax") for model in SWEPT for mode in ("default", "deterministic")
     }
     assert not any("keras" in r["versions"] for r in records)
     assert {r["pairing"] for r in records} == {"in_process"}
@@ -219,9 +340,13 @@ def test_flax_models_sweep_on_jax_by_module_in_one_process_and_verify_names_the_
         "{}",
         '{"xla_gpu_deterministic_ops": true}',
     }
-    assert {r["model"]: r["input_shape"] for r in records} == {"flax_resnet_tiny": [32, 32, 3], "flax_gpt_tiny": [32]}
+    assert {r["model"]: r["input_shape"] for r in records} == {
+        "flax_resnet_tiny": [32, 32, 3],
+        "flax_gpt_tiny": [32],
+        "linen": [12, 12, 3],
+    }
     reported = {m["model"]: m for m in json.loads(render_report([out], "json"))["models"]}
-    for model, expected in FLAX_REGISTRY.items():
+    for model, expected in SWEPT.items():
         layers = {layer["name"]: layer for layer in reported[model]["layers"]}
         assert expected | {LOSS_PART, OPTIMIZER_PART} <= set(layers), (model, sorted(layers))
         assert all(layers[name]["default_ms"] > 0 for name in expected), model

@@ -109,6 +109,49 @@ def build(input_shape, classes):
 '''
 NATIVE_LAYERS = {"features.0", "features.1", "features.2", "features.3", "features.4", "logits"}
 """The native model's modules with work of their own, by their paths; ``features.2`` the planted one."""
+FLAX_MODEL = '''
+import os
+
+import jax.numpy as jnp
+from flax import nnx
+
+
+class Planted(nnx.Module):
+    """The Keras model's planted layer as a Flax NNX module: extra products where the step is traced for
+    deterministic mode (XLA's flag in XLA_FLAGS, as its arm sets it while tracing)."""
+
+    def __init__(self, channels):
+        self.mix = nnx.Variable(jnp.eye(channels))
+
+    def __call__(self, x):
+        if "xla_gpu_deterministic_ops=true" in os.environ.get("XLA_FLAGS", ""):
+            for _ in range(72):
+                x = jnp.einsum("bhwc,cd->bhwd", x, self.mix.get_value())
+        return x
+
+
+class Inner(nnx.Module):
+    def __init__(self, rngs):
+        self.conv_k3 = nnx.Conv(3, 16, (3, 3), rngs=rngs)
+        self.planted = Planted(16)
+
+
+class TwoConv(nnx.Module):
+    def __init__(self, classes, rngs):
+        self.features = Inner(rngs)
+        self.conv_k5 = nnx.Conv(16, 16, (5, 5), rngs=rngs)
+        self.logits = nnx.Linear(16, classes, rngs=rngs)
+
+    def __call__(self, x):
+        x = self.features.planted(nnx.relu(self.features.conv_k3(x)))
+        return self.logits(nnx.relu(self.conv_k5(x)).mean(axis=(1, 2)))
+
+
+def build(input_shape, classes):
+    return TwoConv(classes, nnx.Rngs(0))
+'''
+FLAX_LAYERS = {"features.conv_k3", "features.planted", "conv_k5", "logits"}
+"""The Flax model's modules with work of their own, by their paths; ``features.planted`` the planted one."""
 
 
 @dataclass(frozen=True)
@@ -129,8 +172,10 @@ CASES = {
     "torch-native": Planted(
         "torch", NATIVE_MODEL, ("--input-shape", "3x24x24"), frozenset(NATIVE_LAYERS), "features.2"
     ),
+    "flax": Planted("jax", FLAX_MODEL, ("--input-shape", "24x24x3"), frozenset(FLAX_LAYERS), "features.planted"),
 }
-"""The Keras model on each backend, and a native PyTorch module whose planted module ranks under its full path."""
+"""The Keras model on each backend, and a native PyTorch module and a Flax NNX one whose planted module ranks under
+its full path."""
 STEPS = 6
 """Steps per run: a repeat's layer times are its steps' (a step costs milliseconds), so that a busy machine's pause
 in one step moves a repeat little. With two steps a loaded run left the planted layer at [-36, +211] ms around 88."""
@@ -207,7 +252,7 @@ def test_the_planted_layer_tops_the_leaderboard_and_the_layers_add_up(tmp_path: 
     done = subprocess.run([*sweep, "--no-report", "--out", str(out)], cwd=tmp_path, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     assert_traced_by_the_backends_own_profiler(ResultsStore(out, "sweep"), backend, steps=STEPS)
-    api = "torch" if planted.source is NATIVE_MODEL else "keras"
+    api = {NATIVE_MODEL: "torch", FLAX_MODEL: "flax"}.get(planted.source, "keras")
     records = list(ResultsStore(out, "sweep").records())
     assert {r["model_api"] for r in records} == {api}
     assert all(("keras" in r["versions"]) is (api == "keras") for r in records)  # a module's worker loads no Keras
@@ -216,7 +261,7 @@ def test_the_planted_layer_tops_the_leaderboard_and_the_layers_add_up(tmp_path: 
     assert set(layers) >= own_layers, sorted(layers)
     step_parts = set(STEP_PARTS)
     others = {"(unattributed)", GRADIENT_SUMS} if backend == "tensorflow" else {"(unattributed)"}
-    if api == "torch":  # what the module's own forward runs (its mean over the image) is a row of its own
+    if api != "keras":  # what the module's own forward runs (its mean over the image) is a row of its own
         assert TOP_LEVEL_PART in layers
         others.add(TOP_LEVEL_PART)
     assert set(layers) - own_layers - step_parts <= others and set(layers) >= step_parts

@@ -54,4 +54,4 @@ def test_models_command_lists_the_paper_models(tmp_path, monkeypatch, capsys) ->
     assert "224x224x3" in out and "keras-applications" in out and "medium-cnn" in out
     assert "256 tokens" in out and "8192 (vocabulary)" in out
     assert "hf_gpt2_tiny" in out and "torch.nn.Module" in out and "3x224x224" in out  # native: channels first
-    assert "flax_resnet_small" in out and "Flax NNX module" in out
+    assert "flax_resnet_small" in out and "Flax module" in out

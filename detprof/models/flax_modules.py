@@ -19,11 +19,12 @@ import contextlib
 import functools
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from detprof.backends.base import LOSS_PART, OPTIMIZER_PART, TOP_LEVEL_PART, ArmStep, Step
 from detprof.errors import UsageError, first_line
+from detprof.models import flax_calls
 from detprof.models.kinds import FLAX, call_failed
 from detprof.training import Training
 
@@ -33,41 +34,52 @@ LEARNING_RATE = 1e-3
 PROBE_ROWS = 2
 """The rows of the batch a module is first called on, in the parent's inspection."""
 _SCOPED = "__detprof_scoped__"
+"""Marks the subclass that runs a submodule under its path's name scope, so that no module is wrapped twice."""
+_RNGS = ("rngs", "to_nnx__rngs")
+"""The attribute that holds a module's random streams: NNX's by convention, a wrapped Linen module's."""
 PENULTIMATE = "penultimate"
 """The submodule whose output a stability study reads as the model's features, where one is named so."""
 
 
-@dataclass(frozen=True)
-class Call:
-    """One call of a scoped submodule, as traced: its path, its first argument, its output."""
-
-    path: str
-    input: Any
-    output: Any
-
-
-_TAKEN: list[list[Call]] = []
-"""While a step that takes them is traced (``_calls_taken``): each submodule's call as it returns, in the order the
-calls ran."""
-"""Marks the subclass that runs a submodule under its path's name scope, so that no module is wrapped twice."""
-
-
 def is_module(value: Any) -> bool:
-    """Whether ``value`` is a Flax NNX module (Flax is loaded wherever a function returned one)."""
+    """Whether ``value`` is a Flax NNX module (Flax NNX is loaded wherever a function returned one)."""
     nnx = sys.modules.get("flax.nnx")
     return nnx is not None and isinstance(value, nnx.Module)
 
 
 def is_native(value: Any) -> bool:
-    """A Flax NNX module, bare or with its loss and optimizer (``detprof.Training``)."""
-    return is_module(value) or (isinstance(value, Training) and is_module(value.model))
+    """A Flax module, NNX or Linen, bare or with its loss and optimizer (``detprof.Training``)."""
+    model = value.model if isinstance(value, Training) else value
+    return is_module(model) or _is_linen(model)
 
 
-def checked(value: Training, spec: str) -> Training:
-    """``value`` as a model function returned it, one line where its loss is not callable or its optimizer is not
-    an optax ``GradientTransformation`` (which ``nnx.Optimizer`` takes over the module's parameters)."""
+def _is_linen(value: Any) -> bool:
+    linen = sys.modules.get("flax.linen")
+    return linen is not None and isinstance(value, linen.Module)
+
+
+def checked(value: Any, spec: str) -> Any:
+    """``value`` as a model function returned it, a Linen module wrapped as an NNX one on its example input
+    (``flax_linen``); one line where its loss is not callable, its optimizer is not an optax
+    ``GradientTransformation`` (which ``nnx.Optimizer`` takes over the module's parameters), or a Linen module
+    comes without its example input (or an NNX module with one)."""
     import optax
 
+    if not isinstance(value, Training):
+        if _is_linen(value):
+            raise UsageError(
+                f"{spec}: a Linen module is initialised on an example input: return "
+                "detprof.Training(module, example=x), x a batch as the module takes it"
+            )
+        return value
+    if _is_linen(value.model):
+        if value.example is None:
+            raise UsageError(f"{spec}: detprof.Training of a Linen module needs its example input (example=x)")
+        from detprof.models import flax_linen
+
+        value = replace(value, model=flax_linen.as_nnx(value.model, value.example, spec), example=None)
+    elif value.example is not None:
+        raise UsageError(f"{spec}: detprof.Training's example is a Linen module's; an NNX module takes none")
     if value.loss is not None and not callable(value.loss):
         raise UsageError(f"{spec}: detprof.Training's loss is {type(value.loss).__name__}, not a callable")
     if value.optimizer is not None and not isinstance(value.optimizer, optax.GradientTransformation):
@@ -93,13 +105,27 @@ def _vocabulary(module: Any) -> int | None:
     from flax import nnx
 
     rows = [int(m.num_embeddings) for _, m in nnx.iter_modules(module) if isinstance(m, nnx.Embed)]
+    rows += [int(m.to_nnx__vocabulary) for _, m in _linen_modules(module) if m.to_nnx__vocabulary is not None]
     return min(rows) if rows else None
+
+
+def _linen_modules(module: Any) -> list[tuple[Any, Any]]:
+    """Every Linen module that detprof wrapped (``flax_linen.LinenModule``) in ``module``, by path: where Flax and
+    its Linen are loaded, and none otherwise."""
+    from flax import nnx
+
+    wrapper = sys.modules.get("detprof.models.flax_linen")
+    if wrapper is None:
+        return []
+    return [(path, m) for path, m in nnx.iter_modules(module) if isinstance(m, wrapper.LinenModule)]
 
 
 def input_shape(module: Any, shape: Sequence[int], given: bool, spec: str) -> tuple[int, ...]:
     """The shape of one example as ``module`` takes it: ``--input-shape`` as given, else the images the study would
     build a Keras model for (HxWxC, Flax's layout too); where it takes tokens, a sequence of ``TOKENS`` ids, or of
     the length a study's sequences have (a shape of one axis)."""
+    if not given and (linen := _linen_modules(module)) and not linen[0][0]:
+        return tuple(linen[0][1].to_nnx__example_shape)
     if takes_tokens(module):
         if given and len(shape) != 1:
             raise UsageError(f"{spec}: the module takes token ids: --input-shape is their length (like 64)")
@@ -163,7 +189,12 @@ def module_paths(module: Any) -> list[str]:
     from flax import nnx
 
     paths = [path for path, _ in nnx.iter_modules(module) if path]
-    return [_dotted(path) for path in sorted(paths, key=lambda path: [(isinstance(p, str), p) for p in path])]
+    dotted = [_dotted(path) for path in sorted(paths, key=lambda path: [(isinstance(p, str), p) for p in path])]
+    for path, linen in _linen_modules(module):
+        inner = [".".join(filter(None, (_dotted(path), own))) for own in linen.to_nnx__paths]
+        at = dotted.index(_dotted(path)) + 1 if path else 0
+        dotted[at:at] = inner
+    return dotted
 
 
 def scoped(module: Any) -> None:
@@ -183,8 +214,8 @@ def scoped(module: Any) -> None:
         def call(self: Any, *args: Any, _base: type = cls, _name: str = name, **kwargs: Any) -> Any:
             with jax.named_scope(_name):
                 output = _base.__call__(self, *args, **kwargs)
-            if _TAKEN and _name != TOP_LEVEL_PART:
-                _TAKEN[-1].append(Call(_name, args[0] if args else None, output))
+            if _name != TOP_LEVEL_PART:
+                flax_calls.record(_name, args, output)
             return output
 
         attributes = {"__call__": call, "__module__": cls.__module__, "__qualname__": cls.__qualname__, _SCOPED: True}
@@ -239,19 +270,6 @@ class TakenStep:
     weights: list[tuple[str, list[Any]]]
 
 
-@contextlib.contextmanager
-def _calls_taken(taking: bool) -> Iterator[list[Call]]:
-    """While inside, where ``taking``: each scoped submodule's call as it returns (``scoped``)."""
-    taken: list[Call] = []
-    if taking:
-        _TAKEN.append(taken)
-    try:
-        yield taken
-    finally:
-        if taking:
-            _TAKEN.pop()
-
-
 def _dotted(path: Sequence[Any]) -> str:
     return ".".join(map(str, path))
 
@@ -282,7 +300,8 @@ class FlaxTraining:
 
     @property
     def name(self) -> str:
-        return type(self.module).__name__
+        """The module's class (a wrapped Linen module's own)."""
+        return type(getattr(self.module, "to_nnx__module", self.module)).__name__
 
     @property
     def classes(self) -> int:
@@ -305,7 +324,7 @@ class FlaxTraining:
         x, y = data
 
         def loss_of(module: Any) -> tuple[Any, tuple[Any, list[Any]]]:
-            with _calls_taken(taking) as taken:
+            with flax_calls.taken(taking) as taken:
                 logits = logits_of(module(x))
             self.taken_paths = [call.path for call in taken]
             with jax.named_scope(LOSS_PART):
@@ -396,7 +415,7 @@ class FlaxTraining:
             def infer(state: Any, x: Any) -> tuple[Any, Any]:
                 module, _ = nnx.merge(self.graph, state)
                 module.eval()
-                with _calls_taken(True) as taken:
+                with flax_calls.taken(True) as taken:
                     logits = logits_of(module(x))
                 named = [call.output for call in taken if call.path == PENULTIMATE]
                 inputs = [call.input for call in taken if call.path in holders]
@@ -416,7 +435,7 @@ class FlaxTraining:
         if keys:
             nnx.reseed(module, **dict.fromkeys({variable.tag for _, variable in keys}, seed))
         self.graph, self.state = nnx.split((module, optimizer))
-        holders = {_dotted(path[: path.index("rngs")] if "rngs" in path else path[:-1]) for path, _ in keys}
+        holders = {_dotted(path[: next((i for i, p in enumerate(path) if p in _RNGS), -1)]) for path, _ in keys}
         return sorted(holder or self.name for holder in holders)
 
     def parameter_sizes(self) -> list[int]:

@@ -117,4 +117,3 @@ def gpt(input_shape: Sequence[int], classes: int, size: str, seed: int = 0) -> G
 
 ARCHITECTURES = {"resnet": resnet, "gpt": gpt}
 __getattr__ = sized_factories(__name__, ARCHITECTURES)
-

@@ -2,7 +2,7 @@
 
 A Keras model trains on any of the three backends through Keras. A native model trains on its
 own framework, the way its users write the step: a ``torch.nn.Module`` on PyTorch
-(``models.torch_modules``), a Flax NNX module on JAX (``models.flax_modules``). Each native kind is
+(``models.torch_modules``), a Flax module on JAX (``models.flax_modules``). Each native kind is
 one module of workers' code with the same functions (what it is, its input, its probe, its
 training step, its facts), named here once, so that the study commands ask a kind and never test
 for a framework. Nothing here imports a framework: the parent plans with it.
@@ -57,7 +57,7 @@ class ModelKind:
 
 KERAS = ModelKind("keras", "a Keras model")
 TORCH = ModelKind(backends.TORCH, "a torch.nn.Module", backends.TORCH, backends.TORCH, "detprof.models.torch_modules")
-FLAX = ModelKind("flax", "a Flax NNX module", backends.JAX, "flax.nnx", "detprof.models.flax_modules")
+FLAX = ModelKind("flax", "a Flax module", backends.JAX, "flax", "detprof.models.flax_modules")
 NATIVE: dict[str, ModelKind] = {kind.api: kind for kind in (TORCH, FLAX)}
 """The kinds that train without Keras, by ``api``."""
 
@@ -98,4 +98,3 @@ def refuse_other_backend(label: str, api: str, backend: str | None) -> None:
             f"{label} is {kind.what}, which trains on {backends.get(str(kind.backend)).framework}, not on {backend}: "
             f"pass --backend {kind.backend}, or no --backend"
         )
-

@@ -131,16 +131,16 @@ def as_given(model: OwnModel, input_shape: Sequence[int], classes: int) -> Any:
     keras = sys.modules.get("keras")
     kind = kinds.of_value(built)
     if kind is not None:
-        return kind.code().checked(built, model.given) if isinstance(built, Training) else built
+        return kind.code().checked(built, model.given)
     if isinstance(built, Training):
         raise UsageError(
-            f"{model.given}: detprof.Training holds a torch.nn.Module or a Flax NNX module, not "
+            f"{model.given}: detprof.Training holds a torch.nn.Module or a Flax module, not "
             f"{type(built.model).__name__} (a Keras model trains with the loss and optimizer it is compiled with)"
         )
     if not (keras is not None and isinstance(built, keras.Model)):
         raise UsageError(
             f"{model.given}: {model.function} returned {type(built).__name__}, not a keras.Model, a torch.nn.Module, "
-            "a Flax NNX module or a detprof.Training"
+            "a Flax module or a detprof.Training"
         )
     return built
 

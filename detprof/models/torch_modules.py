@@ -56,11 +56,15 @@ def is_native(value: Any) -> bool:
     return is_module(value) or (isinstance(value, Training) and is_module(value.model))
 
 
-def checked(value: Training, spec: str) -> Training:
-    """``value`` as a model function returned it, one line where it is not what ``detprof.Training`` holds for a
-    module: a callable loss, an optimizer over that module's parameters."""
+def checked(value: Any, spec: str) -> Any:
+    """``value`` as a model function returned it (a bare module, or ``detprof.Training``), one line where it is not
+    what ``detprof.Training`` holds for a module: a callable loss, an optimizer over that module's parameters."""
     import torch
 
+    if not isinstance(value, Training):
+        return value
+    if value.example is not None:
+        raise UsageError(f"{spec}: detprof.Training's example is a Linen module's; a torch.nn.Module takes none")
     if value.loss is not None and not callable(value.loss):
         raise UsageError(f"{spec}: detprof.Training's loss is {type(value.loss).__name__}, not a callable")
     if value.optimizer is not None:

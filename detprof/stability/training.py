@@ -302,6 +302,8 @@ class Trainer:
 
 trainer_for = functools.lru_cache(maxsize=1)(Trainer)
 """The worker's trainer, built once for the runs of one study: the same arguments give the same ``Trainer``."""
+
+
 @functools.lru_cache(maxsize=1)
 def native_trainer_for(
     trainer: type[ModuleTrainer | FlaxTrainer],
