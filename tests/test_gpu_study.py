@@ -96,7 +96,7 @@ def test_the_dry_run_for_an_h100_puts_what_only_a_gpu_answers_in_its_first_windo
     assert flax_knobs.count("--models flax_gpt_small ") == 2
     for switch in ("deterministic_ops", "exclude_nondeterministic_ops", "autotune_level", "enable_scatter"):
         assert f"jax.xla_gpu_{switch}" in flax_knobs
-    assert {"jax-knobs", "torch-knobs-1", "jax-stability-gpt_tiny", "torch-verify-1"} <= set(later)
+    assert {"jax-knobs-1", "torch-knobs-1", "jax-stability-gpt_tiny", "torch-verify-1"} <= set(later)
     # The pairing check: the same sweep with both modes in one process and with a process per mode.
     for route in ("in-process", "processes"):
         assert "--models mediumcnn_k5,gpt_small " in lines[f"jax-pairing-{route}"]
