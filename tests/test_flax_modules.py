@@ -254,7 +254,7 @@ def test_a_linen_module_is_initialised_on_its_example_and_trains_as_an_nnx_one_b
     line."""
     import jax
 
-    from detprof.models import flax_modules, own_build
+    from detprof.models import own_build
 
     item = described(folder, "linen")
     assert item.model.api == kinds.FLAX.api and item.inputs[0].shape == (12, 12, 3) and item.classes == 6
@@ -305,7 +305,6 @@ def test_a_linen_module_is_initialised_on_its_example_and_trains_as_an_nnx_one_b
     ):
         with pytest.raises(UsageError, match=re.escape(words)):
             described(folder, function)
-    assert flax_modules.TOKENS
 
 
 def nnx_kind(name: str) -> type:

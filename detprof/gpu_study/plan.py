@@ -465,7 +465,8 @@ class _Planner:
         arms = self._knob_arms(backend, model, starts, route, bool(sharing))
         arms = Estimate(arms.seconds, arms.steps_s * shorter, arms.source)
         run = summed([self.costs.verify_run(backend, model), self.costs.worker_start(backend)])
-        checks = run.times((len(design.dropped()) + len(set(design.helpers.values()) - {TOTAL})) * CHECK_RUNS)
+        checked = len(design.dropped()) + len(set(design.helpers.values()) - {TOTAL}) + bool(design.every)
+        checks = run.times(checked * CHECK_RUNS)
         estimate = summed([arms, checks], COMMAND_START_S)
         options = (*_with(self.scale.sweep, extra), "--repeats", str(self.scale.repeats), "--pairing", ROUTES[route])
         options += sharing
