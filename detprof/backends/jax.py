@@ -137,9 +137,10 @@ def xla_flags(user_flags: str, knobs: frozenset[str]) -> str:
 @functools.lru_cache(maxsize=1)
 def scatter_expander_default() -> bool:
     """The installed XLA's own default for its scatter determinism expander, read in a process started without
-    the flag: XLA parses ``XLA_FLAGS`` once per process, so this one's reading may hold a flag already."""
+    detprof's knobs' flags (``xla_flags`` of none): XLA parses ``XLA_FLAGS`` once per process, so this one's reading
+    may hold a flag already."""
     env = dict(os.environ)
-    env[XLA_FLAGS_ENV] = xla_flags_without(env.pop(XLA_FLAGS_ENV, ""), EXPANDER_FLAG)
+    env[XLA_FLAGS_ENV] = xla_flags(env.pop(XLA_FLAGS_ENV, ""), frozenset())
     probe = "from detprof.backends.jax import scatter_expander; print(int(scatter_expander()))"
     try:
         done = subprocess.run(
@@ -148,10 +149,6 @@ def scatter_expander_default() -> bool:
     except (subprocess.SubprocessError, OSError) as exc:
         raise RuntimeError(f"could not read the installed XLA's default for {EXPANDER_FLAG}: {exc}") from exc
     return done.stdout.split()[-1:] == ["1"]
-
-
-def xla_flags_without(flags: str, flag: str) -> str:
-    return " ".join(f for f in flags.split() if f.split("=", 1)[0] != flag)
 
 
 class Jax(Backend):
