@@ -190,32 +190,36 @@ def spec(folder: Path, function: str, shape: list[int], classes: int) -> dict[st
     return {"model": function, "own_model": record, "input_shape": shape, "classes": classes, "batch_size": 4}
 
 
-@pytest.mark.slow  # compiles the module twice
-def test_a_compiled_modules_checks_take_its_logits_gradients_and_weights_outside_the_compiled_graph(
-    folder: Path,
+@pytest.mark.slow  # compiles the module in each of its four runs
+def test_verify_compile_trains_the_module_through_torch_compile_each_run_compiling_it_itself(
+    folder: Path, tmp_path: Path, capsys: Capture
 ) -> None:
-    """A knob study's bitwise checks of a compiled study train the module through torch.compile as its arms did:
-    no hook inside the compiled graph (it would be compiled in), the module's logits for its submodules' outputs,
-    then its gradients and every module's weights; two runs alike are bitwise identical."""
-    from detprof.analysis.verification import compare
-    from detprof.determinism import DeterminismSettings
+    """``verify --compile``: each run trains the module through torch.compile with PyTorch's compiler caches off in
+    its own process (two runs that loaded one compiled graph could not part in what compiling chose). No hook inside
+    the compiled graph (it would be compiled in): the module's logits stand for its submodules' outputs, then its
+    gradients and every module's weights; the two runs of each mode are bitwise identical on this CPU."""
     from detprof.fingerprints import RunFingerprints
-    from detprof.verify.workload import _NativeSteps
 
-    settings = DeterminismSettings("deterministic", 0, backend="torch", compile=True)
-    runs = []
-    for _ in range(2):
-        steps, taken = _NativeSteps(spec(folder, "net", [3, 8, 8], 5), settings), RunFingerprints()
-        assert steps.training.forward is not None  # torch.compile's module
-        for step in range(2):
-            trained = steps.train(steps.batch(step))
-            taken.begin_step()
-            steps.take(trained, taken, gradients=True)
-        runs.append(taken)
-    assert [f.name for f in runs[0].steps[0] if f.kind == "output"] == ["Net"]
-    assert {f.name for f in runs[0].steps[0] if f.kind == "weights"} >= {"stem", "blocks.0.conv", "head"}
-    assert any(f.kind == "gradients" for f in runs[0].steps[0])
-    assert compare("deterministic", *runs).identical
+    out = tmp_path / "out"
+    args = ["verify", "--models", f"{folder / 'modules.py'}:net", "--backend", "torch", "--compile", "--steps", "2"]
+    sizes = ["--input-shape", "3x8x8", "--classes", "5", "--batch-size", "4"]
+    code = main([*args, "--gradients", *sizes, "--out", str(out)])
+    said = capsys.readouterr()
+    assert code == ExitCode.OK, said.out + said.err
+    assert "2 runs of 2 steps, compiled on cpu (torch)" in said.err
+    records = list(ResultsStore(out, "verify").records())
+    assert len(records) == 4
+    for record in records:
+        assert record["status"] == "ok" and record["settings"]["compile"] is True
+        assert record["compilation_cache"] == "off"
+        assert record["settings"]["inductor_deterministic"] is (record["mode"] == "deterministic")
+    taken = RunFingerprints.load(next((out / "verify" / "fingerprints").glob("net--deterministic--a*")))
+    first = taken.steps[0]
+    assert [f.name for f in first if f.kind == "output"] == ["Net"]
+    assert {f.name for f in first if f.kind == "weights"} >= {"stem", "blocks.0.conv", "head"}
+    assert any(f.kind == "gradients" for f in first)
+    page = render_report([out], "md")
+    assert "PyTorch's compiler caches (Inductor's) off in its process" in page
 
 
 def test_each_arm_builds_the_same_module_and_a_step_trains_it_as_users_do(folder: Path) -> None:

@@ -380,6 +380,18 @@ class Torch(Backend):
             optimizer.apply(grads, model.trainable_variables)
         return list(outputs), grads
 
+    def compile_in_this_process(self, compiled: bool) -> dict[str, str]:
+        """Under ``torch.compile``: off, every cache of PyTorch's compiler (Inductor's FX graph and AOTAutograd
+        caches, its autotuning results, kept in ``TORCHINDUCTOR_CACHE_DIR`` across processes, on by default). A
+        process that loaded another's compiled graph or its autotuned picks could not differ from it in what
+        compiling chose. Eager, nothing is compiled and nothing is said."""
+        if not compiled:
+            return {}
+        import torch
+
+        torch.compiler.config.force_disable_caches = True
+        return {"compilation_cache": "off" if torch.compiler.config.force_disable_caches else "on"}
+
     def start_profiler(self, trace_path: str) -> StopProfiler:
         """CPU activities always, CUDA activities (CUPTI) where a GPU is visible."""
         import torch

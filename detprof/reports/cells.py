@@ -311,14 +311,20 @@ def mode_line(v: ModelVerification, mode: str) -> str:
     return f"{name}: not compared: {comparison.problem or 'a run failed'}"
 
 
+COMPILER_CACHES = {"torch": "compiler caches (Inductor's)"}
+"""What keeps compiled steps across processes, by backend, where it is not a persistent compilation cache."""
+
+
 def compilation_line(v: ModelVerification) -> str | None:
     """How a verified model's runs compiled, where their framework keeps compiled steps across processes (JAX's
-    persistent compilation cache); None where it keeps none or the runs did not record it."""
+    persistent compilation cache, PyTorch's compiler caches under ``--compile``); None where it keeps none or the
+    runs did not record it."""
     if v.compilation_cache != "off":
         return None
+    caches = COMPILER_CACHES.get(v.backend, "persistent compilation cache")
     return (
-        f"Each run compiled its steps itself ({framework_name(v.backend)}'s persistent compilation cache off in its "
-        "process): the runs of a mode could differ in what compiling chose, as processes on a GPU do."
+        f"Each run compiled its steps itself ({framework_name(v.backend)}'s {caches} off in its process): the runs of "
+        "a mode could differ in what compiling chose, as processes on a GPU do."
     )
 
 

@@ -35,6 +35,7 @@ VERIFY_OPTIONS = (
     "classes",
     "data",
     "amp",
+    "compile",
     "run_timeout",
 )
 

@@ -83,7 +83,8 @@ def run_verify(request: VerifyRequest, *, console: Console) -> VerifyOutcome:
         store.open(asked, command_line(), resume=request.options.resume)
         console.print(
             f"detprof verify: {len(config.models)} model{'' if len(config.models) == 1 else 's'} x 2 modes x 2 runs "
-            f"of {request.steps} steps on {escape(target.device.label)} ({target.backend}), results in "
+            f"of {request.steps} steps{', compiled' if config.compile else ''} on {escape(target.device.label)} "
+            f"({target.backend}), results in "
             f"{escape(str(out))}"
         )
         arms = [VerifyArm(mode, mode) for mode in VERIFY_ORDER]
@@ -94,7 +95,8 @@ def run_verify(request: VerifyRequest, *, console: Console) -> VerifyOutcome:
 def manifest(config: SweepConfig, target: MeasurementTarget, steps: int, gradients: bool) -> dict[str, Any]:
     """What identifies a verification: a resumed one must match it."""
     data = {"data": config.data} if config.data is not None else {}
-    return data | {
+    compiled = {"compile": True} if config.compile else {}
+    return data | compiled | {
         "models": list(config.models),
         "backend": target.backend,
         "gpu_label": target.device.label,
