@@ -100,8 +100,8 @@ class MeasuredRun(FleetRun):
     worker_env: NotRequired[dict[str, str]]
     """The environment detprof set for the worker that shapes its timing (``launcher.STEADY_HEAP_ENV``)."""
     compilation_cache: NotRequired[Literal["off", "on"]]
-    """The framework's cache of compiled steps that outlives a process (JAX's persistent compilation cache, PyTorch's
-    compiler caches under ``--compile``), as the worker read it back after turning it off
+    """The framework's cache of compiled steps that outlives a process (JAX's persistent compilation cache; PyTorch's
+    compiler caches in a compared run under ``--compile``), as the worker read it back after turning it off
     (``Backend.compile_in_this_process``): "off", every step compiled in the run's own process. Absent: nothing
     compiled through such a cache (PyTorch eager, TensorFlow), or a record from before detprof read it."""
     arm: NotRequired[str]

@@ -496,8 +496,8 @@ def test_a_modules_stability_runs_take_the_images_channels_first(folder: Path) -
 
 def assert_compiled(out: Path) -> None:
     """A compiled sweep's records and report: the step through torch.compile, Inductor's deterministic mode on in
-    deterministic mode alone, the compiled region (GPT-2's own loss in it) and the update as rows with under 5% left
-    over, and
+    deterministic mode alone, PyTorch's compiler caches kept as the user's jobs keep them (a measured run is compared
+    with none), the compiled region (GPT-2's own loss in it) and the update as rows with under 5% left over, and
     the fused kernels and Inductor's graph calls under one name each in the kernel tables."""
     store = ResultsStore(out, "sweep")
     records = list(store.records())
@@ -508,6 +508,7 @@ def assert_compiled(out: Path) -> None:
     assert {r["train_step"] for r in records} == {
         "torch.compile (inductor): forward, its own loss (ForCausalLMLoss), backward, AdamW.step"
     }
+    assert not any("compilation_cache" in r for r in records)
     (model,) = json.loads(render_report([out], "json"))["models"]
     assert {layer["name"] for layer in model["layers"]} >= {COMPILED_PART, OPTIMIZER_PART}  # its loss compiled in
     assert model["unattributed_share"] < 0.05

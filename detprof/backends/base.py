@@ -392,14 +392,15 @@ class Backend:
         None by default: the loss's and the optimizer's scopes are Keras's (``profiler.workloads.step_scopes``)."""
         return {}
 
-    def compile_in_this_process(self, compiled: bool) -> dict[str, str]:
+    def compile_in_this_process(self, compiled: bool, *, compared: bool) -> dict[str, str]:
         """Before a process compiles its steps: the framework compiles each of them in this process, loading none
         that another process compiled into a cache that outlives it. A traced process needs it for its trace to name
-        a step's ops; a run compared with another (``verify``'s two runs of a mode, a stability study's control runs)
-        for the two to be able to differ in what compiling chose (autotuned kernels, fusions), where processes on a
-        GPU part. ``compiled``: whether the steps go through a compiler that is a choice (``--compile``). Returns
-        what the process's record says of it: that cache's state as this process reads it back
-        (``compilation_cache``); nothing, by default, for a framework that keeps no compiled step across processes."""
+        a step's ops; a run compared with another (``compared``: ``verify``'s two runs of a mode, a stability study's
+        control runs) for the two to be able to differ in what compiling chose (autotuned kernels, fusions), where
+        processes on a GPU part. ``compiled``: whether the steps go through a compiler that is a choice
+        (``--compile``). Returns what the process's record says of it: that cache's state as this process reads it
+        back (``compilation_cache``); nothing, by default, for a framework that keeps no compiled step across
+        processes."""
         return {}
 
     # Under nsys, which names no framework op by itself.

@@ -277,12 +277,12 @@ class Jax(Backend):
 
         return jax.profiler.TraceAnnotation(name)
 
-    def compile_in_this_process(self, compiled: bool) -> dict[str, str]:
-        """Off, whatever ``compiled`` says (JAX compiles every step): JAX's persistent compilation cache
-        (``JAX_COMPILATION_CACHE_DIR``, a user's or a platform's). A step loaded from it reaches the profiler without
-        its HLO, so none of its kernels names an op or a layer (a sweep's second repeat was 39% unattributed, its
-        planted layer half hidden); and two runs that load one executable from it cannot differ in what XLA's
-        compilation chose."""
+    def compile_in_this_process(self, compiled: bool, *, compared: bool) -> dict[str, str]:
+        """Off in every process (JAX compiles every step, and a traced process needs it as much as a compared one):
+        JAX's persistent compilation cache (``JAX_COMPILATION_CACHE_DIR``, a user's or a platform's). A step loaded
+        from it reaches the profiler without its HLO, so none of its kernels names an op or a layer (a sweep's second
+        repeat was 39% unattributed, its planted layer half hidden); and two runs that load one executable from it
+        cannot differ in what XLA's compilation chose."""
         import jax
 
         jax.config.update("jax_enable_compilation_cache", False)

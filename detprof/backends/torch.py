@@ -380,12 +380,14 @@ class Torch(Backend):
             optimizer.apply(grads, model.trainable_variables)
         return list(outputs), grads
 
-    def compile_in_this_process(self, compiled: bool) -> dict[str, str]:
-        """Under ``torch.compile``: off, every cache of PyTorch's compiler (Inductor's FX graph and AOTAutograd
-        caches, its autotuning results, kept in ``TORCHINDUCTOR_CACHE_DIR`` across processes, on by default). A
-        process that loaded another's compiled graph or its autotuned picks could not differ from it in what
-        compiling chose. Eager, nothing is compiled and nothing is said."""
-        if not compiled:
+    def compile_in_this_process(self, compiled: bool, *, compared: bool) -> dict[str, str]:
+        """A compared run under ``torch.compile``: off, every cache of PyTorch's compiler (Inductor's FX graph and
+        AOTAutograd caches, its autotuning results, kept in ``TORCHINDUCTOR_CACHE_DIR`` across processes, on by
+        default). A process that loaded another's compiled graph or its autotuned picks could not differ from it in
+        what compiling chose. A measured run keeps them as the user's own jobs do: its trace names the same kernels
+        either way, its steps are timed after compiling, and without them every process of a compiled sweep compiled
+        again (a tiny GPT-2's sweep took twice the CPU time here). Eager, nothing is compiled and nothing is said."""
+        if not (compiled and compared):
             return {}
         import torch
 

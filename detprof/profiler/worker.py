@@ -169,7 +169,7 @@ def run(spec: WorkerSpec, clock: PartClock, pacer: Pacer | None = None) -> dict[
     _device_ready(backend, clock)
     result["versions"] = software_versions(settings.backend)
     capture = TRACERS[spec.tracer].capture(spec.trace_path, settings.backend)
-    result.update(backend.compile_in_this_process(settings.compile))
+    result.update(backend.compile_in_this_process(settings.compile, compared=False))
     pacer = pacer or Pacer(None)
     memory = _PeakMemory(backend, 1)
     memory.before(0)
@@ -286,7 +286,7 @@ def run_arms(
     if threads:
         common["cpu_threads"] = first.cpu_threads
     capture = TRACERS[first.tracer].capture(first.trace_path, backend.name)
-    common.update(backend.compile_in_this_process(first.determinism.compile))
+    common.update(backend.compile_in_this_process(first.determinism.compile, compared=False))
     memory = _PeakMemory(backend, len(specs))
     reused = built.of(specs) if built is not None else None
     try:

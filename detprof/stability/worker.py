@@ -66,7 +66,7 @@ def initialize(
         software=determinism.software_versions(settings.backend),
         device_name=backend.device_name(),
         log=str(log_path.relative_to(study_dir)),
-        **backend.compile_in_this_process(settings.compile),
+        **backend.compile_in_this_process(settings.compile, compared=True),
     )
 
 

@@ -96,16 +96,20 @@ def manifest(config: SweepConfig, target: MeasurementTarget, steps: int, gradien
     """What identifies a verification: a resumed one must match it."""
     data = {"data": config.data} if config.data is not None else {}
     compiled = {"compile": True} if config.compile else {}
-    return data | compiled | {
-        "models": list(config.models),
-        "backend": target.backend,
-        "gpu_label": target.device.label,
-        "steps": steps,
-        "gradients": gradients,
-        "seed": config.seed,
-        "batch_size": config.batch_size,
-        "input_size": config.input_size,
-    }
+    return (
+        data
+        | compiled
+        | {
+            "models": list(config.models),
+            "backend": target.backend,
+            "gpu_label": target.device.label,
+            "steps": steps,
+            "gradients": gradients,
+            "seed": config.seed,
+            "batch_size": config.batch_size,
+            "input_size": config.input_size,
+        }
+    )
 
 
 @dataclass(frozen=True)

@@ -74,7 +74,7 @@ def fingerprint_runs(asks: list[dict[str, Any]], outs: list[str], answers: str) 
     backend.init_device()
     clock.lap("device")
     common |= {"versions": software_versions(settings.backend), "device_name": backend.device_name()}
-    common |= backend.compile_in_this_process(settings.compile)
+    common |= backend.compile_in_this_process(settings.compile, compared=True)
     for index, (ask, out) in enumerate(zip(asks, outs, strict=True)):
         started = utc_now()
         run = VerifyAsk(**ask)
