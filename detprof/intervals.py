@@ -99,6 +99,34 @@ def paired_t(log_ratios: Iterable[float], confidence: float = 0.95) -> Overhead 
     return Overhead(math.exp(mean), math.exp(low), math.exp(high), values, confidence)
 
 
+@dataclass(frozen=True)
+class ChainedRatio:
+    """A ratio no one pair measured, taken through comparisons that were (``chained``), with its interval."""
+
+    ratio: float
+    ci_low: float
+    ci_high: float
+    confidence: float = 0.95
+
+
+def chained(over: Sequence[Overhead], under: Sequence[Overhead] = ()) -> ChainedRatio | None:
+    """The product of the ratios ``over`` divided by that of ``under``, each a comparison paired on its own (a
+    library helper against the least set of switches, each measured against the default): on the log scale their
+    means add and, the comparisons' repeats being independent, so do the variances of the means, with
+    Welch-Satterthwaite's degrees of freedom, as ``welch_difference`` takes two. None unless each has an interval."""
+    parts = [*over, *under]
+    if not parts or not all(part.has_interval for part in parts):
+        return None
+    mean = sum(float(np.mean(o.log_ratios)) for o in over) - sum(float(np.mean(u.log_ratios)) for u in under)
+    shares = [float(np.var(p.log_ratios, ddof=1)) / p.n for p in parts]
+    spread = sum(shares)
+    denominator = sum(q**2 / (p.n - 1) for q, p in zip(shares, parts, strict=True))
+    df = spread**2 / denominator if denominator > 0 else math.inf
+    confidence = parts[0].confidence
+    half = float(t_quantile(0.5 + confidence / 2, df)) * math.sqrt(spread)
+    return ChainedRatio(math.exp(mean), math.exp(mean - half), math.exp(mean + half), confidence)
+
+
 def t_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float]:
     """The mean of paired differences and its two-sided t-interval; NaN bounds from fewer than ``MIN_REPEATS``."""
     mean = float(np.mean(values))

@@ -297,6 +297,73 @@ def test_within_every_switch_on_each_knob_is_left_out_of_them_all_its_share_and_
     assert study.advice().startswith(f"{ops} costs most (with every switch on it costs +20.0% [")
 
 
+def log_means_and_shares(ratios: list[float]) -> tuple[float, float, int]:
+    """A comparison's mean log ratio, the variance of that mean and its repeats, from its ratios alone."""
+    logs = np.log(ratios)
+    return float(logs.mean()), float(logs.var(ddof=1)) / len(logs), len(logs)
+
+
+def test_each_helper_is_priced_beyond_the_least_set_through_the_comparisons_that_measured_both(tmp_path: Path) -> None:
+    """The least set is full determinism less the fill (the runs hold without it): its cost over the default is
+    the total's over the fill's saving. A helper priced by the total costs beyond it exactly what the fill saves
+    (the total cancels, one measurement); one priced by its own comparison, its cost over the least set's, the
+    three comparisons' variances added (Welch-Satterthwaite), as computed here from the ratios alone."""
+    from scipy import stats
+
+    total, fill, own = [1.50, 1.56, 1.47, 1.52], [1.10, 1.13, 1.08, 1.11], [1.80, 1.95, 1.70, 1.85, 1.90]
+    records = [
+        *arm_records("m", "total", total),
+        *arm_records("m", f"drop:{FILL}", fill),
+        *arm_records("m", f"drop:{ALGORITHMS}", [1.3, 1.32, 1.29, 1.31]),
+        *arm_records("m", "helper:hf_full_determinism", own),
+    ]
+    checks = knob_checks(check_store(tmp_path, {"": None, FILL: None, ALGORITHMS: 2}))
+    helpers = {"hf_full_determinism": "helper:hf_full_determinism", "lightning_deterministic": "total"}
+    manifest = {"backend": "torch", "knobs": [ALGORITHMS, FILL], "helpers": helpers}
+    (study,) = model_knobs(records, checks, manifest)
+    assert study.least_set() == (ALGORITHMS,)
+    transformers, lightning = study.helpers
+    saving = study.knobs[1].leave_one_out
+    assert lightning.over_least is not None and saving is not None
+    assert (lightning.over_least.ratio, lightning.over_least.ci_low, lightning.over_least.ci_high) == (
+        saving.ratio,
+        pytest.approx(saving.ci_low),
+        pytest.approx(saving.ci_high),
+    )
+    parts = [log_means_and_shares(r) for r in (own, fill, total)]
+    mean = parts[0][0] + parts[1][0] - parts[2][0]
+    spread = sum(q for _, q, _ in parts)
+    df = spread**2 / sum(q**2 / (n - 1) for _, q, n in parts)
+    half = stats.t.ppf(0.975, df) * math.sqrt(spread)
+    priced = transformers.over_least
+    assert priced is not None
+    assert priced.ratio == pytest.approx(math.exp(mean))
+    assert (priced.ci_low, priced.ci_high) == (
+        pytest.approx(math.exp(mean - half)),
+        pytest.approx(math.exp(mean + half)),
+    )
+    line = transformers.line()
+    assert f"beyond the least set that holds bitwise ({ALGORITHMS})" in line
+    assert f"{math.exp(mean) - 1:+.1%} [" in line
+    # Where every switch could go, the least set is the default: a helper costs beyond it what it costs over it.
+    both_go = knob_checks(check_store(tmp_path / "both", {"": None, FILL: None, ALGORITHMS: None}))
+    (loose,) = model_knobs(records, both_go, manifest)
+    assert loose.least_set() == () and loose.least_set_cost() == ([], [])
+    for helper in loose.helpers:
+        assert helper.cost is not None and helper.over_least is not None
+        assert (helper.over_least.ratio, helper.over_least.ci_low) == (helper.cost.ratio, helper.cost.ci_low)
+        assert "beyond the least set that holds bitwise (none of the switches)" in helper.line()
+    # Some switches could go, others not, and those that could were never left off together: not priced (cuDNN's
+    # switch as a GPU's study has it).
+    cudnn = "torch.cudnn_deterministic"
+    dropped = arm_records("m", f"drop:{cudnn}", [1.01, 1.02, 1.0, 1.01])
+    mixed = knob_checks(check_store(tmp_path / "mixed", {"": None, FILL: None, cudnn: None, ALGORITHMS: 2}))
+    (partial,) = model_knobs([*records, *dropped], mixed, manifest | {"knobs": [ALGORITHMS, FILL, cudnn]})
+    assert partial.least_set() == (ALGORITHMS,) and partial.least_set_cost() is None
+    never = "not priced (the switches that could go were never left off together)"
+    assert all(never in h.line() for h in partial.helpers)
+
+
 def test_a_cost_within_noise_says_so(tmp_path: Path) -> None:
     records = [
         *arm_records("m", "total", [1.01, 0.99, 1.0]),
@@ -500,6 +567,9 @@ def test_the_needed_verdict_on_a_layer_that_races_without_deterministic_algorith
     assert "transformers.enable_full_determinism(seed): " in page
     (entry,) = json.loads(render_report([tmp_path / "out"], "json"))["knobs"]
     assert entry["least_set"] == [ALGORITHMS] and [h["priced_by"] for h in entry["helpers"]] == ["total"] * 3
+    # Beyond that least set a helper costs what the fill saves: one repeat gives it no interval.
+    assert all(h["least_set"] == [ALGORITHMS] and h["over_least_set"] is None for h in entry["helpers"])
+    assert "not priced (a comparison it is taken through has no interval: use --repeats 3 or more)" in out.out
     by_knob = {k["knob"]: k for k in entry["knobs"]}
     assert by_knob[ALGORITHMS]["needed"] is True and by_knob[FILL]["needed"] is False
     assert set(by_knob[ALGORITHMS]["add_one"]) >= {"ratio", "lo", "hi"} and by_knob[FILL]["add_one"] is None

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from detprof import backends
@@ -20,7 +20,7 @@ from detprof.analysis.overhead import model_overheads
 from detprof.analysis.verification import Comparison, compare
 from detprof.backends.base import HELPER_COMPARISON
 from detprof.fingerprints import RunFingerprints
-from detprof.intervals import Overhead, headline, spans
+from detprof.intervals import ChainedRatio, Overhead, chained, headline, spans
 from detprof.store import ResultsStore
 
 TOTAL = "total"
@@ -81,14 +81,30 @@ class HelperCost:
     cost: Overhead | None
     identical: bool | None
     check: str | None
+    least: tuple[str, ...] | None = None
+    """The least set of switches that holds bitwise (``ModelKnobs.least_set``) it is priced against; None: unknown."""
+    over_least: ChainedRatio | None = None
+    """What it costs beyond that least set: its own cost over the default divided by the least set's
+    (``ModelKnobs.least_set_cost``); None where it could not be priced (``unpriced`` says why)."""
+    unpriced: str = ""
 
     def line(self) -> str:
-        """What it costs against the default, and whether the runs under it stay bitwise identical."""
+        """What it costs against the default and beyond the least set that holds bitwise, and whether the runs under
+        it stay bitwise identical."""
         cost = "not measured" if self.cost is None else _interval(self.cost)
         same = " (on this device it sets what deterministic mode sets: the total)" if self.priced_by == TOTAL else ""
         held = f"; {self.check}" if self.check else ""
         differs = f"; {self.differs}" if self.differs else ""
-        return f"{self.call}: {cost} over the default{same}{held}{differs}"
+        return f"{self.call}: {cost} over the default{same}{self._beyond_least()}{held}{differs}"
+
+    def _beyond_least(self) -> str:
+        if self.least is None or self.cost is None:
+            return ""
+        least = f"the least set that holds bitwise ({', '.join(self.least) or 'none of the switches'})"
+        if self.over_least is None:
+            return f"; beyond {least}: not priced ({self.unpriced})"
+        o = self.over_least
+        return f"; {_signed(o.ratio - 1)} [{_signed(o.ci_low - 1)}, {_signed(o.ci_high - 1)}] beyond {least}"
 
 
 def least_set_line(least: tuple[str, ...] | None) -> str | None:
@@ -128,6 +144,23 @@ class ModelKnobs:
         if not any(k.needed is not None for k in self.knobs):
             return None
         return tuple(k.knob for k in self.knobs if k.in_full and k.needed is not False)
+
+    def least_set_cost(self) -> tuple[list[Overhead], list[Overhead]] | None:
+        """The least set's cost over the default, as the comparisons it is taken through (``intervals.chained``): the
+        switches studied together (the total, or every switch on), less the one switch that could go (its
+        ``drop``); nothing at all where the least set is none of them (the default); None where no least set is
+        known, or where some switches could go and others not (never measured left off together: their savings
+        need not multiply)."""
+        least = self.least_set()
+        if least is None:
+            return None
+        if not least:
+            return [], []
+        together = self.every if self.has_every else self.total
+        gone = [k for k in self.knobs if k.in_full and k.needed is False]
+        if together is None or len(gone) > 1 or any(k.leave_one_out is None for k in gone):
+            return None
+        return [together], [k.leave_one_out for k in gone if k.leave_one_out is not None]
 
     def top(self, floor: float | None = None) -> KnobCost | None:
         """The knob whose leaving off saves most (else that costs most alone), among those measured: one whose cost
@@ -229,19 +262,56 @@ def model_knobs(
         helpers = _helper_costs(backend, manifest.get("helpers") or {}, cost, checks, model)
         first = mine[0]
         result.append(
-            ModelKnobs(
-                model=model,
-                backend=backend.name,
-                device=str((first.get("device") or {}).get("label") or manifest.get("gpu_label") or "?"),
-                total=cost.get(TOTAL),
-                knobs=knobs,
-                failures=failures,
-                helpers=helpers,
-                every=cost.get(EVERY),
-                has_every=bool(every),
+            _priced_beyond_least(
+                ModelKnobs(
+                    model=model,
+                    backend=backend.name,
+                    device=str((first.get("device") or {}).get("label") or manifest.get("gpu_label") or "?"),
+                    total=cost.get(TOTAL),
+                    knobs=knobs,
+                    failures=failures,
+                    helpers=helpers,
+                    every=cost.get(EVERY),
+                    has_every=bool(every),
+                )
             )
         )
     return result
+
+
+def _priced_beyond_least(study: ModelKnobs) -> ModelKnobs:
+    """Each helper priced beyond the least set that holds bitwise, where the study knows that set: its cost over the
+    default divided by the least set's, taken through the comparisons that measured both."""
+    through = study.least_set_cost()
+    helpers = []
+    for h in study.helpers:
+        over = None if through is None else _over(h.cost, *through)
+        unpriced = (
+            "the switches that could go were never left off together"
+            if through is None
+            else "a comparison it is taken through has no interval: use --repeats 3 or more"
+        )
+        helpers.append(replace(h, least=study.least_set(), over_least=over, unpriced="" if over else unpriced))
+    return replace(study, helpers=helpers)
+
+
+def _over(cost: Overhead | None, least_over: list[Overhead], least_under: list[Overhead]) -> ChainedRatio | None:
+    """``cost`` divided by the least set's cost (``least_over`` / ``least_under``). A comparison on both sides (a
+    helper priced by the total, where the least set is the total) is one measurement: it cancels exactly, and a
+    helper that sets what the least set sets costs nothing beyond it; one comparison left alone keeps its own
+    interval."""
+    if cost is None:
+        return None
+    over, under = [cost, *least_under], list(least_over)
+    for shared in [o for o in over if any(o is u for u in under)]:
+        over.remove(shared)
+        under = [u for u in under if u is not shared]
+    if not over and not under:
+        return ChainedRatio(1.0, 1.0, 1.0, cost.confidence)
+    if not under and len(over) == 1 and over[0].has_interval:
+        (alone,) = over
+        return ChainedRatio(alone.ratio, alone.ci_low, alone.ci_high, alone.confidence)
+    return chained(over, under)
 
 
 def _helper_costs(
@@ -353,6 +423,10 @@ def helpers_json(study: ModelKnobs) -> list[dict[str, Any]]:
             "knobs": list(h.knobs),
             "priced_by": h.priced_by,
             "cost": None if h.cost is None else {"ratio": h.cost.ratio, "lo": h.cost.ci_low, "hi": h.cost.ci_high},
+            "least_set": None if h.least is None else list(h.least),
+            "over_least_set": None
+            if h.over_least is None
+            else {"ratio": h.over_least.ratio, "lo": h.over_least.ci_low, "hi": h.over_least.ci_high},
             "identical": h.identical,
             "line": h.line(),
         }
