@@ -127,10 +127,10 @@ def test_json_holds_each_models_verification_with_its_device_and_backend(rendere
     verified = {v["model"]: v for v in document["verification"]}
     assert list(verified) == list(MODELS)
     keys = {"model", "command", "backend", "device", "device_name", "deterministic", "default", "held"}
-    keys |= {"findings", "failures", "compilation_cache"}
+    keys |= {"findings", "failures", "compilation_cache", "compiled"}
     for v in verified.values():
         assert set(v) == keys | {"device_label"}
-        assert (v["device_label"], v["backend"], v["compilation_cache"]) == ("t4", "torch", None)
+        assert (v["device_label"], v["backend"], v["compilation_cache"], v["compiled"]) == ("t4", "torch", None, False)
     assert [verified[m]["held"] for m in MODELS] == [True, False, True, False]
     parted = verified["vgg16"]["deterministic"]["first_difference"]
     assert (parted["step"], parted["layer"], parted["kind"]) == (2, "bn1", "output")

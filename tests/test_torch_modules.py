@@ -220,6 +220,8 @@ def test_verify_compile_trains_the_module_through_torch_compile_each_run_compili
     assert any(f.kind == "gradients" for f in first)
     page = render_report([out], "md")
     assert "PyTorch's compiler caches (Inductor's) off in its process" in page
+    (verified,) = json.loads(render_report([out], "json"))["verification"]
+    assert verified["compiled"] is True and verified["compilation_cache"] == "off" and verified["held"] is True
 
 
 def test_each_arm_builds_the_same_module_and_a_step_trains_it_as_users_do(folder: Path) -> None:

@@ -153,6 +153,8 @@ class ModelVerification:
     """The framework's cross-process cache of compiled steps as every run read it back ("off": each run compiled
     its steps itself, so that the runs could differ in what compiling chose); None where the runs did not record one
     alike (a framework that keeps none, a program, older records)."""
+    compiled: bool = False
+    """Every run trained its model through ``torch.compile`` (``verify --compile``)."""
 
     @property
     def held(self) -> bool | None:
@@ -231,6 +233,7 @@ class ModelVerification:
             "findings": self.findings,
             "failures": self.failures,
             "compilation_cache": self.compilation_cache,
+            "compiled": self.compiled,
         }
 
 
@@ -276,6 +279,7 @@ def _verification(store: ResultsStore, model: str, records: Iterable[Mapping[str
         failures=[f"{r['run_id']}: {r.get('reason')}" for r in records if r["status"] == "failed"],
         program=None if program is None else str(program.get("command")),
         compilation_cache=_alike(r.get("compilation_cache") for r in records),
+        compiled=bool(records) and all((r.get("settings") or {}).get("compile") for r in records),
     )
 
 

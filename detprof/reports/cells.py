@@ -267,7 +267,8 @@ class VerifiedCells:
     model: str
     device: str
     backend: Words
-    """The Keras backend, with its framework's version as the note (as a headline row has it)."""
+    """The Keras backend, with its framework's version as the note (as a headline row has it), and
+    ``torch.compile`` where the runs trained through it."""
     answer: dict[str, str | Words]
     """``VERIFIED_HEADERS`` -> the cell."""
 
@@ -277,7 +278,10 @@ def verified(study: VerifyStudy, v: ModelVerification) -> VerifiedCells:
     return VerifiedCells(
         model=v.model,
         device=device_named(study.label, study.device.get("name")),
-        backend=Words(study.backend, "/".join(study.versions.get(study.backend, []))),
+        backend=Words(
+            study.backend,
+            ", ".join(filter(None, ["/".join(study.versions.get(study.backend, [])), v.compiled and "torch.compile"])),
+        ),
         answer={HOLDS: holds(v), "Default mode": default_mode(v), "What to do": verification_advice(v)},
     )
 
