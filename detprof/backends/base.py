@@ -183,6 +183,8 @@ class Backend:
     """The framework's top-level module; its extra is ``detprof[<name>]``."""
     framework: ClassVar[str]
     """The framework as readers know it: "PyTorch"."""
+    compiled_step_cache: ClassVar[str] = "persistent compilation cache"
+    """What keeps the framework's compiled steps across processes, in words (``compile_in_this_process``)."""
     tracer: ClassVar[str]
     """``--tracer`` of the framework's own profiler."""
     trace_suffix: ClassVar[str]

@@ -160,6 +160,7 @@ class Torch(Backend):
     name = "torch"
     module = "torch"
     framework = "PyTorch"
+    compiled_step_cache = "compiler caches (Inductor's)"
     tracer = "torch"
     trace_suffix = ".pt.trace.json"
     keeps_out = ("tensorflow", "jax")

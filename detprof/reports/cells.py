@@ -35,7 +35,7 @@ from detprof.models.registry import BUILT_IN
 from detprof.reports.gpu_reference import GpuMeasurement
 from detprof.reports.headline import HeadlineRow, shown_caveats
 from detprof.reports.knobs_data import KnobReading
-from detprof.reports.provenance import backend_order, framework_name
+from detprof.reports.provenance import backend_order, compiled_step_cache, framework_name
 from detprof.reports.published import ReferenceRow
 from detprof.reports.report_data import ModelCost, Report, StabilityStudy, SweepStudy
 from detprof.reports.tradeoff import NOISY_CHURN, Noise, TradeoffPoint
@@ -315,17 +315,13 @@ def mode_line(v: ModelVerification, mode: str) -> str:
     return f"{name}: not compared: {comparison.problem or 'a run failed'}"
 
 
-COMPILER_CACHES = {"torch": "compiler caches (Inductor's)"}
-"""What keeps compiled steps across processes, by backend, where it is not a persistent compilation cache."""
-
-
 def compilation_line(v: ModelVerification) -> str | None:
     """How a verified model's runs compiled, where their framework keeps compiled steps across processes (JAX's
     persistent compilation cache, PyTorch's compiler caches under ``--compile``); None where it keeps none or the
     runs did not record it."""
     if v.compilation_cache != "off":
         return None
-    caches = COMPILER_CACHES.get(v.backend, "persistent compilation cache")
+    caches = compiled_step_cache(v.backend)
     return (
         f"Each run compiled its steps itself ({framework_name(v.backend)}'s {caches} off in its process): the runs of "
         "a mode could differ in what compiling chose, as processes on a GPU do."

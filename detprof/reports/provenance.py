@@ -32,6 +32,12 @@ def framework_name(backend: str) -> str:
     return known.framework if known else backend
 
 
+def compiled_step_cache(backend: str) -> str:
+    """What keeps a backend's compiled steps across processes, in words (``Backend.compiled_step_cache``)."""
+    known = backends.REGISTRY.get(backend)
+    return known.compiled_step_cache if known else "compilation cache"
+
+
 def framework(backend: str, versions: Mapping[str, Sequence[str]]) -> str:
     """The framework a backend ran and its version, as one phrase: "PyTorch 2.5.1" (several: "JAX 0.4.35/0.4.36")."""
     found = versions.get(backend)
