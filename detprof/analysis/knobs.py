@@ -282,7 +282,7 @@ def model_knobs(
 def _priced_beyond_least(study: ModelKnobs) -> ModelKnobs:
     """Each helper priced beyond the least set that holds bitwise, where the study knows that set: its cost over the
     default divided by the least set's, taken through the comparisons that measured both."""
-    through = study.least_set_cost()
+    least, through = study.least_set(), study.least_set_cost()
     helpers = []
     for h in study.helpers:
         over = None if through is None else _over(h.cost, *through)
@@ -291,7 +291,7 @@ def _priced_beyond_least(study: ModelKnobs) -> ModelKnobs:
             if through is None
             else "a comparison it is taken through has no interval: use --repeats 3 or more"
         )
-        helpers.append(replace(h, least=study.least_set(), over_least=over, unpriced="" if over else unpriced))
+        helpers.append(replace(h, least=least, over_least=over, unpriced="" if over else unpriced))
     return replace(study, helpers=helpers)
 
 
