@@ -99,6 +99,13 @@ def paired_t(log_ratios: Iterable[float], confidence: float = 0.95) -> Overhead 
     return Overhead(math.exp(mean), math.exp(low), math.exp(high), values, confidence)
 
 
+def satterthwaite_df(shares: Sequence[float], counts: Sequence[int]) -> float:
+    """Welch-Satterthwaite's degrees of freedom of a sum of independent means, each mean's variance (``shares``)
+    from its own ``counts`` values; infinite where every variance is zero."""
+    denominator = sum(q**2 / (n - 1) for q, n in zip(shares, counts, strict=True))
+    return sum(shares) ** 2 / denominator if denominator > 0 else math.inf
+
+
 @dataclass(frozen=True)
 class ChainedRatio:
     """A ratio no one pair measured, taken through comparisons that were (``chained``), with its interval."""
@@ -120,10 +127,8 @@ def chained(over: Sequence[Overhead], under: Sequence[Overhead] = ()) -> Chained
     mean = sum(float(np.mean(o.log_ratios)) for o in over) - sum(float(np.mean(u.log_ratios)) for u in under)
     shares = [float(np.var(p.log_ratios, ddof=1)) / p.n for p in parts]
     spread = sum(shares)
-    denominator = sum(q**2 / (p.n - 1) for q, p in zip(shares, parts, strict=True))
-    df = spread**2 / denominator if denominator > 0 else math.inf
     confidence = parts[0].confidence
-    half = float(t_quantile(0.5 + confidence / 2, df)) * math.sqrt(spread)
+    half = float(t_quantile(0.5 + confidence / 2, satterthwaite_df(shares, [p.n for p in parts]))) * math.sqrt(spread)
     return ChainedRatio(math.exp(mean), math.exp(mean - half), math.exp(mean + half), confidence)
 
 
@@ -299,8 +304,7 @@ def welch_difference(baseline: Sequence[float], current: Sequence[float]) -> Wel
     vc = float(np.var(current, ddof=1))
     qb, qc = vb / m, vc / n
     se = math.sqrt(qb + qc)
-    denominator = qb**2 / (m - 1) + qc**2 / (n - 1)
-    df = (qb + qc) ** 2 / denominator if denominator > 0 else math.inf
+    df = satterthwaite_df([qb, qc], [m, n])
     mb, mc = float(np.mean(baseline)), float(np.mean(current))
     return WelchDifference(mc - mb, se, df, m, n, vb, vc, mb, mc)
 

@@ -100,10 +100,10 @@ class MeasuredRun(FleetRun):
     worker_env: NotRequired[dict[str, str]]
     """The environment detprof set for the worker that shapes its timing (``launcher.STEADY_HEAP_ENV``)."""
     compilation_cache: NotRequired[Literal["off", "on"]]
-    """The framework's cache of compiled steps that outlives a process (JAX's persistent compilation cache; PyTorch's
-    compiler caches in a compared run under ``--compile``), as the worker read it back after turning it off
-    (``Backend.compile_in_this_process``): "off", every step compiled in the run's own process. Absent: nothing
-    compiled through such a cache (PyTorch eager, TensorFlow), or a record from before detprof read it."""
+    """The framework's cache of compiled steps that outlives a process (JAX's persistent compilation cache), as the
+    worker read it back after turning it off (``Backend.compile_in_this_process``): "off", every step compiled in
+    the run's own process. Absent: a framework whose measured runs keep their caches (PyTorch under ``--compile``,
+    as a user's jobs do) or keep none, or a record from before detprof read it."""
     arm: NotRequired[str]
     """A calibration's arm, "a" or "b": both deterministic, so their ratio measures the noise alone; a knob
     study's, "a" the reference and "b" the treated arm of its ``comparison``."""
@@ -181,8 +181,8 @@ class StabilityRun(FleetRun):
     device_name: NotRequired[str]
     log: NotRequired[str]
     compilation_cache: NotRequired[Literal["off", "on"]]
-    """As for a measured run: "off", the worker compiled its step itself, none loaded from a cache another worker
-    filled."""
+    """As for a measured run, and PyTorch's compiler caches under ``--compile``: "off", the worker compiled its step
+    itself, none loaded from a cache another worker filled."""
     accuracy: NotRequired[float]
     """What training measured (``stability.training.train``), on the test split after the last epoch."""
     cross_entropy: NotRequired[float]
@@ -232,8 +232,9 @@ class VerifyRun(TypedDict):
     device: NotRequired[dict[str, Any]]
     device_name: NotRequired[str]
     compilation_cache: NotRequired[Literal["off", "on"]]
-    """As for a measured run: "off", the run compiled its steps itself, so that the two runs of a mode could differ
-    in what compiling chose; a program (``verify --command``) compiles as it does."""
+    """As for a measured run, and PyTorch's compiler caches under ``--compile``: "off", the run compiled its steps
+    itself, so that the two runs of a mode could differ in what compiling chose; a program (``verify --command``)
+    compiles as it does."""
     parameters: NotRequired[int]
     program: NotRequired[dict[str, Any]]
     """A program's run (``verify --command``): as ``MeasuredRun.program``."""

@@ -287,11 +287,13 @@ def _priced_beyond_least(study: ModelKnobs) -> ModelKnobs:
     for h in study.helpers:
         over = None if through is None else _over(h.cost, *through)
         unpriced = (
-            "the switches that could go were never left off together"
+            ""
+            if over is not None
+            else "the switches that could go were never left off together"
             if through is None
             else "a comparison it is taken through has no interval: use --repeats 3 or more"
         )
-        helpers.append(replace(h, least=least, over_least=over, unpriced="" if over else unpriced))
+        helpers.append(replace(h, least=least, over_least=over, unpriced=unpriced))
     return replace(study, helpers=helpers)
 
 
