@@ -94,6 +94,16 @@ def apply_shared(arms: Sequence[DeterminismSettings], process_knobs: Iterable[st
     _switch(backends.get(arms[0].backend), frozenset(process_knobs), arms[0].seed, keras)
 
 
+def restore_shared(arms: Sequence[DeterminismSettings], process_knobs: Iterable[str]) -> None:
+    """A worker that pairs several models in turn (``profiler.worker.pair_session``) back under the knobs it started
+    with (``apply_shared``), before it builds the next model: the last arm's step left its own switched on, and a
+    model whose build runs an op without a deterministic implementation would fail to build there, as it does not in
+    a process of its own. A JAX arm takes its knobs as compile options of its own step and leaves none switched."""
+    backend = backends.get(arms[0].backend)
+    if backend.knobs_switch_between_runs:
+        backend.arm_switch(frozenset(process_knobs))()
+
+
 def _switch(backend: backends.Backend, knobs: frozenset[str], seed: int, keras: bool) -> None:
     """The framework and Keras load here: what their imports load only because it is installed is kept out while
     they do (``Backend.unused_at_import``), and stays importable for whatever runs after."""

@@ -136,13 +136,26 @@ def _check_pairs(out: Path, records: dict[str, dict[str, Any]], model: str) -> N
 
 
 @pytest.mark.slow
-def test_torch_runs_both_modes_in_one_process_a_step_of_each_in_turn(tmp_path: Path) -> None:
-    records = _sweep(tmp_path, "torch")
+def test_torch_runs_both_modes_in_one_process_and_an_op_that_refuses_determinism_fails_its_own_arm_only(
+    tmp_path: Path,
+) -> None:
+    """Each repeat's process runs the small CNN's pair, then the pair of a model whose op has no deterministic
+    implementation: that model's deterministic arm alone is unsupported, its default arm and the CNN's two ok."""
+    source = tmp_path / "refusing.py"
+    source.write_text(textwrap.dedent(REFUSING))
+    records = _sweep(tmp_path, "torch", models=f"smallcnn,{source}:model")
     _check_pairs(tmp_path / "res", records, "smallcnn")
     det, default = records["smallcnn--deterministic--r0"], records["smallcnn--default--r0"]
     assert det["settings"]["knobs"]["torch.use_deterministic_algorithms"] is True
     assert default["settings"]["knobs"]["torch.use_deterministic_algorithms"] is False
     assert "the arms in turn in one process" in det["train_step"]
+    for repeat in (0, 1):
+        det, default = records[f"model--deterministic--r{repeat}"], records[f"model--default--r{repeat}"]
+        assert det["status"] == "unsupported" and "max_unpool" in det["reason"]
+        assert det["finding"]["layer"] == "unpool"
+        assert default["status"] == "ok" and len(default["step_kernel_ns"]) == STEPS
+        assert default["trace_file"] == f"traces/{'+'.join(_pair_name(repeat))}.pt.trace.json"
+        assert default["command"] == records[f"smallcnn--default--r{repeat}"]["command"]  # one process
 
 
 @pytest.mark.slow
@@ -278,19 +291,6 @@ def model(input_shape, classes):
     x = keras.layers.GlobalAveragePooling2D()(x)
     return keras.Model(inputs, keras.layers.Dense(classes)(x))
 '''
-
-
-@pytest.mark.slow
-def test_an_op_that_refuses_determinism_fails_its_own_arm_only(tmp_path: Path) -> None:
-    source = tmp_path / "refusing.py"
-    source.write_text(textwrap.dedent(REFUSING))
-    records = _sweep(tmp_path, "torch", models=f"{source}:model")
-    for repeat in (0, 1):
-        det, default = records[f"model--deterministic--r{repeat}"], records[f"model--default--r{repeat}"]
-        assert det["status"] == "unsupported" and "max_unpool" in det["reason"]
-        assert det["finding"]["layer"] == "unpool"
-        assert default["status"] == "ok" and len(default["step_kernel_ns"]) == STEPS
-        assert default["trace_file"] == f"traces/{'+'.join(_pair_name(repeat))}.pt.trace.json"
 
 
 @pytest.mark.slow

@@ -33,7 +33,14 @@ from typing import Any
 
 from detprof import backends
 from detprof.backends.base import ArmStep, Backend
-from detprof.determinism import DeterminismSettings, apply, apply_shared, arm_settings, software_versions
+from detprof.determinism import (
+    DeterminismSettings,
+    apply,
+    apply_shared,
+    arm_settings,
+    restore_shared,
+    software_versions,
+)
 from detprof.device_time import PartClock, spawned_clock
 from detprof.errors import ExitCode, UsageError, first_line
 from detprof.findings import finding_of, refuses_determinism
@@ -426,7 +433,8 @@ def pair_session(
     a step of each in turn (``run_arms``); each result written, then ``DONE`` to the coordinator.
 
     The process is switched once, when it starts, for the knobs that can only be set then (``process_knobs``, as the
-    launcher read them for the device: ``determinism.apply_shared``); each arm's step sets the rest of its knobs.
+    launcher read them for the device: ``determinism.apply_shared``); each arm's step sets the rest of its knobs, and
+    each model is built back under those the process started with (``determinism.restore_shared``).
     ``shared_repeats``: the pairs are every repeat of each model in turn, and a repeat re-runs the arms the one
     before it built (``--shared-repeats``), where it is the same model's.
     """
@@ -441,6 +449,7 @@ def pair_session(
         pin_threads(cpus)
         if built is None or built.of(specs) is None:
             built = None  # another model's arms: let them go before this one's are built
+            restore_shared([spec.determinism for spec in specs], process_knobs)
             keras = sys.modules.get("keras")
             if keras is not None:
                 keras.backend.clear_session()
