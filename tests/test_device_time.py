@@ -4,12 +4,14 @@ parts, the sums that count a shared process once, and the peak read at the GPU b
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
 from detprof.analysis.run_costs import memory_line, memory_peaks, time_rows
 from detprof.device_time import SPAWNED_ENV, PartClock, charged, process_seconds, spawned_clock, steps_fraction
-from detprof.profiler.worker import _PeakMemory
+from detprof.profiler.worker import _PeakMemory, _traced_from_outside
+from detprof.profiler.worker_call import call_in_worker
 
 
 def test_laps_add_up_to_the_time_the_clock_ran() -> None:
@@ -102,3 +104,24 @@ def test_the_peaks_of_each_mode_read_side_by_side() -> None:
     assert memory_line(shared["m"]) == "1.00 / 1.00 GiB (+0%) (each the whole process, both modes)"
     unknown = memory_peaks([run("deterministic", None), run("default", None)])
     assert memory_line(unknown["m"]) == "not known: XLA keeps allocator statistics only for a GPU"
+
+
+def test_a_worker_ends_once_its_answer_is_written_without_the_interpreter_s_teardown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The parent waits for a worker's exit before it reads its result; tearing down an interpreter that loaded a
+    framework takes a second or more, so the worker skips it, but not what was registered to run at the end, nor
+    output still buffered."""
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent))
+    log = tmp_path / "worker.log"
+    assert call_in_worker("worker_end:leave_marks", {"folder": str(tmp_path)}, "leaving marks", log=log) == "answered"
+    assert (tmp_path / "exit-function-ran").is_file()
+    assert "said just before the end" in log.read_text()
+    assert not (tmp_path / "torn-down").exists()
+
+
+def test_a_worker_that_nsys_or_nvprof_runs_ends_through_the_interpreter_as_they_expect() -> None:
+    assert _traced_from_outside({"tracer": "nsys"})
+    assert _traced_from_outside({"runs": [{"tracer": "none"}, {"tracer": "nvprof"}]})
+    assert not _traced_from_outside({"pairs": [[{"tracer": "torch"}, {"tracer": "torch"}]]})
+    assert not _traced_from_outside({"call": "module:function", "request": {}})
