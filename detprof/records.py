@@ -129,6 +129,9 @@ class MeasuredRun(FleetRun):
     """Every layer of the model, nested ones included, in model order: what ``traces.attribution`` places ops in."""
     step_scopes: NotRequired[dict[str, str]]
     """Name scopes of the step's parts that are no layer (the loss, the optimizer's update), by their row."""
+    kernel_modules: NotRequired[dict[str, dict[str, str | None]]]
+    """Under ``torch.compile``: per phase (``forward``, ``backward``), the module path of each of Inductor's fused
+    kernels by its name in the trace (``backends.inductor_places``), for ``traces.attribution.placed_kernels``."""
     train_step: NotRequired[str]
     """Which compiled training step the model workload ran (``profiler.workloads``), with its compile setting."""
     dtype_policy: NotRequired[str]

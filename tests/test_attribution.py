@@ -20,9 +20,19 @@ from fixtures_traces import SHARED_TRACES, real_traces
 
 from detprof.analysis.layers import ModelAttribution, PartCost, run_parts
 from detprof.analysis.study_results import counted_steps
+from detprof.backends.base import COMPILED_PART, TOP_LEVEL_PART
+from detprof.backends.inductor_places import Places, common_ancestor, kernel_places, module_path, node_module
 from detprof.cli import main
 from detprof.errors import ExitCode
-from detprof.traces.attribution import UNATTRIBUTED, by_part, layer_of, layer_path, op_kind
+from detprof.traces.attribution import (
+    COMPILED_BACKWARD,
+    UNATTRIBUTED,
+    by_part,
+    layer_of,
+    layer_path,
+    op_kind,
+    placed_kernels,
+)
 from detprof.traces.kernel_table import KernelTable
 from detprof.traces.parsers import load_trace
 
@@ -234,3 +244,66 @@ def test_a_gradient_accumulated_into_its_variable_goes_to_the_layer_that_owns_th
     assert nodes["scope"].astype(object).value_counts().to_dict() == {"dense1": 2 * steps, "dense2": 2 * steps}
     accumulating = kernels["op_type"].astype(str) == "torch::autograd::AccumulateGrad"
     assert accumulating.sum() > len(nodes) and kernels.loc[accumulating, "scope"].notna().all()
+
+
+@pytest.mark.parametrize(
+    ("source", "path"),
+    [
+        ("L['s'].blocks.0.norm", "blocks.0.norm"),
+        ("L['self'].transformer.h[0].attn", "transformer.h.0.attn"),
+        ("L['self']._modules['head']", "_modules.head"),
+        ("L['self']", ""),
+    ],
+)
+def test_dynamos_source_of_a_module_is_its_path_as_named_modules_names_it(source: str, path: str) -> None:
+    assert module_path(source) == path
+
+
+def test_a_fused_kernel_goes_to_the_deepest_module_of_the_nodes_it_fused() -> None:
+    """Nodes' modules from their stacks (a backward node's from its forward op's); a kernel of nodes of one module
+    goes to it, of several to the module around them, of the whole model's to the top level; one no module holds
+    and the extern kernels are left to the compiled region; a C++ kernel named as the trace names it."""
+    stack = {"L['s']": ("L['s']", object), "L['s'].blocks.0": ("L['s'].blocks.0", object)}
+    assert node_module({"nn_module_stack": stack}) == "blocks.0"
+    assert node_module({"fwd_nn_module_stack": {"x": ("L['s'].head", object)}}) == "head"
+    assert node_module({"seq_nr": 3}) is None
+    assert common_ancestor(["blocks.0.norm", "blocks.0.conv", "blocks.0"]) == "blocks.0"
+    assert common_ancestor(["blocks.0.norm", "blocks.1.norm"]) == "blocks"
+    assert common_ancestor(["blocks.0", "head"]) == "" == common_ancestor([])
+    modules = {"mul": "blocks.0.norm", "add": "blocks.0.conv", "relu": "stem", "mm": "head", "copy_": None}
+    fused = {
+        "cpp_fused_add_mul_0:1": ["mul", "add", "copy_"],
+        "cpp_fused_relu_1:2": ["relu", "mul"],
+        "triton_poi_fused_copy_2:3": ["copy_"],
+        "extern_kernels.mm:4": ["mm"],
+        "triton_per_fused_mul_3:5": ["mul"],
+    }
+    assert kernel_places(fused, modules, "graph_0_") == {
+        "graph_0_cpp_fused_add_mul_0": "blocks.0",
+        "graph_0_cpp_fused_relu_1": TOP_LEVEL_PART,
+        "triton_per_fused_mul_3": "blocks.0.norm",
+    }
+
+
+def test_a_kernel_name_in_the_forward_and_the_backward_is_placed_by_the_phase_it_ran_in() -> None:
+    """Each graph numbers its kernels from 0 under one ``graph_N_``: the backward's ``cpp_fused_sum_0`` is not the
+    forward's. A name two graphs of one phase place apart is placed in neither: it stays in the compiled region."""
+    places = Places()
+    places.add(False, {"graph_0_cpp_fused_sum_0": "blocks.0", "graph_0_cpp_fused_mul_1": "head"})
+    places.add(True, {"graph_0_cpp_fused_sum_0": "head"})
+    places.add(False, {"graph_0_cpp_fused_mul_1": "stem"})
+    kernel_modules = places.as_json()
+    region = COMPILED_PART
+    scopes = [region, region, region, region, "(optimizer update)"]
+    kinds = ["Torch-Compiled Region: 0/0", COMPILED_BACKWARD, "Torch-Compiled Region: 0/0", region, "Optimizer"]
+    kernels = ["graph_0_cpp_fused_sum_0"] * 2 + ["graph_0_cpp_fused_mul_1", "aten::mm", "graph_0_cpp_fused_sum_0"]
+    assert placed_kernels(scopes, kinds, kernels, kernel_modules) == [
+        f"{region}/blocks.0",
+        f"{region}/head",
+        region,
+        region,
+        "(optimizer update)",
+    ]
+    layers = ["blocks", "blocks.0", "head"]
+    assert layer_of(f"{region}/blocks.0", layers) == "blocks.0"
+    assert layer_of(f"{region}/{TOP_LEVEL_PART}", layers) == TOP_LEVEL_PART

@@ -399,20 +399,22 @@ NATIVE_REGISTRY = {
 
 @pytest.mark.slow
 def test_the_native_registry_models_train_on_pytorch_with_their_modules_on_the_leaderboard(
-    tmp_path: Path, capsys: Capture
+    tmp_path: Path, capsys: Capture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Hugging Face's ResNet-50, ViT, GPT-2 and Llama-style decoder, built from their configurations: without
     ``--backend`` they train on PyTorch, loading no Keras, on the loss each computes itself (a row of its own), each
     module a leaderboard row by its path, and what no
     module claims under 5% of the step (0.05-0.8% here), eager and in bfloat16 mixed precision (``--amp bf16``).
     Under ``--compile`` (GPT-2 here) the compiled module is a row of its own beside the loss and the update,
-    Inductor's fused kernels named in the kernel table, its deterministic mode read back per run. With another
-    backend, for a stability study or with another ``--amp``, they are refused in one line before any worker
-    starts."""
+    Inductor's fused kernels named in the kernel table and placed in GPT-2's modules, its deterministic mode read
+    back per run. With another backend, for a stability study or with another ``--amp``, they are refused in one
+    line before any worker starts."""
     out, amp, compiled = tmp_path / "out", tmp_path / "amp", tmp_path / "compiled"
     args = ["sweep", "--steps", "3", "--warmup", "1", "--repeats", "1", "--precision", "off", "--no-report"]
     assert main([*args, "--models", ",".join(NATIVE_REGISTRY), "--out", str(out)]) == ExitCode.OK
     assert main([*args, "--models", "hf_llama_tiny", "--amp", "bf16", "--out", str(amp)]) == ExitCode.OK
+    # A cold compiler cache: a graph Inductor loads from it keeps its kernels in the compiled region.
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor-cache"))
     assert main([*args, "--models", "hf_gpt2_tiny", "--compile", "--out", str(compiled)]) == ExitCode.OK
     capsys.readouterr()
     assert_compiled(compiled)
@@ -512,8 +514,14 @@ def assert_compiled(out: Path) -> None:
     }
     assert not any("compilation_cache" in r for r in records)
     (model,) = json.loads(render_report([out], "json"))["models"]
-    assert {layer["name"] for layer in model["layers"]} >= {COMPILED_PART, OPTIMIZER_PART}  # its loss compiled in
+    layers = {layer["name"]: layer["default_ms"] for layer in model["layers"]}
+    assert set(layers) >= {COMPILED_PART, OPTIMIZER_PART}  # its loss compiled in
     assert model["unattributed_share"] < 0.05
+    # Inductor's fused kernels in the modules they fused, the forward's and the backward's: the compiled region
+    # keeps its matrix products (extern kernels) and what no module claims.
+    assert {"transformer.h.0.attn", "transformer.h.0.mlp", "transformer.h.1.mlp"} <= set(layers), sorted(layers)
+    in_modules = sum(ms for name, ms in layers.items() if name.startswith("transformer"))
+    assert in_modules > 0.3 * sum(layers.values()) and layers[COMPILED_PART] < 0.6 * sum(layers.values()), layers
     for record in records:
         names = set(pd.read_parquet(store.dir / record["kernel_table"], columns=["name"])["name"])
         assert any(re.match(r"graph_\d+_cpp_fused_", name) for name in names), sorted(names)[:20]

@@ -24,7 +24,7 @@ from detprof.analysis.overhead import model_overheads
 from detprof.analysis.study_results import counted_steps
 from detprof.intervals import Overhead, paired_t, t_interval
 from detprof.store import ResultsStore
-from detprof.traces.attribution import UNATTRIBUTED, in_model_order, layer_of, op_kind
+from detprof.traces.attribution import UNATTRIBUTED, in_model_order, layer_of, op_kind, placed_kernels
 
 MS = 1e6
 NEGLIGIBLE_SHARE = 0.01
@@ -160,11 +160,19 @@ class RunParts:
 
 
 def run_parts(
-    frame: pd.DataFrame, steps: int, layer_names: Sequence[str], step_scopes: Mapping[str, str] | None = None
+    frame: pd.DataFrame,
+    steps: int,
+    layer_names: Sequence[str],
+    step_scopes: Mapping[str, str] | None = None,
+    kernel_modules: Mapping[str, Mapping[str, str | None]] | None = None,
 ) -> RunParts:
     """A run's kernel table summed per layer (and per part of the step that is no layer: ``step_scopes``), per op
-    and per (layer, kernel), per step of the ``steps`` it holds."""
+    and per (layer, kernel), per step of the ``steps`` it holds; under ``torch.compile``, Inductor's fused kernels
+    in the modules ``kernel_modules`` places them in (``placed_kernels``)."""
     scopes, kinds = (_names(frame, column) for column in ("scope", "op_type"))
+    if kernel_modules:
+        placed = placed_kernels(scopes.tolist(), kinds.tolist(), frame["name"].tolist(), kernel_modules)
+        scopes = pd.Series(pd.Categorical(placed), index=frame.index)
     layer = scopes.map({scope: layer_of(scope, layer_names, step_scopes) for scope in scopes.cat.categories})
     layer = layer.astype(object).fillna(UNATTRIBUTED).to_numpy()
     op = kinds.map({kind: op_kind(kind) for kind in kinds.cat.categories}).astype(object).fillna(UNATTRIBUTED)
@@ -295,4 +303,4 @@ def _parts(
     store: ResultsStore, record: Mapping[str, Any], layer_names: Sequence[str], step_scopes: Mapping[str, str]
 ) -> RunParts:
     frame, steps = counted_steps(store.read_table(str(record["kernel_table"])), record)
-    return run_parts(frame, steps, layer_names, step_scopes)
+    return run_parts(frame, steps, layer_names, step_scopes, record.get("kernel_modules"))

@@ -27,6 +27,7 @@ from .base import (
     StopProfiler,
     layer_range_name,
 )
+from .inductor_places import Places, kernel_places, node_module
 
 CUBLAS_WORKSPACE_ENV = "CUBLAS_WORKSPACE_CONFIG"
 CUBLAS_DETERMINISTIC_WORKSPACE = ":4096:8"
@@ -463,15 +464,49 @@ def mark_native(module: Any, loss: Any | None, optimizer: Any, compiled: Any = N
     MARKED[optimizer] = OPTIMIZER_PART
 
 
+PLACES = Places()
+"""The module of each fused kernel of the graphs Inductor compiled in this process (``compiled``), filled as it
+compiles them: at the step's first call, after the worker took the model's facts."""
+
+
 def compiled(module: Any, backend: str) -> Any:
     """``module`` through ``torch.compile`` with ``backend``; on a CPU, Inductor's C++ kernels each in a range of
     their own (``cpp.enable_kernel_profile``, the same in both modes), so that the trace names each fused kernel as
-    a GPU trace names Triton's."""
+    a GPU trace names Triton's; each fused kernel's module kept in ``PLACES`` as Inductor compiles its graph
+    (``_placing_kernels``)."""
     import torch
     import torch._inductor.config
 
     torch._inductor.config.cpp.enable_kernel_profile = True
+    _placing_kernels()
     return torch.compile(module, backend=backend)
+
+
+def _placing_kernels() -> None:
+    """Inductor's provenance tracking on, and each graph it compiles read once its code is written, when its kernels
+    and the post-grad graph nodes each fused are known (``inductor_places``). Its provenance map holds the kernels
+    of the graph being compiled alone. A graph Inductor loads from its cache (compiled by an earlier process) is
+    not compiled here: its kernels stay in the compiled region's row."""
+    import torch._inductor.config
+    import torch._inductor.debug
+    from torch._inductor.graph import GraphLowering
+
+    torch._inductor.config.trace.provenance_tracking_level = 1
+    unplaced = GraphLowering.compile_to_module
+    if getattr(unplaced, "places_kernels", False):
+        return
+
+    @functools.wraps(unplaced)
+    def placing(graph: Any, *args: Any, **kwargs: Any) -> Any:
+        code = unplaced(graph, *args, **kwargs)
+        modules = {node.name: node_module(node.meta) for node in graph.graph.nodes}
+        fused = torch._inductor.debug._inductor_triton_kernel_to_post_grad_node_info
+        prefix = f"graph_{graph.graph_id}_" if graph.graph_id is not None else ""
+        PLACES.add(bool(graph.is_backward), kernel_places(fused, modules, prefix))
+        return code
+
+    placing.places_kernels = True  # type: ignore[attr-defined]
+    GraphLowering.compile_to_module = placing  # type: ignore[method-assign]
 
 
 def _mark_layers(range_named: Callable[[str], contextlib.AbstractContextManager[Any]]) -> Callable[[], None]:

@@ -37,9 +37,12 @@ __all__ = [
     "layer_range_name",
     "op_kind",
     "parts",
+    "placed_kernels",
 ]
 
 UNATTRIBUTED = "(unattributed)"
+COMPILED_BACKWARD = "CompiledFunctionBackward"
+"""The autograd node that runs a compiled graph's backward: the op a backward kernel of it runs under."""
 """The layer, or op, of a kernel that no op or layer claims."""
 BACKWARD_PREFIX = "autograd::engine::evaluate_function: "
 
@@ -93,6 +96,25 @@ def _descend(found: list[str], part: str) -> None:
         found[-1] = part
     else:
         found.append(part)
+
+
+def placed_kernels(
+    scopes: Sequence[object],
+    kinds: Sequence[object],
+    kernels: Sequence[object],
+    kernel_modules: Mapping[str, Mapping[str, str | None]],
+) -> list[object]:
+    """Each kernel's scope, a fused kernel of the compiled region placed in its module inside it
+    (``(torch.compile region)/blocks.0.norm``): ``kernel_modules`` holds the module of each of Inductor's fused
+    kernels by phase (a record's, ``backends.inductor_places``), a backward kernel told by the node it runs under
+    (``COMPILED_BACKWARD``). Any other kernel keeps its scope."""
+    placed = []
+    for scope, kind, kernel in zip(scopes, kinds, kernels, strict=True):
+        inside = isinstance(scope, str) and scope.rsplit("/", 1)[-1] == COMPILED_PART
+        phase = "backward" if kind == COMPILED_BACKWARD else "forward"
+        module = kernel_modules.get(phase, {}).get(str(kernel)) if inside else None
+        placed.append(f"{scope}/{module}" if module else scope)
+    return placed
 
 
 def in_model_order(paths: Iterable[str], layers: Sequence[str]) -> list[str]:

@@ -1,0 +1,100 @@
+"""Which module of a ``torch.compile``d model each of Inductor's fused kernels came from.
+
+A module's range cannot reach inside a compiled graph, so a compiled module's kernels would all be one row
+(``COMPILED_PART``). Inductor's provenance tracking (``torch._inductor.config.trace.provenance_tracking_level``)
+names the post-grad graph nodes each kernel fused (``"cpp_fused_relu_1:3" -> ["relu", "add_5"]``), and each node
+carries the stack of modules whose ``forward`` ran it (``nn_module_stack``; a backward node the stack of the forward
+op it differentiates, ``fwd_nn_module_stack``). A kernel goes to the deepest module that holds every node it fused
+that a module holds: its own, or the module of several around them (``TOP_LEVEL_PART`` where that is only the
+whole model). A kernel without a node any module holds, and the extern kernels (``extern_kernels.mm``, aten ops
+called as they are), which the trace names only by their aten op and so cannot be told apart, stay in the
+compiled region's row.
+
+Kernel names are unique within a graph, not across a forward graph and its backward graph (both ``graph_0_``, each
+numbering its kernels from 0): each graph's kernels go to their phase's map (``Places``), and a name that two
+graphs of one phase place apart is placed in neither (None).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass, field
+
+from detprof.backends.base import TOP_LEVEL_PART
+
+FORWARD = "forward"
+BACKWARD = "backward"
+FUSED_KERNEL = re.compile(r"^(?P<name>(?:cpp|triton)_\w+):\d+$")
+"""A fused kernel's provenance key, ``NAME:HANDLE``: Inductor's C++ (CPU) and Triton (GPU) kernels, not the extern
+kernels (``extern_kernels.mm:1``, ``torch.ops.aten.convolution_backward.default:3``)."""
+_SOURCE_HEAD = re.compile(r"^L\[['\"]\w+['\"]\]\.?")
+_INDEX = re.compile(r"\[['\"]?([\w]+)['\"]?\]")
+
+
+def module_path(source: str) -> str:
+    """A module's path as ``named_modules`` names it from Dynamo's source of it: ``L['self'].blocks[0].norm`` (or
+    ``L['s'].blocks.0.norm``) is ``blocks.0.norm``; the compiled module itself is ``""``."""
+    return _INDEX.sub(r".\1", _SOURCE_HEAD.sub("", source)).strip(".")
+
+
+def node_module(meta: Mapping[str, object]) -> str | None:
+    """The path of the innermost module whose ``forward`` ran a graph node (for a backward node, the forward op's
+    module); None where the node's stack names none (graph inputs, buffer updates, what the model's own call runs)."""
+    stack = meta.get("nn_module_stack") or meta.get("fwd_nn_module_stack")
+    if not isinstance(stack, Mapping) or not stack:
+        return None
+    source = list(stack.values())[-1]
+    return module_path(source[0] if isinstance(source, tuple) else str(source))
+
+
+def common_ancestor(paths: Iterable[str]) -> str:
+    """The deepest module path that holds each of ``paths`` (``""``, the whole model, where only that does)."""
+    split = [path.split(".") if path else [] for path in paths]
+    if not split:
+        return ""
+    common: list[str] = []
+    for parts in zip(*split, strict=False):
+        if len(set(parts)) != 1:
+            break
+        common.append(parts[0])
+    return ".".join(common)
+
+
+def kernel_places(
+    kernels: Mapping[str, Sequence[str]], modules: Mapping[str, str | None], prefix: str = ""
+) -> dict[str, str]:
+    """Each fused kernel of one graph, by the name the trace gives it (``prefix``: the ``graph_N_`` of a C++ kernel
+    profiled on a CPU), placed in the module path of the nodes it fused (``modules``: each node's, by name):
+    ``TOP_LEVEL_PART`` where only the whole model holds them; left out where no module holds any."""
+    places = {}
+    for key, nodes in kernels.items():
+        fused = FUSED_KERNEL.match(key)
+        held = [path for path in (modules.get(node) for node in nodes) if path is not None]
+        if fused is None or not held:
+            continue
+        name = fused.group("name")
+        traced = f"{prefix}{name}" if name.startswith("cpp_") else name
+        places[traced] = common_ancestor(held) or TOP_LEVEL_PART
+    return places
+
+
+@dataclass
+class Places:
+    """The kernels of every graph Inductor compiled in this process, by phase: what a record keeps
+    (``kernel_modules``) for ``traces.attribution.placed_kernels``."""
+
+    forward: dict[str, str | None] = field(default_factory=dict)
+    backward: dict[str, str | None] = field(default_factory=dict)
+
+    def add(self, backward: bool, places: Mapping[str, str]) -> None:
+        """One graph's kernels (``kernel_places``) in its phase's map; a name placed apart before, in neither."""
+        _merge(self.backward if backward else self.forward, places)
+
+    def as_json(self) -> dict[str, dict[str, str | None]]:
+        return {FORWARD: self.forward, BACKWARD: self.backward}
+
+
+def _merge(into: MutableMapping[str, str | None], places: Mapping[str, str]) -> None:
+    for name, path in places.items():
+        into[name] = path if into.get(name, path) == path else None
