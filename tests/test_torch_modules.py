@@ -224,6 +224,28 @@ def test_verify_compile_trains_the_module_through_torch_compile_each_run_compili
     assert verified["compiled"] is True and verified["compilation_cache"] == "off" and verified["held"] is True
 
 
+def test_a_compiled_module_compiles_its_graphs_in_its_process_to_place_their_kernels(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A graph Inductor loaded from its cache would not be compiled in the process, its kernels placed in no module:
+    a study whose first repeat compiled and whose next loaded would place one kernel two ways."""
+    import torch
+    import torch._functorch.config
+    import torch._inductor.config
+    from torch._inductor.graph import GraphLowering
+
+    from detprof.backends.torch import compiled
+
+    monkeypatch.setattr(GraphLowering, "compile_to_module", GraphLowering.compile_to_module)
+    monkeypatch.setattr(torch._inductor.config.trace, "provenance_tracking_level", 0)
+    monkeypatch.setattr(torch._inductor.config.cpp, "enable_kernel_profile", False)
+    monkeypatch.setattr(torch._inductor.config, "fx_graph_cache", True)
+    monkeypatch.setattr(torch._functorch.config, "enable_autograd_cache", True)
+    compiled(torch.nn.Linear(2, 2), "inductor")
+    assert not torch._inductor.config.fx_graph_cache and not torch._functorch.config.enable_autograd_cache
+    assert torch._inductor.config.trace.provenance_tracking_level == 1
+
+
 def test_each_arm_builds_the_same_module_and_a_step_trains_it_as_users_do(folder: Path) -> None:
     import torch
 
@@ -413,7 +435,6 @@ def test_the_native_registry_models_train_on_pytorch_with_their_modules_on_the_l
     args = ["sweep", "--steps", "3", "--warmup", "1", "--repeats", "1", "--precision", "off", "--no-report"]
     assert main([*args, "--models", ",".join(NATIVE_REGISTRY), "--out", str(out)]) == ExitCode.OK
     assert main([*args, "--models", "hf_llama_tiny", "--amp", "bf16", "--out", str(amp)]) == ExitCode.OK
-    # A cold compiler cache: a graph Inductor loads from it keeps its kernels in the compiled region.
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor-cache"))
     assert main([*args, "--models", "hf_gpt2_tiny", "--compile", "--out", str(compiled)]) == ExitCode.OK
     capsys.readouterr()

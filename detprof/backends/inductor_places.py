@@ -91,7 +91,13 @@ class Places:
         """One graph's kernels (``kernel_places``) in its phase's map; a name placed apart before, in neither."""
         _merge(self.backward if backward else self.forward, places)
 
+    def clear(self) -> None:
+        """Emptied in place for the next model a process compiles: the facts a worker took of it hold these maps."""
+        self.forward.clear()
+        self.backward.clear()
+
     def as_json(self) -> dict[str, dict[str, str | None]]:
+        """The maps themselves, not copies: they fill as the step's first call compiles, after the facts are taken."""
         return {FORWARD: self.forward, BACKWARD: self.backward}
 
 

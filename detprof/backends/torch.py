@@ -386,9 +386,9 @@ class Torch(Backend):
         """A compared run under ``torch.compile``: off, every cache of PyTorch's compiler (Inductor's FX graph and
         AOTAutograd caches, its autotuning results, kept in ``TORCHINDUCTOR_CACHE_DIR`` across processes, on by
         default). A process that loaded another's compiled graph or its autotuned picks could not differ from it in
-        what compiling chose. A measured run keeps them as the user's own jobs do: its trace names the same kernels
-        either way, its steps are timed after compiling, and without them every process of a compiled sweep compiled
-        again (a tiny GPT-2's sweep took twice the CPU time here). Eager, nothing is compiled and nothing is said."""
+        what compiling chose. A measured run keeps the autotuning results as the user's own jobs do (its steps are
+        timed after compiling), not the graph caches, which placing Inductor's kernels in modules needs off
+        (``_placing_kernels``). Eager, nothing is compiled and nothing is said."""
         if not (compiled and compared):
             return {}
         import torch
@@ -465,8 +465,8 @@ def mark_native(module: Any, loss: Any | None, optimizer: Any, compiled: Any = N
 
 
 PLACES = Places()
-"""The module of each fused kernel of the graphs Inductor compiled in this process (``compiled``), filled as it
-compiles them: at the step's first call, after the worker took the model's facts."""
+"""The module of each fused kernel of the graphs Inductor compiled for the model this process trains now
+(``compiled``), filled as it compiles them: at the step's first call, after the worker took the model's facts."""
 
 
 def compiled(module: Any, backend: str) -> Any:
@@ -479,19 +479,33 @@ def compiled(module: Any, backend: str) -> Any:
 
     torch._inductor.config.cpp.enable_kernel_profile = True
     _placing_kernels()
+    PLACES.clear()  # the last model's record is written: a session compiles its models in turn
     return torch.compile(module, backend=backend)
 
 
 def _placing_kernels() -> None:
     """Inductor's provenance tracking on, and each graph it compiles read once its code is written, when its kernels
     and the post-grad graph nodes each fused are known (``inductor_places``). Its provenance map holds the kernels
-    of the graph being compiled alone. A graph Inductor loads from its cache (compiled by an earlier process) is
-    not compiled here: its kernels stay in the compiled region's row."""
+    of the graph being compiled alone.
+
+    Its graph caches (the FX graph cache, AOTAutograd's) are off: a graph loaded from one is not compiled in this
+    process, so its kernels would stay in the compiled region's row, and a study whose first repeat compiled and
+    whose next loaded the graph would put the same kernel in a module in one run and in no module in the other.
+    Compiling costs time before the warm-up, never in a measured step; autotuning's cache stays as the user has it.
+
+    All of this is Inductor's internals: a PyTorch without provenance tracking (before 2.9) compiles as it would,
+    its kernels left in the compiled region's row, and what a graph lacks is read as nothing placed.
+    """
+    import torch._functorch.config
     import torch._inductor.config
     import torch._inductor.debug
     from torch._inductor.graph import GraphLowering
 
+    if not hasattr(torch._inductor.config.trace, "provenance_tracking_level"):
+        return
     torch._inductor.config.trace.provenance_tracking_level = 1
+    torch._inductor.config.fx_graph_cache = False
+    torch._functorch.config.enable_autograd_cache = False
     unplaced = GraphLowering.compile_to_module
     if getattr(unplaced, "places_kernels", False):
         return
@@ -499,10 +513,11 @@ def _placing_kernels() -> None:
     @functools.wraps(unplaced)
     def placing(graph: Any, *args: Any, **kwargs: Any) -> Any:
         code = unplaced(graph, *args, **kwargs)
+        fused = getattr(torch._inductor.debug, "_inductor_triton_kernel_to_post_grad_node_info", {})
         modules = {node.name: node_module(node.meta) for node in graph.graph.nodes}
-        fused = torch._inductor.debug._inductor_triton_kernel_to_post_grad_node_info
-        prefix = f"graph_{graph.graph_id}_" if graph.graph_id is not None else ""
-        PLACES.add(bool(graph.is_backward), kernel_places(fused, modules, prefix))
+        graph_id = getattr(graph, "graph_id", None)
+        prefix = f"graph_{graph_id}_" if graph_id is not None else ""
+        PLACES.add(bool(getattr(graph, "is_backward", False)), kernel_places(fused, modules, prefix))
         return code
 
     placing.places_kernels = True  # type: ignore[attr-defined]

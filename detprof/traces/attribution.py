@@ -41,9 +41,9 @@ __all__ = [
 ]
 
 UNATTRIBUTED = "(unattributed)"
+"""The layer, or op, of a kernel that no op or layer claims."""
 COMPILED_BACKWARD = "CompiledFunctionBackward"
 """The autograd node that runs a compiled graph's backward: the op a backward kernel of it runs under."""
-"""The layer, or op, of a kernel that no op or layer claims."""
 BACKWARD_PREFIX = "autograd::engine::evaluate_function: "
 
 ENCLOSING_PARTS = (COMPILED_PART, TOP_LEVEL_PART)
