@@ -251,7 +251,7 @@ def test_a_gradient_accumulated_into_its_variable_goes_to_the_layer_that_owns_th
     [
         ("L['s'].blocks.0.norm", "blocks.0.norm"),
         ("L['self'].transformer.h[0].attn", "transformer.h.0.attn"),
-        ("L['self']._modules['head']", "_modules.head"),
+        ("L['self']._modules['blocks']._modules['0'].norm", "blocks.0.norm"),
         ("L['self']", ""),
     ],
 )

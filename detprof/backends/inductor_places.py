@@ -21,7 +21,7 @@ import re
 from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 
-from detprof.backends.base import TOP_LEVEL_PART
+from .base import TOP_LEVEL_PART
 
 FORWARD = "forward"
 BACKWARD = "backward"
@@ -34,8 +34,10 @@ _INDEX = re.compile(r"\[['\"]?([\w]+)['\"]?\]")
 
 def module_path(source: str) -> str:
     """A module's path as ``named_modules`` names it from Dynamo's source of it: ``L['self'].blocks[0].norm`` (or
-    ``L['s'].blocks.0.norm``) is ``blocks.0.norm``; the compiled module itself is ``""``."""
-    return _INDEX.sub(r".\1", _SOURCE_HEAD.sub("", source)).strip(".")
+    ``L['s'].blocks.0.norm``, or ``L['self']._modules['blocks']._modules['0'].norm``: the submodules' own dict) is
+    ``blocks.0.norm``; the compiled module itself is ``""``."""
+    dotted = _INDEX.sub(r".\1", _SOURCE_HEAD.sub("", source)).strip(".")
+    return ".".join(part for part in dotted.split(".") if part and part != "_modules")
 
 
 def node_module(meta: Mapping[str, object]) -> str | None:
