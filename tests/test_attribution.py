@@ -283,6 +283,10 @@ def test_a_fused_kernel_goes_to_the_deepest_module_of_the_nodes_it_fused() -> No
         "graph_0_cpp_fused_relu_1": TOP_LEVEL_PART,
         "triton_per_fused_mul_3": "blocks.0.norm",
     }
+    # One kernel called for two blocks that run the same code: the trace names both calls alike.
+    blocks = {"tanh": "blocks.0.act", "tanh_1": "blocks.1.act", "tanh_2": "blocks.1.act"}
+    called = {"cpp_fused_tanh_0:2": ["tanh"], "cpp_fused_tanh_0:4": ["tanh_1"], "cpp_fused_tanh_1:5": ["tanh_2"]}
+    assert kernel_places(called, blocks) == {"cpp_fused_tanh_0": "blocks", "cpp_fused_tanh_1": "blocks.1.act"}
 
 
 def test_a_kernel_name_in_the_forward_and_the_backward_is_placed_by_the_phase_it_ran_in() -> None:

@@ -538,9 +538,10 @@ def assert_compiled(out: Path) -> None:
     layers = {layer["name"]: layer["default_ms"] for layer in model["layers"]}
     assert set(layers) >= {COMPILED_PART, OPTIMIZER_PART}  # its loss compiled in
     assert model["unattributed_share"] < 0.05
-    # Inductor's fused kernels in the modules they fused, the forward's and the backward's: the compiled region
-    # keeps its matrix products (extern kernels) and what no module claims.
-    assert {"transformer.h.0.attn", "transformer.h.0.mlp", "transformer.h.1.mlp"} <= set(layers), sorted(layers)
+    # Inductor's fused kernels in the modules they fused, the forward's and the backward's (a kernel both blocks
+    # call in the module around them, transformer.h): the compiled region keeps its matrix products (extern
+    # kernels) and what no module claims.
+    assert "transformer.h" in layers and any(name.startswith("transformer.h.") for name in layers), sorted(layers)
     in_modules = sum(ms for name, ms in layers.items() if name.startswith("transformer"))
     assert in_modules > 0.3 * sum(layers.values()) and layers[COMPILED_PART] < 0.6 * sum(layers.values()), layers
     for record in records:

@@ -68,17 +68,20 @@ def kernel_places(
 ) -> dict[str, str]:
     """Each fused kernel of one graph, by the name the trace gives it (``prefix``: the ``graph_N_`` of a C++ kernel
     profiled on a CPU), placed in the module path of the nodes it fused (``modules``: each node's, by name):
-    ``TOP_LEVEL_PART`` where only the whole model holds them; left out where no module holds any."""
-    places = {}
+    ``TOP_LEVEL_PART`` where only the whole model holds them; left out where no module holds any.
+
+    Inductor generates a kernel once for blocks that run the same code and calls it once per block (each call a
+    key of its own, ``NAME:HANDLE``), and the trace names every call alike: such a kernel goes to the module around
+    all the blocks that call it (``blocks``, not ``blocks.0``)."""
+    held: dict[str, list[str]] = {}
     for key, nodes in kernels.items():
         fused = FUSED_KERNEL.match(key)
-        held = [path for path in (modules.get(node) for node in nodes) if path is not None]
-        if fused is None or not held:
+        if fused is None:
             continue
         name = fused.group("name")
         traced = f"{prefix}{name}" if name.startswith("cpp_") else name
-        places[traced] = common_ancestor(held) or TOP_LEVEL_PART
-    return places
+        held.setdefault(traced, []).extend(path for path in (modules.get(node) for node in nodes) if path is not None)
+    return {traced: common_ancestor(paths) or TOP_LEVEL_PART for traced, paths in held.items() if paths}
 
 
 @dataclass
