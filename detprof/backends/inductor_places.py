@@ -86,8 +86,8 @@ def kernel_places(
 
 @dataclass
 class Places:
-    """The kernels of every graph Inductor compiled in this process, by phase: what a record keeps
-    (``kernel_modules``) for ``traces.attribution.placed_kernels``."""
+    """The kernels of every graph Inductor compiled for the model this process trains now, by phase: what a record
+    keeps (``kernel_modules``) for ``traces.attribution.placed_kernels``."""
 
     forward: dict[str, str | None] = field(default_factory=dict)
     backward: dict[str, str | None] = field(default_factory=dict)
