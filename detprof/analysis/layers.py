@@ -171,8 +171,7 @@ def run_parts(
     in the modules ``kernel_modules`` places them in (``placed_kernels``)."""
     scopes, kinds = (_names(frame, column) for column in ("scope", "op_type"))
     if kernel_modules:
-        placed = placed_kernels(scopes.tolist(), kinds.tolist(), frame["name"].tolist(), kernel_modules)
-        scopes = pd.Series(pd.Categorical(placed), index=frame.index)
+        scopes = _placed(scopes, kinds, _names(frame, "name"), kernel_modules)
     layer = scopes.map({scope: layer_of(scope, layer_names, step_scopes) for scope in scopes.cat.categories})
     layer = layer.astype(object).fillna(UNATTRIBUTED).to_numpy()
     op = kinds.map({kind: op_kind(kind) for kind in kinds.cat.categories}).astype(object).fillna(UNATTRIBUTED)
@@ -219,6 +218,26 @@ def _paired(
             )
         )
     return sorted(out, key=lambda p: p.added_ms, reverse=True)
+
+
+def _placed(
+    scopes: pd.Series, kinds: pd.Series, kernels: pd.Series, kernel_modules: Mapping[str, Mapping[str, str | None]]
+) -> pd.Series:
+    """The scopes with Inductor's fused kernels placed in their modules (``placed_kernels``), worked out once per
+    distinct scope, op and kernel name, as the layers are once per scope: a GPU trace holds hundreds of thousands
+    of kernels and a few hundred such triples."""
+    columns = [scopes.cat, kinds.cat, kernels.cat]
+    key = np.zeros(len(scopes), dtype=np.int64)
+    for column in columns:  # each row's three category codes as one number (code 0: no value)
+        key = key * (len(column.categories) + 1) + column.codes.to_numpy(np.int64) + 1
+    distinct, rows = np.unique(key, return_inverse=True)
+    values: list[list[object]] = []
+    for column in reversed(columns):
+        size = len(column.categories) + 1
+        codes, distinct = distinct % size, distinct // size
+        values.insert(0, [None if code == 0 else column.categories[code - 1] for code in codes])
+    placed = np.asarray(placed_kernels(*values, kernel_modules), dtype=object)
+    return pd.Series(pd.Categorical(placed[rows]), index=scopes.index)
 
 
 def _names(frame: pd.DataFrame, column: str) -> pd.Series:
