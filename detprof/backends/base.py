@@ -346,6 +346,11 @@ class Backend:
     def init_device(self) -> None:
         """Initialise the device the framework trains on, once imported: a worker times it apart from building."""
 
+    def compiled_facts(self) -> dict[str, Any]:
+        """What a run's record keeps of what compiling its model made, read once the run's steps are done: a graph
+        is compiled at the first call that needs it, in the warm-up or later. Nothing, by default."""
+        return {}
+
     peak_memory_per_arm: ClassVar[bool] = False
     """The framework's allocator can start its peak again between two arms' steps in one process
     (``reset_peak_memory``); else the peak it reports covers the whole process."""

@@ -87,7 +87,7 @@ def kernel_places(
 @dataclass
 class Places:
     """The kernels of every graph Inductor compiled for the model this process trains now, by phase: what a record
-    keeps (``kernel_modules``) for ``traces.attribution.placed_kernels``."""
+    keeps (``kernel_modules``) for ``traces.attribution.placed_kernels``. Empty (false) until a graph is placed."""
 
     forward: dict[str, str | None] = field(default_factory=dict)
     backward: dict[str, str | None] = field(default_factory=dict)
@@ -96,14 +96,16 @@ class Places:
         """One graph's kernels (``kernel_places``) in its phase's map; a name placed apart before, in neither."""
         _merge(self.backward if backward else self.forward, places)
 
+    def __bool__(self) -> bool:
+        return bool(self.forward or self.backward)
+
     def clear(self) -> None:
-        """Emptied in place for the next model a process compiles: the facts a worker took of it hold these maps."""
+        """Emptied for the next model a process compiles."""
         self.forward.clear()
         self.backward.clear()
 
     def as_json(self) -> dict[str, dict[str, str | None]]:
-        """The maps themselves, not copies: they fill as the step's first call compiles, after the facts are taken."""
-        return {FORWARD: self.forward, BACKWARD: self.backward}
+        return {FORWARD: dict(self.forward), BACKWARD: dict(self.backward)}
 
 
 def _merge(into: MutableMapping[str, str | None], places: Mapping[str, str]) -> None:

@@ -347,6 +347,11 @@ class Torch(Backend):
 
         return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
 
+    def compiled_facts(self) -> dict[str, Any]:
+        """Under ``torch.compile``, the module of each of Inductor's fused kernels (``kernel_modules``), for the
+        leaderboard (``traces.attribution.placed_kernels``): ``PLACES`` holds them once the step has compiled."""
+        return {"kernel_modules": PLACES.as_json()} if PLACES else {}
+
     def init_device(self) -> None:
         """CUDA's state and the device's context (``synchronize`` needs one), where there is a GPU."""
         import torch
@@ -466,7 +471,7 @@ def mark_native(module: Any, loss: Any | None, optimizer: Any, compiled: Any = N
 
 PLACES = Places()
 """The module of each fused kernel of the graphs Inductor compiled for the model this process trains now
-(``compiled``), filled as it compiles them: at the step's first call, after the worker took the model's facts."""
+(``compiled``), filled as it compiles them, when the step first runs (``Torch.compiled_facts``)."""
 
 
 def compiled(module: Any, backend: str) -> Any:
@@ -479,7 +484,7 @@ def compiled(module: Any, backend: str) -> Any:
 
     torch._inductor.config.cpp.enable_kernel_profile = True
     _placing_kernels()
-    PLACES.clear()  # the last model's record is written: a session compiles its models in turn
+    PLACES.clear()  # a session compiles its models in turn: the last one's kernels are in its record
     return torch.compile(module, backend=backend)
 
 

@@ -264,13 +264,9 @@ class ModuleTraining:
         return "eager PyTorch" if self.forward is None else f"torch.compile ({COMPILER})"
 
     def facts(self) -> dict[str, Any]:
-        """What the run's record keeps of the model (``profiler.workloads._facts`` for a Keras model); compiled, the
-        module of each of Inductor's fused kernels (``backends.torch.PLACES``), which its maps gain as the step's
-        first call compiles it, before the record is written."""
-        from detprof.backends.torch import PLACES
-
-        placed = {} if self.forward is None else {"kernel_modules": PLACES.as_json()}
-        return placed | {
+        """What the run's record keeps of the model (``profiler.workloads._facts`` for a Keras model); what compiling
+        it makes, once its step has run, is the backend's (``Backend.compiled_facts``)."""
+        return {
             "model_api": TORCH.api,
             "parameters": sum(p.numel() for p in self.module.parameters()),
             "train_step": f"{self.how}: forward, {self.loss_name}, backward, {type(self.optimizer).__name__}.step",

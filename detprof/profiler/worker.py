@@ -207,7 +207,7 @@ def run(spec: WorkerSpec, clock: PartClock, pacer: Pacer | None = None) -> dict[
             finally:
                 capture.stop()
                 clock.lap("tracing")
-        result.update(_measured(wall_ns, traced_ns, window_start))
+        result.update(_measured(wall_ns, traced_ns, window_start) | backend.compiled_facts())
     except Exception as exc:
         pacer.failed()
         traceback.print_exc()
