@@ -129,6 +129,9 @@ class MeasuredRun(FleetRun):
     """Every layer of the model, nested ones included, in model order: what ``traces.attribution`` places ops in."""
     step_scopes: NotRequired[dict[str, str]]
     """Name scopes of the step's parts that are no layer (the loss, the optimizer's update), by their row."""
+    earlier_failures: NotRequired[list[str]]
+    """A run measured again after attempts that failed (a worker that crashed, a run past ``--run-timeout``): each
+    attempt's reason, with the log it left, kept under a name of its own (``logs/RUN.failed-1.log``)."""
     kernel_modules: NotRequired[dict[str, dict[str, str | None]]]
     """Under ``torch.compile``: per phase (``forward``, ``backward``), the module path of each of Inductor's fused
     kernels by its name in the trace (``backends.inductor_places``), for ``traces.attribution.placed_kernels``."""

@@ -188,16 +188,20 @@ class ResultsStore:
         atomic_write_json(self.record_path(record["run_id"]), record)
 
     def is_done(self, run_id: str) -> bool:
+        record = self.last_record(run_id)
+        return record is not None and record.get("status") in DONE_STATUSES
+
+    def last_record(self, run_id: str) -> dict[str, Any] | None:
+        """The record of ``run_id``'s last attempt, unchecked (it may be about to be measured again); None where
+        there is none or it cannot be read (a run is measured again then)."""
         path = self.record_path(run_id)
-        if not path.is_file():
-            return False
         try:
             record = json.loads(path.read_text())
         except (OSError, ValueError):
-            return False
+            return None
         if not isinstance(record, dict):
             raise InputError(f"{path}: not a detprof run record: not a JSON object")
-        return record.get("status") in DONE_STATUSES
+        return record
 
     def records(self) -> Iterator[dict[str, Any]]:
         """Every run record, each checked for the fields its readers rely on (``records.checked``)."""

@@ -26,6 +26,7 @@ from fault_sweeps import (
 )
 
 from detprof.errors import ExitCode
+from detprof.reports.command import render_report
 
 
 @pytest.mark.slow
@@ -60,7 +61,19 @@ def test_a_worker_killed_mid_run_is_recorded_as_failed_with_why_and_resume_rerun
     failed = [r for r in records(out) if r["status"] == "failed"]  # both modes of its pair: one process ran them
     assert len(failed) == 2 and all("worker crashed (exit code -9)" in r["reason"] for r in failed), failed
     assert failed[0]["repeat"] == failed[1]["repeat"] and failed[0]["model"] == failed[1]["model"]
+    study = out / "sweep"
+    with (study / failed[0]["log"]).open("a") as log:  # whatever the killed worker had said (here, at once, nothing)
+        log.write("the killed attempt's last words\n")
+    killed_log = (study / failed[0]["log"]).read_text()
     assert_resume_completes(out, 1, set(), fault_env)
+    # The measured-again runs say why the attempt before failed and where its log is kept, as the report does.
+    kept = f"{failed[0]['log'].removesuffix('.log')}.failed-1.log"
+    for record in records(out):
+        assert record["earlier_failures"] == [f"{failed[0]['reason']} (its log: {kept})"], record
+    assert (study / kept).read_text() == killed_log
+    said = f"2 runs measured again after an attempt that failed; {failed[0]['run_id']}'s: {failed[0]['reason']}"
+    warnings = json.loads(render_report([out], "json"))["warnings"]
+    assert any(line.endswith(f"{said} (its log: {kept})") for line in warnings), warnings
 
 
 @pytest.mark.slow

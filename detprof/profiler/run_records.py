@@ -77,6 +77,8 @@ class RecordFiler:
         }
         if self.settings.precision is not None:
             common |= {"precision": self.settings.precision, "first_stage": self.settings.repeats}
+        if worker.earlier is not None:
+            common["earlier_failures"] = list(worker.earlier.failures)
         record = measured_run(**(common | fields))
         self.store.write_record(record)
         worker.spec_path.unlink(missing_ok=True)

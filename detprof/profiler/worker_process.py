@@ -2,7 +2,8 @@
 
 A run of its own has a file of each named after it; both arms of a pair measured in one process
 share that process's log and trace, named after both; a session's spec is named after its first
-run. Nothing is written here until the launcher makes room for a run (``WorkerProcess.make_room``).
+run. Nothing is written here until the launcher makes room for a run (``WorkerProcess.make_room``),
+which keeps the log of an attempt that failed before (``FailedAttempt``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,22 @@ def utc_now() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
+@dataclass(frozen=True)
+class FailedAttempt:
+    """A run about to be measured again, whose record says its last attempt failed. The new attempt writes its log
+    where that attempt's was, so that log is kept (``kept``); ``failures``: every failed attempt's reason with the
+    log it left, for the new record (``earlier_failures``)."""
+
+    failures: tuple[str, ...]
+    log: Path
+    kept: Path
+
+    def keep_log(self) -> None:
+        """Both runs of a pair shared a log: the first of them moves it."""
+        if self.log.is_file() and not self.kept.exists():
+            self.log.replace(self.kept)
+
+
 @dataclass
 class WorkerProcess:
     """One run of a worker process: what it runs, where its outputs go, and, once started, its process."""
@@ -48,6 +65,7 @@ class WorkerProcess:
     load: LoadWatch | None = None
     arm: str | None = None
     """Where both arms of a pair ran in one process: this run's arm in the trace they share (``step i ARM``)."""
+    earlier: FailedAttempt | None = None
     started: str = ""
     t0: float = 0.0
     finished: str = ""
@@ -71,10 +89,13 @@ class WorkerProcess:
         self.finished, self.duration_s = utc_now(), round(time.monotonic() - self.t0, 3)
 
     def make_room(self) -> None:
-        """The folders the run writes to, and no result left from an earlier attempt."""
+        """The folders the run writes to, no result left from an earlier attempt, and the log of one that failed
+        kept."""
         for folder in (self.spec_path.parent, self.trace_base.parent, self.log_path.parent):
             folder.mkdir(parents=True, exist_ok=True)
         self.result_path.unlink(missing_ok=True)
+        if self.earlier is not None:
+            self.earlier.keep_log()
 
     def outcome(self) -> Outcome:
         """0 when the run's result is written, else the process's exit code (it died)."""
@@ -107,7 +128,19 @@ class RunFiles:
             trace_base=trace_base,
             trace_path=self.tracer_of(run).trace_path(trace_base),
             fields=run.fields | fields,
+            earlier=self.failed_attempt(run),
         )
+
+    def failed_attempt(self, run: PlannedRun) -> FailedAttempt | None:
+        """What the store's record of ``run`` says of an attempt that failed; None where there is no such record."""
+        record = self.store.last_record(run.run_id)
+        if record is None or record.get("status") != "failed":
+            return None
+        earlier = [str(line) for line in record.get("earlier_failures") or ()]
+        log = self.store.dir / "logs" / Path(str(record.get("log") or f"{run.run_id}.log")).name
+        kept = log.with_name(f"{log.stem}.failed-{len(earlier) + 1}.log")
+        said = f"{record.get('reason')} (its log: {kept.relative_to(self.store.dir)})"
+        return FailedAttempt((*earlier, said), log, kept)
 
     def pair_workers(self, pair: ModePair) -> tuple[WorkerProcess, WorkerProcess]:
         """Both arms' paths where one process runs them: a record each, one log and one trace for the pair, named

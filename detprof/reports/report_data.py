@@ -467,6 +467,19 @@ def model_cost(store: ResultsStore, overhead: ModelOverhead, records: Sequence[M
     return cost
 
 
+def _measured_again(records: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The runs in the answer measured again after an attempt that failed (``earlier_failures``): the first named,
+    with why it failed and where its log is kept."""
+    again = [r for r in records if r.get("status") == "ok" and r.get("earlier_failures")]
+    if not again:
+        return []
+    first = again[0]
+    return [
+        f"{len(again)} run{'s' * (len(again) > 1)} measured again after an attempt that failed; "
+        f"{first['run_id']}'s: {first['earlier_failures'][-1]}"
+    ]
+
+
 @study_loader
 def load_sweep(store: ResultsStore, study: StudyRead) -> SweepStudy:
     manifest, records, where = study
@@ -485,6 +498,7 @@ def load_sweep(store: ResultsStore, study: StudyRead) -> SweepStudy:
     clocks = clock_rows(records)
     warnings = [*where.warnings, *throttle_warnings(label, clocks)]
     warnings += [f"{label}: {w}" for w in shared_device_warnings(records)]
+    warnings += [f"{label}: {w}" for w in _measured_again(records)]
     warnings += [f"{label}: {m.model}: {m.warning}" for m in models if m.warning]
     warnings += [f"{label}: {m.model}: {m.failure_note}" for m in models if m.failure_note and not m.unsupported_reason]
     return SweepStudy(
