@@ -1,5 +1,6 @@
 """Faults a real machine throws, each a real one: two sweeps at once, a dead lock holder, a full disk, another
-process loading the CPU (signals, and a worker killed by one: ``test_signals``).
+process loading the CPU, a worker that exits before its session's last pair (signals, and a worker killed by one:
+``test_signals``).
 
 Every case ends in one clear line and its documented exit code, with nothing lost or recorded
 twice, and ``--resume`` completes the work.
@@ -47,6 +48,70 @@ def test_two_sweeps_started_together_into_one_folder_leave_one_complete_set(
         f"smallcnn--{mode}--r{repeat}" for mode in ("default", "deterministic") for repeat in range(2)
     )
     assert all(r["status"] == "ok" for r in records(out))
+
+
+EXITS_IN_A_WORKER = """
+import os
+from pathlib import Path
+
+import torch
+
+
+def model():
+    inspected = Path(__file__).with_suffix(".inspected")
+    if inspected.exists():
+        print("the module's builder ends its worker", flush=True)
+        os._exit(7)
+    inspected.touch()  # the sweep reads what the function returns in a process of its own first
+    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.LazyLinear(10))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("pairing", "workers"), [("in-process", 1), ("lockstep", 2)])
+def test_a_worker_that_exits_before_its_sessions_last_pair_is_named_and_fresh_workers_measure_the_rest(
+    tmp_path: Path, fault_env: dict[str, str], pairing: str, workers: int
+) -> None:
+    """A session's worker (one per pair in process, one per mode in lockstep) exits as it builds the first pair's
+    model: that pair's runs are failed with the worker's last words, a line names each worker that ended and the
+    log that holds what it said, and fresh workers measure the pair left."""
+    (tmp_path / "exits.py").write_text(EXITS_IN_A_WORKER)
+    out = tmp_path / "out"
+    args = [f"{tmp_path / 'exits.py'}:model,smallcnn" if arg == "smallcnn" else arg for arg in SMALL]
+    done = detprof("sweep", *args, "--repeats", "1", "--pairing", pairing, "--out", out, env=fault_env)
+    assert done.wait(timeout=300) == ExitCode.OK, done.stderr.read()[-2000:]
+    by_id = {r["run_id"]: r for r in records(out)}
+    last_words = "the module's builder ends its worker"
+    for mode in ("default", "deterministic"):
+        assert by_id[f"model--{mode}--r0"]["reason"] == f"worker crashed (exit code 7): {last_words}"
+        assert by_id[f"smallcnn--{mode}--r0"]["status"] == "ok"
+    said = [line for line in done.stderr.read().splitlines() if "exited with code 7" in line]
+    assert len(said) == workers, said
+    for line in said:
+        assert "(1 of 2) exited with code 7; fresh workers measure the 1 left; its last output is in logs/" in line
+        log = out / "sweep" / line.rsplit(" ", 1)[1]
+        assert log.read_text().strip().endswith(last_words), line
+
+
+def test_a_worker_that_ended_after_its_runs_records_keeps_what_it_wrote_to_the_next_runs_log(tmp_path: Path) -> None:
+    """Where the parent sees the worker gone only once the last run's records are filed, the worker had gone on into
+    the next run's log, which the fresh worker would write over: that log is kept beside and named; one that holds
+    nothing leaves the last run's log named."""
+    from detprof.profiler.sessions import ended_early
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    done, following = logs / "a+default.log", logs / "b+default.log"
+    done.write_text("pair a\n")
+    following.write_text("pair b: building\nSegmentation fault\n")
+    line = ended_early("a + a default", 0, 3, -11, (done, following), tmp_path)
+    assert line == (
+        "the worker measuring a + a default (1 of 3) exited with code -11; fresh workers measure the 2 left; "
+        "its last output is in logs/b+default.ended-early.log"
+    )
+    assert not following.exists() and (logs / "b+default.ended-early.log").read_text().endswith("Segmentation fault\n")
+    following.write_text("")
+    assert ended_early("a", 0, 2, 1, (done, following), tmp_path).endswith("its last output is in logs/a+default.log")
 
 
 def holds(path: Path, pid: int) -> bool:

@@ -26,7 +26,7 @@ from detprof.profiler.process import (
 )
 from detprof.profiler.run_records import RecordFiler
 from detprof.profiler.run_specs import RunSpecs
-from detprof.profiler.sessions import Launch, in_process_pairs, lockstep_pairs
+from detprof.profiler.sessions import Launch, Note, in_process_pairs, lockstep_pairs
 from detprof.profiler.telemetry import NoTelemetry, TelemetrySampler
 from detprof.profiler.tracers import Tracer
 from detprof.profiler.worker_process import RunFiles, WorkerProcess
@@ -91,10 +91,10 @@ class WorkerLauncher:
             outcome = wait_for_exit(proc, self.timeout_s)
         return self.launch.records.finish(worker, outcome)
 
-    def run_pairs(self, pairs: Sequence[ModePair], *, cpu_core: int) -> Iterator[MeasuredRun]:
+    def run_pairs(self, pairs: Sequence[ModePair], *, cpu_core: int, note: Note) -> Iterator[MeasuredRun]:
         """Lockstep pairs, measured by two warm workers stepped in turn (``sessions.lockstep_pairs``)."""
-        return lockstep_pairs(self.launch, pairs, cpu_core)
+        return lockstep_pairs(self.launch, pairs, cpu_core, note)
 
-    def run_in_process(self, pairs: Sequence[ModePair], *, cpu_core: int | None) -> Iterator[MeasuredRun]:
+    def run_in_process(self, pairs: Sequence[ModePair], *, cpu_core: int | None, note: Note) -> Iterator[MeasuredRun]:
         """Pairs measured by one worker that runs both arms of each (``sessions.in_process_pairs``)."""
-        return in_process_pairs(self.launch, pairs, cpu_core)
+        return in_process_pairs(self.launch, pairs, cpu_core, note)

@@ -60,6 +60,11 @@ class RunProgress:
             self.bar.update(self.task, total=self.total)
             self.bar.console.print(f"{self.title}: {escape(why)}")
 
+    def note(self, line: str) -> None:
+        """What no record of this invocation says (a worker that ended before its session's last run)."""
+        if self.bar is not None:
+            self.bar.console.print(f"{self.title}: {escape(line)}")
+
     def on_done(self, record: Mapping[str, Any]) -> None:
         self.done_count += 1
         status = str(record.get("status"))

@@ -28,6 +28,9 @@ from detprof.profiler.worker_process import RunFiles, WorkerProcess
 from detprof.records import MeasuredRun
 from detprof.store import atomic_write_json
 
+Note = Callable[[str], None]
+"""Where a session says what no record holds: a worker that ended before its last pair (``RunProgress.note``)."""
+
 
 @dataclass(frozen=True)
 class Launch:
@@ -64,7 +67,7 @@ class Launch:
         return worker_command(self.files.session_spec_path(runs[0]))
 
 
-def lockstep_pairs(launch: Launch, pairs: Sequence[ModePair], cpu_core: int) -> Iterator[MeasuredRun]:
+def lockstep_pairs(launch: Launch, pairs: Sequence[ModePair], cpu_core: int, note: Note) -> Iterator[MeasuredRun]:
     """Lockstep pairs, one after the other, measured by the same two warm workers, one per side.
 
     Each pair: both workers build and warm up its workload side by side; then the
@@ -85,7 +88,7 @@ def lockstep_pairs(launch: Launch, pairs: Sequence[ModePair], cpu_core: int) -> 
     run deterministically) fails its run only: the other side finishes its steps alone
     and both go on to the next pair. When a worker dies or ``--run-timeout`` (per pair)
     expires, the session ends after that pair's records; the caller starts fresh
-    workers for the pairs left.
+    workers for the pairs left, and a line names each worker that died (``note``, ``_ended_early``).
     """
     if not pairs:
         return
@@ -111,13 +114,17 @@ def lockstep_pairs(launch: Launch, pairs: Sequence[ModePair], cpu_core: int) -> 
                 yield launch.records.finish(worker, "timeout" if expired.is_set() else worker.outcome())
             # A worker killed by the watchdog may not have died yet: the session ends on the timeout itself.
             if expired.is_set() or any(worker.proc is None or worker.proc.poll() is not None for worker in workers):
-                for worker in workers:
+                for side, worker in enumerate(workers):
+                    if worker.proc is not None and worker.proc.poll() is not None and not expired.is_set():
+                        _ended_early(launch, sessions[side], [w.run.label for w in sessions[side]], index, note)
                     if worker.proc is not None:
                         kill_group(worker.proc)
                 return
 
 
-def in_process_pairs(launch: Launch, pairs: Sequence[ModePair], cpu_core: int | None) -> Iterator[MeasuredRun]:
+def in_process_pairs(
+    launch: Launch, pairs: Sequence[ModePair], cpu_core: int | None, note: Note
+) -> Iterator[MeasuredRun]:
     """Pairs measured by one worker that runs both arms of each, a step of each in turn (``worker.run_arms``).
 
     The worker lives for all of ``pairs`` (the models of one repeat, or with ``--shared-repeats`` every repeat of
@@ -125,12 +132,13 @@ def in_process_pairs(launch: Launch, pairs: Sequence[ModePair], cpu_core: int | 
     ``cpu_core`` with one compute thread once warm, as a lockstep pair is, where there is one (a CPU). Under a
     tracer that wraps the process (nsys), the process traces one pair. Yields each run's
     record as its pair finishes; when the worker dies or ``--run-timeout`` (per pair)
-    expires, the session ends after that pair's records and the caller starts a fresh one.
+    expires, the session ends after that pair's records and the caller starts a fresh one; a line names a worker
+    that died before its last pair (``note``, ``_ended_early``).
     """
     if not pairs:
         return
     with _pair_session(launch, pairs, cpu_core) as sessions:
-        for workers in sessions:
+        for index, workers in enumerate(sessions):
             proc = workers[0].proc
             assert proc is not None
             timer, expired = watchdog(launch.timeout_s, [proc])
@@ -154,8 +162,36 @@ def in_process_pairs(launch: Launch, pairs: Sequence[ModePair], cpu_core: int | 
                 yield launch.records.finish(worker, outcome, trace, read_s)
                 read_s = 0.0
             if expired.is_set() or proc.poll() is not None:
+                if not expired.is_set():
+                    labels = [" + ".join(w.run.label for w in pair) for pair in sessions]
+                    _ended_early(launch, [pair[0] for pair in sessions], labels, index, note)
                 kill_group(proc)
                 return
+
+
+def _ended_early(launch: Launch, runs: Sequence[WorkerProcess], labels: Sequence[str], index: int, note: Note) -> None:
+    """A session's worker that exited during or after its run ``index`` of ``runs`` (a pair's first worker, for a
+    pair in one process) with runs left, which fresh workers measure: one line names it (``ended_early``)."""
+    proc = runs[index].proc
+    if proc is None or index + 1 == len(runs):
+        return
+    logs = (runs[index].log_path, runs[index + 1].log_path)
+    note(ended_early(labels[index], index, len(runs), proc.returncode, logs, launch.files.store.dir))
+
+
+def ended_early(label: str, index: int, total: int, code: int | None, logs: tuple[Path, Path], folder: Path) -> str:
+    """The line that names a session's worker that ended with runs left, and the log that holds its last output:
+    once a run's records are written the worker writes to the next run's log (``logs``: the run's, the next one's),
+    which a fresh worker would start again, so a next log with output is kept beside, under a name of its own."""
+    last = logs[1]
+    if last.is_file() and last.stat().st_size:
+        last = last.replace(last.with_name(f"{last.stem}.ended-early.log"))
+    else:
+        last = logs[0]
+    return (
+        f"the worker measuring {label} ({index + 1} of {total}) exited with code {code}; fresh workers measure the "
+        f"{total - index - 1} left; its last output is in {last.relative_to(folder)}"
+    )
 
 
 @contextlib.contextmanager

@@ -107,14 +107,14 @@ def _measure_runs(
             store,
             progress,
             base,
-            lambda pairs, n: launcher.run_pairs(pairs, cpu_core=session_core(n)),
+            lambda pairs, n: launcher.run_pairs(pairs, cpu_core=session_core(n), note=progress.note),
             lockstep_sessions,
         )
     if settings.pairing == "in_process":
         core = (lambda n: None) if target.on_gpu else session_core
 
         def in_process(pairs: Sequence[ModePair], n: int) -> Iterator[MeasuredRun]:
-            return launcher.run_in_process(pairs, cpu_core=core(n))
+            return launcher.run_in_process(pairs, cpu_core=core(n), note=progress.note)
 
         def sessions(pairs: Sequence[ModePair]) -> list[list[ModePair]]:
             if target.tracer.wraps_process:
