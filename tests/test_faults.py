@@ -93,27 +93,6 @@ def test_a_worker_that_exits_before_its_sessions_last_pair_is_named_and_fresh_wo
         assert log.read_text().strip().endswith(last_words), line
 
 
-def test_a_worker_that_ended_after_its_runs_records_keeps_what_it_wrote_to_the_next_runs_log(tmp_path: Path) -> None:
-    """Where the parent sees the worker gone only once the last run's records are filed, the worker had gone on into
-    the next run's log, which the fresh worker would write over: that log is kept beside and named; one that holds
-    nothing leaves the last run's log named."""
-    from detprof.profiler.sessions import ended_early
-
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    done, following = logs / "a+default.log", logs / "b+default.log"
-    done.write_text("pair a\n")
-    following.write_text("pair b: building\nSegmentation fault\n")
-    line = ended_early("a + a default", 0, 3, -11, (done, following), tmp_path)
-    assert line == (
-        "the worker measuring a + a default (1 of 3) exited with code -11; fresh workers measure the 2 left; "
-        "its last output is in logs/b+default.ended-early.log"
-    )
-    assert not following.exists() and (logs / "b+default.ended-early.log").read_text().endswith("Segmentation fault\n")
-    following.write_text("")
-    assert ended_early("a", 0, 2, 1, (done, following), tmp_path).endswith("its last output is in logs/a+default.log")
-
-
 def holds(path: Path, pid: int) -> bool:
     try:
         return json.loads(path.read_text() or "{}").get("pid") == pid

@@ -110,12 +110,13 @@ def lockstep_pairs(launch: Launch, pairs: Sequence[ModePair], cpu_core: int, not
                 finally:
                     if timer is not None:
                         timer.cancel()
-            for worker in workers:
-                yield launch.records.finish(worker, "timeout" if expired.is_set() else worker.outcome())
+            outcomes = ["timeout" if expired.is_set() else worker.outcome() for worker in workers]
+            for worker, outcome in zip(workers, outcomes, strict=True):
+                yield launch.records.finish(worker, outcome)
             # A worker killed by the watchdog may not have died yet: the session ends on the timeout itself.
-            if expired.is_set() or any(worker.proc is None or worker.proc.poll() is not None for worker in workers):
-                for side, worker in enumerate(workers):
-                    if worker.proc is not None and worker.proc.poll() is not None and not expired.is_set():
+            if any(outcome != 0 for outcome in outcomes):
+                for side, (worker, outcome) in enumerate(zip(workers, outcomes, strict=True)):
+                    if outcome not in (0, "timeout"):
                         _ended_early(launch, sessions[side], [w.run.label for w in sessions[side]], index, note)
                     if worker.proc is not None:
                         kill_group(worker.proc)
@@ -157,11 +158,13 @@ def in_process_pairs(
             t0 = time.monotonic()
             trace = read_trace(trace_path) if trace_path is not None and trace_path.exists() else None
             read_s = time.monotonic() - t0
-            for worker in workers:
-                outcome = "timeout" if expired.is_set() else worker.outcome()
+            outcomes = ["timeout" if expired.is_set() else worker.outcome() for worker in workers]
+            for worker, outcome in zip(workers, outcomes, strict=True):
                 yield launch.records.finish(worker, outcome, trace, read_s)
                 read_s = 0.0
-            if expired.is_set() or proc.poll() is not None:
+            # The worker runs ahead while this pair is read and filed, and may have ended having written every pair
+            # left: only a pair it wrote no result for ends the session.
+            if any(outcome != 0 for outcome in outcomes):
                 if not expired.is_set():
                     labels = [" + ".join(w.run.label for w in pair) for pair in sessions]
                     _ended_early(launch, [pair[0] for pair in sessions], labels, index, note)
@@ -170,27 +173,15 @@ def in_process_pairs(
 
 
 def _ended_early(launch: Launch, runs: Sequence[WorkerProcess], labels: Sequence[str], index: int, note: Note) -> None:
-    """A session's worker that exited during or after its run ``index`` of ``runs`` (a pair's first worker, for a
-    pair in one process) with runs left, which fresh workers measure: one line names it (``ended_early``)."""
+    """A session's worker that died in its run ``index`` of ``runs`` (a pair's first worker, for a pair in one
+    process) with runs left, which fresh workers measure: one line says so, with the log of its last output."""
     proc = runs[index].proc
     if proc is None or index + 1 == len(runs):
         return
-    logs = (runs[index].log_path, runs[index + 1].log_path)
-    note(ended_early(labels[index], index, len(runs), proc.returncode, logs, launch.files.store.dir))
-
-
-def ended_early(label: str, index: int, total: int, code: int | None, logs: tuple[Path, Path], folder: Path) -> str:
-    """The line that names a session's worker that ended with runs left, and the log that holds its last output:
-    once a run's records are written the worker writes to the next run's log (``logs``: the run's, the next one's),
-    which a fresh worker would start again, so a next log with output is kept beside, under a name of its own."""
-    last = logs[1]
-    if last.is_file() and last.stat().st_size:
-        last = last.replace(last.with_name(f"{last.stem}.ended-early.log"))
-    else:
-        last = logs[0]
-    return (
-        f"the worker measuring {label} ({index + 1} of {total}) exited with code {code}; fresh workers measure the "
-        f"{total - index - 1} left; its last output is in {last.relative_to(folder)}"
+    note(
+        f"the worker measuring {labels[index]} ({index + 1} of {len(runs)}) exited with code {proc.returncode}; "
+        f"fresh workers measure the {len(runs) - index - 1} left; its last output is in "
+        f"{runs[index].log_path.relative_to(launch.files.store.dir)}"
     )
 
 
