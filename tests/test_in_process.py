@@ -143,7 +143,7 @@ def test_torch_runs_both_modes_in_one_process_and_an_op_that_refuses_determinism
     implementation: that model's deterministic arm alone is unsupported, its default arm and the CNN's two ok. The
     parent reads each pair's trace only once the worker has ended, as on a loaded machine, where the worker ran its
     next pair while the parent read the last one's: the worker's end then is no reason to measure that pair again."""
-    _read_traces_once_the_worker_ended(monkeypatch)
+    _read_traces_once_the_worker_ended(monkeypatch, tmp_path / "res")
     source = tmp_path / "refusing.py"
     source.write_text(textwrap.dedent(REFUSING))
     records = _sweep(tmp_path, "torch", models=f"smallcnn,{source}:model")
@@ -381,29 +381,17 @@ def test_a_sweep_whose_first_stage_settles_runs_the_repeats_steins_rule_asks_for
     assert f"kernel time +/-{math.expm1(half):.1%} after {len(logs)} repeats, within +/-90.0%" in said, said
 
 
-def _read_traces_once_the_worker_ended(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A sweep run here (``main``) reads each in-process pair's trace once none of its workers is left running."""
-    import time
-
-    import psutil
+def _read_traces_once_the_worker_ended(monkeypatch: pytest.MonkeyPatch, out: Path) -> None:
+    """A sweep into ``out`` run here (``main``) reads each in-process pair's trace once none of its workers is left
+    running."""
+    from fault_sweeps import wait_until, workers_of
 
     from detprof.profiler import sessions
 
     read = sessions.read_trace
 
-    def running() -> bool:
-        for child in psutil.Process().children(recursive=True):
-            try:
-                if child.status() != psutil.STATUS_ZOMBIE and "detprof.profiler.worker" in child.cmdline():
-                    return True
-            except psutil.Error:
-                continue
-        return False
-
     def read_late(path: Path) -> Any:
-        deadline = time.monotonic() + 120
-        while running() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: not workers_of(out), 120, "end of the session's worker")
         return read(path)
 
     monkeypatch.setattr(sessions, "read_trace", read_late)

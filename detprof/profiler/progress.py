@@ -58,10 +58,10 @@ class RunProgress:
         self.total += count
         if self.bar is not None and self.task is not None:
             self.bar.update(self.task, total=self.total)
-            self.bar.console.print(f"{self.title}: {escape(why)}")
+        self.note(why)
 
     def note(self, line: str) -> None:
-        """What no record of this invocation says (a worker that ended before its session's last run)."""
+        """A line beside the runs, of what no record says (repeats added, a worker that ended before its last run)."""
         if self.bar is not None:
             self.bar.console.print(f"{self.title}: {escape(line)}")
 
