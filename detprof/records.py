@@ -134,7 +134,9 @@ class MeasuredRun(FleetRun):
     attempt's reason, with the log it left, kept under a name of its own (``logs/RUN.failed-1.log``)."""
     kernel_modules: NotRequired[dict[str, dict[str, str | None]]]
     """Under ``torch.compile``: per phase (``forward``, ``backward``), the module path of each of Inductor's fused
-    kernels by its name in the trace (``backends.inductor_places``), for ``traces.attribution.placed_kernels``."""
+    kernels by its name in the trace, and of each extern kernel call by its place in the graph's call
+    (``aten::mm 3/14``, ``backends.base.graph_site``) (``backends.inductor_places``), for
+    ``traces.attribution.placed_kernels``."""
     train_step: NotRequired[str]
     """Which compiled training step the model workload ran (``profiler.workloads``), with its compile setting."""
     dtype_policy: NotRequired[str]

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from fixtures_kineto import Launch, annotation, cpu_op, gpu_events, trace_document, write_trace
 from fixtures_traces import SHARED_TRACES, real_traces
 
 from detprof.analysis.layers import ModelAttribution, PartCost, run_parts
@@ -262,7 +263,8 @@ def test_dynamos_source_of_a_module_is_its_path_as_named_modules_names_it(source
 def test_a_fused_kernel_goes_to_the_deepest_module_of_the_nodes_it_fused() -> None:
     """Nodes' modules from their stacks (a backward node's from its forward op's); a kernel of nodes of one module
     goes to it, of several to the module around them, of the whole model's to the top level; one no module holds
-    and the extern kernels are left to the compiled region; a C++ kernel named as the trace names it."""
+    is left to the compiled region; a C++ kernel named as the trace names it, an extern kernel by its place among
+    the graph's calls of its op in the order of their handles."""
     stack = {"L['s']": ("L['s']", object), "L['s'].blocks.0": ("L['s'].blocks.0", object)}
     assert node_module({"nn_module_stack": stack}) == "blocks.0"
     assert node_module({"fwd_nn_module_stack": {"x": ("L['s'].head", object)}}) == "head"
@@ -270,18 +272,35 @@ def test_a_fused_kernel_goes_to_the_deepest_module_of_the_nodes_it_fused() -> No
     assert common_ancestor(["blocks.0.norm", "blocks.0.conv", "blocks.0"]) == "blocks.0"
     assert common_ancestor(["blocks.0.norm", "blocks.1.norm"]) == "blocks"
     assert common_ancestor(["blocks.0", "head"]) == "" == common_ancestor([])
-    modules = {"mul": "blocks.0.norm", "add": "blocks.0.conv", "relu": "stem", "mm": "head", "copy_": None}
+    modules = {
+        "mul": "blocks.0.norm",
+        "add": "blocks.0.conv",
+        "relu": "stem",
+        "mm": "head",
+        "copy_": None,
+        "bmm": "blocks.0.attn",
+        "conv": "stem",
+        "randint": None,
+    }
     fused = {
         "cpp_fused_add_mul_0:1": ["mul", "add", "copy_"],
+        "extern_kernels.mm:10": ["mm"],
         "cpp_fused_relu_1:2": ["relu", "mul"],
         "triton_poi_fused_copy_2:3": ["copy_"],
-        "extern_kernels.mm:4": ["mm"],
+        "extern_kernels.bmm:4": ["bmm"],
         "triton_per_fused_mul_3:5": ["mul"],
+        "torch.ops.aten.convolution_backward.default:6": ["conv"],
+        "aten.randint.low_out:7": ["randint"],
+        "extern_kernels.mm:8": ["relu"],
     }
     assert kernel_places(fused, modules, "graph_0_") == {
         "graph_0_cpp_fused_add_mul_0": "blocks.0",
         "graph_0_cpp_fused_relu_1": TOP_LEVEL_PART,
         "triton_per_fused_mul_3": "blocks.0.norm",
+        "aten::bmm 1/1": "blocks.0.attn",
+        "aten::convolution_backward 1/1": "stem",
+        "aten::mm 1/2": "stem",
+        "aten::mm 2/2": "head",
     }
     # One kernel called for two blocks that run the same code: the trace names both calls alike.
     blocks = {"tanh": "blocks.0.act", "tanh_1": "blocks.1.act", "tanh_2": "blocks.1.act"}
@@ -289,25 +308,116 @@ def test_a_fused_kernel_goes_to_the_deepest_module_of_the_nodes_it_fused() -> No
     assert kernel_places(called, blocks) == {"cpp_fused_tanh_0": "blocks", "cpp_fused_tanh_1": "blocks.1.act"}
 
 
+def test_a_compiled_graphs_matrix_products_on_a_gpu_go_to_the_modules_their_extern_kernels_ran(
+    tmp_path: Path,
+) -> None:
+    """A GPU trace of a compiled step: each cuBLAS kernel is launched from the aten op that Inductor's code called
+    as an extern kernel, alike for every layer (``aten::addmm``). The parser names each by its place among its
+    graph's call's ops of that name, and the record's places of the graph's extern kernels (``kernel_places``, from
+    the handles provenance tracking gives them) put the forward's two in their layers and the backward's (in the
+    region through its forward op's sequence number) in its own, also where the call runs another op between them
+    that provenance tracking does not list (the deterministic ``index_put_``); a call that runs one more of an op
+    than its graph compiled places none of them."""
+    region = f"layer:{COMPILED_PART}"
+
+    def graph_call(at: float, *ops: str) -> list[dict[str, object]]:
+        events = [cpu_op("## Call CompiledFxGraph fx7a ##", at, 10 * len(ops))]
+        events += [cpu_op(op, at + 10 * i + 1, 8) for i, op in enumerate(ops)]
+        return events
+
+    forward = ["aten::addmm", "triton_poi_fused_relu_0", "aten::addmm"]
+    backward = ["aten::mm", "aten::index_put_", "triton_red_fused_sum_0", "aten::mm"]
+    events = [
+        annotation("step 0", 0.0, 400.0),
+        annotation(region, 1.0, 100.0),
+        cpu_op("Torch-Compiled Region: 0/0", 1.0, 99.0),
+        cpu_op("CompiledFunction", 2.0, 40.0) | {"args": {"Sequence number": 9}},
+        *graph_call(5.0, *forward),
+        cpu_op("autograd::engine::evaluate_function: CompiledFunctionBackward", 200.0, 50.0)
+        | {"args": {"Sequence number": 9}},
+        cpu_op("CompiledFunctionBackward", 201.0, 48.0),
+        *graph_call(205.0, *backward),
+        annotation(region, 300.0, 60.0),
+        cpu_op("Torch-Compiled Region: 0/0", 300.0, 59.0),
+        *graph_call(305.0, "aten::addmm", "aten::addmm", "aten::addmm"),
+        *gpu_events(
+            [
+                Launch("sm90_gemm_a", 500.0, 5.0, 7.0),
+                Launch("triton_poi_fused_relu_0", 506.0, 1.0, 17.0),
+                Launch("sm90_gemm_b", 508.0, 5.0, 27.0),
+                Launch("sm90_gemm_c", 520.0, 5.0, 207.0),
+                Launch("indexing_backward_kernel", 526.0, 2.0, 217.0),
+                Launch("sm90_gemm_d", 530.0, 5.0, 237.0),
+                Launch("sm90_gemm_a", 540.0, 5.0, 307.0),
+            ]
+        ),
+    ]
+    trace = write_trace(tmp_path / "compiled.json", trace_document(events, devices=1))
+    kernels = load_trace(trace).launches("name", "op", "op_type", "scope", "graph_site")
+    assert kernels["graph_site"].astype(object).where(kernels["graph_site"].notna(), None).tolist() == [
+        "aten::addmm 1/2",
+        None,
+        "aten::addmm 2/2",
+        "aten::mm 1/2",
+        "aten::index_put_ 1/1",
+        "aten::mm 2/2",
+        "aten::addmm 1/3",
+    ]
+    places = Places()
+    nodes = {"addmm": "fc1", "relu": "act", "addmm_1": "fc2", "mm": "fc2", "mm_1": "fc1", "sum_1": "fc2"}
+    places.add(
+        False,
+        kernel_places(
+            {
+                "extern_kernels.addmm:1": ["addmm"],
+                "triton_poi_fused_relu_0:2": ["relu"],
+                "extern_kernels.addmm:3": ["addmm_1"],
+            },
+            nodes,
+        ),
+    )
+    places.add(
+        True,
+        kernel_places(
+            {"extern_kernels.mm:1": ["mm"], "triton_red_fused_sum_0:2": ["sum_1"], "extern_kernels.mm:3": ["mm_1"]},
+            nodes,
+        ),
+    )
+    columns = [kernels[c].astype(object).where(kernels[c].notna(), None).tolist() for c in ("scope", "op_type")]
+    placed = placed_kernels(*columns, kernels["name"].tolist(), kernels["graph_site"].tolist(), places.as_json())
+    assert placed == [
+        *(f"{COMPILED_PART}/{module}" for module in ("fc1", "act", "fc2", "fc2")),
+        COMPILED_PART,
+        f"{COMPILED_PART}/fc1",
+        COMPILED_PART,
+    ]
+
+
 def test_a_kernel_name_in_the_forward_and_the_backward_is_placed_by_the_phase_it_ran_in() -> None:
     """Each graph numbers its kernels from 0 under one ``graph_N_``: the backward's ``cpp_fused_sum_0`` is not the
-    forward's. A name two graphs of one phase place apart is placed in neither: it stays in the compiled region."""
+    forward's. A name two graphs of one phase place apart is placed in neither: it stays in the compiled region.
+    An extern kernel goes by its place in the graph's call (``graph_site``), within the compiled region alone: one
+    at a place no graph of its phase has (a call running another aten op besides) stays in the region."""
     places = Places()
-    places.add(False, {"graph_0_cpp_fused_sum_0": "blocks.0", "graph_0_cpp_fused_mul_1": "head"})
-    places.add(True, {"graph_0_cpp_fused_sum_0": "head"})
+    places.add(False, {"graph_0_cpp_fused_sum_0": "blocks.0", "graph_0_cpp_fused_mul_1": "head", "aten::mm 1/2": "a"})
+    places.add(True, {"graph_0_cpp_fused_sum_0": "head", "aten::mm 1/2": "b"})
     places.add(False, {"graph_0_cpp_fused_mul_1": "stem"})
     kernel_modules = places.as_json()
     region = COMPILED_PART
-    scopes = [region, region, region, region, "(optimizer update)"]
-    kinds = ["Torch-Compiled Region: 0/0", COMPILED_BACKWARD, "Torch-Compiled Region: 0/0", region, "Optimizer"]
-    kernels = ["graph_0_cpp_fused_sum_0"] * 2 + ["graph_0_cpp_fused_mul_1", "aten::mm", "graph_0_cpp_fused_sum_0"]
-    assert placed_kernels(scopes, kinds, kernels, kernel_modules) == [
-        f"{region}/blocks.0",
-        f"{region}/head",
-        region,
-        region,
-        "(optimizer update)",
+    forward = "Torch-Compiled Region: 0/0"
+    rows = [
+        (region, forward, "graph_0_cpp_fused_sum_0", None, f"{region}/blocks.0"),
+        (region, COMPILED_BACKWARD, "graph_0_cpp_fused_sum_0", None, f"{region}/head"),
+        (region, forward, "graph_0_cpp_fused_mul_1", None, region),
+        (region, forward, "aten::mm", None, region),
+        (region, forward, "gemm_kernel", "aten::mm 1/2", f"{region}/a"),
+        (region, COMPILED_BACKWARD, "aten::mm", "aten::mm 1/2", f"{region}/b"),
+        (region, forward, "aten::mm", "aten::mm 1/3", region),
+        ("(optimizer update)", "Optimizer", "graph_0_cpp_fused_sum_0", None, "(optimizer update)"),
+        ("(optimizer update)", "Optimizer", "aten::mm", "aten::mm 1/2", "(optimizer update)"),
     ]
+    scopes, kinds, kernels, sites, placed = (list(column) for column in zip(*rows, strict=True))
+    assert placed_kernels(scopes, kinds, kernels, sites, kernel_modules) == placed
     layers = ["blocks", "blocks.0", "head"]
     assert layer_of(f"{region}/blocks.0", layers) == "blocks.0"
     assert layer_of(f"{region}/{TOP_LEVEL_PART}", layers) == TOP_LEVEL_PART

@@ -168,10 +168,10 @@ def run_parts(
 ) -> RunParts:
     """A run's kernel table summed per layer (and per part of the step that is no layer: ``step_scopes``), per op
     and per (layer, kernel), per step of the ``steps`` it holds; under ``torch.compile``, Inductor's fused kernels
-    in the modules ``kernel_modules`` places them in (``placed_kernels``)."""
+    and its extern kernels in the modules ``kernel_modules`` places them in (``placed_kernels``)."""
     scopes, kinds = (_names(frame, column) for column in ("scope", "op_type"))
     if kernel_modules:
-        scopes = _placed(scopes, kinds, _names(frame, "name"), kernel_modules)
+        scopes = _placed(scopes, kinds, _names(frame, "name"), _names(frame, "graph_site"), kernel_modules)
     layer = scopes.map({scope: layer_of(scope, layer_names, step_scopes) for scope in scopes.cat.categories})
     layer = layer.astype(object).fillna(UNATTRIBUTED).to_numpy()
     op = kinds.map({kind: op_kind(kind) for kind in kinds.cat.categories}).astype(object).fillna(UNATTRIBUTED)
@@ -221,12 +221,16 @@ def _paired(
 
 
 def _placed(
-    scopes: pd.Series, kinds: pd.Series, kernels: pd.Series, kernel_modules: Mapping[str, Mapping[str, str | None]]
+    scopes: pd.Series,
+    kinds: pd.Series,
+    kernels: pd.Series,
+    sites: pd.Series,
+    kernel_modules: Mapping[str, Mapping[str, str | None]],
 ) -> pd.Series:
-    """The scopes with Inductor's fused kernels placed in their modules (``placed_kernels``), worked out once per
-    distinct scope, op and kernel name, as the layers are once per scope: a GPU trace holds hundreds of thousands
-    of kernels and a few hundred such triples."""
-    columns = [scopes.cat, kinds.cat, kernels.cat]
+    """The scopes with Inductor's kernels placed in their modules (``placed_kernels``), worked out once per
+    distinct scope, op, kernel name and place in a compiled graph's call, as the layers are once per scope: a GPU
+    trace holds hundreds of thousands of kernels and a few hundred such tuples."""
+    columns = [scopes.cat, kinds.cat, kernels.cat, sites.cat]
     key = np.zeros(len(scopes), dtype=np.int64)
     for column in columns:  # each row's three category codes as one number (code 0: no value)
         key = key * (len(column.categories) + 1) + column.codes.to_numpy(np.int64) + 1

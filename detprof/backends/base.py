@@ -72,6 +72,17 @@ def layer_range_name(layer: str) -> str:
     return f"{LAYER_RANGE}{layer}"
 
 
+def graph_site(op: str, index: int, count: int) -> str:
+    """Where an aten op that a compiled graph's code calls as it is (an extern kernel: ``aten::mm``) ran in one call
+    of the graph: the ``index``-th of the ``count`` calls of that op in the graph's call, ``aten::mm 3/14``. The
+    trace names such an op only by its aten name, the same for every matrix product of the model; its place among
+    the call's ops of that name tells them apart (``inductor_places.kernel_places`` names each extern kernel so, the
+    Kineto parser each op it finds there). Counted by name, an op the call runs besides (Inductor's deterministic
+    ``index_put_``, which provenance tracking does not list) moves no other; the count keeps a call that runs one
+    more of the same op from taking a neighbour's module."""
+    return f"{op} {index}/{count}"
+
+
 STEP_RANGE = r"^step \d+(?: \w+)?$"
 """A measured step's range, as the worker marks it (``profiler.tracers``) and the trace layer splits kernels by it
 (``traces.step_split``): ``step i``, or ``step i ARM`` where one process measured two arms in turn (an in-process

@@ -6,9 +6,13 @@ names the post-grad graph nodes each kernel fused (``"cpp_fused_relu_1:3" -> ["r
 carries the stack of modules whose ``forward`` ran it (``nn_module_stack``; a backward node the stack of the forward
 op it differentiates, ``fwd_nn_module_stack``). A kernel goes to the deepest module that holds every node it fused
 that a module holds: its own, or the module of several around them (``TOP_LEVEL_PART`` where that is only the
-whole model). A kernel without a node any module holds, and the extern kernels (``extern_kernels.mm``, aten ops
-called as they are), which the trace names only by their aten op and so cannot be told apart, stay in the
-compiled region's row.
+whole model). A kernel without a node any module holds stays in the compiled region's row.
+
+The extern kernels (``extern_kernels.mm``, aten ops the graph's code calls as they are: a transformer's matrix
+products, a fifth of its step) are named in the trace only by their aten op, alike for every layer. The graph's
+code calls them in the order of their provenance handles, and the trace records them in that order among a call's
+ops: each is placed by its place among the call's ops of its name (``base.graph_site``, ``aten::mm 3/14``), which
+the Kineto parser reads off each call of the graph.
 
 Kernel names are unique within a graph, not across a forward graph and its backward graph (both ``graph_0_``, each
 numbering its kernels from 0): each graph's kernels go to their phase's map (``Places``), and a name that two
@@ -21,13 +25,16 @@ import re
 from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 
-from .base import TOP_LEVEL_PART
+from .base import TOP_LEVEL_PART, graph_site
 
 FORWARD = "forward"
 BACKWARD = "backward"
 FUSED_KERNEL = re.compile(r"^(?P<name>(?:cpp|triton)_\w+):\d+$")
 """A fused kernel's provenance key, ``NAME:HANDLE``: Inductor's C++ (CPU) and Triton (GPU) kernels, not the extern
 kernels (``extern_kernels.mm:1``, ``torch.ops.aten.convolution_backward.default:3``)."""
+EXTERN_KERNEL = re.compile(r"^(?:extern_kernels\.(?P<extern>\w+)|(?:torch\.ops\.)?aten\.(?P<aten>\w+)(?:\.\w+)?):\d+$")
+"""An extern kernel's provenance key and the aten op the trace names it by: ``extern_kernels.addmm:4`` is
+``aten::addmm``, ``aten.randint.low_out:2`` and ``torch.ops.aten.convolution_backward.default:3`` their ops."""
 _SOURCE_HEAD = re.compile(r"^L\[['\"]\w+['\"]\]\.?")
 _INDEX = re.compile(r"\[['\"]?([\w]+)['\"]?\]")
 
@@ -67,21 +74,43 @@ def kernel_places(
     kernels: Mapping[str, Sequence[str]], modules: Mapping[str, str | None], prefix: str = ""
 ) -> dict[str, str]:
     """Each fused kernel of one graph, by the name the trace gives it (``prefix``: the ``graph_N_`` of a C++ kernel
-    profiled on a CPU), placed in the module path of the nodes it fused (``modules``: each node's, by name):
-    ``TOP_LEVEL_PART`` where only the whole model holds them; left out where no module holds any.
+    profiled on a CPU), and each extern kernel call, by its place in the graph's call (``base.graph_site``), placed
+    in the module path of the nodes it ran (``modules``: each node's, by name): ``TOP_LEVEL_PART`` where only the
+    whole model holds them; left out where no module holds any.
 
     Inductor generates a kernel once for blocks that run the same code and calls it once per block (each call a
     key of its own, ``NAME:HANDLE``), and the trace names every call alike: such a kernel goes to the module around
     all the blocks that call it (``blocks``, not ``blocks.0``)."""
     held: dict[str, list[str]] = {}
-    for key, nodes in kernels.items():
-        fused = FUSED_KERNEL.match(key)
-        if fused is None:
-            continue
-        name = fused.group("name")
-        traced = f"{prefix}{name}" if name.startswith("cpp_") else name
+    for traced, nodes in [*_fused(kernels, prefix), *_extern_sites(kernels)]:
         held.setdefault(traced, []).extend(path for path in (modules.get(node) for node in nodes) if path is not None)
     return {traced: common_ancestor(paths) or TOP_LEVEL_PART for traced, paths in held.items() if paths}
+
+
+def _fused(kernels: Mapping[str, Sequence[str]], prefix: str) -> list[tuple[str, Sequence[str]]]:
+    """Each fused kernel call's nodes, by the name the trace gives the kernel."""
+    found = []
+    for key, nodes in kernels.items():
+        fused = FUSED_KERNEL.match(key)
+        if fused is not None:
+            name = fused.group("name")
+            found.append((f"{prefix}{name}" if name.startswith("cpp_") else name, nodes))
+    return found
+
+
+def _extern_sites(kernels: Mapping[str, Sequence[str]]) -> list[tuple[str, Sequence[str]]]:
+    """Each extern kernel call's nodes, by its place among the graph's calls of its op (``base.graph_site``)."""
+    calls: dict[str, list[tuple[int, Sequence[str]]]] = {}
+    for key, nodes in kernels.items():
+        extern = EXTERN_KERNEL.match(key)
+        if extern is not None:
+            op = f"aten::{extern.group('extern') or extern.group('aten')}"
+            calls.setdefault(op, []).append((int(key.rsplit(":", 1)[1]), nodes))
+    return [
+        (graph_site(op, index, len(found)), nodes)
+        for op, found in calls.items()
+        for index, (_, nodes) in enumerate(sorted(found, key=lambda call: call[0]), 1)
+    ]
 
 
 @dataclass

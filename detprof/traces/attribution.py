@@ -102,17 +102,19 @@ def placed_kernels(
     scopes: Sequence[object],
     kinds: Sequence[object],
     kernels: Sequence[object],
+    sites: Sequence[object],
     kernel_modules: Mapping[str, Mapping[str, str | None]],
 ) -> list[object]:
-    """Each kernel's scope, a fused kernel of the compiled region placed in its module inside it
-    (``(torch.compile region)/blocks.0.norm``): ``kernel_modules`` holds the module of each of Inductor's fused
-    kernels by phase (a record's, ``backends.inductor_places``), a backward kernel told by the node it runs under
-    (``COMPILED_BACKWARD``). Any other kernel keeps its scope."""
+    """Each kernel's scope, a kernel of the compiled region placed in its module inside it
+    (``(torch.compile region)/blocks.0.norm``): ``kernel_modules`` holds, by phase (a record's,
+    ``backends.inductor_places``), the module of each of Inductor's fused kernels by its name and of each extern
+    kernel call by its place in the graph's call (``sites``, the kernel table's ``graph_site``); a backward kernel
+    is told by the node it runs under (``COMPILED_BACKWARD``). Any other kernel keeps its scope."""
     placed = []
-    for scope, kind, kernel in zip(scopes, kinds, kernels, strict=True):
+    for scope, kind, kernel, site in zip(scopes, kinds, kernels, sites, strict=True):
         inside = isinstance(scope, str) and scope.rsplit("/", 1)[-1] == COMPILED_PART
-        phase = "backward" if kind == COMPILED_BACKWARD else "forward"
-        module = kernel_modules.get(phase, {}).get(str(kernel)) if inside else None
+        modules = kernel_modules.get("backward" if kind == COMPILED_BACKWARD else "forward", {}) if inside else {}
+        module = modules.get(str(kernel)) or (modules.get(site) if isinstance(site, str) else None)
         placed.append(f"{scope}/{module}" if module else scope)
     return placed
 

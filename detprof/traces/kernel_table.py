@@ -56,6 +56,7 @@ KERNEL_DTYPES: dict[str, str] = {
     "graph_node_id": "Int64",
     "op_type": "category",
     "scope": "category",
+    "graph_site": "category",
     "step": "Int64",
 }
 """Names (``name``, ``short_name``, ``op``) are Categoricals: a trace repeats a few hundred
@@ -66,8 +67,11 @@ where the trace does not say. ``op_type``: the kind of framework op that ran the
 ``Conv2DBackpropFilter``, JAX's ``conv_general_dilated``, PyTorch's ``aten::convolution_backward``);
 ``scope``: the name path it ran under, whose parts name the model's layers (TensorFlow's op name,
 JAX's ``op_name`` metadata, the layer ranges a PyTorch worker marks), read by ``traces.attribution``;
-both null where the trace does not say. ``step``: the measured step the kernel ran in, where the table was cut
-to the worker's step ranges (``step_split.within_steps``)."""
+both null where the trace does not say. ``graph_site``: under ``torch.compile``, the aten op a compiled graph's
+call ran the kernel in and its place among the call's ops of that name (``aten::mm 3/14``:
+``backends.base.graph_site``), which tells one layer's matrix product from another's; null elsewhere. ``step``:
+the measured step the kernel ran in, where the table was cut to the worker's step ranges
+(``step_split.within_steps``)."""
 
 UNNAMED = "<unnamed>"
 """The name of a kernel whose trace records none, so that it still counts as one kernel."""

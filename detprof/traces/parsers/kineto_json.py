@@ -55,7 +55,7 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from detprof.backends.base import STEP_RANGE, step_range_name
+from detprof.backends.base import STEP_RANGE, graph_site, step_range_name
 from detprof.errors import InputError, first_line
 from detprof.traces.attribution import LAYER_RANGE, op_kind
 from detprof.traces.kernel_names import short_kernel_name
@@ -395,7 +395,7 @@ def _gpu_table(source: str, trace: _Trace, events: _Events) -> KernelTable:
     )
 
 
-_OP_COLUMNS = ("op", "op_type", "scope")
+_OP_COLUMNS = ("op", "op_type", "scope", "graph_site")
 _LAUNCH_DTYPES = {column: dtype for column, dtype in KERNEL_DTYPES.items() if column not in _OP_COLUMNS}
 """A GPU trace's kernel columns but the ops that launched them, which cost a walk over every CPU op (the bulk of a
 trace): ``detprof parse`` never pays for it, a sweep's attribution does on first use (``_launching_ops``)."""
@@ -412,15 +412,17 @@ def _launching_ops(launches: pd.DataFrame, events: _Events) -> dict[str, pd.Cate
     op_thread, call_thread = _threads(ops, found)
     start = _ns([e.ts for e in ops])
     end = start + _dur_ns([e.dur for e in ops])
-    _, outermost = self_times(op_thread, start, end)
     at = _ns([e.ts for e in found])
-    _, innermost = containers(op_thread, start, end, call_thread, at)
+    parent, innermost = containers(op_thread, start, end, call_thread, at)
+    _, outermost = self_times(op_thread, start, end, parent)
+    sites = _graph_sites(ops, op_thread, start, end, parent)
     layers = _LayerRanges.of(events)
     scopes = dict(zip(map(id, ops), layers.scopes(ops, start, outermost), strict=True))
     around = iter(layers.holding(found, at))
     names: list[str | None] = []
     kinds: list[str | None] = []
     paths: list[str | None] = []
+    placed: list[str | None] = []
     held = iter(innermost.tolist())
     for call in call_of:
         inner = next(held) if call is not None else -1
@@ -429,12 +431,47 @@ def _launching_ops(launches: pd.DataFrame, events: _Events) -> dict[str, pd.Cate
             names.append(None)
             kinds.append(None)
             paths.append(path)
+            placed.append(None)
             continue
         top = ops[int(outermost[inner])]
         names.append(ops[inner].name)
         kinds.append(op_kind(top.name))
         paths.append(path or scopes[id(top)])
-    return {"op": pd.Categorical(names), "op_type": pd.Categorical(kinds), "scope": pd.Categorical(paths)}
+        placed.append(sites[inner])
+    return {
+        "op": pd.Categorical(names),
+        "op_type": pd.Categorical(kinds),
+        "scope": pd.Categorical(paths),
+        "graph_site": pd.Categorical(placed),
+    }
+
+
+_ATEN = "aten::"
+
+
+def _graph_sites(
+    ops: Sequence[_Event], thread: np.ndarray, start: np.ndarray, end: np.ndarray, parent: np.ndarray
+) -> list[str | None]:
+    """Each op's place in the call of a compiled graph that ran it (``base.graph_site``): the aten op among the
+    call's own ops of its name (the extern kernels its code calls: ``aten::mm 3/14``) that the op is or runs in;
+    None outside them. The record's ``kernel_modules`` names the module of each such place (``inductor_places``)."""
+    sites: list[str | None] = [None] * len(ops)
+    calls = {index for index, op in enumerate(ops) if op.name == COMPILED_GRAPH_CALL}
+    if not calls:
+        return sites
+    called: defaultdict[tuple[int, str], list[int]] = defaultdict(list)
+    for index, holder in enumerate(parent.tolist()):
+        if holder in calls and ops[index].name.startswith(_ATEN):
+            called[holder, ops[index].name].append(index)
+    for children in called.values():
+        children.sort(key=lambda index: start[index])
+        for place, index in enumerate(children, 1):
+            sites[index] = graph_site(ops[index].name, place, len(children))
+    for index in np.lexsort((-end, start, thread)).tolist():
+        holder = int(parent[index])
+        if sites[index] is None and holder >= 0:
+            sites[index] = sites[holder]
+    return sites
 
 
 def _placement(events: list[_Event], args: list[_Args]) -> dict[str, pd.arrays.IntegerArray]:
@@ -762,7 +799,8 @@ def _cpu_table(source: str, trace: _Trace, events: _Events) -> KernelTable:
     pids, _ = pd.factorize(pd.Series([e.pid for e in ops], dtype=object))
     tids, _ = pd.factorize(pd.Series([e.tid for e in ops], dtype=object))
     thread = pids.astype(np.int64) * (int(tids.max()) + 1) + tids
-    self_ns, outermost = self_times(thread, start, end)
+    parent, _ = containers(thread, start, end, thread[:0], start[:0])
+    self_ns, outermost = self_times(thread, start, end, parent)
     names = np.array([e.name for e in ops], dtype=object)
     layers = _LayerRanges.of(events)
     frame = pd.DataFrame(
@@ -775,6 +813,7 @@ def _cpu_table(source: str, trace: _Trace, events: _Events) -> KernelTable:
             "op": pd.Categorical(names[outermost]),
             "op_type": pd.Categorical([op_kind(name) for name in names[outermost]]),
             "scope": pd.Categorical(layers.scopes(ops, start, outermost)),
+            "graph_site": pd.Categorical(_graph_sites(ops, thread, start, end, parent)),
         }
     )
     frame["short_name"] = frame["name"]

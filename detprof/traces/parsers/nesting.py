@@ -9,17 +9,21 @@ from __future__ import annotations
 import numpy as np
 
 
-def self_times(thread: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def self_times(
+    thread: np.ndarray, start: np.ndarray, end: np.ndarray, parent: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Each op's duration less that of the ops nested directly in it on its thread, and its outermost op.
 
-    Times in any one integer unit (Kineto's nanoseconds, XSpace's picoseconds).
+    Times in any one integer unit (Kineto's nanoseconds, XSpace's picoseconds); ``parent``: each op's, where the
+    caller has found them already (``containers``).
 
     Ops sorted by thread, start and longest first nest like a call stack: an op's parent is
     the innermost open op it starts in. A child that outlasts its parent (timestamps are
     rounded) only takes the part inside the parent, so self times never go negative and
     add up to the time the thread spent in ops.
     """
-    parent, _ = containers(thread, start, end, thread[:0], start[:0])
+    if parent is None:
+        parent, _ = containers(thread, start, end, thread[:0], start[:0])
     nested = np.flatnonzero(parent >= 0)
     inside_parent = np.minimum(end[nested], end[parent[nested]]) - start[nested]
     self_ns = (end - start).astype(np.int64)
