@@ -232,7 +232,7 @@ def _placed(
     trace holds hundreds of thousands of kernels and a few hundred such tuples."""
     columns = [scopes.cat, kinds.cat, kernels.cat, sites.cat]
     key = np.zeros(len(scopes), dtype=np.int64)
-    for column in columns:  # each row's three category codes as one number (code 0: no value)
+    for column in columns:  # each row's category codes as one number (code 0: no value)
         key = key * (len(column.categories) + 1) + column.codes.to_numpy(np.int64) + 1
     distinct, rows = np.unique(key, return_inverse=True)
     values: list[list[object]] = []
