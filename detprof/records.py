@@ -255,6 +255,9 @@ class VerifyRun(TypedDict):
     time_parts: NotRequired[dict[str, float]]
     """Where the run's time went (``device_time.PARTS``): one process runs a replica's runs of every model, so the
     process's start and device are its first run's; the steps are the training steps apart from fingerprinting."""
+    side_by_side: NotRequired[bool]
+    """Whether its replica ran beside the other one, on one device (``verify.run.replicas_side_by_side``); a
+    program's runs go one at a time."""
 
 
 REQUIRED_FIELDS: dict[RecordKind, tuple[tuple[str, type], ...]] = {

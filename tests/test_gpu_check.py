@@ -156,6 +156,9 @@ def test_verify_on_the_gpu_must_hold_bitwise() -> None:
     assert check_verification([verification(parted)]) == [
         "smallcnn: deterministic runs differ (first at step 2, dense)"
     ]
+    assert check_verification([verification(parted, side_by_side=("deterministic",))]) == [
+        "smallcnn: deterministic runs differ (first at step 2, dense), run side by side"
+    ]
     assert check_verification([verification(identical, "cpu")]) == ["smallcnn: verified on the CPU, not the GPU"]
     assert check_verification([verification(identical, findings=[refusal])]) == [
         "smallcnn: max_unpool2d refused determinism"

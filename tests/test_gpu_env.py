@@ -17,6 +17,7 @@ from fake_nvml import GIB, FakeNvml, a100, t4
 from detprof.errors import UsageError
 from detprof.profiler.devices import DeviceChoice, GpuInfo, choose_device
 from detprof.profiler.gpu_env import gpu_env
+from detprof.profiler.process import WorkerEnvironment
 from detprof.stability import study, training, worker
 from detprof.stability.variants import parse_variants, plan_runs
 
@@ -52,8 +53,11 @@ def test_a_chosen_gpu_is_pinned_by_uuid() -> None:
 
 
 def test_workers_sharing_a_gpu_grow_their_memory() -> None:
+    """Stability's parallel workers, and ``verify``'s replicas run side by side on one GPU (``WorkerEnvironment``)."""
     device = choose_device(None, nvml=two_gpus(), environ={})
     assert gpu_env(device, shares_gpu=True) == {"CUDA_VISIBLE_DEVICES": A100_UUID} | GROWTH
+    assert GROWTH.items() <= WorkerEnvironment(device, shares_gpu=True).detprof_env().items()
+    assert not GROWTH.keys() & WorkerEnvironment(device).detprof_env().keys()
 
 
 def test_without_a_uuid_the_nvml_index_is_pinned_in_pci_order() -> None:

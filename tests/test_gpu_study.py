@@ -96,7 +96,7 @@ def test_the_dry_run_for_an_h100_puts_what_only_a_gpu_answers_in_its_first_windo
     assert flax_knobs.count("--models flax_gpt_small ") == 2
     for switch in ("deterministic_ops", "exclude_nondeterministic_ops", "autotune_level", "enable_scatter"):
         assert f"jax.xla_gpu_{switch}" in flax_knobs
-    assert {"jax-knobs-1", "torch-knobs-1", "jax-stability-gpt_tiny", "torch-verify-1"} <= set(later)
+    assert {"jax-knobs-1", "torch-knobs-1", "jax-stability-gpt_tiny", "jax-verify-1", "torch-verify"} <= set(later)
     # The pairing check: the same sweep with both modes in one process and with a process per mode.
     for route in ("in-process", "processes"):
         assert "--models mediumcnn_k5,gpt_small " in lines[f"jax-pairing-{route}"]
@@ -130,6 +130,29 @@ def test_the_dry_run_for_an_h100_puts_what_only_a_gpu_answers_in_its_first_windo
     assert windows[0].startswith("window 1: 7 parts, ")
     assert all("% of it in measured steps" in line for line in windows)
     assert f"{len(windows)} windows" in printed.splitlines()[-1]
+
+
+def test_verify_is_planned_with_a_modes_runs_side_by_side_where_they_run_so() -> None:
+    """A mode's two verify runs side by side take one run's time: on a GPU PyTorch's deterministic runs (picked by
+    heuristics, not timed), three runs in turn for each model, JAX's four; a knob study's checks and default mode
+    have the device to themselves; on a CPU both modes run side by side, two in turn."""
+    from detprof.gpu_study.plan import COMMAND_START_S
+    from detprof.verify.run import VerifyArm, replicas_side_by_side
+
+    full, default = VerifyArm("deterministic", "deterministic"), VerifyArm("default", "default")
+    check = VerifyArm("without-torch.cudnn_benchmark", "deterministic", ("torch.use_deterministic_algorithms",))
+    assert replicas_side_by_side([full], backends.TORCH, on_gpu=True)
+    assert not any(replicas_side_by_side([arm], backends.TORCH, on_gpu=True) for arm in (default, check))
+    assert not any(replicas_side_by_side([full], b, on_gpu=True) for b in (backends.JAX, backends.TENSORFLOW))
+    assert all(replicas_side_by_side([arm], b, on_gpu=False) for arm in (full, default, check) for b in backends.NAMES)
+    costs = measured_costs("h100")
+    for on_gpu, in_turn in ((True, {"torch": 3, "jax": 4}), (False, {"torch": 2, "jax": 2})):
+        plan = build_plan(SCALES["gpu"], ["jax", "torch"], 3600.0, costs, on_gpu=on_gpu)
+        for backend, runs in in_turn.items():
+            (part,) = (p for p in plan.parts if p.name == f"{backend}-verify-first")
+            each = [costs.verify_run(backend, model).seconds for model in part.models]
+            expected = COMMAND_START_S + runs * (sum(each) + costs.worker_start(backend).seconds)
+            assert part.estimate_s == pytest.approx(expected, abs=0.6), (backend, on_gpu)
 
 
 def test_a_part_longer_than_any_window_is_split_so_that_each_window_ends_with_finished_parts() -> None:
@@ -423,6 +446,10 @@ def test_resume_runs_every_part_on_pytorch_and_jax_and_each_part_answers(study: 
     problems = gpu_checks(prepared, out)
     assert "torch-pairing-in-process: default mode: not every traced run holds GPU kernels" in problems
     assert "jax-stability-smallcnn-first: the study trained on the CPU, not the GPU" in problems
+    assert "torch-verify-first: gpt_tiny: verified on the CPU, not the GPU" in problems
+    # On a CPU a mode's two verify runs ran side by side, each record says so.
+    for part in ("torch-verify-first", "jax-verify-first"):
+        assert {r["side_by_side"] for r in ResultsStore(out / part, "verify").records()} == {True}, part
     machine = json.loads((out / "machine" / "window-2.json").read_text())
     assert machine["packages"]["torch"] and machine["packages"]["jax"] and machine["python"]
 

@@ -127,10 +127,11 @@ def test_json_holds_each_models_verification_with_its_device_and_backend(rendere
     verified = {v["model"]: v for v in document["verification"]}
     assert list(verified) == list(MODELS)
     keys = {"model", "command", "backend", "device", "device_name", "deterministic", "default", "held"}
-    keys |= {"findings", "failures", "compilation_cache", "compiled"}
+    keys |= {"findings", "failures", "compilation_cache", "compiled", "side_by_side"}
     for v in verified.values():
         assert set(v) == keys | {"device_label"}
         assert (v["device_label"], v["backend"], v["compilation_cache"], v["compiled"]) == ("t4", "torch", None, False)
+        assert v["side_by_side"] == []  # records from before the field: none said so
     assert [verified[m]["held"] for m in MODELS] == [True, False, True, False]
     parted = verified["vgg16"]["deterministic"]["first_difference"]
     assert (parted["step"], parted["layer"], parted["kind"]) == (2, "bn1", "output")
@@ -180,6 +181,20 @@ def test_a_verification_whose_runs_each_compiled_their_steps_says_so(tmp_path: P
     (verified,) = json.loads(render_report([root], "json"))["verification"]
     assert verified["compilation_cache"] == "off"
     assert "compiled its steps itself" not in rendered["html"] + rendered["md"]
+
+
+def test_a_gpu_verification_whose_deterministic_runs_shared_the_device_says_so(tmp_path: Path) -> None:
+    """PyTorch's deterministic runs of a GPU verification run side by side (``verify.run.replicas_side_by_side``):
+    the model's section says so, and why that cannot part them; the JSON lists the mode."""
+    root = write_verify(tmp_path, {"mobilenet": Planted(LAYERS)}, compiled={"side_by_side": True})
+    line = (
+        "Its deterministic runs ran side by side on the GPU: in that mode PyTorch picks its kernels without timing "
+        "them, so sharing the device cannot part them."
+    )
+    page, text = render_report([root], "html", "cdn"), render_report([root], "md")
+    assert f"<li>{line}</li>" in page and f"- {line}" in text
+    (verified,) = json.loads(render_report([root], "json"))["verification"]
+    assert verified["side_by_side"] == ["default", "deterministic"]
 
 
 def test_the_plot_draws_each_layer_in_model_order_on_a_log_scale(results: Path) -> None:

@@ -155,6 +155,8 @@ class ModelVerification:
     alike (a framework that keeps none, a program, older records)."""
     compiled: bool = False
     """Every run trained its model through ``torch.compile`` (``verify --compile``)."""
+    side_by_side: tuple[str, ...] = ()
+    """The modes whose two runs ran beside each other on the device (``verify.run.replicas_side_by_side``)."""
 
     @property
     def held(self) -> bool | None:
@@ -234,6 +236,7 @@ class ModelVerification:
             "failures": self.failures,
             "compilation_cache": self.compilation_cache,
             "compiled": self.compiled,
+            "side_by_side": list(self.side_by_side),
         }
 
 
@@ -280,6 +283,9 @@ def _verification(store: ResultsStore, model: str, records: Iterable[Mapping[str
         program=None if program is None else str(program.get("command")),
         compilation_cache=_alike(r.get("compilation_cache") for r in records),
         compiled=bool(records) and all((r.get("settings") or {}).get("compile") for r in records),
+        side_by_side=tuple(
+            mode for mode in MODES if [r.get("side_by_side") for r in records if r["mode"] == mode] == [True, True]
+        ),
     )
 
 

@@ -234,6 +234,11 @@ class Backend:
     for the next step (PyTorch reads its switches at every op, TensorFlow when it traces a function and when a
     kernel runs): a replica then trains a knob study's checks of every arm in one process (``verify.run``).
     JAX takes its knobs as compile options of an arm's own step and as flags it reads when it starts."""
+    deterministic_mode_times_kernels: ClassVar[bool] = True
+    """Whether deterministic mode on a GPU still picks some kernels by timing them: XLA autotunes its GEMMs and
+    convolutions among their deterministic algorithms, TensorFlow cuDNN's. Two runs beside each other on one GPU
+    could then pick apart, so ``verify`` gives each run the device to itself (``verify.run.replicas_side_by_side``).
+    PyTorch's deterministic mode turns cuDNN's benchmark off and picks by heuristics alone."""
 
     def installed(self) -> bool:
         """Whether the framework is installed, found without importing it."""

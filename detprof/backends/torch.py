@@ -189,6 +189,7 @@ class Torch(Backend):
     )
     switched_after_import = True
     knobs_switch_between_runs = True
+    deterministic_mode_times_kernels = False
     knobs = KNOBS
     helpers = HELPERS
     compiler = Compiler(

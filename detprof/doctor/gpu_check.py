@@ -287,7 +287,9 @@ def verify_step(runner: Runner, backend: str) -> Step:
 
 
 def check_verification(models: Iterable[Mapping[str, Any]]) -> list[str]:
-    """Each model's deterministic runs identical on the GPU, no op refusing determinism, and no run failed."""
+    """Each model's deterministic runs identical on the GPU, no op refusing determinism, and no run failed; runs
+    that parted beside each other say so (``verify.run.replicas_side_by_side``: the rule that let them is then in
+    question)."""
     problems = []
     for model in models:
         if model.get("device") == "cpu":
@@ -298,7 +300,8 @@ def check_verification(models: Iterable[Mapping[str, Any]]) -> list[str]:
         if deterministic.get("identical") is not True:
             first = deterministic.get("first_difference") or {}
             where = f" (first at step {first.get('step')}, {first.get('layer')})" if first else ""
-            said = deterministic.get("problem") or f"deterministic runs differ{where}"
+            beside = ", run side by side" if "deterministic" in (model.get("side_by_side") or ()) else ""
+            said = deterministic.get("problem") or f"deterministic runs differ{where}{beside}"
             problems.append(f"{model['model']}: {said}")
     return problems
 

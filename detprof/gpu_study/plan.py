@@ -44,8 +44,6 @@ GRACE_S = 20.0
 """What a stopped part may take to stop its workers and write its records: kept out of the window's budget."""
 COMMAND_START_S = 4.0
 """What a ``detprof`` command costs before its first run: Python, detprof, the plan."""
-VERIFY_RUNS = 4
-"""``verify`` trains each model twice in each mode."""
 CHECK_RUNS = 2
 """A knob study verifies each arm that leaves a knob out twice, each in a worker of its own."""
 APART = "apart"
@@ -512,11 +510,17 @@ class _Planner:
         return Part(name, "stability", backend, (model,), options, estimate, first_window=first)
 
     def verify(self, backend: str, models: tuple[str, ...], *, first: bool) -> list[Part]:
-        """``verify`` of ``models``: each of its runs (two modes, two replicas) one worker for every model."""
+        """``verify`` of ``models``: each of its runs (two modes, two replicas) one worker for every model, a mode's
+        two replicas one run's time where they run side by side (``verify.run.replicas_side_by_side``): a run of a
+        few steps keeps a GPU's host busier than its device."""
+        from detprof.verify.run import REPLICAS, VERIFY_ORDER, VerifyArm, replicas_side_by_side
+
         if not models:
             return []
-        runs = [self.costs.verify_run(backend, model).times(VERIFY_RUNS) for model in models]
-        workers = self.costs.worker_start(backend).times(VERIFY_RUNS)
+        beside = [replicas_side_by_side([VerifyArm(mode, mode)], backend, self.on_gpu) for mode in VERIFY_ORDER]
+        in_turn = sum(1 if both else len(REPLICAS) for both in beside)
+        runs = [self.costs.verify_run(backend, model).times(in_turn) for model in models]
+        workers = self.costs.worker_start(backend).times(in_turn)
         name = f"{backend}-verify" + ("-first" if first else "")
         estimate = summed([*runs, workers], COMMAND_START_S)
         return [Part(name, "verify", backend, models, self.scale.verify, estimate, first)]

@@ -311,8 +311,9 @@ def failed_in_one_process(folders: Sequence[Path]) -> list[str]:
 def gpu_checks(prepared: Prepared, out: Path) -> list[str]:
     """``make gpu-check``'s checks, folded in on this study's own results: each sweep's runs ok with GPU kernels in
     both modes, determinism in effect exactly in deterministic mode, on the GPU the study saw; each stability
-    study's control runs bitwise identical on the GPU."""
-    from detprof.doctor.gpu_check import check_control, check_sweep_records
+    study's control runs bitwise identical on the GPU; each verified model's deterministic runs identical on the GPU."""
+    from detprof.analysis.verification import verifications
+    from detprof.doctor.gpu_check import check_control, check_sweep_records, check_verification
 
     problems = []
     for part in prepared.plan.parts:
@@ -324,6 +325,8 @@ def gpu_checks(prepared: Prepared, out: Path) -> list[str]:
             found = check_sweep_records(records, prepared.gpu_uuid, wraps_process=False)
         elif part.kind == "stability":
             found = check_control(json.loads((folder / "stability" / "summary.json").read_text()))
+        elif part.kind == "verify":
+            found = check_verification([model.to_json() for model in verifications(ResultsStore(folder, "verify"))])
         else:
             continue
         problems += [f"{part.name}: {problem}" for problem in found]

@@ -54,12 +54,14 @@ class WorkerEnvironment:
     """What detprof sets in the environment of every process it measures in."""
 
     device: DeviceChoice
+    shares_gpu: bool = False
+    """Whether another of detprof's workers runs on the GPU at the same time (``gpu_env``)."""
 
     def detprof_env(self) -> dict[str, str]:
         """As it takes effect: a user's own logging and heap settings win; the GPU pinning always comes from
         ``gpu_env``."""
         env = {name: os.environ.get(name, value) for name, value in (TF_LOG_LEVEL | STEADY_HEAP_ENV).items()}
-        return env | {"PYTHONUNBUFFERED": "1"} | gpu_env(self.device, shares_gpu=False)
+        return env | {"PYTHONUNBUFFERED": "1"} | gpu_env(self.device, shares_gpu=self.shares_gpu)
 
     def worker_env(self) -> dict[str, str]:
         """The whole environment: this process's, what detprof sets, and the lifeline it ends with."""

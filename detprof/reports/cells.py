@@ -328,10 +328,22 @@ def compilation_line(v: ModelVerification) -> str | None:
     )
 
 
+def side_by_side_line(v: ModelVerification) -> str | None:
+    """On a GPU, the mode whose runs shared the device (``verify.run.replicas_side_by_side``); None on a CPU, where
+    every run does, and where none did."""
+    if v.device == "cpu" or "deterministic" not in v.side_by_side:
+        return None
+    return (
+        f"Its deterministic runs ran side by side on the GPU: in that mode {framework_name(v.backend)} picks its "
+        "kernels without timing them, so sharing the device cannot part them."
+    )
+
+
 def verification_lines(v: ModelVerification) -> list[str]:
-    """What the report's section says of a verified model: each mode, then how its runs compiled."""
-    compiled = compilation_line(v)
-    return [mode_line(v, mode) for mode in VERIFY_MODES] + ([compiled] if compiled else [])
+    """What the report's section says of a verified model: each mode, then how its runs compiled and shared the
+    device."""
+    notes = [line for line in (compilation_line(v), side_by_side_line(v)) if line]
+    return [mode_line(v, mode) for mode in VERIFY_MODES] + notes
 
 
 def verification_title(v: ModelVerification, shown: str) -> str:

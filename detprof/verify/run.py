@@ -4,10 +4,10 @@ Four runs per model (deterministic a and b, default a and b), each replica of a 
 trains every model in turn, each from the seeds and session a fresh process starts from (``workload.fingerprint_runs``),
 in the measuring environment of the device (its GPU pinned), with the same seed, the same batches
 (drawn from the seed, or ``--data``'s leading rows at every step: what a model that takes tokens
-or several inputs needs) and the same number of steps (``verify.workload``). On a CPU the two runs of a mode run side
-by side (nothing here is timed, and each process is as deterministic alone as beside
-another); on a GPU one at a time, each with the device to itself. The models are named and
-built as the sweep names and builds them (``profiler.sweep_request``): registry names or your own. Each
+or several inputs needs) and the same number of steps (``verify.workload``). The two runs of a mode run side by side
+where nothing they choose depends on what else runs (``replicas_side_by_side``; nothing here is timed): on a CPU, and
+on a GPU in PyTorch's deterministic mode; the rest one at a time on a GPU, each with the device to itself. The models
+are named and built as the sweep names and builds them (``profiler.sweep_request``): registry names or your own. Each
 run's record and fingerprints go to the results store, so ``--resume`` skips what is done and
 the report reads it; ``analysis.verification`` compares. A training program of the user's
 (``--command``) is verified by ``verify.program``, into the same records.
@@ -139,10 +139,8 @@ def run_arms(
 ) -> None:
     """Each model's two runs of each arm not already recorded in ``store`` (opened by the caller): each replica of
     an arm (of a group of arms: ``arm_groups``) one process for every model (``workload.fingerprint_runs``), its two
-    replicas side by side on a CPU."""
+    replicas side by side where ``replicas_side_by_side`` lets them."""
     plans = config.model_plans()
-    environment = WorkerEnvironment(target.device)
-    side_by_side = 1 if target.on_gpu else len(REPLICAS)
     total, done = 2 * len(plans) * len(arms), 0
     with progress_bar(console, store.kind, total, store.dir) as progress:
         for group in arm_groups(arms, config, target):
@@ -167,12 +165,30 @@ def run_arms(
                 for arm in group
                 for plan in plans
             }
-            replica = partial(_replica, store, environment, asks=asks, timeout_s=config.run_timeout_s)
+            beside = replicas_side_by_side(group, target.backend, target.on_gpu)
+            environment = WorkerEnvironment(target.device, shares_gpu=beside and target.on_gpu)
+            replica = partial(_replica, store, environment, asks=asks, timeout_s=config.run_timeout_s, beside=beside)
             todo = [[unit for unit, r in left if r == name] for name in REPLICAS]
-            with ThreadPoolExecutor(side_by_side) as pool:
+            with ThreadPoolExecutor(len(REPLICAS) if beside else 1) as pool:
                 for records in pool.map(replica, REPLICAS, todo):
                     for record in records:
                         progress.on_done(record)
+
+
+def replicas_side_by_side(group: list[VerifyArm], backend: str, on_gpu: bool) -> bool:
+    """Whether the two replicas of ``group`` run side by side: a bitwise comparison times nothing, so they do wherever
+    what each run chooses cannot depend on what runs beside it. On a CPU it cannot. On a GPU it can where a framework
+    picks kernels by timing them: in deterministic mode on a backend that then picks none so
+    (``Backend.deterministic_mode_times_kernels``: PyTorch), the runs' kernels are bitwise alike however the device is
+    shared, so a load that parted them would be a finding, not noise. Default mode's runs, a knob study's checks (full
+    determinism less a switch, which may be the one that stops the timing), and every run on the other backends
+    each have the device to themselves."""
+    from detprof import backends
+
+    if not on_gpu:
+        return True
+    full = all(arm.mode == "deterministic" and arm.knobs is None for arm in group)
+    return full and not backends.get(backend).deterministic_mode_times_kernels
 
 
 def arm_groups(arms: list[VerifyArm], config: SweepConfig, target: MeasurementTarget) -> list[list[VerifyArm]]:
@@ -219,10 +235,11 @@ def _replica(
     *,
     asks: dict[tuple[str, str], VerifyAsk],
     timeout_s: float | None,
+    beside: bool,
 ) -> list[VerifyRun]:
     """One replica's runs of ``units`` (an arm and a model each) in a fresh worker, ended after ``timeout_s``
-    (``--run-timeout``) per run; a record for each, written whatever happened: where the worker ended early, the
-    run it was on failed with why, and a fresh worker takes the runs after it."""
+    (``--run-timeout``) per run, ``beside`` the other replica's or not; a record for each, written whatever happened:
+    where the worker ended early, the run it was on failed with why, and a fresh worker takes the runs after it."""
     records: list[VerifyRun] = []
     while units:
         these = [_run_id(unit, replica) for unit in units]
@@ -261,6 +278,7 @@ def _replica(
                 answer["duration_s"] = round(time.monotonic() - t0, 3)
             else:
                 break
+            answer["side_by_side"] = beside
             record = _record(store, arm, model, replica, asks[(arm.name, model)], answer, environment, log)
             records.append(record)
             finished.add(these[index])
