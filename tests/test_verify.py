@@ -249,6 +249,46 @@ def test_a_model_run_past_the_run_timeout_is_ended_and_recorded_as_failed(
     assert {(r["status"], r["reason"]) for r in found} == {("failed", "timed out after 0.5 s (--run-timeout)")}
 
 
+def test_a_run_crowded_out_of_the_gpus_memory_by_the_other_replica_runs_again_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a GPU, PyTorch's deterministic replicas run side by side, told to grow their memory; one that runs out of
+    device memory beside the other runs again with the device to its replica alone, its record replaced, as a model
+    that fits the GPU once must still be verified. Default mode's replicas run one at a time. (The fakes, at the GPU
+    boundary: an H100 chosen as the device, and ``crowded_workload``, which fails the later of two workers sharing
+    it as out of memory.)"""
+    from dataclasses import replace
+
+    import crowded_workload
+    from rich.console import Console
+
+    from detprof.options import RunOptions
+    from detprof.profiler.devices import DeviceChoice, GpuInfo
+    from detprof.profiler.sweep_request import SweepRequest
+    from detprof.verify import run
+
+    crowd = tmp_path / "crowd"
+    crowd.mkdir()
+    monkeypatch.setenv(crowded_workload.CROWDED_DIR, str(crowd))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setattr(run, "WORKLOAD", "crowded_workload:runs")
+    config, target = SweepRequest(("smallcnn",), RunOptions(backend="torch", gpu="cpu", tracer="none")).resolve()
+    h100 = DeviceChoice("h100", GpuInfo(0, "NVIDIA H100 80GB HBM3", "GPU-00000000-1111-2222-3333-444444444444"))
+    store = ResultsStore(tmp_path / "out", "verify")
+    store.open({"models": ["smallcnn"]}, "detprof verify", resume=False)
+    arms = [run.VerifyArm(mode, mode) for mode in run.VERIFY_ORDER]
+    run.run_arms(store, config, replace(target, device=h100), arms, 1, False, console=Console(quiet=True))
+    records = {r["run_id"].removeprefix("smallcnn--"): r for r in store.records()}
+    assert {r["status"] for r in records.values()} == {"ok"}
+    assert len(list(crowd.iterdir())) == 2  # only the two deterministic workers shared the GPU
+    # The replica whose worker started second was crowded out and ran again alone, whichever it was.
+    assert sorted([records["deterministic--a"]["side_by_side"], records["deterministic--b"]["side_by_side"]]) == [
+        False,
+        True,
+    ]
+    assert not records["default--a"]["side_by_side"] and not records["default--b"]["side_by_side"]
+
+
 def test_a_second_verify_of_other_models_the_same_day_keeps_a_folder_of_its_own(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -67,9 +67,19 @@ def compile_refusal(backend: Backend, xla: bool, compile: bool) -> str | None:
     return None
 
 
+OUT_OF_MEMORY = "out of memory: "
+"""How a failed run's reason begins where the device (or host) ran out of memory: the reason says what to change
+(a smaller batch, fewer runs at once), and ``verify`` runs such a run again with the device to itself."""
+
+
 def out_of_memory(exc: BaseException) -> bool:
     """Whether ``exc`` is the device (or host) running out of memory, in whichever loaded framework raised it."""
     return isinstance(exc, MemoryError) or any(backend.out_of_memory(exc) for backend in loaded())
+
+
+def failure_reason(exc: BaseException, reason: str) -> str:
+    """A failed run's ``reason`` for ``exc``, named as running out of memory where it was (``OUT_OF_MEMORY``)."""
+    return f"{OUT_OF_MEMORY}{reason}" if out_of_memory(exc) else reason
 
 
 def installed_default() -> str:

@@ -92,9 +92,7 @@ def execute(run: PlannedRun, config: training.TrainConfig) -> StabilityRun:
         measured = training.train(run, config)
     except Exception as exc:
         traceback.print_exc()
-        reason = first_line(exc, with_type=True)
-        if backends.out_of_memory(exc):
-            reason = f"out of memory: {reason}"
+        reason = backends.failure_reason(exc, first_line(exc, with_type=True))
         return _plain(
             stability_run(**identity, seeds=run.seeds.as_dict(), status="failed", reason=reason, **_worker_fields())
         )

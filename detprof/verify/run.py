@@ -166,13 +166,44 @@ def run_arms(
                 for plan in plans
             }
             beside = replicas_side_by_side(group, target.backend, target.on_gpu)
-            environment = WorkerEnvironment(target.device, shares_gpu=beside and target.on_gpu)
-            replica = partial(_replica, store, environment, asks=asks, timeout_s=config.run_timeout_s, beside=beside)
             todo = [[unit for unit, r in left if r == name] for name in REPLICAS]
-            with ThreadPoolExecutor(len(REPLICAS) if beside else 1) as pool:
-                for records in pool.map(replica, REPLICAS, todo):
-                    for record in records:
-                        progress.on_done(record)
+            for record in _replicas(store, target, asks, todo, config.run_timeout_s, beside):
+                progress.on_done(record)
+
+
+def _replicas(
+    store: ResultsStore,
+    target: MeasurementTarget,
+    asks: dict[tuple[str, str], VerifyAsk],
+    todo: list[list[tuple[VerifyArm, str]]],
+    timeout_s: float | None,
+    beside: bool,
+) -> list[VerifyRun]:
+    """Each replica's runs of ``todo`` (a list per replica), side by side where ``beside``. On a GPU, a run that ran
+    out of device memory beside the other replica's (``backends.OUT_OF_MEMORY``) runs again with the device to its
+    replica alone, its record replaced: a model the GPU holds once but not twice is still verified."""
+    from detprof import backends
+
+    shared = beside and target.on_gpu
+    environment = WorkerEnvironment(target.device, shares_gpu=shared)
+    replica = partial(_replica, store, environment, asks=asks, timeout_s=timeout_s, beside=beside)
+    with ThreadPoolExecutor(len(REPLICAS) if beside else 1) as pool:
+        ran = [record for records in pool.map(replica, REPLICAS, todo) for record in records]
+    crowded = {
+        r["run_id"]
+        for r in ran
+        if shared and r["status"] == "failed" and str(r["reason"]).startswith(backends.OUT_OF_MEMORY)
+    }
+    if not crowded:
+        return ran
+    alone = partial(_replica, store, WorkerEnvironment(target.device), asks=asks, timeout_s=timeout_s, beside=False)
+    again = [
+        (name, [unit for unit in units if _run_id(unit, name) in crowded])
+        for name, units in zip(REPLICAS, todo, strict=True)
+    ]
+    return [r for r in ran if r["run_id"] not in crowded] + [
+        r for name, units in again if units for r in alone(name, units)
+    ]
 
 
 def replicas_side_by_side(group: list[VerifyArm], backend: str, on_gpu: bool) -> bool:

@@ -111,7 +111,8 @@ def _fingerprinted(run: VerifyAsk, settings: DeterminismSettings, out: Path, clo
             finding = finding_of(exc, run.backend)
             answer |= {"status": "unsupported", "reason": finding.message, "finding": finding.to_json()}
         else:
-            answer |= {"status": "failed", "reason": first_line(exc, with_type=True)[:REASON_CHARS]}
+            reason = backends.failure_reason(exc, first_line(exc, with_type=True))
+            answer |= {"status": "failed", "reason": reason[:REASON_CHARS]}
     taken.save(out)
     clock.lap("other")
     return answer | {"steps": len(taken.steps)}
