@@ -233,7 +233,7 @@ def _failure(exc: Exception, settings: DeterminismSettings) -> dict[str, Any]:
     """A run's result when its workload raised: failed, or unsupported with the op that refused (a finding)."""
     status, reason = classify_failure(exc, settings.deterministic)
     if backends.out_of_memory(exc):
-        status, reason = "failed", backends.failure_reason(exc, reason)
+        status, reason = "failed", f"{backends.OUT_OF_MEMORY}{reason}"
     found: dict[str, Any] = {}
     if status == "unsupported":
         finding = finding_of(exc, settings.backend)

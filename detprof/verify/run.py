@@ -27,7 +27,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from detprof import locks
+from detprof import backends, locks
 from detprof.analysis.verification import ModelVerification, verifications
 from detprof.errors import DetprofError, UsageError
 from detprof.invocation import command_line
@@ -182,8 +182,6 @@ def _replicas(
     """Each replica's runs of ``todo`` (a list per replica), side by side where ``beside``. On a GPU, a run that ran
     out of device memory beside the other replica's (``backends.OUT_OF_MEMORY``) runs again with the device to its
     replica alone, its record replaced: a model the GPU holds once but not twice is still verified."""
-    from detprof import backends
-
     shared = beside and target.on_gpu
     environment = WorkerEnvironment(target.device, shares_gpu=shared)
     replica = partial(_replica, store, environment, asks=asks, timeout_s=timeout_s, beside=beside)
@@ -214,8 +212,6 @@ def replicas_side_by_side(group: list[VerifyArm], backend: str, on_gpu: bool) ->
     shared, so a load that parted them would be a finding, not noise. Default mode's runs, a knob study's checks (full
     determinism less a switch, which may be the one that stops the timing), and every run on the other backends
     each have the device to themselves."""
-    from detprof import backends
-
     if not on_gpu:
         return True
     full = all(arm.mode == "deterministic" and arm.knobs is None for arm in group)
@@ -230,8 +226,6 @@ def arm_groups(arms: list[VerifyArm], config: SweepConfig, target: MeasurementTa
     on a GPU only where the study pairs its measured arms in one process too (``--pairing in-process``, as
     ``gpu-study`` asks for it where its pairing check agreed). Otherwise, and for ``verify``'s two modes (each
     answers for a process started in it), an arm a process of its own."""
-    from detprof import backends
-
     backend = backends.get(target.backend)
     trusted = not target.on_gpu or config.pairing == "in_process"
     if len({arm.mode for arm in arms}) > 1 or not backend.knobs_switch_between_runs or not trusted:
