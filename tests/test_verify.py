@@ -276,8 +276,9 @@ def test_a_run_crowded_out_of_the_gpus_memory_by_the_other_replica_runs_again_al
     h100 = DeviceChoice("h100", GpuInfo(0, "NVIDIA H100 80GB HBM3", "GPU-00000000-1111-2222-3333-444444444444"))
     store = ResultsStore(tmp_path / "out", "verify")
     store.open({"models": ["smallcnn"]}, "detprof verify", resume=False)
-    arms = [run.VerifyArm(mode, mode) for mode in run.VERIFY_ORDER]
-    run.run_arms(store, config, replace(target, device=h100), arms, 1, False, console=Console(quiet=True))
+    run.run_arms(
+        store, config, replace(target, device=h100), list(run.MODE_ARMS), 1, False, console=Console(quiet=True)
+    )
     records = {r["run_id"].removeprefix("smallcnn--"): r for r in store.records()}
     assert {r["status"] for r in records.values()} == {"ok"}
     assert len(list(crowd.iterdir())) == 2  # only the two deterministic workers shared the GPU

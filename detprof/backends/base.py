@@ -235,10 +235,11 @@ class Backend:
     kernel runs): a replica then trains a knob study's checks of every arm in one process (``verify.run``).
     JAX takes its knobs as compile options of an arm's own step and as flags it reads when it starts."""
     deterministic_mode_times_kernels: ClassVar[bool] = True
-    """Whether deterministic mode on a GPU still picks some kernels by timing them: XLA autotunes its GEMMs and
-    convolutions among their deterministic algorithms, TensorFlow cuDNN's. Two runs beside each other on one GPU
-    could then pick apart, so ``verify`` gives each run the device to itself (``verify.run.replicas_side_by_side``).
-    PyTorch's deterministic mode turns cuDNN's benchmark off and picks by heuristics alone."""
+    """Whether deterministic mode on a GPU still picks some kernels by timing them: XLA's GEMM autotuner keeps timing
+    cuBLAS's algorithms under deterministic ops, TensorFlow cuDNN's deterministic ones. Two runs beside each other on
+    one GPU could then pick apart, so ``verify`` gives each run the device to itself
+    (``verify.run.replicas_side_by_side``). PyTorch's deterministic mode turns cuDNN's benchmark off and picks by
+    heuristics alone."""
 
     def installed(self) -> bool:
         """Whether the framework is installed, found without importing it."""

@@ -513,11 +513,11 @@ class _Planner:
         """``verify`` of ``models``: each of its runs (two modes, two replicas) one worker for every model, a mode's
         two replicas one run's time where they run side by side (``verify.run.replicas_side_by_side``): a run of a
         few steps keeps a GPU's host busier than its device."""
-        from detprof.verify.run import REPLICAS, VERIFY_ORDER, VerifyArm, replicas_side_by_side
+        from detprof.verify.run import MODE_ARMS, REPLICAS, replicas_side_by_side
 
         if not models:
             return []
-        beside = [replicas_side_by_side([VerifyArm(mode, mode)], backend, self.on_gpu) for mode in VERIFY_ORDER]
+        beside = [replicas_side_by_side([arm], backend, self.on_gpu) for arm in MODE_ARMS]
         in_turn = sum(1 if both else len(REPLICAS) for both in beside)
         runs = [self.costs.verify_run(backend, model).times(in_turn) for model in models]
         workers = self.costs.worker_start(backend).times(in_turn)

@@ -87,8 +87,7 @@ def run_verify(request: VerifyRequest, *, console: Console) -> VerifyOutcome:
             f"({target.backend}), results in "
             f"{escape(str(out))}"
         )
-        arms = [VerifyArm(mode, mode) for mode in VERIFY_ORDER]
-        run_arms(store, config, target, arms, request.steps, request.gradients, console=console)
+        run_arms(store, config, target, list(MODE_ARMS), request.steps, request.gradients, console=console)
     return VerifyOutcome(store.dir, tuple(verifications(store)))
 
 
@@ -125,6 +124,10 @@ class VerifyArm:
     """A knob study's check of a helper's switches (``Helper.key``)."""
     every: bool = False
     """A knob study's check of every switch on that its ``drop`` arms leave one out of (``sweep.knobs.EVERY``)."""
+
+
+MODE_ARMS = tuple(VerifyArm(mode, mode) for mode in VERIFY_ORDER)
+"""``verify``'s arms: each mode as it is, deterministic first."""
 
 
 def run_arms(
