@@ -23,7 +23,7 @@ WORDS = {
     "build": "building the model and its batch",
     "compile": "compiling the step (its first steps' excess where the framework compiles at the first call)",
     "warmup": "warm-up steps",
-    "steps": "the steps whose times are the answer, untraced and traced",
+    "steps": "the steps whose times (untraced and traced) or outputs (verify, stability) are the answer",
     "tracing": "starting and stopping the tracer",
     "parsing": "reading the trace into the record",
     "other": "the rest: writing results, between runs",
@@ -47,6 +47,10 @@ there, so that the interpreter's own start and its imports count."""
 PER_RECORD = frozenset({"parsing"})
 """The parts each record of a pair pays on its own (its kernel table read out of the shared trace); every other
 part of the two records of a pair is the one process's, counted once."""
+IN_PROCESS = "in_process"
+"""A record's ``pairing`` where it and its pair's other record were measured in one process and both keep that
+process's parts; the runs a process makes one after another (``verify``'s grouped runs, a sweep's shared repeats)
+each keep their own."""
 
 
 class PartClock:
@@ -85,9 +89,15 @@ _running: PartClock | None = None
 def spawned_clock(env: Mapping[str, str] = os.environ) -> PartClock:
     """This worker's clock, from when its parent started it (``SPAWNED_ENV``), else from now; code that charges a
     part of its own (``charged``) charges this one."""
-    global _running
     since = env.get(SPAWNED_ENV)
-    _running = PartClock(float(since) if since else None)
+    return clock_since(float(since) if since else None)
+
+
+def clock_since(since: float | None) -> PartClock:
+    """This process's clock from ``since`` (the monotonic clock; None: now), the one ``charged`` charges: a worker
+    that a process pool started, not detprof (``spawn_env``), reads when it started off the system."""
+    global _running
+    _running = PartClock(since)
     return _running
 
 
@@ -122,9 +132,11 @@ def process_seconds(records: Iterable[Mapping[str, Any]]) -> dict[str, float]:
     seen: set[str] = set()
     for record in records:
         parts = record.get("time_parts") or {}
-        shared = str(record.get("log") or record.get("run_id"))
+        paired = record.get("pairing") == IN_PROCESS
+        shared = str(record.get("log") or record.get("run_id")) if paired else None
         first = shared not in seen
-        seen.add(shared)
+        if shared is not None:
+            seen.add(shared)
         for part, seconds in parts.items():
             if part in sums and (first or part in PER_RECORD):
                 sums[part] += float(seconds)

@@ -206,6 +206,13 @@ class StabilityRun(FleetRun):
     arrays: NotRequired[str]
     weights_file: NotRequired[str]
     train_seconds: NotRequired[float]
+    cpu_threads: NotRequired[int]
+    """On the CPU, the compute threads its worker gave the framework: its share of the cores beside the other
+    workers (``stability.study.cpu_threads``); absent where the framework cannot be limited (JAX) or on a GPU."""
+    time_parts: NotRequired[dict[str, float]]
+    """Where the run's time went (``device_time.PARTS``): a worker trains its runs one after another, so its start
+    and device are its first run's; the steps are the epochs' training and evaluation, less the first training
+    step's excess over the others (``compile``)."""
     seeded_stochastic_layers: NotRequired[list[str]]
     bitflip: NotRequired[dict[str, Any]]
 

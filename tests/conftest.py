@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +37,12 @@ def _no_terminal_size_from_xdist(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("LINES", raising=False)
 
 
-os.environ[locks.LOCK_DIR_ENV] = tempfile.mkdtemp(prefix="detprof-locks-")
-"""Each pytest process (an xdist worker) keeps its device locks apart from the other's and from any detprof
-measuring on this machine, module fixtures included; each test then gets a folder of its own (below)."""
+@pytest.fixture(scope="session", autouse=True)
+def session_device_locks(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Each pytest process (an xdist worker) keeps its device locks apart from the other's and from any detprof
+    measuring on this machine, module fixtures included; each test then gets a folder of its own (below). Under
+    pytest's own temporary folder, which it clears, not one more folder of the system's per run."""
+    os.environ[locks.LOCK_DIR_ENV] = str(tmp_path_factory.mktemp("session-device-locks"))
 
 
 SUITE_XLA_FLAGS = "--xla_backend_optimization_level=0"
@@ -104,7 +106,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 def own_device_locks(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each test takes its device locks in a folder of its own: tests that measure side by side (``-n 2``) must
     not wait for each other. The lock tests share one folder between their commands on purpose."""
-    monkeypatch.setenv("DETPROF_LOCK_DIR", str(tmp_path_factory.mktemp("device-locks")))
+    monkeypatch.setenv(locks.LOCK_DIR_ENV, str(tmp_path_factory.mktemp("device-locks")))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

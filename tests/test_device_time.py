@@ -41,9 +41,10 @@ def test_a_worker_clock_starts_when_its_parent_spawned_it_and_takes_charges() ->
 
 def test_a_pairs_process_is_counted_once_and_each_record_parses_its_own() -> None:
     pair = {"start": 3.0, "build": 2.0, "steps": 1.0}
+    paired = {"model": "m", "log": "logs/m-r0.log", "pairing": "in_process"}
     records = [
-        {"run_id": "m--deterministic--r0", "model": "m", "log": "logs/m-r0.log", "time_parts": pair | {"parsing": 0.5}},
-        {"run_id": "m--default--r0", "model": "m", "log": "logs/m-r0.log", "time_parts": pair | {"parsing": 0.25}},
+        {"run_id": "m--deterministic--r0", **paired, "time_parts": pair | {"parsing": 0.5}},
+        {"run_id": "m--default--r0", **paired, "time_parts": pair | {"parsing": 0.25}},
         {"run_id": "n--default--r0", "model": "n", "log": "logs/n.log", "time_parts": {"steps": 1.0, "build": 1.0}},
     ]
     assert process_seconds(records) == {"start": 3.0, "build": 3.0, "steps": 2.0, "parsing": 0.75}
@@ -51,6 +52,17 @@ def test_a_pairs_process_is_counted_once_and_each_record_parses_its_own() -> Non
     assert [row.model for row in rows] == ["m", "n", "all models"]
     assert rows[0].seconds == 6.75 and rows[0].steps_share == pytest.approx(1.0 / 6.75)
     assert steps_fraction({}) is None
+
+
+def test_runs_one_process_makes_in_turn_each_count_their_own_parts() -> None:
+    """``verify`` writes the runs of one process (several models, a knob study's arms) beside one log: each record
+    keeps its own run's parts, the process's start in the first."""
+    log = "logs/m--deterministic--a+more.log"
+    records = [
+        {"run_id": "m--deterministic--a", "log": log, "time_parts": {"start": 3.0, "build": 1.0, "steps": 2.0}},
+        {"run_id": "n--deterministic--a", "log": log, "time_parts": {"build": 1.0, "steps": 2.0}},
+    ]
+    assert process_seconds(records) == {"start": 3.0, "build": 2.0, "steps": 4.0}
 
 
 class _Allocator:

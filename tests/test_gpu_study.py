@@ -401,6 +401,8 @@ def test_resume_runs_every_part_on_pytorch_and_jax_and_each_part_answers(study: 
     assert {"start", "build", "compile", "steps", "tracing", "parsing", "command"} <= swept.keys()
     assert sum(swept.values()) == pytest.approx(state.parts["jax-overhead-first"].seconds, rel=0.05)
     assert state.windows[1].time_parts["steps"] > 0
+    trained = state.parts["torch-stability-smallcnn-first"].time_parts  # a stability study's runs say so too
+    assert {"start", "build", "steps"} <= trained.keys() and trained["command"] < sum(trained.values()) / 2
     # The pairing check answered for PyTorch, one of three ways, and its later parts follow it.
     answer = state.pairing["torch"]
     assert answer["answer"] in ("agrees", "disagrees", "cannot tell")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import io
+import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +41,8 @@ from detprof.store import atomic_write_bytes, json_safe
 
 if TYPE_CHECKING:
     import keras
+
+    from detprof.device_time import PartClock
 
 ARRAYS_DIR = "arrays"
 WEIGHTS_DIR = "weights"
@@ -335,12 +338,17 @@ def _trainer(config: TrainConfig, data: datasets.Dataset) -> Trainer | ModuleTra
     )
 
 
-def train(run: PlannedRun, config: TrainConfig) -> dict[str, Any]:
-    """Train one run and store its arrays; returns the run's record (without status)."""
+def train(run: PlannedRun, config: TrainConfig, clock: PartClock) -> dict[str, Any]:
+    """Train one run and store its arrays; returns the run's record (without status). On ``clock``: the data and
+    the model as ``build``, the epochs (training and evaluating) as ``steps`` but the first training step's excess
+    over the others as ``compile`` (a worker's first run compiles its step; compiling the evaluation, at its first
+    call, stays in ``steps``), what it stores after them as ``other``."""
     started = time.perf_counter()
     data = load_dataset(config.dataset)
     trainer = _trainer(config, data)
     applied = trainer.reset(run.seeds)
+    clock.lap("build")
+    step_s: list[float] = []
     shuffle_rng = np.random.default_rng(run.seeds.shuffle)
     augment_rng = np.random.default_rng(run.seeds.augment)
     eval_batch = max(config.batch_size, MIN_EVAL_BATCH)
@@ -355,7 +363,9 @@ def train(run: PlannedRun, config: TrainConfig) -> dict[str, Any]:
         loss_sum, correct = 0.0, 0
         for start in range(0, n, config.batch_size):
             batch = slice(start, start + config.batch_size)
+            step_started = time.monotonic()
             loss, hits = trainer.train_step(x[batch], y[batch])
+            step_s.append(time.monotonic() - step_started)
             loss_sum += loss * len(y[batch])
             correct += hits
         if not np.isfinite(loss_sum):
@@ -372,6 +382,9 @@ def train(run: PlannedRun, config: TrainConfig) -> dict[str, Any]:
                 "test_accuracy": metrics.accuracy(data.test_labels, predictions),
             }
         )
+    clock.lap("steps")
+    if len(step_s) > 1:
+        clock.move(step_s[0] - statistics.median(step_s[1:]), "steps", "compile")
     layers = trainer.layer_weights()
     digests = metrics.layer_digests(layers)
     per_class = metrics.per_class_accuracy(data.test_labels, predictions, data.classes)

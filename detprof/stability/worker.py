@@ -16,12 +16,16 @@ import multiprocessing
 import os
 import signal
 import sys
+import time
 import traceback
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from detprof import backends, determinism
+from detprof.device_time import clock_since, running_clock
 from detprof.errors import first_line
 from detprof.profiler.lifeline import end_with_driver
 from detprof.records import StabilityRun, stability_run
@@ -34,10 +38,15 @@ _context: dict[str, Any] = {}
 
 
 def initialize(
-    settings: determinism.DeterminismSettings, study_dir: str, env: Mapping[str, str], keras: bool = True
+    settings: determinism.DeterminismSettings,
+    study_dir: str,
+    env: Mapping[str, str],
+    keras: bool = True,
+    threads: int | None = None,
 ) -> None:
     """Pool initializer: end with the driver, quiet Ctrl-C, set the GPU environment, log the framework's
     chatter to a file, apply the mode (loading Keras unless the study trains a native PyTorch module, ``keras``),
+    give the framework its share of the CPU's cores (``threads``, ``study.cpu_threads``; None: its own default),
     and compile in this process (``Backend.compile_in_this_process``: the
     runs of two workers can then differ in what compiling chose, as two processes on a GPU do).
 
@@ -47,6 +56,7 @@ def initialize(
     that ``multiprocessing`` gives every child it spawns from its parent, whose other end
     closes when the parent dies (``parent_process().sentinel``).
     """
+    clock = clock_since(_process_started())
     parent = multiprocessing.parent_process()
     if parent is not None:
         end_with_driver(parent.sentinel)
@@ -59,7 +69,12 @@ def initialize(
     os.dup2(log_fd, 2)
     os.close(log_fd)
     effective = determinism.apply(settings, keras=keras)
+    clock.lap("start")
     backend = backends.get(settings.backend)
+    if threads is not None and backend.limit_threads(threads):
+        _context["cpu_threads"] = threads
+    backend.init_device()
+    clock.lap("device")
     _context.update(
         backend=settings.backend,
         determinism=effective,
@@ -68,6 +83,12 @@ def initialize(
         log=str(log_path.relative_to(study_dir)),
         **backend.compile_in_this_process(settings.compile, compared=True),
     )
+
+
+def _process_started() -> float:
+    """When this process started, on the monotonic clock: the pool started it, so no ``device_time.spawn_env`` says
+    when, and its start and imports count from the system's record of it."""
+    return time.monotonic() - (time.time() - psutil.Process().create_time())
 
 
 def loaded_frameworks() -> dict[str, str]:
@@ -88,15 +109,27 @@ def execute(run: PlannedRun, config: training.TrainConfig) -> StabilityRun:
     so the reason says what to change: fewer --jobs or a smaller batch.
     """
     identity = {"run_id": run.run_id, "variant": run.variant, "run": run.run_index, "mode": run.mode}
+    clock = running_clock()
+    clock.lap("other")
     try:
-        measured = training.train(run, config)
+        measured = training.train(run, config, clock)
     except Exception as exc:
         traceback.print_exc()
         reason = backends.failure_reason(exc, first_line(exc, with_type=True))
+        clock.lap("other")
         return _plain(
-            stability_run(**identity, seeds=run.seeds.as_dict(), status="failed", reason=reason, **_worker_fields())
+            stability_run(
+                **identity,
+                seeds=run.seeds.as_dict(),
+                status="failed",
+                reason=reason,
+                **_worker_fields(),
+                time_parts=clock.take(),
+            )
         )
-    return _plain(stability_run(**identity, seeds=run.seeds.as_dict(), status="ok", **_worker_fields(), **measured))
+    clock.lap("other")
+    fields = _worker_fields() | measured | {"time_parts": clock.take()}
+    return _plain(stability_run(**identity, seeds=run.seeds.as_dict(), status="ok", **fields))
 
 
 def _plain(record: StabilityRun) -> StabilityRun:
