@@ -95,6 +95,18 @@ def test_one_job_by_default_on_a_gpu_and_up_to_four_on_the_cpu() -> None:
     assert 1 <= cpu <= 4
 
 
+def test_workers_training_on_the_cpu_at_once_share_its_cores_out_within_the_users_own_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(study, "usable_cpus", lambda: 8)
+    cpu = choose_device("cpu", nvml=two_gpus(), environ={})
+    assert [study.cpu_threads(cpu, jobs, {}) for jobs in (1, 2, 3, 4, 16)] == [None, 4, 2, 2, 1]
+    assert study.cpu_threads(cpu, 2, {"OMP_NUM_THREADS": "1"}) == 1
+    assert study.cpu_threads(cpu, 2, {"OMP_NUM_THREADS": "6,2"}) == 4
+    assert study.cpu_threads(cpu, 2, {"OMP_NUM_THREADS": "many"}) == 4
+    assert study.cpu_threads(on_gpu(80 * GIB)[0], 2, {}) is None
+
+
 @pytest.mark.parametrize(
     ("free_gib", "fit"), [(0.5, 1), (1.9, 1), (2, 1), (3.9, 1), (4, 2), (7.5, 3), (8, 4), (80, 40)]
 )

@@ -15,8 +15,9 @@ store at once, so Ctrl-C or a crash loses only the runs in flight.
 from __future__ import annotations
 
 import multiprocessing
+import os
 from collections import Counter, deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
@@ -170,6 +171,10 @@ def _refuse_other_inputs(spec: registry.ModelSpec, dataset: str) -> None:
         raise UsageError(f"{spec.name} takes {spec.takes} and {dataset} holds {held}: give it {hint}")
 
 
+OMP_THREADS_ENV = "OMP_NUM_THREADS"
+"""OpenMP's thread count (PyTorch's compute threads), where the user sets one."""
+
+
 def default_jobs(device: DeviceChoice | None = None) -> int:
     """On a GPU one: the workers would share its memory and its compute, and one worker
     keeps the GPU busy. On the CPU usable cores, at most 4, the cores shared out among them
@@ -179,12 +184,16 @@ def default_jobs(device: DeviceChoice | None = None) -> int:
     return max(1, min(usable_cpus(), 4))
 
 
-def cpu_threads(device: DeviceChoice, jobs: int) -> int | None:
-    """Each worker's compute threads on the CPU: its share of the usable cores (None on a GPU: the framework's own).
-    The workers train at once, and each framework would take every core: PyTorch's threads then spin waiting for
-    each other while their cores run the other workers' (a small CNN's epoch on digits 0.15 s alone, 5 s beside one
-    other such worker on two cores)."""
-    return None if device.gpu is not None else max(1, usable_cpus() // jobs)
+def cpu_threads(device: DeviceChoice, jobs: int, env: Mapping[str, str] = os.environ) -> int | None:
+    """Each worker's compute threads where several train on the CPU at once: its share of the usable cores, never
+    more than the user's own ``OMP_NUM_THREADS`` (None: the framework's own, on a GPU or for a lone worker). Each
+    framework would take every core: PyTorch's threads then spin waiting for each other while their cores run the
+    other workers' (a small CNN's epoch on digits 0.15 s alone, 5 s beside one other such worker on two cores)."""
+    if device.gpu is not None or jobs == 1:
+        return None
+    share = max(1, usable_cpus() // jobs)
+    own = env.get(OMP_THREADS_ENV, "").split(",")[0].strip()
+    return min(share, int(own)) if own.isdigit() and int(own) > 0 else share
 
 
 def gpu_jobs_that_fit(free_bytes: int, per_job: int = GPU_BYTES_PER_JOB) -> int:
