@@ -140,7 +140,7 @@ def test_failure_is_recorded_and_sweep_goes_on(tmp_path) -> None:
 @pytest.mark.slow
 def test_killed_sweep_resumes_without_losing_runs(tmp_path) -> None:
     out = tmp_path / "res"
-    args = ["sweep", "--models", "smallcnn", "--repeats", "3", *TINY, "--out", str(out)]
+    args = ["sweep", "--models", "smallcnn", "--repeats", "2", *TINY, "--out", str(out)]
     proc = subprocess.Popen(
         [sys.executable, "-m", "detprof.cli", *args],
         start_new_session=True,
@@ -154,11 +154,11 @@ def test_killed_sweep_resumes_without_losing_runs(tmp_path) -> None:
     os.killpg(proc.pid, signal.SIGINT)
     proc.wait(timeout=60)
     kept = records(out)
-    assert 2 <= len(kept) < 6
+    assert 2 <= len(kept) < 4  # the second repeat's worker takes seconds to start: the signal comes first
     finished = {k: v["finished_at"] for k, v in kept.items()}
     assert main([*args, "--resume"]) == 0
     after = records(out)
-    assert len(after) == 6 and all(r["status"] == "ok" for r in after.values())
+    assert len(after) == 4 and all(r["status"] == "ok" for r in after.values())
     assert all(after[k]["finished_at"] == t for k, t in finished.items())
 
 

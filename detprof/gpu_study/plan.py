@@ -158,7 +158,7 @@ SCALES: dict[str, Scale] = {
         precision="off",
         pairing={backends.TORCH: ("gpt_tiny",)},
         pairing_repeats=2,
-        stability_first=(("smallcnn", ("--dataset", "digits", "--runs", "2", "--epochs", "1")),),
+        stability_first=(("smallcnn", ("--dataset", "digits", "--runs", "2", "--epochs", "1", "--jobs", "1")),),
         stability=(),
         verify=("--steps", "2", "--batch-size", "8"),
         verify_first=("gpt_tiny",),
@@ -172,7 +172,8 @@ SCALES: dict[str, Scale] = {
 }
 """``gpu``: the paper's sizes (its batch of 64, each model's own input) and the transformers' small sizes;
 ``tiny``: the same pipeline with the tiny GPT (stability of the small CNN) and one knob, its first window's parts
-all there is, which a CPU runs in minutes (the tests run it)."""
+all there is, which a CPU runs in minutes (the tests run it); its stability studies train in one worker, as a
+GPU's do (``stability.study.default_jobs``)."""
 
 
 @dataclass(frozen=True)
