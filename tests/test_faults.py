@@ -30,26 +30,6 @@ from script_runner import ROOT
 from detprof import locks
 from detprof.errors import ExitCode
 
-
-@pytest.mark.slow
-def test_two_sweeps_started_together_into_one_folder_leave_one_complete_set(
-    tmp_path: Path, fault_env: dict[str, str]
-) -> None:
-    out = tmp_path / "out"
-    together = [detprof("sweep", *SMALL, "--repeats", "2", "--out", out, env=fault_env) for _ in range(2)]
-    for sweep in together:
-        sweep.wait(timeout=300)
-    refused, ran = sorted(together, key=lambda p: p.returncode != ExitCode.ENVIRONMENT)
-    assert ran.returncode == ExitCode.OK, ran.stderr.read()[-2000:]
-    err = refused.stderr.read().strip()
-    assert refused.returncode == ExitCode.ENVIRONMENT and err.count("\n") == 0, err
-    assert f"{out / 'sweep'} is in use by another detprof (pid {ran.pid} on " in err
-    assert sorted(r["run_id"] for r in records(out)) == sorted(
-        f"smallcnn--{mode}--r{repeat}" for mode in ("default", "deterministic") for repeat in range(2)
-    )
-    assert all(r["status"] == "ok" for r in records(out))
-
-
 EXITS_IN_A_WORKER = """
 import os
 from pathlib import Path
@@ -178,16 +158,28 @@ def test_a_disk_that_fills_up_mid_sweep_is_one_line_exit_74_and_resume_completes
 
 
 @pytest.mark.slow
-def test_a_process_loading_the_cpu_during_a_sweep_is_named_in_the_report_and_by_check(
+def test_two_sweeps_started_together_beside_a_process_loading_the_cpu_leave_one_set_that_names_the_load(
     tmp_path: Path, fault_env: dict[str, str]
 ) -> None:
+    """Two faults, one sweep's cost: a second sweep into the folder is refused in one line while the first measures
+    one complete set, and the process loading the CPU meanwhile is named in its report and by ``check``."""
     out = tmp_path / "out"
     hog = cpu_hog()
     try:
-        swept = detprof("sweep", *SMALL, "--repeats", "2", "--out", out, env=fault_env)
-        assert swept.wait(timeout=300) == ExitCode.OK, swept.stderr.read()[-2000:]
+        together = [detprof("sweep", *SMALL, "--repeats", "2", "--out", out, env=fault_env) for _ in range(2)]
+        for sweep in together:
+            sweep.wait(timeout=300)
     finally:
         hog.kill()
+    refused, ran = sorted(together, key=lambda p: p.returncode != ExitCode.ENVIRONMENT)
+    assert ran.returncode == ExitCode.OK, ran.stderr.read()[-2000:]
+    err = refused.stderr.read().strip()
+    assert refused.returncode == ExitCode.ENVIRONMENT and err.count("\n") == 0, err
+    assert f"{out / 'sweep'} is in use by another detprof (pid {ran.pid} on " in err
+    assert sorted(r["run_id"] for r in records(out)) == sorted(
+        f"smallcnn--{mode}--r{repeat}" for mode in ("default", "deterministic") for repeat in range(2)
+    )
+    assert all(r["status"] == "ok" for r in records(out))
     loads = [r["load"] for r in records(out)]
     assert all(load["cores"] == len(os.sched_getaffinity(0)) for load in loads)
     assert sum(load["other_cores"] >= 0.25 for load in loads) >= 2, loads
