@@ -477,6 +477,20 @@ def window_time_lines(state: StudyState) -> list[str]:
     return lines
 
 
+def _steps_expected(parts: Sequence[Part], state: StudyState) -> str:
+    """The share of ``parts``' expected time in measured steps, over the parts whose steps a GPU measured: a part
+    known only by estimate (or one that times no step: ``verify``, stability) says nothing of it."""
+    known = [p for p in parts if p.estimate.steps_s > 0 and p.estimate_s > 0]
+    if not known:
+        return "its share in measured steps not known (no GPU measured the steps of its parts)"
+    steps = sum(p.estimate.steps_s * state.expected_s(p) / p.estimate_s for p in known)
+    known_s = sum(state.expected_s(p) for p in known)
+    return (
+        f"measured steps {steps / known_s:.1%} of the {known_s:.0f} s of the {len(known)} "
+        f"part{'s' * (len(known) != 1)} whose steps a GPU measured (as measured there)"
+    )
+
+
 def plan_lines(prepared: Prepared, request: StudyRequest) -> Sequence[str]:
     """The dry run: each part, its expected time, where that came from and the window it is expected in; each
     window's expected time and the share of it in measured steps; how each backend pairs its modes."""
@@ -498,12 +512,8 @@ def plan_lines(prepared: Prepared, request: StudyRequest) -> Sequence[str]:
     for number in sorted(set(window.values())):
         parts = [p for p in plan.parts if window.get(p.name) == number]
         expected = sum(state.expected_s(p) for p in parts)
-        steps = sum(p.estimate.steps_s * state.expected_s(p) / p.estimate_s for p in parts if p.estimate_s)
         counted = f"{len(parts)} part{'s' * (len(parts) != 1)}, {expected:.0f} s expected"
-        lines.append(
-            f"window {number}: {counted}, {steps / expected:.1%} of it in measured steps (as measured on the GPU "
-            "where it was)"
-        )
+        lines.append(f"window {number}: {counted}; {_steps_expected(parts, state)}")
     total = sum(state.expected_s(p) for p in plan.parts if not state.is_done(p.name))
     windows = len(set(window.values()))
     lines.append(f"expected: {total:.0f} s in all, {windows} window{'s' * (windows != 1)}")
