@@ -1,9 +1,11 @@
 """What every test runs under: the environment a user's pipe or CI log gives detprof.
 
-pytest-xdist's workers set ``COLUMNS=80`` and ``LINES=24``, which detprof honours as a user's
-choice of width (``console.table_console``); a test run by ``make test`` must see what a
-single-process run sees, so they are taken out. A test that wants a width sets ``COLUMNS``
-itself.
+The readline module that pytest loads writes ``COLUMNS=80`` and ``LINES=24`` into the process's
+C environment, where ``os.environ`` does not show them but every command a test starts without
+``env`` inherits them, and pytest-xdist's workers start with them in ``os.environ``. detprof
+honours them as a user's choice of width (``console.table_console``): its tables would fold
+their names at 80 columns, which a pipe never does, so they are taken out of both for the whole
+session, its shared studies included. A test that wants a width sets ``COLUMNS`` itself.
 """
 
 from __future__ import annotations
@@ -31,10 +33,11 @@ that) still starts its commands as a terminal would: a handled signal reverts to
 commands that tests interrupt see Ctrl-C (``detprof.interrupts`` keeps a signal ignored that it started ignored)."""
 
 
-@pytest.fixture(autouse=True)
-def _no_terminal_size_from_xdist(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("COLUMNS", raising=False)
-    monkeypatch.delenv("LINES", raising=False)
+@pytest.fixture(scope="session", autouse=True)
+def _no_terminal_size() -> None:
+    for name in ("COLUMNS", "LINES"):
+        os.environ.pop(name, None)
+        os.unsetenv(name)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -23,15 +23,19 @@ import pytest
 from filelock import FileLock
 from script_runner import ROOT
 
-TINY_SWEEP = ["--repeats", "2", "--steps", "3", "--warmup", "1", "--batch-size", "8", "--input-size", "16"]
-"""Two repeats of three steps at 16x16, batch 8: every record, table and report section, in seconds per run."""
+TINY_RUNS = ["--repeats", "2", "--steps", "3", "--warmup", "1", "--batch-size", "8"]
+"""Two repeats of three steps, batch 8: every record, table and report section, in seconds per run."""
+TINY_SWEEP = [*TINY_RUNS, "--input-size", "16"]
+"""The models at 16x16."""
 TENSORFLOW_COMMANDS = {
     "sweep": ["sweep", "--models", "smallcnn,mediumcnn_k3", *TINY_SWEEP, "--gpu", "cpu", "--tracer", "tf"],
     # Enough epochs for smallcnn to learn digits: a study that does not learn is left out of the verdicts.
     "stability": ["stability", "--model", "smallcnn", "--runs", "2", "--epochs", "15", "--jobs", "2", "--gpu", "cpu"],
+    # An op that determinism replaces by others beside one it keeps; the cross-entropy's logits are read off
+    # efficientnetb0, which Keras builds at 32x32 at least.
     "kernels": [
-        *("kernels", "--ops", "conv2d_backward_filter", "--kernel-sizes", "3", "--max-shapes", "1"),
-        *(*TINY_SWEEP, "--gpu", "cpu", "--tracer", "tf"),
+        *("kernels", "--ops", "sparse_softmax_xent_backward,conv2d_backward_filter", "--kernel-sizes", "3"),
+        *("--max-shapes", "1", *TINY_RUNS, "--input-size", "32", "--gpu", "cpu", "--tracer", "tf"),
     ],
 }
 """The embedded default's three studies on TensorFlow, on one device label, into one results folder."""
@@ -87,7 +91,7 @@ def shared(factory: pytest.TempPathFactory, worker_id: str, name: str, make: Cal
 
 SHARED_STUDIES = {"tensorflow_study"}
 """The fixtures below: a test file that asks for one reads a study made once per run."""
-READERS = frozenset({"test_report_browser.py", "test_sweep_e2e.py"})
+READERS = frozenset({"test_report_browser.py", "test_stability_e2e.py", "test_sweep_e2e.py"})
 """The test files that read one: one unit for the workers (``conftest.py``), which checks that no other file does."""
 
 

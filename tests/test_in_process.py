@@ -4,7 +4,8 @@ step once per mode, TensorFlow traces a function per mode and sets its switch be
 
 Real sweeps on each backend that can, at a tiny size: the records of a pair share one process and one trace, each
 arm's steps are marked apart in it and read apart from it, and each arm reports what it had in effect. An op that
-refuses determinism fails its own arm only. The step split is checked on a table built here.
+refuses determinism fails its own arm only. The step split is checked on a table built here. TensorFlow's sweep is
+the run's shared one (``shared_studies``), read in ``test_sweep_e2e``.
 """
 
 from __future__ import annotations
@@ -510,15 +511,3 @@ def test_tensorflow_reads_each_arms_switch_when_its_step_is_traced_and_when_it_r
     assert "cuDNN's autotuned algorithms" in str(tensorflow.shared_process_refusal(arms, compile=False, on_gpu=True))
     autotune = [frozenset(), frozenset({"tensorflow.cudnn_autotune"})]
     assert tensorflow.shared_process_refusal(autotune, compile=False, on_gpu=False) is not None
-
-
-@pytest.mark.slow
-def test_tensorflow_runs_both_modes_in_one_process_each_with_its_own_ops(tmp_path: Path) -> None:
-    """A real sweep: each repeat one process and one trace, and each arm traced with its mode's ops (sparse
-    cross-entropy's fused op by default, a log-softmax and a gather under determinism)."""
-    records = _sweep(tmp_path, "tensorflow")
-    _check_pairs(tmp_path / "res", records, "smallcnn")
-    for rec in records.values():
-        ops = set(ResultsStore(tmp_path / "res", "sweep").read_table(rec["kernel_table"])["op_type"].dropna())
-        fused = "SparseSoftmaxCrossEntropyWithLogits" in ops
-        assert fused is (rec["mode"] == "default") and ("LogSoftmax" in ops) is (rec["mode"] == "deterministic")

@@ -17,10 +17,11 @@ counts on TensorFlow being there. Here:
   study and the kernels bench pick PyTorch without ``--backend``, and neither TensorFlow nor JAX
   is there to fall back on.
 
-Each environment is built once per module, from one wheel of a copy of the tree (a build
-writes ``build/`` and ``*.egg-info`` beside its sources), with pip's index and cache. On the
-2-core dev machine: the wheel and the core environment 23 s, a wheelhouse 4 s and the offline
-torch environment 42 s when torch itself was installed into it (754 MB unpacked and compiled).
+Each environment is built once per module, from the one wheel that ``make wheelhouse`` builds of
+a copy of the tree (a build writes ``build/`` and ``*.egg-info`` beside its sources), with pip's
+index and cache. On the 2-core dev machine: the wheelhouse and the core environment 13 s, the
+offline torch environment 6 s (42 s when torch itself was installed into it: 754 MB unpacked and
+compiled).
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ REFERENCE_RUNS = [p for p in (ROOT / "reference").iterdir() if p.is_dir()]
 NOT_INSTALLED_WITH_DETPROF = ("tensorflow", "jax", "torch", "keras", "sklearn", "nvtx")
 FRAMEWORK_WHEELS = ("tensorflow", "tensorflow_cpu", "jax", "jaxlib", "torch", "triton")
 FRAMEWORK_COMMANDS = ("sweep", "stability", "kernels", "models")
-PIP_INSTALL = ("-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-compile")
+PIP_INSTALL = ("install", "--quiet", "--disable-pip-version-check", "--no-compile")
 """Modules are compiled when first imported (``fresh_env``), not all at install: the environments run a few commands,
 and compiling every module of pandas, SciPy, plotly and Keras up front took 14 s of each install here."""
 NOT_FROM_HERE = {"PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "KERAS_BACKEND", "PYTHONDONTWRITEBYTECODE"}
@@ -90,13 +91,17 @@ def checked(command: Sequence[str | Path], cwd: Path, env: dict[str, str] | None
 
 @dataclass(frozen=True)
 class Venv:
-    """A virtual environment of its own (no system site packages) and detprof's command line in it."""
+    """A virtual environment of its own (no system site packages) and detprof's command line in it.
+
+    Made without pip, which this interpreter's pip installs into (``pip --python``), as the Makefile builds the GPU
+    environment: ensurepip took 4 s of each environment here, and brought a setuptools older than torch requires.
+    """
 
     root: Path
 
     @classmethod
     def create(cls, root: Path) -> Venv:
-        checked([sys.executable, "-m", "venv", root], root.parent)
+        checked([sys.executable, "-m", "venv", "--without-pip", root], root.parent)
         return cls(root)
 
     @property
@@ -104,7 +109,7 @@ class Venv:
         return self.root / "bin" / "python"
 
     def install(self, *requirements: str | Path, env: dict[str, str] | None = None) -> None:
-        checked([self.python, *PIP_INSTALL, *requirements], self.root, env)
+        checked([sys.executable, "-m", "pip", "--python", self.python, *PIP_INSTALL, *requirements], self.root, env)
 
     @property
     def site_packages(self) -> Path:
@@ -134,29 +139,23 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def wheel(source: Path) -> Path:
-    """detprof's wheel, as ``pip install <repo>`` builds it before installing it."""
-    checked([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", "dist", "."], source)
-    (built,) = (source / "dist").glob("detprof-*.whl")
-    return built
-
-
-@pytest.fixture(scope="module")
-def core(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Venv:
-    """``pip install detprof``: no extra."""
+def core(wheelhouse: Path, tmp_path_factory: pytest.TempPathFactory) -> Venv:
+    """``pip install detprof``: no extra, from the index; the wheel is the wheelhouse's, built as ``pip install
+    <repo>`` builds it before installing it."""
+    (wheel,) = wheelhouse.glob("detprof-*.whl")
     venv = Venv.create(tmp_path_factory.mktemp("core") / "venv")
     venv.install(wheel)
     return venv
 
 
-def distributions_needed(name: str, present: set[str]) -> dict[str, importlib.metadata.Distribution]:
+def distributions_needed(name: str) -> dict[str, importlib.metadata.Distribution]:
     """``name``'s distribution in this environment and those it requires on this machine (extras left out), by
-    normalised name; ``present`` (the fresh environment's own: pip) are not looked for."""
+    normalised name."""
     found: dict[str, importlib.metadata.Distribution] = {}
     todo = [name]
     while todo:
         key = canonicalize_name(todo.pop())
-        if key in found or key in present:
+        if key in found:
             continue
         found[key] = dist = importlib.metadata.distribution(key)
         for text in dist.requires or ():
@@ -166,11 +165,11 @@ def distributions_needed(name: str, present: set[str]) -> dict[str, importlib.me
     return found
 
 
-def image_site(folder: Path, framework: str, present: set[str]) -> Path:
+def image_site(folder: Path, framework: str) -> Path:
     """A folder standing for a GPU image's site packages: ``framework`` and what it requires, linked from this
     environment (each distribution's top-level files and its metadata), nothing else."""
     folder.mkdir()
-    for dist in distributions_needed(framework, present).values():
+    for dist in distributions_needed(framework).values():
         tops = {Path(str(file)).parts[0] for file in dist.files or () if not str(file).startswith("..")}
         for top in tops - {"__pycache__"}:
             source = Path(str(dist.locate_file(top)))
@@ -186,9 +185,7 @@ def with_torch(wheelhouse: Path, tmp_path_factory: pytest.TempPathFactory) -> Ve
     the torch installed satisfies the extra's requirement."""
     root = tmp_path_factory.mktemp("torch")
     venv = Venv.create(root / "venv")
-    # Python 3.11's venv brings a setuptools older than torch requires; the image has its own.
-    checked([venv.python, "-m", "pip", "uninstall", "--quiet", "--yes", "setuptools"], root)
-    site = image_site(root / "image-site", TORCH, present={"pip"})
+    site = image_site(root / "image-site", TORCH)
     (venv.site_packages / "image.pth").write_text(f"{site}\n")
     offline = fresh_env(PIP_CONFIG_FILE=os.devnull)
     offline.pop("PIP_FIND_LINKS", None)

@@ -1,4 +1,5 @@
-"""kernels_bench: shapes read off the registry's models, real CPU runs in both modes, resume, bad input."""
+"""kernels_bench: shapes read off the registry's models, failing cases, bad input (its real CPU runs in both modes
+and their resume: ``test_sweep_e2e``, on the run's shared study)."""
 
 from __future__ import annotations
 
@@ -277,83 +278,6 @@ def test_bad_input_is_one_line(tmp_path, capsys, args: list[str], message: str) 
     assert message in err
     assert len(err.strip().splitlines()) == 1
     assert not (tmp_path / "r").exists()
-
-
-def added_and_removed(store: ResultsStore, records: list[dict]) -> tuple[set[str], set[str]]:
-    """Kernel names each mode launched, straight from the stored Parquet tables."""
-    names = {
-        mode: set().union(*(set(store.read_table(r["kernel_table"])["name"]) for r in records if r["mode"] == mode))
-        for mode in ("default", "deterministic")
-    }
-    return names["deterministic"] - names["default"], names["default"] - names["deterministic"]
-
-
-@pytest.mark.slow
-def test_two_ops_in_both_modes_then_resume(tmp_path, capsys) -> None:
-    out = tmp_path / "res"
-    args = [
-        "kernels",
-        "--ops",
-        "sparse_softmax_xent_backward,conv2d_backward_filter",
-        "--kernel-sizes",
-        "1",
-        "--max-shapes",
-        "1",
-        "--steps",
-        "3",
-        "--warmup",
-        "1",
-        "--repeats",
-        "2",
-        "--batch-size",
-        "4",
-        "--input-size",
-        "32",
-        *CPU,
-        "--out",
-        str(out),
-    ]
-    assert main(args) == 0
-    store = ResultsStore(out, "kernels")
-    records = list(store.records())
-    assert len(records) == 8
-    for rec in records:
-        assert rec["status"] == "ok", rec["reason"]
-        assert rec["settings"]["op_determinism"] is (rec["mode"] == "deterministic")
-        assert len(rec["step_wall_ns"]) == 3 and rec["batch_size"] == 4
-        table = store.read_table(rec["kernel_table"])
-        assert table["dur_ns"].sum() == pytest.approx(rec["kernel_ns_per_step"] * 3)
-    printed = capsys.readouterr().out
-    assert "sparse_softmax_xent_backward" in printed and "conv2d_backward_filter" in printed
-
-    xent = [r for r in records if r["op"] == "sparse_softmax_xent_backward"]
-    assert {r["shape"] for r in xent} == {"4x1000"}
-    added, removed = added_and_removed(store, xent)
-    # Under determinism TF's Python API replaces the fused op by log-softmax and a gather.
-    assert "SparseSoftmaxCrossEntropyWithLogits" in removed and "LogSoftmax" in added
-    summary = {row.op: row for row in summarize(store).cases}
-    assert set(summary["sparse_softmax_xent_backward"].added) == added
-    assert set(summary["sparse_softmax_xent_backward"].removed) == removed
-    assert "-SparseSoftmaxCrossEntropyWithLogits" in printed
-
-    conv = [r for r in records if r["op"] == "conv2d_backward_filter"]
-    # Each repeat runs both modes in one process, a step of each in turn, so the repeat's
-    # log ratio is the median over steps of ln(det step i / default step i).
-    per_mode = {(r["mode"], r["repeat"]): r["step_kernel_ns"] for r in conv}
-    logs = [
-        float(np.median(np.log(np.array(per_mode[("deterministic", i)]) / np.array(per_mode[("default", i)]))))
-        for i in (0, 1)
-    ]
-    assert summary["conv2d_backward_filter"].overhead.kernel.ratio == pytest.approx(math.exp(np.mean(logs)))
-
-    finished = {r["run_id"]: r["finished_at"] for r in records}
-    assert main(args) == 2
-    assert "already holds results" in capsys.readouterr().err
-    assert main([*args, "--resume"]) == 0
-    again = list(store.records())
-    assert {r["run_id"]: r["finished_at"] for r in again} == finished
-    assert len(list((out / "kernels" / "logs").glob("*.log"))) == 4  # a process, and its log, per pair
-    assert {r["pairing"] for r in again} == {"in_process"}
 
 
 @pytest.mark.slow

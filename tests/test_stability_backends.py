@@ -1,23 +1,19 @@
-"""``detprof stability --backend``: the same study on Keras 3 over JAX and PyTorch.
+"""``detprof stability --backend``: what picks and records the backend, without training a model.
 
-The studies run through the CLI in subprocesses, as in ``test_stability_e2e``: each backend
-is picked when Keras is first imported and determinism cannot be switched off in a process,
-so neither may touch pytest's. What is checked is what the issue asks of every backend:
-``control`` ends bitwise identical (a fresh worker's first run against a pooled worker's
-later one), ``algo`` does not, every record names its backend and what the framework
-reported in effect, and a JAX or PyTorch worker never loads TensorFlow.
+Studies that train on JAX and on PyTorch live where they train anyway: ``test_own_model_forms``
+(a user's saved model on JAX, a factory's on PyTorch: ``control`` bitwise identical, ``algo``
+not, every record naming its backend and what the framework reported, neither process loading
+TensorFlow) and, for the registry's smallcnn, ``test_gpu_study``'s tiny study (``control``
+verified on both) and ``test_install`` (PyTorch alone installed). A study of its own here
+would repeat them at some ten CPU seconds a backend.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 import pytest
 
 from detprof import cli
@@ -30,60 +26,6 @@ from detprof.stability.variants import parse_variants, plan_runs
 from detprof.store import ResultsStore
 
 Capture = pytest.CaptureFixture[str]
-
-
-REPORTING_CLI = """
-import sys
-from detprof import cli
-code = cli.main(sys.argv[1:])
-print("frameworks:", *(m for m in ("tensorflow", "jax", "torch") if sys.modules.get(m) is not None), file=sys.stderr)
-sys.exit(code)
-"""
-"""``detprof ARGS`` whose last stderr line names the frameworks its own process imported."""
-
-
-def detprof_reporting_frameworks(*args: str, cwd: Path) -> tuple[subprocess.CompletedProcess[str], set[str]]:
-    command = [sys.executable, "-c", REPORTING_CLI, *args]
-    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=600)
-    label, *frameworks = result.stderr.splitlines()[-1].split(" ")
-    assert label == "frameworks:", result.stderr
-    return result, set(frameworks)
-
-
-def _records(study_dir: Path) -> dict[str, dict[str, Any]]:
-    return {p.stem: json.loads(p.read_text()) for p in sorted((study_dir / "runs").glob("*.json"))}
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("backend", ["jax", "torch"])
-def test_control_is_bitwise_identical_on_the_backend_and_tensorflow_never_loads(tmp_path: Path, backend: str) -> None:
-    out = tmp_path / "results"
-    args = ["stability", "--backend", backend, "--variants", "control,algo", "--runs", "2", "--epochs", "1"]
-    args += ["--jobs", "1", "--out", str(out)]
-    result, parent_frameworks = detprof_reporting_frameworks(*args, cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
-    assert parent_frameworks == set()  # detprof's own process trains nothing, so it loads no framework
-    assert "determinism verified: 2 runs ended with bitwise-identical weights" in result.stdout
-    study_dir = out / "stability"
-    records = _records(study_dir)
-    assert set(records) == {"control-r000", "control-r001", "algo-r000", "algo-r001"}
-    assert {r["status"] for r in records.values()} == {"ok"}
-    assert records["control-r000"]["weights_sha256"] == records["control-r001"]["weights_sha256"]
-    assert records["algo-r000"]["weights_sha256"] != records["algo-r001"]["weights_sha256"]
-    for record in records.values():
-        assert record["backend"] == backend
-        assert record["determinism"]["backend"] == backend
-        assert record["determinism"]["op_determinism"] is (record["mode"] == "deterministic")
-        assert record["train_step"] == f"keras train_on_batch (jit_compile={backend == 'jax'})"
-        assert record["software"][backend]  # the backend's version, as the worker reported it
-        assert "tensorflow" not in record["software"]  # read from the worker's sys.modules after its run
-    summary = json.loads((study_dir / "summary.json").read_text())
-    assert (summary["backend"], summary["backend_device"]) == (backend, "cpu")
-    assert set(pd.read_parquet(study_dir / summary["tables"]["runs"])["backend"]) == {backend}
-    assert json.loads((study_dir / "manifest.json").read_text())["config"]["backend"] == backend
-    # One worker trained control-r000 first, then algo-r000, then control-r001 on the same compiled model:
-    # the equal digests above say its reset gives what a fresh worker's first run gets, bit for bit.
-    assert len({r["pid"] for r in records.values()}) == 1
 
 
 def test_an_unknown_backend_is_one_line_and_exit_2(tmp_path: Path, capsys: Capture) -> None:

@@ -1,4 +1,5 @@
-"""Real stability studies on this CPU through the CLI: determinism verified, resume, a failed run.
+"""Real stability studies on this CPU through the CLI: determinism verified (on the run's shared study:
+``shared_studies``), resume, a failed run.
 
 TensorFlow runs only in subprocesses (the CLI and its spawned workers): determinism,
 once switched on, cannot be switched off in a process, so it must never leak into pytest's.
@@ -19,10 +20,12 @@ import numpy as np
 import pandas as pd
 import pytest
 from script_runner import run_script
+from shared_studies import TENSORFLOW_COMMANDS, Study
 from sklearn.metrics import accuracy_score
 
 from detprof.cli import main
 from detprof.stability import datasets
+from detprof.stability.variants import DEFAULT_VARIANTS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -37,34 +40,43 @@ def _records(study: Path) -> dict[str, dict]:
     return {p.stem: json.loads(p.read_text()) for p in sorted((study / "runs").glob("*.json"))}
 
 
+def _with(args: list[str], **values: str) -> list[str]:
+    """``args`` with the values of the options ``values`` names (``epochs="3"``: ``--epochs 3``) replaced."""
+    changed = list(args)
+    for name, value in values.items():
+        changed[changed.index(f"--{name}") + 1] = value
+    return changed
+
+
 @pytest.mark.slow
-def test_small_study_verifies_control_bitwise_and_resumes_in_a_fresh_worker(tmp_path: Path) -> None:
-    out = tmp_path / "results"
-    args = ["stability", "--variants", "control,algo,impl", "--runs", "3", "--epochs", "2", "--jobs", "2"]
-    result = detprof(*args, "--out", str(out), cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
-    assert "determinism verified: 3 runs ended with bitwise-identical weights" in result.stdout
-    study = out / "stability"
+def test_small_study_verifies_control_bitwise_and_resumes_in_a_fresh_worker(
+    tensorflow_study: Study, tmp_path: Path
+) -> None:
+    """The run's shared stability study (``shared_studies``: smallcnn on digits, the default variants, two runs of
+    each, two workers); on a copy of it, a control run trained again in a fresh worker matches bit for bit."""
+    assert "determinism verified: 2 runs ended with bitwise-identical weights" in tensorflow_study.stdout("stability")
+    study = tensorflow_study.results / "stability"
     summary = json.loads((study / "summary.json").read_text())
     assert (summary["model"], summary["dataset"], summary["device"]) == ("smallcnn", "digits", "cpu")
     by_variant = {v["variant"]: v for v in summary["variants"]}
+    assert by_variant.keys() == set(DEFAULT_VARIANTS)
     assert by_variant["control"]["determinism_check"]["verified"] is True
     assert by_variant["control"]["churn"] == 0.0 and by_variant["control"]["l2"] == 0.0
-    assert by_variant["algo"]["distinct_weights"] == 3
+    assert by_variant["algo"]["distinct_weights"] == 2
     assert by_variant["algo"]["determinism_check"]["applicable"] is False
     assert 0.0 < by_variant["algo"]["churn"] < 1.0
-    assert {v["runs_ok"] for v in summary["variants"]} == {3}
+    assert {v["runs_ok"] for v in summary["variants"]} == {2}
 
     runs = pd.read_parquet(study / summary["tables"]["runs"])
-    assert len(runs) == 9 and set(runs["status"]) == {"ok"}
+    assert len(runs) == 2 * len(DEFAULT_VARIANTS) and set(runs["status"]) == {"ok"}
     assert {"variant", "run", "seed_init", "seed_shuffle", "accuracy", "cross_entropy", "weights_sha256"} <= set(
         runs.columns
     )
     control = runs[runs["variant"] == "control"]
     assert control["weights_sha256"].nunique() == 1 and control["seed_init"].nunique() == 1
-    assert runs[runs["variant"] == "algo"]["seed_init"].nunique() == 3
+    assert runs[runs["variant"] == "algo"]["seed_init"].nunique() == 2
     curves = pd.read_parquet(study / summary["tables"]["curves"])
-    assert len(curves) == 9 * 2
+    assert len(curves) == len(runs) * 15  # the shared study's --epochs
 
     y_test = datasets.load("digits").y_test
     records = _records(study)
@@ -82,19 +94,22 @@ def test_small_study_verifies_control_bitwise_and_resumes_in_a_fresh_worker(tmp_
     assert sorted(started) == sorted({record["pid"] for record in records.values()})
 
     # A control run trained again in a brand-new worker process must match bit for bit.
-    (study / "runs" / "control-r002.json").unlink()
-    (study / records["control-r002"]["arrays"]).unlink()
+    out = tensorflow_study.copy(tmp_path / "results", "stability")
+    study = out / "stability"
+    (study / "runs" / "control-r001.json").unlink()
+    (study / records["control-r001"]["arrays"]).unlink()
     untouched = (study / "runs" / "algo-r001.json").read_bytes()
+    args = TENSORFLOW_COMMANDS["stability"]
     resumed = detprof(*args, "--out", str(out), "--resume", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
-    assert "1 runs trained, 8 already done" in resumed.stderr
-    assert "determinism verified: 3 runs" in resumed.stdout
+    assert f"1 runs trained, {len(records) - 1} already done" in resumed.stderr
+    assert "determinism verified: 2 runs" in resumed.stdout
     assert (study / "runs" / "algo-r001.json").read_bytes() == untouched
-    rerun = json.loads((study / "runs" / "control-r002.json").read_text())
+    rerun = json.loads((study / "runs" / "control-r001.json").read_text())
     assert rerun["weights_sha256"] == records["control-r000"]["weights_sha256"]
     assert rerun["pid"] not in {r["pid"] for r in records.values()}
 
-    different = detprof(*args[:-2], "--jobs", "1", "--epochs", "3", "--out", str(out), "--resume", cwd=tmp_path)
+    different = detprof(*_with(args, jobs="1", epochs="3"), "--out", str(out), "--resume", cwd=tmp_path)
     assert different.returncode == 2
     assert "different configuration" in different.stderr
 

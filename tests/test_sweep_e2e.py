@@ -1,8 +1,10 @@
-"""Real CPU sweeps with the tf tracer: records, resume, failure isolation, settings in the worker."""
+"""Real CPU sweeps with the tf tracer: records, both modes in one process, resume, failure isolation, settings in
+the worker; the kernels bench's real runs (the run's shared study: ``shared_studies``)."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -10,13 +12,18 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
-from shared_studies import Study
+from shared_studies import TENSORFLOW_COMMANDS, Study
 
+from detprof.backends.base import step_range_name
 from detprof.cli import main
 from detprof.device_time import process_seconds
+from detprof.kernels_bench.case_results import summarize
 from detprof.profiler.process import STEADY_HEAP_ENV
 from detprof.store import ResultsStore
+from detprof.traces.parsers import load_trace
+from detprof.traces.step_split import kernel_ns_by_step
 
 TINY = [
     "--steps",
@@ -108,6 +115,105 @@ def test_each_run_says_where_its_time_went(tensorflow_study: Study, tmp_path: Pa
     report = written.read_text()
     assert "where the runs' time went" in report and "| all models |" in report
     assert "Peak device memory not known: TensorFlow keeps allocator statistics only for a GPU." in report
+
+
+SHARED_STEPS = 3
+"""The shared sweep's and kernels bench's ``--steps``."""
+
+
+def check_pairs(out: Path, records: dict[str, dict], model: str) -> None:
+    """Each repeat's two runs: one process and one trace, each arm's steps marked apart in turn, read apart."""
+    for repeat in (0, 1):
+        det, default = records[f"{model}--deterministic--r{repeat}"], records[f"{model}--default--r{repeat}"]
+        for rec in (det, default):
+            assert rec["status"] == "ok", rec["reason"]
+            assert rec["pairing"] == "in_process" and rec["steps"] == SHARED_STEPS and rec["cpu_core"] in (0, 1)
+            assert len(rec["step_wall_ns"]) == len(rec["step_kernel_ns"]) == SHARED_STEPS
+        assert det["trace_file"] == default["trace_file"] and det["command"] == default["command"]
+        assert det["settings"]["op_determinism"] is True and default["settings"]["op_determinism"] is False
+        trace = load_trace(out / "sweep" / det["trace_file"])
+        assert trace.nvtx is not None
+        marks = [t for t in trace.nvtx.sort_values("start_ns")["text"] if t.startswith("step ")]
+        first = "deterministic" if repeat == 0 else "default"  # the modes' order alternates by repeat
+        second = "default" if repeat == 0 else "deterministic"
+        assert marks == [step_range_name(i, arm) for i in range(SHARED_STEPS) for arm in (first, second)]
+        for rec, arm in ((det, "deterministic"), (default, "default")):
+            assert rec["step_kernel_ns"] == kernel_ns_by_step(trace, arm)
+            table = ResultsStore(out, "sweep").read_table(rec["kernel_table"])
+            assert table["dur_ns"].sum() == sum(rec["step_kernel_ns"])
+
+
+@pytest.mark.slow
+def test_tensorflow_runs_both_modes_in_one_process_each_with_its_own_ops(tensorflow_study: Study) -> None:
+    """Each repeat one process and one trace per model, and each arm traced with its mode's ops (sparse
+    cross-entropy's fused op by default, a log-softmax and a gather under determinism)."""
+    out = tensorflow_study.results
+    recs = records(out)
+    for model in ("smallcnn", "mediumcnn_k3"):
+        check_pairs(out, recs, model)
+    for rec in recs.values():
+        ops = set(ResultsStore(out, "sweep").read_table(rec["kernel_table"])["op_type"].dropna())
+        fused = "SparseSoftmaxCrossEntropyWithLogits" in ops
+        assert fused is (rec["mode"] == "default") and ("LogSoftmax" in ops) is (rec["mode"] == "deterministic")
+
+
+def added_and_removed(store: ResultsStore, records: list[dict]) -> tuple[set[str], set[str]]:
+    """Kernel names each mode launched, straight from the stored Parquet tables."""
+    names = {
+        mode: set().union(*(set(store.read_table(r["kernel_table"])["name"]) for r in records if r["mode"] == mode))
+        for mode in ("default", "deterministic")
+    }
+    return names["deterministic"] - names["default"], names["default"] - names["deterministic"]
+
+
+@pytest.mark.slow
+def test_kernels_bench_runs_two_ops_in_both_modes_then_resumes(
+    tensorflow_study: Study, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The shared kernels bench: a cross-entropy whose fused op determinism replaces, and a convolution's filter
+    gradient; its command again on a copy refuses to overwrite it, and resumed runs nothing."""
+    store = ResultsStore(tensorflow_study.results, "kernels")
+    records = list(store.records())
+    assert len(records) == 8
+    for rec in records:
+        assert rec["status"] == "ok", rec["reason"]
+        assert rec["settings"]["op_determinism"] is (rec["mode"] == "deterministic")
+        assert len(rec["step_wall_ns"]) == SHARED_STEPS and rec["batch_size"] == 8
+        table = store.read_table(rec["kernel_table"])
+        assert table["dur_ns"].sum() == pytest.approx(rec["kernel_ns_per_step"] * SHARED_STEPS)
+    printed = tensorflow_study.stdout("kernels")
+    assert "sparse_softmax_xent_backward" in printed and "conv2d_backward_filter" in printed
+
+    xent = [r for r in records if r["op"] == "sparse_softmax_xent_backward"]
+    assert {r["shape"] for r in xent} == {"8x1000"}
+    added, removed = added_and_removed(store, xent)
+    # Under determinism TF's Python API replaces the fused op by log-softmax and a gather.
+    assert "SparseSoftmaxCrossEntropyWithLogits" in removed and "LogSoftmax" in added
+    summary = {row.op: row for row in summarize(store).cases}
+    assert set(summary["sparse_softmax_xent_backward"].added) == added
+    assert set(summary["sparse_softmax_xent_backward"].removed) == removed
+    assert "-SparseSoftmaxCrossEntropyWithLogits" in printed
+
+    conv = [r for r in records if r["op"] == "conv2d_backward_filter"]
+    # Each repeat runs both modes in one process, a step of each in turn, so the repeat's
+    # log ratio is the median over steps of ln(det step i / default step i).
+    per_mode = {(r["mode"], r["repeat"]): r["step_kernel_ns"] for r in conv}
+    logs = [
+        float(np.median(np.log(np.array(per_mode[("deterministic", i)]) / np.array(per_mode[("default", i)]))))
+        for i in (0, 1)
+    ]
+    assert summary["conv2d_backward_filter"].overhead.kernel.ratio == pytest.approx(math.exp(np.mean(logs)))
+
+    out = tensorflow_study.copy(tmp_path / "res", "kernels")
+    args = [*TENSORFLOW_COMMANDS["kernels"], "--out", str(out)]
+    finished = {r["run_id"]: r["finished_at"] for r in records}
+    assert main(args) == 2
+    assert "already holds results" in capsys.readouterr().err
+    assert main([*args, "--resume"]) == 0
+    again = list(ResultsStore(out, "kernels").records())
+    assert {r["run_id"]: r["finished_at"] for r in again} == finished
+    assert len(list((out / "kernels" / "logs").glob("*.log"))) == 4  # a process, and its log, per pair
+    assert {r["pairing"] for r in again} == {"in_process"}
 
 
 @pytest.mark.slow
