@@ -27,12 +27,15 @@ import pytest
 from conftest import SUITE_XLA_FLAGS
 from scipy import stats
 
+from detprof import backends
 from detprof.backends.base import step_range_name
 from detprof.cli import main
 from detprof.determinism import DeterminismSettings
 from detprof.profiler.measured_runs import PlannedRun, Workload, in_process_sessions, mode_pairs
 from detprof.profiler.worker import build_key
 from detprof.profiler.worker_spec import MIN_SIZED_STEPS, WorkerSpec, sized_steps, typical_step_ns
+from detprof.reports.command import render_report
+from detprof.reports.report_data import SECTIONS
 from detprof.store import ResultsStore
 from detprof.traces.kernel_table import KernelTable
 from detprof.traces.parsers import load_trace
@@ -143,23 +146,37 @@ def test_torch_runs_both_modes_in_one_process_and_an_op_that_refuses_determinism
     """Each repeat's process runs the small CNN's pair, then the pair of a model whose op has no deterministic
     implementation: that model's deterministic arm alone is unsupported, its default arm and the CNN's two ok. The
     parent reads each pair's trace only once the worker has ended, as on a loaded machine, where the worker ran its
-    next pair while the parent read the last one's: the worker's end then is no reason to measure that pair again."""
+    next pair while the parent read the last one's: the worker's end then is no reason to measure that pair again.
+
+    The refusal is a finding, on the report's first screen: Keras re-raises PyTorch's error under a first line of
+    its own, and the record must still name PyTorch's op, the layer that called it and what to do."""
     _read_traces_once_the_worker_ended(monkeypatch, tmp_path / "res")
     source = tmp_path / "refusing.py"
     source.write_text(textwrap.dedent(REFUSING))
-    records = _sweep(tmp_path, "torch", models=f"smallcnn,{source}:model")
+    records = _sweep(tmp_path, "torch", models=f"smallcnn,{source}:unpooling")
     _check_pairs(tmp_path / "res", records, "smallcnn")
     det, default = records["smallcnn--deterministic--r0"], records["smallcnn--default--r0"]
     assert det["settings"]["knobs"]["torch.use_deterministic_algorithms"] is True
     assert default["settings"]["knobs"]["torch.use_deterministic_algorithms"] is False
     assert "the arms in turn in one process" in det["train_step"]
+    advice = backends.get(backends.TORCH).nondeterministic_op_advice
     for repeat in (0, 1):
-        det, default = records[f"model--deterministic--r{repeat}"], records[f"model--default--r{repeat}"]
-        assert det["status"] == "unsupported" and "max_unpool" in det["reason"]
-        assert det["finding"]["layer"] == "unpool"
+        det, default = records[f"unpooling--deterministic--r{repeat}"], records[f"unpooling--default--r{repeat}"]
+        assert det["status"] == "unsupported" and "finding" not in default
+        finding = det["finding"]
+        assert (finding["op"], finding["layer"], finding["advice"]) == (REFUSED_OP, "unpool", advice)
+        assert finding["message"].startswith(f"RuntimeError: {REFUSED_OP} does not have a deterministic")
+        assert det["reason"] == finding["message"], "the framework's words, not Keras's wrapper line"
         assert default["status"] == "ok" and len(default["step_kernel_ns"]) == STEPS
         assert default["trace_file"] == f"traces/{'+'.join(_pair_name(repeat))}.pt.trace.json"
         assert default["command"] == records[f"smallcnn--default--r{repeat}"]["command"]  # one process
+    line = f"{REFUSED_OP} in layer unpool has no deterministic implementation: {advice}"
+    text = render_report([tmp_path / "res"], "md")
+    answer = text[text.index(f"## {SECTIONS['answer']}") : text.index(f"## {SECTIONS['overhead']}")]
+    assert f"**unpooling** on cpu (torch): {line}" in answer.replace("\\_", "_")
+    page = render_report([tmp_path / "res"], "html", "cdn")
+    screen = page[page.index('<section id="answer">') : page.index('<section id="overhead">')]
+    assert f"<strong>unpooling on cpu (torch)</strong>: {line}" in screen
 
 
 @pytest.mark.slow
@@ -283,18 +300,24 @@ class Unpool(keras.layers.Layer):
     """Max pooling and back: PyTorch has no deterministic max_unpool2d, on any device."""
 
     def call(self, x):
-        channels_first = torch.permute(x, (0, 3, 1, 2))
-        pooled, indices = torch.nn.functional.max_pool2d(channels_first, 2, return_indices=True)
-        return torch.permute(torch.nn.functional.max_unpool2d(pooled, indices, 2), (0, 2, 3, 1))
+        nchw = x.permute(0, 3, 1, 2)
+        pooled, indices = torch.nn.functional.max_pool2d(nchw, 2, return_indices=True)
+        restored = torch.nn.functional.max_unpool2d(pooled, indices, 2, output_size=nchw.shape[-2:])
+        return restored.permute(0, 2, 3, 1)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
 
 
-def model(input_shape, classes):
+def unpooling(input_shape, classes):
     inputs = keras.Input(input_shape)
     x = keras.layers.Conv2D(4, 3, padding="same", name="conv")(inputs)
     x = Unpool(name="unpool")(x)
-    x = keras.layers.GlobalAveragePooling2D()(x)
-    return keras.Model(inputs, keras.layers.Dense(classes)(x))
+    x = keras.layers.GlobalAveragePooling2D(name="gap")(x)
+    return keras.Model(inputs, keras.layers.Dense(classes, name="logits")(x))
 '''
+REFUSED_OP = "max_unpooling2d_forward_out"
+"""The op as PyTorch's refusal names it (``F.max_unpool2d`` runs it)."""
 
 
 @pytest.mark.slow
@@ -399,8 +422,9 @@ def _read_traces_once_the_worker_ended(monkeypatch: pytest.MonkeyPatch, out: Pat
 
 
 def _pair_name(repeat: int) -> tuple[str, str]:
-    """The trace of a pair is named after its first run and the other's mode, which alternate by repeat."""
-    return ("model--deterministic--r0", "default") if repeat == 0 else ("model--default--r1", "deterministic")
+    """The trace of the refusing model's pair is named after its first run and the other's mode, which alternate by
+    repeat."""
+    return ("unpooling--deterministic--r0", "default") if repeat == 0 else ("unpooling--default--r1", "deterministic")
 
 
 def _cli(args: list[str]) -> Any:
