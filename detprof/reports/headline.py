@@ -39,7 +39,7 @@ FEEDING = {"data": "--data", "input_shape": "--input-shape"}
 """The sweep's settings that decide how its models are built and fed, where given (the manifest keeps them only
 then): a command on the same models needs them to build and feed them alike."""
 CPU_CAVEAT = "CPU op time: does not predict the GPU cost (see the published GPU figures)."
-CPU_CHURN = "'s CPU kernels (deterministic with the default threads), not of the model."
+CPU_CHURN = "'s CPU kernels (the same result run to run with a fixed number of threads), not of the model."
 """How the caveat on a CPU's churn ends, whichever framework's kernels it names (``caveats``)."""
 NOT_HELD_ADVICE = "determinism does not hold here: fix what the notes name first, then weigh its cost"
 LEFT_OUT = "Stability study left out"
@@ -243,8 +243,9 @@ def cpu_notes(rows: Sequence[HeadlineRow]) -> list[str]:
     if quiet:
         frameworks = " and ".join(dict.fromkeys(framework_name(b) for b in quiet))
         notes.append(
-            f"Churn under impl near 0% on a CPU is {frameworks}'s CPU kernels being deterministic with the default "
-            "thread settings, not a property of the model: on a GPU the same model can churn."
+            f"Churn under impl near 0% on a CPU is {frameworks}'s CPU kernels giving the same result run to run "
+            "with a fixed number of threads (each stability worker's share of the cores), not a property of the "
+            "model: on a GPU the same model can churn."
         )
     return notes
 
