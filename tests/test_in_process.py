@@ -25,6 +25,7 @@ from typing import Any
 import pandas as pd
 import pytest
 from conftest import SUITE_XLA_FLAGS
+from in_process_pairs import check_pairs
 from scipy import stats
 
 from detprof import backends
@@ -38,7 +39,6 @@ from detprof.reports.command import render_report
 from detprof.reports.report_data import SECTIONS
 from detprof.store import ResultsStore
 from detprof.traces.kernel_table import KernelTable
-from detprof.traces.parsers import load_trace
 from detprof.traces.step_split import kernel_ns_by_step, within_steps
 
 TINY = ["--gpu", "cpu", "--input-size", "16", "--batch-size", "8", "--steps", "4", "--warmup", "2"]
@@ -117,28 +117,6 @@ def _sweep(tmp_path: Path, backend: str, *more: str, models: str = "smallcnn") -
     return _records(out)
 
 
-def _check_pairs(out: Path, records: dict[str, dict[str, Any]], model: str) -> None:
-    """Each repeat's two runs: one process and one trace, each arm's steps marked apart in turn, read apart."""
-    for repeat in (0, 1):
-        det, default = records[f"{model}--deterministic--r{repeat}"], records[f"{model}--default--r{repeat}"]
-        for rec in (det, default):
-            assert rec["status"] == "ok", rec["reason"]
-            assert rec["pairing"] == "in_process" and rec["steps"] == STEPS and rec["cpu_core"] in (0, 1)
-            assert len(rec["step_wall_ns"]) == len(rec["step_kernel_ns"]) == STEPS
-        assert det["trace_file"] == default["trace_file"] and det["command"] == default["command"]
-        assert det["settings"]["op_determinism"] is True and default["settings"]["op_determinism"] is False
-        trace = load_trace(out / "sweep" / det["trace_file"])
-        assert trace.nvtx is not None
-        marks = [t for t in trace.nvtx.sort_values("start_ns")["text"] if t.startswith("step ")]
-        first = "deterministic" if repeat == 0 else "default"  # the modes' order alternates by repeat
-        second = "default" if repeat == 0 else "deterministic"
-        assert marks == [step_range_name(i, arm) for i in range(STEPS) for arm in (first, second)]
-        for rec, arm in ((det, "deterministic"), (default, "default")):
-            assert rec["step_kernel_ns"] == kernel_ns_by_step(trace, arm)
-            table = ResultsStore(out, "sweep").read_table(rec["kernel_table"])
-            assert table["dur_ns"].sum() == sum(rec["step_kernel_ns"])
-
-
 @pytest.mark.slow
 def test_torch_runs_both_modes_in_one_process_and_an_op_that_refuses_determinism_fails_its_own_arm_only(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -154,7 +132,7 @@ def test_torch_runs_both_modes_in_one_process_and_an_op_that_refuses_determinism
     source = tmp_path / "refusing.py"
     source.write_text(textwrap.dedent(REFUSING))
     records = _sweep(tmp_path, "torch", models=f"smallcnn,{source}:unpooling")
-    _check_pairs(tmp_path / "res", records, "smallcnn")
+    check_pairs(tmp_path / "res", records, "smallcnn", STEPS)
     det, default = records["smallcnn--deterministic--r0"], records["smallcnn--default--r0"]
     assert det["settings"]["knobs"]["torch.use_deterministic_algorithms"] is True
     assert default["settings"]["knobs"]["torch.use_deterministic_algorithms"] is False
@@ -185,7 +163,7 @@ def test_jax_compiles_its_step_once_per_mode(tmp_path: Path, monkeypatch: pytest
     never again while the steps run: XLA's own log of its compilations (``JAX_LOG_COMPILES``) counts them."""
     monkeypatch.setenv("JAX_LOG_COMPILES", "1")
     records = _sweep(tmp_path, "jax")
-    _check_pairs(tmp_path / "res", records, "smallcnn")
+    check_pairs(tmp_path / "res", records, "smallcnn", STEPS)
     for repeat in (0, 1):
         log = (tmp_path / "res" / "sweep" / records[f"smallcnn--default--r{repeat}"]["log"]).read_text()
         assert len(re.findall(r"Finished XLA compilation of jit\(train_step\) ", log)) == 2, log[-3000:]
@@ -209,7 +187,7 @@ def test_shared_repeats_build_and_compile_each_model_once_for_all_its_repeats(
     records = _sweep(tmp_path, "jax", "--shared-repeats", models="smallcnn,mediumcnn_k3")
     out = tmp_path / "res"
     for model in ("smallcnn", "mediumcnn_k3"):
-        _check_pairs(out, records, model)
+        check_pairs(out, records, model, STEPS)
         for repeat, reused in ((0, False), (1, True)):
             pair = [records[f"{model}--{mode}--r{repeat}"] for mode in ("deterministic", "default")]
             assert [rec["steps_reused"] for rec in pair] == [reused, reused]

@@ -283,7 +283,9 @@ def test_cpu_results_say_op_time_does_not_predict_gpu_cost(tmp_path: Path) -> No
     assert "TensorFlow's CPU kernels giving the same result run to run" in page
     assert "Published GPU reference" in page and "284% -> 746%" in page
     text = md_answer(render_report([root], "md"))
-    assert "CPU op time does not predict" in text and "TensorFlow's CPU kernels giving the same result run to run" in text
+    assert (
+        "CPU op time does not predict" in text and "TensorFlow's CPU kernels giving the same result run to run" in text
+    )
     assert "| P100 | medium CNN, kernel 1x1 -\\> 7x7 | 284% -\\> 746% |" in text
 
 

@@ -14,16 +14,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from in_process_pairs import check_pairs
 from shared_studies import TENSORFLOW_COMMANDS, Study
 
-from detprof.backends.base import step_range_name
 from detprof.cli import main
 from detprof.device_time import process_seconds
 from detprof.kernels_bench.case_results import summarize
 from detprof.profiler.process import STEADY_HEAP_ENV
 from detprof.store import ResultsStore
-from detprof.traces.parsers import load_trace
-from detprof.traces.step_split import kernel_ns_by_step
 
 TINY = [
     "--steps",
@@ -121,28 +119,6 @@ SHARED_STEPS = 3
 """The shared sweep's and kernels bench's ``--steps``."""
 
 
-def check_pairs(out: Path, records: dict[str, dict], model: str) -> None:
-    """Each repeat's two runs: one process and one trace, each arm's steps marked apart in turn, read apart."""
-    for repeat in (0, 1):
-        det, default = records[f"{model}--deterministic--r{repeat}"], records[f"{model}--default--r{repeat}"]
-        for rec in (det, default):
-            assert rec["status"] == "ok", rec["reason"]
-            assert rec["pairing"] == "in_process" and rec["steps"] == SHARED_STEPS and rec["cpu_core"] in (0, 1)
-            assert len(rec["step_wall_ns"]) == len(rec["step_kernel_ns"]) == SHARED_STEPS
-        assert det["trace_file"] == default["trace_file"] and det["command"] == default["command"]
-        assert det["settings"]["op_determinism"] is True and default["settings"]["op_determinism"] is False
-        trace = load_trace(out / "sweep" / det["trace_file"])
-        assert trace.nvtx is not None
-        marks = [t for t in trace.nvtx.sort_values("start_ns")["text"] if t.startswith("step ")]
-        first = "deterministic" if repeat == 0 else "default"  # the modes' order alternates by repeat
-        second = "default" if repeat == 0 else "deterministic"
-        assert marks == [step_range_name(i, arm) for i in range(SHARED_STEPS) for arm in (first, second)]
-        for rec, arm in ((det, "deterministic"), (default, "default")):
-            assert rec["step_kernel_ns"] == kernel_ns_by_step(trace, arm)
-            table = ResultsStore(out, "sweep").read_table(rec["kernel_table"])
-            assert table["dur_ns"].sum() == sum(rec["step_kernel_ns"])
-
-
 @pytest.mark.slow
 def test_tensorflow_runs_both_modes_in_one_process_each_with_its_own_ops(tensorflow_study: Study) -> None:
     """Each repeat one process and one trace per model, and each arm traced with its mode's ops (sparse
@@ -150,7 +126,7 @@ def test_tensorflow_runs_both_modes_in_one_process_each_with_its_own_ops(tensorf
     out = tensorflow_study.results
     recs = records(out)
     for model in ("smallcnn", "mediumcnn_k3"):
-        check_pairs(out, recs, model)
+        check_pairs(out, recs, model, SHARED_STEPS)
     for rec in recs.values():
         ops = set(ResultsStore(out, "sweep").read_table(rec["kernel_table"])["op_type"].dropna())
         fused = "SparseSoftmaxCrossEntropyWithLogits" in ops
