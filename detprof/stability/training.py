@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import functools
 import io
-import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -383,8 +382,7 @@ def train(run: PlannedRun, config: TrainConfig, clock: PartClock) -> dict[str, A
             }
         )
     clock.lap("steps")
-    if len(step_s) > 1:
-        clock.move(step_s[0] - statistics.median(step_s[1:]), "steps", "compile")
+    clock.first_step_compiled(step_s)
     layers = trainer.layer_weights()
     digests = metrics.layer_digests(layers)
     per_class = metrics.per_class_accuracy(data.test_labels, predictions, data.classes)

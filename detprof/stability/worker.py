@@ -112,24 +112,13 @@ def execute(run: PlannedRun, config: training.TrainConfig) -> StabilityRun:
     clock = running_clock()
     clock.lap("other")
     try:
-        measured = training.train(run, config, clock)
+        outcome = {"status": "ok", **training.train(run, config, clock)}
     except Exception as exc:
         traceback.print_exc()
-        reason = backends.failure_reason(exc, first_line(exc, with_type=True))
-        clock.lap("other")
-        return _plain(
-            stability_run(
-                **identity,
-                seeds=run.seeds.as_dict(),
-                status="failed",
-                reason=reason,
-                **_worker_fields(),
-                time_parts=clock.take(),
-            )
-        )
+        outcome = {"status": "failed", "reason": backends.failure_reason(exc, first_line(exc, with_type=True))}
     clock.lap("other")
-    fields = _worker_fields() | measured | {"time_parts": clock.take()}
-    return _plain(stability_run(**identity, seeds=run.seeds.as_dict(), status="ok", **fields))
+    fields = _worker_fields() | outcome | {"time_parts": clock.take()}
+    return _plain(stability_run(**identity, seeds=run.seeds.as_dict(), **fields))
 
 
 def _plain(record: StabilityRun) -> StabilityRun:

@@ -14,7 +14,6 @@ are written.
 
 from __future__ import annotations
 
-import statistics
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -143,8 +142,7 @@ def _train(
         taken.begin_step()
         kind.take(trained, taken, gradients)
         clock.lap("other")
-    if len(step_s) > 1:
-        clock.move(step_s[0] - statistics.median(step_s[1:]), "steps", "compile")
+    clock.first_step_compiled(step_s)
     return {"layers": kind.layers, "parameters": kind.parameters}
 
 
