@@ -108,8 +108,7 @@ def _switch(backend: backends.Backend, knobs: frozenset[str], seed: int, keras: 
     """The framework and Keras load here: what their imports load only because it is installed is kept out while
     they do (``Backend.unused_at_import``), and stays importable for whatever runs after."""
     os.environ["KERAS_BACKEND"] = backend.name
-    if backend.keeps_out:
-        sys.meta_path.insert(0, backends.NotInstalled(backend.keeps_out))
+    backends.keep_out_for_good(backend.name)
     with backends.unused_kept_out(backend.name):
         backend.switch(knobs)
         _seed(seed, backend, keras)

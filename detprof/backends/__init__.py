@@ -143,6 +143,16 @@ class NotInstalled(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         """Never reached: ``create_module`` refuses first."""
 
 
+def keep_out_for_good(name: str) -> None:
+    """In a worker process of ``name``'s framework only: the other frameworks Keras would load for nothing
+    (``Backend.keeps_out``) fail to import for the rest of the process, as if they were not installed. Keras loads
+    TensorFlow well after its own import, wherever a layer's configuration is serialised (it asks whether
+    TensorFlow is available), so keeping it out only while Keras imports would not do."""
+    backend = get(name)
+    if backend.keeps_out:
+        sys.meta_path.insert(0, NotInstalled(backend.keeps_out))
+
+
 @contextlib.contextmanager
 def unused_kept_out(name: str) -> Iterator[None]:
     """Around the first import of ``name``'s framework and Keras: what their imports load only because it is

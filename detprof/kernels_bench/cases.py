@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from detprof import backends
 from detprof.backends import import_keras
 from detprof.errors import UsageError, first_line
 from detprof.kernels_bench.op_names import CONV_OPS
@@ -396,8 +397,11 @@ def case_dicts(backend: str, **request: Any) -> list[dict[str, Any]]:
     """``derive_cases`` as JSON-ready dicts: what the worker process answers ``derive_in_subprocess`` with.
 
     The models are built by Keras on the bench's own framework: a machine that has only
-    PyTorch has no TensorFlow for Keras to fall back on.
+    PyTorch has no TensorFlow for Keras to fall back on, and on one that has both, the layers'
+    configurations read here would load TensorFlow into a PyTorch bench's worker for nothing
+    (``backends.keep_out_for_good``).
     """
+    backends.keep_out_for_good(backend)
     import_keras(backend)
     return [case.as_dict() for case in derive_cases(**request)]
 
