@@ -18,6 +18,10 @@ change in the machine's load hits both alike; figures are medians over rounds.
   PyTorch), where TensorFlow or JAX is installed beside it: its CPU and peak memory against the
   code before it kept them out for its whole life (``DERIVE_BASELINE``). Target: at least 25% less
   CPU.
+- The worker that inspects your own PyTorch module named without ``--backend``, a worker of the
+  installed default (TensorFlow), against the code before it held Keras and TensorFlow back until
+  a model's code imports them (``INSPECT_BASELINE``): its CPU and peak memory. Target: at least
+  25% less CPU.
 
 Run: ``make bench`` or ``python -m benchmarks`` (all benchmarks), or ``python -m benchmarks.bench_startup``.
 """
@@ -32,6 +36,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.results import record
@@ -45,6 +50,8 @@ importing every command."""
 DERIVE_BASELINE = "7c75800"
 """The last commit before the shape-deriving worker kept the other frameworks out after Keras' import too (Keras asks
 whether TensorFlow is available whenever a layer's configuration is serialised)."""
+INSPECT_BASELINE = "7efb345"
+"""The last commit before the inspecting worker held Keras and TensorFlow back until a model's code imports them."""
 ROOT = Path(__file__).resolve().parents[1]
 CLI_ROUNDS = 7
 WORKER_ROUNDS = 3
@@ -67,6 +74,33 @@ usage = resource.getrusage(resource.RUSAGE_SELF)
 print(json.dumps({"cpu": usage.ru_utime + usage.ru_stime, "peak_mib": usage.ru_maxrss / 1024}))
 """
 """The kernels bench's shape-deriving entry, as its worker calls it for a PyTorch bench."""
+INSPECT = """
+import json, resource, sys
+from detprof.models import own
+from detprof.models.own_build import inspect
+inspect([own.parse(sys.argv[1]).as_record()], sys.argv[2], [32, 32, 3], 10)
+usage = resource.getrusage(resource.RUSAGE_SELF)
+print(json.dumps({"cpu": usage.ru_utime + usage.ru_stime, "peak_mib": usage.ru_maxrss / 1024}))
+"""
+"""The own-model inspecting entry, as its worker calls it for ``--models FILE.py:FUNCTION`` without ``--backend``."""
+TORCH_MODULE = """
+from torch import nn
+
+
+def net():
+    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 10))
+"""
+"""A user's own PyTorch module, as a file."""
+
+
+@dataclass(frozen=True)
+class EntryComparison:
+    """One worker entry run as a script on this tree and on ``baseline``'s, for its CPU and peak memory."""
+
+    name: str
+    script: str
+    baseline: str
+    args: tuple[str, ...] = ()
 
 
 def environment(tree: Path) -> dict[str, str]:
@@ -148,39 +182,56 @@ def worker_figures(trees: dict[str, Path], backend: str, folder: Path) -> dict[t
     return {key: statistics.median(values) for key, values in cpu.items()}
 
 
-def derive_figures(trees: dict[str, Path]) -> dict[tuple[str, str], float]:
-    """Median CPU seconds and peak MiB of the PyTorch bench's shape-deriving entry per tree."""
+def entry_figures(trees: dict[str, Path], comparison: EntryComparison) -> dict[tuple[str, str], float]:
+    """Median CPU seconds and peak MiB of ``comparison``'s entry per tree."""
     figures: dict[tuple[str, str], list[float]] = {}
     for _ in range(WORKER_ROUNDS):
         for name, tree in trees.items():
-            _, _, out = timed([sys.executable, "-c", DERIVE], environment(tree))
+            _, _, out = timed([sys.executable, "-c", comparison.script, *comparison.args], environment(tree))
             for key, value in json.loads(out.strip().splitlines()[-1]).items():
                 figures.setdefault((key, name), []).append(value)
     return {key: statistics.median(values) for key, values in figures.items()}
 
 
-def derive_checks(folder: Path) -> dict[str, bool]:
-    """The shape-deriving worker's saving, where PyTorch and another framework Keras would load are installed."""
-    if not backends.get(backends.TORCH).installed() or not any(
-        backends.get(name).installed() for name in backends.get(backends.TORCH).keeps_out
-    ):
-        print("kernels bench shapes: needs PyTorch and TensorFlow or JAX installed, skipped")
-        return {}
+def entry_checks(comparison: EntryComparison, folder: Path) -> dict[str, bool]:
+    """``comparison``'s saving in CPU, this tree against its baseline's."""
     folder.mkdir()
-    figures = derive_figures({"before": extract_tree(folder, DERIVE_BASELINE), "now": ROOT})
+    figures = entry_figures({"before": extract_tree(folder, comparison.baseline), "now": ROOT}, comparison)
     saving = 1 - figures[("cpu", "now")] / figures[("cpu", "before")]
     print(
-        f"PyTorch kernels bench's shape-deriving worker: CPU before {figures[('cpu', 'before')]:.2f} s  now "
-        f"{figures[('cpu', 'now')]:.2f} s  ({saving:.0%} less); peak memory before "
-        f"{figures[('peak_mib', 'before')]:.0f} MiB  now {figures[('peak_mib', 'now')]:.0f} MiB"
+        f"{comparison.name}: CPU before {figures[('cpu', 'before')]:.2f} s  now {figures[('cpu', 'now')]:.2f} s  "
+        f"({saving:.0%} less); peak memory before {figures[('peak_mib', 'before')]:.0f} MiB  now "
+        f"{figures[('peak_mib', 'now')]:.0f} MiB"
     )
-    check = f"kernels bench shapes {saving:.0%} less CPU >= {TARGET_STARTUP_SAVING:.0%}"
-    return {check: saving >= TARGET_STARTUP_SAVING}
+    return {f"{comparison.name} {saving:.0%} less CPU >= {TARGET_STARTUP_SAVING:.0%}": saving >= TARGET_STARTUP_SAVING}
+
+
+def worker_entry_checks(folder: Path) -> dict[str, bool]:
+    """The workers that keep out, or hold back, frameworks a PyTorch model does not need: where PyTorch and another
+    framework Keras would load are installed."""
+    torch = backends.get(backends.TORCH)
+    if not torch.installed() or not any(backends.get(name).installed() for name in torch.keeps_out):
+        print("PyTorch workers beside another framework: need PyTorch and TensorFlow or JAX installed, skipped")
+        return {}
+    folder.mkdir()
+    module = folder / "own_module.py"
+    module.write_text(TORCH_MODULE)
+    comparisons = [EntryComparison("PyTorch kernels bench's shape-deriving worker", DERIVE, DERIVE_BASELINE)]
+    if backends.get(backends.TENSORFLOW).installed():
+        inspecting = (f"{module}:net", backends.TENSORFLOW)
+        comparisons.append(
+            EntryComparison("own PyTorch module's inspecting worker", INSPECT, INSPECT_BASELINE, inspecting)
+        )
+    checks: dict[str, bool] = {}
+    for number, comparison in enumerate(comparisons):
+        checks |= entry_checks(comparison, folder / str(number))
+    return checks
 
 
 TARGET = (
-    "detprof --version and --help as processes, each backend's worker start-up and a PyTorch kernels bench's "
-    "shape-deriving worker in CPU seconds, against the tree before the work: <= 0.3 s, >= 25% less CPU"
+    "detprof --version and --help as processes, each backend's worker start-up, a PyTorch kernels bench's "
+    "shape-deriving worker and an own PyTorch module's inspecting worker in CPU seconds, against the tree before "
+    "the work: <= 0.3 s, >= 25% less CPU"
 )
 
 
@@ -210,7 +261,7 @@ def main() -> int:
             checks[f"{backend.name} start-up {saving:.0%} less >= {TARGET_STARTUP_SAVING:.0%}"] = (
                 saving >= TARGET_STARTUP_SAVING
             )
-        checks |= derive_checks(Path(tmp) / "derive")
+        checks |= worker_entry_checks(Path(tmp) / "entries")
     return record("bench_startup", TARGET, checks)
 
 

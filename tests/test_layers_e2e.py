@@ -233,6 +233,15 @@ def traced_ms_per_step(step_kernel_ns: Sequence[int]) -> float:
     return statistics.mean(ns for ns in step_kernel_ns if ns <= limit) / 1e6
 
 
+def runs_seen(results: Path) -> list[tuple[int, str, list[float], dict]]:
+    """Each run's repeat, mode, traced ms per step and what it recorded of the machine's load: what a failed
+    interval is read with (one repeat far off the others, and whether the machine was busy during it)."""
+    records = sorted(ResultsStore(results, "sweep").records(), key=lambda r: (r["repeat"], r["mode"]))
+    return [
+        (r["repeat"], r["mode"], [round(ns / 1e6, 1) for ns in r["step_kernel_ns"]], r.get("load")) for r in records
+    ]
+
+
 def report(results: Path, fmt: str) -> str:
     """What ``detprof report RESULTS --format FMT -o -`` prints: the command's rendering, in this process (the
     sweep before it ran as a user runs it)."""
@@ -268,7 +277,10 @@ def test_the_planted_layer_tops_the_leaderboard_and_the_layers_add_up(tmp_path: 
     for layer in own_layers - {planted.planted}:
         assert layers[layer]["default_ms"] > 0 and layers[layer]["deterministic_ms"] > 0, layer
     top, *others = model["layers"]
-    assert top["name"] == planted.planted and top["lo"] > 0 and not top["within_noise"], model["layers"][:3]
+    assert top["name"] == planted.planted and top["lo"] > 0 and not top["within_noise"], (
+        model["layers"][:3],
+        runs_seen(out),
+    )
     assert all(o["within_noise"] or abs(o["added_ms"]) < top["added_ms"] / 3 for o in others), others
     told = model["overhead"]["kernel"]["lo"] > 1
     pays = f"Layer {planted.planted} pays"

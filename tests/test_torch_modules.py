@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -365,7 +366,9 @@ def test_a_module_implies_pytorch_and_another_backend_or_command_is_one_line(
     monkeypatch.chdir(folder)
     assert main(["sweep", "--models", "modules.py:net,modules.py:unpooled", "--dry-run"]) == ExitCode.OK
     plan = capsys.readouterr().out
-    assert re.search(r"^  backend +torch ", plan, re.MULTILINE), plan
+    assert re.search(
+        r"^  backend +torch \(what a torch\.nn\.Module trains on; its workers load no Keras\)$", plan, re.M
+    )
     warned = r"^unpooled: no deterministic implementation on this device for max_unpooling2d_forward_out \(in unpool\)"
     assert re.search(warned, plan, re.MULTILINE), plan
     refused = [
@@ -375,6 +378,40 @@ def test_a_module_implies_pytorch_and_another_backend_or_command_is_one_line(
         ),
     ]
     assert_refused_in_one_line(refused, folder / "none", capsys)
+
+
+INSPECTED_IN_TURN = """
+import json
+import sys
+
+from detprof.models import own
+from detprof.models.own_build import inspect
+
+seen = []
+for given in sys.argv[1:]:
+    (answer,) = inspect([own.parse(given).as_record()], "tensorflow", [12, 12, 3], 6)
+    seen.append([answer["api"], sorted(name for name in ("keras", "tensorflow") if name in sys.modules)])
+print(json.dumps(seen))
+"""
+"""A module, then a Keras model, inspected in one process as the worker of the installed default (TensorFlow)
+inspects them: what each was found to be, and which of Keras and TensorFlow the process had loaded after it."""
+
+
+@pytest.mark.slow
+def test_a_modules_inspection_loads_no_keras_or_tensorflow_until_a_keras_model_imports_them(
+    folder: Path, tmp_path: Path
+) -> None:
+    """Without ``--backend`` the parent knows a model file's kind only once a worker has looked, and names the
+    installed default, TensorFlow: that worker loads Keras and TensorFlow only when the model's code imports them,
+    so a module's inspection loads neither, and a Keras model's after it finds both loaded on TensorFlow."""
+    (tmp_path / "keras_net.py").write_text(
+        "import keras\n\n\ndef build(input_shape, classes):\n"
+        "    return keras.Sequential([keras.Input(input_shape), keras.layers.Flatten(), keras.layers.Dense(classes)])\n"
+    )
+    given = [str(folder / "modules.py") + ":net", str(tmp_path / "keras_net.py") + ":build"]
+    done = subprocess.run([sys.executable, "-c", INSPECTED_IN_TURN, *given], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.splitlines()[-1]) == [["torch", []], ["keras", ["keras", "tensorflow"]]]
 
 
 def assert_refused_in_one_line(refused: list[tuple[list[str], str]], out: Path, capsys: Capture) -> None:

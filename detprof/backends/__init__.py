@@ -143,6 +143,22 @@ class NotInstalled(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         """Never reached: ``create_module`` refuses first."""
 
 
+class Asked(BaseException):
+    """What ``HeldBack`` raises at the first import of a module it holds back. Not an ImportError: an optional
+    dependency's ``except ImportError`` fallback must not take a framework that is installed for one that is not."""
+
+
+class HeldBack(NotInstalled):
+    """Imports of ``modules`` stop with ``Asked``, and ``asked`` says one was tried: a worker that does not yet know
+    which framework a user's model needs lets the model's own imports tell it, before it loads any."""
+
+    asked = False
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> None:
+        self.asked = True
+        raise Asked(spec.name)
+
+
 def keep_out_for_good(name: str) -> None:
     """In a worker process of ``name``'s framework only: the other frameworks Keras would load for nothing
     (``Backend.keeps_out``) fail to import for the rest of the process, as if they were not installed. Keras loads

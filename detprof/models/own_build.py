@@ -25,9 +25,11 @@ import sys
 import zipfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from detprof import backends
 from detprof.determinism import DeterminismSettings, apply
 from detprof.errors import UsageError, first_line
 from detprof.models import kinds, registry
@@ -45,6 +47,8 @@ REGISTER = "@keras.saving.register_keras_serializable()"
 PROBE_ROWS = 4
 PROBE_FREE_SIZE = 32
 """The size a probe batch gives an axis the model leaves free (None)."""
+KERAS_MODULES = ("keras", backends.TENSORFLOW)
+"""What a model's inspection loads only once the model's code imports it (``_keras_when_asked``)."""
 PROBABILITY_TOLERANCE = 1e-2
 """How far from 1 a row of probabilities may sum: float16 outputs round that much."""
 
@@ -366,18 +370,40 @@ def inspect(
     shape_given: bool = False,
     sizes: Mapping[str, list[Any]] | None = None,
 ) -> list[dict[str, Any]]:
-    """``call_in_worker``'s entry: each model loaded once on ``backend``, and what the parent needs of it (at its
-    own shape and classes where ``sizes`` gives them: ``own.inspect_with``)."""
-    apply(DeterminismSettings("default", backend=backend))  # type: ignore[arg-type]
+    """``call_in_worker``'s entry: each model loaded once, and what the parent needs of it (at its own shape and
+    classes where ``sizes`` gives them: ``own.inspect_with``); Keras on ``backend`` where a model asks for it."""
     answers = []
     for record in models:
         model = OwnModel.from_record(record)
         own_size = (sizes or {}).get(model.given)
         if own_size is None:
-            answers.append(describe(model, input_shape, classes, shape_given))
+            answers.append(_keras_when_asked(backend, partial(describe, model, input_shape, classes, shape_given)))
         else:
-            answers.append(describe(model, own_size[0], int(own_size[1]), shape_given=True))
+            sized = partial(describe, model, own_size[0], int(own_size[1]), shape_given=True)
+            answers.append(_keras_when_asked(backend, sized))
     return answers
+
+
+def _keras_when_asked(backend: str, described: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """``described()`` with Keras and TensorFlow held back until the model's code imports them, then loaded on
+    ``backend`` in default mode (``determinism.apply``) and ``described()`` again. Without ``--backend`` the parent
+    names the installed default, TensorFlow: a PyTorch or Flax module's inspection would load it and Keras (6-7 s
+    here) only to find a module that needs neither."""
+    if "keras" in sys.modules:
+        return described()
+    held = backends.HeldBack(KERAS_MODULES)
+    sys.meta_path.insert(0, held)
+    try:
+        answer = described()
+    except (backends.Asked, UsageError):
+        if not held.asked:
+            raise
+    finally:
+        sys.meta_path.remove(held)
+    if not held.asked:
+        return answer
+    apply(DeterminismSettings("default", backend=backend))  # type: ignore[arg-type]
+    return described()
 
 
 def describe(model: OwnModel, input_shape: Sequence[int], classes: int, shape_given: bool = False) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from detprof import backends
+from detprof.models import kinds
 from detprof.profiler import measured_runs as planned
 from detprof.profiler.launcher import WorkerLauncher
 from detprof.profiler.measured_runs import MeasurementTarget, PlannedRun, RunSettings
@@ -35,7 +36,7 @@ def plan_lines(
     launcher = WorkerLauncher(ResultsStore(out, kind), target.tracer, target.device, settings)
     runs = planned.runs_to_measure(plan, target.tracer)
     lines = [f"detprof {kind} --dry-run: the plan, in order; nothing runs and nothing is written", ""]
-    lines += _setting_lines(target, settings)
+    lines += _setting_lines(target, settings, runs)
     lines += ["", "Environment detprof sets in every worker:"]
     lines += [f"  {line}" for line in _env_lines(launcher, target)]
     lines += ["", f"Runs ({len(runs)}):"]
@@ -64,7 +65,7 @@ def plan_lines(
     return lines
 
 
-def _setting_lines(target: MeasurementTarget, settings: RunSettings) -> list[str]:
+def _setting_lines(target: MeasurementTarget, settings: RunSettings, runs: Sequence[PlannedRun]) -> list[str]:
     device = target.device
     if target.planned_gpu:
         where = f"{device.label} (--force: no such GPU is detected here; planned as if it were)"
@@ -108,7 +109,7 @@ def _setting_lines(target: MeasurementTarget, settings: RunSettings) -> list[str
         ]
     return [
         f"  device       {where}",
-        f"  backend      {settings.backend} (KERAS_BACKEND, set in the worker before Keras loads)",
+        f"  backend      {settings.backend} ({_framework_words(runs)})",
         f"  tracer       {tracer.name}{installed}",
         f"  timing       {timing}{settle}",
         *sized,
@@ -118,6 +119,17 @@ def _setting_lines(target: MeasurementTarget, settings: RunSettings) -> list[str
         f"  compiler     {backend.compiler_words(settings.xla, settings.compile)}",
         *_precision_lines(settings),
     ]
+
+
+def _framework_words(runs: Sequence[PlannedRun]) -> str:
+    """How a worker's framework is chosen: Keras' by ``KERAS_BACKEND``; a native module's is its own, and its
+    workers load no Keras."""
+    native = {kind.what for run in runs if (kind := kinds.of_params(run.workload.params)) is not None}
+    keras = any(kinds.of_params(run.workload.params) is None for run in runs)
+    if not native:
+        return "KERAS_BACKEND, set in the worker before Keras loads"
+    words = f"what {' and '.join(sorted(native))} trains on; its workers load no Keras"
+    return f"{words}; the Keras models' KERAS_BACKEND, set in the worker before Keras loads" if keras else words
 
 
 def _precision_lines(settings: RunSettings) -> list[str]:
