@@ -185,6 +185,19 @@ def test_a_module_that_cannot_take_the_batch_or_returns_no_logits_is_one_line(fo
         described(folder, "no_logits", (4,), given=True)
     with pytest.raises(UsageError, match=r"the module takes token ids: --input-shape is their length"):
         described(folder, "tokens", (3, 8, 8), given=True)
+    # A stability study, which has no --input-shape, names the datasets instead: it feeds the module its dataset.
+    from detprof.models import own_build
+    from detprof.stability import datasets, study
+
+    synthetic = datasets.load("synthetic")
+    grey = own.parse(f"{folder / 'modules.py'}:grey").as_record()
+    fed = (
+        r"forward failed on a batch of 3x16x16 float32 inputs \(RuntimeError: .*\): a stability study feeds it "
+        r"synthetic \(16x16x3 images, HxWxC; channels first to a PyTorch module\): give a --dataset it takes "
+        r"\(images: digits 8x8x1, synthetic 16x16x3, cifar10 32x32x3, cifar100 32x32x3; token ids: markov\) or npz"
+    )
+    with pytest.raises(UsageError, match=fed):
+        own_build.inspect([grey], "torch", list(synthetic.input_shape), 10, fed=study.fed_instead(synthetic))
 
 
 def spec(folder: Path, function: str, shape: list[int], classes: int) -> dict[str, object]:

@@ -81,12 +81,26 @@ def of_value(value: Any) -> ModelKind | None:
     return None
 
 
-def call_failed(spec: str, method: str, shape: Sequence[int], taking: str, exc: Exception, example: str) -> UsageError:
+class CallFailed(UsageError):
+    """A module's forward (call) failed on the inspection's batch: the line asks for the ``--input-shape`` it takes,
+    unless the command feeds it something else (a stability study, a dataset's images), which says what instead
+    (``instead``)."""
+
+    def __init__(self, failed: str, example: str) -> None:
+        super().__init__(f"{failed}: give the --input-shape it takes ({example})")
+        self.failed = failed
+
+    def instead(self, advice: str) -> UsageError:
+        return UsageError(f"{self.failed}: {advice}")
+
+
+def call_failed(spec: str, method: str, shape: Sequence[int], taking: str, exc: Exception, example: str) -> CallFailed:
     """The one line for a module whose ``method`` (forward, call) failed on the inspection's batch of ``shape``
     (``taking``: token ids, or the inputs' dtype), asking for the ``--input-shape`` it takes (``example``)."""
-    return UsageError(
+    return CallFailed(
         f"{spec}: the module's {method} failed on a batch of {'x'.join(map(str, shape))} {taking} "
-        f"({first_line(exc, with_type=True)}): give the --input-shape it takes ({example})"
+        f"({first_line(exc, with_type=True)})",
+        example,
     )
 
 

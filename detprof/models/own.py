@@ -234,6 +234,7 @@ def inspect_with(
     classes: int,
     shape_given: bool = False,
     sizes: Mapping[str, tuple[Sequence[int], int]] | None = None,
+    fed: str | None = None,
 ) -> list[Inspected]:
     """Load each model once in a worker of ``backend`` (``call`` is ``worker_call.call_in_worker``).
 
@@ -242,7 +243,8 @@ def inspect_with(
     ``input_shape`` as it is where ``shape_given`` (``--input-shape``), else with its channels
     first. ``sizes``: the models (by ``OwnModel.given``) built at a shape and classes of their own
     instead, as given (a native registry model's, in its own layout). A module's file and hash come
-    back from the worker that imported it: this process never imports it.
+    back from the worker that imported it: this process never imports it. ``fed``: what a module whose
+    call fails on its batch is told to take instead, where the command has no ``--input-shape``.
     """
     if not models:
         return []
@@ -253,6 +255,7 @@ def inspect_with(
         "classes": classes,
         "shape_given": shape_given,
         "sizes": {given: [list(shape), count] for given, (shape, count) in (sizes or {}).items()},
+        "fed": fed,
     }
     answers = call(INSPECT_ENTRY, request, f"loading {', '.join(m.given for m in models)}")
     return [Inspected.from_answer(model, answer) for model, answer in zip(models, answers, strict=True)]

@@ -369,18 +369,25 @@ def inspect(
     classes: int,
     shape_given: bool = False,
     sizes: Mapping[str, list[Any]] | None = None,
+    fed: str | None = None,
 ) -> list[dict[str, Any]]:
     """``call_in_worker``'s entry: each model loaded once, and what the parent needs of it (at its own shape and
-    classes where ``sizes`` gives them: ``own.inspect_with``); Keras on ``backend`` where a model asks for it."""
+    classes where ``sizes`` gives them: ``own.inspect_with``); Keras on ``backend`` where a model asks for it.
+    ``fed``: what to give a module whose call fails on its batch, where that is not ``--input-shape``."""
     answers = []
     for record in models:
         model = OwnModel.from_record(record)
         own_size = (sizes or {}).get(model.given)
         if own_size is None:
-            answers.append(_keras_when_asked(backend, partial(describe, model, input_shape, classes, shape_given)))
+            described = partial(describe, model, input_shape, classes, shape_given)
         else:
-            sized = partial(describe, model, own_size[0], int(own_size[1]), shape_given=True)
-            answers.append(_keras_when_asked(backend, sized))
+            described = partial(describe, model, own_size[0], int(own_size[1]), shape_given=True)
+        try:
+            answers.append(_keras_when_asked(backend, described))
+        except kinds.CallFailed as exc:
+            if fed is None:
+                raise
+            raise exc.instead(fed) from exc
     return answers
 
 

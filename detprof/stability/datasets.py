@@ -30,6 +30,8 @@ CIFAR_ORIGINS = {
 }
 
 SYNTHETIC_SHAPE = (16, 16, 3)
+IMAGE_SHAPES = {"digits": (8, 8, 1), "synthetic": SYNTHETIC_SHAPE, "cifar10": (32, 32, 3), "cifar100": (32, 32, 3)}
+"""The built-in datasets' images (HxWxC), known without loading them: what a model that takes others is told."""
 SYNTHETIC_CLASSES = 10
 SYNTHETIC_TRAIN = 2000
 SYNTHETIC_TEST = 500

@@ -468,6 +468,20 @@ def _on_its_backend(config: StudyConfig, asked: str | None) -> StudyConfig:
     return replace(config, backend=backends.require(str(kind.backend)).name)
 
 
+def fed_instead(data: datasets.Dataset) -> str:
+    """What a module that fails on the study's batch is told to take instead: the study feeds it the dataset, so
+    another dataset (it has no ``--input-shape``)."""
+    if data.takes == "tokens":
+        fed = f"sequences of {data.input_shape[0]} token ids"
+    else:
+        fed = f"{own.shape_text(data.input_shape)} images, HxWxC; channels first to a PyTorch module"
+    shapes = ", ".join(f"{name} {own.shape_text(shape)}" for name, shape in datasets.IMAGE_SHAPES.items())
+    return (
+        f"a stability study feeds it {data.name} ({fed}): give a --dataset it takes (images: {shapes}; token ids: "
+        "markov) or npz:PATH with x_train as it takes them"
+    )
+
+
 def inspected_for(model: own.OwnModel, data: datasets.Dataset, backend: str) -> own.OwnModel:
     """Your model loaded once in a worker before any run, and checked against the dataset in one line.
 
@@ -480,7 +494,12 @@ def inspected_for(model: own.OwnModel, data: datasets.Dataset, backend: str) -> 
     variants compare like with like.
     """
     (item,) = own.inspect_with(
-        call_in_worker, [model], backend=backend, input_shape=data.input_shape, classes=data.classes
+        call_in_worker,
+        [model],
+        backend=backend,
+        input_shape=data.input_shape,
+        classes=data.classes,
+        fed=fed_instead(data),
     )
     native = item.model.api == kinds.TORCH.api
     if len(item.inputs) != 1 or len(item.outputs) != 1:
