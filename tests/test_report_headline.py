@@ -24,6 +24,7 @@ from detprof.cli import main
 from detprof.intervals import CHEAP_OVERHEAD, Overhead, paired_t, repeats_to_read
 from detprof.records import measured_run, stability_run
 from detprof.reports.command import render_report
+from detprof.reports.report_data import stability_dataset
 from detprof.reports.tradeoff import learned_threshold, learning_of
 from detprof.reports.verdict import verdict
 from detprof.store import ResultsStore
@@ -430,3 +431,19 @@ def test_a_generated_language_is_learned_by_its_loss_not_its_accuracy() -> None:
         "rate (2.35)"
     )
     assert learning_of(learned, 64).learned is True  # images' rule: 26% against 1/64's chance
+
+
+def test_the_stability_study_advised_for_your_own_model_is_on_images_with_the_channels_it_was_swept_on() -> None:
+    """The default dataset's images (digits) have one channel: a model of your own swept on three-channel images is
+    advised synthetic's, channels last in a Keras or Flax model's input and first in a PyTorch module's; the
+    default where it fits (one channel, or token ids: markov), where no built-in dataset does, and for a registry
+    model, which the study builds for its dataset."""
+    mine = {"model_spec": {"given": "net.py:net"}, "model_api": "torch", "input_shape": [3, 32, 32]}
+    assert stability_dataset(mine) == "synthetic"
+    assert stability_dataset(mine | {"model_api": "flax", "input_shape": [24, 24, 3]}) == "synthetic"
+    assert stability_dataset(mine | {"model_api": "keras", "input_shape": [32, 32, 3]}) == "synthetic"
+    assert stability_dataset(mine | {"model_api": "keras", "input_shape": [28, 28, 1]}) is None
+    assert stability_dataset(mine | {"input_shape": [1, 28, 28]}) is None
+    assert stability_dataset(mine | {"input_shape": [16]}) is None
+    assert stability_dataset(mine | {"input_shape": [4, 32, 32]}) is None
+    assert stability_dataset({"model_api": "keras", "input_shape": [32, 32, 3]}) is None

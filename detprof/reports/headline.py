@@ -135,13 +135,15 @@ def advice(
     backend: str = backends.DEFAULT,
     *,
     held: bool | None = None,
+    dataset: str | None = None,
 ) -> str:
     """What to do, in a few words, consistent with the verdict (never more sure of the cost than it is).
 
     The command it suggests names the row's model as the commands take it (``given``: None for a program, which
     the stability study cannot train) and its backend (``suggested``), so that the study it runs is the one this
-    row pairs with. Where ``detprof verify`` found that determinism does not hold (``held`` False), what it costs
-    is beside the point until that is fixed, and the caveats say what to fix.
+    row pairs with, on ``dataset`` where the default's would not fit the model. Where ``detprof verify`` found that
+    determinism does not hold (``held`` False), what it costs is beside the point until that is fixed, and the
+    caveats say what to fix.
     """
     if held is False:
         return NOT_HELD_ADVICE
@@ -150,8 +152,10 @@ def advice(
     if q is not None and q != "not settled":
         return QUADRANT_ADVICE[q]
     if stability is None:
+        stability_options = [] if dataset is None else [f" --dataset {dataset}"]
         what = with_stand_in(
-            f"no stability study: {suggested('stability', [given], backend)} measures what it buys", [given]
+            f"no stability study: {suggested('stability', [given], backend, stability_options)} measures what it buys",
+            [given],
         )
     elif not stability.used:
         what = "its stability study did not learn: what it buys is unknown"

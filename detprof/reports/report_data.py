@@ -173,6 +173,8 @@ class ModelCost:
     disturbed: list[str] = field(default_factory=list)
     """Its runs that something else interrupted or shared the machine with, and the answer without them
     (``analysis.conditions.disturbed_runs``): read beside the answer."""
+    stability_dataset: str | None = None
+    """The ``--dataset`` a stability study of it needs (``stability_dataset``); None: the default fits it."""
 
     @property
     def headline_metric(self) -> Metric:
@@ -432,6 +434,21 @@ def model_given(record: Mapping[str, Any]) -> str | None:
     return str(spec["given"]) if isinstance(spec, Mapping) and spec.get("given") else str(record["model"])
 
 
+def stability_dataset(record: Mapping[str, Any]) -> str | None:
+    """The built-in dataset a stability study of your own model needs where the default's images (digits, one
+    channel) would not fit it: the first whose images have the channels the sweep fed it (a PyTorch module's first
+    axis), synthetic's for three. None where the default fits (one channel, token ids), where none does, and for a
+    registry model, which the study builds for its dataset."""
+    from detprof.stability.datasets import DEFAULT_IMAGES, IMAGE_SHAPES
+
+    shape = list(record.get("input_shape") or [])
+    if not isinstance(record.get("model_spec"), Mapping) or len(shape) != 3:
+        return None
+    channels = shape[0] if record.get("model_api") == backends.TORCH else shape[-1]
+    fits = [name for name, images in IMAGE_SHAPES.items() if images[-1] == channels]
+    return fits[0] if fits and fits[0] != DEFAULT_IMAGES else None
+
+
 def model_cost(store: ResultsStore, overhead: ModelOverhead, records: Sequence[Mapping[str, Any]]) -> ModelCost:
     """The model's overheads, each mode's kernels, and the diff default -> deterministic with its sentence."""
     cost = ModelCost(
@@ -445,6 +462,7 @@ def model_cost(store: ResultsStore, overhead: ModelOverhead, records: Sequence[M
         precision=overhead.precision_line() if overhead.precision_short() is not None else None,
         precision_reached=overhead.precision_reached(),
         disturbed=disturbed_runs(records),
+        stability_dataset=stability_dataset(records[0]),
     )
     summary = summarize_model(store, overhead, records)
     for mode, kernels in summary.modes.items():
@@ -668,7 +686,15 @@ def _headline_row(sweep: SweepStudy, m: ModelCost, evidence: _Evidence) -> Headl
         calibrated=(sweep.label, sweep.backend) in evidence.calibrated,
         stability=stability,
         quadrant=q,
-        advice=advice(v, q, stability, m.given, sweep.backend, held=verification.held if verification else None),
+        advice=advice(
+            v,
+            q,
+            stability,
+            m.given,
+            sweep.backend,
+            held=verification.held if verification else None,
+            dataset=m.stability_dataset,
+        ),
         attribution=with_layer(parts, m.attribution),
         parts=parts,
         caveats=caveats(

@@ -30,6 +30,8 @@ CIFAR_ORIGINS = {
 }
 
 SYNTHETIC_SHAPE = (16, 16, 3)
+DEFAULT_IMAGES = "digits"
+"""What a stability study of images trains on unless ``--dataset`` says otherwise."""
 IMAGE_SHAPES = {"digits": (8, 8, 1), "synthetic": SYNTHETIC_SHAPE, "cifar10": (32, 32, 3), "cifar100": (32, 32, 3)}
 """The built-in datasets' images (HxWxC), known without loading them: what a model that takes others is told."""
 SYNTHETIC_CLASSES = 10

@@ -44,7 +44,7 @@ from detprof.stability.variants import DEFAULT_VARIANTS, PlannedRun, Variant, pa
 from detprof.store import ResultsStore, json_safe
 
 EMBEDDED_MODEL = "smallcnn"
-EMBEDDED_DATASET = "digits"
+EMBEDDED_DATASET = datasets.DEFAULT_IMAGES
 EMBEDDED_RUNS = 5
 DEFAULT_RUNS = 10
 DEFAULT_EPOCHS = 60
