@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from detprof.errors import InputError, UsageError
@@ -127,8 +129,16 @@ def test_study_config_validation_canonicalizes_names() -> None:
     assert [v.name for v in chosen] == ["algo"]
 
 
-def test_a_model_of_tokens_studies_the_markov_language_by_default_for_its_epochs() -> None:
+def test_a_model_of_tokens_studies_the_markov_language_by_default_for_its_epochs(tmp_path: Path) -> None:
     assert (study.default_dataset("gpt_tiny"), study.default_dataset("vit_tiny")) == ("markov", "digits")
     assert (study.default_epochs("markov"), study.default_epochs("digits")) == (study.TOKEN_EPOCHS, 60)
     config, _ = study.StudyConfig(model="moe_tiny", dataset="markov").validated()
     assert (config.model, config.dataset) == ("moe_tiny", "markov")
+    # Your own model's dataset and epochs wait for what its inputs are (the study's inspection decides them).
+    (tmp_path / "net.py").write_text("def build():\n    pass\n")
+    mine = f"{tmp_path / 'net.py'}:build"
+    assert (study.default_dataset(mine), study.default_epochs(None)) == (None, None)
+    config, _ = study.StudyConfig(model=mine, dataset=None, epochs=None).validated()
+    assert (config.dataset, config.epochs) == (None, None)
+    config, _ = study.StudyConfig(model="gpt_tiny", dataset=None, epochs=None).validated()
+    assert (config.dataset, config.epochs) == ("markov", study.TOKEN_EPOCHS)

@@ -547,6 +547,33 @@ def test_a_stability_study_of_a_registry_module_holds_control_bitwise_and_dropou
     capsys.readouterr()
 
 
+OWN_GPT2 = """
+from transformers import GPT2Config, GPT2LMHeadModel
+
+
+def gpt2(input_shape, classes):
+    return GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=classes, n_positions=input_shape[0]))
+"""
+"""A language model of one's own: Hugging Face's GPT-2, built for the vocabulary and length it is given."""
+
+
+@pytest.mark.slow
+def test_a_stability_study_of_a_module_of_tokens_of_ones_own_trains_on_the_markov_language_by_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Capture
+) -> None:
+    """Without ``--dataset`` a model of your own takes the default for what it takes, as a registry model does: a
+    module of token ids the Markov language (built for its 64 tokens and 16 positions), not the digits' images."""
+    (tmp_path / "own_gpt2.py").write_text(OWN_GPT2)
+    monkeypatch.chdir(tmp_path)
+    args = ["stability", "--model", "own_gpt2.py:gpt2", "--runs", "2", "--epochs", "1", "--variants", "control"]
+    assert main([*args, "--out", str(tmp_path / "out")]) == ExitCode.OK, capsys.readouterr().err
+    summary = json.loads((tmp_path / "out" / "stability" / "summary.json").read_text())
+    assert (summary["dataset"], summary["takes"], summary["classes"]) == ("markov", "tokens", 64)
+    (control,) = summary["variants"]
+    assert control["determinism_check"]["verified"] is True
+    capsys.readouterr()
+
+
 def test_a_modules_stability_runs_take_the_images_channels_first(folder: Path) -> None:
     """A module of one's own on the digits (8x8x1 images): its stability runs feed it 1x8x8, learn, and read the
     penultimate features off its head's input; the same seeds build the same module, another init seed another."""

@@ -71,20 +71,24 @@ TOKEN_EPOCHS = 20
 its token frequencies' entropy 4.08), 2.79 after 20."""
 
 
-def default_dataset(model: str) -> str:
-    """The built-in data a model takes: the Markov language for a registry model of tokens, else digits."""
-    if own.is_own(model) or registry.get(model).takes != "tokens":
-        return EMBEDDED_DATASET
-    return TOKEN_DATASET
+def default_dataset(model: str) -> str | None:
+    """The built-in data a model takes: the Markov language for a registry model of tokens, else digits; None for
+    your own model, whose inputs tell once a worker has looked (``_fitted``)."""
+    if own.is_own(model):
+        return None
+    return TOKEN_DATASET if registry.get(model).takes == "tokens" else EMBEDDED_DATASET
 
 
-def default_epochs(dataset: str) -> int:
+def default_epochs(dataset: str | None) -> int | None:
+    """The epochs a dataset's study trains; None until the dataset is known."""
+    if dataset is None:
+        return None
     return TOKEN_EPOCHS if datasets.canonical_name(dataset) == TOKEN_DATASET else DEFAULT_EPOCHS
 
 
-def default_runs(model: str, dataset: str) -> int:
+def default_runs(model: str, dataset: str | None) -> int:
     """5 for the embedded smallcnn-on-digits default (it must finish in minutes), else the protocol's 10."""
-    if model.strip().lower() == EMBEDDED_MODEL and dataset.strip().lower() == EMBEDDED_DATASET:
+    if model.strip().lower() == EMBEDDED_MODEL and (dataset or "").strip().lower() == EMBEDDED_DATASET:
         return EMBEDDED_RUNS
     return DEFAULT_RUNS
 
@@ -92,10 +96,12 @@ def default_runs(model: str, dataset: str) -> int:
 @dataclass(frozen=True)
 class StudyConfig:
     model: str = EMBEDDED_MODEL
-    dataset: str = EMBEDDED_DATASET
+    dataset: str | None = EMBEDDED_DATASET
+    """None: your own model's default, the Markov language for a model of tokens, else digits (``_fitted``)."""
     variants: tuple[str, ...] = DEFAULT_VARIANTS
     runs: int = EMBEDDED_RUNS
-    epochs: int = DEFAULT_EPOCHS
+    epochs: int | None = DEFAULT_EPOCHS
+    """None: the dataset's default (``default_epochs``), once an own model's dataset is known."""
     batch_size: int = DEFAULT_BATCH_SIZE
     lr: float = DEFAULT_LR
     seed: int = 0
@@ -121,7 +127,7 @@ class StudyConfig:
             kinds.refuse_other_backend(self.model, kind.api, backend)
         if self.runs < 2:
             raise UsageError(f"--runs must be at least 2 (got {self.runs}): a spread needs two runs")
-        if self.epochs < 1:
+        if self.epochs is not None and self.epochs < 1:
             raise UsageError(f"--epochs must be at least 1 (got {self.epochs})")
         if self.batch_size < 1:
             raise UsageError(f"--batch-size must be at least 1 (got {self.batch_size})")
@@ -133,15 +139,17 @@ class StudyConfig:
             mine = registry.native_model(self.model)
         if self.keep_saved_weights and (mine is None or mine.kind != "saved"):
             raise UsageError("--keep-saved-weights applies to a saved model of your own (--model FILE.keras)")
-        dataset = datasets.canonical_name(self.dataset)
+        dataset = datasets.canonical_name(self.dataset or default_dataset(self.model) or EMBEDDED_DATASET)
         if mine is None:
             _refuse_other_inputs(registry.get(self.model), dataset)
+        elif self.dataset is None:
+            dataset = None
         canonical = StudyConfig(
             registry.get(self.model).name if mine is None else mine.given,
             dataset,
             tuple(v.name for v in variants),
             self.runs,
-            self.epochs,
+            self.epochs if self.epochs is not None else default_epochs(dataset),
             self.batch_size,
             self.lr,
             self.seed,
@@ -416,9 +424,9 @@ def run_study(
     check_jobs(jobs, device)
     asked_backend = config.backend
     config, variants = config.validated()
-    data = load_in_parent(config.dataset, config.backend)
+    data = load_in_parent(config.dataset or EMBEDDED_DATASET, str(config.backend))
     if config.own_model is not None:
-        config = replace(config, own_model=inspected_for(config.own_model, data, config.backend))
+        config, data = _fitted(config, data)
         config = _on_its_backend(config, asked_backend)
     manifest = {**config.manifest(), "device": device.label}
     store = ResultsStore(study_root(out, device, config.backend, "stability", manifest, [config.label]), "stability")
@@ -482,8 +490,42 @@ def fed_instead(data: datasets.Dataset) -> str:
     )
 
 
-def inspected_for(model: own.OwnModel, data: datasets.Dataset, backend: str) -> own.OwnModel:
-    """Your model loaded once in a worker before any run, and checked against the dataset in one line.
+def _fitted(config: StudyConfig, data: datasets.Dataset) -> tuple[StudyConfig, datasets.Dataset]:
+    """Your model loaded in a worker before any run and checked against the dataset (``_checked``). Without
+    ``--dataset`` the dataset is the default for what the model takes, as for a registry model: the Markov language
+    for a model of tokens (inspected again, for its length and vocabulary), else ``data``, the default images; the
+    epochs, unless given, that dataset's."""
+    assert config.own_model is not None
+    item = _inspected(config.own_model, data, str(config.backend))
+    if config.dataset is None:
+        dataset = TOKEN_DATASET if _takes_tokens(item) else data.name
+        epochs = config.epochs if config.epochs is not None else default_epochs(dataset)
+        config = replace(config, dataset=dataset, epochs=epochs)
+        if dataset != data.name:
+            data = load_in_parent(dataset, str(config.backend))
+            item = _inspected(config.own_model, data, str(config.backend))
+    return replace(config, own_model=_checked(item, data)), data
+
+
+def _takes_tokens(item: own.Inspected) -> bool:
+    """One input of a sequence of integer ids: a model of tokens."""
+    return len(item.inputs) == 1 and len(item.inputs[0].shape) == 1 and item.inputs[0].dtype.startswith("int")
+
+
+def _inspected(model: own.OwnModel, data: datasets.Dataset, backend: str) -> own.Inspected:
+    (item,) = own.inspect_with(
+        call_in_worker,
+        [model],
+        backend=backend,
+        input_shape=data.input_shape,
+        classes=data.classes,
+        fed=fed_instead(data),
+    )
+    return item
+
+
+def _checked(item: own.Inspected, data: datasets.Dataset) -> own.OwnModel:
+    """Your model as inspected, checked against the dataset in one line.
 
     A study trains a classifier of images: one input whose channels are the images' (its
     height and width may differ: the images are resized in the step, as for a registry
@@ -493,14 +535,6 @@ def inspected_for(model: own.OwnModel, data: datasets.Dataset, backend: str) -> 
     study's protocol (Adam at ``--lr``, sparse cross-entropy), compiled or not, so that the
     variants compare like with like.
     """
-    (item,) = own.inspect_with(
-        call_in_worker,
-        [model],
-        backend=backend,
-        input_shape=data.input_shape,
-        classes=data.classes,
-        fed=fed_instead(data),
-    )
     native = item.model.api == kinds.TORCH.api
     if len(item.inputs) != 1 or len(item.outputs) != 1:
         raise UsageError(
