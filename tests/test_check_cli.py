@@ -58,7 +58,7 @@ def baseline(tmp_path: Path, capsys: Capture) -> Path:
     path = tmp_path / "detprof-baseline.json"
     code, out, err = run_cli(capsys, "baseline", results, "-o", path)
     assert code == 0, err
-    assert "2 model(s)" in out
+    assert "2 model(s), 5 repeats, GPU Tesla T4," in out
     return path
 
 

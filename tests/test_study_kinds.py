@@ -92,7 +92,7 @@ def test_a_registered_kind_has_its_section_in_every_report_format(sorted_runs: P
 def test_check_compares_a_registered_kind_with_its_baseline(sorted_runs: Path, tmp_path: Path, capsys) -> None:
     baseline = tmp_path / "baseline.json"
     assert main(["baseline", str(sorted_runs), "-o", str(baseline)]) == 0
-    assert "baseline: 1 model(s), 3 repeats" in capsys.readouterr().out
+    assert "baseline: 1 model(s), 3 repeats, CPU " in capsys.readouterr().out  # measured here, on the CPU
     assert json.loads(baseline.read_text())["source"]["study"] == "sorting"
 
     assert main(["check", "--baseline", str(baseline), "--current", str(sorted_runs)]) == 0

@@ -36,14 +36,16 @@ def baseline(
     One backend's sweep: results holding sweeps of several Keras backends are refused; build one baseline per backend.
     """
     from detprof.check.baseline_file import build_baseline, describe_backend, read_sweep, write_baseline
+    from detprof.gpu_labels import CPU_LABEL
 
     document = build_baseline(read_sweep(results))
     write_baseline(output, document)
     fp = document["fingerprint"]
     repeats = sorted({entry["repeats"] for entry in document["models"].values()})
+    device = "CPU" if str(fp["gpu_label"] or "").lower() == CPU_LABEL else "GPU"
     typer.echo(
         f"baseline: {len(document['models'])} model(s), {'/'.join(map(str, repeats))} repeats, "
-        f"GPU {fp['gpu_name'] or fp['gpu_label']}, backend {describe_backend(fp)}, "
+        f"{device} {fp['gpu_name'] or fp['gpu_label']}, backend {describe_backend(fp)}, "
         f"config {fp['config_hash']} -> {output}"
     )
     for model, reason in document["unsupported"].items():
