@@ -374,11 +374,12 @@ def test_a_modules_path_stands_for_its_parents_ranges() -> None:
 def test_a_module_implies_pytorch_and_another_backend_or_command_is_one_line(
     folder: Path, monkeypatch: pytest.MonkeyPatch, capsys: Capture
 ) -> None:
-    """Without ``--backend`` a sweep of a module plans PyTorch; with another it is refused in one line before
-    anything runs."""
+    """Without ``--backend`` a sweep of a module plans PyTorch, ``--compile`` (torch.compile, which the installed
+    default, TensorFlow, lacks) included; with another backend it is refused in one line before anything runs."""
     monkeypatch.chdir(folder)
-    assert main(["sweep", "--models", "modules.py:net,modules.py:unpooled", "--dry-run"]) == ExitCode.OK
+    assert main(["sweep", "--models", "modules.py:net,modules.py:unpooled", "--compile", "--dry-run"]) == ExitCode.OK
     plan = capsys.readouterr().out
+    assert re.search(r"^  compiler +torch\.compile pinned: on in both modes \(--compile\)$", plan, re.M), plan
     assert re.search(
         r"^  backend +torch \(what a torch\.nn\.Module trains on; its workers load no Keras\)$", plan, re.M
     )

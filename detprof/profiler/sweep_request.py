@@ -13,6 +13,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from detprof import backends
 from detprof.errors import UsageError
 from detprof.models import kinds, own, registry
 from detprof.models.plans import ModelPlan, ModelsAsked, check_known, data_path, model_plans, registry_plan
@@ -107,6 +108,9 @@ class SweepRequest:
             return replace(self, options=implied).resolve(dry_run=dry_run, plans=plans)
         if native is not None:
             kinds.refuse_other_backend(native, registry.get(native).api, run.backend)
+        refused = self._refused_until_inspected(run)
+        if refused is not None:  # planned without the switch, then implied or refused
+            run = replace(run, compile=False, xla=False)
         target = choose_target(run, list(PRESETS), dry_run=dry_run)
         given = {
             "models": self.models,
@@ -148,9 +152,19 @@ class SweepRequest:
         native = next((p.kind for p in plans if p.kind is not None), None)
         if native is not None and target.backend != native.backend and run.backend is None:
             # A native module implies its framework; what a worker found of each model holds there.
-            implied = replace(self, options=replace(run, backend=native.backend))
+            implied = replace(self, options=replace(self.options, backend=native.backend))
             return implied.resolve(dry_run=dry_run, plans=plans)
         for plan in plans:
             if plan.kind is not None:
                 kinds.refuse_other_backend(plan.given, plan.kind.api, target.backend)
+        if refused is not None:
+            raise UsageError(refused)
         return replace(config, run_seconds=run_seconds, plans=plans), target
+
+    def _refused_until_inspected(self, run: RunOptions) -> str | None:
+        """The refusal of a compiler switch (``--compile``, ``--xla``) of another backend than the installed default,
+        where no ``--backend`` is given and a model of one's own may be a native module that implies that backend:
+        the refusal stands only once the models are inspected and none does."""
+        if run.backend is not None or not any(own.is_own(model) for model in self.models or ()):
+            return None
+        return backends.compile_refusal(backends.require(None), bool(run.xla), run.compile)
