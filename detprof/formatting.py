@@ -116,6 +116,11 @@ def plus_minus(stat: Mapping[str, Any] | None, digits: int = 4) -> str:
     return f"{std:.{digits}f}" + ("" if se is None else f" +/- {se:.{digits}f}")
 
 
+def in_all(count: int, noun: str) -> str:
+    """Where a comparison held, in words: "in all 8 layers", or "in its one layer" (a compiled module's)."""
+    return f"in its one {noun}" if count == 1 else f"in all {count} {noun}s"
+
+
 def trained_in(processes: int | None, eager: bool = False) -> str:
     """Where a stability study's identical runs trained, after the words that say they were: the runs of one
     worker share its compiled step, so only runs of several processes, each compiling its own, could have parted in

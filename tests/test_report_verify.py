@@ -164,6 +164,14 @@ def test_where_nondeterminism_enters_has_a_section_and_a_plot_per_model_whose_de
         assert line.replace("|", "\\|") in md_section
 
 
+def test_a_module_compiled_whole_is_one_layer_in_words(tmp_path: Path) -> None:
+    """Under ``--compile`` a module is one row, the compiled region: its identity holds "in its one layer"."""
+    root = write_verify(tmp_path, {"net": Planted(("(compiled)",))})
+    text = render_report([root], "md")
+    assert "Deterministic mode: bitwise identical over 4 steps in its one layer" in text
+    assert "in all 1 layers" not in text
+
+
 def test_a_verification_whose_runs_each_compiled_their_steps_says_so(tmp_path: Path, rendered: dict[str, str]) -> None:
     """JAX keeps compiled steps across processes (its persistent compilation cache): where every run turned it off,
     the model's section says the runs could part in what compiling chose. PyTorch's runs keep none to turn off and

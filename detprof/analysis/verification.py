@@ -26,6 +26,7 @@ import numpy as np
 
 from detprof.determinism import MODES
 from detprof.fingerprints import SAMPLE_SIZE, Fingerprint, Kind, RunFingerprints, sampled_difference
+from detprof.formatting import in_all
 from detprof.store import ResultsStore
 
 
@@ -210,12 +211,10 @@ class ModelVerification:
     def _same(self, comparison: Comparison) -> str:
         """What two runs that did not part had in common."""
         if self.program is None:
-            return f"bitwise identical over {comparison.steps} steps in all {comparison.layers} layers"
+            return f"bitwise identical over {comparison.steps} steps {in_all(comparison.layers, 'layer')}"
         if comparison.fingerprinted:
-            return (
-                f"bitwise identical over {comparison.steps} steps in all {comparison.fingerprinted} "
-                "fingerprinted tensors"
-            )
+            where = in_all(comparison.fingerprinted, "fingerprinted tensor")
+            return f"bitwise identical over {comparison.steps} steps {where}"
         marked = comparison.marked_steps
         return "both runs exited 0 " + (f"after {marked} marked steps" if marked is not None else "without a window")
 

@@ -309,7 +309,7 @@ def mode_line(v: ModelVerification, mode: str) -> str:
     if mode == "deterministic" and v.findings:
         return f"{name}: {'; '.join(finding_lines(v))}"
     if comparison.identical:
-        return f"{name}: bitwise identical over {comparison.steps} steps in all {comparison.layers} layers"
+        return f"{name}: bitwise identical over {comparison.steps} steps {f.in_all(comparison.layers, 'layer')}"
     if comparison.first_difference is not None:
         return f"{name}: the runs part at {comparison.first_difference.line()}"
     return f"{name}: not compared: {comparison.problem or 'a run failed'}"
@@ -356,8 +356,8 @@ def no_divergence(v: ModelVerification) -> str | None:
     default = v.comparisons["default"]
     if default.identical:
         return (
-            f"The default-mode runs stayed bitwise identical over {default.steps} steps in all {default.layers} "
-            "layers: no difference enters, so there is nothing to plot."
+            f"The default-mode runs stayed bitwise identical over {default.steps} steps "
+            f"{f.in_all(default.layers, 'layer')}: no difference enters, so there is nothing to plot."
         )
     if default.identical is None:
         return f"The default-mode runs were not compared ({default.problem or 'a run failed'}): nothing to plot."
