@@ -35,6 +35,8 @@ class ModelKind:
     """The module whose classes tell the kind apart, loaded wherever a function returned one."""
     implementation: str | None = None
     """The module of workers' code that builds, feeds and trains a model of the kind."""
+    channels_first: bool = False
+    """Its image inputs hold their channels first (CxHxW, a PyTorch module's), not last (HxWxC)."""
 
     def described(
         self, shape: Sequence[int], input_dtype: str, logits: Sequence[int], logits_dtype: str, parameters: int
@@ -56,7 +58,9 @@ class ModelKind:
 
 
 KERAS = ModelKind("keras", "a Keras model")
-TORCH = ModelKind(backends.TORCH, "a torch.nn.Module", backends.TORCH, backends.TORCH, "detprof.models.torch_modules")
+TORCH = ModelKind(
+    backends.TORCH, "a torch.nn.Module", backends.TORCH, backends.TORCH, "detprof.models.torch_modules", True
+)
 FLAX = ModelKind("flax", "a Flax module", backends.JAX, "flax", "detprof.models.flax_modules")
 NATIVE: dict[str, ModelKind] = {kind.api: kind for kind in (TORCH, FLAX)}
 """The kinds that train without Keras, by ``api``."""
@@ -65,6 +69,13 @@ NATIVE: dict[str, ModelKind] = {kind.api: kind for kind in (TORCH, FLAX)}
 def native(api: object) -> ModelKind | None:
     """The native kind ``api`` names (``OwnModel.api``); None for a Keras model, or one not yet inspected."""
     return NATIVE.get(api) if isinstance(api, str) else None
+
+
+def image_channels(shape: Sequence[int], api: object) -> int:
+    """The channels of an image input of ``shape`` (one example's) to a model of kind ``api``: first for a kind
+    that takes them first (``ModelKind.channels_first``), else last."""
+    kind = native(api)
+    return int(shape[0] if kind is not None and kind.channels_first else shape[-1])
 
 
 def of_params(params: Mapping[str, Any]) -> ModelKind | None:

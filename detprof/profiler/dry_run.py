@@ -124,8 +124,9 @@ def _setting_lines(target: MeasurementTarget, settings: RunSettings, runs: Seque
 def _framework_words(runs: Sequence[PlannedRun]) -> str:
     """How a worker's framework is chosen: Keras' by ``KERAS_BACKEND``; a native module's is its own, and its
     workers load no Keras."""
-    native = {kind.what for run in runs if (kind := kinds.of_params(run.workload.params)) is not None}
-    keras = any(kinds.of_params(run.workload.params) is None for run in runs)
+    found = [kinds.of_params(run.workload.params) for run in runs]
+    native = {kind.what for kind in found if kind is not None}
+    keras = None in found
     if not native:
         return "KERAS_BACKEND, set in the worker before Keras loads"
     words = f"what {' and '.join(sorted(native))} trains on; its workers load no Keras"

@@ -48,6 +48,7 @@ from detprof.errors import InputError
 from detprof.formatting import finite
 from detprof.gpu_labels import is_cpu
 from detprof.intervals import Metric, Overhead, headline, inconclusive_reason
+from detprof.models import kinds
 from detprof.records import REQUIRED_FIELDS, backend_of
 from detprof.reports import kernels_data
 from detprof.reports.attribution import attribution, with_layer
@@ -444,7 +445,7 @@ def stability_dataset(record: Mapping[str, Any]) -> str | None:
     shape = list(record.get("input_shape") or [])
     if not isinstance(record.get("model_spec"), Mapping) or len(shape) != 3:
         return None
-    channels = shape[0] if record.get("model_api") == backends.TORCH else shape[-1]
+    channels = kinds.image_channels(shape, record.get("model_api"))
     fits = [name for name, images in IMAGE_SHAPES.items() if images[-1] == channels]
     return fits[0] if fits and fits[0] != DEFAULT_IMAGES else None
 

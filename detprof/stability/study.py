@@ -535,7 +535,6 @@ def _checked(item: own.Inspected, data: datasets.Dataset) -> own.OwnModel:
     study's protocol (Adam at ``--lr``, sparse cross-entropy), compiled or not, so that the
     variants compare like with like.
     """
-    native = item.model.api == kinds.TORCH.api
     if len(item.inputs) != 1 or len(item.outputs) != 1:
         raise UsageError(
             f"{item.label} has {len(item.inputs)} input(s) and {len(item.outputs)} output(s): a stability study "
@@ -547,9 +546,10 @@ def _checked(item: own.Inspected, data: datasets.Dataset) -> own.OwnModel:
             f"{item.label} takes {own.shape_text(shape)} inputs; {data.name} holds sequences of "
             f"{data.input_shape[0]} token ids (a model of tokens takes (length,) integer inputs)"
         )
-    channels = shape[0] if native else shape[-1]
+    channels = kinds.image_channels(shape, item.model.api)
     if data.takes == "images" and (len(shape) != len(data.input_shape) or channels != data.input_shape[-1]):
-        layout = ", as a module takes them channels first" if native else ""
+        kind = kinds.native(item.model.api)
+        layout = ", as a module takes them channels first" if kind is not None and kind.channels_first else ""
         raise UsageError(
             f"{item.label} takes {own.shape_text(shape)} inputs; {data.name} holds "
             f"{own.shape_text(data.input_shape)} images (the channels must match{layout})"
