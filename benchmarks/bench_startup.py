@@ -66,21 +66,22 @@ usage = resource.getrusage(resource.RUSAGE_SELF)
 print(json.dumps(usage.ru_utime + usage.ru_stime))
 """
 """A worker's start-up: its imports, then the switch, which loads the framework and Keras."""
-DERIVE = """
+CPU_AND_PEAK = """
 import json, resource
-from detprof.kernels_bench.cases import case_dicts
-case_dicts("torch", ops=["conv2d_backward_filter"], kernel_sizes=[3], batch_size=2, input_size=32, max_shapes=1)
 usage = resource.getrusage(resource.RUSAGE_SELF)
 print(json.dumps({"cpu": usage.ru_utime + usage.ru_stime, "peak_mib": usage.ru_maxrss / 1024}))
 """
+"""What an entry's script prints last: the process's CPU seconds and peak memory (``entry_figures`` reads it)."""
+DERIVE = """
+from detprof.kernels_bench.cases import case_dicts
+case_dicts("torch", ops=["conv2d_backward_filter"], kernel_sizes=[3], batch_size=2, input_size=32, max_shapes=1)
+"""
 """The kernels bench's shape-deriving entry, as its worker calls it for a PyTorch bench."""
 INSPECT = """
-import json, resource, sys
+import sys
 from detprof.models import own
 from detprof.models.own_build import inspect
 inspect([own.parse(sys.argv[1]).as_record()], sys.argv[2], [32, 32, 3], 10)
-usage = resource.getrusage(resource.RUSAGE_SELF)
-print(json.dumps({"cpu": usage.ru_utime + usage.ru_stime, "peak_mib": usage.ru_maxrss / 1024}))
 """
 """The own-model inspecting entry, as its worker calls it for ``--models FILE.py:FUNCTION`` without ``--backend``."""
 TORCH_MODULE = """
@@ -187,7 +188,8 @@ def entry_figures(trees: dict[str, Path], comparison: EntryComparison) -> dict[t
     figures: dict[tuple[str, str], list[float]] = {}
     for _ in range(WORKER_ROUNDS):
         for name, tree in trees.items():
-            _, _, out = timed([sys.executable, "-c", comparison.script, *comparison.args], environment(tree))
+            script = comparison.script + CPU_AND_PEAK
+            _, _, out = timed([sys.executable, "-c", script, *comparison.args], environment(tree))
             for key, value in json.loads(out.strip().splitlines()[-1]).items():
                 figures.setdefault((key, name), []).append(value)
     return {key: statistics.median(values) for key, values in figures.items()}

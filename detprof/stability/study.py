@@ -139,11 +139,11 @@ class StudyConfig:
             mine = registry.native_model(self.model)
         if self.keep_saved_weights and (mine is None or mine.kind != "saved"):
             raise UsageError("--keep-saved-weights applies to a saved model of your own (--model FILE.keras)")
-        dataset = datasets.canonical_name(self.dataset or default_dataset(self.model) or EMBEDDED_DATASET)
         if mine is None:
-            _refuse_other_inputs(registry.get(self.model), dataset)
-        elif self.dataset is None:
-            dataset = None
+            dataset: str | None = datasets.canonical_name(self.dataset or str(default_dataset(self.model)))
+            _refuse_other_inputs(registry.get(self.model), str(dataset))
+        else:
+            dataset = None if self.dataset is None else datasets.canonical_name(self.dataset)
         canonical = StudyConfig(
             registry.get(self.model).name if mine is None else mine.given,
             dataset,
