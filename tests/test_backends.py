@@ -14,6 +14,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import SUITE_XLA_FLAGS
 
 from detprof import backends, determinism
 from detprof.backends.jax import scatter_expander_default, xla_flags
@@ -59,13 +60,15 @@ def probe(backend: str, mode: str, env: dict[str, str] | None = None, knobs: tup
 
 
 EXPANDER = "--xla_gpu_enable_scatter_determinism_expander"
+KEPT_XLA_FLAGS = f"{SUITE_XLA_FLAGS} --xla_cpu_enable_fast_math=false"
 USER_XLA_FLAGS = {
-    "default": f"--xla_cpu_enable_fast_math=false {EXPANDER}=false --xla_gpu_deterministic_ops=true",
-    "deterministic": f"--xla_cpu_enable_fast_math=false {EXPANDER}=true",
+    "default": f"{KEPT_XLA_FLAGS} {EXPANDER}=false --xla_gpu_deterministic_ops=true",
+    "deterministic": f"{KEPT_XLA_FLAGS} {EXPANDER}=true",
 }
 """A user's own ``XLA_FLAGS`` per mode: kept in both, but for the flags of detprof's knobs (a deterministic flag and
 the scatter determinism expander they set), which each mode sets as its knobs say: the expander stays at the
-installed XLA's default, whatever the user's flags say."""
+installed XLA's default, whatever the user's flags say. The suite's own flag among them, as every process of the
+suite has it (``conftest``): without it a probe's step compiled with LLVM's optimisations, 2.3 s more."""
 
 
 @pytest.mark.slow
@@ -95,8 +98,8 @@ def test_each_backend_reports_determinism_in_effect_exactly_in_deterministic_mod
     else:
         assert effective["jit_compile"] is True
         assert found["facts"]["train_step"] == "keras train_on_batch (jit_compile=True)"
-        kept = "--xla_cpu_enable_fast_math=false"
-        assert effective["xla_flags"] == (kept if mode == "default" else f"{kept} --xla_gpu_deterministic_ops=true")
+        deterministic = f"{KEPT_XLA_FLAGS} --xla_gpu_deterministic_ops=true"
+        assert effective["xla_flags"] == (KEPT_XLA_FLAGS if mode == "default" else deterministic)
         assert effective["scatter_determinism_expander"] is scatter_expander_default()
     assert effective["knobs"] == expected
 
