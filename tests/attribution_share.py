@@ -2,10 +2,10 @@
 
 The report's share (``analysis.layers``: the ``(unattributed)`` row over the step, means over a run's steps) is
 what the user reads, and ``test_layers_e2e`` holds it to that row. On this CPU a run's "kernels" are ops timed on
-a core that the suite's other processes share: one op preempted for a time slice (4 ms of a 7 ms step, in the
-loss's ``aten::sum``) moved a run's share from 1% to 18%, a timing accident, not a module left unclaimed. Whether
-attribution claims the step is read here per step, by the same ``run_parts``, and the median over the steps
-taken: a preempted step cannot carry it.
+a core that the suite's other processes share: an op preempted for a time slice (4 ms, in steps of 7 ms) puts a
+fifth of a run's time in whatever op it hit, a timing accident, not a module left unclaimed. Whether attribution
+claims the step is read here per step, by the report's own ``run_parts``, and the median over the steps taken: one
+preempted step cannot carry it, while a module that no row claims shows in every step.
 """
 
 from __future__ import annotations
