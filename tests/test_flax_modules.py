@@ -143,6 +143,28 @@ def linen_bare():
     return LinenNet(4)
 
 
+class Said(nnx.Module):  # what it returns, instead of logits
+    def __init__(self, returns, rngs):
+        self.head = nnx.Linear(3, 4, rngs=rngs)
+        self.returns = returns
+
+    def __call__(self, x):
+        scores = self.head(x.mean(axis=(1, 2)))
+        return {"text": "logits", "scores": {"scores": scores}, "row": scores.sum(axis=-1)}[self.returns]
+
+
+def text():
+    return Said("text", nnx.Rngs(0))
+
+
+def nested():
+    return Said("scores", nnx.Rngs(0))
+
+
+def row():
+    return Said("row", nnx.Rngs(0))
+
+
 def linen_no_example():
     return detprof.Training(LinenNet(4))
 """
@@ -174,6 +196,18 @@ def test_a_module_is_described_channels_last_with_the_classes_its_logits_score(f
     item = described(folder, "net")
     assert item.model.api == kinds.FLAX.api and item.built_at_input_shape
     assert item.inputs[0].shape == (8, 8, 3) and item.inputs[0].dtype == "float32" and item.classes == 6
+
+
+def test_a_module_that_returns_no_logits_is_one_line_naming_what_it_returned(folder: Path) -> None:
+    """Its call traced, not run: what it returned is named as it was (no array, or an array of the wrong shape)."""
+    said = {
+        "text": "text: the module returned str, not logits (an array of scores)",
+        "nested": "nested: the module returned dict, not logits (an array of scores)",
+        "row": "row: the module returned a float32 array of shape [2], not logits (an array of scores per example)",
+    }
+    for function, line in said.items():
+        with pytest.raises(UsageError, match=re.escape(line)):
+            described(folder, function)
 
 
 def test_data_feeds_a_module_channels_last_its_pixels_scaled(folder: Path, tmp_path: Path) -> None:

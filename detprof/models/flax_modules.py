@@ -150,18 +150,40 @@ def logits_of(output: Any) -> Any:
     return output[0] if isinstance(output, tuple | list) else output
 
 
+class NotAnArray(Exception):
+    """A module's call returned no array, where its logits were to be: ``returned`` names what it was."""
+
+    def __init__(self, returned: str) -> None:
+        super().__init__(returned)
+        self.returned = returned
+
+
 def probe_logits(module: Any, x: Any) -> Any:
     """The shape and dtype of the module's logits for ``x`` in inference mode (no dropout drawn, no running
-    statistics updated), the module left in training mode. Traced, not run (``nnx.eval_shape``): run eagerly, JAX
-    compiles each op of the call on its own (a tiny ResNet's call, about 100 compilations, 1.2 s), and the compiled
-    step traces the same call, so a call that traces is one the step can run."""
+    statistics updated), the module left in training mode; ``NotAnArray`` where the call returns none. Traced, not
+    run (``nnx.eval_shape``): run eagerly, JAX compiles each op of the call on its own (a tiny ResNet's call, about
+    100 compilations, 1.2 s), and the compiled step traces the same call, so a call that traces is one the step can
+    run."""
+    import jax
     from flax import nnx
+
+    returned: list[str] = []
+
+    def logits(m: Any, inputs: Any) -> Any:
+        output = logits_of(m(inputs))
+        if isinstance(output, jax.Array):
+            return output
+        returned.append(type(output).__name__)
+        return None
 
     module.eval()
     try:
-        return nnx.eval_shape(lambda m, inputs: logits_of(m(inputs)), module, x)
+        traced = nnx.eval_shape(logits, module, x)
     finally:
         module.train()
+    if returned:
+        raise NotAnArray(returned[0])
+    return traced
 
 
 def parameters(module: Any) -> int:
@@ -179,11 +201,14 @@ def described(module: Any, shape: tuple[int, ...], spec: str) -> dict[str, Any]:
     probe = synthetic_inputs(module, shape, PROBE_ROWS, 0)
     try:
         output = probe_logits(module, probe)
+    except NotAnArray as exc:
+        raise UsageError(f"{spec}: the module returned {exc.returned}, not logits (an array of scores)") from None
     except Exception as exc:
         taking = "token ids" if takes_tokens(module) else f"{probe.dtype} inputs"
         raise call_failed(spec, "call", shape, taking, exc, "like 32x32x3") from exc
-    if not hasattr(output, "ndim") or output.ndim < 2 or not jnp.issubdtype(output.dtype, jnp.floating):
-        raise UsageError(f"{spec}: the module returned {type(output).__name__}, not logits (an array of scores)")
+    if output.ndim < 2 or not jnp.issubdtype(output.dtype, jnp.floating):
+        array = f"a {output.dtype} array of shape {list(output.shape)}"
+        raise UsageError(f"{spec}: the module returned {array}, not logits (an array of scores per example)")
     return FLAX.described(shape, str(probe.dtype), output.shape[1:], str(output.dtype), parameters(module))
 
 
