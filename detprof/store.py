@@ -75,6 +75,12 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         raise
 
 
+def user_cache_dir() -> Path:
+    """detprof's own cache in the user's ($XDG_CACHE_HOME or ~/.cache): what one process worked out that the next can
+    read instead of working it out again, keyed by what it depends on."""
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "detprof"
+
+
 def atomic_write_json(path: Path, obj: Any) -> None:
     atomic_write_bytes(path, json.dumps(obj, indent=2, sort_keys=True, default=str).encode())
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +30,30 @@ def test_digits_is_the_bundled_set_split_once_and_stratified() -> None:
     # Every test image is one of the originals, scaled by 1/16.
     originals = {img.tobytes() for img in (raw.images / 16.0).astype(np.float32)}
     assert all(img[..., 0].tobytes() in originals for img in data.x_test)
+
+
+def test_digits_are_split_once_then_read_from_the_cache_without_scikit_learn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first load splits them and keeps the split in detprof's cache, under scikit-learn's version and the split;
+    a later process reads it back, the same arrays, importing no scikit-learn; a cache that cannot be read is split
+    again and rewritten."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    first = datasets.load("digits")
+    cached = datasets.digits_cache()
+    assert cached.parent == tmp_path / "detprof" / "datasets" and cached.is_file()
+    split = datasets.split_digits()
+    for name, fresh in zip(datasets.DIGITS_SPLITS, split, strict=True):
+        np.testing.assert_array_equal(getattr(first, name), fresh)
+        assert getattr(first, name).dtype == fresh.dtype
+    read_back = "import sys; from detprof.stability import datasets; d = datasets.load('digits'); "
+    read_back += "print(d.x_train.shape, d.y_test.dtype, 'sklearn' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", read_back], capture_output=True, text=True, check=True)
+    assert done.stdout.split("\n")[0] == "(1347, 8, 8, 1) int32 False"
+    cached.write_bytes(b"not an archive")
+    np.testing.assert_array_equal(datasets.load("digits").x_test, split[2])
+    with np.load(cached) as arrays:
+        np.testing.assert_array_equal(arrays["y_train"], split[1])
 
 
 def test_synthetic_is_reproducible_and_has_test_groups() -> None:

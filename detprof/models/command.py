@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
-import os
 from pathlib import Path
 from typing import Annotated
 
@@ -17,12 +16,11 @@ import typer
 from rich.table import Table
 
 from detprof.console import print_table, status_console, table_console
-from detprof.store import atomic_write_json
+from detprof.store import atomic_write_json, user_cache_dir
 
 
 def _cache_path() -> Path:
-    base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-    return base / "detprof" / "model-parameters.json"
+    return user_cache_dir() / "model-parameters.json"
 
 
 def parameter_counts(names: list[str], keras_version: str) -> dict[str, int]:
