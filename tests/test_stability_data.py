@@ -50,8 +50,10 @@ def test_digits_are_split_once_then_read_from_the_cache_without_scikit_learn(
     read_back += "print(d.x_train.shape, d.y_test.dtype, 'sklearn' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", read_back], capture_output=True, text=True, check=True)
     assert done.stdout.split("\n")[0] == "(1347, 8, 8, 1) int32 False"
-    cached.write_bytes(b"not an archive")
-    np.testing.assert_array_equal(datasets.load("digits").x_test, split[2])
+    whole = cached.read_bytes()
+    for unreadable in (b"not an archive", whole[: len(whole) // 2]):
+        cached.write_bytes(unreadable)
+        np.testing.assert_array_equal(datasets.load("digits").x_test, split[2])
     with np.load(cached) as arrays:
         np.testing.assert_array_equal(arrays["y_train"], split[1])
 

@@ -12,6 +12,7 @@ import contextlib
 import importlib.metadata
 import io
 import os
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -118,7 +119,7 @@ def load_digits() -> Dataset:
     try:
         with np.load(cached) as arrays:
             split = tuple(arrays[name] for name in DIGITS_SPLITS)
-    except (OSError, KeyError, ValueError):
+    except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile):
         split = split_digits()
         with contextlib.suppress(OSError):
             buffer = io.BytesIO()
