@@ -114,6 +114,27 @@ def test_a_lock_whose_holder_died_is_taken_over_with_a_note(tmp_path: Path, caps
     assert (folder / locks.RESULTS_LOCK).read_text() == ""
 
 
+def test_a_session_claims_a_core_no_other_detprof_claimed_and_shares_one_where_all_are(tmp_path: Path) -> None:
+    """Two measurements that keep their device locks apart (the suite's side by side) pin their steps to two cores,
+    not both to the first: a core another process claimed is passed over, one this process claimed too, and where
+    every core is claimed the first preferred is shared; a claim ends with its block, or with its process."""
+    folder = tmp_path / "cores"
+    script = f"import fcntl, os, sys\nfd = os.open({str(folder / '0.lock')!r}, os.O_RDWR | os.O_CREAT)\n"
+    script += "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('held', flush=True)\nsys.stdin.read()\n"
+    folder.mkdir()
+    other = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert other.stdout is not None and other.stdout.readline() == "held\n"
+        with locks.claimed_core([0, 1, 2], folder) as first, locks.claimed_core([1, 2, 0], folder) as second:
+            assert (first, second) == (1, 2)
+            with locks.claimed_core([2, 0, 1], folder) as shared:
+                assert shared == 2
+    finally:
+        other.communicate("")
+    with locks.claimed_core([0, 1], folder) as core, locks.claimed_core([1, 0], folder) as again:
+        assert (core, again) == (0, 1)
+
+
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 4 MiB tmpfs: a real file system that fills up (mounting one needs root, as in CI's container)."""

@@ -28,10 +28,11 @@ from conftest import SUITE_XLA_FLAGS
 from in_process_pairs import check_pairs
 from scipy import stats
 
-from detprof import backends
+from detprof import backends, locks
 from detprof.backends.base import step_range_name
 from detprof.cli import main
 from detprof.determinism import DeterminismSettings
+from detprof.profiler.devices import usable_core_ids
 from detprof.profiler.measured_runs import PlannedRun, Workload, in_process_sessions, mode_pairs
 from detprof.profiler.worker import build_key
 from detprof.profiler.worker_spec import MIN_SIZED_STEPS, WorkerSpec, sized_steps, typical_step_ns
@@ -182,9 +183,15 @@ def test_shared_repeats_build_and_compile_each_model_once_for_all_its_repeats(
 ) -> None:
     """``--shared-repeats``: one process runs every repeat of each model in turn; a model's first repeat compiles its
     step once per mode, and its later repeats re-run those steps, each repeat still a pair of its own with its own
-    trace and the modes' order alternating, so the overhead reads as from a process per repeat."""
+    trace and the modes' order alternating, so the overhead reads as from a process per repeat. Its one session
+    pins its steps to a core no other detprof claimed: here the first is claimed as another measurement's (in a
+    folder of the test's own, which the suite's other measurements do not claim in)."""
     monkeypatch.setenv("JAX_LOG_COMPILES", "1")
-    records = _sweep(tmp_path, "jax", "--shared-repeats", models="smallcnn,mediumcnn_k3")
+    monkeypatch.setattr(locks, "CORE_CLAIMS", tmp_path / "cores")
+    cores = sorted(usable_core_ids())
+    with locks.claimed_core(cores):
+        records = _sweep(tmp_path, "jax", "--shared-repeats", models="smallcnn,mediumcnn_k3")
+    assert {rec["cpu_core"] for rec in records.values()} == {cores[1 % len(cores)]}
     out = tmp_path / "res"
     for model in ("smallcnn", "mediumcnn_k3"):
         check_pairs(out, records, model, STEPS)

@@ -168,7 +168,8 @@ def _sequential_lines(launcher: WorkerLauncher, settings: RunSettings, runs: Seq
 def _lockstep_lines(launcher: WorkerLauncher, settings: RunSettings, runs: Sequence[PlannedRun]) -> list[str]:
     lines = []
     for n, session in enumerate(planned.lockstep_sessions(planned.mode_pairs(runs))):
-        lines.append(f"  repeat {session[0][0].repeat}: two workers on core {planned.session_core(n)}, one per side")
+        core = planned.session_cores(n)[0]
+        lines.append(f"  repeat {session[0][0].repeat}: two workers on core {core}, one per side")
         for side in (0, 1):
             command = launcher.session_command([pair[side] for pair in session])
             lines.append(f"    {_switched(session[0][side])} worker: {shlex.join(command)}")
@@ -184,7 +185,7 @@ def _in_process_lines(
     lines = []
     sessions = settings.in_process_sessions(planned.mode_pairs(runs), target.on_gpu)
     for n, session in enumerate(sessions):
-        core = "" if target.on_gpu else f" on core {planned.session_core(n)}"
+        core = "" if target.on_gpu else f" on core {planned.session_cores(n)[0]}"
         command = launcher.session_command([pair[0] for pair in session])
         which = "every repeat" if settings.shared_repeats else f"repeat {session[0][0].repeat}"
         sides = "both arms of each pair" if session[0][0].knobs is not None else "both modes"

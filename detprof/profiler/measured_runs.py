@@ -449,7 +449,9 @@ def in_process_sessions(
     return [by_unit(session) for session in sessions.values()]
 
 
-def session_core(index: int) -> int:
-    """The core the ``index``-th session's workers are pinned to: the usable cores in turn."""
+def session_cores(index: int) -> list[int]:
+    """The cores the ``index``-th session's workers may be pinned to, in the order preferred: the usable cores in
+    turn, from the ``index``-th (a core another detprof claimed is passed over: ``locks.claimed_core``)."""
     cores = sorted(usable_core_ids())
-    return cores[index % len(cores)]
+    start = index % len(cores)
+    return cores[start:] + cores[:start]

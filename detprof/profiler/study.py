@@ -33,7 +33,7 @@ from detprof.profiler.measured_runs import (
     measured_parts,
     mode_pairs,
     runs_to_measure,
-    session_core,
+    session_cores,
 )
 from detprof.profiler.program.run import ProgramLauncher
 from detprof.profiler.progress import RunProgress, progress_bar
@@ -107,14 +107,15 @@ def _measure_runs(
             store,
             progress,
             base,
-            lambda pairs, n: launcher.run_pairs(pairs, cpu_core=session_core(n), note=progress.note),
+            _on_claimed_core(lambda pairs, core: launcher.run_pairs(pairs, cpu_core=core, note=progress.note)),
             lockstep_sessions,
         )
     if settings.pairing == "in_process":
-        core = (lambda n: None) if target.on_gpu else session_core
-
-        def in_process(pairs: Sequence[ModePair], n: int) -> Iterator[MeasuredRun]:
-            return launcher.run_in_process(pairs, cpu_core=core(n), note=progress.note)
+        in_process = (
+            (lambda pairs, n: launcher.run_in_process(pairs, cpu_core=None, note=progress.note))
+            if target.on_gpu
+            else _on_claimed_core(lambda pairs, core: launcher.run_in_process(pairs, cpu_core=core, note=progress.note))
+        )
 
         def sessions(pairs: Sequence[ModePair]) -> list[list[ModePair]]:
             if target.tracer.wraps_process:
@@ -125,6 +126,19 @@ def _measure_runs(
         records = _run_pairs(shared, store, progress, base, in_process, sessions)
         return records + _run_each(apart, store, progress, base + len(shared), launcher)
     return _run_each(plan, store, progress, base, launcher)
+
+
+def _on_claimed_core(
+    measure: Callable[[Sequence[ModePair], int], Iterator[MeasuredRun]],
+) -> Callable[[Sequence[ModePair], int], Iterator[MeasuredRun]]:
+    """``measure`` each session's pairs pinned to a core claimed for it (``locks.claimed_core``), held until its
+    last record."""
+
+    def session(pairs: Sequence[ModePair], n: int) -> Iterator[MeasuredRun]:
+        with locks.claimed_core(session_cores(n)) as core:
+            yield from measure(pairs, core)
+
+    return session
 
 
 def _run_each(
@@ -154,8 +168,9 @@ def _run_pairs(
     A session is a pair of lockstep workers (``lockstep_sessions``), or one worker that runs both arms of each
     pair (``in_process_sessions``; a session per pair for a tracer that wraps the process). The next
     repeat starts fresh workers, so the worker process stays a random effect across repeats,
-    and the cores are taken in turn; with ``--shared-repeats`` one session measures every repeat of each
-    model in turn. One session at a time: two pairs side by side on two cores
+    and the cores are taken in turn (one that another detprof's session claimed is passed over);
+    with ``--shared-repeats`` one session measures every repeat of each model in turn. One
+    session at a time: two pairs side by side on two cores
     interfered through the shared caches and memory, which widened A/A intervals several times
     over. A pair that is half done (a crash between its two records) is measured again whole:
     its two halves must share the machine's state. When a session ends early (a worker died,
