@@ -105,7 +105,10 @@ def claimed_core(cores: Sequence[int], folder: Path | None = None) -> Iterator[i
     claim never waits and never fails a measurement: where none can be claimed, the core is shared.
     """
     for core in cores:
-        fd = _claim((folder or CORE_CLAIMS) / f"{core}.lock")
+        try:
+            fd = _flocked((folder or CORE_CLAIMS) / f"{core}.lock", wait=False)
+        except OSError:
+            continue
         if fd is None:
             continue
         try:
@@ -114,21 +117,6 @@ def claimed_core(cores: Sequence[int], folder: Path | None = None) -> Iterator[i
             os.close(fd)
         return
     yield cores[0]
-
-
-def _claim(path: Path) -> int | None:
-    """The descriptor holding ``path``'s lock, or None where another holds it or it cannot be made."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        return None
-    return fd
 
 
 def release_all() -> None:
@@ -161,18 +149,11 @@ def _take(path: Path, *, wait: bool) -> bool:
         _held[path][1] += 1
         return True
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        fd = _flocked(path, wait=wait)
     except OSError as exc:
         raise environment_failure(exc) or EnvironmentFailure(f"cannot use the lock file {path}: {exc}") from exc
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-    except BlockingIOError:
-        os.close(fd)
+    if fd is None:
         return False
-    except BaseException:
-        os.close(fd)
-        raise
     stale = _read_holder(path)
     if stale:
         _note(f"took over {path} from {_words(stale)}, which ended without giving it back")
@@ -180,6 +161,22 @@ def _take(path: Path, *, wait: bool) -> bool:
     os.pwrite(fd, json.dumps(_me()).encode(), 0)
     _held[path] = [fd, 1]
     return True
+
+
+def _flocked(path: Path, *, wait: bool) -> int | None:
+    """A descriptor holding ``path``'s ``flock`` (the file made where missing), or None where another holds it and
+    ``wait`` is False."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _me() -> dict[str, object]:
