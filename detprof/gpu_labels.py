@@ -79,6 +79,26 @@ it is still accepted whenever it is the GPU detected, so it never blocks a truth
 """
 
 
+GENERATIONS: dict[str, tuple[str, ...]] = {
+    "Kepler": ("k80",),
+    "Pascal": ("p4", "p40", "p100"),
+    "Volta": ("v100", "v100s", "titanv"),
+    "Turing": ("t4", "rtx5000", "rtx6000", "rtx8000", "2080ti"),
+    "Ampere": ("a100", "a10", "a10g", "a30", "a40", "a4000", "a5000", "a6000", "3080", "3090", "3090ti"),
+    "Ada Lovelace": ("l4", "l40", "l40s", "rtx5000ada", "rtx6000ada", "4080", "4090"),
+    "Hopper": ("h100", "h200", "gh200"),
+    "Blackwell": ("b200", "5090"),
+}
+"""The architecture of each label of ``KNOWN_GPUS``: boards of one architecture run the same kernels (the same
+compute capability's builds) and what detprof measured on one is the nearest estimate for another, where none was
+measured on it (``gpu_study.study.measured_costs``)."""
+
+
+def generation(gpu: str) -> str | None:
+    """The architecture of a GPU (its name as NVML gives it, or a label), where ``KNOWN_GPUS`` knows it."""
+    return next((name for name, labels in GENERATIONS.items() for label in labels if label_matches(label, gpu)), None)
+
+
 def _model_tokens(text: str) -> list[str]:
     """The words of a GPU name that tell models apart: vendor and product-line words
     carry no information, and a suffix such as Ti or Super is part of the model number."""

@@ -12,7 +12,7 @@ from piped_cli import table_rows
 
 from detprof.cli import main
 from detprof.errors import UsageError
-from detprof.gpu_labels import KNOWN_GPUS
+from detprof.gpu_labels import GENERATIONS, KNOWN_GPUS, generation
 from detprof.profiler import devices as gpu_mod
 from detprof.profiler.devices import (
     DeviceChoice,
@@ -406,6 +406,17 @@ def test_a_board_missing_from_the_table_is_accepted_when_detected() -> None:
 def test_every_known_label_names_its_own_boards() -> None:
     for label, names in KNOWN_GPUS.items():
         assert names and all(label_matches(label, name) for name in names), label
+
+
+def test_every_known_board_has_one_architecture() -> None:
+    assert sorted(label for labels in GENERATIONS.values() for label in labels) == sorted(KNOWN_GPUS)
+    for label, names in KNOWN_GPUS.items():
+        assert {generation(label), *map(generation, names)} == {
+            next(name for name, labels in GENERATIONS.items() if label in labels)
+        }, label
+    assert generation("NVIDIA H200") == generation("nvidia-h100-80gb-hbm3") == "Hopper"
+    assert generation("NVIDIA A10G") == "Ampere" and generation("NVIDIA L40S") == "Ada Lovelace"
+    assert generation("NVIDIA GeForce RTX 2070 SUPER") is None
 
 
 @pytest.mark.parametrize("command", ["sweep", "kernels"])

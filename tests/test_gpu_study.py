@@ -23,10 +23,19 @@ import synthetic_sweep as synth
 from detprof import backends, bundle, cli
 from detprof.analysis.overhead import model_overheads
 from detprof.errors import ExitCode, InputError
+from detprof.gpu_study import study as gpu_study
 from detprof.gpu_study.costs import Costs
 from detprof.gpu_study.plan import SCALES, Known, StudyPlan, build_plan
 from detprof.gpu_study.state import PartOutcome, StudyState
-from detprof.gpu_study.study import Prepared, failed_in_one_process, gpu_checks, learned_costs, measured_costs
+from detprof.gpu_study.study import (
+    Prepared,
+    StudyRequest,
+    failed_in_one_process,
+    gpu_checks,
+    learned_costs,
+    measured_costs,
+    prepare,
+)
 from detprof.reports.command import render_report
 from detprof.store import ResultsStore
 
@@ -311,8 +320,8 @@ def test_models_whose_pairs_failed_in_one_process_are_rerun_a_process_per_mode_a
     assert " --pairing processes " in f" {' '.join(rerun.argv('folder'))} "
 
 
-def dry_run_text(capsys: Capture, out: Path, names: str = "jax,torch") -> str:
-    code = cli.main(["gpu-study", "--dry-run", "--gpu", "h100", "--backends", names, "--out", str(out)])
+def dry_run_text(capsys: Capture, out: Path, names: str = "jax,torch", gpu: str = "h100") -> str:
+    code = cli.main(["gpu-study", "--dry-run", "--gpu", gpu, "--backends", names, "--out", str(out)])
     printed = capsys.readouterr().out
     assert code == ExitCode.OK, printed
     return printed
@@ -334,6 +343,43 @@ def test_the_h100_study_continues_with_the_first_windows_answers_before_the_rest
     assert list(continued)[:3] == ["jax-pairing-in-process", "jax-pairing-processes", "jax-pairing-shared"]
     assert "window 1 " in continued["jax-pairing-in-process"]
     assert "jax-overhead-rest" in continued and "done" not in continued["jax-overhead-rest"]
+
+
+def test_a_study_continues_only_on_the_gpu_it_measured(
+    capsys: Capture, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with zipfile.ZipFile(H100_STUDY) as archive:
+        archive.extractall(tmp_path)
+    request = StudyRequest(tmp_path, None, None, 600.0, True, None, None)
+    h100 = "NVIDIA H100 80GB HBM3"
+    # Its state was written before a study named its GPU: the records of its runs name it.
+    kept = StudyState.load(tmp_path)
+    assert kept is not None and kept.gpu is None
+    monkeypatch.setattr(gpu_study, "_gpu_here", lambda: (h100, "GPU-0b9bda97"))
+    assert prepare(request, dry_run=False).state.gpu == h100
+    for here, said in (
+        ("NVIDIA H200", "this machine's GPU is the NVIDIA H200"),
+        (None, "this machine has no NVIDIA GPU"),
+    ):
+        monkeypatch.setattr(gpu_study, "_gpu_here", lambda here=here: (here, here and "GPU-1"))
+        code = cli.main(["gpu-study", "--resume", "--out", str(tmp_path)])
+        err = capsys.readouterr().err.strip()
+        assert code == ExitCode.USAGE and len(err.splitlines()) == 1
+        assert f"is a study of the {h100} and {said}: a study measures one GPU" in err and "another --out" in err
+    assert StudyState.load(tmp_path) == kept  # a window refused writes nothing
+
+
+def test_a_gpu_detprof_never_measured_is_planned_from_its_architectures_last_run(
+    capsys: Capture, tmp_path: Path
+) -> None:
+    h100, h200 = measured_costs("h100"), measured_costs("NVIDIA H200")
+    assert h200.measured.keys() == h100.measured.keys() and h100.measured
+    for key, measured in h200.measured.items():
+        assert measured.seconds == h100.measured[key].seconds
+        assert measured.source == h100.measured[key].source + ", taken for NVIDIA H200 (both Hopper)"
+    assert not measured_costs("a100").measured  # no Ampere board's run was shipped
+    planned = dry_run_text(capsys, tmp_path / "h200", "jax,torch", gpu="h200")
+    assert "measured on NVIDIA H100 80GB HBM3, 2026-11-28, taken for h200 (both Hopper)" in planned
 
 
 def test_without_a_gpu_the_study_says_what_to_run_instead_in_one_line(capsys: Capture, tmp_path: Path) -> None:

@@ -142,11 +142,13 @@ class Costs:
         return Estimate(estimated_s, 0.0, "estimated (no stability run measured on a GPU yet)")
 
 
-def shipped_measured(rows: Iterable[GpuMeasurement]) -> dict[tuple[str, str], Measured]:
-    """The newest shipped measurement of each (backend, model) among ``rows`` (one GPU's)."""
+def shipped_measured(rows: Iterable[GpuMeasurement], taken_for: str = "") -> dict[tuple[str, str], Measured]:
+    """The newest shipped measurement of each (backend, model) among ``rows`` (one GPU's); ``taken_for``: the GPU
+    (and why) they stand in for, where it is another."""
     found: dict[tuple[str, str], Measured] = {}
     for row in sorted(rows, key=lambda row: row.date):
         if row.repeat_s:
             route: Route = "processes" if row.pairing == "processes" else "in_process"
-            found[row.backend, row.model] = Measured(row.repeat_s, row.steps_s, route, f"on {row.gpu}, {row.date}")
+            source = f"on {row.gpu}, {row.date}" + (f", taken for {taken_for}" if taken_for else "")
+            found[row.backend, row.model] = Measured(row.repeat_s, row.steps_s, route, source)
     return found

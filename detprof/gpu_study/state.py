@@ -52,6 +52,9 @@ class Window:
 class StudyState:
     scale: str
     backends: list[str]
+    gpu: str | None = None
+    """The GPU the study measures, as NVML names it (None: none, or a study begun before its state named it); a
+    window on another refuses to run, so that one study's overheads and costs are one GPU's."""
     parts: dict[str, PartOutcome] = field(default_factory=dict)
     knob_models: dict[str, str] = field(default_factory=dict)
     """Backend: the model its knob study studies, chosen once from its overhead results."""
@@ -99,6 +102,7 @@ class StudyState:
             return cls(
                 scale=data["scale"],
                 backends=list(data["backends"]),
+                gpu=data.get("gpu"),
                 parts={name: PartOutcome(**outcome) for name, outcome in data.get("parts", {}).items()},
                 knob_models=dict(data.get("knob_models", {})),
                 apart_models={backend: list(models) for backend, models in data.get("apart_models", {}).items()},

@@ -24,7 +24,7 @@ from typing import Any
 from detprof import backends, bundle
 from detprof.device_time import HEADINGS, PARTS, steps_fraction
 from detprof.errors import UsageError
-from detprof.gpu_labels import label_matches
+from detprof.gpu_labels import generation, label_matches
 from detprof.gpu_study.costs import Costs, shipped_measured
 from detprof.gpu_study.plan import (
     COMMAND_START_S,
@@ -88,7 +88,9 @@ def prepare(request: StudyRequest, *, dry_run: bool) -> Prepared:
     scale = _scale(request, state, gpu_name, dry_run=dry_run)
     names = _backends(request, state, dry_run=dry_run)
     if state is None:
-        state = StudyState(scale, list(names))
+        state = StudyState(scale, list(names), gpu_name)
+    elif not dry_run:
+        state.gpu = same_gpu(request.out, state, gpu_name)
     shipped = measured_costs(request.gpu or gpu_name) if scale == "gpu" else Costs()
     on_gpu = gpu_name is not None or (dry_run and scale == "gpu")
     nothing = build_plan(SCALES[scale], names, request.budget_s, Costs(), on_gpu=on_gpu)
@@ -101,6 +103,31 @@ def _gpu_here() -> tuple[str | None, str | None]:
 
     gpus = devices.visible_gpus(devices.probe_gpus().gpus)
     return (gpus[0].name, gpus[0].uuid) if gpus else (None, None)
+
+
+def same_gpu(out: Path, state: StudyState, gpu_name: str | None) -> str | None:
+    """The GPU a study continued here measures: this machine's, where it is the one the study measured so far (as
+    its state names it, else as its runs' records do); another GPU, or none, is refused, so that a study's
+    overheads, its pairing check's answer and its costs stay one GPU's."""
+    studied = state.gpu or recorded_gpu(out, state)
+    if studied is None or studied == gpu_name:
+        return gpu_name
+    here = f"this machine's GPU is the {gpu_name}" if gpu_name else "this machine has no NVIDIA GPU"
+    raise UsageError(
+        f"--resume: {out} is a study of the {studied} and {here}: a study measures one GPU "
+        "(name another --out to start one here)"
+    )
+
+
+def recorded_gpu(out: Path, state: StudyState) -> str | None:
+    """The GPU the runs of a study's parts ran on, as their records name it (the first that ran on one)."""
+    for name in state.parts:
+        for kind in ("sweep", "verify", "stability"):
+            for record in ResultsStore(out / name, kind).records():
+                device = record.get("device") or {}
+                if device.get("uuid"):
+                    return str(device["name"])
+    return None
 
 
 def _scale(request: StudyRequest, state: StudyState | None, gpu_name: str | None, *, dry_run: bool) -> str:
@@ -133,12 +160,22 @@ def _backends(request: StudyRequest, state: StudyState | None, *, dry_run: bool)
 
 
 def measured_costs(gpu: str | None) -> Costs:
-    """What one repeat of each model took on ``gpu`` (its name or label) in the newest run detprof shipped."""
+    """What one repeat of each model took on ``gpu`` (its name or label) in the newest run detprof shipped; where
+    detprof shipped none on it, on the GPU of its architecture measured last (an H100's for an H200), saying so:
+    most of a repeat is the process's start, building and compiling, and the steps run the same kernels."""
     from detprof.reports.gpu_reference import shipped
 
     if gpu is None:
         return Costs()
-    return Costs(shipped_measured(row for row in shipped() if row.gpu == gpu or label_matches(gpu, row.gpu)))
+    rows = shipped()
+    own = [row for row in rows if row.gpu == gpu or label_matches(gpu, row.gpu)]
+    if own or (architecture := generation(gpu)) is None:
+        return Costs(shipped_measured(own))
+    alike = sorted((row for row in rows if generation(row.gpu) == architecture), key=lambda row: row.date)
+    if not alike:
+        return Costs()
+    nearest = [row for row in alike if row.gpu == alike[-1].gpu]
+    return Costs(shipped_measured(nearest, taken_for=f"{gpu} (both {architecture})"))
 
 
 def learned_costs(shipped: Costs, family_repeat_s: dict[str, float], out: Path, state: StudyState | None) -> Costs:
