@@ -32,10 +32,12 @@ from detprof.gpu_study.study import (
     StudyRequest,
     failed_in_one_process,
     gpu_checks,
+    knob_model,
     learned_costs,
     measured_costs,
     prepare,
 )
+from detprof.models import own, registry
 from detprof.reports.command import render_report
 from detprof.store import ResultsStore
 
@@ -66,7 +68,9 @@ def test_the_dry_run_for_an_h100_puts_what_only_a_gpu_answers_in_its_first_windo
     capsys: Capture, tmp_path: Path
 ) -> None:
     printed = dry_run_text(capsys, tmp_path, "jax,torch")
-    lines = {line.split()[0]: line for line in printed.splitlines() if line.startswith("  ")}
+    lines = {line.split()[0]: line for line in printed.splitlines() if line.startswith("  ") and "not run:" not in line}
+    # torchvision's and timm's models are planned where both are installed (a GPU image), not with a CPU PyTorch.
+    assert "  torch-overhead-libraries     not run: torchvision is not installed: pip install torchvision; " in printed
     first_window = [
         "jax-pairing-in-process",
         "jax-pairing-processes",
@@ -166,6 +170,38 @@ def test_verify_is_planned_with_a_modes_runs_side_by_side_where_they_run_so() ->
             each = [costs.verify_run(backend, model).seconds for model in part.models]
             expected = COMMAND_START_S + runs * (sum(each) + costs.worker_start(backend).seconds)
             assert part.estimate_s == pytest.approx(expected, abs=0.6), (backend, on_gpu)
+
+
+def test_torchvisions_and_timms_models_are_swept_as_a_user_names_them_where_both_are_installed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for package in ("torchvision", "timm"):  # what the plan asks of them: that they are installed
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    plan = build_plan(SCALES["gpu"], ["jax", "torch"], 600.0, measured_costs("NVIDIA H200"), on_gpu=True)
+    names = [part.name for part in plan.parts]
+    assert "torch-overhead-libraries" not in plan.not_run
+    assert names.index("torch-overhead-libraries") == names.index("torch-overhead-native") + 1
+    (part,) = (p for p in plan.parts if p.name == "torch-overhead-libraries")
+    assert part.models == ("torchvision.models:convnext_tiny", "timm.models.efficientnet:efficientnet_b0")
+    assert part.argv("out")[:4] == ["sweep", "--backend", "torch", "--models"]
+    assert "--input-shape 3x224x224 " in " ".join(part.options) and "--pairing in-process" in " ".join(part.options)
+    # Each costs what the registry model of its size measured, and says so.
+    resnet50 = measured_costs("NVIDIA H200").repeat("torch", "resnet50", "in_process")
+    convnext = measured_costs("NVIDIA H200").repeat("torch", "torchvision.models:convnext_tiny", "in_process")
+    assert convnext.seconds == resnet50.seconds and convnext.source == f"{resnet50.source}, as resnet50 (its size)"
+    # Their labels are no registry model's, so that a study's rows of one model never hold another's.
+    assert not {own.parse(model).label for model in part.models} & registry.BUILT_IN.keys()
+    # The knob study takes the costliest model the registry sizes: a library's takes its images from its part.
+    for name, model, ratio in (("torch-overhead-first", "mediumcnn_k1", 1.1), (part.name, "convnext_tiny", 3.0)):
+        records = synth.records({model: [ratio, ratio]}, backend="torch")
+        synth.write_sweep(tmp_path / name, synth.config([model], 2, backend="torch"), records)
+    assert knob_model(plan, tmp_path, "torch") == "mediumcnn_k1"
+    (tmp_path / "timm" / "__init__.py").unlink()
+    (tmp_path / "timm").rmdir()
+    plan = build_plan(SCALES["gpu"], ["torch"], 600.0, Costs(), on_gpu=True)
+    assert plan.not_run["torch-overhead-libraries"] == "timm is not installed: pip install timm"
 
 
 def test_a_part_longer_than_any_window_is_split_so_that_each_window_ends_with_finished_parts() -> None:

@@ -89,6 +89,9 @@ class Costs:
         """One repeat of ``model`` paired by ``route``: as measured that way, else scaled from the other way, else
         estimated from its family."""
         known = self.measured.get((backend, model))
+        if known is None and (stand_in := registry.LIBRARY_MODELS.get(model)) is not None:
+            estimate = self.repeat(backend, stand_in, route)
+            return Estimate(estimate.seconds, estimate.steps_s, f"{estimate.source}, as {stand_in} (its size)")
         if known is None:
             family = spec.family if (spec := registry.BUILT_IN.get(model)) is not None else "*"
             seconds = self.family_repeat_s.get(family, self.family_repeat_s.get("*", 30.0))

@@ -5,15 +5,15 @@ the smallest size that answers it: whether pairing the two modes in one process 
 process started in each mode gets (the pairing check, on each backend), what determinism buys
 (implementation noise against control), whether it holds (``verify`` of a CNN and a transformer), and
 which switch pays (a knob study of few steps), and what it costs JAX users' own kind of model (the registry's
-Flax NNX models, on JAX). Then the native PyTorch models people train (Hugging Face's, on PyTorch), a knob study
-of a Flax GPT (each of XLA's switches), the overhead of the paper's medium CNN and a GPT, the rest of the zoo, the
-models whose pairs failed in one process (a process per mode), the full knob studies, stability and ``verify`` of
-the rest. Overhead parts pair the modes as the pairing check found valid on their backend: in one
-process where the two routes agree, else a process per mode. The pairing check's third sweep asks
-whether a model's repeats may share one process (``--shared-repeats``: the steps built once, re-run for
-each repeat) against a process per repeat; where it agrees, or until it has answered, the overhead
-parts and the knob studies run their repeats that way. A part longer than a window is split
-so that every window ends with finished parts.
+Flax NNX models, on JAX). Then the native PyTorch models people train (Hugging Face's, then torchvision's and
+timm's as users name them, on PyTorch), a knob study of a Flax GPT (each of XLA's switches), the overhead of the
+paper's medium CNN and a GPT, the rest of the zoo, the models whose pairs failed in one process (a process per
+mode), the full knob studies, stability and ``verify`` of the rest. Overhead parts pair the modes as the pairing
+check found valid on their backend: in one process where the two routes agree, else a process per mode. The
+pairing check's third sweep asks whether a model's repeats may share one process (``--shared-repeats``: the steps
+built once, re-run for each repeat) against a process per repeat; where it agrees, or until it has answered, the
+overhead parts and the knob studies run their repeats that way. A part longer than a window is split so that every
+window ends with finished parts.
 
 Expected times come from ``costs``: what this study's own windows measured, else what the last GPU run
 kept in the repository measured, else an estimate per model family, each saying which.
@@ -54,6 +54,8 @@ with the flag in ``XLA_FLAGS``, as a user's program is, and says whether the fai
 mode's."""
 NATIVE = "native"
 """The overhead part of the native PyTorch models (``Scale.native``)."""
+LIBRARIES = "libraries"
+"""The overhead part of torchvision's and timm's models (``Scale.libraries``), named as a user names them."""
 FLAX = "flax"
 """The overhead part of the Flax NNX models (``Scale.flax``), on JAX in the first window."""
 STABILITY_VARIANTS = ("impl", "control")
@@ -72,6 +74,10 @@ class Scale:
     rest: tuple[str, ...]
     native: tuple[str, ...]
     """The native PyTorch registry models (``hf_*``), swept on PyTorch right after the first window's checks."""
+    libraries: tuple[str, ...]
+    """torchvision's and timm's model functions (``registry.LIBRARY_MODELS``), swept on PyTorch after the native
+    models where both packages are installed (a GPU image has them; their wheels do not import beside a CPU build
+    of PyTorch)."""
     flax: tuple[str, ...]
     """The Flax NNX registry models (``flax_*``), swept on JAX at the first window's end: JAX users' own kind of
     model, on the backend where determinism has cost most."""
@@ -121,6 +127,7 @@ SCALES: dict[str, Scale] = {
         first=("mediumcnn_k1", "mediumcnn_k3", "mediumcnn_k5", "mediumcnn_k7", "gpt_small"),
         rest=("moe_small", "vit_small", "vgg19", "resnet50", "densenet121", "mobilenet", "efficientnetb0"),
         native=("hf_resnet50_small", "hf_vit_small", "hf_gpt2_small", "hf_llama_small"),
+        libraries=tuple(registry.LIBRARY_MODELS),
         flax=("flax_resnet_small", "flax_gpt_small"),
         flax_knobs="flax_gpt_small",
         sweep=GPU_SWEEP,
@@ -151,6 +158,7 @@ SCALES: dict[str, Scale] = {
         first=("gpt_tiny",),
         rest=(),
         native=(),
+        libraries=(),
         flax=(),
         flax_knobs=None,
         sweep=("--preset", "cpu-small", "--steps", "3", "--warmup", "1", "--batch-size", "8"),
@@ -283,6 +291,9 @@ def build_plan(
     if backends.TORCH in names and scale.native:
         native = planner.native(backends.TORCH, NATIVE, scale.native, registry.NATIVE_NEEDS)
         _add(later, not_run, native, f"{backends.TORCH}-overhead-{NATIVE}")
+    if backends.TORCH in names and scale.libraries:
+        libraries = planner.libraries(backends.TORCH, scale.libraries)
+        _add(later, not_run, libraries, f"{backends.TORCH}-overhead-{LIBRARIES}")
     if backends.JAX in names and scale.flax_knobs:
         flax_knobs = planner.native_knobs(backends.JAX, FLAX, scale.flax_knobs, registry.FLAX_NEEDS)
         _add(later, not_run, flax_knobs, f"{backends.JAX}-knobs-{FLAX}")
@@ -378,7 +389,13 @@ class _Planner:
         ]
 
     def overhead(
-        self, backend: str, group: str, models: tuple[str, ...], share_of: int = 0, route: Route | None = None
+        self,
+        backend: str,
+        group: str,
+        models: tuple[str, ...],
+        share_of: int = 0,
+        route: Route | None = None,
+        extra: tuple[str, ...] = (),
     ) -> list[Part]:
         """A sweep of ``models``: its first repeats, then repeats added for precision within what is left of its share
         of the window (at least a second, so that the sweep names the models it left wider than asked)."""
@@ -388,7 +405,14 @@ class _Planner:
         sharing = self._sharing(backend, route) if group != APART else ()
         estimate = self._pairs(backend, models, route, self.scale.repeats, bool(sharing))
         precision = "off" if group == APART else self.scale.precision
-        options: tuple[str, ...] = (*self.scale.sweep, "--repeats", str(self.scale.repeats), "--precision", precision)
+        options: tuple[str, ...] = (
+            *self.scale.sweep,
+            *extra,
+            "--repeats",
+            str(self.scale.repeats),
+            "--precision",
+            precision,
+        )
         if precision != "off":
             share_s = self.budget_s * OVERHEAD_SHARE / (share_of or 1)
             options += ("--budget", f"{max(1, round(share_s - estimate.seconds))}s")
@@ -401,6 +425,17 @@ class _Planner:
         if importlib.util.find_spec(needs) is None:
             return f"{needs} is not installed: {registry.MODEL_PACKAGES[needs]}"
         return self.overhead(backend, group, models, share_of=len(self.routes) * 2)
+
+    def libraries(self, backend: str, models: tuple[str, ...]) -> list[Part] | str:
+        """A sweep of library model functions at the images they take, paired as the pairing check found; why not,
+        where a package they come from is not installed."""
+        packages = dict.fromkeys(model.split(".", 1)[0] for model in models)
+        missing = [package for package in packages if importlib.util.find_spec(package) is None]
+        if missing:
+            return "; ".join(f"{package} is not installed: {registry.MODEL_PACKAGES[package]}" for package in missing)
+        height, width, channels = registry.IMAGENET_SHAPE
+        shape = f"{channels}x{height}x{width}"
+        return self.overhead(backend, LIBRARIES, models, len(self.routes) * 2, extra=("--input-shape", shape))
 
     def native_knobs(self, backend: str, group: str, model: str, needs: str) -> list[Part] | str:
         """A knob study of a native registry model (``knobs``), each part named for its group; why not, where the

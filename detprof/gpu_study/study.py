@@ -273,10 +273,11 @@ def run_window(prepared: Prepared, request: StudyRequest, say: Callable[[str], N
 
 
 def knob_model(plan: StudyPlan, out: Path, backend: str) -> str | None:
-    """The model whose determinism cost the most kernel time (else wall time) on ``backend`` in this study."""
+    """The model whose determinism cost the most kernel time (else wall time) on ``backend`` in this study, of the
+    models the registry sizes (a library's model function takes its images from the sweep's options)."""
     from detprof.reports.report_data import build_report
 
-    folders = [out / p.name for p in plan.parts if p.kind in SWEPT and p.backend == backend]
+    folders = [out / p.name for p in plan.parts if p.kind in SWEPT and p.backend == backend and sized(p)]
     folders = [folder for folder in folders if (folder / "sweep" / "manifest.json").exists()]
     if not folders:
         return None
@@ -289,12 +290,20 @@ def knob_model(plan: StudyPlan, out: Path, backend: str) -> str | None:
     return max(costs)[1] if costs else None
 
 
+def sized(part: Part) -> bool:
+    """Whether every model of ``part`` is one the registry sizes (not a library's model function)."""
+    from detprof.models.registry import BUILT_IN
+
+    return all(model in BUILT_IN for model in part.models)
+
+
 def note_apart_models(prepared: Prepared, out: Path) -> None:
     """For each backend whose overhead parts are all done, once: the models whose pairs failed in one process,
-    which the next window reruns with a process per mode."""
+    which the next window reruns with a process per mode (of the models the registry sizes: a library's model
+    function takes its images from its part's options, and a failed pair of one stays in the report as failed)."""
     state = prepared.state
     for backend in state.backends:
-        overhead = [p for p in prepared.plan.parts if p.kind == "overhead" and p.backend == backend]
+        overhead = [p for p in prepared.plan.parts if p.kind == "overhead" and p.backend == backend and sized(p)]
         if backend in state.apart_models or not all(state.is_done(part.name) for part in overhead):
             continue
         state.apart_models[backend] = failed_in_one_process([out / part.name for part in overhead])

@@ -168,6 +168,16 @@ MODEL_PACKAGES = {
 installs it."""
 
 
+LIBRARY_MODELS = {
+    "torchvision.models:convnext_tiny": "resnet50",
+    "timm.models.efficientnet:efficientnet_b0": "efficientnetb0",
+}
+"""Model functions of torchvision and timm as you name them to ``--models`` (called with no arguments: 1,000
+classes, 3x224x224 images), each with the registry model of its size and kind whose measured cost stands in for
+its own until a GPU measured it (ConvNeXt-T has ResNet-50's 4 GFLOPs and 25-28 M parameters). Their labels
+(``convnext_tiny``, ``efficientnet_b0``) are no registry name."""
+
+
 def not_installed(given: str, package: str) -> str:
     """The one line for a model (``given``) that needs ``package`` of ``MODEL_PACKAGES`` where it is missing."""
     return f"{given} needs {package}, which is not installed here: {MODEL_PACKAGES[package]}"
