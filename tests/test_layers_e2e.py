@@ -119,14 +119,17 @@ from flax import nnx
 
 class Planted(nnx.Module):
     """The Keras model's planted layer as a Flax NNX module: extra products where the step is traced for
-    deterministic mode (XLA's flag in XLA_FLAGS, as its arm sets it while tracing)."""
+    deterministic mode (XLA's flag in XLA_FLAGS, as its arm sets it while tracing). Twice the Keras layer's: on the
+    one core a CPU session is pinned to, XLA's thread pool (which JAX cannot be told to shrink) sometimes holds
+    back the convolution that follows the products for a scheduler slice, 1 to 2.5 ms of conv_k5's time in some
+    steps of that arm, where the 72 products add about 7 ms."""
 
     def __init__(self, channels):
         self.mix = nnx.Variable(jnp.eye(channels))
 
     def __call__(self, x):
         if "xla_gpu_deterministic_ops=true" in os.environ.get("XLA_FLAGS", ""):
-            for _ in range(72):
+            for _ in range(144):
                 x = jnp.einsum("bhwc,cd->bhwd", x, self.mix.get_value())
         return x
 
