@@ -89,9 +89,8 @@ GENERATIONS: dict[str, tuple[str, ...]] = {
     "Hopper": ("h100", "h200", "gh200"),
     "Blackwell": ("b200", "5090"),
 }
-"""The architecture of each label of ``KNOWN_GPUS``: boards of one architecture run the same kernels (the same
-compute capability's builds) and what detprof measured on one is the nearest estimate for another, where none was
-measured on it (``gpu_study.study.measured_costs``)."""
+"""The architecture of each label of ``KNOWN_GPUS``: where detprof measured nothing on a board, what it measured on
+another board of its architecture is the nearest estimate it has (``gpu_study.study.measured_costs``)."""
 
 
 def generation(gpu: str) -> str | None:
