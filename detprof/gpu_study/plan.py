@@ -422,17 +422,15 @@ class _Planner:
     def native(self, backend: str, group: str, models: tuple[str, ...], needs: str) -> list[Part] | str:
         """A sweep of native registry models on their backend, paired as its pairing check found; why not, where the
         package that builds them (``needs``) is not installed."""
-        if importlib.util.find_spec(needs) is None:
-            return f"{needs} is not installed: {registry.MODEL_PACKAGES[needs]}"
+        if missing := _not_installed(needs):
+            return missing
         return self.overhead(backend, group, models, share_of=len(self.routes) * 2)
 
     def libraries(self, backend: str, models: tuple[str, ...]) -> list[Part] | str:
         """A sweep of library model functions at the images they take, paired as the pairing check found; why not,
         where a package they come from is not installed."""
-        packages = dict.fromkeys(model.split(".", 1)[0] for model in models)
-        missing = [package for package in packages if importlib.util.find_spec(package) is None]
-        if missing:
-            return "; ".join(f"{package} is not installed: {registry.MODEL_PACKAGES[package]}" for package in missing)
+        if missing := _not_installed(*(model.split(".", 1)[0] for model in models)):
+            return missing
         height, width, channels = registry.IMAGENET_SHAPE
         shape = f"{channels}x{height}x{width}"
         return self.overhead(backend, LIBRARIES, models, len(self.routes) * 2, extra=("--input-shape", shape))
@@ -440,8 +438,8 @@ class _Planner:
     def native_knobs(self, backend: str, group: str, model: str, needs: str) -> list[Part] | str:
         """A knob study of a native registry model (``knobs``), each part named for its group; why not, where the
         package that builds it (``needs``) is not installed."""
-        if importlib.util.find_spec(needs) is None:
-            return f"{needs} is not installed: {registry.MODEL_PACKAGES[needs]}"
+        if missing := _not_installed(needs):
+            return missing
         parts = self.knobs(backend, model, first=False)
         if isinstance(parts, str):
             return parts
@@ -584,6 +582,12 @@ class _Planner:
             )
             for n, chunk in enumerate(chunks, start=1)
         ]
+
+
+def _not_installed(*packages: str) -> str:
+    """Why a part of models that ``packages`` build is not run here: each one missing, with its install ("": none)."""
+    missing = [package for package in dict.fromkeys(packages) if importlib.util.find_spec(package) is None]
+    return "; ".join(f"{package} is not installed: {registry.MODEL_PACKAGES[package]}" for package in missing)
 
 
 def _with(options: Sequence[str], changed: Sequence[str]) -> tuple[str, ...]:
