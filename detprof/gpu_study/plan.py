@@ -431,9 +431,10 @@ class _Planner:
         where a package they come from is not installed."""
         if missing := _not_installed(*(model.split(".", 1)[0] for model in models)):
             return missing
-        height, width, channels = registry.IMAGENET_SHAPE
-        shape = f"{channels}x{height}x{width}"
-        return self.overhead(backend, LIBRARIES, models, len(self.routes) * 2, extra=("--input-shape", shape))
+        from detprof.models.own import shape_text
+
+        channels_first = shape_text((registry.IMAGENET_SHAPE[-1], *registry.IMAGENET_SHAPE[:-1]))
+        return self.overhead(backend, LIBRARIES, models, len(self.routes) * 2, extra=("--input-shape", channels_first))
 
     def native_knobs(self, backend: str, group: str, model: str, needs: str) -> list[Part] | str:
         """A knob study of a native registry model (``knobs``), each part named for its group; why not, where the
