@@ -2,8 +2,10 @@
 
 Every estimate is built from what a GPU measured: first what this study's own windows measured
 (its records and its parts' seconds), then what the last GPU run shipped with detprof measured on
-the same GPU (``gpu_reference``), and only where neither has the model, an estimate per model
-family that says so. A repeat measured with both modes in one process and one measured with a
+the same GPU (``gpu_reference``); where neither has the model, a measured model of its family (on
+its backend first, else the model itself on another backend, else its family there), then of the family built most
+like it (``RELATED_FAMILIES``), each saying which; only where none of those was measured, an estimate per model
+family. A repeat measured with both modes in one process and one measured with a
 process per mode differ by the process the second one starts again (``APART_REPEAT_FACTOR``), so a
 figure measured one way is scaled to the other, and the source says so.
 """
@@ -11,7 +13,7 @@ figure measured one way is scaled to the other, and the source says so.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from detprof.analysis.pairing_check import Route
 from detprof.models import registry
@@ -28,6 +30,15 @@ REUSED_REST_S = 3.0
 """A repeat that re-runs the steps its process built for the model's first (``--shared-repeats``): beyond its
 measured steps, a warm-up round of each mode, the tracer's start and stop, and its trace parsed; until the study
 measured one (its records' ``steps_reused``). Where a model's measured steps are not known, none is saved."""
+RELATED_FAMILIES: Mapping[str, str] = {
+    "moe": "gpt",
+    "llama": "gpt",
+    "resnet": "keras-applications",
+    "small-cnn": "medium-cnn",
+}
+"""For a family none of whose models a GPU measured, the family built most like it: detprof's mixture of experts is
+its GPT with expert layers, a Llama-style decoder a GPT-style one with other norms and activations, the ResNets
+residual CNNs as the Keras applications' ResNet-50 is, the small CNNs the medium CNNs with fewer filters."""
 WORKER_START_S = 8.0
 """A worker's start on a GPU machine (Python, the framework and Keras imported, the device initialised), where the
 study has measured none yet (its records' ``start`` and ``device`` parts): what a process of its own adds."""
@@ -51,9 +62,16 @@ class Estimate:
     steps_s: float
     """Of those, the measured steps it is expected to run (0 where none is known)."""
     source: str
+    like: tuple[str, ...] = ()
+    """Each unmeasured model it was estimated for from a measured one: "MODEL as OTHER on BACKEND (why)"."""
 
     def times(self, factor: float) -> Estimate:
-        return Estimate(self.seconds * factor, self.steps_s * factor, self.source)
+        return replace(self, seconds=self.seconds * factor, steps_s=self.steps_s * factor)
+
+    @property
+    def cited(self) -> str:
+        """Its source, with the measured model each unmeasured one was estimated from."""
+        return f"{self.source}: {', '.join(self.like)}" if self.like else self.source
 
 
 def summed(estimates: Sequence[Estimate], start_s: float = 0.0) -> Estimate:
@@ -61,11 +79,13 @@ def summed(estimates: Sequence[Estimate], start_s: float = 0.0) -> Estimate:
     how many were measured."""
     sources = [e.source for e in estimates]
     measured = [s for s in sources if not s.startswith("estimated")]
-    if not measured or len(set(sources)) == 1:
-        source = sources[0] if sources else "estimated"
+    estimated = list(dict.fromkeys(c for s in sources if s.startswith("estimated") for c in s.split("; ")))
+    if not measured or not estimated or len(set(sources)) == 1:
+        source = "; ".join(estimated) if not measured else measured[0] if sources else "estimated"
     else:
-        source = f"{measured[0]} for {len(measured)} of {len(sources)}, else estimated"
-    return Estimate(start_s + sum(e.seconds for e in estimates), sum(e.steps_s for e in estimates), source)
+        source = f"{measured[0]} for {len(measured)} of {len(sources)}, else " + "; ".join(estimated)
+    like = tuple(dict.fromkeys(model for e in estimates for model in e.like))
+    return Estimate(start_s + sum(e.seconds for e in estimates), sum(e.steps_s for e in estimates), source, like)
 
 
 @dataclass(frozen=True)
@@ -92,6 +112,11 @@ class Costs:
         if known is None and (stand_in := registry.LIBRARY_MODELS.get(model)) is not None:
             estimate = self.repeat(backend, stand_in, route)
             return Estimate(estimate.seconds, estimate.steps_s, f"{estimate.source}, as {stand_in} (its size)")
+        if known is None and (relative := self.relative(backend, model)) is not None:
+            other_backend, other, why = relative
+            estimate = self.repeat(other_backend, other, route)
+            like = (f"{model} as {'measured' if other == model else other} on {other_backend}{why}",)
+            return Estimate(estimate.seconds, estimate.steps_s, "estimated from a measured model like it", like)
         if known is None:
             family = spec.family if (spec := registry.BUILT_IN.get(model)) is not None else "*"
             seconds = self.family_repeat_s.get(family, self.family_repeat_s.get("*", 30.0))
@@ -103,6 +128,40 @@ class Costs:
         how = "one process" if route == "in_process" else "a process per mode"
         return Estimate(known.seconds * factor, known.steps_s or 0.0, f"measured {known.source}, scaled to {how}")
 
+    def relative(self, backend: str, model: str) -> tuple[str, str, str] | None:
+        """The measured model that an unmeasured registry ``model``'s repeat is estimated from, with its backend and
+        why it (""  where it is ``model`` itself): of its family on ``backend``, ``model`` on another backend, its
+        family there, then the related family's (``RELATED_FAMILIES``) on ``backend`` and elsewhere; of several, the
+        one of median cost (the costlier of two), so that one model's figure is cited whole."""
+        spec = registry.BUILT_IN.get(model)
+        if spec is None:
+            return None
+        related = RELATED_FAMILIES.get(spec.family)
+        searches: list[tuple[list[tuple[str, str]], str]] = [
+            (self._of_family(spec.family, backend, here=True), f" (its family, {spec.family})"),
+            ([(b, m) for b, m in self.measured if m == model], ""),
+            (self._of_family(spec.family, backend, here=False), f" (its family, {spec.family})"),
+        ]
+        if related is not None:
+            why = f" (a {related} model: no {spec.family} model was measured)"
+            searches += [
+                (self._of_family(related, backend, here=True), why),
+                (self._of_family(related, backend, here=False), why),
+            ]
+        for found, why in searches:
+            if found:
+                ranked = sorted(found, key=lambda key: self.repeat(*key, "in_process").seconds)
+                return (*ranked[len(ranked) // 2], why)
+        return None
+
+    def _of_family(self, family: str, backend: str, *, here: bool) -> list[tuple[str, str]]:
+        """The measured (backend, model)s of ``family``: on ``backend`` (``here``), else on the others."""
+        return [
+            (b, m)
+            for b, m in self.measured
+            if (b == backend) == here and (spec := registry.BUILT_IN.get(m)) is not None and spec.family == family
+        ]
+
     def repeats(self, backend: str, model: str, route: Route, count: int, *, shared: bool = False) -> Estimate:
         """``count`` repeats of ``model``: each its own process, or (``shared``) the first building the steps that
         the others re-run in its process."""
@@ -111,7 +170,8 @@ class Costs:
             return first.times(count)
         again = self.reused_repeat(backend, model, first)
         steps = first.steps_s * count
-        return Estimate(first.seconds + again.seconds * (count - 1), steps, f"{first.source}; {again.source}")
+        source = f"{first.source}; {again.source}"
+        return Estimate(first.seconds + again.seconds * (count - 1), steps, source, first.like)
 
     def reused_repeat(self, backend: str, model: str, first: Estimate) -> Estimate:
         """A repeat that re-runs the steps ``first`` built: as measured in this study, else its measured steps and
@@ -131,7 +191,8 @@ class Costs:
         if (backend, model) in self.verify_run_s:
             return Estimate(self.verify_run_s[backend, model], 0.0, "measured in this study")
         pair = self.repeat(backend, model, "in_process")
-        return Estimate(pair.seconds * VERIFY_RUN_SHARE, 0.0, f"{pair.source}; a verify run taken as half a repeat")
+        source = f"{pair.source}; a verify run taken as half a repeat"
+        return Estimate(pair.seconds * VERIFY_RUN_SHARE, 0.0, source, pair.like)
 
     def worker_start(self, backend: str) -> Estimate:
         """What a worker of its own adds: its start and the device's initialisation."""

@@ -16,7 +16,8 @@ overhead parts and the knob studies run their repeats that way. A part longer th
 window ends with finished parts.
 
 Expected times come from ``costs``: what this study's own windows measured, else what the last GPU run
-kept in the repository measured, else an estimate per model family, each saying which.
+kept in the repository measured, else a measured model like it (of its family, ``costs.Costs.relative``), else an
+estimate per model family, each saying which.
 """
 
 from __future__ import annotations
@@ -110,8 +111,8 @@ class Scale:
     full_knobs: bool
     """Whether later windows run the knob study of the model that paid most, at the sweep's size."""
     family_repeat_s: Mapping[str, float]
-    """Estimated seconds of one repeat (both modes, one process) of a model of each family, where none was
-    measured; ``*`` for a family not listed."""
+    """Estimated seconds of one repeat (both modes, one process) of a model of each family, where no model of its
+    family or the family built most like it was measured; ``*`` for a family not listed."""
     stability_run_s: Mapping[str, float]
     """Estimated seconds of one stability run of each model, where the study measured none."""
 
@@ -210,7 +211,7 @@ class Part:
 
     @property
     def estimated_from(self) -> str:
-        return self.estimate.source
+        return self.estimate.cited
 
     def argv(self, folder: str, model: str | None = None) -> list[str]:
         """The command line, after ``detprof``, that runs this part into ``folder``."""
@@ -496,7 +497,7 @@ class _Planner:
         route = self._knob_route(backend, starts)
         sharing = self._sharing(backend, route)
         arms = self._knob_arms(backend, model, starts, route, bool(sharing))
-        arms = Estimate(arms.seconds, arms.steps_s * shorter, arms.source)
+        arms = replace(arms, steps_s=arms.steps_s * shorter)
         run = summed([self.costs.verify_run(backend, model), self.costs.worker_start(backend)])
         checked = len(design.dropped()) + len(set(design.helpers.values()) - {TOTAL}) + bool(design.every)
         checks = run.times(checked * CHECK_RUNS)
@@ -529,12 +530,14 @@ class _Planner:
         workers = 1 if sharing else self.scale.repeats  # of each start, each running all its comparisons
         saved = self.costs.worker_start(backend).seconds * workers * (len(alike) - len(set(alike)))
         shared = pairs.times(len(alike))
-        together = Estimate(max(shared.seconds - saved, shared.steps_s), shared.steps_s, shared.source)
+        together = replace(shared, seconds=max(shared.seconds - saved, shared.steps_s))
         if not apart:
             return together
         each = self.costs.repeats(backend, model, "processes", self.scale.repeats).times(apart)
         source = f"{together.source}; {apart} of {len(starts)} comparisons a process per arm"
-        return Estimate(together.seconds + each.seconds, together.steps_s + each.steps_s, source)
+        return replace(
+            together, seconds=together.seconds + each.seconds, steps_s=together.steps_s + each.steps_s, source=source
+        )
 
     def stability(self, backend: str, model: str, options: tuple[str, ...], *, first: bool) -> Part:
         runs = int(options[options.index("--runs") + 1])
@@ -579,6 +582,7 @@ class _Planner:
                     COMMAND_START_S + each * len(chunk),
                     whole.steps_s * len(chunk) / len(part.models),
                     whole.source,
+                    tuple(like for like in whole.like if like.split(" as ", 1)[0] in chunk),
                 ),
             )
             for n, chunk in enumerate(chunks, start=1)

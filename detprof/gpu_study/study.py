@@ -524,8 +524,9 @@ def window_time_lines(state: StudyState) -> list[str]:
 
 
 def _steps_expected(parts: Sequence[Part], state: StudyState) -> str:
-    """The share of ``parts``' expected time in measured steps, over the parts whose steps a GPU measured: a part
-    known only by estimate (or one that times no step: ``verify``, stability) says nothing of it."""
+    """The share of ``parts``' expected time in measured steps, over the parts whose steps a GPU measured (theirs,
+    or a model's like theirs: ``costs.Costs.relative``): a part known only by estimate (or one that times no step:
+    ``verify``, stability) says nothing of it."""
     known = [p for p in parts if p.estimate.steps_s > 0 and p.estimate_s > 0]
     if not known:
         return "its share in measured steps not known (no GPU measured the steps of its parts)"
@@ -533,7 +534,7 @@ def _steps_expected(parts: Sequence[Part], state: StudyState) -> str:
     known_s = sum(state.expected_s(p) for p in known)
     return (
         f"measured steps {steps / known_s:.1%} of the {known_s:.0f} s of the {len(known)} "
-        f"part{'s' * (len(known) != 1)} whose steps a GPU measured (as measured there)"
+        f"part{'s' * (len(known) != 1)} whose steps a GPU measured (theirs, or a model's like theirs)"
     )
 
 
