@@ -75,15 +75,19 @@ class Estimate:
 
 
 def summed(estimates: Sequence[Estimate], start_s: float = 0.0) -> Estimate:
-    """The estimates of several units added, and ``start_s`` of a command's own; the source of all of them, or of
-    how many were measured."""
+    """The estimates of several units added, and ``start_s`` of a command's own; the source: the first measured one,
+    with how many were measured where others were estimated, each estimated one's clauses once."""
     sources = [e.source for e in estimates]
     measured = [s for s in sources if not s.startswith("estimated")]
-    estimated = list(dict.fromkeys(c for s in sources if s.startswith("estimated") for c in s.split("; ")))
-    if not measured or not estimated or len(set(sources)) == 1:
-        source = "; ".join(estimated) if not measured else measured[0] if sources else "estimated"
+    estimated = "; ".join(dict.fromkeys(c for s in sources if s.startswith("estimated") for c in s.split("; ")))
+    if not sources:
+        source = "estimated"
+    elif not estimated:
+        source = measured[0]
+    elif not measured:
+        source = estimated
     else:
-        source = f"{measured[0]} for {len(measured)} of {len(sources)}, else " + "; ".join(estimated)
+        source = f"{measured[0]} for {len(measured)} of {len(sources)}, else {estimated}"
     like = tuple(dict.fromkeys(model for e in estimates for model in e.like))
     return Estimate(start_s + sum(e.seconds for e in estimates), sum(e.steps_s for e in estimates), source, like)
 
@@ -129,10 +133,10 @@ class Costs:
         return Estimate(known.seconds * factor, known.steps_s or 0.0, f"measured {known.source}, scaled to {how}")
 
     def relative(self, backend: str, model: str) -> tuple[str, str, str] | None:
-        """The measured model that an unmeasured registry ``model``'s repeat is estimated from, with its backend and
-        why it (""  where it is ``model`` itself): of its family on ``backend``, ``model`` on another backend, its
-        family there, then the related family's (``RELATED_FAMILIES``) on ``backend`` and elsewhere; of several, the
-        one of median cost (the costlier of two), so that one model's figure is cited whole."""
+        """The measured model that an unmeasured registry ``model``'s repeat is estimated from: its backend, its name
+        and why it was chosen ("" where it is ``model`` itself). Of its family on ``backend``, ``model`` on another
+        backend, its family there, then the related family's (``RELATED_FAMILIES``) on ``backend`` and elsewhere; of
+        several, the one of median cost (the costlier of two), so that one model's figure is cited whole."""
         spec = registry.BUILT_IN.get(model)
         if spec is None:
             return None
