@@ -192,7 +192,14 @@ def test_torchvisions_and_timms_models_are_swept_as_a_user_names_them_where_both
     # Each costs what the registry model of its size measured, and says so.
     resnet50 = measured_costs("NVIDIA H200").repeat("torch", "resnet50", "in_process")
     convnext = measured_costs("NVIDIA H200").repeat("torch", "torchvision.models:convnext_tiny", "in_process")
-    assert convnext.seconds == resnet50.seconds and convnext.source == f"{resnet50.source}, as resnet50 (its size)"
+    assert convnext.seconds == resnet50.seconds
+    assert convnext.like == ("torchvision.models:convnext_tiny as resnet50 on torch (its size)",)
+    # A stand-in no GPU measured is itself estimated, and both say so.
+    efficientnet = measured_costs("NVIDIA H200").repeat("torch", part.models[1], "in_process")
+    assert efficientnet.like == (
+        "timm.models.efficientnet:efficientnet_b0 as efficientnetb0 on torch (its size)",
+        "efficientnetb0 as resnet50 on torch (its family, keras-applications)",
+    )
     # Their labels are no registry model's, so that a study's rows of one model never hold another's.
     assert not {own.parse(model).label for model in part.models} & registry.BUILT_IN.keys()
     # The knob study takes the costliest model the registry sizes: a library's takes its images from its part.

@@ -113,13 +113,10 @@ class Costs:
         """One repeat of ``model`` paired by ``route``: as measured that way, else scaled from the other way, else
         estimated from its family."""
         known = self.measured.get((backend, model))
-        if known is None and (stand_in := registry.LIBRARY_MODELS.get(model)) is not None:
-            estimate = self.repeat(backend, stand_in, route)
-            return Estimate(estimate.seconds, estimate.steps_s, f"{estimate.source}, as {stand_in} (its size)")
         if known is None and (relative := self.relative(backend, model)) is not None:
             other_backend, other, why = relative
             estimate = self.repeat(other_backend, other, route)
-            like = (f"{model} as {'measured' if other == model else other} on {other_backend}{why}",)
+            like = (f"{model} as {'measured' if other == model else other} on {other_backend}{why}", *estimate.like)
             return Estimate(estimate.seconds, estimate.steps_s, "estimated from a measured model like it", like)
         if known is None:
             family = spec.family if (spec := registry.BUILT_IN.get(model)) is not None else "*"
@@ -133,10 +130,14 @@ class Costs:
         return Estimate(known.seconds * factor, known.steps_s or 0.0, f"measured {known.source}, scaled to {how}")
 
     def relative(self, backend: str, model: str) -> tuple[str, str, str] | None:
-        """The measured model that an unmeasured registry ``model``'s repeat is estimated from: its backend, its name
-        and why it was chosen ("" where it is ``model`` itself). Of its family on ``backend``, ``model`` on another
-        backend, its family there, then the related family's (``RELATED_FAMILIES``) on ``backend`` and elsewhere; of
-        several, the one of median cost (the costlier of two), so that one model's figure is cited whole."""
+        """The model that an unmeasured ``model``'s repeat is estimated from: its backend, its name and why it was
+        chosen ("" where it is ``model`` itself). A library's model: the registry model of its size
+        (``registry.LIBRARY_MODELS``), itself estimated where not measured. A registry model: a measured one of its
+        family on ``backend``, ``model`` on another backend, its family there, then the related family's
+        (``RELATED_FAMILIES``) on ``backend`` and elsewhere; of several, the one of median cost (the costlier of
+        two), so that one model's figure is cited whole."""
+        if (stand_in := registry.LIBRARY_MODELS.get(model)) is not None:
+            return backend, stand_in, " (its size)"
         spec = registry.BUILT_IN.get(model)
         if spec is None:
             return None
