@@ -310,13 +310,14 @@ def test_a_model_no_gpu_measured_is_estimated_from_a_measured_model_like_it_and_
     mixed = Costs({("jax", "gpt_tiny"): tiny, ("torch", "gpt_small"): Measured(30.0, 2.0, "processes", "on a GPU")})
     assert mixed.repeat("jax", "gpt_small", "in_process").like == ("gpt_small as gpt_tiny on jax (its family, gpt)",)
     # Nothing like it measured: the family's guess, its steps not known, and saying so.
-    guessed = Costs(family_repeat_s={"gpt": 30.0}).repeat("jax", "gpt_small", "in_process")
-    assert (guessed.seconds, guessed.steps_s, guessed.source, guessed.like) == (
-        30.0,
-        0.0,
-        "estimated for a gpt model",
-        (),
-    )
+    guesses = Costs(family_repeat_s={"gpt": 30.0, "keras-applications": 45.0})
+    guessed = guesses.repeat("jax", "gpt_small", "in_process")
+    assert (guessed.seconds, guessed.steps_s, guessed.like) == (30.0, 0.0, ())
+    assert guessed.source == "estimated for a gpt model"
+    # A library's model whose stand-in is itself a guess says so, not that a measured model stood in.
+    library = guesses.repeat("torch", "torchvision.models:convnext_tiny", "in_process")
+    assert (library.seconds, library.source) == (45.0, "estimated for a keras-applications model")
+    assert library.like == ("torchvision.models:convnext_tiny as resnet50 on torch (its size)",)
     # A sum cites each model estimated, once.
     plan = build_plan(SCALES["gpu"], ["jax"], 600.0, h100, on_gpu=True)
     flax = next(part for part in plan.parts if part.name == "jax-overhead-flax")

@@ -63,7 +63,7 @@ class Estimate:
     """Of those, the measured steps it is expected to run (0 where none is known)."""
     source: str
     like: tuple[str, ...] = ()
-    """Each unmeasured model it was estimated for from a measured one: "MODEL as OTHER on BACKEND (why)"."""
+    """Each unmeasured model in it, with the model it was estimated from: "MODEL as OTHER on BACKEND (why)"."""
 
     def times(self, factor: float) -> Estimate:
         return replace(self, seconds=self.seconds * factor, steps_s=self.steps_s * factor)
@@ -98,8 +98,8 @@ class Costs:
 
     measured: Mapping[tuple[str, str], Measured] = field(default_factory=dict)
     family_repeat_s: Mapping[str, float] = field(default_factory=dict)
-    """Estimated seconds of one in-process repeat of a model of each family, where none was measured (``*``: any
-    other family)."""
+    """Estimated seconds of one in-process repeat of a model of each family, where nothing like it was measured
+    (``relative``; ``*``: any other family)."""
     verify_run_s: Mapping[tuple[str, str], float] = field(default_factory=dict)
     """(backend, model): seconds one verify run took in this study."""
     stability_run_s: Mapping[tuple[str, str], float] = field(default_factory=dict)
@@ -111,13 +111,15 @@ class Costs:
 
     def repeat(self, backend: str, model: str, route: Route) -> Estimate:
         """One repeat of ``model`` paired by ``route``: as measured that way, else scaled from the other way, else
-        estimated from its family."""
+        as a model like it (``relative``), else its family's guess."""
         known = self.measured.get((backend, model))
         if known is None and (relative := self.relative(backend, model)) is not None:
             other_backend, other, why = relative
             estimate = self.repeat(other_backend, other, route)
             like = (f"{model} as {'measured' if other == model else other} on {other_backend}{why}", *estimate.like)
-            return Estimate(estimate.seconds, estimate.steps_s, "estimated from a measured model like it", like)
+            estimated = estimate.source.startswith("estimated")  # a stand-in itself estimated: as it was
+            source = estimate.source if estimated else "estimated from a measured model like it"
+            return Estimate(estimate.seconds, estimate.steps_s, source, like)
         if known is None:
             family = spec.family if (spec := registry.BUILT_IN.get(model)) is not None else "*"
             seconds = self.family_repeat_s.get(family, self.family_repeat_s.get("*", 30.0))
