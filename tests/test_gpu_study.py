@@ -200,6 +200,10 @@ def test_torchvisions_and_timms_models_are_swept_as_a_user_names_them_where_both
         "timm.models.efficientnet:efficientnet_b0 as efficientnetb0 on torch (its size)",
         "efficientnetb0 as resnet50 on torch (its family, keras-applications)",
     )
+    # Split over windows too short for both, each part cites the links of its own model only, all of them.
+    narrow = build_plan(SCALES["gpu"], ["torch"], 120.0, measured_costs("NVIDIA H200"), on_gpu=True)
+    halves = [p for p in narrow.parts if p.name.startswith("torch-overhead-libraries-")]
+    assert [half.estimate.like for half in halves] == [convnext.like, efficientnet.like]
     # Their labels are no registry model's, so that a study's rows of one model never hold another's.
     assert not {own.parse(model).label for model in part.models} & registry.BUILT_IN.keys()
     # The knob study takes the costliest model the registry sizes: a library's takes its images from its part.

@@ -62,11 +62,16 @@ class Estimate:
     steps_s: float
     """Of those, the measured steps it is expected to run (0 where none is known)."""
     source: str
-    like: tuple[str, ...] = ()
-    """Each unmeasured model in it, with the model it was estimated from: "MODEL as OTHER on BACKEND (why)"."""
+    stand_ins: tuple[tuple[str, str], ...] = ()
+    """Each link by which an unmeasured model in it was estimated from another: (the model of the part it stands
+    for, "MODEL as OTHER on BACKEND (why)"); a stand-in itself estimated adds its own link under the same model."""
 
     def times(self, factor: float) -> Estimate:
         return replace(self, seconds=self.seconds * factor, steps_s=self.steps_s * factor)
+
+    @property
+    def like(self) -> tuple[str, ...]:
+        return tuple(text for _, text in self.stand_ins)
 
     @property
     def cited(self) -> str:
@@ -88,8 +93,8 @@ def summed(estimates: Sequence[Estimate], start_s: float = 0.0) -> Estimate:
         source = estimated
     else:
         source = f"{measured[0]} for {len(measured)} of {len(sources)}, else {estimated}"
-    like = tuple(dict.fromkeys(model for e in estimates for model in e.like))
-    return Estimate(start_s + sum(e.seconds for e in estimates), sum(e.steps_s for e in estimates), source, like)
+    stand_ins = tuple(dict.fromkeys(link for e in estimates for link in e.stand_ins))
+    return Estimate(start_s + sum(e.seconds for e in estimates), sum(e.steps_s for e in estimates), source, stand_ins)
 
 
 @dataclass(frozen=True)
@@ -116,10 +121,11 @@ class Costs:
         if known is None and (relative := self.relative(backend, model)) is not None:
             other_backend, other, why = relative
             estimate = self.repeat(other_backend, other, route)
-            like = (f"{model} as {'measured' if other == model else other} on {other_backend}{why}", *estimate.like)
+            link = f"{model} as {'measured' if other == model else other} on {other_backend}{why}"
+            stand_ins = ((model, link), *((model, text) for text in estimate.like))
             estimated = estimate.source.startswith("estimated")  # a stand-in itself estimated: as it was
             source = estimate.source if estimated else "estimated from a measured model like it"
-            return Estimate(estimate.seconds, estimate.steps_s, source, like)
+            return Estimate(estimate.seconds, estimate.steps_s, source, stand_ins)
         if known is None:
             family = spec.family if (spec := registry.BUILT_IN.get(model)) is not None else "*"
             seconds = self.family_repeat_s.get(family, self.family_repeat_s.get("*", 30.0))
@@ -178,7 +184,7 @@ class Costs:
         again = self.reused_repeat(backend, model, first)
         steps = first.steps_s * count
         source = f"{first.source}; {again.source}"
-        return Estimate(first.seconds + again.seconds * (count - 1), steps, source, first.like)
+        return Estimate(first.seconds + again.seconds * (count - 1), steps, source, first.stand_ins)
 
     def reused_repeat(self, backend: str, model: str, first: Estimate) -> Estimate:
         """A repeat that re-runs the steps ``first`` built: as measured in this study, else its measured steps and
@@ -199,7 +205,7 @@ class Costs:
             return Estimate(self.verify_run_s[backend, model], 0.0, "measured in this study")
         pair = self.repeat(backend, model, "in_process")
         source = f"{pair.source}; a verify run taken as half a repeat"
-        return Estimate(pair.seconds * VERIFY_RUN_SHARE, 0.0, source, pair.like)
+        return Estimate(pair.seconds * VERIFY_RUN_SHARE, 0.0, source, pair.stand_ins)
 
     def worker_start(self, backend: str) -> Estimate:
         """What a worker of its own adds: its start and the device's initialisation."""

@@ -582,7 +582,7 @@ class _Planner:
                     COMMAND_START_S + each * len(chunk),
                     whole.steps_s * len(chunk) / len(part.models),
                     whole.source,
-                    tuple(like for like in whole.like if like.split(" as ", 1)[0] in chunk),
+                    tuple(link for link in whole.stand_ins if link[0] in chunk),
                 ),
             )
             for n, chunk in enumerate(chunks, start=1)
