@@ -35,8 +35,12 @@ from detprof.gpu_study.study import (
     knob_model,
     learned_costs,
     measured_costs,
+    note_pairing,
+    pairing_lines,
     prepare,
+    windows_of,
 )
+from detprof.gpu_study.window import StudyWindow
 from detprof.models import own, registry
 from detprof.reports.command import render_report
 from detprof.store import ResultsStore
@@ -380,6 +384,101 @@ def test_later_parts_pair_the_modes_as_the_pairing_check_found() -> None:
     one = next(p for p in agreed.parts if p.name == "torch-overhead-first")
     each = next(p for p in apart.parts if p.name == "torch-overhead-first")
     assert each.estimate_s - 4 == pytest.approx(1.5 * (one.estimate_s - 4))
+
+
+def check_sweeps(out: Path, state: StudyState, suffix: str, k5: dict[str, list[float]], outcome: str = "done") -> None:
+    """The checks' three sweeps on JAX (``suffix``: "" for the first, "-more" for a follow-up's), mediumcnn_k5's
+    per-repeat ratios each way as given (``k5``, by way) and gpt_small's alike both ways; none where they failed."""
+    for way, ratios in k5.items():
+        name = f"jax-pairing-{way}{suffix}"
+        if outcome == "done":
+            gpt = [1.0700, 1.0702, 1.0701][: len(ratios)]
+            records = synth.records({"mediumcnn_k5": ratios, "gpt_small": gpt}, tracer="jax", backend="jax")
+            config = synth.config(["mediumcnn_k5", "gpt_small"], len(ratios), backend="jax")
+            synth.write_sweep(out / name, config, records)
+        state.parts[name] = PartOutcome(outcome, 30.0, 30.0, 0 if outcome == "done" else 1, 1)
+
+
+def test_a_check_that_cannot_tell_is_followed_up_once_and_the_parts_it_decides_wait_for_it(tmp_path: Path) -> None:
+    from test_pairing_check import spread
+
+    # Two repeats a way at a 1% spread (an H100's mediumcnn_k3 on JAX) cannot tell a 0.4% difference from 2%.
+    state = StudyState("gpu", ["jax"])
+    apart, together = spread(2.17, 0.01, 2), spread(2.17 * 1.004, 0.01, 2)
+    check_sweeps(tmp_path, state, "", {"in-process": together, "processes": apart, "shared": together})
+    plan = build_plan(SCALES["gpu"], ["jax"], 600.0, Costs(), on_gpu=True)
+    prepared = Prepared(plan, state, "NVIDIA H200", "GPU-0", on_gpu=True)
+    note_pairing(prepared, tmp_path)
+    # Neither check answers yet: mediumcnn_k5's follow-up runs first, as many more repeats a way as would answer.
+    assert state.pairing == {} and state.shared == {}
+    asked = state.follow_ups["jax"]
+    assert asked == {"models": ("mediumcnn_k5",), "repeats": 3, "ways": ("in-process", "processes", "shared")}
+    prepared = prepared.replanned(tmp_path)
+    plan = prepared.plan
+    more = ["jax-pairing-in-process-more", "jax-pairing-processes-more", "jax-pairing-shared-more"]
+    assert [part.name for part in plan.parts][3:6] == more  # after every backend's first repeats (here one)
+    processes = " ".join(plan.parts[4].argv("f"))
+    assert "--models mediumcnn_k5 " in processes and "--repeats 3 " in processes and "--pairing processes" in processes
+    assert "--shared-repeats" in plan.parts[5].argv("f") and plan.parts[3].first_window
+    # The parts that pair the modes as the checks find wait for it, in a window and in the plan's windows alike;
+    # stability and verify do not.
+    overhead = next(part for part in plan.parts if part.name == "jax-overhead-first")
+    assert plan.waiting(overhead) == tuple(more)
+    assert plan.waiting(next(part for part in plan.parts if part.kind == "stability")) == ()
+    window = StudyWindow(plan, state, tmp_path, lambda line: None, kept_s=plan.budget_s)  # runs nothing
+    window._consider(overhead, lambda backend: None)
+    assert window.left["jax-overhead-first"] == f"waits for its pairing check's follow-up ({', '.join(more)})"
+    placed = windows_of(plan, state)
+    assert all(placed["jax-knobs-first"] >= placed[name] for name in more)
+    said = "\n".join(pairing_lines(prepared))
+    assert (
+        "until its pairing check answers (its first repeats could not tell: 3 more repeats a way of mediumcnn_k5"
+        in said
+    )
+    # Its repeats read with the first ones answer both checks; the study asks no second follow-up.
+    apart, together = spread(2.17, 0.01, 3), spread(2.17 * 1.004, 0.01, 3)  # the same ratio and spread
+    check_sweeps(tmp_path, state, "-more", {"in-process": together, "processes": apart, "shared": together})
+    note_pairing(prepared, tmp_path)
+    assert state.pairing["jax"]["answer"] == "agrees", state.pairing
+    assert "5 and 5 repeats" in state.pairing["jax"]["models"][0]["why"]
+    assert state.shared["jax"]["answer"] == "agrees" and list(state.follow_ups) == ["jax"]
+    plan = prepared.replanned(tmp_path).plan
+    assert plan.waits == {} and plan.routes["jax"] == "in_process"
+    assert [part.name for part in plan.parts][3:6] == more  # kept in the plan, its summary and its report
+    # A follow-up whose parts failed ends the wait too: the checks answer from the first repeats.
+    failed = StudyState("gpu", ["jax"], follow_ups={"jax": asked})
+    apart, together = spread(2.17, 0.01, 2), spread(2.17 * 1.004, 0.01, 2)
+    check_sweeps(tmp_path / "failed", failed, "", {"in-process": together, "processes": apart, "shared": together})
+    check_sweeps(
+        tmp_path / "failed", failed, "-more", {way: [] for way in ("in-process", "processes", "shared")}, "failed"
+    )
+    note_pairing(Prepared(plan, failed, "NVIDIA H200", "GPU-0", on_gpu=True), tmp_path / "failed")
+    assert failed.pairing["jax"]["answer"] == "cannot tell" and failed.known().routes == {"jax": "processes"}
+
+
+def test_a_follow_up_is_asked_only_where_more_repeats_would_answer_within_a_window(tmp_path: Path) -> None:
+    from test_pairing_check import spread
+
+    apart, edge = spread(2.17, 0.01, 2), spread(2.17 * 1.02, 0.01, 2)
+    ways = {"in-process": edge, "processes": apart, "shared": edge}
+    # On the band's edge no number of repeats tells the pairing check; the repeats check (its ratio 1) is followed up
+    # alone, in the two ways it compares.
+    state = StudyState("gpu", ["jax"])
+    check_sweeps(tmp_path / "edge", state, "", ways)
+    plan = build_plan(SCALES["gpu"], ["jax"], 600.0, Costs(), on_gpu=True)
+    note_pairing(Prepared(plan, state, "NVIDIA H200", "GPU-0", on_gpu=True), tmp_path / "edge")
+    assert state.follow_ups["jax"]["ways"] == ("in-process", "shared") and state.pairing == {}
+    # Where the follow-up would not fit a window, none: both checks answer from their first repeats, and say how many
+    # repeats a way would have answered.
+    state = StudyState("gpu", ["jax"])
+    check_sweeps(tmp_path / "long", state, "", ways)
+    short = build_plan(SCALES["gpu"], ["jax"], 80.0, Costs(), on_gpu=True)  # a 30 s window
+    note_pairing(Prepared(short, state, "NVIDIA H200", "GPU-0", on_gpu=True), tmp_path / "long")
+    assert state.follow_ups == {} and state.pairing["jax"]["answer"] == state.shared["jax"]["answer"] == "cannot tell"
+    k5 = {check: next(m for m in answers["jax"]["models"] if m["model"] == "mediumcnn_k5") for check, answers in
+          (("pairing", state.pairing), ("shared", state.shared))}  # fmt: skip
+    assert k5["pairing"]["why"].endswith("no number of repeats would answer")
+    assert k5["shared"]["why"].endswith("about 4 repeats a way would answer")
 
 
 def test_models_whose_pairs_failed_in_one_process_are_rerun_a_process_per_mode_after_the_overhead_parts() -> None:

@@ -3,6 +3,7 @@ per mode, compared model by model into one of three answers, on records of known
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import synthetic_sweep as synth
 
@@ -85,3 +86,40 @@ def test_repeats_sharing_a_process_are_held_to_a_process_per_repeat_the_same_way
     assert answer.answer == "disagrees"
     assert "repeats in one process over a process per repeat" in answer.models[0].why
     assert compare(apart, apart, REPEATS).answer == "agrees"
+
+
+def spread(ratio: float, sd: float, n: int) -> list[float]:
+    """``n`` per-repeat ratios whose logs have mean ln(``ratio``) and sample spread ``sd``, exactly."""
+    z = np.linspace(-1.0, 1.0, n)
+    return list(ratio * np.exp(sd * (z - z.mean()) / z.std(ddof=1)))
+
+
+def test_a_check_that_cannot_tell_says_how_many_repeats_a_way_would_answer_it() -> None:
+    # An H100's mediumcnn_k3 on JAX spread 1% a repeat: two repeats a way cannot tell a 0.4% difference from 2%.
+    first = routes({"mediumcnn_k5": spread(2.17 * 1.004, 0.01, 2)}, {"mediumcnn_k5": spread(2.17, 0.01, 2)})
+    (model,) = first.models
+    assert model.answer == "cannot tell" and "2 and 2 repeats" in model.why
+    needed = model.repeats_to_answer
+    assert needed is not None and 5 <= needed <= 8
+    assert model.why.endswith(f"; about {needed} repeats a way would answer")
+    # As many, at the same ratio and spread, answer; one fewer does not.
+    for n, said in ((needed, "agrees"), (needed - 1, "cannot tell")):
+        more = routes({"mediumcnn_k5": spread(2.17 * 1.004, 0.01, n)}, {"mediumcnn_k5": spread(2.17, 0.01, n)})
+        assert more.answer == said, n
+    # A ratio beyond the band is answered the same way: as many repeats would put the interval wholly outside it.
+    beyond = routes({"mediumcnn_k5": spread(2.17 * 1.035, 0.01, 2)}, {"mediumcnn_k5": spread(2.17, 0.01, 2)})
+    needed = beyond.models[0].repeats_to_answer
+    assert needed is not None
+    wider = routes({"mediumcnn_k5": spread(2.17 * 1.035, 0.01, needed)}, {"mediumcnn_k5": spread(2.17, 0.01, needed)})
+    assert wider.answer == "disagrees"
+    # A ratio on the band's edge: no number of repeats would answer, and the check says so.
+    edge = routes({"mediumcnn_k5": spread(2.17 * 1.02, 0.01, 2)}, {"mediumcnn_k5": spread(2.17, 0.01, 2)})
+    assert edge.models[0].repeats_to_answer is None
+    assert edge.models[0].why.endswith("; no number of repeats would answer")
+    # What answered says nothing of more repeats.
+    assert (
+        routes({"mediumcnn_k5": [2.170, 2.172, 2.169]}, {"mediumcnn_k5": [2.171, 2.170, 2.172]})
+        .models[0]
+        .repeats_to_answer
+        is None
+    )

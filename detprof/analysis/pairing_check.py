@@ -12,6 +12,10 @@ The same comparison asks whether a model's repeats may share one process (``--sh
 first repeat built and compiled, re-run): a repeat in a process of its own draws again what a process fixes once
 (a compiler's and an autotuner's picks, where memory lies), so shared repeats stand for it only where the two
 agree (``REPEATS``).
+
+Where a check cannot tell, each model's answer says how many repeats a way would answer it if its ratio and each
+way's spread held (``intervals.repeats_to_settle``, the check command's rule): what a study's follow-up of the check
+runs, once.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from detprof.analysis.overhead import model_overheads, paired_log_ratios
-from detprof.intervals import MIN_REPEATS, welch_difference
+from detprof.intervals import MIN_REPEATS, WelchDifference, repeats_to_settle, welch_difference
 
 Answer = Literal["agrees", "disagrees", "cannot tell"]
 Route = Literal["in_process", "processes"]
@@ -54,6 +58,9 @@ class ModelPairing:
     high: float | None
     metric: str | None
     why: str
+    repeats_to_answer: int | None = None
+    """Where it cannot tell: the repeats a way after which its interval would lie wholly within the band or wholly
+    outside it, if the ratio and each way's spread held; None where it answered, or where no number would."""
 
 
 @dataclass(frozen=True)
@@ -125,8 +132,24 @@ def _compared(model: str, metric: str, ones: list[float], eaches: list[float], w
     answer: Answer = "agrees" if within else "disagrees" if outside else "cannot tell"
     band = f"[{AGREEMENT[0]:.2f}, {AGREEMENT[1]:.2f}]"
     where = {"agrees": "within", "disagrees": "outside", "cannot tell": "across the edge of"}[answer]
-    why = f"{ratio:.3f}x [{low:.3f}, {high:.3f}] ({metric} time, {ways.cheap} over {ways.reference}), {where} {band}"
-    return ModelPairing(model, answer, ratio, low, high, metric, why)
+    counted = f"{len(ones)} and {len(eaches)} repeats"
+    why = (
+        f"{ratio:.3f}x [{low:.3f}, {high:.3f}] ({metric} time, {ways.cheap} over {ways.reference}, {counted}), "
+        f"{where} {band}"
+    )
+    if answer != "cannot tell":
+        return ModelPairing(model, answer, ratio, low, high, metric, why)
+    needed = _repeats_to_answer(welch, alpha)
+    why += f"; about {needed} repeats a way would answer" if needed else "; no number of repeats would answer"
+    return ModelPairing(model, answer, ratio, low, high, metric, why, needed)
+
+
+def _repeats_to_answer(welch: WelchDifference, alpha: float) -> int | None:
+    """Repeats a way after which the interval would clear the band's nearer edge (wholly within the band where the
+    ratio lies in it, wholly outside where it does not), if the ratio and the spreads held."""
+    edges = (math.log(AGREEMENT[0]), math.log(AGREEMENT[1]))
+    nearer = min(edges, key=lambda edge: abs(welch.diff - edge))
+    return repeats_to_settle(welch, nearer, alpha)
 
 
 def _of(records: Iterable[Mapping[str, Any]], model: str) -> list[Mapping[str, Any]]:

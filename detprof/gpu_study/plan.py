@@ -12,8 +12,9 @@ mode), the full knob studies, stability and ``verify`` of the rest. Overhead par
 check found valid on their backend: in one process where the two routes agree, else a process per mode. The
 pairing check's third sweep asks whether a model's repeats may share one process (``--shared-repeats``: the steps
 built once, re-run for each repeat) against a process per repeat; where it agrees, or until it has answered, the
-overhead parts and the knob studies run their repeats that way. A part longer than a window is split so that every
-window ends with finished parts.
+overhead parts and the knob studies run their repeats that way. A check that could not tell is run once more where
+more repeats would answer it within a window (``FollowUp``), after every backend's first repeats, and the parts it
+decides wait for it. A part longer than a window is split so that every window ends with finished parts.
 
 Expected times come from ``costs``: what this study's own windows measured, else what the last GPU run
 kept in the repository measured, else a measured model like it (of its family, ``costs.Costs.relative``), else an
@@ -29,7 +30,9 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from detprof import backends
+from detprof.analysis.pairing_check import PairingAnswer
 from detprof.gpu_study.costs import Costs, Estimate, Route, summed
+from detprof.intervals import MIN_REPEATS
 from detprof.models import registry
 
 PartKind = Literal["pairing", "overhead", "knobs", "stability", "verify"]
@@ -63,6 +66,18 @@ STABILITY_VARIANTS = ("impl", "control")
 """Implementation noise alone (same seed, default mode) against control (deterministic): what determinism buys."""
 ROUTES: dict[Route, str] = {"in_process": "in-process", "processes": "processes"}
 """Each way of pairing the modes as ``--pairing`` names it."""
+WAYS: tuple[tuple[str, Route, tuple[str, ...]], ...] = (
+    ("in-process", "in_process", ()),
+    ("processes", "processes", ()),
+    ("shared", "in_process", ("--shared-repeats",)),
+)
+"""The pairing check's sweeps: each one's name, how it pairs the modes and what more it asks (repeats sharing a
+process, for the repeats check)."""
+CHECKS: tuple[tuple[str, str, str], ...] = (("pairing", "in-process", "processes"), ("shared", "shared", "in-process"))
+"""Each check (as ``StudyState`` keeps its answers): the way it holds to the other (the cheap one, then the one it
+must stand for), by ``WAYS``'s names."""
+ROUTED: tuple[PartKind, ...] = ("overhead", "knobs")
+"""The kinds of part that pair the modes as the backend's pairing check finds."""
 
 
 @dataclass(frozen=True)
@@ -92,6 +107,9 @@ class Scale:
     pairing: Mapping[str, tuple[str, ...]]
     """Per backend, the models of the pairing check: measured both ways, their overheads the study's too."""
     pairing_repeats: int
+    pairing_follow_up: bool
+    """Whether a check whose first repeats could not tell is run once more, with as many repeats as would answer it
+    (``FollowUp``)."""
     stability_first: tuple[tuple[str, tuple[str, ...]], ...]
     """The first window's stability parts: each model with its options, at the smallest size that answers."""
     stability: tuple[tuple[str, tuple[str, ...]], ...]
@@ -136,6 +154,7 @@ SCALES: dict[str, Scale] = {
         precision="2%",
         pairing={backends.JAX: ("mediumcnn_k5", "gpt_small"), backends.TORCH: ("mediumcnn_k3",)},
         pairing_repeats=2,
+        pairing_follow_up=True,
         stability_first=(("smallcnn", ("--dataset", "digits", "--runs", "2", "--epochs", "15")),),
         stability=(
             ("smallcnn", ("--dataset", "digits", "--runs", "3", "--epochs", "30")),
@@ -167,6 +186,7 @@ SCALES: dict[str, Scale] = {
         precision="off",
         pairing={backends.TORCH: ("gpt_tiny",)},
         pairing_repeats=2,
+        pairing_follow_up=False,
         stability_first=(("smallcnn", ("--dataset", "digits", "--runs", "2", "--epochs", "1", "--jobs", "1")),),
         stability=(),
         verify=("--steps", "2", "--batch-size", "8"),
@@ -237,11 +257,56 @@ class StudyPlan:
     """Per backend, how its later parts pair the modes: as the pairing check found, or as it is expected to."""
     shared: Mapping[str, bool] = field(default_factory=dict)
     """Per backend, whether its later sweeps' repeats share a process: as the repeats check found, or as expected."""
+    waits: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Per backend, the parts of its checks' follow-up (``FollowUp``) that its parts paired as the checks find
+    (``ROUTED``) wait for: a part started one way cannot resume the other."""
 
     @property
     def window_s(self) -> float:
         """What a window's parts may take: its budget less what its end keeps."""
         return self.budget_s - FINISH_S - GRACE_S
+
+    def waiting(self, part: Part) -> tuple[str, ...]:
+        """The parts of this plan that ``part`` waits for: its backend's checks' follow-up, where it pairs the modes as
+        they find (``waits``)."""
+        names = {p.name for p in self.parts}
+        return tuple(n for n in self.waits.get(part.backend, ()) if n in names) if part.kind in ROUTED else ()
+
+
+@dataclass(frozen=True)
+class FollowUp:
+    """A backend's pairing and repeats checks, where they could not tell, run once more: the models they could not
+    tell about, with as many more repeats a way as would answer if the ratios and spreads held, in the ways those
+    checks compare; read with the first repeats. Two repeats a way give an interval of 4.3 per-repeat spreads on each
+    side, wider than the band at a spread of 1% (an H100's mediumcnn_k3 on JAX), where 4 answer a ratio of 1 and 8
+    one within 0.9% of it."""
+
+    models: tuple[str, ...]
+    repeats: int
+    ways: tuple[str, ...]
+    """The pairing check's ways it runs again (``WAYS``'s names)."""
+
+    def part_names(self, backend: str) -> tuple[str, ...]:
+        return tuple(f"{backend}-pairing-{way}-more" for way in self.ways)
+
+    @classmethod
+    def asked(cls, answers: Mapping[str, PairingAnswer], scale: Scale) -> FollowUp | None:
+        """The follow-up of the checks ``answers`` (by ``CHECKS``'s names) that cannot tell, where more repeats would
+        answer every model they cannot tell about (a check answers for its backend only where all its models do);
+        None where no check would (or the scale runs none)."""
+        undecided = {
+            check: [model for model in answer.models if model.answer == "cannot tell"]
+            for check, answer in answers.items()
+            if answer.answer == "cannot tell" and scale.pairing_follow_up
+        }
+        open_checks = [check for check, models in undecided.items() if all(m.repeats_to_answer for m in models)]
+        needed = [(m.model, m.repeats_to_answer or 0) for check in open_checks for m in undecided[check]]
+        if not needed:
+            return None
+        repeats = max(MIN_REPEATS, max(n for _, n in needed) - scale.pairing_repeats)
+        compared = {way for check, cheap, reference in CHECKS if check in open_checks for way in (cheap, reference)}
+        models = tuple(sorted({model for model, _ in needed}))
+        return cls(models, repeats, tuple(way for way, _, _ in WAYS if way in compared))
 
 
 @dataclass(frozen=True)
@@ -254,6 +319,8 @@ class Known:
     routes: Mapping[str, Route] = field(default_factory=dict)
     shared: Mapping[str, bool] = field(default_factory=dict)
     """Per backend, the repeats check's answer: whether repeats sharing a process agree with a process per repeat."""
+    follow_ups: Mapping[str, FollowUp] = field(default_factory=dict)
+    """Per backend, its checks' follow-up, once one was asked for; it waits for an answer while ``routes`` has none."""
 
 
 def installed_backends() -> tuple[str, ...]:
@@ -276,6 +343,8 @@ def build_plan(
     first: list[Part] = []
     for backend in names:
         first += planner.pairing(backend)
+    for backend, follow_up in known.follow_ups.items():
+        first += planner.pairing(backend, follow_up) if backend in names else []
     for backend in names:
         first += [planner.stability(backend, model, options, first=True) for model, options in scale.stability_first]
     for backend in names:
@@ -316,7 +385,8 @@ def build_plan(
     for backend in names:
         later += planner.verify(backend, tuple(m for m in scale.models if m not in scale.verify_first), first=False)
     parts = [split for part in (*first, *later) for split in planner.split(part)]
-    return StudyPlan(scale, tuple(names), budget_s, tuple(parts), not_run, routes, shared)
+    waits = {b: f.part_names(b) for b, f in known.follow_ups.items() if b in names and b not in known.routes}
+    return StudyPlan(scale, tuple(names), budget_s, tuple(parts), not_run, routes, shared, waits)
 
 
 def _add(parts: list[Part], not_run: dict[str, str], planned: list[Part] | str, name: str) -> None:
@@ -363,22 +433,18 @@ class _Planner:
         """``--shared-repeats`` where ``backend``'s sweeps paired ``route`` share a process across repeats."""
         return ("--shared-repeats",) if route == "in_process" and self.shared.get(backend) else ()
 
-    def pairing(self, backend: str) -> list[Part]:
+    def pairing(self, backend: str, follow_up: FollowUp | None = None) -> list[Part]:
         """The pairing check: the same sweep with both modes in one process and with a process per mode; and the
-        repeats check: in one process, with every repeat of a model in that process."""
-        models = self.scale.pairing.get(backend, ())
+        repeats check: in one process, with every repeat of a model in that process. With ``follow_up``: its sweeps,
+        the ways it runs again (``NAME-more``)."""
         if not _checked(self.scale, backend, self.on_gpu):
             return []
-        repeats = self.scale.pairing_repeats
+        models = follow_up.models if follow_up else self.scale.pairing.get(backend, ())
+        repeats = follow_up.repeats if follow_up else self.scale.pairing_repeats
         options = (*self.scale.sweep, "--repeats", str(repeats), "--precision", "off")
-        ways: tuple[tuple[str, Route, tuple[str, ...]], ...] = (
-            ("in-process", "in_process", ()),
-            ("processes", "processes", ()),
-            ("shared", "in_process", ("--shared-repeats",)),
-        )
         return [
             Part(
-                f"{backend}-pairing-{name}",
+                f"{backend}-pairing-{name}" + ("-more" if follow_up else ""),
                 "pairing",
                 backend,
                 models,
@@ -386,7 +452,8 @@ class _Planner:
                 self._pairs(backend, models, route, repeats, bool(more)),
                 first_window=True,
             )
-            for name, route, more in ways
+            for name, route, more in WAYS
+            if follow_up is None or name in follow_up.ways
         ]
 
     def overhead(

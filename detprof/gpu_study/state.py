@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from detprof.analysis.pairing_check import PairingAnswer
 from detprof.errors import InputError
-from detprof.gpu_study.plan import Known, Part
+from detprof.gpu_study.plan import FollowUp, Known, Part
 from detprof.store import atomic_write_json, read_json_object
 
 STATE_FILE = "gpu-study.json"
@@ -68,6 +68,9 @@ class StudyState:
     """Backend: the repeats check's answer (a ``PairingAnswer`` of repeats in one process against a process per
     repeat), read once both its parts were done; the backend's later sweeps share a process across repeats only
     where it agrees."""
+    follow_ups: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Backend: its checks' follow-up (``plan.FollowUp`` as JSON), asked for once where its first repeats could not
+    tell; both checks answer once its parts have ended."""
     windows: list[Window] = field(default_factory=list)
 
     def is_done(self, part: str) -> bool:
@@ -80,7 +83,16 @@ class StudyState:
         shared = {
             backend: PairingAnswer.from_json(answer).answer == "agrees" for backend, answer in self.shared.items()
         }
-        return Known(self.knob_models, self.apart_models, routes, shared)
+        follow_ups = {
+            backend: FollowUp(tuple(asked["models"]), int(asked["repeats"]), tuple(asked["ways"]))
+            for backend, asked in self.follow_ups.items()
+        }
+        return Known(self.knob_models, self.apart_models, routes, shared, follow_ups)
+
+    def has_ended(self, part: str) -> bool:
+        """Whether ``part`` ran to its end, with its answer or an error (not stopped by a window, nor yet run)."""
+        outcome = self.parts.get(part)
+        return outcome is not None and outcome.status in ("done", "failed")
 
     def expected_s(self, part: Part) -> float:
         """What a part is still expected to take: a stopped one resumes with its completed runs kept, so the seconds
@@ -108,6 +120,7 @@ class StudyState:
                 apart_models={backend: list(models) for backend, models in data.get("apart_models", {}).items()},
                 pairing=dict(data.get("pairing", {})),
                 shared=dict(data.get("shared", {})),
+                follow_ups=dict(data.get("follow_ups", {})),
                 windows=[Window(**window) for window in data.get("windows", [])],
             )
         except (KeyError, TypeError) as exc:

@@ -27,10 +27,13 @@ from detprof.errors import UsageError
 from detprof.gpu_labels import generation, label_matches
 from detprof.gpu_study.costs import Costs, shipped_measured
 from detprof.gpu_study.plan import (
+    CHECKS,
     COMMAND_START_S,
     FINISH_S,
     OVERHEAD_SHARE,
     SCALES,
+    WAYS,
+    FollowUp,
     Part,
     StudyPlan,
     build_plan,
@@ -67,6 +70,14 @@ class Prepared:
     shipped: Costs = field(default_factory=Costs)
     """What the last GPU run shipped with detprof measured on this GPU: what the plan's costs start from."""
     on_gpu: bool = False
+
+    def follow_up_s(self, out: Path, backend: str, follow_up: FollowUp) -> float:
+        """What ``backend``'s checks' ``follow_up`` is expected to take, by what the study has measured so far."""
+        plan, state = self.plan, self.state
+        costs = learned_costs(self.shipped, plan.scale.family_repeat_s, out, state)
+        known = replace(state.known(), follow_ups={backend: follow_up})
+        asked = build_plan(plan.scale, plan.backends, plan.budget_s, costs, on_gpu=self.on_gpu, known=known)
+        return sum(part.estimate_s for part in asked.parts if part.name in follow_up.part_names(backend))
 
     def replanned(self, out: Path) -> Prepared:
         """The plan again, from what the study now knows (``StudyState.known``: the pairing check's answer, the
@@ -222,7 +233,8 @@ def learned_costs(shipped: Costs, family_repeat_s: dict[str, float], out: Path, 
 
 def windows_of(plan: StudyPlan, state: StudyState) -> dict[str, int]:
     """The window each part not yet done is expected to run in (1: the next), by the window's own rule: in order,
-    each part that fits what is left of the window (its first whatever its size), the rest to the windows after."""
+    each part that fits what is left of the window (its first whatever its size) and waits for no part not yet placed
+    (``StudyPlan.waiting``), the rest to the windows after."""
     left = [part for part in plan.parts if not state.is_done(part.name)]
     window: dict[str, int] = {}
     number = 0
@@ -231,7 +243,8 @@ def windows_of(plan: StudyPlan, state: StudyState) -> dict[str, int]:
         room, later = plan.window_s, []
         for part in left:
             expected_s = state.expected_s(part)
-            if room == plan.window_s or expected_s <= room:
+            waits = [name for name in plan.waiting(part) if name not in window and not state.has_ended(name)]
+            if not waits and (room == plan.window_s or expected_s <= room):
                 window[part.name] = number
                 room -= max(expected_s, 1.0)
             else:
@@ -325,23 +338,44 @@ def note_knob_models(prepared: Prepared, out: Path) -> None:
 
 
 def note_pairing(prepared: Prepared, out: Path) -> None:
-    """For each backend, once its parts are done: the pairing check's answer, which the backend's later parts follow
-    (in one process where it agrees, else a process per mode), and the repeats check's (their repeats in one
-    process where it agrees, else a process per repeat)."""
+    """For each backend, once its check parts are done: the pairing check's answer, which the backend's later parts
+    follow (in one process where it agrees, else a process per mode), and the repeats check's (their repeats in one
+    process where it agrees, else a process per repeat). Where either cannot tell and more repeats would answer within
+    a window, once: its follow-up (``plan.FollowUp``), whose parts end before both answer, read with the first
+    repeats."""
     from detprof.analysis.pairing_check import PAIRING, REPEATS, compare
 
     state = prepared.state
+    kept = {"pairing": state.pairing, "shared": state.shared}
+    ways = {"pairing": PAIRING, "shared": REPEATS}
     for backend in state.backends:
-        for answers, cheap, reference, ways in (
-            (state.pairing, "in-process", "processes", PAIRING),
-            (state.shared, "shared", "in-process", REPEATS),
-        ):
-            names = [f"{backend}-pairing-{cheap}", f"{backend}-pairing-{reference}"]
-            if backend in answers or not all(state.is_done(name) for name in names):
-                continue
-            one, each = (list(ResultsStore(out / name, "sweep").records()) for name in names)
-            answers[backend] = compare(one, each, ways).to_json()
+        asked = state.known().follow_ups.get(backend)
+        base = [f"{backend}-pairing-{way}" for way, _, _ in WAYS]
+        if all(backend in answers for answers in kept.values()) or not all(state.is_done(name) for name in base):
+            continue
+        if asked is not None and not all(state.has_ended(name) for name in asked.part_names(backend)):
+            continue
+        answers = {
+            check: compare(way_records(out, backend, cheap), way_records(out, backend, reference), ways[check])
+            for check, cheap, reference in CHECKS
+            if backend not in kept[check]
+        }
+        follow_up = FollowUp.asked(answers, prepared.plan.scale) if asked is None else None
+        if follow_up is not None and prepared.follow_up_s(out, backend, follow_up) <= prepared.plan.window_s:
+            state.follow_ups[backend] = asdict(follow_up)
+            continue
+        for check, answer in answers.items():
+            kept[check][backend] = answer.to_json()
     state.save(out)
+
+
+def way_records(out: Path, backend: str, way: str) -> list[dict[str, Any]]:
+    """The records of one way of a backend's checks: its sweep's, then its follow-up's with their repeats numbered on
+    from the first's (a sweep pairs its two modes by repeat)."""
+    first = list(ResultsStore(out / f"{backend}-pairing-{way}", "sweep").records())
+    after = 1 + max((int(record.get("repeat", 0)) for record in first), default=-1)
+    more = ResultsStore(out / f"{backend}-pairing-{way}-more", "sweep").records()
+    return first + [record | {"repeat": int(record.get("repeat", 0)) + after} for record in more]
 
 
 def failed_in_one_process(folders: Sequence[Path]) -> list[str]:
@@ -479,11 +513,12 @@ def pairing_lines(prepared: Prepared) -> list[str]:
         b: "every repeat of a model in one process" if plan.shared.get(b) else "a process per repeat"
         for b in plan.backends
     }
+    asked = state.known().follow_ups
     return [
         *_check_lines("How the modes are paired", "pairing check", "in one process and a process per mode", modes,
-                      state.pairing, checked),
+                      state.pairing, checked, asked),
         *_check_lines("How the repeats are made", "repeats check", "with a model's repeats in one process and with "
-                      "a process each", repeats, state.shared, checked),
+                      "a process each", repeats, state.shared, checked, asked),
     ]  # fmt: skip
 
 
@@ -494,6 +529,7 @@ def _check_lines(
     how: Mapping[str, str],
     answers: Mapping[str, Mapping[str, Any]],
     checked: set[str],
+    asked: Mapping[str, FollowUp],
 ) -> list[str]:
     from detprof.analysis.pairing_check import PairingAnswer
 
@@ -502,6 +538,9 @@ def _check_lines(
         answer = answers.get(backend)
         if answer is None:
             until = f"until its {check} answers" if backend in checked else f"no {check} at this scale"
+            if (follow_up := asked.get(backend)) is not None:
+                more = f"{follow_up.repeats} more repeats a way of {', '.join(follow_up.models)}"
+                until += f" (its first repeats could not tell: {more}, {', '.join(follow_up.part_names(backend))})"
             lines.append(f"- {backend}: {made}, {until}")
         else:
             read = PairingAnswer.from_json(answer)

@@ -76,6 +76,9 @@ class StudyWindow:
         return window
 
     def _consider(self, part: Part, choose_knob_model: Callable[[str], str | None]) -> None:
+        if waiting := [name for name in self.plan.waiting(part) if not self.state.has_ended(name)]:
+            self.left[part.name] = f"waits for its pairing check's follow-up ({', '.join(waiting)})"
+            return
         left_s = self.deadline - time.monotonic() - GRACE_S
         if left_s <= 0:
             self.left[part.name] = "the window's budget was spent"
