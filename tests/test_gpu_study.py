@@ -290,6 +290,19 @@ def test_the_plan_learns_each_cost_from_what_its_own_windows_measured(tmp_path: 
     costs = learned_costs(measured_costs("h100"), SCALES["gpu"].family_repeat_s, tmp_path, state)
     three = costs.repeats("jax", "mediumcnn_k5", "in_process", 3, shared=True)
     assert three.seconds == pytest.approx(6.5 + 2 * 1.5) and "a re-run repeat measured in this study" in three.source
+    # Where it measured a model both ways (the pairing check), a process per mode is scaled by what it measured on
+    # that backend, not by the estimate.
+    apart = synth.records({"mediumcnn_k5": [2.17, 2.18]}, tracer="jax", backend="jax")
+    for record in apart:
+        record.update(duration_s=5.4, pairing="processes", started_at=f"{record['mode']}{record['repeat']}")
+    synth.write_sweep(tmp_path / "jax-pairing-processes", synth.config(["mediumcnn_k5"], 2), apart)
+    state.parts["jax-pairing-processes"] = PartOutcome("done", 25.0, 90.0, 0, 1)
+    costs = learned_costs(measured_costs("h100"), SCALES["gpu"].family_repeat_s, tmp_path, state)
+    assert costs.apart_factor == {"jax": pytest.approx(10.8 / 6.25)}  # over both sweeps that built in one process
+    scaled = costs.repeat("jax", "mediumcnn_k3", "processes")
+    assert scaled.seconds == pytest.approx(11.2 * 10.8 / 6.25)
+    assert scaled.source.endswith("scaled to a process per mode (1.73x, as this study's pairing check measured)")
+    assert costs.repeat("torch", "mediumcnn_k3", "in_process").source.endswith("scaled to one process")
 
 
 def test_a_model_no_gpu_measured_is_estimated_from_a_measured_model_like_it_and_says_which() -> None:

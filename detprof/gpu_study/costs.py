@@ -6,8 +6,9 @@ the same GPU (``gpu_reference``); where neither has the model, a measured model 
 its backend first, else the model itself on another backend, else its family there), then of the family built most
 like it (``RELATED_FAMILIES``), each saying which; only where none of those was measured, an estimate per model
 family. A repeat measured with both modes in one process and one measured with a
-process per mode differ by the process the second one starts again (``APART_REPEAT_FACTOR``), so a
-figure measured one way is scaled to the other, and the source says so.
+process per mode differ by the process the second one starts again, so a figure measured one way is scaled to the
+other (by the ratio this study's pairing check measured on the backend, else ``APART_REPEAT_FACTOR``), and the
+source says so.
 """
 
 from __future__ import annotations
@@ -113,6 +114,9 @@ class Costs:
     """Backend: the seconds a worker took to start and initialise the device in this study (its records' parts)."""
     reused_repeat_s: Mapping[tuple[str, str], float] = field(default_factory=dict)
     """(backend, model): seconds a repeat that re-ran its process's steps took in this study."""
+    apart_factor: Mapping[str, float] = field(default_factory=dict)
+    """Backend: a repeat with a process per mode over one in one process, as this study measured both (the pairing
+    check's models, the median); ``APART_REPEAT_FACTOR`` where it has not."""
 
     def repeat(self, backend: str, model: str, route: Route) -> Estimate:
         """One repeat of ``model`` paired by ``route``: as measured that way, else scaled from the other way, else
@@ -130,12 +134,20 @@ class Costs:
             family = spec.family if (spec := registry.BUILT_IN.get(model)) is not None else "*"
             seconds = self.family_repeat_s.get(family, self.family_repeat_s.get("*", 30.0))
             estimate = Estimate(seconds, 0.0, f"estimated for a {family} model")
-            return estimate.times(APART_REPEAT_FACTOR) if route == "processes" else estimate
+            return estimate.times(self.apart(backend)) if route == "processes" else estimate
         if known.route == route:
             return Estimate(known.seconds, known.steps_s or 0.0, f"measured {known.source}")
-        factor = APART_REPEAT_FACTOR if route == "processes" else 1 / APART_REPEAT_FACTOR
+        apart = self.apart(backend)
+        factor = apart if route == "processes" else 1 / apart
         how = "one process" if route == "in_process" else "a process per mode"
-        return Estimate(known.seconds * factor, known.steps_s or 0.0, f"measured {known.source}, scaled to {how}")
+        learned = f" ({apart:.2f}x, as this study's pairing check measured)" if backend in self.apart_factor else ""
+        return Estimate(
+            known.seconds * factor, known.steps_s or 0.0, f"measured {known.source}, scaled to {how}{learned}"
+        )
+
+    def apart(self, backend: str) -> float:
+        """A repeat with a process per mode over one in one process, on ``backend``."""
+        return self.apart_factor.get(backend, APART_REPEAT_FACTOR)
 
     def relative(self, backend: str, model: str) -> tuple[str, str, str] | None:
         """The model that an unmeasured ``model``'s repeat is estimated from: its backend, its name and why it was

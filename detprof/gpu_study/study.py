@@ -191,7 +191,8 @@ def measured_costs(gpu: str | None) -> Costs:
 
 def learned_costs(shipped: Costs, family_repeat_s: dict[str, float], out: Path, state: StudyState | None) -> Costs:
     """The shipped costs, with what this study's own finished parts measured in their place: a repeat of each model
-    it swept (per backend, as its pairs were made), a verify run and a stability run of each model."""
+    it swept (per backend, as its pairs were made), a verify run and a stability run of each model; and, per
+    backend, a repeat with a process per mode over one in one process, where it measured models both ways."""
     from detprof.analysis.run_costs import repeat_costs
     from detprof.gpu_study.costs import Measured
 
@@ -200,6 +201,7 @@ def learned_costs(shipped: Costs, family_repeat_s: dict[str, float], out: Path, 
     stability_s: dict[tuple[str, str], float] = {}
     started: dict[str, list[float]] = {}
     reused_s: dict[tuple[str, str], float] = {}
+    both_ways: dict[tuple[str, str], dict[str, list[float]]] = {}
     for name, outcome in (state.parts if state else {}).items():
         backend = name.split("-", 1)[0]
         folder = out / name
@@ -208,6 +210,7 @@ def learned_costs(shipped: Costs, family_repeat_s: dict[str, float], out: Path, 
         swept = list(ResultsStore(folder, "sweep").records())
         for model, cost in repeat_costs(swept).items():
             measured[backend, model] = Measured(cost.seconds, cost.steps_s, cost.pairing, "in this study")
+            both_ways.setdefault((backend, model), {}).setdefault(cost.pairing, []).append(cost.seconds)
         for model, cost in repeat_costs(swept, reused=True).items():
             reused_s[backend, model] = cost.seconds
         verify = list(ResultsStore(folder, "verify").records())
@@ -228,7 +231,13 @@ def learned_costs(shipped: Costs, family_repeat_s: dict[str, float], out: Path, 
         if starts:
             started.setdefault(backend, []).extend(starts)
     worker_s = {backend: statistics.median(values) for backend, values in started.items()}
-    return Costs(measured, family_repeat_s, verify_s, stability_s, worker_s, reused_s)
+    apart: dict[str, list[float]] = {}
+    for (backend, _), ways in both_ways.items():
+        if ways.get("in_process") and ways.get("processes"):
+            ratio = statistics.median(ways["processes"]) / statistics.median(ways["in_process"])
+            apart.setdefault(backend, []).append(ratio)
+    factors = {backend: statistics.median(ratios) for backend, ratios in apart.items()}
+    return Costs(measured, family_repeat_s, verify_s, stability_s, worker_s, reused_s, factors)
 
 
 def windows_of(plan: StudyPlan, state: StudyState) -> dict[str, int]:
