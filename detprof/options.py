@@ -25,7 +25,8 @@ ModelsOption = Annotated[
         "--models",
         "--model",
         help="Comma-separated models: names from `detprof models`, or your own: FILE.py:FUNCTION, "
-        "package.module:FUNCTION (a function returning a keras.Model) or FILE.keras (a saved model).",
+        "package.module:FUNCTION (a function returning a keras.Model, a torch.nn.Module or a Flax module) or "
+        "FILE.keras (a saved model).",
     ),
 ]
 """``--models``, which ``--model`` spells too: every command that takes models takes either word."""
@@ -136,9 +137,9 @@ class RunOptions:
         False,
     )
     input_shape: str | None = option(
-        "HxWxC: the input shape your own models are built at when they take one: factories of "
-        "(input_shape, classes), a Sequential without keras.Input, an unbuilt subclassed model "
-        "(default: --data's images, else 32x32x3)."
+        "The input shape your own models are built at when they take one: HxWxC for factories of "
+        "(input_shape, classes), a Sequential without keras.Input, an unbuilt subclassed model; a PyTorch "
+        "module's own layout (3x224x224), a token model's length (default: --data's examples, else 32x32x3)."
     )
     classes: int | None = option(
         "Classes the models are built for (default: the preset's, else --data's labels, else 10)."
@@ -151,7 +152,8 @@ class RunOptions:
     )
     data: str | None = option(
         "npz:PATH: train on a real batch from this file instead of synthetic data: x_train/y_train "
-        "(as stability --dataset npz:PATH), or an array per input and output of your model, by name."
+        "(as stability --dataset npz:PATH names them), or an array per input and output of your model, by name; "
+        "examples as the model takes them (a PyTorch module's images channels first)."
     )
     ray: str | None = option(
         "Run on a Ray cluster (auto, HOST:PORT or ray://HOST:10001): each --gpu type on the nodes of that "

@@ -438,7 +438,7 @@ def assert_refused_in_one_line(refused: list[tuple[list[str], str]], out: Path, 
     assert not out.exists()
 
 
-def test_data_in_the_modules_own_layout_feeds_it(folder: Path) -> None:
+def test_data_in_the_modules_own_layout_feeds_it(folder: Path, capsys: Capture) -> None:
     """``--data``'s arrays as the module takes them (channels first): checked against the module in the parent,
     its leading rows the worker's batch."""
     import numpy as np
@@ -452,13 +452,22 @@ def test_data_in_the_modules_own_layout_feeds_it(folder: Path) -> None:
     np.savez(path, x_train=rng.integers(0, 256, (8, 1, 10, 10), dtype=np.uint8), y_train=np.arange(8) % 4)
     item = described(folder, "grey", (1, 10, 10), given=True)
     feed = own.data_feed(item, path, headers(path), 4)
-    with pytest.raises(UsageError, match=r"array x_train holds 1x10x10 examples; grey's input input takes 1x12x12"):
+    with pytest.raises(UsageError, match=r"array x_train holds 1x10x10 examples; grey's input takes 1x12x12"):
         own.data_feed(described(folder, "grey", (1, 12, 12), given=True), path, headers(path), 4)
     params = spec(folder, "grey", [1, 10, 10], 4) | {"data": feed}
     training = native_training(params, seed=0)
     assert training.x.shape == (4, 1, 10, 10) and float(training.x.max()) <= 1.0 and training.x.dtype == torch.float32
     assert training.y.tolist() == [0, 1, 2, 3]
     training.step()()
+    # Without --input-shape, a sweep feeds the module --data's examples as stored: planned at their shape; stored
+    # channels last, refused in one line that says how to store them.
+    np.savez(folder / "last.npz", x_train=rng.integers(0, 256, (8, 10, 10, 1), dtype=np.uint8), y_train=np.arange(8))
+    for data, code in (("grey.npz", ExitCode.OK), ("last.npz", ExitCode.USAGE)):
+        args = ["sweep", "--models", f"{folder / 'modules.py'}:grey", "--data", f"npz:{folder / data}", "--dry-run"]
+        assert main([*args, "--batch-size", "4", "--out", str(folder / "planned")]) == code, data
+    assert (
+        "store --data's x_train as it takes them (a PyTorch module's images channels first" in capsys.readouterr().err
+    )
 
 
 NATIVE_REGISTRY = {

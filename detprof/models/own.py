@@ -238,13 +238,13 @@ def inspect_with(
 ) -> list[Inspected]:
     """Load each model once in a worker of ``backend`` (``call`` is ``worker_call.call_in_worker``).
 
-    A factory that takes ``(input_shape, classes)`` is built with these, and a model that
-    fixes no input shape of its own at ``input_shape``; a native PyTorch module takes
-    ``input_shape`` as it is where ``shape_given`` (``--input-shape``), else with its channels
-    first. ``sizes``: the models (by ``OwnModel.given``) built at a shape and classes of their own
-    instead, as given (a native registry model's, in its own layout). A module's file and hash come
-    back from the worker that imported it: this process never imports it. ``fed``: what a module whose
-    call fails on its batch is told to take instead, where the command has no ``--input-shape``.
+    A factory that takes ``(input_shape, classes)`` is built with these, and a model that fixes no input shape of
+    its own at ``input_shape``; a native PyTorch module takes ``input_shape`` as it is where ``shape_given``
+    (``--input-shape``, or ``--data``'s examples: both in the module's own layout), else with its channels first
+    (the HxWxC a Keras model would be built at). ``sizes``: the models (by ``OwnModel.given``) built at a shape and
+    classes of their own instead, as given (a native registry model's, in its own layout). A module's file and hash
+    come back from the worker that imported it: this process never imports it. ``fed``: what a module whose call
+    fails on its batch is told to take instead, where the command has no ``--input-shape``.
     """
     if not models:
         return []
@@ -323,9 +323,10 @@ def data_feed(item: Inspected, path: Path, arrays: Mapping[str, ArrayHeader], ba
         refuse_short(path, name, arrays[name], batch_size)
     for tensor, (_, name) in zip(item.inputs, inputs, strict=True):
         if example_shape(arrays[name].shape, tensor.shape) is None:
+            which = "input" if tensor.name == "input" else f"input {tensor.name}"
             raise UsageError(
-                f"{path}: array {name} holds {shape_text(arrays[name].shape[1:])} examples; {item.label}'s input "
-                f"{tensor.name} takes {shape_text(tensor.shape)}"
+                f"{path}: array {name} holds {shape_text(arrays[name].shape[1:])} examples; {item.label}'s {which} "
+                f"takes {shape_text(tensor.shape)}"
             )
     if item.sparse_classifier and item.classes is not None:
         found = label_classes(path, arrays, targets[0][1])

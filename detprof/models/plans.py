@@ -100,6 +100,10 @@ def data_path(data: str | None, input_size: int | None) -> Path | None:
     return path
 
 
+DATA_FED = "store --data's x_train as it takes them (a PyTorch module's images channels first, NxCxHxW)"
+"""What a module whose forward fails on ``--data``'s examples is told: they are fed as stored."""
+
+
 def model_plans(asked: ModelsAsked, backend: str, call: Callable[..., Any]) -> tuple[ModelPlan, ...]:
     """Every model's plan, your own models loaded once in a worker of ``backend`` (started by ``call``,
     ``worker_call.call_in_worker``'s signature) to check them first.
@@ -108,8 +112,9 @@ def model_plans(asked: ModelsAsked, backend: str, call: Callable[..., Any]) -> t
     its own (a Sequential without ``keras.Input``, an unbuilt subclassed model), is built at
     ``--input-shape``, else the shape of ``--data``'s ``x_train`` examples, else 32x32x3, for
     ``--classes`` (or the preset's), else as many classes as ``--data``'s labels name, else 10.
-    A native module (PyTorch's, Flax's) is fed the input it was inspected at (``own_build.describe``)
-    and trained on the classes its logits score.
+    A native module (PyTorch's, Flax's) is fed the input it was inspected at (``own_build.describe``):
+    ``--input-shape``, or ``--data``'s examples, in its own layout as given (channels first for a PyTorch module's
+    images), and trained on the classes its logits score.
     """
     data = None if asked.data is None else own.NpzData.read(asked.data)
     mine = {model: own.parse(model) for model in asked.models if own.is_own(model)}
@@ -123,8 +128,9 @@ def model_plans(asked: ModelsAsked, backend: str, call: Callable[..., Any]) -> t
         backend=backend,
         input_shape=shape,
         classes=classes,
-        shape_given=asked.input_shape is not None,
+        shape_given=asked.input_shape is not None or data is not None,
         sizes={model: native_size(asked, model) for model in native if data is None},
+        fed=None if data is None or asked.input_shape is not None else DATA_FED,
     )
     if asked.input_shape is not None and not any(item.built_at_input_shape for item in inspected[: len(mine)]):
         raise UsageError(

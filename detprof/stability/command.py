@@ -88,14 +88,17 @@ def stability(
             "--model",
             "--models",
             help="A registry model (see `detprof models`), or your own: FILE.py:FUNCTION, package.module:FUNCTION "
-            "(a function returning a keras.Model) or FILE.keras (a saved model, re-initialised from each run's seed).",
+            "(a function returning a keras.Model, a torch.nn.Module or a Flax module) or FILE.keras (a saved model, "
+            "re-initialised from each run's seed).",
         ),
     ] = "smallcnn",
     dataset: Annotated[
         str | None,
         typer.Option(
             help="digits | cifar10 | cifar100 | synthetic | markov | npz:PATH (arrays x_train, y_train, x_test, "
-            "y_test, optional groups_test; integer (N, L) x_* are token ids, y_* the next token at each position). "
+            "y_test, optional groups_test; float (N, H, W, C) x_* are images, channels last whatever the model (a "
+            "PyTorch module's are put first for it); integer (N, L) x_* are token ids, y_* the next token at each "
+            "position). "
             "Default: digits, or markov (a generated language) for a model of tokens.",
         ),
     ] = None,
