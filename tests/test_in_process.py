@@ -352,7 +352,7 @@ def test_a_sweep_adds_repeats_until_its_budget_is_spent_and_says_what_is_left(
     spent = re.search(added, said)
     assert spent is not None and int(spent[1]) < budget_s + 10, said
     assert "kernel time +/-" in said and f"after {len(repeats)} repeats: not within +/-0.0%" in said
-    assert "more repeats would settle it" in said
+    assert "more repeats would reach it" in said
     logs = _log_ratios(records, "default", "deterministic")
     spread = _t(2) * statistics.stdev(logs[:2])
     needed = math.ceil((spread / math.log1p(0.0001)) ** 2)

@@ -104,7 +104,7 @@ def test_a_model_wider_than_asked_gets_more_repeats_and_the_outputs_say_how_many
     line = overheads["noisy"].precision_line()
     short = wanted["noisy"][1] - 4
     assert line is not None and line.startswith("wall time +/-") and "after 4 repeats: not within +/-2.0%" in line
-    assert f"about {short} more repeats would settle it" in line
+    assert f"about {short} more repeats would reach it" in line
     assert _sweep({"quiet": quiet}, first_stage=None)[0].get("first_stage") is None
     assert model_overheads(_sweep({"quiet": quiet}, first_stage=None))["quiet"].precision_line() is None
 

@@ -105,7 +105,7 @@ class ModelOverhead:
         if short is None:
             return f"{got}, within +/-{asked:.1%}"
         more = f"about {short} more repeat{'s' * (short != 1)}" if short < SETTLE_LIMIT else "far more repeats"
-        return f"{got}: not within +/-{asked:.1%}; {more} would settle it (--resume with a larger --budget adds them)"
+        return f"{got}: not within +/-{asked:.1%}; {more} would reach it (--resume with a larger --budget adds them)"
 
     @property
     def unsupported_reason(self) -> str | None:
