@@ -147,7 +147,7 @@ class ModelCost:
     warning: str | None = None
     """Why the headline interval is too wide to conclude, where it is (``inconclusive_reason``)."""
     precision: str | None = None
-    """Where the sweep asked for a precision its interval did not reach: how far it got, and how many more repeats would reach it."""
+    """Where the sweep asked for a precision its interval did not reach: how far it got, and the repeats to reach it."""
     precision_reached: PrecisionReached | None = None
     """Where the sweep asked for a precision: how precise the interval came out, as fields."""
     top: dict[str, pd.DataFrame] = field(default_factory=dict)
