@@ -109,6 +109,23 @@ def test_attribution_names_a_grown_kernel_even_when_the_total_fell() -> None:
     )
 
 
+def test_attribution_says_where_the_kernels_add_up_to_other_than_the_overhead() -> None:
+    """Under load, the kernels' means per step can lie far from the paired median the overhead takes: said, not left
+    for the reader to find."""
+    base = {WGRAD_0: 1000, SGEMM: 1000}
+    det = {WGRAD_0: 1200, SGEMM: 1024}
+    table = diff(summary_table(base), summary_table(det))
+    far = attribution(table, settled(1.008, 1.036))
+    assert far.startswith("89% of the added kernel time (net +11.2%) is in one slower cuDNN convolution")
+    assert far.endswith(
+        "These kernel figures add up to +11.2%, outside the overhead's 1.022x [1.008, 1.036]: they are means over the "
+        "steps, which steps slowed by other work weigh on, and the overhead is the median of the paired steps' "
+        "ratios: a run with nothing else on the machine reads where the time went."
+    )
+    assert "outside the overhead" not in attribution(table, settled(1.09, 1.13))
+    assert "outside the overhead" not in attribution(table, None)
+
+
 def settled(low: float, high: float) -> Overhead:
     mid = math.sqrt(low * high)
     return Overhead(mid, low, high, (math.log(mid) - 0.01, math.log(mid), math.log(mid) + 0.01))

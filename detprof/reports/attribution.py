@@ -120,7 +120,7 @@ def attribution(kernel_diff: pd.DataFrame, overhead: Overhead | None) -> str:
         sentence = f"Determinism added no kernel time here: {moved}."
         if top is not None and net <= 0:
             sentence += f" The largest single increase, {_named(top)}, was outweighed by kernels that got faster."
-        return sentence
+        return sentence + _outside(net / base, overhead)
     by_category = grown.groupby("category", sort=False)["delta_ns"].sum().sort_values(ascending=False)
     category = str(by_category.index[0])
     kernels = grown[grown["category"] == category]
@@ -142,7 +142,20 @@ def attribution(kernel_diff: pd.DataFrame, overhead: Overhead | None) -> str:
     sentence += f" {'It is' if len(kernels) == 1 else 'Largest of them:'} {_named(group_top)}."
     if top is not None and group_top[0] != top[0]:
         sentence += f" The largest single increase is outside them: {_named(top)}."
-    return sentence
+    return sentence + _outside(net / base, overhead)
+
+
+def _outside(change: float, overhead: Overhead | None) -> str:
+    """Where the kernels' change per step lies outside the headline's interval, a sentence that says so and why
+    (else ""): the kernels' figures are means over every counted step of every run, which steps slowed by other work
+    weigh on, and the headline is the median of the paired steps' ratios, which they do not."""
+    if overhead is None or not overhead.has_interval or overhead.ci_low - 1 <= change <= overhead.ci_high - 1:
+        return ""
+    return (
+        f" These kernel figures add up to {change:+.1%}, outside the overhead's {ratio(overhead)}: they are means over "
+        "the steps, which steps slowed by other work weigh on, and the overhead is the median of the paired steps' "
+        "ratios: a run with nothing else on the machine reads where the time went."
+    )
 
 
 def with_layer(parts: ModelAttribution | None, kernels: str | None) -> str | None:
