@@ -276,7 +276,7 @@ def test_a_step_trains_the_module_under_its_paths_scopes_and_each_arm_compiles_a
 
 
 def test_a_module_returned_with_its_loss_and_optimizer_trains_with_them_and_a_wrong_one_is_one_line(
-    folder: Path,
+    folder: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from detprof.models import own_build
 
@@ -286,8 +286,12 @@ def test_a_module_returned_with_its_loss_and_optimizer_trains_with_them_and_a_wr
     assert training.loss_name == "smooth" and training.optimizer_name == "GradientTransformationExtraArgs"
     with pytest.raises(UsageError, match=r"optimizer for a Flax module is an optax transformation .*not str"):
         described(folder, "torch_optimizer")
-    with pytest.raises(UsageError, match=r"--amp applies to Keras models and PyTorch modules"):
-        own_build.native_training(spec | {"batch_size": 4, "amp": "bf16"}, 0)
+    # --amp: one line before any run, nothing written (a Flax module computes in the dtypes its layers are built with).
+    out = folder / "amp"
+    assert main(["sweep", "--models", f"{folder / 'flax_net.py'}:trained", "--amp", "bf16", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "trained: --amp applies to Keras models and PyTorch modules" in err
+    assert not out.exists()
 
 
 def test_a_linen_module_is_initialised_on_its_example_and_trains_as_an_nnx_one_by_its_linen_paths(

@@ -73,10 +73,14 @@ def test_failure_note_names_the_count_and_an_example_run() -> None:
     assert model_overheads(unsupported)["m"].failure_note() == "not supported under determinism: boom"
     no_reason = ModelOverhead("m", failures=[{"status": "failed"}])
     assert no_reason.failure_note() == "1 run(s) failed, e.g. failed"
-    in_one_process = ModelOverhead("m", failures=[{"status": "failed", "reason": "boom", "pairing": "in_process"}])
+    failure = {"status": "failed", "reason": "boom", "pairing": "in_process", "mode": "deterministic"}
+    in_one_process = ModelOverhead("m", failures=[failure])
     assert in_one_process.failure_note() == (
         "1 run(s) failed, e.g. boom (fix: --pairing processes runs each mode in a process of its own)"
     )
+    # Its default runs failed in that process too: it failed whatever the pairing, and no fix is named for it.
+    both = ModelOverhead("m", failures=[failure, failure | {"mode": "default"}])
+    assert both.failure_note() == "2 run(s) failed, e.g. boom"
 
 
 def test_an_op_that_refused_determinism_is_named_with_its_layer_and_what_to_do() -> None:

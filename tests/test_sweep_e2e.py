@@ -256,6 +256,7 @@ def test_resume_with_another_configuration_is_refused(tmp_path, capsys) -> None:
     ("args", "message"),
     [
         (["--models", "alexnet"], "unknown model 'alexnet'; valid models:"),
+        (["--models", "nets.py"], "'nets.py' is a file, not a model: name the function in it that returns the model"),
         (["--models", "smallcnn", "--steps", "0"], "--steps must be at least 1"),
         (["--models", "smallcnn", "--repeats", "-1"], "--repeats must be at least 1"),
         (["--models", "smallcnn", "--tracer", "nsys"], "tracer 'nsys' is not installed"),

@@ -124,11 +124,15 @@ class ModelOverhead:
 
     @property
     def failed_in_one_process(self) -> bool:
-        """Its failed runs all ran with both modes in one process: a process per mode, where the framework reads
-        its switches when it starts, as a user's program does, is what to try (JAX on an H100: gpt_small's
-        deterministic step, compiled with deterministic ops as a compile option, failed at its first run,
-        reference/h100-2026-11-28)."""
-        return bool(self.failures) and all(failure.get("pairing") == "in_process" for failure in self.failures)
+        """Its failed runs all ran in deterministic mode with both modes in one process, its default runs beside them
+        ran: a process per mode, where the framework reads its switches when it starts, as a user's program does, is
+        what to try (JAX on an H100: gpt_small's deterministic step, compiled with deterministic ops as a compile
+        option, failed at its first run, reference/h100-2026-11-28). A model whose default runs failed too failed
+        whatever the pairing."""
+        return bool(self.failures) and all(
+            failure.get("pairing") == "in_process" and failure.get("mode") == "deterministic"
+            for failure in self.failures
+        )
 
     def failure_note(self) -> str | None:
         """Why runs are missing, in the same words in every table, warning and CI output; None if none are.

@@ -549,17 +549,12 @@ def training(
     """The module a model function returned (``given``: bare, or ``detprof.Training``) in training mode, each
     submodule scoped by its path (``scoped``), with its batch, its loss (else cross-entropy) and its optimizer (else
     AdamW) in an ``nnx.Optimizer`` over its parameters, split for the compiled step. ``compiled`` and ``own_loss``
-    are PyTorch's choices: JAX always compiles the step, and a Flax module returns no loss of its own. ``--amp`` is
-    refused: a Flax module computes in the dtypes its layers are built with."""
+    are PyTorch's choices: JAX always compiles the step, and a Flax module returns no loss of its own. ``--amp`` never
+    reaches it: the study refuses it before any run (``kinds.FLAX.amp_refused``)."""
     import optax
     from flax import nnx
 
     del compiled, own_loss
-    if spec.get("amp"):
-        raise UsageError(
-            f"{spec['model']}: --amp applies to Keras models and PyTorch modules; a Flax module computes in the "
-            "dtypes its layers are built with (dtype=jnp.bfloat16, param_dtype=jnp.float32)"
-        )
     module = module_of(given)
     chosen = given if isinstance(given, Training) else Training(module)
     scoped(module)

@@ -37,6 +37,8 @@ class ModelKind:
     """The module of workers' code that builds, feeds and trains a model of the kind."""
     channels_first: bool = False
     """Its image inputs hold their channels first (CxHxW, a PyTorch module's), not last (HxWxC)."""
+    amp_refused: str | None = None
+    """Why ``--amp`` does not apply to it, where it does not (None: it trains in mixed precision as asked)."""
 
     def described(
         self, shape: Sequence[int], input_dtype: str, logits: Sequence[int], logits_dtype: str, parameters: int
@@ -61,7 +63,15 @@ KERAS = ModelKind("keras", "a Keras model")
 TORCH = ModelKind(
     backends.TORCH, "a torch.nn.Module", backends.TORCH, backends.TORCH, "detprof.models.torch_modules", True
 )
-FLAX = ModelKind("flax", "a Flax module", backends.JAX, "flax", "detprof.models.flax_modules")
+FLAX = ModelKind(
+    "flax",
+    "a Flax module",
+    backends.JAX,
+    "flax",
+    "detprof.models.flax_modules",
+    amp_refused="--amp applies to Keras models and PyTorch modules; a Flax module computes in the dtypes its layers "
+    "are built with (dtype=jnp.bfloat16, param_dtype=jnp.float32)",
+)
 NATIVE: dict[str, ModelKind] = {kind.api: kind for kind in (TORCH, FLAX)}
 """The kinds that train without Keras, by ``api``."""
 

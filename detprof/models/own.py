@@ -328,6 +328,8 @@ def data_feed(item: Inspected, path: Path, arrays: Mapping[str, ArrayHeader], ba
                 f"{path}: array {name} holds {shape_text(arrays[name].shape[1:])} examples; {item.label}'s {which} "
                 f"takes {shape_text(tensor.shape)}"
             )
+    if item.sparse_classifier:
+        refuse_fractional_labels(path, arrays, targets[0][1])
     if item.sparse_classifier and item.classes is not None:
         found = label_classes(path, arrays, targets[0][1])
         if found is not None and found > item.classes:
@@ -350,9 +352,8 @@ def _array_for(
         if name is not None and name in arrays:
             return name
     wanted = " or ".join(repr(n) for n in (tensor.name, single) if n)
-    raise UsageError(
-        f"{path}: no array {wanted} for {item.label}'s {role} {tensor.name} (it holds {', '.join(sorted(arrays))})"
-    )
+    which = role if tensor.name == role else f"{role} {tensor.name}"
+    raise UsageError(f"{path}: no array {wanted} for {item.label}'s {which} (it holds {', '.join(sorted(arrays))})")
 
 
 def refuse_short(path: Path, name: str, header: ArrayHeader, batch_size: int) -> None:
@@ -398,6 +399,21 @@ def image_shape(path: Path, arrays: Mapping[str, ArrayHeader]) -> tuple[int, ...
         raise UsageError(f"{path}: no array {SINGLE_INPUT_ARRAY} (it holds {', '.join(sorted(arrays))})")
     shape = tuple(int(d) for d in arrays[SINGLE_INPUT_ARRAY].shape[1:])
     return (*shape, 1) if len(shape) == 2 else shape
+
+
+def refuse_fractional_labels(path: Path, arrays: Mapping[str, ArrayHeader], name: str) -> None:
+    """Class labels stored as floats train as the integers they hold; one that is not a whole number would be cut to
+    one, training on classes the file does not hold: refused in one line."""
+    header = arrays[name]
+    if not np.issubdtype(np.dtype(header.dtype), np.floating) or not header.shape:
+        return
+    labels = leading_rows(path, name, header.shape[0])
+    fractional = labels[labels != np.round(labels)]
+    if fractional.size:
+        raise UsageError(
+            f"{path}: array {name} holds labels that are not whole numbers (such as {fractional.flat[0]:g}): a "
+            "classifier trains on integer class labels"
+        )
 
 
 def label_classes(path: Path, arrays: Mapping[str, ArrayHeader], name: str = SINGLE_TARGET_ARRAY) -> int | None:

@@ -286,6 +286,11 @@ def get(name: str) -> ModelSpec:
     every = all_models()
     if key in every:
         return every[key]
+    if key.endswith(".py"):
+        raise UsageError(
+            f"{name.strip()!r} is a file, not a model: name the function in it that returns the model "
+            f"({name.strip()}:FUNCTION)"
+        )
     raise UsageError(f"unknown model {name!r}; valid models: {', '.join(sorted(every))}")
 
 

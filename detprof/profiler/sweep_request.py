@@ -157,6 +157,8 @@ class SweepRequest:
         for plan in plans:
             if plan.kind is not None:
                 kinds.refuse_other_backend(plan.given, plan.kind.api, target.backend)
+            if run.amp is not None and plan.kind is not None and plan.kind.amp_refused is not None:
+                raise UsageError(f"{plan.given}: {plan.kind.amp_refused}")
         if refused is not None:
             raise UsageError(refused)
         return replace(config, run_seconds=run_seconds, plans=plans), target
