@@ -207,18 +207,22 @@ def repeats_to_read(overhead: Overhead, threshold: float = CHEAP_OVERHEAD) -> in
     """Repeats (paired units) after which the interval would clear ``threshold``, if mean and spread stayed.
 
     The paired t half-width with n units is t(n-1) * s / sqrt(n); the smallest n with a
-    half-width below the distance from the mean log ratio to ln(threshold). None when there
-    is no spread to extrapolate from (fewer than two units) or not even ``SETTLE_LIMIT`` would do.
+    half-width below the distance from the mean log ratio to ln(threshold). Where the interval is Stein's
+    (``first_stage``), its own form: t(n0-1) * s0 / sqrt(n), the spread its first stage's, so that the count is of
+    the interval the verdict reads. None when there is no spread to extrapolate from (fewer than two units) or not
+    even ``SETTLE_LIMIT`` would do.
     """
     if overhead.n < MIN_REPEATS:
         return None
     logs = np.asarray(overhead.log_ratios)
     gap = abs(float(logs.mean()) - math.log(threshold))
-    sd = float(logs.std(ddof=1))
+    stage = overhead.first_stage
+    sd = float(logs[:stage].std(ddof=1)) if stage else float(logs.std(ddof=1))
     if sd == 0:
         return overhead.n if gap > 0 else None
     n = np.arange(MIN_REPEATS, SETTLE_LIMIT + 1, dtype=float)
-    half = t_quantile(0.5 + overhead.confidence / 2, n - 1) * sd / np.sqrt(n)
+    df = stage - 1 if stage else n - 1
+    half = t_quantile(0.5 + overhead.confidence / 2, df) * sd / np.sqrt(n)
     enough = np.nonzero(half < gap)[0]
     return int(n[enough[0]]) if enough.size else None
 

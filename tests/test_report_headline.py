@@ -21,7 +21,7 @@ import synthetic_sweep as synth
 from advised import advised, resolve
 
 from detprof.cli import main
-from detprof.intervals import CHEAP_OVERHEAD, Overhead, paired_t, repeats_to_read
+from detprof.intervals import CHEAP_OVERHEAD, Overhead, paired_t, repeats_to_read, stein_interval
 from detprof.records import measured_run, stability_run
 from detprof.reports.command import render_report
 from detprof.reports.report_data import stability_dataset
@@ -176,6 +176,23 @@ def test_not_settled_names_the_repeats_that_would_settle_it() -> None:
     at_the_line = verdict(Overhead(1.1, 1.0, 1.21, (math.log(1.05), math.log(1.1), math.log(1.15))))
     assert at_the_line.text == "not settled: at the 1.10x line" and at_the_line.repeats_needed is None
     assert verdict(paired_t([0.05])).text == "not settled: one repeat, no interval"  # type: ignore[arg-type]
+
+
+def test_a_two_stage_interval_counts_the_repeats_of_its_own_form() -> None:
+    """Stein's interval keeps its first stage's spread: the repeats that would settle it are counted with that
+    spread, not with the tighter spread of every repeat, which would promise one more repeat where hundreds are due."""
+    first = [math.log(r) for r in (0.93, 1.18, 0.97, 1.16)]
+    later = [math.log(1.05)] * 7
+    overhead = stein_interval([*first, *later], first_stage=4)
+    assert overhead is not None and overhead.ci_low < CHEAP_OVERHEAD < overhead.ci_high
+    needed = repeats_to_read(overhead)
+    plain = repeats_to_read(paired_t([*first, *later]))  # type: ignore[arg-type]
+    assert needed is not None and plain is not None and needed > 3 * plain
+    mean = sum([*first, *later]) / 11
+    for n, settled in ((needed, True), (needed - 1, False)):  # n repeats, the same mean and first stage
+        rest = (mean * n - sum(first)) / (n - 4)
+        grown = stein_interval([*first, *[rest] * (n - 4)], first_stage=4)
+        assert grown is not None and (grown.ci_high <= CHEAP_OVERHEAD) == settled, n
 
 
 def test_crossing_interval_is_never_cheap_in_html_md_or_json(tmp_path: Path) -> None:
