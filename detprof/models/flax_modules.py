@@ -205,7 +205,7 @@ def described(module: Any, shape: tuple[int, ...], spec: str) -> dict[str, Any]:
         raise UsageError(f"{spec}: the module returned {exc.returned}, not logits (an array of scores)") from None
     except Exception as exc:
         taking = "token ids" if takes_tokens(module) else f"{probe.dtype} inputs"
-        raise call_failed(spec, "call", shape, taking, exc, "like 32x32x3") from exc
+        raise call_failed(spec, "call", shape, taking, exc, "HxWxC, like 64x64x1") from exc
     if output.ndim < 2 or not jnp.issubdtype(output.dtype, jnp.floating):
         array = f"a {output.dtype} array of shape {list(output.shape)}"
         raise UsageError(f"{spec}: the module returned {array}, not logits (an array of scores per example)")
