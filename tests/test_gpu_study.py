@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -268,36 +269,43 @@ def test_a_plan_of_one_window_bounds_the_repeats_its_overhead_parts_add_for_prec
 
 def test_the_plan_learns_each_cost_from_what_its_own_windows_measured(tmp_path: Path) -> None:
     state = StudyState("gpu", ["jax"])
-    records = synth.records({"mediumcnn_k5": [2.17, 2.18]}, tracer="jax", backend="jax")
-    for record in records:
-        record.update(duration_s=6.0, pairing="in_process", started_at=f"t{record['repeat']}")
-    synth.write_sweep(tmp_path / "jax-pairing-in-process", synth.config(["mediumcnn_k5"], 2), records)
-    state.parts["jax-pairing-in-process"] = PartOutcome("done", 20.0, 90.0, 0, 1)
-    costs = learned_costs(measured_costs("h100"), SCALES["gpu"].family_repeat_s, tmp_path, state)
+
+    def measured(name: str, fields: Callable[[dict[str, Any]], dict[str, Any]]) -> Costs:
+        """The costs learned once part ``name`` swept mediumcnn_k5 twice, each record's ``fields`` as given."""
+        records = synth.records({"mediumcnn_k5": [2.17, 2.18]}, tracer="jax", backend="jax")
+        for record in records:
+            record.update(fields(record))
+        synth.write_sweep(tmp_path / name, synth.config(["mediumcnn_k5"], 2), records)
+        state.parts[name] = PartOutcome("done", 20.0, 90.0, 0, 1)
+        return learned_costs(measured_costs("h100"), SCALES["gpu"].family_repeat_s, tmp_path, state)
+
+    costs = measured(
+        "jax-pairing-in-process",
+        lambda r: {"duration_s": 6.0, "pairing": "in_process", "started_at": f"t{r['repeat']}"},
+    )
     learned = costs.repeat("jax", "mediumcnn_k5", "in_process")
     assert (learned.seconds, learned.source) == (6.0, "measured in this study")
     assert costs.repeat("jax", "mediumcnn_k5", "processes").seconds == pytest.approx(9.0)
     shipped = costs.repeat("jax", "mediumcnn_k3", "in_process")
     assert (shipped.seconds, shipped.source) == (11.2, "measured on NVIDIA H100 80GB HBM3, 2026-11-28")
     # A repeat that re-ran its process's steps (--shared-repeats) is learned apart from one that built them.
-    shared = synth.records({"mediumcnn_k5": [2.17, 2.18]}, tracer="jax", backend="jax")
-    for record in shared:
-        reused = record["repeat"] > 0
-        record.update(duration_s=1.5 if reused else 6.5, pairing="in_process", started_at=f"t{record['repeat']}")
-        record.update(steps_reused=reused)
-    synth.write_sweep(tmp_path / "jax-pairing-shared", synth.config(["mediumcnn_k5"], 2), shared)
-    state.parts["jax-pairing-shared"] = PartOutcome("done", 10.0, 90.0, 0, 1)
-    costs = learned_costs(measured_costs("h100"), SCALES["gpu"].family_repeat_s, tmp_path, state)
+    costs = measured(
+        "jax-pairing-shared",
+        lambda r: {
+            "duration_s": 1.5 if r["repeat"] > 0 else 6.5,
+            "pairing": "in_process",
+            "started_at": f"t{r['repeat']}",
+            "steps_reused": r["repeat"] > 0,
+        },
+    )
     three = costs.repeats("jax", "mediumcnn_k5", "in_process", 3, shared=True)
     assert three.seconds == pytest.approx(6.5 + 2 * 1.5) and "a re-run repeat measured in this study" in three.source
     # Where it measured a model both ways (the pairing check), a process per mode is scaled by what it measured on
     # that backend, not by the estimate.
-    apart = synth.records({"mediumcnn_k5": [2.17, 2.18]}, tracer="jax", backend="jax")
-    for record in apart:
-        record.update(duration_s=5.4, pairing="processes", started_at=f"{record['mode']}{record['repeat']}")
-    synth.write_sweep(tmp_path / "jax-pairing-processes", synth.config(["mediumcnn_k5"], 2), apart)
-    state.parts["jax-pairing-processes"] = PartOutcome("done", 25.0, 90.0, 0, 1)
-    costs = learned_costs(measured_costs("h100"), SCALES["gpu"].family_repeat_s, tmp_path, state)
+    costs = measured(
+        "jax-pairing-processes",
+        lambda r: {"duration_s": 5.4, "pairing": "processes", "started_at": f"{r['mode']}{r['repeat']}"},
+    )
     assert costs.apart_factor == {"jax": pytest.approx(10.8 / 6.25)}  # over both sweeps that built in one process
     scaled = costs.repeat("jax", "mediumcnn_k3", "processes")
     assert scaled.seconds == pytest.approx(11.2 * 10.8 / 6.25)

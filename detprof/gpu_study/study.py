@@ -357,8 +357,9 @@ def note_pairing(prepared: Prepared, out: Path) -> None:
     state = prepared.state
     kept = {"pairing": state.pairing, "shared": state.shared}
     ways = {"pairing": PAIRING, "shared": REPEATS}
+    follow_ups = state.known().follow_ups
     for backend in state.backends:
-        asked = state.known().follow_ups.get(backend)
+        asked = follow_ups.get(backend)
         base = [f"{backend}-pairing-{way}" for way, _, _ in WAYS]
         if all(backend in answers for answers in kept.values()) or not all(state.is_done(name) for name in base):
             continue
