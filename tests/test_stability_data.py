@@ -101,6 +101,19 @@ def test_npz_grey_images_without_channel_and_column_labels(tmp_path: Path) -> No
     assert data.y_train.shape == (20,)
 
 
+def test_npz_images_stored_channels_first_are_held_channels_last(tmp_path: Path) -> None:
+    """The file that feeds a PyTorch module in ``sweep --data`` (N, C, H, W) serves its stability study too."""
+    arrays = _valid()
+    first = {k: np.ascontiguousarray(v.transpose(0, 3, 1, 2)) if k.startswith("x_") else v for k, v in arrays.items()}
+    last, stored_first = (
+        datasets.load(_write(tmp_path / "last.npz", **arrays)),
+        datasets.load(_write(tmp_path / "first.npz", **first)),
+    )
+    assert stored_first.input_shape == last.input_shape == (6, 6, 3)
+    np.testing.assert_array_equal(stored_first.x_train, last.x_train)
+    np.testing.assert_array_equal(stored_first.x_test, last.x_test)
+
+
 @pytest.mark.parametrize(
     ("mutate", "message"),
     [

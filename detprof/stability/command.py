@@ -96,9 +96,8 @@ def stability(
         str | None,
         typer.Option(
             help="digits | cifar10 | cifar100 | synthetic | markov | npz:PATH (arrays x_train, y_train, x_test, "
-            "y_test, optional groups_test; float (N, H, W, C) x_* are images, channels last whatever the model (a "
-            "PyTorch module's are put first for it); integer (N, L) x_* are token ids, y_* the next token at each "
-            "position). "
+            "y_test, optional groups_test; (N, H, W, C) or (N, C, H, W) x_* are images, whatever the model; integer "
+            "(N, L) x_* are token ids, y_* the next token at each position). "
             "Default: digits, or markov (a generated language) for a model of tokens.",
         ),
     ] = None,

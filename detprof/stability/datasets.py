@@ -312,11 +312,22 @@ def _token_npz(path: Path, arrays: dict[str, np.ndarray]) -> Dataset:
     return Dataset(f"npz:{path}", x_train, y_train, x_test, y_test, vocabulary, takes="tokens")
 
 
+IMAGE_CHANNELS = (1, 3, 4)
+"""The channels an image has (grey, RGB, RGBA): what tells an (N, C, H, W) array from an (N, H, W, C) one."""
+
+
 def _images(path: Path, key: str, x: np.ndarray) -> np.ndarray:
+    """The images as a study holds them, (N, H, W, C): stored so, or (N, H, W) with one channel, or channels first
+    as a PyTorch module takes them (the file that feeds ``sweep --data``), told apart by which axis holds a number of
+    channels."""
     if x.ndim == 3:
         x = x[..., np.newaxis]
     if x.ndim != 4 or len(x) == 0:
-        raise InputError(f"{path}: {key} must be a non-empty (N,H,W) or (N,H,W,C) image array, got {x.shape}")
+        raise InputError(
+            f"{path}: {key} must be a non-empty (N,H,W), (N,H,W,C) or (N,C,H,W) image array, got {x.shape}"
+        )
+    if x.shape[1] in IMAGE_CHANNELS and x.shape[3] not in IMAGE_CHANNELS:
+        x = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
     if not (np.issubdtype(x.dtype, np.integer) or np.issubdtype(x.dtype, np.floating)):
         raise InputError(f"{path}: {key} must be numeric, got {x.dtype}")
     values = scaled(x)

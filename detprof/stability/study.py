@@ -486,7 +486,7 @@ def fed_instead(data: datasets.Dataset) -> str:
     shapes = ", ".join(f"{name} {own.shape_text(shape)}" for name, shape in datasets.IMAGE_SHAPES.items())
     return (
         f"a stability study feeds it {data.name} ({fed}): give a --dataset it takes (images: {shapes}; token ids: "
-        f"{TOKEN_DATASET}) or npz:PATH with x_train as those are (images HxWxC, token ids)"
+        f"{TOKEN_DATASET}) or npz:PATH with x_train of those (images HxWxC or CxHxW, token ids)"
     )
 
 
