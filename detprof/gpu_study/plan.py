@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from detprof import backends
-from detprof.analysis.pairing_check import PairingAnswer
+from detprof.analysis.pairing_check import PAIRING, REPEATS, PairingAnswer, Ways
 from detprof.gpu_study.costs import Costs, Estimate, Route, summed
 from detprof.intervals import MIN_REPEATS
 from detprof.models import registry
@@ -73,9 +73,19 @@ WAYS: tuple[tuple[str, Route, tuple[str, ...]], ...] = (
 )
 """The pairing check's sweeps: each one's name, how it pairs the modes and what more it asks (repeats sharing a
 process, for the repeats check)."""
-CHECKS: tuple[tuple[str, str, str], ...] = (("pairing", "in-process", "processes"), ("shared", "shared", "in-process"))
+CHECKS: tuple[tuple[str, str, str, Ways], ...] = (
+    ("pairing", "in-process", "processes", PAIRING),
+    ("shared", "shared", "in-process", REPEATS),
+)
 """Each check (as ``StudyState`` keeps its answers): the way it holds to the other (the cheap one, then the one it
-must stand for), by ``WAYS``'s names."""
+must stand for), by ``WAYS``'s names, and how its answers name them."""
+
+
+def check_part(backend: str, way: str, *, more: bool = False) -> str:
+    """The part that sweeps one way of ``backend``'s checks (``WAYS``), or (``more``) its follow-up's."""
+    return f"{backend}-pairing-{way}" + ("-more" if more else "")
+
+
 ROUTED: tuple[PartKind, ...] = ("overhead", "knobs")
 """The kinds of part that pair the modes as the backend's pairing check finds."""
 
@@ -287,7 +297,7 @@ class FollowUp:
     """The pairing check's ways it runs again (``WAYS``'s names)."""
 
     def part_names(self, backend: str) -> tuple[str, ...]:
-        return tuple(f"{backend}-pairing-{way}-more" for way in self.ways)
+        return tuple(check_part(backend, way, more=True) for way in self.ways)
 
     @classmethod
     def asked(cls, answers: Mapping[str, PairingAnswer], scale: Scale) -> FollowUp | None:
@@ -304,7 +314,7 @@ class FollowUp:
         if not needed:
             return None
         repeats = max(MIN_REPEATS, max(n for _, n in needed) - scale.pairing_repeats)
-        compared = {way for check, cheap, reference in CHECKS if check in open_checks for way in (cheap, reference)}
+        compared = {way for check, *ways, _ in CHECKS if check in open_checks for way in ways}
         models = tuple(sorted({model for model, _ in needed}))
         return cls(models, repeats, tuple(way for way, _, _ in WAYS if way in compared))
 
@@ -444,7 +454,7 @@ class _Planner:
         options = (*self.scale.sweep, "--repeats", str(repeats), "--precision", "off")
         return [
             Part(
-                f"{backend}-pairing-{name}" + ("-more" if follow_up else ""),
+                check_part(backend, name, more=follow_up is not None),
                 "pairing",
                 backend,
                 models,

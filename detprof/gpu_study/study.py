@@ -37,6 +37,7 @@ from detprof.gpu_study.plan import (
     Part,
     StudyPlan,
     build_plan,
+    check_part,
     installed_backends,
 )
 from detprof.gpu_study.state import STATE_FILE, StudyState
@@ -352,22 +353,21 @@ def note_pairing(prepared: Prepared, out: Path) -> None:
     process where it agrees, else a process per repeat). Where either cannot tell and more repeats would answer within
     a window, once: its follow-up (``plan.FollowUp``), whose parts end before both answer, read with the first
     repeats."""
-    from detprof.analysis.pairing_check import PAIRING, REPEATS, compare
+    from detprof.analysis.pairing_check import compare
 
     state = prepared.state
     kept = {"pairing": state.pairing, "shared": state.shared}
-    ways = {"pairing": PAIRING, "shared": REPEATS}
     follow_ups = state.known().follow_ups
     for backend in state.backends:
         asked = follow_ups.get(backend)
-        base = [f"{backend}-pairing-{way}" for way, _, _ in WAYS]
+        base = [check_part(backend, way) for way, _, _ in WAYS]
         if all(backend in answers for answers in kept.values()) or not all(state.is_done(name) for name in base):
             continue
         if asked is not None and not all(state.has_ended(name) for name in asked.part_names(backend)):
             continue
         answers = {
-            check: compare(way_records(out, backend, cheap), way_records(out, backend, reference), ways[check])
-            for check, cheap, reference in CHECKS
+            check: compare(way_records(out, backend, cheap), way_records(out, backend, reference), ways)
+            for check, cheap, reference, ways in CHECKS
             if backend not in kept[check]
         }
         follow_up = FollowUp.asked(answers, prepared.plan.scale) if asked is None else None
@@ -382,9 +382,9 @@ def note_pairing(prepared: Prepared, out: Path) -> None:
 def way_records(out: Path, backend: str, way: str) -> list[dict[str, Any]]:
     """The records of one way of a backend's checks: its sweep's, then its follow-up's with their repeats numbered on
     from the first's (a sweep pairs its two modes by repeat)."""
-    first = list(ResultsStore(out / f"{backend}-pairing-{way}", "sweep").records())
+    first = list(ResultsStore(out / check_part(backend, way), "sweep").records())
     after = 1 + max((int(record.get("repeat", 0)) for record in first), default=-1)
-    more = ResultsStore(out / f"{backend}-pairing-{way}-more", "sweep").records()
+    more = ResultsStore(out / check_part(backend, way, more=True), "sweep").records()
     return first + [record | {"repeat": int(record.get("repeat", 0)) + after} for record in more]
 
 

@@ -93,6 +93,13 @@ def leading_rows(path: Path, name: str, rows: int) -> np.ndarray:
     return np.frombuffer(data, dtype=dtype).reshape((count, *shape[1:])).copy()
 
 
+def whole_numbers(values: np.ndarray) -> bool:
+    """Whether ``values`` can be class labels: integers, or floats each a whole number (labels saved as floats)."""
+    return bool(np.issubdtype(values.dtype, np.integer)) or (
+        bool(np.issubdtype(values.dtype, np.floating)) and bool(np.all(values == np.round(values)))
+    )
+
+
 def scaled(x: np.ndarray) -> np.ndarray:
     """uint8 pixels to [0, 1]; anything else is taken as already scaled."""
     if x.dtype == np.uint8:

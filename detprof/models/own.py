@@ -25,7 +25,7 @@ import numpy as np
 
 from detprof.errors import InputError, UsageError
 from detprof.models import kinds
-from detprof.models.npz_data import ArrayHeader, headers, leading_rows
+from detprof.models.npz_data import ArrayHeader, headers, leading_rows, whole_numbers
 
 Kind = Literal["factory", "saved"]
 KERAS_SUFFIX = ".keras"
@@ -408,11 +408,11 @@ def refuse_fractional_labels(path: Path, arrays: Mapping[str, ArrayHeader], name
     if not np.issubdtype(np.dtype(header.dtype), np.floating) or not header.shape:
         return
     labels = leading_rows(path, name, header.shape[0])
-    fractional = labels[labels != np.round(labels)]
-    if fractional.size:
+    if not whole_numbers(labels):
+        first = labels[labels != np.round(labels)].flat[0]
         raise UsageError(
-            f"{path}: array {name} holds labels that are not whole numbers (such as {fractional.flat[0]:g}): a "
-            "classifier trains on integer class labels"
+            f"{path}: array {name} holds labels that are not whole numbers (such as {first:g}): a classifier trains "
+            "on integer class labels"
         )
 
 

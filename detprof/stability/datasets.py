@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from detprof.errors import InputError, UsageError, first_line
-from detprof.models.npz_data import NPZ_PREFIX, headers, npz_path, read_arrays, scaled
+from detprof.models.npz_data import NPZ_PREFIX, headers, npz_path, read_arrays, scaled, whole_numbers
 from detprof.store import atomic_write_bytes, user_cache_dir
 
 NAMES: tuple[str, ...] = ("digits", "cifar10", "cifar100", "synthetic", "markov", "npz:PATH")
@@ -340,10 +340,7 @@ def _labels(path: Path, key: str, y: np.ndarray, n: int) -> np.ndarray:
     flat = y.reshape(-1) if y.ndim == 2 and y.shape[1] == 1 else y
     if flat.ndim != 1 or len(flat) != n:
         raise InputError(f"{path}: {key} must hold one label per image ({n}), got shape {y.shape}")
-    integral = np.issubdtype(flat.dtype, np.integer) or (
-        np.issubdtype(flat.dtype, np.floating) and bool(np.all(flat == np.round(flat)))
-    )
-    if not integral:
+    if not whole_numbers(flat):
         raise InputError(f"{path}: {key} must hold integer labels, got {y.dtype}")
     if flat.min() < 0:
         raise InputError(f"{path}: {key} holds negative labels")
