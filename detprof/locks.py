@@ -26,6 +26,7 @@ import os
 import socket
 import sys
 import tempfile
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -148,6 +149,7 @@ def _take(path: Path, *, wait: bool) -> bool:
     if path in _held:
         _held[path][1] += 1
         return True
+    name = json.dumps(_me()).encode()
     try:
         fd = _flocked(path, wait=wait)
     except OSError as exc:
@@ -157,8 +159,8 @@ def _take(path: Path, *, wait: bool) -> bool:
     stale = _read_holder(path)
     if stale:
         _note(f"took over {path} from {_words(stale)}, which ended without giving it back")
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, json.dumps(_me()).encode(), 0)
+    os.pwrite(fd, name, 0)
+    os.ftruncate(fd, len(name))
     _held[path] = [fd, 1]
     return True
 
@@ -194,8 +196,17 @@ def _read_holder(path: Path) -> dict[str, object]:
     return data if isinstance(data, dict) else {}
 
 
+NAMING_S = 2.0
+"""How long a refusal waits for a holder that has just taken its lock to write its name there."""
+
+
 def _holder_words(path: Path) -> str:
-    holder = _read_holder(path)
+    """Who holds ``path``, waiting briefly where its file is still empty: a holder names itself just after its
+    ``flock`` succeeds, so a second command started beside it can find the lock taken and the file not yet written
+    (two sweeps started together on a loaded CPU did)."""
+    deadline = time.monotonic() + NAMING_S
+    while not (holder := _read_holder(path)) and time.monotonic() < deadline:
+        time.sleep(0.05)
     return _words(holder) if holder else "its holder did not say who it is"
 
 

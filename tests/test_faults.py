@@ -28,7 +28,7 @@ from fault_sweeps import (
 from script_runner import ROOT
 
 from detprof import locks
-from detprof.errors import ExitCode
+from detprof.errors import EnvironmentFailure, ExitCode
 
 EXITS_IN_A_WORKER = """
 import os
@@ -112,6 +112,25 @@ def test_a_lock_whose_holder_died_is_taken_over_with_a_note(tmp_path: Path, caps
     err = capsys.readouterr().err
     assert f"took over {folder / locks.RESULTS_LOCK} from pid " in err and "ended without giving it back" in err
     assert (folder / locks.RESULTS_LOCK).read_text() == ""
+
+
+def test_a_refusal_names_a_holder_that_took_the_lock_and_names_itself_a_moment_later(tmp_path: Path) -> None:
+    """A second sweep started beside the first can find the folder's lock taken and its file not yet written (on a
+    loaded CPU it did): the refusal waits for the name rather than saying the holder never gave one."""
+    folder = tmp_path / "results"
+    folder.mkdir()
+    lock = folder / locks.RESULTS_LOCK
+    script = f"import fcntl, json, os, sys, time\nfd = os.open({str(lock)!r}, os.O_RDWR | os.O_CREAT)\n"
+    script += "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('held', flush=True)\ntime.sleep(0.5)\n"
+    script += "os.pwrite(fd, json.dumps({'pid': os.getpid(), 'host': 'h'}).encode(), 0)\nsys.stdin.read()\n"
+    other = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert other.stdout is not None and other.stdout.readline() == "held\n"
+        named = f"in use by another detprof \\(pid {other.pid} on h,"
+        with pytest.raises(EnvironmentFailure, match=named), locks.holding(folder, None):
+            pass
+    finally:
+        other.communicate("")
 
 
 def test_a_session_claims_a_core_no_other_detprof_claimed_and_shares_one_where_all_are(tmp_path: Path) -> None:
