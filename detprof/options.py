@@ -153,7 +153,7 @@ class RunOptions:
     data: str | None = option(
         "npz:PATH: train on a real batch from this file instead of synthetic data: x_train/y_train "
         "(as stability --dataset npz:PATH names them), or an array per input and output of your model, by name; "
-        "examples as the model takes them (a PyTorch module's images channels first)."
+        "examples as the model takes them; images stored HxWxC reach a PyTorch module channels first."
     )
     ray: str | None = option(
         "Run on a Ray cluster (auto, HOST:PORT or ray://HOST:10001): each --gpu type on the nodes of that "

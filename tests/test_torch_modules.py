@@ -133,11 +133,13 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return made
 
 
-def described(folder: Path, function: str, shape: tuple[int, ...], given: bool = False) -> own.Inspected:
+def described(
+    folder: Path, function: str, shape: tuple[int, ...], given: bool = False, images_last: bool = False
+) -> own.Inspected:
     from detprof.models import own_build
 
     model = own.parse(f"{folder / 'modules.py'}:{function}")
-    return own.Inspected.from_answer(model, own_build.describe(model, shape, 6, given))
+    return own.Inspected.from_answer(model, own_build.describe(model, shape, 6, given or images_last, images_last))
 
 
 def test_a_module_is_described_at_its_own_layout_with_the_classes_its_logits_score(folder: Path) -> None:
@@ -469,15 +471,28 @@ def test_data_in_the_modules_own_layout_feeds_it(folder: Path, capsys: Capture) 
     assert training.x.shape == (4, 1, 10, 10) and float(training.x.max()) <= 1.0 and training.x.dtype == torch.float32
     assert training.y.tolist() == [0, 1, 2, 3]
     training.step()()
-    # Without --input-shape, a sweep feeds the module --data's examples as stored: planned at their shape; stored
-    # channels last, refused in one line that says how to store them.
-    np.savez(folder / "last.npz", x_train=rng.integers(0, 256, (8, 10, 10, 1), dtype=np.uint8), y_train=np.arange(8))
-    for data, code in (("grey.npz", ExitCode.OK), ("last.npz", ExitCode.USAGE)):
-        args = ["sweep", "--models", f"{folder / 'modules.py'}:grey", "--data", f"npz:{folder / data}", "--dry-run"]
-        assert main([*args, "--batch-size", "4", "--out", str(folder / "planned")]) == code, data
-    assert (
-        "store --data's x_train as it takes them (a PyTorch module's images channels first" in capsys.readouterr().err
-    )
+    # Without --input-shape, a sweep plans the module at --data's examples as stored, or, stored channels last (the
+    # layout stability's npz takes too), moved channels first: the same batch either way. Examples it cannot take
+    # are refused in one line that says how to store them.
+    first, last = folder / "first.npz", folder / "last.npz"
+    rgb = rng.integers(0, 256, (8, 3, 10, 10), dtype=np.uint8)
+    np.savez(first, x_train=rgb, y_train=np.arange(8) % 4)
+    np.savez(last, x_train=rgb.transpose(0, 2, 3, 1), y_train=np.arange(8) % 4)
+    for function, data, code in (
+        ("net", last, ExitCode.OK),
+        ("grey", path, ExitCode.OK),
+        ("grey", last, ExitCode.USAGE),
+    ):
+        args = ["sweep", "--models", f"{folder / 'modules.py'}:{function}", "--data", f"npz:{data}", "--dry-run"]
+        assert main([*args, "--batch-size", "4", "--out", str(folder / "planned")]) == code, (function, data)
+    assert "store --data's x_train as it takes them (images NxHxWxC, moved channels first" in capsys.readouterr().err
+    rgb_net = described(folder, "net", (10, 10, 3), images_last=True)
+    assert rgb_net.inputs[0].shape == (3, 10, 10)
+    fed = [
+        native_training(spec(folder, "net", [3, 10, 10], 4) | {"data": own.data_feed(rgb_net, at, headers(at), 4)}, 0)
+        for at in (first, last)
+    ]
+    assert torch.equal(fed[0].x, fed[1].x)
 
 
 NATIVE_REGISTRY = {

@@ -22,6 +22,19 @@ from detprof.errors import InputError, UsageError, first_line
 NPZ_PREFIX = "npz:"
 NPY_SUFFIX = ".npy"
 
+IMAGE_CHANNELS = (1, 3, 4)
+"""The channels an image has (grey, RGB, RGBA): what tells images stored channels last from channels first."""
+
+
+def channels_last(example: tuple[int, ...]) -> bool:
+    """One example is an image stored HxWxC: its last axis holds a number of channels and its first does not."""
+    return len(example) == 3 and example[-1] in IMAGE_CHANNELS and example[0] not in IMAGE_CHANNELS
+
+
+def channels_first(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Images' HxWxC as a PyTorch module takes them, CxHxW; any other shape as it is."""
+    return (shape[-1], *shape[:-1]) if len(shape) == 3 else shape
+
 
 def npz_path(text: str, option: str) -> Path | None:
     """The file ``npz:PATH`` names, made absolute; None when ``text`` is not an ``npz:`` value."""
@@ -111,12 +124,14 @@ def module_batch(
     feed: Mapping[str, Any], shape: tuple[int, ...], rows: int, tokens: bool
 ) -> tuple[np.ndarray, np.ndarray]:
     """The leading ``rows`` of ``--data``'s arrays as a native module takes them (``shape``, its own layout): token
-    ids (int64), or pixels scaled as the Keras path scales them; the labels as int64. The module's kind puts them on
-    its framework."""
+    ids (int64), or pixels scaled as the Keras path scales them (images stored HxWxC moved channels first where the
+    module takes them so); the labels as int64. The module's kind puts them on its framework."""
     path = feed["path"]
     ((_, x_name),) = feed["inputs"]
     ((_, y_name),) = feed["targets"]
     values = leading_rows(path, x_name, rows)
+    if channels_last(values.shape[1:]) and channels_first(values.shape[1:]) == tuple(shape):
+        values = np.ascontiguousarray(values.transpose(0, 3, 1, 2))
     values = values.reshape((len(values), *shape))
     x = values.astype(np.int64) if tokens else scaled(values)
     return x, leading_rows(path, y_name, rows).astype(np.int64)

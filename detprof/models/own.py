@@ -25,7 +25,7 @@ import numpy as np
 
 from detprof.errors import InputError, UsageError
 from detprof.models import kinds
-from detprof.models.npz_data import ArrayHeader, headers, leading_rows, whole_numbers
+from detprof.models.npz_data import ArrayHeader, channels_first, channels_last, headers, leading_rows, whole_numbers
 
 Kind = Literal["factory", "saved"]
 KERAS_SUFFIX = ".keras"
@@ -235,6 +235,7 @@ def inspect_with(
     shape_given: bool = False,
     sizes: Mapping[str, tuple[Sequence[int], int]] | None = None,
     fed: str | None = None,
+    images_last: bool = False,
 ) -> list[Inspected]:
     """Load each model once in a worker of ``backend`` (``call`` is ``worker_call.call_in_worker``).
 
@@ -244,7 +245,8 @@ def inspect_with(
     (the HxWxC a Keras model would be built at). ``sizes``: the models (by ``OwnModel.given``) built at a shape and
     classes of their own instead, as given (a native registry model's, in its own layout). A module's file and hash
     come back from the worker that imported it: this process never imports it. ``fed``: what a module whose call
-    fails on its batch is told to take instead, where the command has no ``--input-shape``.
+    fails on its batch is told to take instead, where the command has no ``--input-shape``. ``images_last``: the
+    given shape is ``--data``'s images stored HxWxC, which a kind that takes its channels first is fed moved so.
     """
     if not models:
         return []
@@ -256,6 +258,7 @@ def inspect_with(
         "shape_given": shape_given,
         "sizes": {given: [list(shape), count] for given, (shape, count) in (sizes or {}).items()},
         "fed": fed,
+        "images_last": images_last,
     }
     answers = call(INSPECT_ENTRY, request, f"loading {', '.join(m.given for m in models)}")
     return [Inspected.from_answer(model, answer) for model, answer in zip(models, answers, strict=True)]
@@ -322,7 +325,9 @@ def data_feed(item: Inspected, path: Path, arrays: Mapping[str, ArrayHeader], ba
     for _, name in inputs + targets:
         refuse_short(path, name, arrays[name], batch_size)
     for tensor, (_, name) in zip(item.inputs, inputs, strict=True):
-        if example_shape(arrays[name].shape, tensor.shape) is None:
+        stored = tuple(int(d) for d in arrays[name].shape[1:])
+        moved = channels_last(stored) and channels_first(stored) == tuple(tensor.shape)
+        if example_shape(arrays[name].shape, tensor.shape) is None and not moved:
             which = "input" if tensor.name == "input" else f"input {tensor.name}"
             raise UsageError(
                 f"{path}: array {name} holds {shape_text(arrays[name].shape[1:])} examples; {item.label}'s {which} "

@@ -33,6 +33,7 @@ from detprof import backends
 from detprof.determinism import DeterminismSettings, apply
 from detprof.errors import UsageError, first_line
 from detprof.models import kinds, registry
+from detprof.models.npz_data import channels_first
 from detprof.models.own import KERAS_API, KERAS_ARCHIVE_CONFIG, OwnModel, file_sha256, shape_text
 from detprof.training import Training
 
@@ -370,6 +371,7 @@ def inspect(
     shape_given: bool = False,
     sizes: Mapping[str, list[Any]] | None = None,
     fed: str | None = None,
+    images_last: bool = False,
 ) -> list[dict[str, Any]]:
     """``call_in_worker``'s entry: each model loaded once, and what the parent needs of it (at its own shape and
     classes where ``sizes`` gives them: ``own.inspect_with``); Keras on ``backend`` where a model asks for it.
@@ -379,7 +381,7 @@ def inspect(
         model = OwnModel.from_record(record)
         own_size = (sizes or {}).get(model.given)
         if own_size is None:
-            described = partial(describe, model, input_shape, classes, shape_given)
+            described = partial(describe, model, input_shape, classes, shape_given, images_last)
         else:
             described = partial(describe, model, own_size[0], int(own_size[1]), shape_given=True)
         try:
@@ -413,9 +415,12 @@ def _keras_when_asked(backend: str, described: Callable[[], dict[str, Any]]) -> 
     return described()
 
 
-def describe(model: OwnModel, input_shape: Sequence[int], classes: int, shape_given: bool = False) -> dict[str, Any]:
+def describe(
+    model: OwnModel, input_shape: Sequence[int], classes: int, shape_given: bool = False, images_last: bool = False
+) -> dict[str, Any]:
     """The model built once, as JSON: its kind, its file and hash, whether it is built at the input shape given, its
-    inputs, outputs, loss and size."""
+    inputs, outputs, loss and size. ``images_last``: ``input_shape`` is images stored HxWxC, given to a kind that
+    takes its channels first moved so (as its batches are fed)."""
     original = as_given(model, input_shape, classes)
     takes = model.kind == "factory" and takes_arguments(factory(model), model.given)
     path = model.path or str(getattr(sys.modules.get(str(model.module)), "__file__", "") or "")
@@ -423,7 +428,8 @@ def describe(model: OwnModel, input_shape: Sequence[int], classes: int, shape_gi
     kind = kinds.of_value(original)
     if kind is not None:
         code = kind.code()
-        shape = code.input_shape(code.module_of(original), input_shape, shape_given, model.given)
+        asked = channels_first(tuple(input_shape)) if images_last and kind.channels_first else input_shape
+        shape = code.input_shape(code.module_of(original), asked, shape_given, model.given)
         given = as_given(model, shape, classes) if takes and shape != tuple(input_shape) else original
         answer = code.described(code.module_of(given), shape, model.given)
         probe = {"model": model.label, "input_shape": list(shape), "batch_size": code.PROBE_ROWS, "classes": classes}

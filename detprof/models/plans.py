@@ -16,7 +16,7 @@ from typing import Any
 
 from detprof.errors import UsageError
 from detprof.models import kinds, own, registry
-from detprof.models.npz_data import npz_path
+from detprof.models.npz_data import channels_last, npz_path
 
 
 @dataclass(frozen=True)
@@ -100,8 +100,12 @@ def data_path(data: str | None, input_size: int | None) -> Path | None:
     return path
 
 
-DATA_FED = "store --data's x_train as it takes them (a PyTorch module's images channels first, NxCxHxW)"
-"""What a module whose forward fails on ``--data``'s examples is told: they are fed as stored."""
+DATA_FED = (
+    "store --data's x_train as it takes them (images NxHxWxC, moved channels first for a PyTorch module, or "
+    "stored NxCxHxW)"
+)
+"""What a module whose forward fails on ``--data``'s examples is told: they are fed as stored, save images stored
+channels last, which a PyTorch module is fed channels first."""
 
 
 def model_plans(asked: ModelsAsked, backend: str, call: Callable[..., Any]) -> tuple[ModelPlan, ...]:
@@ -113,8 +117,9 @@ def model_plans(asked: ModelsAsked, backend: str, call: Callable[..., Any]) -> t
     ``--input-shape``, else the shape of ``--data``'s ``x_train`` examples, else 32x32x3, for
     ``--classes`` (or the preset's), else as many classes as ``--data``'s labels name, else 10.
     A native module (PyTorch's, Flax's) is fed the input it was inspected at (``own_build.describe``):
-    ``--input-shape``, or ``--data``'s examples, in its own layout as given (channels first for a PyTorch module's
-    images), and trained on the classes its logits score.
+    ``--input-shape``, or ``--data``'s examples in its own layout (images stored HxWxC moved channels first for a
+    PyTorch module, as ``stability --dataset`` reads one file either way), and trained on the classes its logits
+    score.
     """
     data = None if asked.data is None else own.NpzData.read(asked.data)
     mine = {model: own.parse(model) for model in asked.models if own.is_own(model)}
@@ -131,6 +136,7 @@ def model_plans(asked: ModelsAsked, backend: str, call: Callable[..., Any]) -> t
         shape_given=asked.input_shape is not None or data is not None,
         sizes={model: native_size(asked, model) for model in native if data is None},
         fed=None if data is None or asked.input_shape is not None else DATA_FED,
+        images_last=asked.input_shape is None and data is not None and channels_last(data.images or ()),
     )
     if asked.input_shape is not None and not any(item.built_at_input_shape for item in inspected[: len(mine)]):
         raise UsageError(

@@ -28,6 +28,7 @@ from detprof.backends.base import OPTIMIZER_PART, Step
 from detprof.errors import UsageError, first_line
 from detprof.findings import OP_PATTERNS
 from detprof.models.kinds import TORCH, call_failed
+from detprof.models.npz_data import channels_first
 from detprof.training import Training
 
 TOKENS = 32
@@ -102,12 +103,7 @@ def input_shape(module: Any, shape: Sequence[int], given: bool, spec: str) -> tu
         if given and len(shape) != 1:
             raise UsageError(f"{spec}: the module takes token ids: --input-shape is their length (like 64)")
         return tuple(shape) if given or len(shape) == 1 else (TOKENS,)
-    return tuple(shape) if given else channels_first(shape)
-
-
-def channels_first(shape: Sequence[int]) -> tuple[int, ...]:
-    """Images' HxWxC as a module takes them, CxHxW; any other shape as it is."""
-    return (shape[-1], *shape[:-1]) if len(shape) == 3 else tuple(shape)
+    return tuple(shape) if given else channels_first(tuple(shape))
 
 
 def logits_of(output: Any) -> Any:

@@ -19,7 +19,15 @@ from pathlib import Path
 import numpy as np
 
 from detprof.errors import InputError, UsageError, first_line
-from detprof.models.npz_data import NPZ_PREFIX, headers, npz_path, read_arrays, scaled, whole_numbers
+from detprof.models.npz_data import (
+    IMAGE_CHANNELS,
+    NPZ_PREFIX,
+    headers,
+    npz_path,
+    read_arrays,
+    scaled,
+    whole_numbers,
+)
 from detprof.store import atomic_write_bytes, user_cache_dir
 
 NAMES: tuple[str, ...] = ("digits", "cifar10", "cifar100", "synthetic", "markov", "npz:PATH")
@@ -310,10 +318,6 @@ def _token_npz(path: Path, arrays: dict[str, np.ndarray]) -> Dataset:
     vocabulary = int(max(a.max() for pair in split.values() for a in pair)) + 1
     (x_train, y_train), (x_test, y_test) = split["train"], split["test"]
     return Dataset(f"npz:{path}", x_train, y_train, x_test, y_test, vocabulary, takes="tokens")
-
-
-IMAGE_CHANNELS = (1, 3, 4)
-"""The channels an image has (grey, RGB, RGBA): what tells an (N, C, H, W) array from an (N, H, W, C) one."""
 
 
 def _images(path: Path, key: str, x: np.ndarray) -> np.ndarray:

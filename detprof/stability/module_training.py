@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from detprof.models import torch_modules
+from detprof.models.npz_data import channels_first
 from detprof.models.own import OwnModel
 from detprof.stability import metrics, variants
 from detprof.stability.variants import RunSeeds
@@ -27,7 +28,7 @@ from detprof.stability.variants import RunSeeds
 
 def module_input_shape(data_shape: Sequence[int], takes: str) -> tuple[int, ...]:
     """One example as a module takes the study's data: token ids as they are, images channels first."""
-    return tuple(data_shape) if takes == "tokens" else torch_modules.channels_first(data_shape)
+    return tuple(data_shape) if takes == "tokens" else channels_first(tuple(data_shape))
 
 
 class ModuleTrainer:
