@@ -122,6 +122,11 @@ def vector_loss():
 
 def elsewhere():
     return detprof.Training(Net(3, 4), optimizer=torch.optim.SGD(Net(3, 4).parameters(), lr=0.1))
+
+
+def as_tuple():
+    model = Net(3, 4)
+    return model, smooth, torch.optim.SGD(model.parameters(), lr=0.5)
 """
 Capture = pytest.CaptureFixture[str]
 
@@ -285,7 +290,8 @@ def test_each_arm_builds_the_same_module_and_a_step_trains_it_as_users_do(folder
 
 def test_a_module_returned_with_its_loss_and_optimizer_trains_with_them(folder: Path) -> None:
     """``detprof.Training``: the step is the user's loss and optimizer, checked against the same step written by
-    hand; a loss that is not a scalar, or an optimizer over another module's parameters, is one line."""
+    hand; a loss that is not a scalar, an optimizer over another module's parameters, or the three returned as a
+    tuple, is one line."""
     import torch
 
     from detprof.models.own_build import native_training
@@ -304,6 +310,10 @@ def test_a_module_returned_with_its_loss_and_optimizer_trains_with_them(folder: 
         described(folder, "vector_loss", (3, 8, 8), given=True)
     with pytest.raises(UsageError, match=r"elsewhere: detprof.Training's optimizer updates none of the module's"):
         described(folder, "elsewhere", (3, 8, 8), given=True)
+    with pytest.raises(
+        UsageError, match=r"as_tuple returned a tuple \(Net, function, SGD\): return the module alone, or"
+    ):
+        described(folder, "as_tuple", (3, 8, 8), given=True)
 
 
 @pytest.mark.parametrize(("amp", "dtype"), [("bf16", "bfloat16"), ("fp16", "float16")])

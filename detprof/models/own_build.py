@@ -142,6 +142,12 @@ def as_given(model: OwnModel, input_shape: Sequence[int], classes: int) -> Any:
             f"{model.given}: detprof.Training holds a torch.nn.Module or a Flax module, not "
             f"{type(built.model).__name__} (a Keras model trains with the loss and optimizer it is compiled with)"
         )
+    if isinstance(built, tuple | list) and built and kinds.of_value(built[0]) is not None:
+        raise UsageError(
+            f"{model.given}: {model.function} returned a {type(built).__name__} "
+            f"({', '.join(type(value).__name__ for value in built)}): return the module alone, or with its loss "
+            "and optimizer as detprof.Training(module, loss, optimizer)"
+        )
     if not (keras is not None and isinstance(built, keras.Model)):
         raise UsageError(
             f"{model.given}: {model.function} returned {type(built).__name__}, not a keras.Model, a torch.nn.Module, "
