@@ -67,7 +67,9 @@ class Terminated(KeyboardInterrupt):
     stopped, completed runs kept, the resume line) ends it the same way on SIGTERM."""
 
 
-ENVIRONMENT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM})
+FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+"""A full disk or quota: where the space left is worth saying."""
+ENVIRONMENT_ERRNOS = FULL_ERRNOS | {errno.EROFS, errno.EACCES, errno.EPERM}
 """``OSError``s that are the machine refusing (a full disk or quota, a read-only file system, a permission)."""
 
 
@@ -77,12 +79,21 @@ def environment_failure(exc: OSError) -> EnvironmentFailure | None:
     if exc.errno not in ENVIRONMENT_ERRNOS:
         return None
     path = exc.filename or "a file"
-    free = _free_space(exc.filename)
+    full = exc.errno in FULL_ERRNOS
+    free = _free_space(exc.filename) if full else None
     room = f" ({free} free there)" if free is not None else ""
+    fix = "free space" if full else "fix the permission"
     return EnvironmentFailure(
-        f"cannot write {path}: {exc.strerror or exc}{room}; every run recorded so far is kept: free space or fix "
-        "the permission, then run the same command with --resume"
+        f"cannot write {path}: {exc.strerror or exc}{room}; every run recorded so far is kept: {fix}, then run the "
+        "same command with --resume"
     )
+
+
+def output_failure(exc: OSError, refused: str) -> DetprofError:
+    """``refused`` (what could not be written, and where) as one line with why: the machine refusing a file the user
+    named (a permission, a full disk) exits 74, a path that cannot hold it (a folder, a missing parent) 3."""
+    line = f"{refused}: {exc.strerror or exc}"
+    return EnvironmentFailure(line) if exc.errno in ENVIRONMENT_ERRNOS else InputError(line)
 
 
 def _free_space(filename: object) -> str | None:

@@ -15,13 +15,14 @@ import json
 import math
 import os
 import secrets
+import stat
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import detprof.study_kinds as study_kinds
-from detprof.errors import DetprofError, InputError, UsageError, environment_failure
+from detprof.errors import DetprofError, InputError, UsageError, environment_failure, output_failure
 from detprof.records import checked
 
 if TYPE_CHECKING:
@@ -73,6 +74,24 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def write_output(path: Path, data: bytes, what: str) -> None:
+    """A file the user named (a report, a baseline, CI's files), written atomically; a symbolic link's target in its
+    place, and a device or a pipe (``/dev/null``, a FIFO) written into as it is: a rename would replace the link, or
+    the device itself where the user may (root in a CI container). One line where the machine refuses (exit 74) or
+    the path cannot hold the file (exit 3)."""
+    try:
+        target = path.resolve() if path.is_symlink() else path
+        if target.exists() and not stat.S_ISREG(target.stat().st_mode) and not target.is_dir():
+            with open(target, "wb") as stream:
+                stream.write(data)
+        else:
+            atomic_write_bytes(target, data)
+    except FileExistsError as exc:  # a folder on the way is a file
+        raise InputError(f"cannot write {what} to {path}: {exc.filename} is a file, not a folder") from exc
+    except OSError as exc:
+        raise output_failure(exc, f"cannot write {what} to {path}") from exc
 
 
 def user_cache_dir() -> Path:

@@ -476,7 +476,11 @@ def test_an_output_that_cannot_be_written_is_input_error(
     blocker = tmp_path / "file"
     blocker.write_text("x")
     code, _, err = _regression_check(tmp_path, baseline, capsys, option, blocker / "out")
-    assert code == 3 and err.count("\n") == 1 and f"{blocker / 'out'}: cannot write" in err
+    assert (
+        code == 3
+        and err.count("\n") == 1
+        and f"cannot write the file to {blocker / 'out'}: {blocker} is a file, not a folder" in err
+    )
     assert blocker.read_text() == "x"
 
 

@@ -15,8 +15,8 @@ import pytest
 import synthetic_sweep as synth
 
 from detprof.cli import main
-from detprof.errors import InputError, UsageError
-from detprof.store import ResultsStore, atomic_write_bytes, find_studies, json_safe, place_for
+from detprof.errors import EnvironmentFailure, InputError, UsageError
+from detprof.store import ResultsStore, atomic_write_bytes, find_studies, json_safe, place_for, write_output
 
 
 def test_records_round_trip_and_resume_rules(tmp_path) -> None:
@@ -181,3 +181,35 @@ def test_a_failed_write_leaves_no_temporary_file(tmp_path: Path) -> None:
     with pytest.raises(OSError):
         atomic_write_bytes(target, b"{}")
     assert [p.name for p in tmp_path.iterdir()] == ["record.json"]
+
+
+def test_a_file_the_user_names_is_written_through_a_link_and_into_a_pipe_or_device(tmp_path: Path) -> None:
+    """``report -o``, ``baseline -o``, ``check --junit``: a rename would replace a symbolic link by a file, and a
+    FIFO or a device (``/dev/null``, as root in a CI container) by one; each is written through instead."""
+    import threading
+
+    (tmp_path / "link.json").symlink_to(tmp_path / "real" / "target.json")
+    write_output(tmp_path / "link.json", b"{}", "the baseline")
+    assert (tmp_path / "link.json").is_symlink() and (tmp_path / "real" / "target.json").read_bytes() == b"{}"
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    read: list[bytes] = []
+    reader = threading.Thread(target=lambda: read.append(pipe.read_bytes()))
+    reader.start()
+    write_output(pipe, b"<html>", "the report")
+    reader.join(timeout=10)
+    assert pipe.is_fifo() and read == [b"<html>"]
+    null = tmp_path / "null"
+    try:
+        os.mknod(null, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    except PermissionError:
+        return  # only root makes a device: CI's container does
+    write_output(null, b"<testsuites/>", "the file")
+    assert null.is_char_device()
+
+
+def test_a_file_the_machine_refuses_exits_74_and_one_that_cannot_be_there_3(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match=f"cannot write the report to {tmp_path}: Is a directory"):
+        write_output(tmp_path, b"x", "the report")
+    with pytest.raises(EnvironmentFailure, match=r"cannot write the report to /sys/detprof\.html: Permission denied"):
+        write_output(Path("/sys/detprof.html"), b"x", "the report")

@@ -43,7 +43,7 @@ from detprof.errors import InputError
 from detprof.models.own import REGISTRY_SOURCE, OwnModel
 from detprof.records import backend_of, environment_values, finite_number
 from detprof.reports.provenance import backend_order, framework
-from detprof.store import ResultsStore, atomic_write_bytes, config_hash, find_studies
+from detprof.store import ResultsStore, config_hash, find_studies, write_output
 
 SCHEMA_VERSION = 1
 KIND = "detprof-baseline"
@@ -290,10 +290,7 @@ def build_baseline(sweep: SweepResults) -> dict[str, Any]:
 
 def write_baseline(path: Path, document: Mapping[str, Any]) -> None:
     data = json.dumps(document, indent=2, sort_keys=True, allow_nan=False) + "\n"
-    try:
-        atomic_write_bytes(Path(path), data.encode())
-    except OSError as exc:
-        raise InputError(f"{path}: cannot write the baseline ({exc.strerror or exc})") from exc
+    write_output(Path(path), data.encode(), "the baseline")
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from detprof.errors import InputError
+from detprof.errors import InputError, output_failure
 from detprof.options import CHECK_RUN, ModelsOption, RunOptions, with_run_options
-from detprof.store import atomic_write_bytes
+from detprof.store import write_output
 
 if TYPE_CHECKING:
     from detprof.check.baseline_file import EnvironmentCheck
@@ -63,8 +63,9 @@ CHECK_DETAILS = (
     "does not apply), and --run runs the baseline's backend.\n\n"
     "Exit codes: 0 no regression (inconclusive and missing models warn); 1 a regression (or, with "
     "--strict, an inconclusive or missing model); 2 usage error; 3 not comparable (fingerprint differs; "
-    "--allow-env-change overrides with a warning), unusable input, an output that cannot be written, or a "
-    "measurement that failed; 70 an internal error (a bug in detprof, never a regression)."
+    "--allow-env-change overrides with a warning), unusable input, an output path that cannot hold a file, or a "
+    "measurement that failed; 70 an internal error (a bug in detprof, never a regression); 74 the machine refused "
+    "(a permission, a full disk, results another detprof holds)."
 )
 
 
@@ -194,8 +195,7 @@ def _report(
                 with open(summary, "a", encoding="utf-8") as fh:
                     fh.write(ci_outputs.github_summary(comparison, env, strict=strict))
             except OSError as exc:
-                reason = exc.strerror or exc
-                raise InputError(f"{summary}: cannot append the step summary ({reason})") from exc
+                raise output_failure(exc, f"cannot append the step summary to {summary}") from exc
         else:
             typer.echo("detprof: note: GITHUB_STEP_SUMMARY is not set; no step summary written", err=True)
 
@@ -214,8 +214,5 @@ def _json_bytes(obj: Any) -> bytes:
 
 
 def _write(path: Path, data: bytes) -> None:
-    """Written to a temporary name and renamed, so CI never uploads half a file; like every output, exit 3."""
-    try:
-        atomic_write_bytes(path, data)
-    except OSError as exc:
-        raise InputError(f"{path}: cannot write ({exc.strerror or exc})") from exc
+    """Written to a temporary name and renamed, so CI never uploads half a file."""
+    write_output(path, data, "the file")

@@ -14,8 +14,8 @@ from typing import Annotated
 
 import typer
 
-from detprof.errors import InputError, UsageError
-from detprof.store import atomic_write_bytes
+from detprof.errors import UsageError
+from detprof.store import write_output
 
 STDOUT = "-"
 FORMATS = ("html", "md", "json")
@@ -58,10 +58,7 @@ def render_report(results_dirs: list[Path], fmt: str = "html", plotlyjs: str = "
 def _write(output: Path, text: str) -> Path:
     """Written to a temporary name and renamed, so a reader never sees half a report."""
     output = Path(output)
-    try:
-        atomic_write_bytes(output, text.encode("utf-8"))
-    except OSError as exc:
-        raise InputError(f"cannot write the report to {output}: {exc.strerror or exc}") from exc
+    write_output(output, text.encode("utf-8"), "the report")
     return output
 
 
