@@ -27,7 +27,7 @@ import socket
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from detprof.errors import EnvironmentFailure, UsageError, environment_failure
@@ -46,12 +46,16 @@ def device_lock_path(device_key: str) -> Path:
 
 
 @contextlib.contextmanager
-def holding(results: Path, device: tuple[str, str] | None, *, wait: bool = True) -> Iterator[None]:
+def holding(
+    results: Path, device: tuple[str, str] | None, *, wait: bool = True, first: Callable[[], object] | None = None
+) -> Iterator[None]:
     """Hold the results folder ``results`` and the device (``(lock key, label)``; None: no device) for the block.
 
     The folder is held first: a second command into it refuses in one line rather than waiting
-    for the device. What this block took is given back when it ends, however it ends; what an
-    enclosing block holds stays held (a knob study measures, then verifies, in one block).
+    for the device, and so does ``first`` (opening the folder's study: a ``--resume`` of another
+    configuration is refused without waiting for another detprof's measurement to end). What this
+    block took is given back when it ends, however it ends; what an enclosing block holds stays
+    held (a knob study measures, then verifies, in one block).
     """
     try:
         results.mkdir(parents=True, exist_ok=True)
@@ -67,6 +71,8 @@ def holding(results: Path, device: tuple[str, str] | None, *, wait: bool = True)
                 "another --out"
             )
         taken.append(path)
+        if first is not None:
+            first()
         if device is not None:
             taken.append(_hold_device(*device, wait=wait))
         yield

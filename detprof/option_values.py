@@ -6,6 +6,7 @@ option's text as the commands do without importing Typer: a stability worker its
 
 from __future__ import annotations
 
+import math
 import re
 
 from detprof.errors import UsageError
@@ -40,10 +41,31 @@ def parse_precision(value: str | float | None) -> float | None:
     text = value.strip().lower()
     if text in OFF:
         return 0.0
-    try:
-        fraction = float(text.removesuffix("%")) / (100 if text.endswith("%") else 1)
-    except ValueError:
-        fraction = -1.0
+    fraction = _fraction(text)
     if not 0 < fraction < 1:
         raise UsageError(f"--precision takes a fraction of the overhead such as 2% or 0.02 (or off), not {value!r}")
     return fraction
+
+
+def parse_threshold(value: str | float) -> float:
+    """``check --threshold`` as a fraction: ``10%`` and ``0.10`` are 0.10. A bare number of 1 or more is refused:
+    ``10`` meant as 10% would pass a rise of up to 1,000%; ``150%`` says so where that much is meant."""
+    text = str(value).strip()
+    fraction = _fraction(text.lower())
+    bare = fraction >= 1 and not text.endswith("%")
+    if not (0 < fraction < math.inf) or bare:
+        meant = (
+            f" (a fraction: {fraction:,.0%}; write {text}% if that is meant)" if bare and fraction < math.inf else ""
+        )
+        raise UsageError(
+            f"--threshold takes the rise of the overhead to tolerate, such as 10% or 0.10, not {text!r}{meant}"
+        )
+    return fraction
+
+
+def _fraction(text: str) -> float:
+    """``2%`` or ``0.02`` as 0.02; -1 for anything else."""
+    try:
+        return float(text.removesuffix("%")) / (100 if text.endswith("%") else 1)
+    except ValueError:
+        return -1.0

@@ -118,6 +118,16 @@ def test_check_run_runs_the_baselines_backend(tmp_path: Path, capsys: Capture, m
     code, _, err = run_cli(capsys, "check", "--baseline", base, "--run", "--backend", "jax")
     assert code == 3 and asked == [] and err.count("\n") == 1
     assert "--backend jax: the baseline" in err and "ran on torch" in err
+    # What measuring would only refuse afterwards is refused first: nothing measured, one line, exit 2.
+    refused = [
+        (["--backend", "nosuch"], "unknown backend 'nosuch'; choose one of"),
+        (["--repeats", "1"], "--repeats 1: a check compares intervals, which take at least 2 repeats"),
+        (["--models", "mobilenet,SmallCNN_BN"], "--models: none of mobilenet, SmallCNN_BN is in the baseline"),
+        (["--out", tmp_path / "rerun"], f"{tmp_path / 'rerun' / 'sweep'} already holds results: check --run measures"),
+    ]
+    for args, says in refused:
+        code, _, err = run_cli(capsys, "check", "--baseline", base, "--run", *args)
+        assert code == 2 and asked == [] and err.count("\n") == 1 and says in err, err
 
 
 def test_compile_applies_only_with_run(tmp_path: Path, capsys: Capture) -> None:

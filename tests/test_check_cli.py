@@ -345,7 +345,10 @@ def test_inconclusive_warns_and_strict_fails(tmp_path: Path, capsys: Capture) ->
         (["--current", "x"], "needs --baseline FILE"),
         (["--baseline", "b.json"], "exactly one of --current RESULTS_DIR or --run"),
         (["--baseline", "b.json", "--current", "x", "--run"], "exactly one of"),
-        (["--baseline", "b.json", "--current", "x", "--threshold", "0"], "--threshold must be a positive"),
+        (["--baseline", "b.json", "--current", "x", "--threshold", "0"], "such as 10% or 0.10, not '0'"),
+        (["--baseline", "b.json", "--current", "x", "--threshold", "10"], "not '10' (a fraction: 1,000%; write 10%"),
+        (["--baseline", "b.json", "--current", "x", "--threshold", "inf"], "such as 10% or 0.10, not 'inf'"),
+        (["--baseline", "b.json", "--current", "x", "--threshold", "ten"], "such as 10% or 0.10, not 'ten'"),
         (["--baseline", "b.json", "--current", "x", "--confidence", "1"], "--confidence must lie between"),
         (["--baseline", "b.json", "--current", "x", "--repeats", "5"], "--repeats only apply with --run"),
     ],
@@ -358,6 +361,14 @@ def test_usage_errors_exit_2(capsys: Capture, args: list[str], message: str) -> 
 def _regression_check(tmp_path: Path, baseline: Path, capsys: Capture, *extra: Any) -> tuple:
     current = make_sweep(tmp_path / "cur", {"resnet50": 1.5 * 1.3, "vgg16": 1.2}, seed=11)
     return run_cli(capsys, "check", "--baseline", baseline, "--current", current, *extra)
+
+
+def test_a_threshold_is_a_percentage_or_a_fraction(tmp_path: Path, baseline: Path, capsys: Capture) -> None:
+    """A 30% rise: beyond the default 10%, within 50% written either way."""
+    assert _regression_check(tmp_path / "a", baseline, capsys)[0] == 1
+    for threshold in ("50%", "0.5"):
+        code, out, _ = _regression_check(tmp_path / threshold, baseline, capsys, "--threshold", threshold)
+        assert code == 0 and "REGRESSED above 1.500" in out, out
 
 
 def test_junit_report_parses_back(tmp_path: Path, baseline: Path, capsys: Capture) -> None:

@@ -28,7 +28,9 @@ from fault_sweeps import (
 from script_runner import ROOT
 
 from detprof import locks
+from detprof.cli import main
 from detprof.errors import EnvironmentFailure, ExitCode
+from detprof.store import ResultsStore
 
 EXITS_IN_A_WORKER = """
 import os
@@ -97,6 +99,29 @@ def test_a_second_measurement_on_the_device_waits_and_says_so_or_refuses_with_no
     last_of_first = max(r["finished_at"] for r in records(tmp_path / "first"))
     assert min(r["started_at"] for r in records(tmp_path / "second")) >= last_of_first
     assert device_lock.read_text() == ""
+
+
+def test_a_resume_of_another_configuration_is_refused_before_the_device_is_waited_for(
+    tmp_path: Path, fault_env: dict[str, str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--resume`` with other options needs no device to be refused: it is, while another detprof measures."""
+    out = tmp_path / "out"
+    ResultsStore(out, "sweep").open({"steps": 1}, "detprof sweep --steps 1", resume=False)
+    monkeypatch.setenv(locks.LOCK_DIR_ENV, fault_env[locks.LOCK_DIR_ENV])
+    device_lock = Path(fault_env[locks.LOCK_DIR_ENV]) / "cpu.lock"
+    device_lock.parent.mkdir(parents=True)
+    script = f"import fcntl, os, sys\nfd = os.open({str(device_lock)!r}, os.O_RDWR | os.O_CREAT)\n"
+    script += "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('held', flush=True)\nsys.stdin.read()\n"
+    other = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert other.stdout is not None and other.stdout.readline() == "held\n"
+        code = main(["sweep", *SMALL, "--out", str(out), "--resume", "--no-wait", "--dry-run"])
+        assert code == ExitCode.OK  # a dry run measures nothing: it neither opens the folder nor waits
+        code = main(["sweep", *SMALL, "--out", str(out), "--resume", "--no-wait"])
+    finally:
+        other.communicate("")
+    err = capsys.readouterr().err
+    assert code == ExitCode.USAGE and f"cannot resume {out / 'sweep'}: it holds a sweep of a different" in err, err
 
 
 def test_a_lock_whose_holder_died_is_taken_over_with_a_note(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -228,6 +253,8 @@ def test_two_sweeps_started_together_beside_a_process_loading_the_cpu_leave_one_
     assert "runs measured while other processes used up to " in report.read_text()
     baseline = tmp_path / "baseline.json"
     assert detprof("baseline", out, "-o", baseline, env=fault_env).wait(timeout=120) == ExitCode.OK
-    check = detprof("check", "--baseline", baseline, "--current", out, env=fault_env)
+    check = detprof("check", "--baseline", baseline, "--current", out, "--github", env=fault_env)
     assert check.wait(timeout=120) == ExitCode.OK
     assert "runs measured while other processes used up to " in check.stderr.read()
+    said = check.stdout.read()
+    assert "::warning title=detprof check%3A device shared with other load::" in said, said

@@ -355,9 +355,9 @@ def test_baseline_and_check_read_the_program_as_a_model(
     assert main(["check", "--baseline", str(baseline), "--current", str(keras_sweep)]) == 0
     assert "fit" in capsys.readouterr().out
     rerun = tmp_path / "rerun"
-    main(["check", "--baseline", str(baseline), "--run", "--repeats", "1", "--out", str(rerun)])
+    main(["check", "--baseline", str(baseline), "--run", "--repeats", "2", "--out", str(rerun)])
     again = records(rerun)
-    assert set(again) == {"fit--deterministic--r0", "fit--default--r0"}
+    assert set(again) == {f"fit--{mode}--r{repeat}" for mode in ("default", "deterministic") for repeat in (0, 1)}
     first = next(iter(records(keras_sweep).values()))
     assert {rec["program"]["command"] for rec in again.values()} == {first["program"]["command"]}
     assert all(rec["status"] == "ok" and rec["settings"]["seed"] == 3 for rec in again.values())  # --seed replayed

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from detprof.errors import InputError, output_failure
+from detprof.option_values import parse_threshold
 from detprof.options import CHECK_RUN, ModelsOption, RunOptions, with_run_options
 from detprof.store import write_output
 
@@ -80,8 +81,8 @@ def check(
     ] = None,
     run: Annotated[bool, typer.Option("--run", help="Run the sweep now, as the baseline's unless overridden.")] = False,
     threshold: Annotated[
-        float, typer.Option(help="Tolerated rise of the overhead, as a fraction (0.10 = 10%).")
-    ] = 0.10,
+        str, typer.Option(help="Tolerated rise of the overhead: 10% or 0.10 (a bare number of 1 or more is refused).")
+    ] = "10%",
     confidence: Annotated[
         float, typer.Option(help="1 - family-wise error rate per direction (Holm across models).")
     ] = 0.95,
@@ -107,7 +108,16 @@ def check(
     from detprof.console import status_console
 
     request = CheckRequest(
-        baseline_file, current, run, threshold, confidence, strict, allow_env_change, options, models, out
+        baseline_file,
+        current,
+        run,
+        parse_threshold(threshold),
+        confidence,
+        strict,
+        allow_env_change,
+        options,
+        models,
+        out,
     )
     console = status_console()
     outcome = run_check(request, console=console)
@@ -117,7 +127,9 @@ def check(
     for shared in outcome.shared_device:
         typer.echo(f"detprof: warning: {outcome.results_dir}: {shared}", err=True)
         if github:
-            typer.echo(f"::warning title=detprof check: device shared with other load::{shared}")
+            from detprof.check import ci_outputs
+
+            typer.echo(ci_outputs.workflow_command("warning", "detprof check: device shared with other load", shared))
     assert outcome.comparison is not None
     _print_noise_floor(outcome.results_dir)
     _write_json(bmf, benchmark_json, outcome.comparison)

@@ -23,6 +23,7 @@ from rich.console import Console
 import detprof.study_kinds as study_kinds
 from detprof.analysis.conditions import shared_device_warnings
 from detprof.check.baseline_file import (
+    Baseline,
     EnvironmentCheck,
     check_environment,
     fingerprint,
@@ -67,8 +68,6 @@ class CheckRequest:
         if not self.run and (flags or any(v is not None for v in given.values())):
             used = sorted([*(k.replace("_", "-") for k, v in given.items() if v is not None), *flags])
             raise UsageError(f"--{', --'.join(used)} only apply with --run")
-        if not self.threshold > 0:
-            raise UsageError(f"--threshold must be a positive fraction (0.10 = 10%), not {self.threshold}")
         if not 0.5 < self.confidence < 1:
             raise UsageError(f"--confidence must lie between 0.5 and 1 (exclusive), not {self.confidence}")
         return self.baseline_file
@@ -109,16 +108,43 @@ class CheckOutcome:
         return ExitCode.OK
 
 
+def _refuse_before_measuring(request: CheckRequest, reference: Baseline, baseline_file: Path) -> None:
+    """What ``--run`` would measure only to refuse afterwards, refused before anything is measured."""
+    from detprof import backends
+    from detprof.store import ResultsStore
+
+    options = request.options
+    if options.backend is not None and options.backend not in backends.NAMES:
+        raise UsageError(f"unknown backend {options.backend!r}; choose one of {', '.join(backends.NAMES)}")
+    if options.backend not in (None, reference.backend):
+        raise InputError(
+            f"--backend {options.backend}: the baseline {baseline_file} ran on {reference.backend}, and overheads "
+            "of different Keras backends are never comparable; check --run runs the baseline's backend by itself"
+        )
+    if options.repeats is not None and options.repeats < 2:
+        raise UsageError(f"--repeats {options.repeats}: a check compares intervals, which take at least 2 repeats")
+    known = set(reference.samples()) | set(reference.unsupported)
+    asked = [m.strip() for m in (request.models or "").split(",") if m.strip()]
+    registry_names = all(":" not in m and not m.endswith(".keras") for m in asked)
+    if asked and registry_names and not known & {*asked, *(m.lower() for m in asked)}:
+        raise UsageError(
+            f"--models: none of {', '.join(asked)} is in the baseline {baseline_file}, which holds "
+            f"{', '.join(sorted(known))}: there would be nothing to compare"
+        )
+    if request.out is not None and ResultsStore(request.out, "sweep").exists():
+        raise UsageError(
+            f"{request.out / 'sweep'} already holds results: check --run measures afresh, into another --out (or "
+            "none: results/check-<time>)"
+        )
+
+
 def run_check(request: CheckRequest, *, console: Console) -> CheckOutcome:
     """The check the request asks for: the results compared with the baseline, measured first with ``--run``."""
     baseline_file = request.validated()
     reference = read_baseline(baseline_file)
     options = request.options
-    if request.run and options.backend not in (None, reference.backend):
-        raise InputError(
-            f"--backend {options.backend}: the baseline {baseline_file} ran on {reference.backend}, and overheads "
-            "of different Keras backends are never comparable; check --run runs the baseline's backend by itself"
-        )
+    if request.run:
+        _refuse_before_measuring(request, reference, baseline_file)
     results_dir = request.current
     if results_dir is None:
         results_dir = study_kinds.remeasurer(reference.study)(reference, options, request.models, request.out, console)

@@ -14,6 +14,7 @@ import statistics
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -269,8 +270,8 @@ def measure(study: MeasuredStudy, *, what: str, console: Console) -> ResultsStor
     The folder and the device are held (``locks.holding``) before the first line is printed, so that a command
     refused for either says so in one line."""
     settings, target, store = study.settings, study.target, study.store
-    with locks.holding(store.dir, (target.device.lock_key, target.device.label), wait=study.given.wait):
-        store.open(study.manifest, study.given.command, resume=study.given.resume)
+    opened = partial(store.open, study.manifest, study.given.command, resume=study.given.resume)
+    with locks.holding(store.dir, (target.device.lock_key, target.device.label), wait=study.given.wait, first=opened):
         parts = measured_parts(target.tracer, whole_runs=target.program)
         untraced = " (and untraced runs for wall time)" if len(parts) > 1 else ""
         repeats = f"{settings.repeats} repeats"

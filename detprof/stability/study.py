@@ -22,6 +22,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -431,8 +432,9 @@ def run_study(
     manifest = {**config.manifest(), "device": device.label}
     store = ResultsStore(study_root(out, device, config.backend, "stability", manifest, [config.label]), "stability")
     holds = (device.lock_key, device.label) if execute is None else None
-    with locks.holding(store.dir, holds, wait=given.wait):
-        store.open(manifest, given.command, resume=given.resume)
+    with locks.holding(
+        store.dir, holds, wait=given.wait, first=partial(store.open, manifest, given.command, resume=given.resume)
+    ):
         planned = plan_runs(variants, config.runs, config.seed)
         pending = [r for r in planned if not store.is_done(r.run_id)]
         train_config = TrainConfig(

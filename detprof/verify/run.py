@@ -79,8 +79,10 @@ def run_verify(request: VerifyRequest, *, console: Console) -> VerifyOutcome:
     asked = manifest(config, target, request.steps, request.gradients)
     out = study_root(request.options.out, target.device, target.backend, "verify", asked, config.labels())
     store = ResultsStore(out, "verify")
-    with locks.holding(store.dir, (target.device.lock_key, target.device.label), wait=request.options.wait):
-        store.open(asked, command_line(), resume=request.options.resume)
+    opened = partial(store.open, asked, command_line(), resume=request.options.resume)
+    with locks.holding(
+        store.dir, (target.device.lock_key, target.device.label), wait=request.options.wait, first=opened
+    ):
         console.print(
             f"detprof verify: {len(config.models)} model{'' if len(config.models) == 1 else 's'} x 2 modes x 2 runs "
             f"of {request.steps} steps{', compiled' if config.compile else ''} on {escape(target.device.label)} "
