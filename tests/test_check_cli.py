@@ -144,8 +144,9 @@ def test_environment_mismatch_exits_3(tmp_path: Path, baseline: Path, capsys: Ca
 def test_a_different_measurement_configuration_is_incomparable(tmp_path: Path, baseline: Path, capsys: Capture) -> None:
     cfg = synth.config(list(MODELS), 5, batch_size=32)
     current = make_sweep(tmp_path / "bs32", {"resnet50": 1.5, "vgg16": 1.2}, seed=1, config=cfg)
-    code, _, err = run_cli(capsys, "check", "--baseline", baseline, "--current", current)
-    assert code == 3 and "config_hash" in err
+    code, out, err = run_cli(capsys, "check", "--baseline", baseline, "--current", current)
+    assert code == 3 and "environment differs from the baseline (config.batch_size)" in err, err
+    assert "config.batch_size: 64 -> 32" in out, out
 
 
 def test_more_repeats_in_the_current_run_stay_comparable(tmp_path: Path, baseline: Path, capsys: Capture) -> None:
@@ -186,6 +187,15 @@ def test_baseline_of_results_with_failed_runs_is_refused(tmp_path: Path, capsys:
     results = make_sweep(tmp_path / "f", {"resnet50": 1.5}, failed={"resnet50--default--r2": "CUDA OOM"})
     code, _, err = run_cli(capsys, "baseline", results, "-o", tmp_path / "b.json")
     assert code == 3 and "CUDA OOM" in err and "complete sweep" in err
+
+
+def test_baseline_of_a_sweep_stopped_before_its_last_repeat_is_refused(tmp_path: Path, capsys: Capture) -> None:
+    results = make_sweep(tmp_path / "s", {"resnet50": 1.5}, repeats=3)
+    next((results / "sweep" / "runs").glob("resnet50--default--r2*.json")).unlink()
+    code, _, err = run_cli(capsys, "baseline", results, "-o", tmp_path / "b.json")
+    assert code == 3 and err.count("\n") == 1, err
+    assert "resnet50 has 2 of the 3 paired repeats the sweep asked for" in err and "sweep --resume" in err
+    assert not (tmp_path / "b.json").exists()
 
 
 def test_baseline_of_a_missing_directory(tmp_path: Path, capsys: Capture) -> None:

@@ -115,6 +115,12 @@ def _compared(path: Path) -> list[ResultsStore]:
         stores = [s for s in found if s.kind == name]
         if stores and study_kinds.kind(name).compared_by_check:
             return stores
+    if found:
+        kinds = ", ".join(sorted({store.kind for store in found}))
+        raise InputError(
+            f"{path}: holds {kinds} results, not a sweep's: a baseline and a check compare sweeps "
+            "(detprof sweep --out DIR)"
+        )
     raise InputError(f"{path}: holds no sweep results (run detprof sweep --out {path})")
 
 
@@ -242,8 +248,37 @@ class EnvironmentCheck:
         return not self.differences or self.allowed
 
 
-def check_environment(baseline: Mapping[str, Any], current: Mapping[str, Any], *, allow: bool) -> EnvironmentCheck:
-    return EnvironmentCheck(tuple(fingerprint_differences(baseline, current)), allow)
+def check_environment(
+    baseline: Mapping[str, Any],
+    current: Mapping[str, Any],
+    *,
+    allow: bool,
+    configs: tuple[Mapping[str, Any], Mapping[str, Any]] | None = None,
+) -> EnvironmentCheck:
+    """The fingerprints compared; a measurement configuration that differs is named by the options that differ
+    (``config.steps: 10 -> 8``) where both ``configs`` (the baseline's, the current's) are known, not by its hash."""
+    differences = fingerprint_differences(baseline, current)
+    if configs is not None:
+        differences = [d for field in differences for d in _config_named(field, *configs)]
+    return EnvironmentCheck(tuple(differences), allow)
+
+
+def _config_named(
+    difference: FieldDifference, baseline: Mapping[str, Any], current: Mapping[str, Any]
+) -> list[FieldDifference]:
+    """A ``config_hash`` difference as the measured options that differ; any other difference as it is."""
+    if difference.field != "config_hash":
+        return [difference]
+    measured = [
+        _flatten({k: v for k, v in without_implied(config).items() if k not in UNHASHED_CONFIG_KEYS})
+        for config in (baseline, current)
+    ]
+    named = [
+        FieldDifference(f"config.{key}", measured[0].get(key), measured[1].get(key))
+        for key in sorted(set(measured[0]) | set(measured[1]))
+        if measured[0].get(key) != measured[1].get(key)
+    ]
+    return named or [difference]
 
 
 def refuse_other_backend(baseline: Baseline, results: Path, backend: Any) -> None:
@@ -274,6 +309,11 @@ def _flatten(obj: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
+def _asked_repeats(config: Mapping[str, Any]) -> int | None:
+    repeats = config.get("repeats")
+    return repeats if isinstance(repeats, int) and not isinstance(repeats, bool) else None
+
+
 def build_baseline(sweep: SweepResults) -> dict[str, Any]:
     samples = sweep.samples()
     return {
@@ -283,7 +323,7 @@ def build_baseline(sweep: SweepResults) -> dict[str, Any]:
         "source": {"results": str(sweep.path), "command": sweep.manifest.get("command"), "study": sweep.kind},
         "fingerprint": fingerprint(sweep.config, sweep.records),
         "config": sweep.config,
-        "models": baseline_models(samples, str(sweep.path)),
+        "models": baseline_models(samples, str(sweep.path), _asked_repeats(sweep.config)),
         "unsupported": dict(samples.unsupported),
     }
 
@@ -339,6 +379,8 @@ class Baseline:
 def read_baseline(path: Path) -> Baseline:
     """A validated baseline; any defect is one InputError line naming the file and the field."""
     path = Path(path)
+    if path.is_dir():
+        raise InputError(f"{path} is a folder, not a baseline file (detprof baseline RESULTS_DIR -o FILE writes one)")
     if not path.is_file():
         raise InputError(f"{path}: no such baseline file (create one with: detprof baseline RESULTS_DIR -o {path})")
     try:
@@ -371,7 +413,7 @@ def validate(document: Any, path: Path) -> None:
         raise InputError(f"{path}: not a detprof baseline (no schema_version; create one with detprof baseline)")
     version = document["schema_version"]
     if not _is_int(version) or version < 1:
-        raise bad(f"schema_version must be a positive integer, not {_show(version)}")
+        raise bad(f"schema_version must be a positive integer, not {json.dumps(version, default=str)}")
     if version > SCHEMA_VERSION:
         raise InputError(
             f"{path}: baseline schema version {version} is newer than this detprof reads ({SCHEMA_VERSION}): "

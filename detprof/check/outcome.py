@@ -151,7 +151,8 @@ def run_check(request: CheckRequest, *, console: Console) -> CheckOutcome:
     sweep = read_sweep(results_dir)
     found = fingerprint(sweep.config, sweep.records)
     refuse_other_backend(reference, results_dir, found["backend"])
-    env = check_environment(reference.fingerprint, found, allow=request.allow_env_change)
+    configs = (reference.config, sweep.config)
+    env = check_environment(reference.fingerprint, found, allow=request.allow_env_change, configs=configs)
     title = f"detprof check: {baseline_file} vs {results_dir}"
     shared = tuple(shared_device_warnings(sweep.records))
     if not env.comparable:

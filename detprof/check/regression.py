@@ -126,8 +126,9 @@ def samples_from_records(records: Iterable[Mapping[str, Any]]) -> SweepSamples:
     return SweepSamples(samples, failures, unsupported_only)
 
 
-def baseline_models(sweep: SweepSamples, source: str) -> dict[str, dict[str, Any]]:
-    """The per-model part of a baseline; refuses a sweep that cannot be a trustworthy reference."""
+def baseline_models(sweep: SweepSamples, source: str, asked_repeats: int | None = None) -> dict[str, dict[str, Any]]:
+    """The per-model part of a baseline; refuses a sweep that cannot be a trustworthy reference: one with failed
+    runs, or fewer repeats of a model than it asked for (``asked_repeats``: a sweep stopped before its end)."""
     if sweep.failed:
         model, reason = next(iter(sweep.failed.items()))
         raise InputError(
@@ -142,6 +143,11 @@ def baseline_models(sweep: SweepSamples, source: str) -> dict[str, dict[str, Any
             raise InputError(
                 f"{source}: {model} has {len(sample.wall)} paired repeat(s); R < 2 cannot give an interval: "
                 "rerun the sweep with --repeats 3 or more"
+            )
+        if asked_repeats is not None and len(sample.wall) < asked_repeats:
+            raise InputError(
+                f"{source}: {model} has {len(sample.wall)} of the {asked_repeats} paired repeats the sweep asked for: "
+                "a baseline needs a complete sweep: finish it first (detprof sweep --resume with the same options)"
             )
         models[model] = {
             "repeats": len(sample.wall),

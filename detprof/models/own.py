@@ -143,6 +143,8 @@ def refuse_duplicate_labels(labels: Sequence[str], given: Sequence[str]) -> None
     """Two models under one label would pool their runs in records, reports and ``check``."""
     seen: dict[str, str] = {}
     for label, spec in zip(labels, given, strict=True):
+        if label in seen and seen[label] == spec:
+            raise UsageError(f"--models names {spec} twice: name each model once")
         if label in seen:
             raise UsageError(
                 f"{seen[label]} and {spec} both go by the name {label!r}: rename one (the function or the file)"
