@@ -14,6 +14,7 @@ import functools
 import hashlib
 import json
 import sys
+import zipfile
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -22,6 +23,7 @@ from typing import Any, Literal
 import numpy as np
 
 import detprof.backends as backends
+from detprof.errors import InputError, first_line
 
 SAMPLE_SIZE = 1024
 """Values kept per tensor per step to size a difference: 4 KiB for a float32 tensor, so that 20 steps of
@@ -202,10 +204,19 @@ class RunFingerprints:
 
     @classmethod
     def load(cls, folder: Path) -> RunFingerprints:
-        steps = json.loads((folder / FINGERPRINTS_FILE).read_text())["steps"]
-        with np.load(folder / SAMPLES_FILE) as samples:
-            loaded = {key: samples[key] for key in samples.files}
-        return cls([[Fingerprint.from_json(f) for f in step] for step in steps], loaded)
+        """A run's fingerprints as ``save`` wrote them; one line naming the folder where they are missing or damaged
+        (a crash, a hand edit): the run is measured anew once its record is gone."""
+        try:
+            steps = json.loads((folder / FINGERPRINTS_FILE).read_text())["steps"]
+            with np.load(folder / SAMPLES_FILE, allow_pickle=False) as samples:
+                loaded = {key: samples[key] for key in samples.files}
+            return cls([[Fingerprint.from_json(f) for f in step] for step in steps], loaded)
+        except (OSError, ValueError, KeyError, TypeError, zipfile.BadZipFile) as exc:
+            record = folder.parent.parent / "runs" / f"{folder.name}.json"
+            raise InputError(
+                f"{folder}: unreadable fingerprints ({first_line(exc, with_type=True)}): delete {record} and run "
+                "the study again with --resume to measure that run anew"
+            ) from exc
 
 
 def _sample_key(step: int, kind: Kind, name: str) -> str:

@@ -235,3 +235,25 @@ def test_a_report_without_a_verification_shows_none_of_it(tmp_path: Path) -> Non
         assert SECTIONS["verification"] not in shown
     assert "verification" not in document
     assert all(row["advice"] != NOT_HELD_ADVICE for row in document["models"])
+
+
+@pytest.mark.parametrize(
+    ("damage", "why"),
+    [
+        (lambda run: (run / "fingerprints.json").write_text("{}"), "KeyError: 'steps'"),
+        (lambda run: (run / "fingerprints.json").write_text("{"), "JSONDecodeError"),
+        (lambda run: (run / "samples.npz").unlink(), "FileNotFoundError"),
+    ],
+)
+def test_a_runs_damaged_fingerprints_are_one_line_naming_them_and_the_record_to_delete(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], damage: Any, why: str
+) -> None:
+    from detprof.cli import main
+
+    root = write_verify(tmp_path / "res", {"resnet50": Planted(LAYERS)})
+    run = root / "verify" / "fingerprints" / "resnet50--default--b"
+    damage(run)
+    assert main(["report", str(root), "-o", str(tmp_path / "r.html")]) == 3
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{run}: unreadable fingerprints ({why}" in err, err
+    assert f"delete {root / 'verify' / 'runs' / 'resnet50--default--b.json'} and run the study again" in err

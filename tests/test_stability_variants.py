@@ -109,6 +109,7 @@ def test_default_runs_reconciles_the_embedded_default_with_the_protocol() -> Non
         ({"epochs": 0}, UsageError, "--epochs must be at least 1"),
         ({"batch_size": 0}, UsageError, "--batch-size"),
         ({"lr": 0.0}, UsageError, "--lr must be positive"),
+        ({"seed": -1}, UsageError, r"--seed must be a whole number from 0 up \(got -1\)"),
         ({"variants": ("algo", "bogus")}, UsageError, "unknown variant 'bogus'"),
         ({"model": "nonesuch"}, UsageError, "unknown model 'nonesuch'"),
         ({"dataset": "mnist"}, UsageError, "unknown dataset 'mnist'"),

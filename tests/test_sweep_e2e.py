@@ -259,6 +259,8 @@ def test_resume_with_another_configuration_is_refused(tmp_path, capsys) -> None:
         (["--models", "nets.py"], "'nets.py' is a file, not a model: name the function in it that returns the model"),
         (["--models", "smallcnn", "--steps", "0"], "--steps must be at least 1"),
         (["--models", "smallcnn", "--repeats", "-1"], "--repeats must be at least 1"),
+        (["--models", "smallcnn", "--seed", "-1"], "--seed takes a whole number from 0 to 4,294,967,295"),
+        (["--models", "smallcnn", "--seed", str(2**32)], "not 4294967296"),
         (["--models", "smallcnn", "--tracer", "nsys"], "tracer 'nsys' is not installed"),
         (["--models", "smallcnn", "--tracer", "magic"], "unknown tracer 'magic'"),
         (["--models", "smallcnn", "--gpu", "t4"], "--gpu t4"),

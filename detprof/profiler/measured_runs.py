@@ -55,6 +55,10 @@ process (nsys, nvprof) taxes all of it, so its runs measure kernels only and an 
 run beside each measures the wall time (``measured_parts``)."""
 
 
+SEED_MAX = 2**32 - 1
+"""The largest seed every framework takes (NumPy's, and Keras's through it)."""
+
+
 @dataclass(frozen=True)
 class Workload:
     """What a measured worker runs: ``entry`` (``module:function``) builds the step from its spec's ``params``."""
@@ -118,6 +122,10 @@ class RunSettings:
         ):
             if value < least:
                 raise UsageError(f"{name} must be at least {least}, not {value}")
+        if not 0 <= self.seed <= SEED_MAX:
+            raise UsageError(
+                f"--seed takes a whole number from 0 to {SEED_MAX:,} (the frameworks' range), not {self.seed}"
+            )
         if self.input_size is not None and self.input_size < 8:
             raise UsageError(f"--input-size must be at least 8, not {self.input_size}")
         if self.run_timeout_s is not None and self.run_timeout_s <= 0:

@@ -134,6 +134,8 @@ class StudyConfig:
             raise UsageError(f"--batch-size must be at least 1 (got {self.batch_size})")
         if not self.lr > 0:
             raise UsageError(f"--lr must be positive (got {self.lr})")
+        if self.seed < 0:
+            raise UsageError(f"--seed must be a whole number from 0 up (got {self.seed})")
         variants = parse_variants(",".join(self.variants))
         mine = own.parse(self.model) if own.is_own(self.model) else None
         if kind is not None:
