@@ -260,6 +260,7 @@ def test_resume_with_another_configuration_is_refused(tmp_path, capsys) -> None:
         (["--models", "smallcnn", "--steps", "0"], "--steps must be at least 1"),
         (["--models", "smallcnn", "--repeats", "-1"], "--repeats must be at least 1"),
         (["--models", "smallcnn", "--seed", "-1"], "--seed takes a whole number from 0 to 4,294,967,295"),
+        (["--models", "smallcnn", "--classes", "0"], "--classes must be at least 2"),
         (["--models", "smallcnn", "--seed", str(2**32)], "not 4294967296"),
         (["--models", "smallcnn", "--tracer", "nsys"], "tracer 'nsys' is not installed"),
         (["--models", "smallcnn", "--tracer", "magic"], "unknown tracer 'magic'"),

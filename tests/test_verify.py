@@ -348,3 +348,6 @@ def test_a_model_that_takes_tokens_is_verified_on_data(tmp_path: Path, capsys: p
     runs = list(ResultsStore(tmp_path / "out", "verify").records())
     assert len(runs) == 4 and all(r["status"] == "ok" and r["steps"] == 2 for r in runs)
     assert ResultsStore(tmp_path / "out", "verify").manifest()["config"]["data"] == f"npz:{tmp_path / 'tokens.npz'}"
+    # Training in another precision is another verification: not resumed into this one.
+    assert main([*args, "--data", f"npz:{tmp_path / 'tokens.npz'}", "--amp", "bf16", "--resume", *out]) == 2
+    assert "it holds a verify of a different configuration" in capsys.readouterr().err

@@ -54,6 +54,8 @@ class SweepConfig(RunSettings):
         check_known(self.models)
         if self.amp is not None and self.amp not in AMP_POLICIES:
             raise UsageError(f"--amp takes {' or '.join(AMP_POLICIES)}, not {self.amp!r}")
+        if self.classes is not None and self.classes < 2:
+            raise UsageError(f"--classes must be at least 2 (a classifier tells two or more apart), not {self.classes}")
 
     def manifest(self) -> dict[str, Any]:
         """The configuration; your own models add their specs (file hashes included), so that a sweep of a

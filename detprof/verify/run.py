@@ -93,12 +93,17 @@ def run_verify(request: VerifyRequest, *, console: Console) -> VerifyOutcome:
     return VerifyOutcome(store.dir, tuple(verifications(store)))
 
 
+VERIFIED_INPUTS = ("data", "classes", "input_shape", "amp", "own_models")
+"""What the sweep's configuration says of how the models are built, fed and trained, where given."""
+
+
 def manifest(config: SweepConfig, target: MeasurementTarget, steps: int, gradients: bool) -> dict[str, Any]:
-    """What identifies a verification: a resumed one must match it."""
-    data = {"data": config.data} if config.data is not None else {}
+    """What identifies a verification: a resumed one must match it (the models' classes, input, precision and
+    files among it, where given)."""
+    built = {k: v for k, v in config.manifest().items() if k in VERIFIED_INPUTS and v is not None}
     compiled = {"compile": True} if config.compile else {}
     return (
-        data
+        built
         | compiled
         | {
             "models": list(config.models),
