@@ -254,10 +254,40 @@ def test_synthetic_data_or_data_that_does_not_fit_is_refused_in_one_line(
     feed = own.data_feed(described["two_heads"], zoo / "batch.npz", arrays, 8)
     assert feed["inputs"] == [["a", "a"], ["b", "b"]] and feed["targets"] == [["cls", "cls"], ["reg", "reg"]]
     assert own.data_feed(described["fixed_net"], zoo / "batch.npz", arrays, 8)["inputs"] == [["image", "x_train"]]
-    with pytest.raises(UsageError, match="holds 16 examples, fewer than the batch size 32"):
+    with pytest.raises(InputError, match="holds 16 examples, fewer than the batch size 32"):
         own.data_feed(described["two_heads"], zoo / "batch.npz", arrays, 32)
-    with pytest.raises(UsageError, match=r"array x_train holds 8x8 examples; build_net's input .* takes 16x16x3"):
+    with pytest.raises(InputError, match=r"array x_train holds 8x8 examples; build_net's input .* takes 16x16x3"):
         own.data_feed(described["build_net"], zoo / "batch.npz", arrays, 8)
+
+
+@pytest.mark.parametrize(
+    ("x", "y", "says"),
+    [
+        (
+            np.zeros((16, 8, 8, 1), np.float32),
+            np.arange(15) % 5,
+            r"different numbers of examples \(x_train 16, y_train 15",
+        ),
+        (np.full((16, 8, 8, 1), np.nan, np.float32), np.arange(16) % 5, "the first 8 rows of array x_train hold NaN"),
+        (
+            np.zeros((16, 8, 8, 1), np.float32),
+            np.arange(16) % 5 - 1,
+            r"array y_train holds negative labels \(such as -1",
+        ),
+    ],
+)
+def test_data_an_example_cannot_train_on_is_refused_in_one_line(
+    tmp_path: Path, described: dict[str, own.Inspected], x: np.ndarray, y: np.ndarray, says: str
+) -> None:
+    """An image without its label, a NaN in the batch, a negative class: each would train on nothing or fail in
+    every run; each is one line before any, for your own model and a registry one alike."""
+    path = tmp_path / "bad.npz"
+    np.savez(path, x_train=x, y_train=y)
+    with pytest.raises(InputError, match=says):
+        own.data_feed(described["fixed_net"], path, headers(path), 8)
+    with pytest.raises(InputError, match=says):
+        data = own.NpzData.read(path)
+        own.classifier_feed(data, 8, 5)
 
 
 def test_the_workload_trains_your_model_on_a_synthetic_batch(zoo: Path) -> None:

@@ -29,7 +29,7 @@ from detprof.backends.base import (
     layer_range_name,
 )
 from detprof.cli import main
-from detprof.errors import ExitCode, UsageError
+from detprof.errors import ExitCode, InputError, UsageError
 from detprof.models import kinds, own
 from detprof.reports.command import render_report
 from detprof.store import ResultsStore
@@ -464,16 +464,16 @@ def test_data_in_the_modules_own_layout_feeds_it(folder: Path, capsys: Capture) 
     np.savez(path, x_train=rng.integers(0, 256, (8, 1, 10, 10), dtype=np.uint8), y_train=np.arange(8) % 4)
     item = described(folder, "grey", (1, 10, 10), given=True)
     feed = own.data_feed(item, path, headers(path), 4)
-    with pytest.raises(UsageError, match=r"array x_train holds 1x10x10 examples; grey's input takes 1x12x12"):
+    with pytest.raises(InputError, match=r"array x_train holds 1x10x10 examples; grey's input takes 1x12x12"):
         own.data_feed(described(folder, "grey", (1, 12, 12), given=True), path, headers(path), 4)
     # Labels stored as floats train as the whole numbers they hold; one that is not is refused, not cut to a class.
     whole, cut = folder / "whole.npz", folder / "cut.npz"
     np.savez(whole, x_train=rng.random((8, 1, 10, 10), dtype=np.float32), y_train=(np.arange(8) % 4).astype(float))
     np.savez(cut, x_train=rng.random((8, 1, 10, 10), dtype=np.float32), y_train=np.linspace(0, 0.9, 8))
     assert own.data_feed(item, whole, headers(whole), 4)["targets"] == [["logits", "y_train"]]
-    with pytest.raises(UsageError, match=r"array y_train holds labels that are not whole numbers \(such as 0.128571"):
+    with pytest.raises(InputError, match=r"array y_train holds labels that are not whole numbers \(such as 0.128571"):
         own.data_feed(item, cut, headers(cut), 4)
-    with pytest.raises(UsageError, match=r"no array 'input' or 'x_train' for grey's input \(it holds y_train\)"):
+    with pytest.raises(InputError, match=r"no array 'input' or 'x_train' for grey's input \(it holds y_train\)"):
         np.savez(folder / "labels.npz", y_train=np.arange(8))
         own.data_feed(item, folder / "labels.npz", headers(folder / "labels.npz"), 4)
     params = spec(folder, "grey", [1, 10, 10], 4) | {"data": feed}

@@ -57,7 +57,12 @@ class TensorFlow(Backend):
         "deterministic"
     )
     knobs = KNOBS
-    compiler = Compiler("jit_compile (XLA)", "xla", "compiles with --xla", "--xla is TensorFlow's jit_compile")
+    compiler = Compiler(
+        "jit_compile (XLA)",
+        "xla",
+        "compiles with XLA (jit_compile: the sweep's --xla)",
+        "--xla is TensorFlow's jit_compile",
+    )
     in_effect_columns = (
         SettingColumn("op determinism", "op_determinism"),
         SettingColumn("jit_compile (XLA, pinned)", "jit_compile"),

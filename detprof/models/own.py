@@ -326,12 +326,13 @@ def data_feed(item: Inspected, path: Path, arrays: Mapping[str, ArrayHeader], ba
     ]
     for _, name in inputs + targets:
         refuse_short(path, name, arrays[name], batch_size)
+    refuse_unfit_rows(path, arrays, [name for _, name in inputs + targets], batch_size)
     for tensor, (_, name) in zip(item.inputs, inputs, strict=True):
         stored = tuple(int(d) for d in arrays[name].shape[1:])
         moved = channels_last(stored) and channels_first(stored) == tuple(tensor.shape)
         if example_shape(arrays[name].shape, tensor.shape) is None and not moved:
             which = "input" if tensor.name == "input" else f"input {tensor.name}"
-            raise UsageError(
+            raise InputError(
                 f"{path}: array {name} holds {shape_text(arrays[name].shape[1:])} examples; {item.label}'s {which} "
                 f"takes {shape_text(tensor.shape)}"
             )
@@ -340,7 +341,7 @@ def data_feed(item: Inspected, path: Path, arrays: Mapping[str, ArrayHeader], ba
     if item.sparse_classifier and item.classes is not None:
         found = label_classes(path, arrays, targets[0][1])
         if found is not None and found > item.classes:
-            raise UsageError(
+            raise InputError(
                 f"{path}: array {targets[0][1]} holds labels up to {found - 1}; "
                 f"{item.label} scores {item.classes} classes"
             )
@@ -360,13 +361,13 @@ def _array_for(
             return name
     wanted = " or ".join(repr(n) for n in (tensor.name, single) if n)
     which = role if tensor.name == role else f"{role} {tensor.name}"
-    raise UsageError(f"{path}: no array {wanted} for {item.label}'s {which} (it holds {', '.join(sorted(arrays))})")
+    raise InputError(f"{path}: no array {wanted} for {item.label}'s {which} (it holds {', '.join(sorted(arrays))})")
 
 
 def refuse_short(path: Path, name: str, header: ArrayHeader, batch_size: int) -> None:
     rows = header.shape[0] if header.shape else 0
     if rows < batch_size:
-        raise UsageError(f"{path}: array {name} holds {rows} examples, fewer than the batch size {batch_size}")
+        raise InputError(f"{path}: array {name} holds {rows} examples, fewer than the batch size {batch_size}")
 
 
 def example_shape(array_shape: Sequence[int], model_shape: Sequence[int | None]) -> tuple[int, ...] | None:
@@ -403,7 +404,7 @@ class NpzData:
 def image_shape(path: Path, arrays: Mapping[str, ArrayHeader]) -> tuple[int, ...]:
     """The shape of one ``x_train`` example, grey images given a channel axis (as the stability study reads them)."""
     if SINGLE_INPUT_ARRAY not in arrays:
-        raise UsageError(f"{path}: no array {SINGLE_INPUT_ARRAY} (it holds {', '.join(sorted(arrays))})")
+        raise InputError(f"{path}: no array {SINGLE_INPUT_ARRAY} (it holds {', '.join(sorted(arrays))})")
     shape = tuple(int(d) for d in arrays[SINGLE_INPUT_ARRAY].shape[1:])
     return (*shape, 1) if len(shape) == 2 else shape
 
@@ -417,19 +418,35 @@ def refuse_fractional_labels(path: Path, arrays: Mapping[str, ArrayHeader], name
     labels = leading_rows(path, name, header.shape[0])
     if not whole_numbers(labels):
         first = labels[labels != np.round(labels)].flat[0]
-        raise UsageError(
+        raise InputError(
             f"{path}: array {name} holds labels that are not whole numbers (such as {first:g}): a classifier trains "
             "on integer class labels"
         )
 
 
 def label_classes(path: Path, arrays: Mapping[str, ArrayHeader], name: str = SINGLE_TARGET_ARRAY) -> int | None:
-    """How many classes an array of integer labels names (its largest plus one); None when it holds no such labels."""
+    """How many classes an array of integer labels names (its largest plus one); None when it holds no such labels.
+    A negative label names no class: refused in one line."""
     header = arrays.get(name)
     if header is None or not np.issubdtype(np.dtype(header.dtype), np.integer) or not header.shape:
         return None
     labels = leading_rows(path, name, header.shape[0])
+    if labels.size and labels.min() < 0:
+        raise InputError(f"{path}: array {name} holds negative labels (such as {labels.min()}): a class is 0 or more")
     return int(labels.max()) + 1 if labels.size else None
+
+
+def refuse_unfit_rows(path: Path, arrays: Mapping[str, ArrayHeader], names: Sequence[str], batch_size: int) -> None:
+    """One line where the arrays feeding one model hold different numbers of examples (an example without its
+    label), or where the batch a worker reads of them holds a NaN or an infinity (a step on it trains on nothing)."""
+    rows = {name: arrays[name].shape[0] if arrays[name].shape else 0 for name in names}
+    if len(set(rows.values())) > 1:
+        held = ", ".join(f"{name} {count}" for name, count in rows.items())
+        raise InputError(f"{path}: the arrays feeding one model hold different numbers of examples ({held})")
+    floating = [name for name in names if np.issubdtype(np.dtype(arrays[name].dtype), np.floating)]
+    for name in floating:
+        if not np.isfinite(leading_rows(path, name, batch_size)).all():
+            raise InputError(f"{path}: the first {batch_size} rows of array {name} hold NaN or infinite values")
 
 
 def classifier_feed(data: NpzData, batch_size: int, classes: int) -> dict[str, Any]:
@@ -437,11 +454,12 @@ def classifier_feed(data: NpzData, batch_size: int, classes: int) -> dict[str, A
     integer labels under ``classes``, read once when ``data`` was."""
     path, arrays, found = data.path, data.arrays, data.classes
     if found is None:
-        raise UsageError(f"{path}: a registry model trains on integer class labels in {SINGLE_TARGET_ARRAY}")
+        raise InputError(f"{path}: a registry model trains on integer class labels in {SINGLE_TARGET_ARRAY}")
     if found > classes:
-        raise UsageError(f"{path}: {SINGLE_TARGET_ARRAY} holds labels up to {found - 1}: pass --classes {found}")
+        raise InputError(f"{path}: {SINGLE_TARGET_ARRAY} holds labels up to {found - 1}: pass --classes {found}")
     for name in (SINGLE_INPUT_ARRAY, SINGLE_TARGET_ARRAY):
         refuse_short(path, name, arrays[name], batch_size)
+    refuse_unfit_rows(path, arrays, [SINGLE_INPUT_ARRAY, SINGLE_TARGET_ARRAY], batch_size)
     return {
         "path": str(path),
         "inputs": [[SINGLE_INPUT_ARRAY, SINGLE_INPUT_ARRAY]],

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from detprof.errors import UsageError
+from detprof.errors import InputError, UsageError
 from detprof.models import kinds, own, registry
 from detprof.models.npz_data import channels_last, npz_path
 
@@ -184,11 +184,13 @@ def registry_plan(asked: ModelsAsked, model: str, data: own.NpzData | None = Non
         return ModelPlan(model, model, input_shape=shape, classes=asked.classes)
     images = data.images or own.image_shape(data.path, data.arrays)
     if spec.takes != "images":
-        raise UsageError(f"{model} takes {spec.takes}; --data gives a registry model images (x_train, y_train)")
-    if len(images) != len(spec.input_shape):
         raise UsageError(
-            f"{data.path}: {model} takes images (H, W, C); x_train holds {own.shape_text(images)} examples"
+            f"{model} takes {spec.takes}: --data feeds a registry model images (x_train) and class labels (y_train); "
+            f"without --data it is fed synthetic {spec.takes} (kernel time does not depend on their values)"
         )
+    if len(images) != len(spec.input_shape):
+        each = f"of shape {own.shape_text(images)}" if images else "a single number"
+        raise InputError(f"{data.path}: {model} takes images (H, W, C); each example in x_train is {each}")
     classes = asked.classes or data.classes or spec.classes
     feed = own.classifier_feed(data, asked.batch_size, classes)
     return ModelPlan(model, model, input_shape=list(images), classes=classes, feed=feed)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from detprof.errors import ExitCode, UsageError
-from detprof.formatting import OutputFormat
+from detprof.formatting import FindingsFormat
 from detprof.options import ModelsOption, RunOptions, with_run_options
 
 if TYPE_CHECKING:
@@ -48,8 +48,8 @@ def verify(
         int | None, typer.Option(help="Training steps each run takes and fingerprints (default 20).")
     ] = None,
     gradients: Annotated[bool, typer.Option(help="Fingerprint every variable's gradient at every step too.")] = False,
-    fmt: Annotated[OutputFormat, typer.Option("--format", help="table: a line per finding; json for scripts.")] = (
-        OutputFormat.table
+    fmt: Annotated[FindingsFormat, typer.Option("--format", help="table: a line per finding; json for scripts.")] = (
+        FindingsFormat.table
     ),
     program: Annotated[
         str | None,
@@ -81,7 +81,7 @@ def verify(
 
         request = VerifyRequest(split_models(models), options, DEFAULT_STEPS if steps is None else steps, gradients)
         outcome = run_verify(request, console=status_console())
-    if fmt is OutputFormat.json:
+    if fmt is FindingsFormat.json:
         typer.echo(json.dumps({"models": [m.to_json() for m in outcome.models]}, indent=2))
     else:
         for model in outcome.models:
