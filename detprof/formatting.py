@@ -124,8 +124,16 @@ def plus_minus(stat: Mapping[str, Any] | None, digits: int = 4) -> str:
 
 
 def in_all(count: int, noun: str) -> str:
-    """Where a comparison held, in words: "in all 8 layers", or "in its one layer" (a compiled module's)."""
-    return f"in its one {noun}" if count == 1 else f"in all {count} {noun}s"
+    """Where a comparison held, in words: "in all 8 layers", "in both layers", or "in its one layer" (a compiled
+    module's)."""
+    if count == 1:
+        return f"in its one {noun}"
+    return f"in both {noun}s" if count == 2 else f"in all {count} {noun}s"
+
+
+def counted(count: int, noun: str) -> str:
+    """``count`` of ``noun``: "1 step", "20 steps"."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 def trained_in(processes: int | None, eager: bool = False) -> str:

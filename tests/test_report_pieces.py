@@ -358,3 +358,12 @@ def test_a_device_reads_as_its_name_where_its_label_is_the_name_spelled_as_a_lab
     assert device_named("nvidia-h100-80gb-hbm3", "NVIDIA H100 80GB HBM3") == "NVIDIA H100 80GB HBM3"
     assert device_named("t4", "Tesla T4") == "t4 (Tesla T4)"
     assert device_named("cpu", None) == "cpu"
+
+
+def test_counts_read_as_words() -> None:
+    assert [formatting.counted(n, "step") for n in (1, 2)] == ["1 step", "2 steps"]
+    assert [formatting.in_all(n, "layer") for n in (1, 2, 12)] == [
+        "in its one layer",
+        "in both layers",
+        "in all 12 layers",
+    ]

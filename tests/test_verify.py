@@ -255,6 +255,13 @@ def test_a_model_run_past_the_run_timeout_is_ended_and_recorded_as_failed(
     found = list(ResultsStore(out, "verify").records())
     assert len(found) == 4
     assert {(r["status"], r["reason"]) for r in found} == {("failed", "timed out after 0.5 s (--run-timeout)")}
+    # Each mode's line says why its own runs failed, once where they failed alike.
+    said = [line for line in capsys.readouterr().out.splitlines() if "failed" in line]
+    assert said == [
+        "smallcnn on cpu (tensorflow): deterministic mode could not be verified: both runs failed: timed out after "
+        "0.5 s (--run-timeout)",
+        "  default mode: not compared: both runs failed: timed out after 0.5 s (--run-timeout)",
+    ], said
 
 
 def test_a_run_crowded_out_of_the_gpus_memory_by_the_other_replica_runs_again_alone(

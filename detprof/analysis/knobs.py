@@ -20,6 +20,7 @@ from detprof.analysis.overhead import model_overheads
 from detprof.analysis.verification import Comparison, compare
 from detprof.backends.base import HELPER_COMPARISON
 from detprof.fingerprints import RunFingerprints
+from detprof.formatting import counted
 from detprof.intervals import ChainedRatio, Overhead, chained, headline, spans
 from detprof.store import ResultsStore
 
@@ -349,7 +350,7 @@ def _held_words(check: Comparison) -> str:
     if check.identical is None:
         return f"not compared: {check.problem}"
     if check.identical:
-        return f"bitwise identical over {check.steps} steps"
+        return f"bitwise identical over {counted(check.steps, 'step')}"
     return f"not bitwise reproducible (the runs part {check.parting()})"
 
 
@@ -378,7 +379,7 @@ def _check_words(full: Comparison | None, without: Comparison | None, reference:
     if without.identical is None:
         return f"not compared: {without.problem}"
     if without.identical:
-        return f"still bitwise identical over {without.steps} steps without it"
+        return f"still bitwise identical over {counted(without.steps, 'step')} without it"
     return f"needed: without it the runs part {without.parting()}"
 
 

@@ -26,7 +26,7 @@ import numpy as np
 
 from detprof.determinism import MODES
 from detprof.fingerprints import SAMPLE_SIZE, Fingerprint, Kind, RunFingerprints, sampled_difference
-from detprof.formatting import in_all
+from detprof.formatting import counted, in_all
 from detprof.store import ResultsStore
 
 
@@ -193,7 +193,7 @@ class ModelVerification:
             out.append(f"  default mode: {self._same(default)}")
         elif default.identical:
             out.append(
-                f"  default mode: identical too, over {default.steps} steps: on this device the default is "
+                f"  default mode: identical too, over {counted(default.steps, 'step')}: on this device the default is "
                 f"already deterministic for this {'program' if program else 'model'}"
             )
         elif default.identical is False:
@@ -211,15 +211,21 @@ class ModelVerification:
     def _same(self, comparison: Comparison) -> str:
         """What two runs that did not part had in common."""
         if self.program is None:
-            return f"bitwise identical over {comparison.steps} steps {in_all(comparison.layers, 'layer')}"
+            return f"bitwise identical over {counted(comparison.steps, 'step')} {in_all(comparison.layers, 'layer')}"
         if comparison.fingerprinted:
             where = in_all(comparison.fingerprinted, "fingerprinted tensor")
-            return f"bitwise identical over {comparison.steps} steps {where}"
+            return f"bitwise identical over {counted(comparison.steps, 'step')} {where}"
         marked = comparison.marked_steps
         return "both runs exited 0 " + (f"after {marked} marked steps" if marked is not None else "without a window")
 
     def _why(self, comparison: Comparison) -> str:
-        return "; ".join(self.failures) or comparison.problem or "no runs"
+        """Why ``comparison``'s mode could not be compared: its own runs' failures (the other mode's are on that
+        mode's line), one reason once where both runs failed alike."""
+        own = [f for f in self.failures if f"--{comparison.mode}--" in f.split(": ", 1)[0]]
+        reasons = {f.split(": ", 1)[-1] for f in own}
+        if len(own) > 1 and len(reasons) == 1:
+            return f"both runs failed: {reasons.pop()}"
+        return "; ".join(own) or comparison.problem or "no runs"
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -227,7 +227,7 @@ def holds(v: ModelVerification | None) -> Words:
     if v.findings:
         return Words("NOT held", f"{v.findings[0].get('op') or 'an op'} refused")
     if deterministic.identical:
-        return Words("held", f"bitwise identical over {deterministic.steps} steps")
+        return Words("held", f"bitwise identical over {f.counted(deterministic.steps, 'step')}")
     if deterministic.first_difference is not None:
         return Words("NOT held", _where_runs_part(deterministic.first_difference))
     return Words("not verified", deterministic.problem or "a run failed")
@@ -309,7 +309,8 @@ def mode_line(v: ModelVerification, mode: str) -> str:
     if mode == "deterministic" and v.findings:
         return f"{name}: {'; '.join(finding_lines(v))}"
     if comparison.identical:
-        return f"{name}: bitwise identical over {comparison.steps} steps {f.in_all(comparison.layers, 'layer')}"
+        steps, layers = f.counted(comparison.steps, "step"), f.in_all(comparison.layers, "layer")
+        return f"{name}: bitwise identical over {steps} {layers}"
     if comparison.first_difference is not None:
         return f"{name}: the runs part at {comparison.first_difference.line()}"
     return f"{name}: not compared: {comparison.problem or 'a run failed'}"
@@ -356,7 +357,7 @@ def no_divergence(v: ModelVerification) -> str | None:
     default = v.comparisons["default"]
     if default.identical:
         return (
-            f"The default-mode runs stayed bitwise identical over {default.steps} steps "
+            f"The default-mode runs stayed bitwise identical over {f.counted(default.steps, 'step')} "
             f"{f.in_all(default.layers, 'layer')}: no difference enters, so there is nothing to plot."
         )
     if default.identical is None:

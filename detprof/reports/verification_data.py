@@ -17,6 +17,7 @@ from typing import ClassVar
 from detprof.analysis.verification import ModelVerification, verifications
 from detprof.determinism import MODES
 from detprof.findings import Finding
+from detprof.formatting import counted
 from detprof.records import REQUIRED_FIELDS
 from detprof.reports.provenance import StudyOrigin, provenance
 from detprof.reports.tradeoff import StudyKey
@@ -90,7 +91,7 @@ def verification_caveats(v: ModelVerification | None) -> list[str]:
     if deterministic.identical and default.identical:
         out.append(
             f"The default mode is deterministic already on this device: its runs too were bitwise identical over "
-            f"{default.steps} steps."
+            f"{counted(default.steps, 'step')}."
         )
     return out
 
