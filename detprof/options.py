@@ -26,7 +26,7 @@ ModelsOption = Annotated[
         "--model",
         help="Comma-separated models: names from `detprof models`, or your own: FILE.py:FUNCTION, "
         "package.module:FUNCTION (a function returning a keras.Model, a torch.nn.Module or a Flax module) or "
-        "FILE.keras (a saved model).",
+        "FILE.keras (a saved model). Default: the preset's models (cpu-small: smallcnn, mediumcnn_k1, mediumcnn_k3).",
     ),
 ]
 """``--models``, which ``--model`` spells too: every command that takes models takes either word."""

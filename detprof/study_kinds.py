@@ -139,7 +139,7 @@ KINDS: dict[str, KindEntry] = {
                 "Prove that determinism holds: train each model twice in deterministic mode and twice in default "
                 "mode, fingerprint every layer's output and weights at every step, and say where runs part ways; or "
                 "verify your own training program (--command), comparing what it fingerprints with "
-                "detprof.fingerprint(). Exit 0 held, 1 not, 3 unusable input.",
+                "detprof.fingerprint(). Exit 0 held, 1 not, 2 bad options, 3 unusable input, 74 the machine refused.",
             ),
         ),
         KindEntry("knobs", "detprof.reports.knobs_data:KNOBS"),

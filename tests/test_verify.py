@@ -358,3 +358,14 @@ def test_a_model_that_takes_tokens_is_verified_on_data(tmp_path: Path, capsys: p
     # Training in another precision is another verification: not resumed into this one.
     assert main([*args, "--data", f"npz:{tmp_path / 'tokens.npz'}", "--amp", "bf16", "--resume", *out]) == 2
     assert "it holds a verify of a different configuration" in capsys.readouterr().err
+
+
+def test_the_models_help_names_the_cpu_presets_models() -> None:
+    """``--models`` left out: the preset's models, as the option's help says (kept in step with the preset)."""
+    from typing import get_args
+
+    from detprof.options import ModelsOption
+    from detprof.profiler.presets import PRESETS
+
+    (declared,) = [a for a in get_args(ModelsOption) if hasattr(a, "help")]
+    assert f"(cpu-small: {', '.join(PRESETS['cpu-small']['models'])})" in declared.help
