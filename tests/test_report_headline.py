@@ -25,8 +25,8 @@ from detprof.intervals import CHEAP_OVERHEAD, Overhead, paired_t, repeats_to_rea
 from detprof.records import measured_run, stability_run
 from detprof.reports.command import render_report
 from detprof.reports.report_data import stability_dataset
-from detprof.reports.tradeoff import learned_threshold, learning_of
 from detprof.reports.verdict import verdict
+from detprof.stability.learning import learned_threshold, learning_of
 from detprof.store import ResultsStore
 
 CPU = {"label": "cpu", "name": "AMD EPYC", "cpu_count": 2}

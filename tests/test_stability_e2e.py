@@ -19,12 +19,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from rich.console import Console
 from script_runner import run_script
 from shared_studies import TENSORFLOW_COMMANDS, Study
 from sklearn.metrics import accuracy_score
 
 from detprof.cli import main
 from detprof.stability import datasets
+from detprof.stability.command import print_summary
 from detprof.stability.variants import DEFAULT_VARIANTS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,9 +57,18 @@ def test_small_study_verifies_control_bitwise_and_resumes_in_a_fresh_worker(
     """The run's shared stability study (``shared_studies``: smallcnn on digits, the default variants, two runs of
     each, two workers); on a copy of it, a control run trained again in a fresh worker matches bit for bit."""
     assert "determinism verified: 2 runs ended with bitwise-identical weights" in tensorflow_study.stdout("stability")
+    assert "did not learn" not in tensorflow_study.stdout("stability")
     study = tensorflow_study.results / "stability"
     summary = json.loads((study / "summary.json").read_text())
     assert (summary["model"], summary["dataset"], summary["device"]) == ("smallcnn", "digits", "cpu")
+    # Had its runs stayed at chance, the command would have said so under its tables.
+    for variant in summary["variants"]:
+        variant["accuracy"]["mean"] = 0.11
+    printed = Console(record=True, width=200)
+    print_summary(printed, summary)
+    assert "did not learn: mean test accuracy 11.0%, chance 10.0%, learning needs 20%: train longer" in (
+        printed.export_text()
+    )
     by_variant = {v["variant"]: v for v in summary["variants"]}
     assert by_variant.keys() == set(DEFAULT_VARIANTS)
     assert by_variant["control"]["determinism_check"]["verified"] is True

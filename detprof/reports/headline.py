@@ -29,8 +29,9 @@ from detprof.analysis.verification import ModelVerification
 from detprof.intervals import CHEAP_OVERHEAD, Metric, Overhead
 from detprof.reports.provenance import framework_name
 from detprof.reports.published import PUBLISHED, SOURCE
-from detprof.reports.tradeoff import NOISY_CHURN, QUADRANT_ADVICE, Learning, Noise, Quadrant
+from detprof.reports.tradeoff import NOISY_CHURN, QUADRANT_ADVICE, Noise, Quadrant
 from detprof.reports.verdict import Verdict
+from detprof.stability.learning import Learning
 
 PROGRAM_STAND_IN = "FILE.py:FUNCTION"
 """What a suggested command that trains models takes for a program (``sweep --command``): a model of your own."""

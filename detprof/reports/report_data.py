@@ -75,9 +75,10 @@ from detprof.reports.provenance import (
     whole_process_programs,
 )
 from detprof.reports.published import MeasuredDevice, ReferenceRow, reference_rows
-from detprof.reports.tradeoff import Cost, Learning, StudyKey, TradeoffPoint, learning_of, noise_of, pair, reading
+from detprof.reports.tradeoff import Cost, StudyKey, TradeoffPoint, noise_of, pair, reading
 from detprof.reports.verdict import verdict
 from detprof.reports.verification_data import VerifyStudy, verification_caveats, verified
+from detprof.stability.learning import Learning, learning_of
 from detprof.store import ResultsStore, find_studies
 from detprof.study_kinds import Section, StudyKind
 
@@ -220,7 +221,7 @@ class StabilityStudy(StudyOrigin):
 
     @property
     def learning(self) -> Learning:
-        """Whether its models learned (``tradeoff.learning_of``): one that did not is left out of verdicts."""
+        """Whether its models learned (``stability.learning.learning_of``): one that did not is left out of verdicts."""
         return learning_of(self.variants, self.classes, self.references)
 
     @property

@@ -55,7 +55,11 @@ def variant_table(v: dict[str, Any]) -> Table:
 
 
 def print_summary(console: Console, summary: dict[str, Any]) -> None:
-    """One table per variant, then the determinism check where it applies."""
+    """One table per variant, then the determinism check where it applies; a study of images that did not learn
+    says so (its spread says nothing of what determinism buys, and the report leaves it out), as one of a
+    generated language does per variant."""
+    from detprof.stability.learning import learning_of
+
     for v in summary["variants"]:
         console.print(f"[bold]{escape(v['variant'])}[/]: {escape(v['description'])}")
         print_table(console, variant_table(v))
@@ -68,6 +72,11 @@ def print_summary(console: Console, summary: dict[str, Any]) -> None:
         for failure in v["failures"]:
             console.print(f"[yellow]{escape(failure['run_id'])} failed: {escape(failure['reason'])}[/]")
         console.print()
+    learning = learning_of(summary["variants"], summary.get("classes"))
+    if summary.get("entropy_rate") is None and learning.learned is False:
+        console.print(
+            f"[yellow]did not learn: {escape(learning.line())}: train longer (--epochs) before reading its spread[/]"
+        )
 
 
 def learned_line(v: dict[str, Any], summary: dict[str, Any]) -> str:
