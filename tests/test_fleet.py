@@ -74,6 +74,21 @@ def test_fleet_option_mistakes_are_one_line_before_connecting(tmp_path, capsys, 
     assert not (tmp_path / "out").exists()
 
 
+def test_an_address_where_nothing_listens_is_one_line_at_once(tmp_path, capsys) -> None:
+    """Ray retries such an address for minutes, printing its connection errors; detprof asks it first."""
+    import socket
+
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+    for address in (f"127.0.0.1:{port}", f"ray://127.0.0.1:{port}"):
+        args = ["sweep", "--ray", address, "--gpu", "t4", "--force", "--out", str(tmp_path / "out")]
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert f"--ray {address}: no Ray cluster to connect to there (Connection refused)" in err, err
+        assert err.count("\n") == 1
+
+
 def test_a_trace_over_the_cap_stays_on_the_node_with_its_path_recorded(tmp_path) -> None:
     node = ResultsStore(tmp_path / "node", "sweep")
     for relative, size in (("logs/r.log", 10), ("tables/r.parquet", 20), ("traces/r.tfprof/p/x.pb", 3 * MB)):

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import socket
+import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from types import ModuleType
@@ -36,15 +38,42 @@ def connected(address: str) -> Iterator[ModuleType]:
     Disconnects at the end, whatever happened: Ray then ends this driver's tasks still running.
     """
     ray = ray_module()
+    _refuse_unreachable(address)
     try:
-        ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # Ray's client warns of a timeout it then raises
+            ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
     except (ConnectionError, RuntimeError, ValueError) as exc:
+        if address == "auto":
+            raise UsageError(
+                "--ray auto: no Ray cluster runs on this machine: start one (ray start --head) or give its "
+                "HOST:PORT or ray://HOST:10001"
+            ) from exc
         raise UsageError(f"--ray {address}: no Ray cluster to connect to there ({first_line(exc)})") from exc
     interrupts.reclaim()
     try:
         yield ray
     finally:
         ray.shutdown()
+
+
+REACH_S = 5.0
+"""How long the address of ``--ray`` may take to answer a connection: Ray itself retries an address where nothing
+listens for minutes, printing its connection errors all the while."""
+
+
+def _refuse_unreachable(address: str) -> None:
+    """One line where nothing answers at ``address``'s host and port (``auto`` finds its cluster itself)."""
+    if address == "auto":
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=REACH_S).close()
+    except OSError as exc:
+        why = f"no answer within {REACH_S:g} s" if isinstance(exc, TimeoutError) else exc.strerror or str(exc)
+        raise UsageError(f"--ray {address}: no Ray cluster to connect to there ({why})") from exc
 
 
 @dataclass(frozen=True)
