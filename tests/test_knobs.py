@@ -386,6 +386,8 @@ def test_a_bad_knob_or_a_study_with_nothing_to_run_is_one_line(
     err = capsys.readouterr().err
     assert code == ExitCode.USAGE and "no knob of jax studied can matter on cpu (jax.xla_gpu_deterministic_ops, " in err
     assert "on a GPU, a compile option of each arm's step, both arms in one process" in err and err.count("\n") == 1
+    code = main(["sweep", "--knobs", "--models", "flax_gpt_tiny", "--dry-run", "--out", str(tmp_path)])
+    assert code == ExitCode.USAGE and capsys.readouterr().err == err  # its dry run plans nothing it would refuse
     code = main(["sweep", "--knobs", "--calibrate", "--out", str(tmp_path)])
     assert code == ExitCode.USAGE and "--knobs is a study of its own: not with --calibrate" in capsys.readouterr().err
 

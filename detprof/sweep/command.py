@@ -38,6 +38,7 @@ from detprof.sweep.run import (
     measure_knobs,
     measure_program,
     measure_sweep,
+    refuse_knobs_that_cannot_matter,
     study_stability,
 )
 from detprof.sweep.sweep_runs import plan_runs
@@ -165,14 +166,16 @@ def print_knob_plan(request: SweepRequest, only: tuple[str, ...] | None) -> None
     config, target = request.resolve(dry_run=True)
     plan = knob_design(backends.get(target.backend), target.on_gpu, only, config.models, config.compile)
     config = knob_settings(config, target, plan)
+    refuse_knobs_that_cannot_matter(plan, target)
     manifest = knobs_manifest(config, plan)
     out = study_root(request.options.out, target.device, target.backend, "knobs", manifest, config.labels())
     lines = [*config.model_warnings(), *plan_lines("knobs", plan_knob_runs(config, plan), config, target, out)]
     lines += ["", f"Comparisons (arm b against arm a): {', '.join(c.name for c in plan.comparisons)}"]
     lines += [f"Not run: {name}: {reason}" for name, reason in plan.not_applicable.items()]
+    without = f", and without {', '.join(plan.dropped())}" if plan.dropped() else ""
     lines += [
-        f"Then verified bitwise ({knob_check_steps(config)} steps, two runs each): full determinism, and without "
-        f"{', '.join(plan.dropped()) or 'no knob'}, into {out / 'knobs' / 'knob_checks'} "
+        f"Then verified bitwise ({knob_check_steps(config)} steps, two runs each): full determinism{without}, into "
+        f"{out / 'knobs' / 'knob_checks'} "
         f"{checks_in_processes(check_arms(plan), config, target)}."
     ]
     typer.echo("\n".join(lines))

@@ -74,6 +74,18 @@ def measure_sweep(request: SweepRequest, *, calibrate: bool = False, console: Co
     return _outcome(out, kind, store, config, target, request.options)
 
 
+def refuse_knobs_that_cannot_matter(plan: KnobDesign, target: MeasurementTarget) -> None:
+    """One line where no knob studied can matter on the device: the study would only compare full determinism with
+    none, which the sweep does (the knob study's dry run says so too)."""
+    if len(plan.comparisons) > 1 or plan.helpers:
+        return
+    by_reason: dict[str, list[str]] = {}
+    for name, reason in plan.not_applicable.items():
+        by_reason.setdefault(reason, []).append(name)
+    reasons = "; ".join(f"{', '.join(names)}: {reason}" for reason, names in by_reason.items())
+    raise UsageError(f"no knob of {target.backend} studied can matter on {target.device.label} ({reasons})")
+
+
 def measure_knobs(request: SweepRequest, only: tuple[str, ...] | None, *, console: Console) -> SweepOutcome:
     """Each knob's arms measured (``sweep.knobs``), then full determinism and every arm without one knob verified
     bitwise into the study's ``knob_checks``."""
@@ -85,12 +97,7 @@ def measure_knobs(request: SweepRequest, only: tuple[str, ...] | None, *, consol
     config.say_before(console)
     plan = knob_design(backends.get(target.backend), target.on_gpu, only, config.models, config.compile)
     config = knob_settings(config, target, plan)
-    if len(plan.comparisons) == 1 and not plan.helpers:
-        by_reason: dict[str, list[str]] = {}
-        for name, reason in plan.not_applicable.items():
-            by_reason.setdefault(reason, []).append(name)
-        reasons = "; ".join(f"{', '.join(names)}: {reason}" for reason, names in by_reason.items())
-        raise UsageError(f"no knob of {target.backend} studied can matter on {target.device.label} ({reasons})")
+    refuse_knobs_that_cannot_matter(plan, target)
     manifest_of_knobs = knobs_manifest(config, plan)
     out = study_root(request.options.out, target.device, target.backend, "knobs", manifest_of_knobs, config.labels())
     device = (target.device.lock_key, target.device.label)
