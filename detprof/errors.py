@@ -82,6 +82,8 @@ def environment_failure(exc: OSError) -> EnvironmentFailure | None:
     full = exc.errno in FULL_ERRNOS
     free = _free_space(exc.filename) if full else None
     room = f" ({free} free there)" if free is not None else ""
+    if exc.errno == errno.EROFS:
+        return EnvironmentFailure(f"cannot write {path}: {exc.strerror or exc}: give a folder that can be written")
     fix = "free space" if full else "fix the permission"
     return EnvironmentFailure(
         f"cannot write {path}: {exc.strerror or exc}{room}; every run recorded so far is kept: {fix}, then run the "

@@ -76,7 +76,7 @@ def test_t4_is_not_ready_here_naming_the_gpu_and_nsys_with_their_fixes() -> None
     lines = done.stdout.splitlines()
     missing = {line.split()[1]: line for line in lines if line.startswith("missing")}
     assert set(missing) == {"gpu", "nsys"} and "(optional); fix:" in missing["nsys"]
-    assert "NVML sees no NVIDIA GPU" in missing["gpu"] and "fix: run on a t4 node" in missing["gpu"]
+    assert "NVML sees no NVIDIA GPU" in missing["gpu"] and "fix: run on a node with T4 GPUs" in missing["gpu"]
     assert "nsys is not on PATH" in missing["nsys"] and "fix: install the Nsight Systems CLI" in missing["nsys"]
     assert lines[-1] == "detprof doctor: not ready for t4"
     # Read from a pipe, as here, every line is one whole check: none wraps onto a line of its own.
@@ -154,9 +154,9 @@ def test_the_wrong_gpu_or_a_broken_nsys_blocks(monkeypatch: pytest.MonkeyPatch, 
     answer = readiness("t4", ["tensorflow"])
     checks = by_name(answer.checks)
     assert not answer.ready
-    assert checks["gpu"].status == "failed" and "the GPU is not a t4: NVIDIA A100-SXM4-80GB" in checks["gpu"].detail
+    assert checks["gpu"].status == "failed" and "the GPU is not T4: NVIDIA A100-SXM4-80GB" in checks["gpu"].detail
     assert checks["nsys"].status == "failed" and "`nsys --version` fails" in checks["nsys"].detail
-    assert answer.reason().startswith("gpu failed: the GPU is not a t4") and "nsys failed" in answer.reason()
+    assert answer.reason().startswith("gpu failed: the GPU is not T4") and "nsys failed" in answer.reason()
     assert checks["smoke run (tensorflow)"].detail == "needs the smoke run (no usable GPU)"
 
 

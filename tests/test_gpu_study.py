@@ -603,6 +603,8 @@ def test_without_a_gpu_the_study_says_what_to_run_instead_in_one_line(capsys: Ca
     code = cli.main(["gpu-study", "--scale", "tiny", "--resume", "--out", str(tmp_path / "none")])
     assert code == ExitCode.USAGE
     assert "holds no GPU study to continue" in capsys.readouterr().err
+    code = cli.main(["gpu-study", "--dry-run", "--gpu", "foo", "--out", str(tmp_path / "none")])
+    assert code == ExitCode.USAGE and "unknown GPU label 'foo' (known: t4, " in capsys.readouterr().err
 
 
 @pytest.fixture(scope="module")

@@ -136,7 +136,7 @@ def _gpu_check(choice: devices.DeviceChoice, probe: devices.GpuProbe, *, gpu_req
             "gpu",
             "missing",
             f"NVML sees no NVIDIA GPU ({nvml_says})",
-            f"run on a {label} node with the NVIDIA driver loaded (nvidia-smi lists the GPU)",
+            f"run on a node with {label.upper()} GPUs and the NVIDIA driver loaded (nvidia-smi lists the GPU)",
             gpu_required,
         )
     gpu = choice.gpu
@@ -148,8 +148,8 @@ def _gpu_check(choice: devices.DeviceChoice, probe: devices.GpuProbe, *, gpu_req
         return Check(
             "gpu",
             "failed",
-            f"the GPU is not a {label}: {found}",
-            f"run on a {label} node, or check for --gpu {slug(gpu.name)}",
+            f"the GPU is not {label.upper()}: {found}",
+            f"run on a node with {label.upper()} GPUs, or check for --gpu {slug(gpu.name)}",
             gpu_required,
         )
     return Check("gpu", "ok", found)

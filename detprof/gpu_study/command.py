@@ -50,11 +50,14 @@ def gpu_study(
     ] = None,
 ) -> None:
     """Measure the whole answer on this GPU within a time budget: overhead, knobs, stability and verify."""
+    from detprof.gpu_labels import CPU_LABEL, known_label, refuse_unknown
     from detprof.gpu_study.plan import DEFAULT_BUDGET_S
     from detprof.gpu_study.study import StudyRequest, plan_lines, prepare, run_window
 
     budget_s = parse_duration(budget or os.environ.get(BUDGET_ENV) or None, "--budget") or DEFAULT_BUDGET_S
     names = comma_separated(backends, lower=True) or None
+    if gpu is not None and gpu.strip().lower() != CPU_LABEL and not known_label(gpu):
+        refuse_unknown(gpu)
     request = StudyRequest(out, scale, names, budget_s, resume, gpu, bundle_to)
     prepared = prepare(request, dry_run=dry_run)
     for line in plan_lines(prepared, request):
