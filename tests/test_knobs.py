@@ -611,3 +611,18 @@ def test_op_determinism_is_priced_on_tensorflow_and_cudnn_autotune_listed_as_not
     assert op_determinism.needed is False and op_determinism.check == "still bitwise identical over 3 steps without it"
     assert not autotune.applies and autotune.reason.startswith("cuDNN runs only on a CUDA GPU; on a GPU, a process per")
     assert "not applicable: cuDNN runs only on a CUDA GPU" in out.out
+
+
+def test_knobs_that_save_nothing_told_from_noise_but_cost_added_alone_say_both(tmp_path: Path) -> None:
+    """Leaving either knob off saves nothing told from noise, yet one costs plainly added alone: the line says both,
+    not that every cost is within noise."""
+    records = [
+        *arm_records("m", "total", [1.18, 1.2, 1.17, 1.19]),
+        *arm_records("m", f"add:{ALGORITHMS}", [1.17, 1.19, 1.16, 1.18]),
+        *arm_records("m", f"drop:{ALGORITHMS}", [1.0, 1.1, 0.9, 1.02]),
+        *arm_records("m", f"drop:{FILL}", [0.98, 1.05, 0.95, 1.01]),
+    ]
+    (study,) = model_knobs(records, {}, {"backend": "torch", "knobs": [ALGORITHMS, FILL]})
+    advice = study.advice()
+    assert advice.startswith("leaving any one knob off saves nothing told from noise (the most, "), advice
+    assert f"though added alone to the default they cost: {ALGORITHMS} +17." in advice, advice

@@ -204,7 +204,18 @@ class ModelKnobs:
         of_total = "" if share is None else f", {share[0]:.0%} [{share[1]:.0%}, {share[2]:.0%}] of the overhead"
         if within_noise(saving, floor):
             needed_too = f"; {top.knob} is {top.check}" if top.needed else ""
-            return f"every knob's cost is within noise (the largest, {top.knob}: {cost}){needed_too}{needed}"
+            alone = [
+                k
+                for k in self.knobs
+                if k.leave_one_out is not None and k.add_one and not within_noise(k.add_one, floor)
+            ]
+            if alone:  # each saves nothing told from noise within full determinism, yet costs added alone
+                added = ", ".join(f"{k.knob} {_interval(k.add_one)}" for k in alone)  # type: ignore[arg-type]
+                return (
+                    f"leaving any one knob off saves nothing told from noise (the most, {top.knob}: {cost}), "
+                    f"though added alone to the default they cost: {added}{needed_too}{needed}"
+                )
+            return f"every knob's cost is within noise (the most, {top.knob}: {cost}){needed_too}{needed}"
         if top.needed is False:
             return f"turn off {top.knob}: it costs {cost} of step time{of_total}; {top.check}{needed}"
         if top.needed:
