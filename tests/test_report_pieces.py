@@ -367,3 +367,17 @@ def test_counts_read_as_words() -> None:
         "in both layers",
         "in all 12 layers",
     ]
+
+
+def test_a_label_forced_on_another_device_is_not_held_against_that_gpus_published_figures(tmp_path) -> None:
+    """A test cluster's CPU node forced to say t4: its overheads are a CPU's, not a T4's."""
+    import synthetic_sweep as synth
+
+    from detprof.reports.report_data import build_report
+
+    forced = {"label": "t4", "name": "Intel(R) Xeon(R)", "forced": True}
+    for name, device in (("real", synth.DEVICE), ("forced", forced)):
+        records = synth.records({"vgg19": [1.5] * 3}, device=device)
+        synth.write_sweep(tmp_path / name, synth.config(["vgg19"], 3), records)
+    compared = {name: [r.device for r in build_report([tmp_path / name]).references] for name in ("real", "forced")}
+    assert any(compared["real"]) and not any(compared["forced"]), compared

@@ -912,6 +912,7 @@ def build_report(paths: Sequence[Path], *, with_shipped: bool = True) -> Report:
             report.where(s.label, s.backend),
         )
         for s in sweeps
+        if not s.device.get("forced")  # a label forced on another device (a test cluster's) is not that GPU
     )
     report.warnings = _warnings(report, loading)
     report.absent = _absent(report)
