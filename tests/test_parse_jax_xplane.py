@@ -701,3 +701,16 @@ def test_kernels_named_after_their_instruction_take_their_ops_category(h200: dic
     changed = diff(tables["default"], tables["deterministic"])
     added = changed[changed["status"] == "added"]
     assert added.groupby("category")["delta_ns"].sum().idxmax() == "pooling"
+
+
+def test_a_gzip_compressed_xspace_reads_as_the_file_unpacked(h200: dict[str, Path]) -> None:
+    """jax.profiler's trace as kept gzip-compressed (``.xplane.pb.gz``) is read as it is, as a Kineto trace's
+    ``.json.gz`` is; a damaged one is one line."""
+    from detprof.traces.parsers import load_trace
+
+    packed = H200_TRACES / "smallcnn-default.xplane.pb.gz"
+    assert load_trace(packed).kernels.equals(load_trace(h200["default"]).kernels)
+    damaged = h200["default"].with_name("damaged.xplane.pb.gz")
+    damaged.write_bytes(packed.read_bytes()[:5000])
+    with pytest.raises(InputError, match="damaged.xplane.pb.gz: "):
+        load_trace(damaged)

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import codecs
 import gc
+import gzip
 import re
 import shutil
 import subprocess
 import tempfile
+import zlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -68,7 +70,8 @@ def _load(trace: Path, rank: int | None) -> KernelTable:
     if not head:
         raise InputError(f"{trace}: empty file")
     text = _as_text(head)
-    if head.startswith(GZIP_MAGIC) or (text is not None and text.lstrip().startswith(("{", "["))):
+    json_text = text is not None and text.lstrip().startswith(("{", "["))
+    if _gzip_holds_json(trace) if head.startswith(GZIP_MAGIC) else json_text:
         return _load_kineto(trace, rank)
     if rank is not None:
         raise UsageError(f"--rank picks one rank of a PyTorch profiler trace; {trace} is not one")
@@ -88,6 +91,17 @@ def _load(trace: Path, rank: int | None) -> KernelTable:
         # The XSpace parser was the last guess, so its "not an XSpace" would wrongly suggest the
         # file was meant to be one.
         raise InputError(_not_a_trace(trace, "binary, but neither SQLite nor a TensorFlow XSpace protobuf")) from None
+
+
+def _gzip_holds_json(trace: Path) -> bool:
+    """A gzip file whose content starts as JSON does (a Kineto trace), or that cannot be told otherwise (truncated:
+    the Kineto reader says so); else binary content (jax.profiler's ``.xplane.pb.gz``)."""
+    try:
+        with gzip.open(trace, "rb") as stream:
+            start = stream.read(_SNIFF_BYTES)
+    except (OSError, EOFError, zlib.error):
+        return True
+    return _as_text(start) is not None or not start
 
 
 def _load_kineto(trace: Path, rank: int | None) -> KernelTable:

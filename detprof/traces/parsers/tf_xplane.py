@@ -70,7 +70,9 @@ truncated to whole nanoseconds.
 
 from __future__ import annotations
 
+import gzip
 import re
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,7 +83,7 @@ import pandas as pd
 from google.protobuf.message import DecodeError
 
 from detprof.backends.base import STEP_RANGE
-from detprof.errors import InputError
+from detprof.errors import InputError, first_line
 from detprof.traces.kernel_names import short_kernel_name
 from detprof.traces.kernel_table import (
     DIM_COLUMNS,
@@ -94,6 +96,7 @@ from detprof.traces.kernel_table import (
     range_table,
 )
 from detprof.traces.parsers.nesting import self_times
+from detprof.traces.parsers.signatures import GZIP_MAGIC
 from detprof.traces.parsers.xspace_schema import hlo_class, xspace_class
 
 _GPU_PLANE = re.compile(r"^/device:GPU:(\d+)$")
@@ -240,6 +243,11 @@ def _read_space(file: Path) -> Any:
         raise InputError(f"{file}: cannot read ({exc.strerror or exc})") from None
     if not data:
         raise InputError(f"{file}: empty file")
+    if data.startswith(GZIP_MAGIC):  # jax.profiler's traces, as a run folder may keep them (.xplane.pb.gz)
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise InputError(f"{file}: truncated or damaged gzip file ({first_line(exc)})") from None
     space = xspace_class()()
     try:
         space.ParseFromString(data)
