@@ -316,8 +316,11 @@ def test_failing_and_out_of_memory_cases_are_recorded_and_the_bench_goes_on(tmp_
         assert status[f"dense_matmul@handmade.small--{mode}--r0"] == ("ok", None)
     monkeypatch.delenv("COLUMNS", raising=False)
     print_summary(store)
-    # The Failed column is the table's last; captured, as in a pipe, no cell of it wraps.
-    failed_cells = [line.split("│")[-2].strip() for line in capsys.readouterr().out.splitlines() if line.count("│") > 1]
+    # The Failed column is the table's last; captured, as in a pipe, no cell of it wraps, and a row is one line: its
+    # op, shape and layer together.
+    lines = capsys.readouterr().out.splitlines()
+    failed_cells = [line.split("│")[-2].strip() for line in lines if line.count("│") > 1]
+    assert any("dense_matmul 2x8" in line and "handmade" in line for line in lines), lines
     assert not any("not supported under determinism" in cell for cell in failed_cells)
     assert any(
         "UnimplementedError" in cell and "MaxPoolingGrad is not yet supported on the depth dimension" in cell

@@ -16,7 +16,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from detprof.console import print_table, status_console, table_console
+from detprof.console import print_table, status_console, table_console, unbounded
 from detprof.errors import UsageError
 from detprof.formatting import duration_ns, ratio
 from detprof.invocation import Invocation
@@ -140,6 +140,9 @@ def print_summary(store: ResultsStore) -> None:
 
     result = summarize(store)
     traced = result.metric == "kernel"
+    console = table_console()
+    # On a terminal a cell's parts stack; written to a pipe or a file, a row is one line (grep finds it whole).
+    part, item = ("\n", "\n") if not unbounded(console) else (" ", ", ")
     table = Table(
         title=f"Cost of determinism per op ({result.metric} time per step; "
         "ratio = deterministic / default, 95% CI over repeats)"
@@ -149,11 +152,10 @@ def print_summary(store: ResultsStore) -> None:
     for row in result.cases:
         where = f"{row.model}.{row.layers[0]}" + (f" (+{len(row.layers) - 1} more)" if len(row.layers) > 1 else "")
         changed = _names("+", row.added) + _names("-", row.removed) if traced else ["n/a (no kernels traced)"]
-        name = f"{row.op}\n{escape(row.shape)}\n[dim]{escape(where)}[/]"
-        table.add_row(*_cells(name, row, result.metric), "\n".join(changed) or "-", _failures(row))
+        name = f"{row.op}{part}{escape(row.shape)}{part}[dim]{escape(where)}[/]"
+        table.add_row(*_cells(name, row, result.metric), item.join(changed) or "-", _failures(row))
     if result.totals:
         table.add_section()
     for row in result.totals:
-        table.add_row(*_cells(f"{row.op}\n{escape(row.shape)}", row, result.metric), "-", "-")
-    console = table_console()
+        table.add_row(*_cells(f"{row.op}{part}{escape(row.shape)}", row, result.metric), "-", "-")
     print_table(console, table)
