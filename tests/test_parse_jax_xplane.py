@@ -712,5 +712,5 @@ def test_a_gzip_compressed_xspace_reads_as_the_file_unpacked(h200: dict[str, Pat
     assert load_trace(packed).kernels.equals(load_trace(h200["default"]).kernels)
     damaged = h200["default"].with_name("damaged.xplane.pb.gz")
     damaged.write_bytes(packed.read_bytes()[:5000])
-    with pytest.raises(InputError, match="damaged.xplane.pb.gz: "):
+    with pytest.raises(InputError, match=r"damaged\.xplane\.pb\.gz: "):
         load_trace(damaged)
