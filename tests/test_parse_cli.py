@@ -143,6 +143,15 @@ def test_diff_json_reports_added_and_slower_kernels(tmp_path, capsys) -> None:
     assert doc["delta_ns"] == sum(k.dur for k in slower) - sum(k.dur for k in kernels_of(3))
 
 
+def test_diff_of_a_cpus_ops_and_a_gpus_kernels_warns_that_they_do_not_compare(tmp_path, capsys) -> None:
+    gpu = write_nsys_sqlite(tmp_path / "a.sqlite", kernels_of(3))
+    cpu = SHARED_TRACES / "tf-2.21-cpu-smallcnn.xplane.pb"
+    code, _, err = run(["diff", str(gpu), str(cpu), "--format", "json"], capsys)
+    assert code == 0 and f"warning: {cpu} holds a CPU's ops, {gpu} a GPU's kernels" in err, err
+    code, _, err = run(["diff", str(gpu), str(gpu), "--format", "json"], capsys)
+    assert "warning" not in err
+
+
 def test_diff_by_short_name_merges_template_instances(tmp_path, capsys) -> None:
     base = write_nsys_sqlite(tmp_path / "a.sqlite", kernels_of(3))
     other = write_nsys_sqlite(tmp_path / "b.sqlite", kernels_of(3, scale=3))

@@ -94,6 +94,14 @@ def diff(
     tables = load_trace(base, rank=rank), load_trace(other, rank=rank)
     from detprof.traces import render as output
 
+    if tables[0].cpu_ops != tables[1].cpu_ops:
+        cpu, gpu = (base, other) if tables[0].cpu_ops else (other, base)
+        typer.echo(
+            f"detprof: warning: {cpu} holds a CPU's ops, {gpu} a GPU's kernels: the two name different work, and "
+            "their times do not compare",
+            err=True,
+        )
+
     if group in PARTS:
         from detprof.traces.attribution import by_part
 
