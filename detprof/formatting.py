@@ -101,12 +101,13 @@ def share(value: Any, low: Any, high: Any) -> str:
 
 
 def points(value: Any, se: Any = None) -> str:
-    """A difference of two fractions in percentage points, with its s.e. where known: ``+0.12 pp +/- 0.44``."""
+    """A difference of two fractions in percentage points, with its standard error where known, named so (a reader
+    of ``+/-`` would take it for an interval): ``+0.12 pp (s.e. 0.44)``."""
     v = finite(value)
     if v is None:
         return DASH
     e = finite(se)
-    return f"{v * 100:+.2f} pp" + ("" if e is None else f" +/- {e * 100:.2f}")
+    return f"{v * 100:+.2f} pp" + ("" if e is None else f" (s.e. {e * 100:.2f})")
 
 
 def number(value: Any, digits: int = 4) -> str:

@@ -381,3 +381,7 @@ def test_a_label_forced_on_another_device_is_not_held_against_that_gpus_publishe
         synth.write_sweep(tmp_path / name, synth.config(["vgg19"], 3), records)
     compared = {name: [r.device for r in build_report([tmp_path / name]).references] for name in ("real", "forced")}
     assert any(compared["real"]) and not any(compared["forced"]), compared
+
+
+def test_a_drop_in_points_names_its_standard_error() -> None:
+    assert formatting.points(0.0008, 0.0017) == "+0.08 pp (s.e. 0.17)" and formatting.points(0.001) == "+0.10 pp"
