@@ -379,8 +379,11 @@ def test_a_label_forced_on_another_device_is_not_held_against_that_gpus_publishe
     for name, device in (("real", synth.DEVICE), ("forced", forced)):
         records = synth.records({"vgg19": [1.5] * 3}, device=device)
         synth.write_sweep(tmp_path / name, synth.config(["vgg19"], 3), records)
-    compared = {name: [r.device for r in build_report([tmp_path / name]).references] for name in ("real", "forced")}
+    reports = {name: build_report([tmp_path / name]) for name in ("real", "forced")}
+    compared = {name: [r.device for r in report.references] for name, report in reports.items()}
     assert any(compared["real"]) and not any(compared["forced"]), compared
+    said = "t4: the label was forced (--force) on Intel(R) Xeon(R): its times are that device's, not a T4's"
+    assert said in reports["forced"].warnings and not any("forced" in w for w in reports["real"].warnings)
 
 
 def test_a_drop_in_points_names_its_standard_error() -> None:

@@ -226,6 +226,16 @@ def provenance(records: Sequence[Mapping[str, Any]], config: Mapping[str, Any]) 
         warnings.append(f"{label}: runs had different malloc settings ({'; '.join(heaps)}): step times may not compare")
     warnings += _settings_warnings(label, records)
     warnings += [f"{label}: {name}: {WHOLE_PROCESS}" for name in whole_process_programs(records)]
+    forced = distinct(
+        str((r.get("device") or {}).get("name") or "a device without a GPU")
+        for r in records
+        if (r.get("device") or {}).get("forced")
+    )
+    if forced:
+        warnings.append(
+            f"{label}: the label was forced (--force) on {', '.join(forced)}: its times are that device's, not a "
+            f"{label.upper()}'s"
+        )
     ok = [r for r in records if r.get("status") == "ok"] or list(records)
     ran_on = distinct(backend_of(r) for r in ok)
     if len(ran_on) > 1:
