@@ -26,13 +26,6 @@ class OutputFormat(StrEnum):
     csv = "csv"
 
 
-class FindingsFormat(StrEnum):
-    """The ``--format`` choice of commands that print findings, a line each, not a table (``verify``)."""
-
-    table = "table"
-    json = "json"
-
-
 def finite(value: Any) -> float | None:
     if value is None:
         return None

@@ -25,19 +25,18 @@ LEARNED_MARGIN = 0.10
 
 @dataclass(frozen=True)
 class Learning:
-    """Whether a stability study's models learned: its mean test accuracy against chance."""
+    """Whether a stability study's models learned: its mean test ``accuracy`` over every successful run of every
+    variant against ``chance`` (1 / classes; None where the study does not say how many) and the accuracy
+    ``needed`` (the module's rule); for a generated language, the mean held-out ``loss`` of the same runs against
+    its two reference losses, ``entropy_rate`` and ``frequency_entropy`` (``stability.datasets.Dataset``; None for
+    other data)."""
 
     accuracy: float | None
-    """Mean test accuracy over every successful run of every variant."""
     chance: float | None
-    """1 / classes; None when the study does not say how many classes."""
     needed: float | None
-    """The accuracy that counts as learned (see the module's rule)."""
     loss: float | None = None
-    """Mean held-out loss over the same runs: what a generated language's study is judged by."""
     entropy_rate: float | None = None
     frequency_entropy: float | None = None
-    """A generated language's two reference losses (``stability.datasets.Dataset``); None for other data."""
 
     @property
     def judged_by_loss(self) -> bool:

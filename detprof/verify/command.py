@@ -9,16 +9,24 @@ options and prints. Not holding is the answer the command exists to give, so it 
 from __future__ import annotations
 
 import json
+from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from detprof.errors import ExitCode, UsageError
-from detprof.formatting import FindingsFormat
 from detprof.options import ModelsOption, RunOptions, with_run_options
 
 if TYPE_CHECKING:
     from detprof.verify.run import VerifyOutcome
+
+
+class Shown(StrEnum):
+    """What verify prints: its findings, a line each (not a table, so no csv), or JSON."""
+
+    table = "table"
+    json = "json"
+
 
 VERIFY_OPTIONS = (
     "backend",
@@ -48,9 +56,7 @@ def verify(
         int | None, typer.Option(help="Training steps each run takes and fingerprints (default 20).")
     ] = None,
     gradients: Annotated[bool, typer.Option(help="Fingerprint every variable's gradient at every step too.")] = False,
-    fmt: Annotated[FindingsFormat, typer.Option("--format", help="table: a line per finding; json for scripts.")] = (
-        FindingsFormat.table
-    ),
+    fmt: Annotated[Shown, typer.Option("--format", help="table: a line per finding; json for scripts.")] = Shown.table,
     program: Annotated[
         str | None,
         typer.Option(
@@ -81,7 +87,7 @@ def verify(
 
         request = VerifyRequest(split_models(models), options, DEFAULT_STEPS if steps is None else steps, gradients)
         outcome = run_verify(request, console=status_console())
-    if fmt is FindingsFormat.json:
+    if fmt is Shown.json:
         typer.echo(json.dumps({"models": [m.to_json() for m in outcome.models]}, indent=2))
     else:
         for model in outcome.models:
