@@ -661,6 +661,7 @@ def test_bad_traces_are_one_line_input_errors(
 NOT_KINETO = {
     "object-without-traceEvents": (_text('{"epochs": 3, "loss": [0.5, 0.4]}'), "JSON, but without traceEvents"),
     "array": (_text('[{"ph": "X"}]'), "JSON, but an array, not an object with traceEvents"),
+    "toml": (_text('[build-system]\nrequires = ["setuptools"]\n'), "not JSON"),
     "gzip-of-text": (
         lambda p: p.write_bytes(gzip.compress(b"epoch,loss\n1,0.5\n")) and p,
         "gzip-compressed, but not JSON inside",

@@ -256,6 +256,10 @@ def _read_trace(file: Path) -> _Trace:
     start = _LEADING_SPACE.match(body)
     first = body[start.end() : start.end() + 1] if start else b""
     if first == b"[":
+        try:
+            msgspec.json.decode(body)
+        except msgspec.DecodeError:  # text that opens with a bracket: an INI or TOML file's section
+            raise NotKinetoError(file, "gzip-compressed, but not JSON inside" if compressed else "not JSON") from None
         raise NotKinetoError(file, f"{packed}, but an array, not an object with traceEvents")
     if first != b"{":
         raise NotKinetoError(file, "gzip-compressed, but not JSON inside" if compressed else "not JSON")
