@@ -95,6 +95,15 @@ def installed_default() -> str:
     return found
 
 
+def refuse_unknown(name: str) -> None:
+    """One line where ``name`` names no backend of detprof's: what a command that needs no framework installed (a
+    listing, a check before it measures) asks before anything else."""
+    from detprof.errors import UsageError
+
+    if name not in REGISTRY:
+        raise UsageError(f"unknown backend {name!r}; choose one of {', '.join(REGISTRY)}")
+
+
 def require(name: str | None) -> Backend:
     """``name``'s backend (None: the installed one) when its framework is installed; one line naming the extra
     to install otherwise.
@@ -106,8 +115,7 @@ def require(name: str | None) -> Backend:
 
     if name is None:
         name = installed_default()
-    if name not in REGISTRY:
-        raise UsageError(f"unknown backend {name!r}; choose one of {', '.join(REGISTRY)}")
+    refuse_unknown(name)
     backend = REGISTRY[name]
     if not backend.installed():
         raise UsageError(f"--backend {name} needs {backend.module}, not installed here: pip install 'detprof[{name}]'")

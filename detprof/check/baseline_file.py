@@ -159,8 +159,13 @@ def _refuse_several_backends(path: Path, stores: Iterable[ResultsStore], records
         )
 
 
+def measured_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """What of a sweep's configuration decides what it measures: a check compares only sweeps that agree on it."""
+    return {k: v for k, v in without_implied(config).items() if k not in UNHASHED_CONFIG_KEYS}
+
+
 def measurement_config_hash(config: Mapping[str, Any]) -> str:
-    return config_hash({k: v for k, v in without_implied(config).items() if k not in UNHASHED_CONFIG_KEYS})
+    return config_hash(measured_config(config))
 
 
 def fingerprint(config: Mapping[str, Any], records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
@@ -269,10 +274,7 @@ def _config_named(
     """A ``config_hash`` difference as the measured options that differ; any other difference as it is."""
     if difference.field != "config_hash":
         return [difference]
-    measured = [
-        _flatten({k: v for k, v in without_implied(config).items() if k not in UNHASHED_CONFIG_KEYS})
-        for config in (baseline, current)
-    ]
+    measured = [_flatten(measured_config(config)) for config in (baseline, current)]
     named = [
         FieldDifference(f"config.{key}", measured[0].get(key), measured[1].get(key))
         for key in sorted(set(measured[0]) | set(measured[1]))

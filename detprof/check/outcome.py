@@ -114,8 +114,8 @@ def _refuse_before_measuring(request: CheckRequest, reference: Baseline, baselin
     from detprof.store import ResultsStore
 
     options = request.options
-    if options.backend is not None and options.backend not in backends.NAMES:
-        raise UsageError(f"unknown backend {options.backend!r}; choose one of {', '.join(backends.NAMES)}")
+    if options.backend is not None:
+        backends.refuse_unknown(options.backend)
     if options.backend not in (None, reference.backend):
         raise InputError(
             f"--backend {options.backend}: the baseline {baseline_file} ran on {reference.backend}, and overheads "

@@ -22,7 +22,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Literal
 
-from detprof.backends import NAMES, NO_FRAMEWORK, REGISTRY, require
+from detprof.backends import NO_FRAMEWORK, REGISTRY, refuse_unknown, require
 from detprof.determinism import MODES
 from detprof.errors import DetprofError, UsageError
 from detprof.gpu_labels import CPU_LABEL, slug
@@ -112,9 +112,8 @@ def readiness(
 def _backends(backends: Sequence[str] | None) -> list[str]:
     if backends is None:
         return [backend.name for backend in REGISTRY.values() if backend.installed()]
-    unknown = [b for b in backends if b not in NAMES]
-    if unknown:
-        raise UsageError(f"unknown backend {unknown[0]!r}; choose one of {', '.join(NAMES)}")
+    for name in backends:
+        refuse_unknown(name)
     return list(dict.fromkeys(backends))
 
 

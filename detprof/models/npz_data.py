@@ -36,6 +36,11 @@ def channels_first(shape: tuple[int, ...]) -> tuple[int, ...]:
     return (shape[-1], *shape[:-1]) if len(shape) == 3 else shape
 
 
+def moved_channels_first(stored: tuple[int, ...], taken: tuple[int | None, ...]) -> bool:
+    """Examples stored HxWxC reach a model that takes ``taken`` moved channels first (``module_batch``)."""
+    return channels_last(stored) and channels_first(stored) == tuple(taken)
+
+
 def npz_path(text: str, option: str) -> Path | None:
     """The file ``npz:PATH`` names, made absolute; None when ``text`` is not an ``npz:`` value."""
     if not text.strip().lower().startswith(NPZ_PREFIX):
@@ -130,7 +135,7 @@ def module_batch(
     ((_, x_name),) = feed["inputs"]
     ((_, y_name),) = feed["targets"]
     values = leading_rows(path, x_name, rows)
-    if channels_last(values.shape[1:]) and channels_first(values.shape[1:]) == tuple(shape):
+    if moved_channels_first(values.shape[1:], shape):
         values = np.ascontiguousarray(values.transpose(0, 3, 1, 2))
     values = values.reshape((len(values), *shape))
     x = values.astype(np.int64) if tokens else scaled(values)

@@ -25,7 +25,7 @@ import numpy as np
 
 from detprof.errors import InputError, UsageError
 from detprof.models import kinds
-from detprof.models.npz_data import ArrayHeader, channels_first, channels_last, headers, leading_rows, whole_numbers
+from detprof.models.npz_data import ArrayHeader, headers, leading_rows, moved_channels_first, whole_numbers
 
 Kind = Literal["factory", "saved"]
 KERAS_SUFFIX = ".keras"
@@ -328,8 +328,7 @@ def data_feed(item: Inspected, path: Path, arrays: Mapping[str, ArrayHeader], ba
         refuse_short(path, name, arrays[name], batch_size)
     refuse_unfit_rows(path, arrays, [name for _, name in inputs + targets], batch_size)
     for tensor, (_, name) in zip(item.inputs, inputs, strict=True):
-        stored = tuple(int(d) for d in arrays[name].shape[1:])
-        moved = channels_last(stored) and channels_first(stored) == tuple(tensor.shape)
+        moved = moved_channels_first(tuple(int(d) for d in arrays[name].shape[1:]), tuple(tensor.shape))
         if example_shape(arrays[name].shape, tensor.shape) is None and not moved:
             which = "input" if tensor.name == "input" else f"input {tensor.name}"
             raise InputError(

@@ -10,7 +10,6 @@ from rich.table import Table
 
 from detprof import backends
 from detprof.console import print_table, table_console
-from detprof.errors import UsageError
 
 
 def knobs(
@@ -22,8 +21,8 @@ def knobs(
     ] = True,
 ) -> None:
     """No framework is imported: the knobs are declared by their backend (``Backend.knobs``)."""
-    if backend is not None and backend not in backends.NAMES:
-        raise UsageError(f"unknown backend {backend!r}; choose one of {', '.join(backends.NAMES)}")
+    if backend is not None:
+        backends.refuse_unknown(backend)
     chosen = [backends.get(backend)] if backend is not None else list(backends.all_backends())
     table = Table(title=f"Determinism knobs (sweep --knobs NAME,...), on a {'GPU' if gpu else 'CPU'}")
     table.add_column("Knob", no_wrap=True)
