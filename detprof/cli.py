@@ -10,6 +10,7 @@ sweep's, the report's or TensorFlow's imports. ``main`` is the one place that tu
 
 from __future__ import annotations
 
+import copy
 import difflib
 import importlib
 import os
@@ -20,6 +21,7 @@ from typing import Annotated, Any
 
 import typer
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
+from typer.models import TyperPath
 
 from detprof import interrupts, invocation, locks, study_kinds
 from detprof.errors import DetprofError, ExitCode, environment_failure
@@ -62,8 +64,32 @@ def _argument_name(param: TyperArgument) -> str:
     return f"{name}..." if param.nargs != 1 else name
 
 
+class _NamedPath(TyperPath):
+    """A path parameter that refuses an empty value: ``Path("")`` reads as ``.``, so ``-o "$REPORT"`` with the
+    variable unset would write into the current folder (or fail there with the machine's words)."""
+
+    @classmethod
+    def of(cls, path: TyperPath) -> _NamedPath:
+        """The same path type (its checks as Typer built them off the annotation) that also refuses an empty value."""
+        named = copy.copy(path)
+        named.__class__ = cls
+        return named
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+        if value == "":
+            raise typer.BadParameter("is empty: name a file or folder (a shell variable that was not set?)", ctx, param)
+        return super().convert(value, param, ctx)
+
+
 class HelpCommand(TyperCommand):
-    """A Typer command whose ``--help`` and usage line name values the way Click does."""
+    """A Typer command whose ``--help`` and usage line name values the way Click does, and whose paths are never
+    empty."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for param in self.params:
+            if isinstance(param.type, TyperPath):
+                param.type = _NamedPath.of(param.type)
 
     def collect_usage_pieces(self, ctx: Any) -> list[str]:
         pieces = [self.options_metavar] if self.options_metavar else []

@@ -85,3 +85,23 @@ def test_exit_codes_are_one_enum_as_the_docs_document_them() -> None:
     page = (Path(__file__).parents[1] / "docs" / "reference" / "exit-codes.md").read_text()
     documented = page[page.index("Exit codes, the same for every command:") :].split("\n\n")[0]
     assert [int(n) for n in re.findall(r"[:;]\s+(\d+) ", documented)] == list(codes.values())
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (("report", "results", "-o", ""), "'-o' / '--output'"),
+        (("sweep", "--dry-run", "--out="), "'--out'"),
+        (("parse", ""), "'trace'"),
+    ],
+)
+def test_an_empty_path_is_refused_not_read_as_the_current_folder(
+    tmp_path: Path, capsys: Capture, monkeypatch: pytest.MonkeyPatch, args: tuple[str, ...], named: str
+) -> None:
+    """``Path("")`` is ``.``: an unset shell variable would write a report or a study into the current folder."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(capsys, *args)
+    assert (code, out) == (ExitCode.USAGE, "")
+    refusal = "is empty: name a file or folder (a shell variable that was not set?)"
+    assert err == f"detprof: error: Invalid value for {named}: {refusal}\n"
+    assert list(tmp_path.iterdir()) == []
