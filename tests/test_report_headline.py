@@ -464,3 +464,15 @@ def test_the_stability_study_advised_for_your_own_model_is_on_images_with_the_ch
     assert stability_dataset(mine | {"input_shape": [16]}) is None
     assert stability_dataset(mine | {"input_shape": [4, 32, 32]}) is None
     assert stability_dataset({"model_api": "keras", "input_shape": [32, 32, 3]}) is None
+
+
+def test_the_studies_suggested_for_a_fleets_results_run_on_that_fleet(tmp_path: Path) -> None:
+    """A fleet's results read on a laptop: the calibration and stability they suggest name the fleet's ``--ray``,
+    or they would measure the laptop."""
+    root = sweep(tmp_path / "res", {"resnet50": CHEAP})
+    manifest = root / "sweep" / "manifest.json"
+    given = json.loads(manifest.read_text())
+    manifest.write_text(json.dumps(given | {"command": "detprof sweep --models resnet50 --ray=10.0.0.5:6379"}))
+    commands = [c for c in advised(render_report([root], "md")) if "--model" in c]
+    assert sorted(c.split()[1] for c in commands) == ["stability", "sweep"]
+    assert all(c.endswith(" --ray 10.0.0.5:6379") for c in commands), commands

@@ -163,7 +163,7 @@ def _print_noise_floor(results_dir: Path) -> None:
 def _calibration(sweep: ResultsStore, results_dir: Path) -> str:
     """The calibration of the checked sweep's models, as the report suggests it (``headline.calibration_advice``)."""
     from detprof.records import backend_of
-    from detprof.reports.headline import calibration_advice
+    from detprof.reports.headline import calibration_advice, fleet_options
     from detprof.reports.report_data import model_given
 
     first: dict[str, dict[str, Any]] = {}
@@ -171,7 +171,9 @@ def _calibration(sweep: ResultsStore, results_dir: Path) -> str:
         first.setdefault(record["model"], record)
     givens = [model_given(record) for record in first.values()]
     backend = backend_of(next(iter(first.values())))
-    return calibration_advice(givens, backend, sweep.manifest().get("config") or {}, results_dir)
+    manifest = sweep.manifest()
+    fleet = fleet_options(str(manifest.get("command") or ""))
+    return calibration_advice(givens, backend, manifest.get("config") or {}, results_dir, fleet)
 
 
 def _report(

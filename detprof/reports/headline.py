@@ -109,22 +109,42 @@ def suggested(command: str, givens: Sequence[str | None], backend: str, options:
     return f"`detprof {command} --model{'s' if len(models) > 1 else ''} {','.join(models)}{flag}{''.join(options)}`"
 
 
+def fleet_options(command: str) -> list[str]:
+    """The ``--ray`` a study ran with, as its command line gave it: a study suggested beside a fleet's results runs
+    on the same fleet, not on the machine that reads the report."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return []
+    for i, word in enumerate(words):
+        if word.startswith("--ray="):
+            return [f" --ray {shlex.quote(word.removeprefix('--ray='))}"]
+        if word == "--ray" and i + 1 < len(words):
+            return [f" --ray {shlex.quote(words[i + 1])}"]
+    return []
+
+
 def with_stand_in(text: str, givens: Sequence[str | None]) -> str:
     """``text`` with what the stand-in for a program means, where a program is among ``givens``."""
     return text if None not in givens else f"{text} ({STAND_IN_NOTE})"
 
 
 def calibration_advice(
-    givens: Sequence[str | None], backend: str, config: Mapping[str, Any], out: Path | None = None
+    givens: Sequence[str | None],
+    backend: str,
+    config: Mapping[str, Any],
+    out: Path | None = None,
+    fleet: Sequence[str] = (),
 ) -> str:
     """The calibration that gives these swept models their noise floor: on the same models and backend, built
     and fed as the sweep built and fed them (``FEEDING``; with ``--data``, at its batch size, which the file's
-    examples must fill), into ``out`` where given."""
+    examples must fill), on the same fleet (``fleet_options``), into ``out`` where given."""
     options = [f" {flag} {shlex.quote(str(config[key]))}" for key, flag in FEEDING.items() if config.get(key)]
     if config.get("data") and config.get("batch_size"):
         options.append(f" --batch-size {config['batch_size']}")
     if out is not None:
         options.append(f" --out {shlex.quote(str(out))}")
+    options += fleet
     return f"{suggested('sweep --calibrate', givens, backend, options)} measures it (deterministic against itself)"
 
 
@@ -137,14 +157,15 @@ def advice(
     *,
     held: bool | None = None,
     dataset: str | None = None,
+    fleet: Sequence[str] = (),
 ) -> str:
     """What to do, in a few words, consistent with the verdict (never more sure of the cost than it is).
 
     The command it suggests names the row's model as the commands take it (``given``: None for a program, which
     the stability study cannot train) and its backend (``suggested``), so that the study it runs is the one this
-    row pairs with, on ``dataset`` where the default's would not fit the model. Where ``detprof verify`` found that
-    determinism does not hold (``held`` False), what it costs is beside the point until that is fixed, and the
-    caveats say what to fix.
+    row pairs with, on ``dataset`` where the default's would not fit the model, on the fleet it ran on (``fleet``).
+    Where ``detprof verify`` found that determinism does not hold (``held`` False), what it costs is beside the
+    point until that is fixed, and the caveats say what to fix.
     """
     if held is False:
         return NOT_HELD_ADVICE
@@ -153,7 +174,7 @@ def advice(
     if q is not None and q != "not settled":
         return QUADRANT_ADVICE[q]
     if stability is None:
-        stability_options = [] if dataset is None else [f" --dataset {dataset}"]
+        stability_options = ([] if dataset is None else [f" --dataset {dataset}"]) + list(fleet)
         what = with_stand_in(
             f"no stability study: {suggested('stability', [given], backend, stability_options)} measures what it buys",
             [given],

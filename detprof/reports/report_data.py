@@ -61,6 +61,7 @@ from detprof.reports.headline import (
     calibration_advice,
     caveats,
     cpu_notes,
+    fleet_options,
     with_stand_in,
 )
 from detprof.reports.knobs_data import KnobReading, knob_readings
@@ -696,6 +697,7 @@ def _headline_row(sweep: SweepStudy, m: ModelCost, evidence: _Evidence) -> Headl
             sweep.backend,
             held=verification.held if verification else None,
             dataset=m.stability_dataset,
+            fleet=fleet_options(sweep.command),
         ),
         attribution=with_layer(parts, m.attribution),
         parts=parts,
@@ -758,7 +760,10 @@ def report_notes(report: Report) -> list[str]:
     for device in (d for d in swept if d not in calibrated):
         sweeps = [s for s in report.sweeps if (s.label, s.backend) == device]
         how = "; ".join(
-            dict.fromkeys(calibration_advice([m.given for m in s.models], s.backend, s.config) for s in sweeps)
+            dict.fromkeys(
+                calibration_advice([m.given for m in s.models], s.backend, s.config, fleet=fleet_options(s.command))
+                for s in sweeps
+            )
         )
         line = (
             f"No noise floor for {report.where(*device)}: no calibration ran; {how}, "
