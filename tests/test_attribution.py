@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -143,6 +144,17 @@ def test_the_tensorflow_bert_trace_attributes_every_kernel_to_the_tf_op_that_lau
     assert (rebuilt == annotated.astype(str)).all()
     ops = by_part(load_trace(BERT), "op").kernels
     assert {"Cast", "RandomUniform", "Mul"} <= set(ops["name"].astype(str))
+
+
+@real_traces(BERT)
+def test_diff_by_op_names_its_rows_ops(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["diff", str(BERT), str(BERT), "--by", "op", "--top", "3"]) == ExitCode.OK
+    out = capsys.readouterr().out
+    assert "ops in common: " in out and "kernels in common" not in out
+    assert re.search(r"Status .* Op\b", out) and " Name " not in out
+    assert main(["diff", str(BERT), str(BERT), "--by", "layer", "--format", "json"]) == ExitCode.OK
+    assert json.loads(capsys.readouterr().out)["by"] == "layer"
 
 
 @real_traces(NVPROF)

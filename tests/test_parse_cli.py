@@ -143,6 +143,20 @@ def test_diff_json_reports_added_and_slower_kernels(tmp_path, capsys) -> None:
     assert doc["delta_ns"] == sum(k.dur for k in slower) - sum(k.dur for k in kernels_of(3))
 
 
+def test_diff_of_one_device_reads_that_device_in_both_traces(tmp_path, capsys) -> None:
+    gpus = [a100(0), a100(1)]
+    base = write_nsys_sqlite(tmp_path / "a.sqlite", kernels_of(3) + kernels_of(2, device=1), gpus=gpus, memcpys=[])
+    other = kernels_of(3, scale=5) + kernels_of(2, device=1, scale=2)
+    changed = write_nsys_sqlite(tmp_path / "b.sqlite", other, gpus=gpus, memcpys=[])
+    code, out, err = run(["diff", str(base), str(changed), "--format", "json", "--device", "1"], capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["delta_ns"] == sum(k.dur for k in kernels_of(2, device=1))
+    assert {k["name"] for k in doc["kernels"]} == {k.name for k in kernels_of(2)}
+    code, _, err = run(["diff", str(base), str(changed), "--device", "7"], capsys)
+    assert code == 2 and err.strip().endswith("no kernels on device 7; devices with kernels: [0, 1]")
+
+
 def test_diff_of_a_cpus_ops_and_a_gpus_kernels_warns_that_they_do_not_compare(tmp_path, capsys) -> None:
     gpu = write_nsys_sqlite(tmp_path / "a.sqlite", kernels_of(3))
     cpu = SHARED_TRACES / "tf-2.21-cpu-smallcnn.xplane.pb"

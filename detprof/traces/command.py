@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from detprof.errors import UsageError
 from detprof.formatting import OutputFormat
+
+if TYPE_CHECKING:
+    from detprof.traces.kernel_table import KernelTable
 
 PARSE_DETAILS = (
     "The table labels kernels by short name (with abbreviated template arguments where several "
@@ -57,18 +60,24 @@ def parse(
     # The renderer (and pandas with it) after the trace: an nsys export is read while pandas loads.
     from detprof.traces import render as output
 
-    if device != "all":
-        if table.is_summary:
-            raise UsageError(f"{trace}: a summary-only trace has no per-device kernels; use --device all")
-        try:
-            device_id = int(device)
-        except ValueError as exc:
-            raise UsageError(f"--device must be 'all' or an integer device id, not {device!r}") from exc
-        present = sorted({int(d) for d in table.launches("device_id")["device_id"].dropna().unique()})
-        if device_id not in present:
-            raise UsageError(f"{trace}: no kernels on device {device_id}; devices with kernels: {present}")
-        table = table.on_device(device_id)
-    output.print_parse(table, top=top, by=group, fmt=fmt, full_names=full_names)
+    output.print_parse(on_device(table, trace, device), top=top, by=group, fmt=fmt, full_names=full_names)
+
+
+def on_device(table: KernelTable, trace: Path, device: str) -> KernelTable:
+    """The kernels of one device (``--device ID``), or all of them; a device that ran none is refused, naming those
+    that did."""
+    if device == "all":
+        return table
+    if table.is_summary:
+        raise UsageError(f"{trace}: a summary-only trace has no per-device kernels; use --device all")
+    try:
+        device_id = int(device)
+    except ValueError as exc:
+        raise UsageError(f"--device must be 'all' or an integer device id, not {device!r}") from exc
+    present = sorted({int(d) for d in table.launches("device_id")["device_id"].dropna().unique()})
+    if device_id not in present:
+        raise UsageError(f"{trace}: no kernels on device {device_id}; devices with kernels: {present}")
+    return table.on_device(device_id)
 
 
 def diff(
@@ -82,6 +91,7 @@ def diff(
             "they ran in: name|short|op|layer."
         ),
     ] = "name",
+    device: Annotated[str, typer.Option(help="'all' or one device id, the same in both traces.")] = "all",
     fmt: Annotated[OutputFormat, typer.Option("--format", help="table|json|csv")] = OutputFormat.table,
     full_names: FullNamesOption = False,
     rank: Annotated[
@@ -91,7 +101,7 @@ def diff(
     from detprof.traces.parsers import load_trace
 
     group = _group_by(by, parts=True)
-    tables = load_trace(base, rank=rank), load_trace(other, rank=rank)
+    tables = tuple(on_device(load_trace(path, rank=rank), path, device) for path in (base, other))
     from detprof.traces import render as output
 
     if tables[0].cpu_ops != tables[1].cpu_ops:
@@ -106,7 +116,8 @@ def diff(
         from detprof.traces.attribution import by_part
 
         tables = (by_part(tables[0], group), by_part(tables[1], group))
-        group = "name"
+        output.print_diff(*tables, top=top, fmt=fmt, full_names=full_names, part=group)
+        return
     output.print_diff(*tables, top=top, fmt=fmt, by=group, full_names=full_names)
 
 

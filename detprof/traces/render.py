@@ -130,7 +130,10 @@ def print_diff(
     fmt: OutputFormat,
     by: GroupBy = "name",
     full_names: bool = False,
+    part: str | None = None,
 ) -> None:
+    """The diff of two traces by kernel, or by ``part`` (``op``, ``layer``: tables ``attribution.by_part`` named by
+    it), whose rows then say so."""
     table = diff(base, other, by)
     common = kernels_in_common(table)
     head = table.head(top)
@@ -138,7 +141,7 @@ def print_diff(
         doc = {
             "base": {"source": base.source, "format": base.format, "total_ns": base.total_ns},
             "other": {"source": other.source, "format": other.format, "total_ns": other.total_ns},
-            "by": "short" if by == "short_name" else "name",
+            "by": part or ("short" if by == "short_name" else "name"),
             "kernels_in_common": common,
             "delta_ns": other.total_ns - base.total_ns,
             "kernels": [{k: json_safe(v) for k, v in row.items()} for row in head.to_dict("records")],
@@ -152,19 +155,21 @@ def print_diff(
     from rich.table import Table
 
     console = table_console()
+    unit = part or "kernel"
+    shown_by: GroupBy = "short_name" if part else by
     totals = (
         f"base {escape(base.source)}: {duration_ns(base.total_ns)}   "
         f"other {escape(other.source)}: {duration_ns(other.total_ns)}"
     )
     if common == 0:
         console.print(totals)
-        console.print(escape(no_common_kernels_line(table, by)), soft_wrap=True)  # one line, even when narrow
-        _print_one_sided(console, table, "removed", top, by, full_names)
-        _print_one_sided(console, table, "added", top, by, full_names)
+        console.print(escape(no_common_kernels_line(table, by, unit)), soft_wrap=True)  # one line, even when narrow
+        _print_one_sided(console, table, "removed", top, shown_by, full_names, unit)
+        _print_one_sided(console, table, "added", top, shown_by, full_names, unit)
         return
     ratio = other.total_ns / base.total_ns if base.total_ns else float("nan")
-    console.print(f"{totals}   ratio {ratio:.3f}x   kernels in common: {common:,}")
-    labels, shortened = row_labels(console, [str(n) for n in head["name"]], by, full_names)
+    console.print(f"{totals}   ratio {ratio:.3f}x   {unit}s in common: {common:,}")
+    labels, shortened = row_labels(console, [str(n) for n in head["name"]], shown_by, full_names)
     wide = console.width >= WIDE_TABLE
     notes = [] if wide else ["a wider terminal, or --format csv/json, shows launch counts and categories"]
     notes += [SHORT_NAMES_NOTE] if shortened else []
@@ -173,7 +178,7 @@ def print_diff(
     columns += ["Base n", "Other n", "Category"] if wide else []
     for col in columns:
         grid.add_column(col, no_wrap=True)
-    grid.add_column("Name", min_width=20, overflow="fold")
+    grid.add_column(_name_column(unit), min_width=20, overflow="fold")
     for row, label in zip(head.to_dict("records"), labels, strict=True):
         cells = [
             row["status"],
@@ -188,7 +193,12 @@ def print_diff(
     print_table(console, grid)
 
 
-def no_common_kernels_line(table: pd.DataFrame, by: GroupBy) -> str:
+def _name_column(unit: str) -> str:
+    """A kernel's row is named by ``Name``; an op's or a layer's by what it is."""
+    return "Name" if unit == "kernel" else unit.capitalize()
+
+
+def no_common_kernels_line(table: pd.DataFrame, by: GroupBy, unit: str = "kernel") -> str:
     """Why a diff of two traces that share no kernel shows no changes, in one line.
 
     Grouped by full name, two builds of the same program can share no signature and still
@@ -197,10 +207,10 @@ def no_common_kernels_line(table: pd.DataFrame, by: GroupBy) -> str:
     removed = table[table["status"] == "removed"]
     added = table[table["status"] == "added"]
     line = (
-        f"no kernel in common: BASE has {len(removed):,} kernels, OTHER has {len(added):,}; "
-        "a ratio per kernel would mean nothing"
+        f"no {unit} in common: BASE has {len(removed):,} {unit}s, OTHER has {len(added):,}; "
+        f"a ratio per {unit} would mean nothing"
     )
-    if by == "name":
+    if by == "name" and unit == "kernel":
         shared = set(removed["short_name"].dropna()) & set(added["short_name"].dropna())
         if shared:
             line += f" (--by short pairs up {len(shared):,} short names)"
@@ -208,9 +218,10 @@ def no_common_kernels_line(table: pd.DataFrame, by: GroupBy) -> str:
 
 
 def _print_one_sided(
-    console: Console, table: pd.DataFrame, status: str, top: int, by: GroupBy, full_names: bool
+    console: Console, table: pd.DataFrame, status: str, top: int, by: GroupBy, full_names: bool, unit: str
 ) -> None:
-    """The kernels of one side only, by their time on that side: all a diff can say without a common kernel."""
+    """The kernels (ops, layers) of one side only, by their time on that side: all a diff can say without a common
+    one."""
     from rich.markup import escape
     from rich.table import Table
 
@@ -226,7 +237,7 @@ def _print_one_sided(
     grid = Table(title=title, caption=_caption(notes))
     for col in ("Total", "Count", "Category"):
         grid.add_column(col, justify="right" if col != "Category" else "left", no_wrap=True)
-    grid.add_column("Name", min_width=20, overflow="fold")
+    grid.add_column(_name_column(unit), min_width=20, overflow="fold")
     for row, label in zip(head.to_dict("records"), labels, strict=True):
         grid.add_row(
             duration_ns(row[f"total_ns_{side}"]),
