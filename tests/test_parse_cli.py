@@ -200,6 +200,16 @@ CUTLASS_GEMM = (
 )
 
 
+def test_a_narrow_terminal_keeps_each_kernel_on_one_line(capsys, monkeypatch) -> None:
+    """At 100 columns a long short label is cut at the table's edge, not folded over lines; the numbers stay whole."""
+    monkeypatch.setenv("COLUMNS", "100")
+    code, out, _ = run(["parse", str(SHARED_TRACES / "kineto-a100-control.json.gz"), "--top", "6"], capsys)
+    assert code == 0
+    body = out.split("┡")[1].split("└")[0].splitlines()[1:]
+    assert len(body) == 7 and all(len(line) <= 100 for line in body)
+    assert "split_embedding_backward_codegen_row" in out and "│ 36.2 ms │" in out
+
+
 def test_parse_to_a_pipe_shows_every_column_and_whole_names(tmp_path) -> None:
     """Off a terminal there is no width to fit: a header line, then one line per kernel with its whole name."""
     kernels = [Kernel(CUTLASS_GEMM, "cutlass::Kernel", 10**6, 50_000), *kernels_of(3)]

@@ -27,6 +27,7 @@ from detprof.traces.kernel_tables import GroupBy, diff, kernels_in_common, top_n
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from rich.table import Table
 
 WIDE_TABLE = 140
 SHORT_NAMES_NOTE = "--full-names shows whole kernel names"
@@ -109,8 +110,8 @@ def print_parse(table: KernelTable, top: int, by: GroupBy, fmt: OutputFormat, fu
     grid = Table(caption=_caption(notes))
     for col in columns:
         grid.add_column(col, justify="right", no_wrap=True)
-    grid.add_column("Category", max_width=None if wide else 12)
-    grid.add_column("Name", min_width=20, overflow="fold")
+    grid.add_column("Category", max_width=None if wide else 12, no_wrap=True)
+    _add_name_column(grid, "Name", whole=full_names)
     for k, label in zip(doc["kernels"], labels, strict=True):
         cells = [f"{k['pct']:.1f}", duration_ns(k["total_ns"]), f"{k['instances']:,}", duration_ns(k["avg_ns"])]
         if wide:
@@ -178,7 +179,7 @@ def print_diff(
     columns += ["Base n", "Other n", "Category"] if wide else []
     for col in columns:
         grid.add_column(col, no_wrap=True)
-    grid.add_column(_name_column(unit), min_width=20, overflow="fold")
+    _add_name_column(grid, _name_column(unit), whole=full_names or unit != "kernel")
     for row, label in zip(head.to_dict("records"), labels, strict=True):
         cells = [
             row["status"],
@@ -191,6 +192,12 @@ def print_diff(
             cells += [f"{row['instances_base']:,}", f"{row['instances_other']:,}", str(row["category"])]
         grid.add_row(*cells, escape(label))
     print_table(console, grid)
+
+
+def _add_name_column(grid: Table, header: str, *, whole: bool) -> None:
+    """Whole names (``--full-names``; ops and layers, which no table shortens) fold over lines as asked; a kernel's
+    short label keeps its row on one line of a terminal, cut at the table's edge."""
+    grid.add_column(header, min_width=20, overflow="fold" if whole else "ellipsis")
 
 
 def _name_column(unit: str) -> str:
@@ -237,7 +244,7 @@ def _print_one_sided(
     grid = Table(title=title, caption=_caption(notes))
     for col in ("Total", "Count", "Category"):
         grid.add_column(col, justify="right" if col != "Category" else "left", no_wrap=True)
-    grid.add_column(_name_column(unit), min_width=20, overflow="fold")
+    _add_name_column(grid, _name_column(unit), whole=full_names or unit != "kernel")
     for row, label in zip(head.to_dict("records"), labels, strict=True):
         grid.add_row(
             duration_ns(row[f"total_ns_{side}"]),
