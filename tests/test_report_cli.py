@@ -78,6 +78,15 @@ def test_default_output_is_report_html_in_the_working_directory(
     assert (tmp_path / "report.html").read_text().startswith("<!DOCTYPE html>")
 
 
+def test_the_output_files_suffix_names_its_format_unless_format_is_given(tmp_path: Path) -> None:
+    res = wall_only_sweep(tmp_path / "res")
+    for name, opening in (("r.md", "# detprof"), ("r.JSON", "{"), ("r.htm", "<!DOCTYPE html>")):
+        assert main(["report", str(res), "--plotlyjs", "cdn", "-o", str(tmp_path / name)]) == 0
+        assert (tmp_path / name).read_text().startswith(opening), name
+    assert main(["report", str(res), "--plotlyjs", "cdn", "--format", "html", "-o", str(tmp_path / "r.md")]) == 0
+    assert (tmp_path / "r.md").read_text().startswith("<!DOCTYPE html>")
+
+
 def one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "Traceback" not in err

@@ -291,9 +291,11 @@ def test_clock_rows_gather_throttled_runs_per_model_and_mode() -> None:
     ]
 
 
-def test_markdown_text_shows_kernel_names_literally() -> None:
-    assert md("Kernel<float>& a|b `c` *d* _e_") == r"Kernel\<float\>\& a\|b \`c\` \*d\* \_e\_"
+def test_markdown_text_shows_kernel_names_literally_and_commands_as_code() -> None:
+    assert md("Kernel<float>& a|b *d* _e_ `x") == r"Kernel\<float\>\& a\|b \*d\* \_e\_ \`x"
     assert md("two\nlines") == "two lines"
+    command = "`detprof stability --model mediumcnn_k1 --out a|b`"
+    assert md(f"run {command} <now>") == r"run `detprof stability --model mediumcnn_k1 --out a\|b` \<now\>"
 
 
 @pytest.mark.parametrize(

@@ -67,6 +67,16 @@ def write_report(results_dir: Path, output: Path, fmt: str = "html", plotlyjs: s
     return _write(output, render_report([Path(results_dir)], fmt, plotlyjs))
 
 
+SUFFIXES = {".md": ReportFormat.md, ".markdown": ReportFormat.md, ".json": ReportFormat.json}
+"""The report file suffixes that name a format other than HTML's."""
+
+
+def format_named_by(output: Path | None) -> ReportFormat:
+    """The format ``-o report.md`` asks for without ``--format``: a Markdown file that held HTML would be read as
+    neither."""
+    return SUFFIXES.get(output.suffix.lower(), ReportFormat.html) if output is not None else ReportFormat.html
+
+
 def report(
     results_dirs: Annotated[
         list[Path],
@@ -80,14 +90,19 @@ def report(
         typer.Option("-o", "--output", help="Report file (default report.html, .md or .json); - for stdout."),
     ] = None,
     fmt: Annotated[
-        ReportFormat,
-        typer.Option("--format", help="html | md (Markdown headline tables) | json (headline numbers for scripts)."),
-    ] = ReportFormat.html,
+        ReportFormat | None,
+        typer.Option(
+            "--format",
+            help="html | md (Markdown headline tables) | json (headline numbers for scripts). Default: the one -o's "
+            "suffix names (.md, .json), else html.",
+        ),
+    ] = None,
     plotlyjs: Annotated[
         PlotlyJsMode, typer.Option(help="embed: plotly.js inside the file (works offline); cdn: a script tag.")
     ] = PlotlyJsMode.embed,
 ) -> None:
     """Write one self-contained report from results directories."""
+    fmt = fmt or format_named_by(output)
     text = render_report(list(results_dirs), fmt.value, plotlyjs.value)
     if output is not None and str(output) == STDOUT:
         typer.echo(text, nl=False)

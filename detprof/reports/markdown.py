@@ -32,6 +32,8 @@ from detprof.reports.published import SOURCE
 from detprof.reports.report_data import NOISE_FLOOR_LEAD, NOISE_FLOOR_TITLE, SECTIONS, Report
 
 _SPECIAL = re.compile(r"([\\`*_\[\]<>|&~])")
+_CODE = re.compile(r"(`[^`]+`)")
+"""A command line the text names in backticks: an inline code span, whose text Markdown shows as it is."""
 
 
 class Markup(str):
@@ -39,12 +41,14 @@ class Markup(str):
 
 
 def md(value: Any) -> str:
-    """Text that GitHub shows literally: Markdown and HTML punctuation escaped, one line (``Words.line``)."""
+    """Text that GitHub shows literally: Markdown and HTML punctuation escaped, one line (``Words.line``); a
+    command in backticks as code, which needs no escape but a table's pipe (and shows one put there)."""
     if isinstance(value, Markup):
         return value
     if isinstance(value, Words):
         return Words(md(value.text), md(value.note)).line
-    return _SPECIAL.sub(r"\\\1", " ".join(str(value).split()))
+    parts = _CODE.split(" ".join(str(value).split()))
+    return "".join(p.replace("|", "\\|") if i % 2 else _SPECIAL.sub(r"\\\1", p) for i, p in enumerate(parts))
 
 
 def strong(value: Any) -> Markup:
