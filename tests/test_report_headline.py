@@ -476,3 +476,16 @@ def test_the_studies_suggested_for_a_fleets_results_run_on_that_fleet(tmp_path: 
     commands = [c for c in advised(render_report([root], "md")) if "--model" in c]
     assert sorted(c.split()[1] for c in commands) == ["stability", "sweep"]
     assert all(c.endswith(" --ray 10.0.0.5:6379") for c in commands), commands
+
+
+@pytest.mark.parametrize("loaded_runs", [1, 8])
+def test_a_verdict_read_only_from_runs_under_other_load_says_so(tmp_path: Path, loaded_runs: int) -> None:
+    """With every run sharing the machine, no quiet pair is left to check the verdict against: its cell says so."""
+    records = synth.records({"resnet50": CHEAP})
+    load = {"cores": 2, "other_cores": 1.5, "steal_fraction": 0.0}
+    shared = [r | {"load": load} if i < loaded_runs else r for i, r in enumerate(records)]
+    assert len(shared) == 8
+    root = synth.write_sweep(tmp_path / "res", synth.config(["resnet50"], 4), shared)
+    text = md_answer(render_report([root], "md"))
+    assert "(from kernel time, n=4" in text
+    assert ("n=4, every run under other load)" in text) is (loaded_runs == 8), text

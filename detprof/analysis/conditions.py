@@ -193,6 +193,16 @@ def _loaded_line(records: Sequence[Mapping[str, Any]]) -> str | None:
     return f"{len(loaded)} of {len(done)} runs measured while other work used the machine: {which}; {without}."
 
 
+UNDER_LOAD = "every run under other load"
+"""What a verdict is read with where no run had the machine to itself: no quiet pair is left to check it against."""
+
+
+def every_run_shared(records: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether each completed run shared the machine (``shares_device``): then the answer without them is none."""
+    done = [r for r in records if r.get("status") == "ok"]
+    return bool(done) and all(shares_device(r) for r in done)
+
+
 def disturbed_runs(records: Sequence[Mapping[str, Any]]) -> list[str]:
     """What one model's answer is read with, beside it: its runs whose steps something interrupted (the answer sets
     those steps aside), and its runs measured while other work used the machine (``shares_device``) with the answer

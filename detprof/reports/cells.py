@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
 
 from detprof import formatting as f
+from detprof.analysis.conditions import UNDER_LOAD
 from detprof.analysis.knobs import KnobCost, within_noise
 from detprof.analysis.layers import KernelChange, ModelAttribution, PartCost
 from detprof.analysis.run_costs import TimeRow
@@ -178,6 +179,11 @@ def device_named(label: str, name: str | None) -> str:
     return label + (f" ({name})" if name else "")
 
 
+def _read_from(r: HeadlineRow) -> str:
+    """What a verdict was read from: its metric and repeats, and a machine other work shared for every run."""
+    return f"from {r.metric} time, n={r.verdict.repeats}" + (f", {UNDER_LOAD}" if r.under_load else "")
+
+
 def headline(r: HeadlineRow) -> HeadlineCells:
     """The words of one headline row; each format only marks them up (and the HTML joins model and device)."""
     v = r.verdict
@@ -188,7 +194,7 @@ def headline(r: HeadlineRow) -> HeadlineCells:
         backend=Words(r.backend, r.framework_version or ""),
         kernel=f.ratio(r.kernel),
         wall=f.ratio(r.wall),
-        verdict=Words(v.text, f"from {r.metric} time, n={v.repeats}" if v.reading is not None else ""),
+        verdict=Words(v.text, _read_from(r) if v.reading is not None else ""),
         churn=churn,
         drop=drop,
         floor=_floor(r),

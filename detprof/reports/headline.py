@@ -89,6 +89,8 @@ class HeadlineRow:
     """Its layers and ops by added time per step, read against its noise floor (``analysis.layers``)."""
     precision: PrecisionReached | None = None
     """How precise its interval came out against ``--precision``, where the sweep asked one."""
+    under_load: bool = False
+    """Whether every run of it shared the machine with other work (``analysis.conditions.every_run_shared``)."""
 
     @property
     def used_stability(self) -> StabilityReading | None:

@@ -37,7 +37,13 @@ from typing import Any, ClassVar, Generic, TypeVar
 import pandas as pd
 
 from detprof import backends, study_kinds
-from detprof.analysis.conditions import LoadRow, disturbed_runs, load_rows, shared_device_warnings
+from detprof.analysis.conditions import (
+    LoadRow,
+    disturbed_runs,
+    every_run_shared,
+    load_rows,
+    shared_device_warnings,
+)
 from detprof.analysis.layers import ModelAttribution, attribute_model
 from detprof.analysis.overhead import ModelOverhead, PrecisionReached, model_overheads, noise_floors
 from detprof.analysis.run_costs import TimeRow, memory_line, memory_peaks, time_rows
@@ -176,6 +182,8 @@ class ModelCost:
     disturbed: list[str] = field(default_factory=list)
     """Its runs that something else interrupted or shared the machine with, and the answer without them
     (``analysis.conditions.disturbed_runs``): read beside the answer."""
+    under_load: bool = False
+    """Whether every run shared the machine (``analysis.conditions.every_run_shared``): its verdict says so."""
     stability_dataset: str | None = None
     """The ``--dataset`` a stability study of it needs (``stability_dataset``); None: the default fits it."""
 
@@ -465,6 +473,7 @@ def model_cost(store: ResultsStore, overhead: ModelOverhead, records: Sequence[M
         precision=overhead.precision_line() if overhead.precision_short() is not None else None,
         precision_reached=overhead.precision_reached(),
         disturbed=disturbed_runs(records),
+        under_load=every_run_shared(records),
         stability_dataset=stability_dataset(records[0]),
     )
     summary = summarize_model(store, overhead, records)
@@ -712,6 +721,7 @@ def _headline_row(sweep: SweepStudy, m: ModelCost, evidence: _Evidence) -> Headl
         ),
         verification=verification,
         precision=m.precision_reached,
+        under_load=m.under_load,
     )
 
 

@@ -55,7 +55,7 @@ def print_summary(store: ResultsStore) -> None:
     calibration's floor). The runs the report names beside its answer (``analysis.conditions.disturbed_runs``:
     steps something interrupted, a machine other work used) come first.
     """
-    from detprof.analysis.conditions import disturbed_runs
+    from detprof.analysis.conditions import UNDER_LOAD, disturbed_runs, every_run_shared
     from detprof.analysis.layers import attribute_model
     from detprof.analysis.overhead import AddedRepeats
     from detprof.analysis.study_results import summarize
@@ -82,13 +82,14 @@ def print_summary(store: ResultsStore) -> None:
         overhead = summary.overhead
         metric, measured = headline(overhead.kernel, overhead.wall)
         read = verdict(measured)
-        verdict_text = read.text if read.reading is None else f"{read.text} ({metric} time)"
+        records = by_model.get(summary.model, [])
+        loaded = f", {UNDER_LOAD}" if every_run_shared(records) else ""
+        verdict_text = read.text if read.reading is None else f"{read.text} ({metric} time{loaded})"
         row = [summary.model, ratio(overhead.kernel), ratio(overhead.wall), escape(verdict_text)]
         if any(notes.values()):
             note = notes[summary.model]
             row.append("-" if note is None else escape(note[:FAILURE_NOTE_CHARS]))
         table.add_row(*row)
-        records = by_model.get(summary.model, [])
         parts = attribute_model(store, records)
         if summary.kernel_diff is not None:
             said = with_layer(parts, attribution(summary.kernel_diff, measured))
