@@ -251,6 +251,9 @@ class VerifyRun(TypedDict):
     itself, so that the two runs of a mode could differ in what compiling chose; a program (``verify --command``)
     compiles as it does."""
     parameters: NotRequired[int]
+    model_api: NotRequired[str]
+    """As for a measured run: the kind of model, whose parts the verdict names (a Keras model's layers, a native
+    module's modules)."""
     program: NotRequired[dict[str, Any]]
     """A program's run (``verify --command``): as ``MeasuredRun.program``."""
     without: NotRequired[str]

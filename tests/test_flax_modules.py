@@ -406,7 +406,7 @@ def test_flax_models_sweep_on_jax_by_module_in_one_process_and_verify_names_the_
     assert main(verify) == ExitCode.CHECK_FAILED
     lines = capsys.readouterr().out
     # Its convolution's output, taken before the head's, is the same in both runs: the head's is the first to part.
-    parted = r"noisy on cpu \(jax\): NOT deterministic .* part at step 0, layer head \(output\)"
+    parted = r"noisy on cpu \(jax\): NOT deterministic .* part at step 0, module head \(output\)"
     assert re.search(parted, lines), lines
     run = RunFingerprints.load(verified / "verify" / "fingerprints" / "noisy--default--a")
     fingerprinted = [f.name for f in run.steps[0]]

@@ -238,7 +238,8 @@ def test_the_planted_layer_is_named_at_the_step_it_parts(
     assert "NOT held" in page and f"parts at step 0 in {jitter}&#39;s output" in page
     assert "Default mode, planted on cpu (torch)" in page
     assert f"NOT held (parts at step 0 in {jitter}'s output)" in text
-    assert f"Deterministic mode: the runs part at step 0, layer {jitter} (output)" in text
+    part = "layer" if kind == "keras" else "module"  # each kind's parts as its users call them
+    assert f"Deterministic mode: the runs part at step 0, {part} {jitter} (output)" in text
     (read,) = json.loads(render_report([tmp_path / "out"], "json"))["verification"]
     assert (read["held"], read["device_label"], read["backend"]) == (False, "cpu", backends.TORCH)
     assert read["deterministic"]["first_difference"] == model["deterministic"]["first_difference"]

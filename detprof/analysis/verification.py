@@ -27,6 +27,7 @@ import numpy as np
 from detprof.determinism import MODES
 from detprof.fingerprints import SAMPLE_SIZE, Fingerprint, Kind, RunFingerprints, sampled_difference
 from detprof.formatting import counted, in_all
+from detprof.models import kinds
 from detprof.store import ResultsStore
 
 
@@ -42,14 +43,14 @@ class Difference:
     exact: bool
     """Whether the sample holds every element, so that ``max_abs`` is the tensor's own."""
 
-    def line(self, *, program: bool = False) -> str:
+    def line(self, *, program: bool = False, part: str = "layer") -> str:
         """Where, and by how much; a program's tensor is named as it named it, its kind as it fingerprinted it
-        (when, in its step, only the program knows)."""
+        (when, in its step, only the program knows); a model's ``part`` as its kind calls it (a layer, a module)."""
         size = f"max |diff| {self.max_abs:.3g}" + ("" if self.exact else f" (over {SAMPLE_SIZE} sampled values)")
         if program:
             return f"step {self.step}, {self.layer} ({self.kind}), {size}"
         what = {"output": "output", "weights": "weights after the update", "gradients": "gradient"}[self.kind]
-        return f"step {self.step}, layer {self.layer} ({what}), {size}"
+        return f"step {self.step}, {part} {self.layer} ({what}), {size}"
 
     def to_json(self) -> dict[str, Any]:
         return {"step": self.step, "layer": self.layer, "kind": self.kind, "max_abs": self.max_abs, "exact": self.exact}
@@ -77,11 +78,11 @@ class Comparison:
     """A program's: the steps each of its runs marked (``detprof.step()``); None for a model, or a program
     without a measured window."""
 
-    def parting(self, *, program: bool = False) -> str:
+    def parting(self, *, program: bool = False, part: str = "layer") -> str:
         """Where runs that are not identical part (``the runs part ...``): at the first tensor that differs, else
         as ``problem`` says."""
         if self.first_difference is not None:
-            return f"at {self.first_difference.line(program=program)}"
+            return f"at {self.first_difference.line(program=program, part=part)}"
         return str(self.problem)
 
     def to_json(self) -> dict[str, Any]:
@@ -158,6 +159,8 @@ class ModelVerification:
     """Every run trained its model through ``torch.compile`` (``verify --compile``)."""
     side_by_side: tuple[str, ...] = ()
     """The modes whose two runs ran beside each other on the device (``verify.run.replicas_side_by_side``)."""
+    part: str = "layer"
+    """What the model's parts are called: a Keras model's layers, a native module's modules (by their paths)."""
 
     @property
     def held(self) -> bool | None:
@@ -176,7 +179,9 @@ class ModelVerification:
         if self.findings:
             out += [f"{where}: not deterministic: {f['op'] or 'an op'} refused ({f['message']})" for f in self.findings]
             out += [
-                f"  {f['op'] or 'the op'}" + (f" in layer {f['layer']}" if f["layer"] else "") + f": {f['advice']}"
+                f"  {f['op'] or 'the op'}"
+                + (f" in {self.part} {f['layer']}" if f["layer"] else "")
+                + f": {f['advice']}"
                 for f in self.findings
             ]
         elif deterministic.identical:
@@ -184,7 +189,7 @@ class ModelVerification:
         elif deterministic.identical is False:
             out.append(
                 f"{where}: NOT deterministic on this device and stack: the two deterministic runs part "
-                f"{deterministic.parting(program=program)}"
+                f"{deterministic.parting(program=program, part=self.part)}"
             )
         else:
             out.append(f"{where}: deterministic mode could not be verified: {self._why(deterministic)}")
@@ -197,7 +202,7 @@ class ModelVerification:
                 f"already deterministic for this {'program' if program else 'model'}"
             )
         elif default.identical is False:
-            out.append(f"  default mode: the runs part {default.parting(program=program)}")
+            out.append(f"  default mode: the runs part {default.parting(program=program, part=self.part)}")
         else:
             out.append(f"  default mode: not compared: {self._why(default)}")
         compared = [c for c in self.comparisons.values() if c.identical is not None]
@@ -211,7 +216,7 @@ class ModelVerification:
     def _same(self, comparison: Comparison) -> str:
         """What two runs that did not part had in common."""
         if self.program is None:
-            return f"bitwise identical over {counted(comparison.steps, 'step')} {in_all(comparison.layers, 'layer')}"
+            return f"bitwise identical over {counted(comparison.steps, 'step')} {in_all(comparison.layers, self.part)}"
         if comparison.fingerprinted:
             where = in_all(comparison.fingerprinted, "fingerprinted tensor")
             return f"bitwise identical over {counted(comparison.steps, 'step')} {where}"
@@ -291,6 +296,7 @@ def _verification(store: ResultsStore, model: str, records: Iterable[Mapping[str
         side_by_side=tuple(
             mode for mode in MODES if [r.get("side_by_side") for r in records if r["mode"] == mode] == [True, True]
         ),
+        part="layer" if kinds.native(first.get("model_api")) is None else "module",
     )
 
 

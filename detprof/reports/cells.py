@@ -315,10 +315,10 @@ def mode_line(v: ModelVerification, mode: str) -> str:
     if mode == "deterministic" and v.findings:
         return f"{name}: {'; '.join(finding_lines(v))}"
     if comparison.identical:
-        steps, layers = f.counted(comparison.steps, "step"), f.in_all(comparison.layers, "layer")
+        steps, layers = f.counted(comparison.steps, "step"), f.in_all(comparison.layers, v.part)
         return f"{name}: bitwise identical over {steps} {layers}"
     if comparison.first_difference is not None:
-        return f"{name}: the runs part at {comparison.first_difference.line()}"
+        return f"{name}: the runs part at {comparison.first_difference.line(part=v.part)}"
     return f"{name}: not compared: {comparison.problem or 'a run failed'}"
 
 
@@ -364,7 +364,7 @@ def no_divergence(v: ModelVerification) -> str | None:
     if default.identical:
         return (
             f"The default-mode runs stayed bitwise identical over {f.counted(default.steps, 'step')} "
-            f"{f.in_all(default.layers, 'layer')}: no difference enters, so there is nothing to plot."
+            f"{f.in_all(default.layers, v.part)}: no difference enters, so there is nothing to plot."
         )
     if default.identical is None:
         return f"The default-mode runs were not compared ({default.problem or 'a run failed'}): nothing to plot."

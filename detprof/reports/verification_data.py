@@ -87,7 +87,9 @@ def verification_caveats(v: ModelVerification | None) -> list[str]:
     deterministic, default = v.comparisons["deterministic"], v.comparisons["default"]
     out = finding_lines(v)
     if not v.findings and deterministic.identical is False and deterministic.first_difference is not None:
-        out.append(f"Determinism does not hold here: its runs part at {deterministic.first_difference.line()}.")
+        out.append(
+            f"Determinism does not hold here: its runs part at {deterministic.first_difference.line(part=v.part)}."
+        )
     if deterministic.identical and default.identical:
         out.append(
             f"The default mode is deterministic already on this device: its runs too were bitwise identical over "

@@ -143,7 +143,7 @@ def _train(
         kind.take(trained, taken, gradients)
         clock.lap("other")
     clock.first_step_compiled(step_s)
-    return {"layers": kind.layers, "parameters": kind.parameters}
+    return {"layers": kind.layers, "parameters": kind.parameters, "model_api": (native or kinds.KERAS).api}
 
 
 class _KerasSteps:
