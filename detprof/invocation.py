@@ -35,3 +35,18 @@ def remember(args: list[str]) -> None:
 
 def command_line() -> str:
     return shlex.join(["detprof", *(_args if _args is not None else sys.argv[1:])])
+
+
+def resumed_in(command: str, folder: str) -> str:
+    """``command`` continuing the study in ``folder``: the folder it is read from now, which is not the ``--out`` it
+    was given where the results were moved or copied (from a server, a CI artifact), nor found by its configuration
+    in the day's folder where it was given none and that day has passed."""
+    args, skip = [], False
+    for arg in shlex.split(command):
+        if skip or arg == "--resume" or arg.startswith("--out="):
+            skip = False
+            continue
+        skip = arg == "--out"
+        if not skip:
+            args.append(arg)
+    return shlex.join([*args, "--out", folder, "--resume"])

@@ -12,6 +12,7 @@ import pytest
 import synthetic_sweep as synth
 
 from detprof.cli import main
+from detprof.invocation import resumed_in
 from detprof.reports.command import write_report
 from detprof.store import ResultsStore
 from detprof.traces.kernel_table import KERNEL_DTYPES, conform
@@ -129,8 +130,22 @@ def test_stability_study_without_summary_yet_is_one_line(tmp_path: Path) -> None
     command = "detprof stability --model vgg19 --backend torch --out res"
     ResultsStore(res, "stability").open({"model": "vgg19"}, command, resume=False)
     page = write_report(res, tmp_path / "r.html", plotlyjs="cdn").read_text()
-    assert f"has no summary.json yet (interrupted? `{command} --resume` finishes it)" in page
+    again = f"detprof stability --model vgg19 --backend torch --out {res} --resume"
+    assert f"has no summary.json yet (interrupted? `{again}` finishes it)" in page
     assert json.loads((res / "stability" / "manifest.json").read_text())["kind"] == "stability"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "detprof stability --model smallcnn --out old --resume",
+        "detprof stability --model smallcnn --out=old",
+        "detprof stability --model smallcnn",
+    ],
+)
+def test_a_moved_study_is_resumed_where_it_is_read(command: str) -> None:
+    again = resumed_in(command, "/home/me/copied results")
+    assert again == "detprof stability --model smallcnn --out '/home/me/copied results' --resume"
 
 
 def stability_variant(name: str, varies: list[str], check: dict, subgroups: dict | None) -> dict:

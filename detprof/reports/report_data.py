@@ -54,6 +54,7 @@ from detprof.errors import InputError
 from detprof.formatting import finite
 from detprof.gpu_labels import is_cpu
 from detprof.intervals import Metric, Overhead, headline, inconclusive_reason
+from detprof.invocation import resumed_in
 from detprof.models import kinds
 from detprof.records import REQUIRED_FIELDS, backend_of
 from detprof.reports import kernels_data
@@ -547,8 +548,7 @@ def load_stability(store: ResultsStore) -> StabilityStudy | str:
     manifest = store.manifest()
     path = store.dir / "summary.json"
     if not path.is_file():
-        command = str(manifest.get("command") or "")
-        again = command if "--resume" in command.split() else f"{command} --resume"
+        again = resumed_in(str(manifest.get("command") or "detprof stability"), str(store.root))
         return f"{store.dir} has no summary.json yet (interrupted? `{again}` finishes it)"
     try:
         summary = json.loads(path.read_text())
