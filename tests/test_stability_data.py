@@ -143,6 +143,10 @@ def test_npz_that_is_not_an_archive(tmp_path: Path) -> None:
     path.write_bytes(b"this is not a zip file")
     with pytest.raises(InputError, match=r"not a readable \.npz archive"):
         datasets.load(f"npz:{path}")
+    np.save(tmp_path / "one.npy", np.arange(3))
+    (tmp_path / "one.npy").rename(path)
+    with pytest.raises(InputError, match=r"one \.npy array, not a \.npz archive of named arrays"):
+        datasets.load(f"npz:{path}")
 
 
 def test_dataset_names_are_checked() -> None:

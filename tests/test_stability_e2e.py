@@ -109,11 +109,14 @@ def test_small_study_verifies_control_bitwise_and_resumes_in_a_fresh_worker(
     study = out / "stability"
     (study / "runs" / "control-r001.json").unlink()
     (study / records["control-r001"]["arrays"]).unlink()
+    # A run whose arrays were cut short (a disk full, a copy interrupted) is trained again, not read.
+    damaged = study / records["impl-r000"]["arrays"]
+    damaged.write_bytes(damaged.read_bytes()[:300])
     untouched = (study / "runs" / "algo-r001.json").read_bytes()
     args = TENSORFLOW_COMMANDS["stability"]
     resumed = detprof(*args, "--out", str(out), "--resume", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
-    assert f"1 runs trained, {len(records) - 1} already done" in resumed.stderr
+    assert f"2 runs trained, {len(records) - 2} already done" in resumed.stderr
     assert "determinism verified: 2 runs" in resumed.stdout
     assert (study / "runs" / "algo-r001.json").read_bytes() == untouched
     rerun = json.loads((study / "runs" / "control-r001.json").read_text())

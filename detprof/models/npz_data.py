@@ -57,7 +57,10 @@ def npz_path(text: str, option: str) -> Path | None:
 def read_arrays(path: Path) -> dict[str, np.ndarray]:
     """Every array of the archive, loaded; one line when it is not a readable ``.npz``."""
     try:
-        with np.load(path, allow_pickle=False) as archive:
+        loaded = np.load(path, allow_pickle=False)
+        if isinstance(loaded, np.ndarray):
+            raise InputError(f"{path}: one .npy array, not a .npz archive of named arrays")
+        with loaded as archive:
             return {k: archive[k] for k in archive.files}
     except (OSError, ValueError, zipfile.BadZipFile) as exc:
         raise InputError(f"{path}: not a readable .npz archive ({first_line(exc)})") from exc

@@ -438,7 +438,7 @@ def run_study(
         store.dir, holds, wait=given.wait, first=partial(store.open, manifest, given.command, resume=given.resume)
     ):
         planned = plan_runs(variants, config.runs, config.seed)
-        pending = [r for r in planned if not store.is_done(r.run_id)]
+        pending = [r for r in planned if not _trained(store, r.run_id)]
         train_config = TrainConfig(
             config.label,
             config.dataset,
@@ -467,6 +467,15 @@ def run_study(
             run_all(pending, train_config, jobs, store_record, show_running, workers.tasks_per_worker, device=device)
         result = write_summary(store, config, variants, data, device)
         return StudyOutcome(store, result, store.dir / "summary.json", len(pending), len(planned) - len(pending))
+
+
+def _trained(store: ResultsStore, run_id: str) -> bool:
+    """Done, with what its summary reads: a run whose record or arrays were damaged (a disk full, a copy cut short)
+    is trained again by ``--resume`` rather than ending the study's summary on an unreadable file."""
+    if not store.is_done(run_id):
+        return False
+    record = store.last_record(run_id) or {}
+    return record.get("status") != "ok" or variant_metrics.readable_arrays(store.dir / str(record.get("arrays")))
 
 
 def _on_its_backend(config: StudyConfig, asked: str | None) -> StudyConfig:

@@ -17,19 +17,23 @@ import pandas as pd
 
 from detprof.errors import InputError
 from detprof.intervals import bootstrap_spread
+from detprof.models import npz_data
 from detprof.records import backend_of
 from detprof.stability import metrics
 from detprof.stability.datasets import Dataset
 from detprof.stability.variants import SEEDED_SOURCES, SOURCES, Variant
 
 
-def _arrays(study_dir: Path, record: dict[str, Any]) -> dict[str, np.ndarray]:
-    path = study_dir / record["arrays"]
+def readable_arrays(path: Path) -> bool:
+    """Whether ``path`` holds a run's arrays, whole: a run whose arrays do not is trained again on resume."""
     try:
-        with np.load(path, allow_pickle=False) as archive:
-            return {k: archive[k] for k in archive.files}
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{path}: unreadable run arrays ({exc})") from exc
+        return bool(npz_data.read_arrays(path))
+    except InputError:
+        return False
+
+
+def _arrays(study_dir: Path, record: dict[str, Any]) -> dict[str, np.ndarray]:
+    return npz_data.read_arrays(study_dir / record["arrays"])
 
 
 def _spread_dict(values: Sequence[float]) -> dict[str, float]:
