@@ -35,7 +35,8 @@ def test_wall_only_sweep_leaves_out_kernel_sections_with_one_line_each(tmp_path:
     out = write_report(wall_only_sweep(tmp_path / "res"), tmp_path / "r.html", plotlyjs="cdn")
     page = out.read_text()
     assert "No kernel tables: every sweep ran with --tracer none or no run succeeded." in page
-    assert "No stability study among the inputs" in page
+    assert "No stability study among the inputs: the answer names, beside each overhead" in page
+    assert "detprof stability --model vgg19" in page
     assert "No model has both an overhead and a stability study whose models learned on the same device label" in page
     assert "No GPU telemetry" in page
     assert "No medium CNN was swept" in page

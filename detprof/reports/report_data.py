@@ -808,7 +808,12 @@ def _absent(report: Report) -> dict[str, str]:
         )
     if not report.kernels:
         absent["kernels-bench"] = f"No kernels_bench results among the inputs: {kernels_data.HOW_TO_RUN}"
-    if not report.stability:
+    if not report.stability and report.sweeps:
+        absent["stability"] = (
+            "No stability study among the inputs: the answer names, beside each overhead, the `detprof stability` "
+            "that measures what determinism buys it (on its backend, dataset and fleet)."
+        )
+    elif not report.stability:
         absent["stability"] = (
             "No stability study among the inputs: `detprof stability` (or `detprof sweep --stability`) measures it."
         )
