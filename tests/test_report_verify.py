@@ -16,13 +16,16 @@ import re
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import synthetic_sweep as synth
 from synthetic_verify import Planted, write_verify
 from test_report_cells import html_tables, md_tables
 
 from detprof import backends
-from detprof.analysis.verification import ModelVerification
+from detprof.analysis.verification import ModelVerification, compare
+from detprof.fingerprints import RunFingerprints
+from detprof.formatting import in_all
 from detprof.reports import figures
 from detprof.reports.cells import HOLDS, Words
 from detprof.reports.command import render_report
@@ -170,6 +173,20 @@ def test_a_module_compiled_whole_is_one_layer_in_words(tmp_path: Path) -> None:
     text = render_report([root], "md")
     assert "Deterministic mode: bitwise identical over 4 steps in its one layer" in text
     assert "in all 1 layers" not in text
+
+
+def test_a_compiled_modules_submodules_count_by_their_weights() -> None:
+    """A compiled run fingerprints its module's logits alone (a hook inside the graph would be compiled in), then every
+    module's weights: the comparison held in each of those modules, not in "its one module"."""
+    a = RunFingerprints()
+    a.begin_step()
+    a.add("Net", "output", [np.ones((4, 5))])
+    for path in ("features.0", "features.2", "head"):
+        a.add(path, "weights", [np.ones(3)])
+        a.add(f"{path}.weight", "gradients", [np.ones(3)])
+    held = compare("deterministic", a, a)
+    assert held.identical and held.layers == 4
+    assert in_all(held.layers, "module") == "in all 4 modules"
 
 
 def test_a_verification_whose_runs_each_compiled_their_steps_says_so(tmp_path: Path, rendered: dict[str, str]) -> None:

@@ -30,6 +30,9 @@ from detprof.formatting import counted, in_all
 from detprof.models import kinds
 from detprof.store import ResultsStore
 
+PART_KINDS: tuple[Kind, ...] = ("output", "weights")
+"""The fingerprints that name a part of the model (a layer, a module); a gradient names a parameter."""
+
 
 @dataclass(frozen=True)
 class Difference:
@@ -66,6 +69,8 @@ class Comparison:
     steps: int
     """Steps both runs took, compared."""
     layers: int
+    """The model's parts compared: each layer or module with an output or weights of its own fingerprinted (a
+    compiled module's submodules by their weights alone)."""
     first_difference: Difference | None = None
     growth: dict[str, list[float]] = field(default_factory=dict)
     """Layer -> the largest difference of its output at each step (over its sample), in model order."""
@@ -102,7 +107,7 @@ def compare(mode: str, a: RunFingerprints, b: RunFingerprints) -> Comparison:
     """Two runs of ``mode`` compared over the steps both took, up to a step where they fingerprinted different
     tensors (a program's runs can: its code decides what it fingerprints)."""
     steps = min(len(a.steps), len(b.steps))
-    layers = len({f.name for f in a.steps[0] if f.kind == "output"}) if a.steps else 0
+    layers = len({f.name for f in a.steps[0] if f.kind in PART_KINDS}) if a.steps else 0
     fingerprinted = len({(f.kind, f.name) for step in a.steps for f in step})
     if steps == 0:
         return Comparison(mode, None, 0, layers, problem="a run took no step", fingerprinted=fingerprinted)

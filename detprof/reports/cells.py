@@ -70,15 +70,16 @@ VERIFIED_HEADERS = (HOLDS, "Default mode", "What to do")
 """That table's columns after the model, device (and backend): ``verified``."""
 VERIFIED_LEAD = (
     "`detprof verify` trained each model twice per mode from the same seed on the same batches and compared every "
-    "layer's output and weights at every step: held means the two deterministic runs were bitwise identical."
+    "layer's (or module's) output and weights at every step: held means the two deterministic runs were bitwise "
+    "identical."
 )
 VERIFICATION_LEAD = (
-    "Each model trained twice per mode, every layer's output and weights compared at every step (`detprof verify`). "
-    "Where the two runs of a mode first part is the layer that brings the difference in."
+    "Each model trained twice per mode, every layer's (or module's) output and weights compared at every step "
+    "(`detprof verify`). Where the two runs of a mode first part is the layer or module that brings the difference in."
 )
 DIVERGENCE_LEAD = (
-    "Each plot follows the default-mode runs' difference through the model's layers, step by step: the largest "
-    "absolute difference of each layer's output between the two runs."
+    "Each plot follows the default-mode runs' difference through the model's layers (or modules), step by "
+    "step: the largest absolute difference of each one's output between the two runs."
 )
 KIND_WORDS = {"output": "output", "weights": "weights", "gradients": "gradient"}
 """What of a layer two runs part in (``fingerprints.Kind``), as a cell says it."""
