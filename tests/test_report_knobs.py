@@ -13,8 +13,10 @@ every arm without one knob.
 
 from __future__ import annotations
 
+import html
 import json
 import math
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -329,6 +331,10 @@ def test_a_knob_study_alone_is_a_report(results: Path) -> None:
     screen = first_screen(page)
     assert f"<h3>{SECTIONS['knobs']}</h3>" in screen and "No sweep results among the inputs" in screen
     assert screen.index(SECTIONS["knobs"]) < screen.index("No sweep results")
+    said = html.unescape(screen)
+    full = re.search(r"the knob study's full determinism against the default: smallcnn on cpu \(torch\) (\S+)x", said)
+    assert full is not None and float(full[1]) > 1.0
+    assert "`detprof sweep` without `--knobs` measures the overhead itself" in said
     assert '<section id="knobs">' in page
     document = json.loads(render_report([results / "cpu"], "json"))
     assert document["models"] == [] and [k["model"] for k in document["knobs"]] == ["smallcnn"]

@@ -51,7 +51,7 @@ from detprof.analysis.study_results import summarize_model
 from detprof.analysis.verification import ModelVerification
 from detprof.determinism import MODES
 from detprof.errors import InputError
-from detprof.formatting import finite
+from detprof.formatting import finite, ratio
 from detprof.gpu_labels import is_cpu
 from detprof.intervals import Metric, Overhead, headline, inconclusive_reason
 from detprof.invocation import resumed_in
@@ -783,16 +783,36 @@ def report_notes(report: Report) -> list[str]:
     return notes
 
 
+def _knobs_instead(report: Report) -> str:
+    """The answer a knob study alone gives: its full determinism against the default, measured beside its arms; a
+    user who ran ``detprof sweep --knobs`` is told what the sweep without ``--knobs`` adds, not to run a sweep."""
+    totals = "; ".join(
+        f"{k.knobs.model} on {report.where(k.study.label, k.study.backend)} {ratio(k.knobs.total)}"
+        for k in report.knobs
+        if k.knobs.total is not None
+    )
+    line = "No sweep results among the inputs; "
+    if totals:
+        line += f"the knob study's full determinism against the default: {totals} (step time, 95% CI). "
+    return line + (
+        "`detprof sweep` without `--knobs` measures the overhead itself, with its kernel tables and the leaderboard "
+        "of layers or modules."
+    )
+
+
 def _absent(report: Report) -> dict[str, str]:
     absent: dict[str, str] = {}
     if not report.sweeps:
         absent["answer"] = "No sweep results among the inputs: `detprof sweep` measures what determinism costs."
-        if report.calibrations:
+        if report.knobs:
+            absent["answer"] = _knobs_instead(report)
+        elif report.calibrations:
             absent["answer"] = (
                 "No sweep results among the inputs, only a calibration: this machine's noise floor is below, "
                 "and `detprof sweep` measures what determinism costs."
             )
-        absent["overhead"] = "No sweep results among the inputs: `detprof sweep` measures the overhead."
+        without = " without `--knobs`" if report.knobs else ""
+        absent["overhead"] = f"No sweep results among the inputs: `detprof sweep`{without} measures the overhead."
         absent["cost"] = "No sweep results among the inputs, so no kernel tables."
     elif not any(m.top for s in report.sweeps for m in s.models):
         absent["cost"] = "No kernel tables: every sweep ran with --tracer none or no run succeeded."
