@@ -5,8 +5,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -16,6 +16,9 @@ from detprof.console import print_table, table_console
 from detprof.formatting import floor, ratio
 from detprof.store import ResultsStore
 from detprof.sweep.run import SweepOutcome
+
+if TYPE_CHECKING:
+    from detprof.analysis.knobs import KnobCost
 
 FAILURE_NOTE_CHARS = 160
 
@@ -117,6 +120,16 @@ def print_summary(store: ResultsStore) -> None:
             console.print(f"  {added.line()}")
 
 
+def _not_applicable(knobs: Sequence[KnobCost]) -> dict[str, list[str]]:
+    """The knobs that cannot matter on this device, by why: one line each below the table (cuDNN's two switches
+    share theirs), where a row each folded the table's column into a paragraph per knob."""
+    grouped: dict[str, list[str]] = {}
+    for knob in knobs:
+        if not knob.applies:
+            grouped.setdefault(knob.reason or "", []).append(knob.knob)
+    return grouped
+
+
 def print_knobs(store: ResultsStore) -> None:
     """Per model, each knob's cost added alone and within full determinism, with the bitwise check; then the
     first screen's line."""
@@ -133,14 +146,13 @@ def print_knobs(store: ResultsStore) -> None:
         within = "Within every switch on" if study.has_every else "Within full determinism"
         for col in ("Added to the default alone", within, "Without it (bitwise)"):
             table.add_column(col, overflow="fold")
-        for knob in study.knobs:
-            if not knob.applies:
-                table.add_row(knob.knob, f"not applicable: {escape(knob.reason or '')}", "-", "-")
-                continue
+        for knob in (k for k in study.knobs if k.applies):
             alone = ratio(knob.add_one) if knob.add_one is not None else escape(knob.reason or "not run")
             within = ratio(knob.leave_one_out) if knob.leave_one_out is not None else "not in deterministic mode"
             table.add_row(knob.knob, alone, within, escape(knob.check or "-"))
         print_table(console, table)
+        for reason, knobs in _not_applicable(study.knobs).items():
+            console.print(f"  {', '.join(knobs)}: not applicable: {escape(reason)}")
         console.print(f"  {escape(study.model)}: {escape(study.advice())}")
         for line in helper_lines(study):
             console.print(f"  {escape(line)}")
