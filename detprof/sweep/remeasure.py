@@ -44,6 +44,9 @@ def _remeasure_models(
 
     config = reference.config
     fixed = ("gpu", "backend", *FLAGS)
+    if config.get("run_seconds") is not None:
+        # Steps sized to the machine (the preset's): its most steps given as --steps would be steps asked for.
+        fixed += ("steps",)
     options = _replayed(
         reference,
         given,
