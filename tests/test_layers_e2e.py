@@ -285,7 +285,7 @@ def test_the_planted_layer_tops_the_leaderboard_and_the_layers_add_up(tmp_path: 
     )
     assert all(o["within_noise"] or abs(o["added_ms"]) < top["added_ms"] / 3 for o in others), others
     told = model["overhead"]["kernel"]["lo"] > 1
-    pays = f"Layer {planted.planted} pays"
+    pays = f"{'Layer' if api == 'keras' else 'Module'} {planted.planted} pays"  # a module's parts are modules
     assert (top["share"] > 0.5 and pays in model["attribution"]) if told else top["share"] is None
     # The layers add up to the default runs' traced kernel time per step, what none of them claims included (each
     # row as the JSON rounds it, to 1e-6 ms).
@@ -300,7 +300,7 @@ def test_the_planted_layer_tops_the_leaderboard_and_the_layers_add_up(tmp_path: 
     )
     # The sweep's closing lines say where the time went in the report's words, the planted layer's sentence included.
     assert " ".join(model["attribution"].split()) in " ".join(done.stdout.split()), done.stdout
-    closing = done.stdout[done.stdout.index("Layers by time determinism adds") :]
+    closing = done.stdout[done.stdout.index(f"{'Layers' if api == 'keras' else 'Modules'} by time determinism adds") :]
     assert re.search(rf": {re.escape(planted.planted)} \+\d", " ".join(closing.split())), closing
     markdown = report(out, "md")
     # What to do advises the stability study of the model as the sweep took it, a native module's on PyTorch too,

@@ -23,6 +23,7 @@ import pandas as pd
 from detprof.analysis.overhead import model_overheads
 from detprof.analysis.study_results import counted_steps
 from detprof.intervals import Overhead, paired_t, t_interval
+from detprof.models import kinds
 from detprof.store import ResultsStore
 from detprof.traces.attribution import UNATTRIBUTED, in_model_order, layer_of, op_kind, placed_kernels
 
@@ -106,6 +107,8 @@ class ModelAttribution:
     """The default mode's traced time per step: what a noise floor (a share of the step) is a share of."""
     layer_kernels: dict[str, list[KernelChange]]
     """Per layer, the kernels whose time changed most (``KERNELS_PER_LAYER``): what the report opens on demand."""
+    part: str = "layer"
+    """What the model's parts are called (``kinds.part_word``): a native module's are modules."""
 
     def against(self, floor: float | None) -> ModelAttribution:
         """The same leaderboards with differences under ``floor`` (an A/A calibration's, ``intervals.noise_floor``,
@@ -132,12 +135,12 @@ class ModelAttribution:
         op = self.leading_op()
         assert layer.share is not None
         how_much = (
-            f"more than all ({layer.share:.0%}) of the time determinism adds, as other layers got faster"
+            f"more than all ({layer.share:.0%}) of the time determinism adds, as other {self.part}s got faster"
             if layer.share > 1
             else f"{layer.share:.0%} of the time determinism adds"
         )
         said = (
-            f"Layer {layer.name} pays {how_much} "
+            f"{self.part.capitalize()} {layer.name} pays {how_much} "
             f"({layer.added_ms:+.3g} ms per step, 95% CI [{layer.lo:+.3g}, {layer.hi:+.3g}])"
         )
         return said + (f", most of it in {op.name} ({op.added_ms:+.3g} ms)." if op is not None else ".")
@@ -303,6 +306,7 @@ def attribute_model(store: ResultsStore, records: Sequence[Mapping[str, Any]]) -
         unattributed_share=unattributed / default_step if default_step else 0.0,
         default_step_ms=default_step,
         layer_kernels=_layer_kernels(parts),
+        part=kinds.part_word(pairs[0][0].get("model_api")),
     )
 
 

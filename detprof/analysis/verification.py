@@ -301,7 +301,7 @@ def _verification(store: ResultsStore, model: str, records: Iterable[Mapping[str
         side_by_side=tuple(
             mode for mode in MODES if [r.get("side_by_side") for r in records if r["mode"] == mode] == [True, True]
         ),
-        part="layer" if kinds.native(first.get("model_api")) is None else "module",
+        part=kinds.part_word(first.get("model_api")),
     )
 
 

@@ -81,6 +81,12 @@ def native(api: object) -> ModelKind | None:
     return NATIVE.get(api) if isinstance(api, str) else None
 
 
+def part_word(api: object) -> str:
+    """What a model's parts are called where a user reads them: a Keras model's layers, a native module's
+    submodules (by their paths), modules."""
+    return "layer" if native(api) is None else "module"
+
+
 def image_channels(shape: Sequence[int], api: object) -> int:
     """The channels of an image input of ``shape`` (one example's) to a model of kind ``api``: first for a kind
     that takes them first (``ModelKind.channels_first``), else last."""

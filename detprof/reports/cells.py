@@ -608,7 +608,7 @@ def layers_line(parts: ModelAttribution) -> str:
     """A sweep's closing line for a model's layers: those that pay or save, largest first, else that none does."""
     told = [p for p in parts.layers if not p.within_noise][:CONSOLE_LAYERS]
     if not told:
-        return f"every layer {WITHIN_NOISE}"
+        return f"every {parts.part} {WITHIN_NOISE}"
     said = [
         f"{p.name} {p.added_ms:+.3f} ms/step [{p.lo:+.3f}, {p.hi:+.3f}]"
         + (f" ({f.percent(p.share, 0)} of the added time)" if p.share is not None else "")

@@ -72,6 +72,7 @@ def print_summary(store: ResultsStore) -> None:
     for record in store.records():
         by_model.setdefault(str(record.get("model")), []).append(record)
     layer_lines: list[str] = []
+    words: set[str] = set()
     disturbed: list[str] = []
     notes = {s.model: s.overhead.failure_note() for s in summaries}
     table = Table(title="Overhead of determinism (deterministic / default, 95% CI over repeats)")
@@ -98,14 +99,17 @@ def print_summary(store: ResultsStore) -> None:
             said = with_layer(parts, attribution(summary.kernel_diff, measured))
             sentences.append(f"  {escape(summary.model)}: {escape(str(said))}")
         if parts is not None:
+            words.add(parts.part)
             layer_lines.append(f"  {escape(summary.model)}: {escape(layers_line(parts))}")
         disturbed += [f"  {escape(summary.model)}: {escape(line)}" for line in disturbed_runs(records)]
     console = table_console()
     print_table(console, table)
+    nouns = sorted(words) or ["layer"]
+    parts_title, every = " and ".join(f"{n}s" for n in nouns).capitalize(), ", ".join(nouns)
     for title, lines in (
         ("Disturbed runs:", disturbed),
         ("Where the added time went:", sentences),
-        ("Layers by time determinism adds (95% CI; the report has every layer and op):", layer_lines),
+        (f"{parts_title} by time determinism adds (95% CI; the report has every {every} and op):", layer_lines),
     ):
         if lines:
             console.print(title)
