@@ -307,5 +307,7 @@ def test_the_planted_layer_tops_the_leaderboard_and_the_layers_add_up(tmp_path: 
     # on a dataset of three-channel images as the sweep fed it (the default's have one).
     flag = "" if backend == "tensorflow" else f" --backend {backend}"
     assert f"detprof stability --model planted_model.py:build{flag} --dataset synthetic" in advised(markdown)
-    board = markdown[markdown.index("| Layer | Default (ms/step)") :].splitlines()
+    part = "layer" if api == "keras" else "module"
+    assert f": {part}s and ops" in markdown and f"ran in no {part} of the model" in markdown
+    board = markdown[markdown.index(f"| {part.capitalize()} | Default (ms/step)") :].splitlines()
     assert board[2].startswith(f"| {planted.planted} |"), board[:4]

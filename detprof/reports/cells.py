@@ -594,9 +594,10 @@ PART_HEADERS = (
 )
 """A layer's or op's row after its name (``part``); the report and the sweep's console table share them."""
 PARTS_LEAD = (
-    "What determinism adds per training step to each layer and each op of the model, paired repeat by repeat as the "
-    "model's overhead is; an interval that holds zero, or a change under this machine's noise floor, reads within "
-    "noise. Kernels no layer claims count as (unattributed), so the layers add up to the step."
+    "What determinism adds per training step to each layer (a PyTorch or Flax model's modules, by path) and each op "
+    "of the model, paired repeat by repeat as the model's overhead is; an interval that holds zero, or a change under "
+    "this machine's noise floor, reads within noise. The loss and the optimizer's update are rows of their own, and "
+    "kernels none of them claims count as (unattributed), so the rows add up to the step."
 )
 
 
@@ -647,12 +648,13 @@ NO_ATTRIBUTION = (
 
 
 def unattributed_line(parts: ModelAttribution | None) -> str:
-    """What of the step no layer claims; where the traces name no layer at all, that they do not."""
+    """What of the step no layer (or module) claims; where the traces name none at all, that they do not."""
     if parts is None:
         return NO_ATTRIBUTION
     return (
         f"{parts.unattributed_share:.0%} of the default mode's traced time per step "
-        f"({parts.default_step_ms:.3g} ms) ran in no layer of the model (optimizer updates, input conversion)."
+        f"({parts.default_step_ms:.3g} ms) ran in no {parts.part} of the model, nor in its loss or its update (the "
+        "batch copied in, the framework's own work between them)."
     )
 
 

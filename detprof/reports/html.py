@@ -602,11 +602,12 @@ def diff_table(diff: pd.DataFrame) -> Table:
 
 
 def leaderboards(parts: ModelAttribution | None, model: str) -> list[dict[str, Any]]:
-    """A model's layer leaderboard, then its op leaderboard: each a chart and a table of the top ``TOP_N``."""
+    """A model's layer (or module) leaderboard, then its op leaderboard: each a chart and a table of the top
+    ``TOP_N``; the kernels under each of the first board's leading rows."""
     if parts is None:
         return []
     boards = []
-    for what, found, order in (("layer", parts.layers, parts.layer_order), ("op", parts.ops, [])):
+    for what, found, order in ((parts.part, parts.layers, parts.layer_order), ("op", parts.ops, [])):
         boards.append(
             {
                 "title": f"{what.capitalize()}s by time determinism adds",
@@ -628,7 +629,7 @@ def leaderboards(parts: ModelAttribution | None, model: str) -> list[dict[str, A
                         ),
                     }
                     for p in found[: cells.LAYERS_OPENED]
-                    if what == "layer" and parts.layer_kernels.get(p.name)
+                    if found is parts.layers and parts.layer_kernels.get(p.name)
                 ],
             }
         )

@@ -236,8 +236,8 @@ def leaderboards(report: Report) -> list[str]:
             parts = report.parts_of(s, m)
             if parts is None:
                 continue
-            out += [f"### {md(m.model)} on {md(report.where(s.label, s.backend))}: layers and ops", ""]
-            for what, found in (("Layer", parts.layers), ("Op", parts.ops)):
+            out += [f"### {md(m.model)} on {md(report.where(s.label, s.backend))}: {parts.part}s and ops", ""]
+            for what, found in ((parts.part.capitalize(), parts.layers), ("Op", parts.ops)):
                 out += [table([what, *cells.PART_HEADERS], [cells.part(p) for p in found[: layers.TOP_N]]), ""]
             out += [md(cells.unattributed_line(parts)), ""]
     return [md(cells.PARTS_LEAD), "", *out] if out else []
