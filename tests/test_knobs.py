@@ -628,3 +628,19 @@ def test_knobs_that_save_nothing_told_from_noise_but_cost_added_alone_say_both(t
     advice = study.advice()
     assert advice.startswith("leaving any one knob off saves nothing told from noise (the most, "), advice
     assert f"though added alone to the default they cost: {ALGORITHMS} +17." in advice, advice
+
+
+@pytest.mark.parametrize(
+    ("alone", "says"),
+    [
+        ([1.0, 1.01, 0.99, 1.0], "No knob added alone explains any of the overhead: it comes from knobs together"),
+        ([1.1, 1.11, 1.09, 1.1], "The knobs added alone leave 50% of the overhead unexplained: knobs interact."),
+        ([1.3, 1.31, 1.29, 1.3], "The knobs added alone add up to 38% more than the overhead: knobs interact."),
+    ],
+)
+def test_what_the_knobs_added_alone_leave_unexplained_is_said_in_words(alone: list[float], says: str) -> None:
+    """A knob that works only with another (the fill, under deterministic algorithms) costs nothing alone: the whole
+    overhead is theirs together, said so rather than as more than 100% left unexplained."""
+    records = [*arm_records("m", "total", [1.21, 1.2, 1.22, 1.21]), *arm_records("m", f"add:{ALGORITHMS}", alone)]
+    (study,) = model_knobs(records, {}, {"backend": "torch", "knobs": [ALGORITHMS, FILL]})
+    assert (study.unexplained_line() or "").startswith(says)

@@ -231,6 +231,18 @@ class ModelKnobs:
             return None
         return 1 - sum(math.log(a.ratio) for a in adds) / math.log(total.ratio)
 
+    def unexplained_line(self) -> str | None:
+        """How far the knobs' costs added alone fall short of the total (or overshoot it), in words: they interact.
+        None where ``unexplained`` is."""
+        unexplained = self.unexplained()
+        if unexplained is None:
+            return None
+        if unexplained < 0:
+            return f"The knobs added alone add up to {-unexplained:.0%} more than the overhead: knobs interact."
+        if unexplained >= 1:
+            return "No knob added alone explains any of the overhead: it comes from knobs together (they interact)."
+        return f"The knobs added alone leave {unexplained:.0%} of the overhead unexplained: knobs interact."
+
 
 def model_knobs(
     records: Iterable[Mapping[str, Any]], checks: Mapping[tuple[str, str], Comparison], manifest: Mapping[str, Any]

@@ -556,16 +556,6 @@ def knobs_advice(k: KnobReading) -> str:
     return f"What to do: {k.advice}."
 
 
-def knobs_unexplained(k: KnobReading) -> str | None:
-    """How far the knobs' costs added alone fall short of the total (or overshoot it): they interact."""
-    unexplained = k.knobs.unexplained()
-    if unexplained is None:
-        return None
-    if unexplained < 0:
-        return f"The knobs added alone add up to {-unexplained:.0%} more than the overhead: knobs interact."
-    return f"The knobs added alone leave {unexplained:.0%} of the overhead unexplained: knobs interact."
-
-
 def knob_row(k: KnobReading, knob: KnobCost) -> dict[str, Words]:
     """One knob of a model (``KNOB_HEADERS``): how it is set, its two costs, its share, and the bitwise check."""
     if not knob.applies:

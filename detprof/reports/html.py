@@ -401,7 +401,7 @@ def knobs(report: Report) -> dict[str, Any] | None:
                 "title": cells.knobs_title(k, shown),
                 "total": total.text,
                 "total_noise": total.note,
-                "unexplained": cells.knobs_unexplained(k),
+                "unexplained": k.knobs.unexplained_line(),
                 "helpers": helper_lines(k.knobs),
                 "advice": cells.knobs_advice(k),
                 "table": table(

@@ -189,7 +189,7 @@ def knobs(report: Report) -> list[str]:
         out += [md(cells.knobs_total(k)) + ". " + md(cells.knobs_advice(k)), ""]
         rows = cells.columns((cells.knob_row(k, knob) for knob in k.knobs.knobs), cells.KNOB_HEADERS)
         out += [table(cells.KNOB_HEADERS, rows), ""]
-        unexplained = cells.knobs_unexplained(k)
+        unexplained = k.knobs.unexplained_line()
         if unexplained is not None:
             out += [md(unexplained), ""]
         out += [f"- {md(line)}" for line in helper_lines(k.knobs)] + ([""] if k.knobs.helpers else [])

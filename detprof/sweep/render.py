@@ -160,8 +160,8 @@ def print_knobs(store: ResultsStore) -> None:
         console.print(f"  {escape(study.model)}: {escape(study.advice())}")
         for line in helper_lines(study):
             console.print(f"  {escape(line)}")
-        unexplained = study.unexplained()
+        unexplained = study.unexplained_line()
         if unexplained is not None:
-            console.print(f"  the knobs added alone leave {unexplained:.0%} of the total overhead unexplained")
+            console.print(f"  {escape(unexplained)}")
         for failure in study.failures[:3]:
             console.print(f"  failed: {escape(failure[:FAILURE_NOTE_CHARS])}")
