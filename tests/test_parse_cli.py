@@ -201,13 +201,21 @@ CUTLASS_GEMM = (
 
 
 def test_a_narrow_terminal_keeps_each_kernel_on_one_line(capsys, monkeypatch) -> None:
-    """At 100 columns a long short label is cut at the table's edge, not folded over lines; the numbers stay whole."""
+    """At 100 columns a long short label is cut to what the other columns leave, not folded over lines, keeping its
+    end; the numbers stay whole."""
     monkeypatch.setenv("COLUMNS", "100")
     code, out, _ = run(["parse", str(SHARED_TRACES / "kineto-a100-control.json.gz"), "--top", "6"], capsys)
     assert code == 0
     body = out.split("┡")[1].split("└")[0].splitlines()[1:]
     assert len(body) == 7 and all(len(line) <= 100 for line in body)
-    assert "split_embedding_backward_codegen_row" in out and "│ 36.2 ms │" in out
+    assert "split_embedding_backward_co…" in out and "│ 36.2 ms │" in out  # cut in the middle, its end kept
+    monkeypatch.setenv("COLUMNS", "120")  # a diff's labels hold template arguments, with spaces a wrap breaks at
+    code, out, _ = run(["diff", *map(str, KINETO_PAIR), "--top", "6"], capsys)
+    assert code == 0
+    body = out.split("┡")[1].split("└")[0].splitlines()[1:]
+    assert len(body) == 6 and all(len(line) <= 120 for line in body), "\n".join(body)
+    # Two kernels whose names differ only at their end stay told apart where the column ends.
+    assert "float, 5ul> │" in out and "float, 2ul> │" in out
 
 
 def test_parse_to_a_pipe_shows_every_column_and_whole_names(tmp_path) -> None:

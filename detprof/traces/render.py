@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
@@ -21,13 +22,14 @@ import pandas as pd
 from detprof.console import print_table, table_console, unbounded
 from detprof.formatting import OutputFormat, duration_ns, percent
 from detprof.store import json_safe
-from detprof.traces.kernel_names import display_kernel_names
+from detprof.traces.kernel_names import DISPLAY_CHARS, display_kernel_names
 from detprof.traces.kernel_table import KernelTable
 from detprof.traces.kernel_tables import GroupBy, diff, kernels_in_common, top_n
 
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
 WIDE_TABLE = 140
 SHORT_NAMES_NOTE = "--full-names shows whole kernel names"
@@ -65,15 +67,35 @@ def parse_document(table: KernelTable, top: int = 20, by: GroupBy = "name") -> d
     }
 
 
-def row_labels(console: Console, names: list[str], by: GroupBy, full_names: bool) -> tuple[list[str], bool]:
+def row_labels(
+    console: Console, names: list[str], by: GroupBy, full_names: bool, room: int = DISPLAY_CHARS
+) -> tuple[list[str], bool]:
     """What a table's Name column shows, and whether that is shorter than the names themselves.
 
-    Short labels keep a row on one line of a terminal; off a terminal no row wraps, so names stay whole.
+    Short labels keep a row on one line of a terminal, each at most ``room`` characters (what the other columns
+    leave: ``_name_room``), so that the labels that tell kernels apart stay apart where the column ends; off a
+    terminal no row wraps, so names stay whole.
     """
     if full_names or by == "short_name" or unbounded(console):
         return names, False
-    labels = display_kernel_names(names)
+    labels = display_kernel_names(names, max(MIN_NAME_CHARS, min(DISPLAY_CHARS, room)))
     return labels, labels != names
+
+
+def _name_room(
+    console: Console, headers: Sequence[str], rows: Sequence[Sequence[str]], caps: Sequence[int | None]
+) -> int:
+    """The characters a row's name has once the other columns (``headers`` over ``rows``, each at most its cap)
+    take what their cells need, each with its padding and border, as the table lays them out."""
+    widths = [
+        min(max([len(header), *(len(row[i]) for row in rows)]), cap or sys.maxsize)
+        for i, (header, cap) in enumerate(zip(headers, caps, strict=True))
+    ]
+    return console.width - sum(width + 3 for width in widths) - 4
+
+
+MIN_NAME_CHARS = 18
+"""The name column's least width (20) less its padding: a label no shorter still tells most kernels apart."""
 
 
 def _caption(notes: list[str]) -> str | None:
@@ -102,21 +124,26 @@ def print_parse(table: KernelTable, top: int, by: GroupBy, fmt: OutputFormat, fu
         + (f", {duration_ns(doc['memory_ns'])} memory activity" if doc["memory_ns"] is not None else "")
     )
     wide = console.width >= WIDE_TABLE
-    labels, shortened = row_labels(console, [k["name"] for k in doc["kernels"]], by, full_names)
-    notes = [] if wide else ["a wider terminal, or --format csv/json, shows med, min, max, std"]
-    notes += [SHORT_NAMES_NOTE] if shortened else []
     columns = ["Time %", "Total", "Instances", "Avg"] if wide else ["%", "Total", "Count", "Avg"]
     columns += ["Med", "Min", "Max", "StdDev"] if wide else []
-    grid = Table(caption=_caption(notes))
-    for col in columns:
-        grid.add_column(col, justify="right", no_wrap=True)
-    grid.add_column("Category", max_width=None if wide else 12, no_wrap=True)
-    _add_name_column(grid, "Name", whole=full_names)
-    for k, label in zip(doc["kernels"], labels, strict=True):
+    category_cap = None if wide else 12
+    rows = []
+    for k in doc["kernels"]:
         cells = [f"{k['pct']:.1f}", duration_ns(k["total_ns"]), f"{k['instances']:,}", duration_ns(k["avg_ns"])]
         if wide:
             cells += [duration_ns(k[f]) for f in ("med_ns", "min_ns", "max_ns", "std_ns")]
-        grid.add_row(*cells, k["category"], escape(label))
+        rows.append([*cells, str(k["category"])])
+    room = _name_room(console, [*columns, "Category"], rows, [None] * len(columns) + [category_cap])
+    labels, shortened = row_labels(console, [k["name"] for k in doc["kernels"]], by, full_names, room)
+    notes = [] if wide else ["a wider terminal, or --format csv/json, shows med, min, max, std"]
+    notes += [SHORT_NAMES_NOTE] if shortened else []
+    grid = Table(caption=_caption(notes))
+    for col in columns:
+        grid.add_column(col, justify="right", no_wrap=True)
+    grid.add_column("Category", max_width=category_cap, no_wrap=True)
+    _add_name_column(grid, "Name", whole=full_names)
+    for cells, label in zip(rows, labels, strict=True):
+        grid.add_row(*cells, _name_cell(label, whole=full_names))
     if doc["other_ns"]:
         share = doc["other_ns"] / doc["total_ns"] * 100 if doc["total_ns"] else 0.0
         blanks = [""] * (len(columns) - 2)
@@ -170,17 +197,11 @@ def print_diff(
         return
     ratio = other.total_ns / base.total_ns if base.total_ns else float("nan")
     console.print(f"{totals}   ratio {ratio:.3f}x   {unit}s in common: {common:,}")
-    labels, shortened = row_labels(console, [str(n) for n in head["name"]], shown_by, full_names)
     wide = console.width >= WIDE_TABLE
-    notes = [] if wide else ["a wider terminal, or --format csv/json, shows launch counts and categories"]
-    notes += [SHORT_NAMES_NOTE] if shortened else []
-    grid = Table(caption=_caption(notes))
     columns = ["Status", "Delta", "Share of change", "Base total", "Other total"]
     columns += ["Base n", "Other n", "Category"] if wide else []
-    for col in columns:
-        grid.add_column(col, no_wrap=True)
-    _add_name_column(grid, _name_column(unit), whole=full_names or unit != "kernel")
-    for row, label in zip(head.to_dict("records"), labels, strict=True):
+    rows = []
+    for row in head.to_dict("records"):
         cells = [
             row["status"],
             duration_ns(row["delta_ns"]),
@@ -190,7 +211,18 @@ def print_diff(
         ]
         if wide:
             cells += [f"{row['instances_base']:,}", f"{row['instances_other']:,}", str(row["category"])]
-        grid.add_row(*cells, escape(label))
+        rows.append(cells)
+    room = _name_room(console, columns, rows, [None] * len(columns))
+    labels, shortened = row_labels(console, [str(n) for n in head["name"]], shown_by, full_names, room)
+    notes = [] if wide else ["a wider terminal, or --format csv/json, shows launch counts and categories"]
+    notes += [SHORT_NAMES_NOTE] if shortened else []
+    grid = Table(caption=_caption(notes))
+    for col in columns:
+        grid.add_column(col, no_wrap=True)
+    whole = full_names or unit != "kernel"
+    _add_name_column(grid, _name_column(unit), whole=whole)
+    for cells, label in zip(rows, labels, strict=True):
+        grid.add_row(*cells, _name_cell(label, whole=whole))
     print_table(console, grid)
 
 
@@ -198,6 +230,16 @@ def _add_name_column(grid: Table, header: str, *, whole: bool) -> None:
     """Whole names (``--full-names``; ops and layers, which no table shortens) fold over lines as asked; a kernel's
     short label keeps its row on one line of a terminal, cut at the table's edge."""
     grid.add_column(header, min_width=20, overflow="fold" if whole else "ellipsis")
+
+
+def _name_cell(label: str, *, whole: bool) -> Text | str:
+    """A row's name: a whole name as the column folds it; a kernel's short label on one line, cut with an ellipsis
+    where the column ends, even where it holds spaces (a template's arguments) that a wrap would break it at. The
+    column stays one that the table narrows to the terminal: only its cells keep from wrapping."""
+    from rich.markup import escape
+    from rich.text import Text
+
+    return escape(label) if whole else Text(label, no_wrap=True, overflow="ellipsis")
 
 
 def _name_column(unit: str) -> str:
@@ -229,7 +271,6 @@ def _print_one_sided(
 ) -> None:
     """The kernels (ops, layers) of one side only, by their time on that side: all a diff can say without a common
     one."""
-    from rich.markup import escape
     from rich.table import Table
 
     side = "base" if status == "removed" else "other"
@@ -237,19 +278,20 @@ def _print_one_sided(
         [f"total_ns_{side}", "name"], ascending=[False, True], kind="stable"
     )
     head = rows.head(top)
-    labels, shortened = row_labels(console, [str(n) for n in head["name"]], by, full_names)
+    cells = [
+        [duration_ns(row[f"total_ns_{side}"]), f"{row[f'instances_{side}']:,}", str(row["category"])]
+        for row in head.to_dict("records")
+    ]
+    room = _name_room(console, ["Total", "Count", "Category"], cells, [None, None, None])
+    labels, shortened = row_labels(console, [str(n) for n in head["name"]], by, full_names, room)
     notes = [f"{len(rows) - len(head):,} more not shown"] if len(rows) > len(head) else []
     notes += [SHORT_NAMES_NOTE] if shortened else []
     title = f"Only in {'BASE' if side == 'base' else 'OTHER'} ({status})"
     grid = Table(title=title, caption=_caption(notes))
     for col in ("Total", "Count", "Category"):
         grid.add_column(col, justify="right" if col != "Category" else "left", no_wrap=True)
-    _add_name_column(grid, _name_column(unit), whole=full_names or unit != "kernel")
-    for row, label in zip(head.to_dict("records"), labels, strict=True):
-        grid.add_row(
-            duration_ns(row[f"total_ns_{side}"]),
-            f"{row[f'instances_{side}']:,}",
-            str(row["category"]),
-            escape(label),
-        )
+    whole = full_names or unit != "kernel"
+    _add_name_column(grid, _name_column(unit), whole=whole)
+    for row_cells, label in zip(cells, labels, strict=True):
+        grid.add_row(*row_cells, _name_cell(label, whole=whole))
     print_table(console, grid)
