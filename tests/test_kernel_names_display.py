@@ -62,3 +62,14 @@ def test_a_long_name_without_template_arguments_is_cut_in_the_middle_too() -> No
     assert all(len(label) <= DISPLAY_CHARS for label in labels)
     assert labels[0].startswith("Cijk_Alik_Bljk") and labels[0].endswith("WG64_4_1")
     assert labels[0] != labels[1]
+
+
+@pytest.mark.parametrize("width", [20, 40])
+def test_numbered_labels_keep_their_numbers_within_the_width(width: int) -> None:
+    """Kernels whose cut labels read the same are numbered, the number inside the width the table gave: a number past
+    the column's edge would be cut off, and the rows read the same again."""
+    names = [f"void ns::{'Outer' * 8}<{t}>::run_a_very_long_kernel_name_{'x' * 30}(int)" for t in ("int", "float")]
+    names += [f"void {'y' * 80}()", f"void {'y' * 80}()"[:-3] + "(float)"]
+    labels = display_kernel_names(names, max_chars=width)
+    assert all(len(label) <= width for label in labels), labels
+    assert len(set(labels)) == len(labels) and labels[0].endswith(" #1") and labels[1].endswith(" #2")

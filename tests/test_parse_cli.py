@@ -216,6 +216,13 @@ def test_a_narrow_terminal_keeps_each_kernel_on_one_line(capsys, monkeypatch) ->
     assert len(body) == 6 and all(len(line) <= 120 for line in body), "\n".join(body)
     # Two kernels whose names differ only at their end stay told apart where the column ends.
     assert "float, 5ul> │" in out and "float, 2ul> │" in out
+    # Each label fits whole within what the other columns leave (the row of all other kernels' share included):
+    # none is cut again at the column's end, where its instance or number would be lost.
+    monkeypatch.setenv("COLUMNS", "100")
+    for trace in ("nsys-2024.5-cloverleaf-4xA100.sqlite", "tf-bert-3gpu.xplane.pb"):
+        code, out, _ = run(["parse", str(SHARED_TRACES / trace), "--top", "4"], capsys)
+        rows = out.split("┡")[1].split("└")[0].splitlines()[1:]
+        assert code == 0 and not any(row.endswith("… │") for row in rows), "\n".join(rows)
 
 
 def test_parse_to_a_pipe_shows_every_column_and_whole_names(tmp_path) -> None:

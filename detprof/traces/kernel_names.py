@@ -106,7 +106,7 @@ def _abbreviated(name: str, short: str, max_chars: int) -> str:
     """The short name with its template arguments, qualifiers and parameter lists dropped, on one line."""
     args = _kernel_template_args(name, short)
     if not args:
-        return short
+        return _cut_middle(short, max_chars)
     args = " ".join(_QUALIFIERS.sub("", _collapse_parameter_lists(args)).split())
     return _cut_middle(f"{short}<{args}>", max_chars)
 
@@ -127,7 +127,8 @@ def display_kernel_names(names: Sequence[str], max_chars: int = DISPLAY_CHARS) -
     parameter lists), which wraps a table row over dozens of lines. The short name alone
     is what nsys shows, but many kernels of one table often share it (every Eigen kernel
     is ``EigenMetaKernel``), so those get their template arguments, abbreviated; any that
-    still read the same are numbered ``#1``, ``#2`` in table order. A short name that is long
+    still read the same are numbered ``#1``, ``#2`` in table order (within ``max_chars``, the number
+    included). A short name that is long
     by itself (ROCm's Tensile kernels, ``Cijk_Alik_Bljk_..._WG64_4_1``, run to 400 characters
     without a template) is cut in the middle like the rest. Full names stay in the data; this
     is only how a table labels its rows.
@@ -146,5 +147,6 @@ def display_kernel_names(names: Sequence[str], max_chars: int = DISPLAY_CHARS) -
             out.append(label)
             continue
         seen[label] += 1
-        out.append(f"{label} #{seen[label]}")
+        number = f" #{seen[label]}"
+        out.append(_cut_middle(label, max_chars - len(number)) + number)
     return out

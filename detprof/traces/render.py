@@ -133,7 +133,12 @@ def print_parse(table: KernelTable, top: int, by: GroupBy, fmt: OutputFormat, fu
         if wide:
             cells += [duration_ns(k[f]) for f in ("med_ns", "min_ns", "max_ns", "std_ns")]
         rows.append([*cells, str(k["category"])])
-    room = _name_room(console, [*columns, "Category"], rows, [None] * len(columns) + [category_cap])
+    others = []
+    if doc["other_ns"]:
+        share = doc["other_ns"] / doc["total_ns"] * 100 if doc["total_ns"] else 0.0
+        others = [f"{share:.1f}", duration_ns(doc["other_ns"]), *[""] * (len(columns) - 2), ""]
+    caps = [None] * len(columns) + [category_cap]
+    room = _name_room(console, [*columns, "Category"], [*rows, *([others] if others else [])], caps)
     labels, shortened = row_labels(console, [k["name"] for k in doc["kernels"]], by, full_names, room)
     notes = [] if wide else ["a wider terminal, or --format csv/json, shows med, min, max, std"]
     notes += [SHORT_NAMES_NOTE] if shortened else []
@@ -144,10 +149,8 @@ def print_parse(table: KernelTable, top: int, by: GroupBy, fmt: OutputFormat, fu
     _add_name_column(grid, "Name", whole=full_names)
     for cells, label in zip(rows, labels, strict=True):
         grid.add_row(*cells, _name_cell(label, whole=full_names))
-    if doc["other_ns"]:
-        share = doc["other_ns"] / doc["total_ns"] * 100 if doc["total_ns"] else 0.0
-        blanks = [""] * (len(columns) - 2)
-        grid.add_row(f"{share:.1f}", duration_ns(doc["other_ns"]), *blanks, "", "(all other kernels)")
+    if others:
+        grid.add_row(*others, "(all other kernels)")
     print_table(console, grid)
 
 
