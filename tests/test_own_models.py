@@ -206,8 +206,10 @@ def test_factories_are_called_as_they_take_arguments_and_must_return_models(in_z
     assert own_build.loss_name(fixed) == own.SPARSE_CLASSIFICATION_LOSS and own_build.outputs_probabilities(fixed)
     with pytest.raises(UsageError, match=r"not_a_model returned int, not a keras\.Model"):
         own_build.build(own.parse("my_models.py:not_a_model"), (6, 6, 2), 3)
-    with pytest.raises(UsageError, match="no function 'nothing_here'"):
+    with pytest.raises(UsageError, match=r"no function 'nothing_here'$"):
         own_build.factory(own.parse("my_models.py:nothing_here"))
+    with pytest.raises(UsageError, match=r"no function 'build_nett' \(did you mean 'build_net'\?\)"):
+        own_build.factory(own.parse("my_models.py:build_nett"))
 
     def three(a: int, b: int, c: int) -> None:
         """Takes neither nothing nor (input_shape, classes)."""

@@ -16,6 +16,7 @@ parent as it is.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.util
 import inspect as pyinspect
@@ -67,7 +68,10 @@ def factory(model: OwnModel) -> Callable[..., Any]:
         raise UsageError(f"{model.given}: importing {model.path or model.module} failed: {first_line(exc)}") from exc
     function = getattr(module, str(model.function), None)
     if not callable(function):
-        raise UsageError(f"{model.given}: {model.path or model.module} has no function {model.function!r}")
+        own = [name for name, value in vars(module).items() if callable(value) and not name.startswith("_")]
+        close = difflib.get_close_matches(str(model.function), own, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise UsageError(f"{model.given}: {model.path or model.module} has no function {model.function!r}{hint}")
     return function
 
 
