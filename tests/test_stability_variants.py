@@ -143,3 +143,23 @@ def test_a_model_of_tokens_studies_the_markov_language_by_default_for_its_epochs
     assert (config.dataset, config.epochs) == (None, None)
     config, _ = study.StudyConfig(model="gpt_tiny", dataset=None, epochs=None).validated()
     assert (config.dataset, config.epochs) == ("markov", study.TOKEN_EPOCHS)
+
+
+def test_a_module_of_tokens_given_images_is_told_the_dataset_it_takes() -> None:
+    """A native module of tokens (the registry's hf_gpt2_tiny) on the digits: the registry model's line, not that
+    its 32 inputs do not match the images' channels."""
+    from detprof.models import kinds, own
+    from detprof.stability import datasets
+
+    tokens = own.TensorFacts("input_ids", (32,), "int64")
+    item = own.Inspected(
+        own.OwnModel(given="hf_gpt2_tiny", kind="factory", label="hf_gpt2_tiny", api=kinds.TORCH.api),
+        built_at_input_shape=False,
+        inputs=(tokens,),
+        outputs=(own.TensorFacts("logits", (32, 64), "float32"),),
+        loss=None,
+        parameters=28_032,
+    )
+    said = r"^hf_gpt2_tiny takes tokens and digits holds images: give it --dataset markov"
+    with pytest.raises(UsageError, match=said):
+        study._checked(item, datasets.load("digits"))

@@ -176,10 +176,14 @@ class StudyConfig:
 
 
 def _refuse_other_inputs(spec: registry.ModelSpec, dataset: str) -> None:
-    held = datasets.takes(dataset)
-    if spec.takes != held:
-        hint = "--dataset markov or npz:PATH of token ids" if spec.takes == "tokens" else "an image dataset"
-        raise UsageError(f"{spec.name} takes {spec.takes} and {dataset} holds {held}: give it {hint}")
+    if spec.takes != datasets.takes(dataset):
+        raise UsageError(_other_inputs(spec.name, spec.takes, dataset))
+
+
+def _other_inputs(model: str, takes: str, dataset: str) -> str:
+    """One line for a model of tokens given images, or of images given tokens: the dataset it takes instead."""
+    hint = "--dataset markov or npz:PATH of token ids" if takes == "tokens" else "an image dataset"
+    return f"{model} takes {takes} and {dataset} holds {datasets.takes(dataset)}: give it {hint}"
 
 
 OMP_THREADS_ENV = "OMP_NUM_THREADS"
@@ -559,6 +563,8 @@ def _checked(item: own.Inspected, data: datasets.Dataset) -> own.OwnModel:
             f"{item.label} takes {own.shape_text(shape)} inputs; {data.name} holds sequences of "
             f"{data.input_shape[0]} token ids (a model of tokens takes (length,) integer inputs)"
         )
+    if data.takes == "images" and _takes_tokens(item):
+        raise UsageError(_other_inputs(item.label, "tokens", data.name))
     channels = kinds.image_channels(shape, item.model.api)
     if data.takes == "images" and (len(shape) != len(data.input_shape) or channels != data.input_shape[-1]):
         kind = kinds.native(item.model.api)
