@@ -83,13 +83,14 @@ def row_labels(
 
 
 def _name_room(
-    console: Console, headers: Sequence[str], rows: Sequence[Sequence[str]], caps: Sequence[int | None]
+    console: Console, headers: Sequence[str], rows: Sequence[Sequence[str]], caps: Sequence[int | None] = ()
 ) -> int:
-    """The characters a row's name has once the other columns (``headers`` over ``rows``, each at most its cap)
-    take what their cells need, each with its padding and border, as the table lays them out."""
+    """The characters a row's name has once the other columns (``headers`` over ``rows``, each at most its cap,
+    where ``caps`` gives one) take what their cells need, each with its padding and border, as the table lays them
+    out."""
     widths = [
-        min(max([len(header), *(len(row[i]) for row in rows)]), cap or sys.maxsize)
-        for i, (header, cap) in enumerate(zip(headers, caps, strict=True))
+        min(max([len(header), *(len(row[i]) for row in rows)]), (caps[i] if i < len(caps) else None) or sys.maxsize)
+        for i, header in enumerate(headers)
     ]
     return console.width - sum(width + 3 for width in widths) - 4
 
@@ -215,7 +216,7 @@ def print_diff(
         if wide:
             cells += [f"{row['instances_base']:,}", f"{row['instances_other']:,}", str(row["category"])]
         rows.append(cells)
-    room = _name_room(console, columns, rows, [None] * len(columns))
+    room = _name_room(console, columns, rows)
     labels, shortened = row_labels(console, [str(n) for n in head["name"]], shown_by, full_names, room)
     notes = [] if wide else ["a wider terminal, or --format csv/json, shows launch counts and categories"]
     notes += [SHORT_NAMES_NOTE] if shortened else []
@@ -285,7 +286,7 @@ def _print_one_sided(
         [duration_ns(row[f"total_ns_{side}"]), f"{row[f'instances_{side}']:,}", str(row["category"])]
         for row in head.to_dict("records")
     ]
-    room = _name_room(console, ["Total", "Count", "Category"], cells, [None, None, None])
+    room = _name_room(console, ["Total", "Count", "Category"], cells)
     labels, shortened = row_labels(console, [str(n) for n in head["name"]], by, full_names, room)
     notes = [f"{len(rows) - len(head):,} more not shown"] if len(rows) > len(head) else []
     notes += [SHORT_NAMES_NOTE] if shortened else []
