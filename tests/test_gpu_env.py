@@ -52,6 +52,24 @@ def test_a_chosen_gpu_is_pinned_by_uuid() -> None:
     assert device.as_record()["cuda_visible_devices"] == T4_UUID
 
 
+def test_jax_workers_on_a_cpu_allocate_from_one_arena_and_record_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """JAX's CPU threads' arenas page-faulted fresh buffers step after step (``ONE_ARENA_ENV``): a JAX worker on a CPU
+    gets one arena; TensorFlow's, PyTorch's and a GPU's workers do not; a user's own value wins; records keep it."""
+    monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
+    cpu = choose_device("cpu", nvml=two_gpus(), environ={})
+    gpu = choose_device("t4", nvml=two_gpus(), environ={}, gpu_index="1")
+    jax_cpu = WorkerEnvironment(cpu, backend="jax")
+    assert jax_cpu.detprof_env()["MALLOC_ARENA_MAX"] == "1" and jax_cpu.timing_env()["MALLOC_ARENA_MAX"] == "1"
+    for other in (
+        WorkerEnvironment(cpu, backend="tensorflow"),
+        WorkerEnvironment(cpu),
+        WorkerEnvironment(gpu, backend="jax"),
+    ):
+        assert "MALLOC_ARENA_MAX" not in other.detprof_env() and "MALLOC_ARENA_MAX" not in other.timing_env()
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "4")
+    assert jax_cpu.timing_env()["MALLOC_ARENA_MAX"] == "4"
+
+
 def test_workers_sharing_a_gpu_grow_their_memory() -> None:
     """Stability's parallel workers, and ``verify``'s replicas run side by side on one GPU (``WorkerEnvironment``)."""
     device = choose_device(None, nvml=two_gpus(), environ={})

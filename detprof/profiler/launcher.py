@@ -47,7 +47,7 @@ class WorkerLauncher:
         sampler_factory: Callable[[], TelemetrySampler | NoTelemetry] | None = None,
     ) -> None:
         self.store, self.tracer, self.device, self.settings = store, tracer, device, settings
-        self.environment = WorkerEnvironment(device)
+        self.environment = WorkerEnvironment(device, backend=settings.backend)
         self.sampler_factory = sampler_factory or (lambda: TelemetrySampler.for_device(device))
         records = RecordFiler(RunSpecs(settings, RunFiles(store, tracer)), device, self.environment)
         self.launch = Launch(records, self.sampler_factory)
