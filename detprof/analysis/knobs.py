@@ -244,6 +244,15 @@ class ModelKnobs:
         return f"The knobs added alone leave {unexplained:.0%} of the overhead unexplained: knobs interact."
 
 
+def by_reason(not_applicable: Mapping[str, str]) -> dict[str, list[str]]:
+    """The knobs that cannot matter on the device (knob -> why), grouped by why: said a line (or a clause) each,
+    cuDNN's two switches in one."""
+    grouped: dict[str, list[str]] = {}
+    for name, reason in not_applicable.items():
+        grouped.setdefault(reason, []).append(name)
+    return grouped
+
+
 def model_knobs(
     records: Iterable[Mapping[str, Any]], checks: Mapping[tuple[str, str], Comparison], manifest: Mapping[str, Any]
 ) -> list[ModelKnobs]:

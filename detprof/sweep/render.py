@@ -5,8 +5,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -16,9 +16,6 @@ from detprof.console import print_table, table_console
 from detprof.formatting import floor, ratio
 from detprof.store import ResultsStore
 from detprof.sweep.run import SweepOutcome
-
-if TYPE_CHECKING:
-    from detprof.analysis.knobs import KnobCost
 
 FAILURE_NOTE_CHARS = 160
 
@@ -124,20 +121,10 @@ def print_summary(store: ResultsStore) -> None:
             console.print(f"  {added.line()}")
 
 
-def _not_applicable(knobs: Sequence[KnobCost]) -> dict[str, list[str]]:
-    """The knobs that cannot matter on this device, by why: one line each below the table (cuDNN's two switches
-    share theirs), where a row each folded the table's column into a paragraph per knob."""
-    grouped: dict[str, list[str]] = {}
-    for knob in knobs:
-        if not knob.applies:
-            grouped.setdefault(knob.reason or "", []).append(knob.knob)
-    return grouped
-
-
 def print_knobs(store: ResultsStore) -> None:
     """Per model, each knob's cost added alone and within full determinism, with the bitwise check; then the
     first screen's line."""
-    from detprof.analysis.knobs import helper_lines, read_knob_study
+    from detprof.analysis.knobs import by_reason, helper_lines, read_knob_study
 
     console = table_console()
     for study in read_knob_study(store):
@@ -155,7 +142,8 @@ def print_knobs(store: ResultsStore) -> None:
             within = ratio(knob.leave_one_out) if knob.leave_one_out is not None else "not in deterministic mode"
             table.add_row(knob.knob, alone, within, escape(knob.check or "-"))
         print_table(console, table)
-        for reason, knobs in _not_applicable(study.knobs).items():
+        # The knobs that cannot matter here: a line each below the table, not a row each folded into a paragraph.
+        for reason, knobs in by_reason({k.knob: k.reason or "" for k in study.knobs if not k.applies}).items():
             console.print(f"  {', '.join(knobs)}: not applicable: {escape(reason)}")
         console.print(f"  {escape(study.model)}: {escape(study.advice())}")
         for line in helper_lines(study):

@@ -79,10 +79,9 @@ def refuse_knobs_that_cannot_matter(plan: KnobDesign, target: MeasurementTarget)
     none, which the sweep does (the knob study's dry run says so too)."""
     if len(plan.comparisons) > 1 or plan.helpers:
         return
-    by_reason: dict[str, list[str]] = {}
-    for name, reason in plan.not_applicable.items():
-        by_reason.setdefault(reason, []).append(name)
-    reasons = "; ".join(f"{', '.join(names)}: {reason}" for reason, names in by_reason.items())
+    from detprof.analysis.knobs import by_reason
+
+    reasons = "; ".join(f"{', '.join(names)}: {reason}" for reason, names in by_reason(plan.not_applicable).items())
     raise UsageError(f"no knob of {target.backend} studied can matter on {target.device.label} ({reasons})")
 
 
