@@ -223,7 +223,7 @@ def test_first_screen_shows_each_models_backends_side_by_side(browser: Any, tmp_
     page, errors, outside = open_report(browser, target, viewport=(1440, 900))
     assert errors == [] and outside == []
     rows = page.locator("#answer table.answer tbody tr").all()
-    shown = [tuple(row.locator("td code").all_inner_texts()) for row in rows]
+    shown = [tuple(row.locator("td:nth-child(-n+2) > code").all_inner_texts()) for row in rows]  # model, backend
     assert shown == [(m, b) for m in ("resnet50", "vgg16") for b in BACKENDS]
     for row in rows:
         box = row.bounding_box()

@@ -35,7 +35,14 @@ ANSWER_COLUMNS = {
 """The first screen's headers -> the Markdown answer's; its "Model on device" is Model, with Device as its note."""
 
 
+CODE_CELL = re.compile(r"\s*<code>(?:(?!</?code>).)*</code>\s*", re.S)
+
+
 def _text(markup: str) -> str:
+    """A cell's words as the Markdown writes them: a code span among words is a command in backticks there; a cell
+    that is code alone (a model's name) reads bare."""
+    if not CODE_CELL.fullmatch(markup):
+        markup = re.sub(r"<code>(.*?)</code>", r"`\1`", markup)
     return html.unescape(re.sub(r"<[^>]+>", "", markup)).strip()
 
 

@@ -132,7 +132,7 @@ def test_stability_study_without_summary_yet_is_one_line(tmp_path: Path) -> None
     ResultsStore(res, "stability").open({"model": "vgg19"}, command, resume=False)
     page = write_report(res, tmp_path / "r.html", plotlyjs="cdn").read_text()
     again = f"detprof stability --model vgg19 --backend torch --out {res} --resume"
-    assert f"has no summary.json yet (interrupted? `{again}` finishes it)" in page
+    assert f"has no summary.json yet (interrupted? <code>{again}</code> finishes it)" in page
     assert json.loads((res / "stability" / "manifest.json").read_text())["kind"] == "stability"
 
 

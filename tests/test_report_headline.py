@@ -366,7 +366,10 @@ def test_beside_a_sweep_the_noise_floor_table_is_under_conditions(tmp_path: Path
 def test_without_calibration_says_none_ran(tmp_path: Path) -> None:
     root = sweep(tmp_path / "res", {"resnet50": EXPENSIVE})
     page = answer_section(render_report([root], "html", "cdn"))
-    assert "not run" in page and "No noise floor for t4: no calibration ran; `detprof sweep --calibrate --model" in page
+    assert (
+        "not run" in page
+        and "No noise floor for t4: no calibration ran; <code>detprof sweep --calibrate --model" in page
+    )
 
 
 def test_every_command_the_report_advises_for_registry_models_resolves(
@@ -489,3 +492,19 @@ def test_a_verdict_read_only_from_runs_under_other_load_says_so(tmp_path: Path, 
     text = md_answer(render_report([root], "md"))
     assert "(from kernel time, n=4" in text
     assert ("n=4, every run under other load)" in text) is (loaded_runs == 8), text
+
+
+def test_the_commands_the_words_name_are_code_in_html_and_markdown(tmp_path: Path) -> None:
+    """The advice names a command in backticks: Markdown shows it as inline code, the page as ``<code>``, never as
+    backticks; what the span holds is still escaped."""
+    from detprof.reports.html import _code_spans
+
+    root = sweep(tmp_path / "res", {"mobilenet": CHEAP})  # no stability study: the advice names the command
+    page = render_report([root], "html", "cdn")
+    words = re.sub(r"<script.*?</script>", "", page, flags=re.S)
+    assert "<code>detprof stability --model mobilenet</code> measures what it buys" in answer_section(page)
+    assert "`" not in words
+    assert "`detprof stability --model mobilenet` measures what it buys" in render_report([root], "md")
+    assert (
+        _code_spans("run `a<b` then `c`, not a lone `") == "run <code>a&lt;b</code> then <code>c</code>, not a lone `"
+    )

@@ -334,7 +334,7 @@ def test_a_knob_study_alone_is_a_report(results: Path) -> None:
     said = html.unescape(screen)
     full = re.search(r"the knob study's full determinism against the default: smallcnn on cpu \(torch\) (\S+)x", said)
     assert full is not None and float(full[1]) > 1.0
-    assert "`detprof sweep` without `--knobs` measures the overhead itself" in said
+    assert "<code>detprof sweep</code> without <code>--knobs</code> measures the overhead itself" in said
     assert '<section id="knobs">' in page
     document = json.loads(render_report([results / "cpu"], "json"))
     assert document["models"] == [] and [k["model"] for k in document["knobs"]] == ["smallcnn"]

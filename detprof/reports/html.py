@@ -16,11 +16,12 @@ the ``Report`` into what the page shows: table rows and figures, with the words 
 cell the Markdown shows too taken from ``cells``. Jinja2 renders with autoescape on, so
 everything that comes from results (kernel names above all: ``Kernel<float>&``) is escaped
 by the template engine and never by us; the only markup handed to the templates is
-plotly's own output, as ``Markup``.
+plotly's own output, as ``Markup``, and the code spans of prose (``_code_spans``), made after escaping.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -28,7 +29,7 @@ from typing import Any, Literal
 
 import pandas as pd
 from jinja2 import Environment, PackageLoader, StrictUndefined
-from markupsafe import Markup
+from markupsafe import Markup, escape
 
 from detprof import backends
 from detprof import formatting as f
@@ -86,7 +87,20 @@ def _environment() -> Environment:
         trim_blocks=True,
         lstrip_blocks=True,
         keep_trailing_newline=True,
+        finalize=_code_spans,
     )
+
+
+CODE_SPAN = re.compile(r"`([^`]+)`")
+"""A command the words name in backticks, as the Markdown report shows it (``headline.suggested``)."""
+
+
+def _code_spans(value: Any) -> Any:
+    """Each value the template prints, with the commands its words name in backticks shown as code, not as
+    backticks: the text is escaped first, so only the ``code`` tags are markup. Markup (plotly's) passes as it is."""
+    if isinstance(value, Markup) or not isinstance(value, str) or "`" not in value:
+        return value
+    return Markup(CODE_SPAN.sub(r"<code>\1</code>", str(escape(value))))
 
 
 @dataclass(frozen=True)
