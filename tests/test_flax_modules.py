@@ -283,7 +283,7 @@ def test_a_module_returned_with_its_loss_and_optimizer_trains_with_them_and_a_wr
     model = replace(own.parse(f"{folder / 'flax_net.py'}:trained"), api=kinds.FLAX.api)
     spec = {"model": "trained", "own_model": model.as_record(), "input_shape": [8, 8, 3], "classes": 4}
     training = own_build.native_training(spec | {"batch_size": 4}, 0)
-    assert training.loss_name == "smooth" and training.optimizer_name == "GradientTransformationExtraArgs"
+    assert training.loss_name == "smooth" and training.optimizer_name == "the model function's optax transformation"
     with pytest.raises(UsageError, match=r"optimizer for a Flax module is an optax transformation .*not str"):
         described(folder, "torch_optimizer")
     # --amp: one line before any run, nothing written (a Flax module computes in the dtypes its layers are built with).

@@ -567,7 +567,8 @@ def training(
     graph, state = nnx.split((module, optimizer))
     loss = chosen.loss or cross_entropy
     loss_name = "cross-entropy" if chosen.loss is None else _name(chosen.loss)
-    optimizer_name = "adamw" if chosen.optimizer is None else _name(chosen.optimizer)
+    # optax's transformations carry no name of the function that built them (adamw and sgd are both a chain)
+    optimizer_name = "adamw" if chosen.optimizer is None else "the model function's optax transformation"
     dtypes = [", ".join(sorted({str(leaf.dtype) for leaf in _leaves(nnx.state(module, nnx.Param))}))]
     paths, size = module_paths(module), parameters(module)
     return FlaxTraining(graph, state, x, y, loss, logits_shape, loss_name, optimizer_name, size, paths, *dtypes, module)

@@ -160,6 +160,7 @@ def run_sweep(request: SweepRequest, *, stability: bool = False, report: bool = 
 def print_knob_plan(request: SweepRequest, only: tuple[str, ...] | None) -> None:
     """What ``run_knob_study`` would measure and verify."""
     from detprof import backends
+    from detprof.analysis.knobs import by_reason
     from detprof.profiler.dry_run import plan_lines
     from detprof.sweep.knobs import knob_design, knob_settings, knobs_manifest, plan_knob_runs
 
@@ -171,7 +172,7 @@ def print_knob_plan(request: SweepRequest, only: tuple[str, ...] | None) -> None
     out = study_root(request.options.out, target.device, target.backend, "knobs", manifest, config.labels())
     lines = [*config.model_warnings(), *plan_lines("knobs", plan_knob_runs(config, plan), config, target, out)]
     lines += ["", f"Comparisons (arm b against arm a): {', '.join(c.name for c in plan.comparisons)}"]
-    lines += [f"Not run: {name}: {reason}" for name, reason in plan.not_applicable.items()]
+    lines += [f"Not run: {', '.join(names)}: {reason}" for reason, names in by_reason(plan.not_applicable).items()]
     without = f", and without {', '.join(plan.dropped())}" if plan.dropped() else ""
     lines += [
         f"Then verified bitwise ({knob_check_steps(config)} steps, two runs each): full determinism{without}, into "
