@@ -75,8 +75,38 @@ class Tokens(nn.Module):
         return self.out(torch.tanh(self.mix(self.embed(ids))))
 
 
+class NormedTokens(nn.Module):  # its norm declared before the embedding that its ids go into
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.LayerNorm(16)
+        self.embed = nn.Embedding(50, 16)
+        self.out = nn.Linear(16, 50)
+
+    def forward(self, ids):
+        return self.out(self.norm(self.embed(ids)))
+
+
+class Queries(nn.Module):  # an image model with a table of learned queries (DETR's): its images enter no embedding
+    def __init__(self):
+        super().__init__()
+        self.queries = nn.Embedding(4, 8)
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.head = nn.Linear(8, 5)
+
+    def forward(self, x):
+        return self.head(self.stem(x).mean(dim=(2, 3)) + self.queries.weight.mean(dim=0))
+
+
 def net(input_shape, classes):
     return Net(input_shape[0], classes)
+
+
+def normed_tokens():
+    return NormedTokens()
+
+
+def queries():
+    return Queries()
 
 
 def grey():
@@ -160,6 +190,11 @@ def test_a_module_is_described_at_its_own_layout_with_the_classes_its_logits_sco
     own.refuse_synthetic(tokens)  # token ids are what synthetic data gives a module with an embedding first
     own.refuse_synthetic(item)
     assert item.nondeterministic_ops == () and tokens.nondeterministic_ops == ()
+    # the kind of input is what the module's input goes into first, not the order its submodules were declared in
+    normed = described(folder, "normed_tokens", (12, 12, 3))
+    assert normed.inputs[0].shape == (own_tokens_length(),) and normed.inputs[0].dtype == "int64"
+    images = described(folder, "queries", (12, 12, 3))
+    assert images.inputs[0].shape == (3, 12, 12) and images.inputs[0].dtype == "float32" and images.classes == 5
 
 
 def test_an_op_without_a_deterministic_implementation_is_named_with_its_module_before_anything_runs(

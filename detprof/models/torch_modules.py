@@ -3,7 +3,7 @@
 Most people who pay for determinism train PyTorch modules of their own, not Keras models. A
 function that returns a module (``FILE.py:FUNCTION``, ``package.module:FUNCTION``) is that model,
 trained as users train one: the module in training mode, called on a batch it takes as it is
-(channels first for images, token ids where its first submodule is an embedding), cross-entropy
+(channels first for images, token ids where its input goes into an embedding), cross-entropy
 on its logits (every position's, for a language model) and AdamW, or the loss and optimizer it
 returned with it (``detprof.Training``), or the loss it computes itself given the labels (a Hugging
 Face model's), ``backward`` and ``step``: eagerly, or through ``torch.compile`` (``--compile``),
@@ -88,11 +88,61 @@ def module_of(value: Any) -> Any:
 
 
 def takes_tokens(module: Any) -> bool:
-    """A module whose first submodule is an embedding takes token ids."""
+    """A module whose input goes into an embedding takes token ids (``input_embedding``)."""
+    return input_embedding(module) is not None
+
+
+class _Reached(Exception):
+    """Stops a probe's forward at the first submodule that its input reaches (``input_embedding``)."""
+
+    def __init__(self, module: Any) -> None:
+        super().__init__()
+        self.module = module
+
+
+def input_embedding(module: Any) -> Any | None:
+    """The ``nn.Embedding`` that the module's input goes into, or None where it goes into no embedding.
+
+    The module is called on token ids and stopped at the first submodule they reach, before that runs, so nothing
+    is computed past what precedes it in ``forward``: an image model's table of learned queries or positions is an
+    embedding its input never enters, and a norm declared before the embedding is not what the ids reach first. A
+    module whose input reaches no submodule as it was given (a copy, a slice) is read by its first submodule, as
+    Hugging Face's models and most others register the embedding that takes their ids."""
     import torch
 
-    first = next((m for _, m in module.named_modules() if not list(m.children())), None)
-    return isinstance(first, torch.nn.Embedding)
+    leaves = [m for _, m in module.named_modules() if not list(m.children())]
+    if not any(isinstance(m, torch.nn.Embedding) for m in leaves):
+        return None
+    reached = _first_reached(module, leaves) or leaves[0]
+    return reached if isinstance(reached, torch.nn.Embedding) else None
+
+
+def _first_reached(module: Any, leaves: Sequence[Any]) -> Any | None:
+    """The first of ``leaves`` that the module's forward hands its input (token ids, as it was given) to."""
+    import torch
+
+    parameter = next(module.parameters(), None)
+    ids = torch.zeros((PROBE_ROWS, TOKENS), dtype=torch.long, device=None if parameter is None else parameter.device)
+
+    def stop(leaf: Any, args: tuple[Any, ...]) -> None:
+        if args and isinstance(args[0], torch.Tensor) and args[0].data_ptr() == ids.data_ptr():
+            raise _Reached(leaf)
+
+    hooks = [leaf.register_forward_pre_hook(stop) for leaf in leaves]
+    training = module.training
+    module.eval()
+    try:
+        with torch.no_grad():
+            module(ids)
+    except _Reached as reached:
+        return reached.module
+    except Exception:
+        return None
+    finally:
+        for hook in hooks:
+            hook.remove()
+        module.train(training)
+    return None
 
 
 def input_shape(module: Any, shape: Sequence[int], given: bool, spec: str) -> tuple[int, ...]:
@@ -135,9 +185,7 @@ def synthetic_inputs(module: Any, shape: Sequence[int], rows: int, seed: int) ->
 
 
 def _vocabulary(module: Any) -> int:
-    import torch
-
-    return next(int(m.num_embeddings) for m in module.modules() if isinstance(m, torch.nn.Embedding))
+    return int(input_embedding(module).num_embeddings)
 
 
 def probe_logits(module: Any, x: Any) -> Any:
