@@ -14,6 +14,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from attribution_share import typical_unattributed_share
@@ -97,8 +98,26 @@ class Queries(nn.Module):  # an image model with a table of learned queries (DET
         return self.head(self.stem(x).mean(dim=(2, 3)) + self.queries.weight.mean(dim=0))
 
 
+class LastScored(nn.Module):  # nanoGPT's contract: given targets every position scored, and the loss; else the last
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(50, 16)
+        self.out = nn.Linear(16, 50)
+
+    def forward(self, ids, targets=None):
+        x = self.embed(ids)
+        if targets is None:
+            return self.out(x[:, [-1], :]), None
+        logits = self.out(x)
+        return logits, torch.nn.functional.cross_entropy(logits.view(-1, 50), targets.view(-1))
+
+
 def net(input_shape, classes):
     return Net(input_shape[0], classes)
+
+
+def last_scored():
+    return LastScored()
 
 
 def normed_tokens():
@@ -321,6 +340,15 @@ def test_each_arm_builds_the_same_module_and_a_step_trains_it_as_users_do(folder
     tokens = native_training(spec(folder, "tokens", [6], 50), seed=3)
     assert tokens.x.dtype == torch.int64 and tokens.y.shape == (4, 6) and int(tokens.x.max()) < 50
     tokens.step()()
+    assert tokens.labels_keyword is None
+    assert tokens.facts()["train_step"].endswith("cross-entropy, backward, AdamW.step")
+    # a module that computes its own loss given its targets (nanoGPT) trains on it, every position scored
+    last = native_training(spec(folder, "last_scored", [6], 50), seed=3)
+    assert last.own_loss and last.labels_keyword == "targets"
+    assert last.logits_shape == (6, 50) and last.y.shape == (4, 6)
+    assert last.facts()["train_step"] == "eager PyTorch: forward, its own loss, backward, AdamW.step"
+    loss, logits = last.train_on(last.x, last.y)
+    assert loss.ndim == 0 and logits.shape == (4, 6, 50)
 
 
 def test_a_module_returned_with_its_loss_and_optimizer_trains_with_them(folder: Path) -> None:
@@ -680,6 +708,27 @@ def test_a_modules_stability_runs_take_the_images_channels_first(folder: Path) -
     assert (trainer.trainable_vector() == first).all()
     trainer.reset(replace(seeds, init=5))
     assert not (trainer.trainable_vector() == first).all()
+
+
+def test_a_module_that_scores_every_position_only_given_its_targets_trains_and_infers_on_every_position(
+    folder: Path,
+) -> None:
+    """nanoGPT scores only the last position without targets: a stability run still trains the study's cross-entropy
+    on every position's logits (given the targets, its own loss unread) and reads every position's in inference."""
+    from detprof.stability.module_training import ModuleTrainer
+    from detprof.stability.variants import RunSeeds
+
+    model = replace(own.parse(f"{folder / 'modules.py'}:last_scored"), api=kinds.TORCH.api)
+    trainer = ModuleTrainer(model, (6,), "tokens", 50, 1e-2)
+    trainer.reset(RunSeeds(init=1, shuffle=2, augment=3, dropout=4, bitflip=None))
+    assert trainer.training is not None
+    assert not trainer.training.own_loss and trainer.training.labels_keyword == "targets"
+    assert trainer.step_name == "eager PyTorch: forward, cross-entropy, backward, AdamW.step"
+    ids = np.random.default_rng(0).integers(0, 50, (8, 7))
+    losses = [trainer.train_step(ids[:, :-1], ids[:, 1:])[0] for _ in range(5)]
+    assert losses[-1] < losses[0]
+    _, logits = trainer.infer(ids[:, :-1], 4)
+    assert logits.shape == (8, 6, 50)
 
 
 def assert_compiled(out: Path) -> None:

@@ -158,12 +158,24 @@ def input_shape(module: Any, shape: Sequence[int], given: bool, spec: str) -> tu
 
 def logits_of(output: Any) -> Any:
     """The module's logits: its output, its ``logits`` (a Hugging Face model's output), or its first output."""
-    logits = getattr(output, "logits", None)
+    logits = output.get("logits") if isinstance(output, Mapping) else getattr(output, "logits", None)
     if logits is not None:
         return logits
     if isinstance(output, tuple | list):
         return output[0]
     return output
+
+
+def loss_in(output: Any) -> Any:
+    """The loss a module returned beside its logits, given the labels: its output's ``loss`` (a Hugging Face
+    model's, or a dict's), or the one scalar among its outputs (nanoGPT's ``(logits, loss)``); None: none."""
+    import torch
+
+    loss = output.get("loss") if isinstance(output, Mapping) else getattr(output, "loss", None)
+    if loss is None and isinstance(output, tuple | list):
+        scalars = [o for o in output if isinstance(o, torch.Tensor) and o.ndim == 0]
+        loss = scalars[0] if len(scalars) == 1 else None
+    return loss if isinstance(loss, torch.Tensor) and loss.ndim == 0 and loss.dtype.is_floating_point else None
 
 
 def _device() -> Any:
@@ -244,8 +256,11 @@ class ModuleTraining:
     """``torch.amp.GradScaler`` under float16 autocast: the loss scaled before ``backward``, the gradients unscaled
     (and the step skipped where they overflowed) by the optimizer's step."""
     own_loss: bool = False
-    """The module computes its own loss when given the labels (a Hugging Face model's ``labels=``): ``loss`` is
-    then only the range around it (``own_loss_ranged``), None where none could be put."""
+    """The module computes its own loss given the labels (``labels_keyword``) and trains on it: ``loss`` is then
+    only the range around it (``own_loss_ranged``), None where none could be put."""
+    labels_keyword: str | None = None
+    """The keyword ``forward`` takes the labels by where they are passed (``own_loss_call``): for its own loss, or
+    for logits of every position, which nanoGPT scores only given its ``targets``."""
 
     @property
     def classes(self) -> int:
@@ -289,11 +304,22 @@ class ModuleTraining:
         dtype = getattr(torch, self.autocast or "float32")
         forward = self.module if self.forward is None else self.forward
         with torch.autocast(x.device.type, dtype=dtype, enabled=self.autocast is not None):
+            output = forward(x, **self.labels_given(y))
             if self.own_loss:
-                output = forward(x, labels=y)
-                return logits_of(output), output.loss
-            logits = logits_of(forward(x))
+                return logits_of(output), loss_in(output)
+            logits = logits_of(output)
             return logits, self.loss(logits, y)
+
+    def labels_given(self, y: Any) -> dict[str, Any]:
+        """What ``forward`` is given beside the input: the labels by their keyword where they are passed."""
+        return {} if self.labels_keyword is None else {self.labels_keyword: y}
+
+    def logits(self, x: Any) -> Any:
+        """The module's logits for ``x`` as the step scores them: where only labels make it score every position
+        (nanoGPT), given placeholder labels (zeros, shaped as the ids), whose loss is not read."""
+        import torch
+
+        return logits_of(self.module(x, **self.labels_given(torch.zeros_like(x) if self.labels_keyword else None)))
 
     @property
     def dtype_policy(self) -> str:
@@ -360,8 +386,9 @@ def training(
     shape of its logits. The optimizer is made after the module moved to the device, as users make it. ``compiled``
     (``--compile``): the step calls the module through ``torch.compile``, as ``model = torch.compile(model)`` does
     in a user's loop; the loss and the optimizer's step stay eager around it. Without a loss given, a module that
-    computes its own given the labels (a Hugging Face model) trains on it, unless ``own_loss`` is off (a stability
-    study's protocol: cross-entropy on the logits, its labels already the next tokens)."""
+    computes its own given the labels (a Hugging Face model, nanoGPT) trains on it, unless ``own_loss`` is off (a
+    stability study's protocol: cross-entropy on the logits, its labels already the next tokens; a module that scores
+    every position only given its labels is still given them)."""
     import torch
 
     from detprof.backends.torch import compiled as compiled_module
@@ -370,10 +397,14 @@ def training(
     module = module_of(given).to(_device()).train()
     example = synthetic_inputs(module, tuple(spec["input_shape"]), 1, seed)
     logits_shape = tuple(int(d) for d in probe_logits(module, example).shape[1:])
-    x, y = batch(module, spec, seed, logits_shape)
     chosen = given if isinstance(given, Training) else Training(module)
     flat_cross_entropy, loss_of = loss_modules()
-    own = own_loss and chosen.loss is None and returns_own_loss(module, example, logits_shape)
+    call = own_loss_call(module, example, logits_shape)
+    own = own_loss and chosen.loss is None and call is not None
+    keyword = None
+    if call is not None and (own or call[1] != logits_shape):
+        keyword, logits_shape = call  # given its labels, a language model may score every position, not the last
+    x, y = batch(module, spec, seed, logits_shape)
     if own:
         name = f"its own loss ({_name(module.loss_function)})" if hasattr(module, "loss_function") else "its own loss"
         loss = None if compiled else own_loss_ranged(module)
@@ -388,28 +419,42 @@ def training(
     mark_native(module, loss, optimizer, forward)
     autocast = AUTOCAST[spec["amp"]] if spec.get("amp") else None
     scaler = torch.amp.GradScaler(_device().type) if autocast == SCALED else None
-    return ModuleTraining(module, x, y, loss, optimizer, logits_shape, name, autocast, forward, scaler, own)
+    return ModuleTraining(module, x, y, loss, optimizer, logits_shape, name, autocast, forward, scaler, own, keyword)
 
 
-def returns_own_loss(module: Any, example: Any, logits_shape: Sequence[int]) -> bool:
+LABEL_KEYWORDS = ("labels", "targets")
+"""What a module that computes its own loss calls its labels: Hugging Face's models ``labels``, nanoGPT's and
+minGPT's ``targets``."""
+
+
+def own_loss_call(module: Any, example: Any, logits_shape: Sequence[int]) -> tuple[str, tuple[int, ...]] | None:
     """Whether the module computes its own loss given the labels, as a Hugging Face model does (``labels=``, its
-    output's ``loss``): tried once on one example, in inference mode."""
+    output's ``loss``) and nanoGPT (``targets=``, ``(logits, loss)``): the keyword and the shape of the logits it
+    then returns per example, or None. Tried on one example in inference mode, with labels shaped as its logits
+    score, then, for a module of tokens, as its input (nanoGPT scores only the last position without targets)."""
     import inspect
 
     import torch
 
-    if "labels" not in inspect.signature(module.forward).parameters:
-        return False
-    labels = torch.zeros((len(example), *logits_shape[:-1]), dtype=torch.long, device=example.device)
+    parameters = inspect.signature(module.forward).parameters
+    keyword = next((k for k in LABEL_KEYWORDS if k in parameters), None)
+    if keyword is None:
+        return None
+    shapes = dict.fromkeys([tuple(logits_shape[:-1]), *([tuple(example.shape[1:])] if takes_tokens(module) else [])])
     module.eval()
     try:
-        with torch.no_grad():
-            loss = getattr(module(example, labels=labels), "loss", None)
-    except Exception:
-        return False
+        for shape in shapes:
+            labels = torch.zeros((len(example), *shape), dtype=torch.long, device=example.device)
+            try:
+                with torch.no_grad():
+                    output = module(example, **{keyword: labels})
+            except Exception:
+                continue
+            if loss_in(output) is not None:
+                return keyword, tuple(int(d) for d in logits_of(output).shape[1:])
     finally:
         module.train()
-    return isinstance(loss, torch.Tensor) and loss.ndim == 0 and loss.dtype.is_floating_point
+    return None
 
 
 def own_loss_ranged(module: Any) -> Any:

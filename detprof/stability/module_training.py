@@ -123,7 +123,7 @@ class ModuleTrainer:
             with torch.no_grad():
                 for start in range(0, len(x), batch_size):
                     taken.clear()
-                    logits = torch_modules.logits_of(module(self._tensor(x[start : start + batch_size])))
+                    logits = self.training.logits(self._tensor(x[start : start + batch_size]))
                     outputs.append(logits.float().cpu().numpy())
                     feature = taken[-1].float().cpu().numpy()
                     features.append(feature.reshape(len(feature), -1))
