@@ -805,3 +805,17 @@ def test_a_native_registry_model_without_transformers_is_one_line(monkeypatch: p
     with pytest.raises(UsageError, match=line):
         registry.native_model("hf_vit_tiny")
     assert registry.native_model("smallcnn") is None
+
+
+def test_logits_and_a_loss_are_read_from_each_form_a_module_returns() -> None:
+    """A tensor, a Hugging Face output, a dict, and a tuple whose one scalar is the loss (nanoGPT's)."""
+    import torch
+    from transformers.modeling_outputs import CausalLMOutput
+
+    from detprof.models.torch_modules import logits_of, loss_in
+
+    logits, loss = torch.ones(2, 3), torch.tensor(0.5)
+    for output in (CausalLMOutput(loss=loss, logits=logits), {"logits": logits, "loss": loss}, (logits, loss)):
+        assert logits_of(output) is logits and loss_in(output) is loss
+    assert logits_of(logits) is logits and loss_in(logits) is None
+    assert loss_in((logits, None)) is None and loss_in((logits, loss, loss)) is None  # no scalar, or two: none
