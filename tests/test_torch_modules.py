@@ -140,6 +140,10 @@ def no_logits():
     return nn.Flatten(0)
 
 
+def compiled_already():
+    return torch.compile(Net(3, 4))
+
+
 class Unpooled(nn.Module):  # max unpooling scatters into its output: PyTorch has no deterministic one
 
     def __init__(self):
@@ -247,6 +251,9 @@ def test_a_module_that_cannot_take_the_batch_or_returns_no_logits_is_one_line(fo
         described(folder, "no_logits", (4,), given=True)
     with pytest.raises(UsageError, match=r"the module takes token ids: --input-shape is their length"):
         described(folder, "tokens", (3, 8, 8), given=True)
+    # torch.compile's module would carry what one mode compiled into the other: --compile compiles it per process
+    with pytest.raises(UsageError, match=r"compiled_already: the function returns a module compiled by torch.compile"):
+        described(folder, "compiled_already", (8, 8, 3))
     # A stability study, which has no --input-shape, names the datasets instead: it feeds the module its dataset.
     from detprof.models import own_build
     from detprof.stability import datasets, study

@@ -59,9 +59,16 @@ def is_native(value: Any) -> bool:
 
 def checked(value: Any, spec: str) -> Any:
     """``value`` as a model function returned it (a bare module, or ``detprof.Training``), one line where it is not
-    what ``detprof.Training`` holds for a module: a callable loss, an optimizer over that module's parameters."""
+    what ``detprof.Training`` holds for a module: a callable loss, an optimizer over that module's parameters; or
+    where the module is one ``torch.compile`` made, which would carry what it compiled from one mode to the other."""
     import torch
 
+    if isinstance(getattr(module_of(value), "_orig_mod", None), torch.nn.Module):
+        raise UsageError(
+            f"{spec}: the function returns a module compiled by torch.compile: return the module itself, and add "
+            "--compile to train it compiled (each mode in a process of its own, so that neither reuses what the other "
+            "compiled)"
+        )
     if not isinstance(value, Training):
         return value
     if value.example is not None:
