@@ -144,6 +144,10 @@ def compiled_already():
     return torch.compile(Net(3, 4))
 
 
+def bfloat16(input_shape, classes):  # cast as a whole, as a loop that trains in bfloat16 casts it
+    return Net(input_shape[0], classes).to(torch.bfloat16)
+
+
 class Unpooled(nn.Module):  # max unpooling scatters into its output: PyTorch has no deterministic one
 
     def __init__(self):
@@ -218,6 +222,7 @@ def test_a_module_is_described_at_its_own_layout_with_the_classes_its_logits_sco
     assert normed.inputs[0].shape == (own_tokens_length(),) and normed.inputs[0].dtype == "int64"
     images = described(folder, "queries", (12, 12, 3))
     assert images.inputs[0].shape == (3, 12, 12) and images.inputs[0].dtype == "float32" and images.classes == 5
+    assert described(folder, "bfloat16", (12, 12, 3)).inputs[0].dtype == "bfloat16"  # fed in its weights' dtype
 
 
 def test_an_op_without_a_deterministic_implementation_is_named_with_its_module_before_anything_runs(
@@ -715,6 +720,14 @@ def test_a_modules_stability_runs_take_the_images_channels_first(folder: Path) -
     assert (trainer.trainable_vector() == first).all()
     trainer.reset(replace(seeds, init=5))
     assert not (trainer.trainable_vector() == first).all()
+    # a module cast to bfloat16 is fed its images in bfloat16, and its weights read exactly (widened to float32)
+    model = replace(own.parse(f"{folder / 'modules.py'}:bfloat16"), api=kinds.TORCH.api)
+    trainer = ModuleTrainer(model, digits.input_shape, digits.takes, digits.classes, 1e-2)
+    trainer.reset(seeds)
+    trainer.train_step(digits.x_train[:64], digits.y_train[:64])
+    assert trainer.trainable_vector().dtype == np.float32 and trainer.infer(digits.x_test[:10], 5)[1].shape == (10, 10)
+    floating = {a.dtype for _, arrays in trainer.layer_weights() for a in arrays if a.dtype.kind == "f"}
+    assert floating == {np.dtype(np.float32)}  # batch norm's count of batches stays int64
 
 
 def test_a_module_that_scores_every_position_only_given_its_targets_trains_and_infers_on_every_position(

@@ -192,15 +192,25 @@ def _device() -> Any:
 
 
 def synthetic_inputs(module: Any, shape: Sequence[int], rows: int, seed: int) -> Any:
-    """Normal inputs, or uniform ids under the embedding's vocabulary where the module takes tokens, on the device."""
+    """Normal inputs in the module's dtype (``input_dtype``), or uniform ids under the embedding's vocabulary where
+    the module takes tokens, on the device."""
     import torch
 
     generator = torch.Generator().manual_seed(seed)
     if takes_tokens(module):
         x = torch.randint(0, _vocabulary(module), (rows, *shape), generator=generator)
     else:
-        x = torch.randn((rows, *shape), generator=generator)
+        x = torch.randn((rows, *shape), generator=generator).to(input_dtype(module))
     return x.to(_device())
+
+
+def input_dtype(module: Any) -> Any:
+    """The dtype a module's floating inputs are given in: its weights' (a module cast to bfloat16 as a whole is fed
+    bfloat16, as its loop feeds it), float32 where it has none."""
+    import torch
+
+    floating = (p.dtype for p in module.parameters() if p.dtype.is_floating_point)
+    return next(floating, torch.float32)
 
 
 def _vocabulary(module: Any) -> int:
@@ -372,6 +382,7 @@ def batch(module: Any, spec: Mapping[str, Any], seed: int, logits_shape: Sequenc
         from detprof.models.npz_data import module_batch
 
         x, y = (torch.from_numpy(a) for a in module_batch(feed, shape, rows, takes_tokens(module)))
+        x = x.to(input_dtype(module)) if x.is_floating_point() else x
         return x.to(_device()), y.to(_device())
     x = synthetic_inputs(module, shape, rows, seed)
     generator = torch.Generator().manual_seed(seed + 1)

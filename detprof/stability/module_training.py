@@ -88,7 +88,10 @@ class ModuleTrainer:
         import torch
 
         values = torch.from_numpy(np.ascontiguousarray(x))
-        values = values.permute(0, 3, 1, 2).contiguous().float() if self.images else values.long()
+        if self.images:  # channels first, in the module's dtype
+            values = values.permute(0, 3, 1, 2).contiguous().to(torch_modules.input_dtype(self.module))
+        else:
+            values = values.long()
         return values.to(self.training.x.device if self.training is not None else "cpu")
 
     def train_step(self, x: np.ndarray, y: np.ndarray) -> tuple[float, int]:
@@ -142,14 +145,21 @@ class ModuleTrainer:
         for path, submodule in module.named_modules():
             own = [*submodule.parameters(recurse=False), *submodule.buffers(recurse=False)]
             if own:
-                found.append((path or type(module).__name__, [t.detach().cpu().numpy() for t in own]))
+                found.append((path or type(module).__name__, [_host(t) for t in own]))
         return found
 
     def trainable_vector(self) -> np.ndarray:
-        return np.concatenate([p.detach().cpu().numpy().ravel() for p in self.module.parameters() if p.requires_grad])
+        return np.concatenate([_host(p).ravel() for p in self.module.parameters() if p.requires_grad])
 
     def named_weights(self) -> list[tuple[str, np.ndarray]]:
-        return [(name, t.detach().cpu().numpy()) for name, t in self.module.state_dict().items()]
+        return [(name, _host(t)) for name, t in self.module.state_dict().items()]
+
+
+def _host(tensor: Any) -> np.ndarray:
+    """A tensor's values in NumPy, exactly: a bfloat16 module's widened to float32 (``Backend.host_array``)."""
+    from detprof import backends
+
+    return np.asarray(backends.get("torch").host_array(tensor))
 
 
 def _feature_module(module: Any) -> tuple[Any, bool]:
