@@ -158,8 +158,9 @@ class ModuleTrainer:
 def _host(tensor: Any) -> np.ndarray:
     """A tensor's values in NumPy, exactly: a bfloat16 module's widened to float32 (``Backend.host_array``)."""
     from detprof import backends
+    from detprof.models.kinds import TORCH
 
-    return np.asarray(backends.get("torch").host_array(tensor))
+    return np.asarray(backends.get(TORCH.backend).host_array(tensor))
 
 
 def _feature_module(module: Any) -> tuple[Any, bool]:
