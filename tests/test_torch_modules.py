@@ -144,6 +144,14 @@ def compiled_already():
     return torch.compile(Net(3, 4))
 
 
+def binary(input_shape, classes):  # one score per example, trained with its own loss on targets of 0 and 1
+    return detprof.Training(Net(input_shape[0], 1), loss=nn.BCEWithLogitsLoss())
+
+
+def one_axis():
+    return nn.Sequential(Net(3, 1), nn.Flatten(0))
+
+
 def bfloat16(input_shape, classes):  # cast as a whole, as a loop that trains in bfloat16 casts it
     return Net(input_shape[0], classes).to(torch.bfloat16)
 
@@ -252,8 +260,12 @@ def own_tokens_length() -> int:
 def test_a_module_that_cannot_take_the_batch_or_returns_no_logits_is_one_line(folder: Path) -> None:
     with pytest.raises(UsageError, match=r"forward failed on a batch of 3x4 float32 inputs \(RuntimeError: .*--input"):
         described(folder, "grey", (3, 4), given=True)
-    with pytest.raises(UsageError, match=r"no_logits: the module returned Tensor, not logits"):
+    with pytest.raises(UsageError, match=r"no_logits: the module returned Tensor of shape \(8,\), not logits"):
         described(folder, "no_logits", (4,), given=True)
+    with pytest.raises(
+        UsageError, match=r"one_axis: .* of shape \(2,\), not logits .*keeps its last axis, \(batch, 1\)"
+    ):
+        described(folder, "one_axis", (8, 8, 3))
     with pytest.raises(UsageError, match=r"the module takes token ids: --input-shape is their length"):
         described(folder, "tokens", (3, 8, 8), given=True)
     # torch.compile's module would carry what one mode compiled into the other: --compile compiles it per process
@@ -340,6 +352,7 @@ def test_each_arm_builds_the_same_module_and_a_step_trains_it_as_users_do(folder
     import torch
 
     from detprof.models.own_build import native_training
+    from detprof.models.torch_modules import batch
 
     first, second = (native_training(spec(folder, "net", [3, 8, 8], 5), seed=3) for _ in range(2))
     weights = [p.detach().clone() for p in first.module.parameters()]
@@ -352,7 +365,16 @@ def test_each_arm_builds_the_same_module_and_a_step_trains_it_as_users_do(folder
     tokens = native_training(spec(folder, "tokens", [6], 50), seed=3)
     assert tokens.x.dtype == torch.int64 and tokens.y.shape == (4, 6) and int(tokens.x.max()) < 50
     tokens.step()()
-    assert tokens.labels_keyword is None
+    assert tokens.labels_keyword is None and not tokens.targets
+    # a loss that takes targets shaped as the logits (BCE) is given 0s and 1s, not class ids, in each batch drawn
+    binary = native_training(spec(folder, "binary", [3, 8, 8], 10), seed=3)
+    assert binary.targets and binary.y.dtype == torch.float32 and binary.y.shape == (4, 1)
+    assert set(binary.y.flatten().tolist()) <= {0.0, 1.0}
+    assert torch.equal(batch(binary.module, spec(folder, "binary", [3, 8, 8], 10), 3, (1,), True)[1], binary.y)
+    binary.step()()
+    item = described(folder, "binary", (8, 8, 3))
+    assert item.targets and item.classes == 1
+    own.refuse_synthetic(item)  # one score per example is not refused: its loss takes the targets synthetic data has
     assert tokens.facts()["train_step"].endswith("cross-entropy, backward, AdamW.step")
     # a module that computes its own loss given its targets (nanoGPT) trains on it, every position scored
     last = native_training(spec(folder, "last_scored", [6], 50), seed=3)

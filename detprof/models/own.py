@@ -194,6 +194,10 @@ class Inspected:
     nondeterministic_ops: tuple[Mapping[str, Any], ...] = ()
     """A native module's ops without a deterministic implementation on the device, each with the modules that call
     it (``torch_modules.nondeterministic_ops``)."""
+    targets: bool = False
+    """A native module's loss of the user's takes targets shaped as its logits, not class ids (a binary
+    classifier's ``BCEWithLogitsLoss``): synthetic targets of 0 and 1 fit it, one score per example too
+    (``torch_modules.takes_targets``)."""
 
     @classmethod
     def from_answer(cls, model: OwnModel, answer: Mapping[str, Any]) -> Inspected:
@@ -206,6 +210,7 @@ class Inspected:
             answer["loss"],
             int(answer["parameters"]),
             tuple(answer.get("nondeterministic_ops") or ()),
+            bool(answer.get("targets")),
         )
 
     @property
@@ -300,7 +305,7 @@ def refuse_synthetic(item: Inspected) -> None:
             f"{item.label} is compiled with the loss {item.loss}, not {SPARSE_CLASSIFICATION_LOSS}: synthetic class "
             f"labels would not fit it; {need}"
         )
-    if item.classes is None or item.classes < 2:
+    if (item.classes is None or item.classes < 2) and not item.targets:
         shape = shape_text(item.outputs[0].shape)
         raise UsageError(f"{item.label}'s output ({shape}) is not a score per class: {need}")
 

@@ -445,7 +445,8 @@ def describe(
         probe = {"model": model.label, "input_shape": list(shape), "batch_size": code.PROBE_ROWS, "classes": classes}
         training = code.training(given, probe, 0)
         code.scalar_loss(training, model.given)
-        return source | answer | {"nondeterministic_ops": code.nondeterministic_ops(training)}
+        targets = bool(getattr(training, "targets", False))  # a PyTorch module's loss takes targets, not class ids
+        return source | answer | {"nondeterministic_ops": code.nondeterministic_ops(training), "targets": targets}
     built_at_input_shape = takes or not fixes_input_shape(original)
     built = defined(original, input_shape, model.given)
     return source | {

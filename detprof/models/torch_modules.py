@@ -242,7 +242,11 @@ def described(module: Any, shape: tuple[int, ...], spec: str) -> dict[str, Any]:
         taking = "token ids" if takes_tokens(module) else f"{_dtype(probe)} inputs"
         raise call_failed(spec, "forward", shape, taking, exc, "its own layout, like 3x224x224") from exc
     if not isinstance(output, torch.Tensor) or output.ndim < 2 or not output.dtype.is_floating_point:
-        raise UsageError(f"{spec}: the module returned {type(output).__name__}, not logits (a tensor of scores)")
+        shape = f" of shape {tuple(output.shape)}" if isinstance(output, torch.Tensor) else ""
+        raise UsageError(
+            f"{spec}: the module returned {type(output).__name__}{shape}, not logits (a tensor of scores, one row per "
+            "example: a binary classifier keeps its last axis, (batch, 1))"
+        )
     size = sum(p.numel() for p in module.parameters())
     return TORCH.described(shape, _dtype(probe), output.shape[1:], _dtype(output), size)
 
@@ -275,6 +279,9 @@ class ModuleTraining:
     own_loss: bool = False
     """The module computes its own loss given the labels (``labels_keyword``) and trains on it: ``loss`` is then
     only the range around it (``own_loss_ranged``), None where none could be put."""
+    targets: bool = False
+    """The loss takes targets of 0 and 1 shaped as the logits, not class ids (``takes_targets``): each batch drawn
+    for it (``batch``) holds them."""
     labels_keyword: str | None = None
     """The keyword ``forward`` takes the labels by where they are passed (``own_loss_call``): for its own loss, or
     for logits of every position, which nanoGPT scores only given its ``targets``."""
@@ -370,10 +377,12 @@ def module_paths(module: Any) -> list[str]:
     return [path for path, _ in module.named_modules() if path]
 
 
-def batch(module: Any, spec: Mapping[str, Any], seed: int, logits_shape: Sequence[int]) -> tuple[Any, Any]:
+def batch(
+    module: Any, spec: Mapping[str, Any], seed: int, logits_shape: Sequence[int], targets: bool = False
+) -> tuple[Any, Any]:
     """The spec's batch on the device: ``--data``'s leading rows, else one drawn from ``seed`` (inputs as
     ``synthetic_inputs``, a uniform label per row of the module's logits, ``logits_shape``, under the classes they
-    score)."""
+    score; or, where the loss takes ``targets``, a 0 or 1 per score)."""
     import torch
 
     shape, rows = tuple(spec["input_shape"]), int(spec["batch_size"])
@@ -385,6 +394,8 @@ def batch(module: Any, spec: Mapping[str, Any], seed: int, logits_shape: Sequenc
         x = x.to(input_dtype(module)) if x.is_floating_point() else x
         return x.to(_device()), y.to(_device())
     x = synthetic_inputs(module, shape, rows, seed)
+    if targets:
+        return x, synthetic_targets((rows, *logits_shape), seed, x.device)
     generator = torch.Generator().manual_seed(seed + 1)
     y = torch.randint(0, logits_shape[-1], (rows, *logits_shape[:-1]), generator=generator)
     return x, y.to(x.device)
@@ -422,7 +433,8 @@ def training(
     keyword = None
     if call is not None and (own or call[1] != logits_shape):
         keyword, logits_shape = call  # given its labels, a language model may score every position, not the last
-    x, y = batch(module, spec, seed, logits_shape)
+    targets = chosen.loss is not None and takes_targets(chosen.loss, module, example, seed)
+    x, y = batch(module, spec, seed, logits_shape, targets)
     if own:
         name = f"its own loss ({_name(module.loss_function)})" if hasattr(module, "loss_function") else "its own loss"
         loss = None if compiled else own_loss_ranged(module)
@@ -437,7 +449,37 @@ def training(
     mark_native(module, loss, optimizer, forward)
     autocast = AUTOCAST[spec["amp"]] if spec.get("amp") else None
     scaler = torch.amp.GradScaler(_device().type) if autocast == SCALED else None
-    return ModuleTraining(module, x, y, loss, optimizer, logits_shape, name, autocast, forward, scaler, own, keyword)
+    return ModuleTraining(
+        module, x, y, loss, optimizer, logits_shape, name, autocast, forward, scaler, own, targets, keyword
+    )
+
+
+def takes_targets(loss: Any, module: Any, example: Any, seed: int) -> bool:
+    """Whether a loss of the user's takes targets of 0 and 1 shaped as the logits, as a binary classifier's
+    ``BCEWithLogitsLoss`` (or a regression's ``MSELoss``) does, where it fails on class ids: tried on the module's
+    logits of one example. Where neither fits, class ids, on which ``scalar_loss`` then names the loss's failure."""
+    import torch
+
+    logits = probe_logits(module, example)
+    ids = torch.zeros(logits.shape[:-1], dtype=torch.long, device=logits.device)
+    fits = []
+    for labels in (ids, synthetic_targets(logits.shape, seed, logits.device)):
+        try:
+            with torch.no_grad():
+                loss(logits, labels)
+        except Exception:
+            fits.append(False)
+            continue
+        fits.append(True)
+    return fits == [False, True]
+
+
+def synthetic_targets(shape: Sequence[int], seed: int, device: Any) -> Any:
+    """Targets of 0 and 1 (``float32``), one per score of logits of ``shape``."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed + 1)
+    return torch.randint(0, 2, tuple(shape), generator=generator).float().to(device)
 
 
 LABEL_KEYWORDS = ("labels", "targets")

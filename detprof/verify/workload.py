@@ -207,7 +207,7 @@ class _NativeSteps:
     def batch(self, seed: int) -> tuple[Any, Any]:
         from detprof.models import torch_modules
 
-        return torch_modules.batch(self.module, self.params, seed, self.training.logits_shape)
+        return torch_modules.batch(self.module, self.params, seed, self.training.logits_shape, self.training.targets)
 
     def train(self, batch: tuple[Any, Any]) -> list[tuple[str, list[Any]]]:
         from detprof.models import torch_modules
