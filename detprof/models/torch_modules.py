@@ -461,17 +461,17 @@ def takes_targets(loss: Any, module: Any, example: Any, seed: int) -> bool:
     import torch
 
     logits = probe_logits(module, example)
-    ids = torch.zeros(logits.shape[:-1], dtype=torch.long, device=logits.device)
-    fits = []
-    for labels in (ids, synthetic_targets(logits.shape, seed, logits.device)):
+
+    def fits(labels: Any) -> bool:
         try:
             with torch.no_grad():
                 loss(logits, labels)
         except Exception:
-            fits.append(False)
-            continue
-        fits.append(True)
-    return fits == [False, True]
+            return False
+        return True
+
+    ids = torch.zeros(logits.shape[:-1], dtype=torch.long, device=logits.device)
+    return not fits(ids) and fits(synthetic_targets(logits.shape, seed, logits.device))
 
 
 def synthetic_targets(shape: Sequence[int], seed: int, device: Any) -> Any:
