@@ -322,12 +322,18 @@ def test_bad_models_stop_the_sweep_in_one_line_before_any_run(in_zoo: Path, caps
 
 def test_sweep_stability_names_the_study_of_each_model_of_yours_it_leaves_out(in_zoo: Path, capsys: Capture) -> None:
     """``sweep --stability`` trains registry models only: for yours it prints the commands that study them."""
-    yours = ("my_models.py:build_net", "net.keras")
-    outcome = SweepOutcome(in_zoo, "sweep", {}, yours, (), "cpu-small", choose_device(None), "tensorflow")
+    yours, slow = ("my_models.py:build_net", "net.keras"), ("mediumcnn_k1",)  # the latter learns no digits in budget
+    outcome = SweepOutcome(in_zoo, "sweep", {}, (*yours, *slow), slow, "cpu-small", choose_device(None), "tensorflow")
     printed = Console(file=io.StringIO(), width=1000)
     assert study_stability(outcome, console=printed) == []
-    commands = advised(printed.file.getvalue())  # type: ignore[attr-defined]
-    assert commands == [f"detprof stability --model {model}" for model in yours]
+    said = printed.file.getvalue()  # type: ignore[attr-defined]
+    assert said.startswith(
+        "stability: studying no model; my_models.py:build_net, net.keras are models of your own, which the sweep does "
+        "not study; mediumcnn_k1 cannot learn its embedded study in the budget of preset cpu-small: "
+    )
+    assert said.rstrip().endswith("study them")
+    commands = advised(said)
+    assert commands == [f"detprof stability --model {model}" for model in (*yours, *slow)]
     for line in commands:
         resolve(line, in_zoo, capsys)
 

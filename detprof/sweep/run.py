@@ -232,6 +232,25 @@ def measure_program(request: ProgramRequest, *, console: Console) -> SweepOutcom
     return SweepOutcome(out, "sweep", {target.device.label: store}, device=target.device, backend=target.backend)
 
 
+def _left_out(outcome: SweepOutcome, skipped: list[str]) -> str:
+    """Why the sweep studies none of ``skipped`` (a model of one's own, whose data and budget the preset cannot know;
+    a registry model that cannot learn its embedded study in the preset's budget), and the command that studies each."""
+    from detprof.reports.headline import suggested
+
+    own = [m for m in skipped if m not in outcome.registry_models]
+    slow = [m for m in skipped if m in outcome.registry_models]
+    reasons = []
+    if own:
+        what = "is a model" if len(own) == 1 else "are models"
+        reasons.append(f"{', '.join(own)} {what} of your own, which the sweep does not study")
+    if slow:
+        whose = "its" if len(slow) == 1 else "their"
+        budget = f"in the budget of preset {outcome.preset}"
+        reasons.append(f"{', '.join(slow)} cannot learn {whose} embedded study {budget}")
+    studies = ", ".join(suggested("stability", [model], outcome.backend) for model in skipped)
+    return f"{'; '.join(reasons)}: {studies} {'studies it' if len(skipped) == 1 else 'study them'}"
+
+
 def study_stability(outcome: SweepOutcome, *, console: Console) -> list[Path]:
     """The stability side for the report's overhead-versus-variance pairing, one study per swept model that can
     learn its embedded study in its budget; returns each study's summary.
@@ -241,7 +260,6 @@ def study_stability(outcome: SweepOutcome, *, console: Console) -> list[Path]:
     embedded default's time;
     ``detprof stability --runs 10`` runs the full protocol.
     """
-    from detprof.reports.headline import suggested
     from detprof.stability import study
 
     assert outcome.device is not None and outcome.backend is not None, "the command refuses --stability on a fleet"
@@ -250,11 +268,7 @@ def study_stability(outcome: SweepOutcome, *, console: Console) -> list[Path]:
     models = registry_models if studied is None else tuple(m for m in registry_models if m in studied)
     skipped = [m for m in outcome.models if m not in models]
     if skipped:
-        studies = ", ".join(suggested("stability", [model], outcome.backend) for model in skipped)
-        console.print(
-            f"stability: studying {', '.join(models) or 'no model'}; {', '.join(skipped)} cannot learn the "
-            f"embedded digits study in its budget (preset {outcome.preset}): {escape(studies)} study them"
-        )
+        console.print(f"stability: studying {', '.join(models) or 'no model'}; {escape(_left_out(outcome, skipped))}")
     summaries = []
     for model in models:
         runs = STABILITY_RUNS.get(outcome.preset or "", study.EMBEDDED_RUNS)
