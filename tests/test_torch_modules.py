@@ -124,6 +124,10 @@ def normed_tokens():
     return NormedTokens()
 
 
+def bag_of_words():  # the text-classification tutorial's model: its ids go into a bag, one score per class
+    return nn.Sequential(nn.EmbeddingBag(50, 16), nn.Linear(16, 4))
+
+
 def queries():
     return Queries()
 
@@ -228,6 +232,8 @@ def test_a_module_is_described_at_its_own_layout_with_the_classes_its_logits_sco
     # the kind of input is what the module's input goes into first, not the order its submodules were declared in
     normed = described(folder, "normed_tokens", (12, 12, 3))
     assert normed.inputs[0].shape == (own_tokens_length(),) and normed.inputs[0].dtype == "int64"
+    bag = described(folder, "bag_of_words", (12, 12, 3))
+    assert bag.inputs[0].shape == (own_tokens_length(),) and bag.inputs[0].dtype == "int64" and bag.classes == 4
     images = described(folder, "queries", (12, 12, 3))
     assert images.inputs[0].shape == (3, 12, 12) and images.inputs[0].dtype == "float32" and images.classes == 5
     assert described(folder, "bfloat16", (12, 12, 3)).inputs[0].dtype == "bfloat16"  # fed in its weights' dtype

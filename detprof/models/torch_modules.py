@@ -108,7 +108,8 @@ class _Reached(Exception):
 
 
 def input_embedding(module: Any) -> Any | None:
-    """The ``nn.Embedding`` that the module's input goes into, or None where it goes into no embedding.
+    """The ``nn.Embedding`` (or ``nn.EmbeddingBag``) that the module's input goes into, or None where it goes into
+    no embedding.
 
     The module is called on token ids and stopped at the first submodule they reach, before that runs, so nothing
     is computed past what precedes it in ``forward``: an image model's table of learned queries or positions is an
@@ -118,10 +119,11 @@ def input_embedding(module: Any) -> Any | None:
     import torch
 
     leaves = [m for _, m in module.named_modules() if not list(m.children())]
-    if not any(isinstance(m, torch.nn.Embedding) for m in leaves):
+    tables = (torch.nn.Embedding, torch.nn.EmbeddingBag)  # a bag of words (the text-classification tutorial's)
+    if not any(isinstance(m, tables) for m in leaves):
         return None
     reached = _first_reached(module, leaves) or leaves[0]
-    return reached if isinstance(reached, torch.nn.Embedding) else None
+    return reached if isinstance(reached, tables) else None
 
 
 def _first_reached(module: Any, leaves: Sequence[Any]) -> Any | None:
