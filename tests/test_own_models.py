@@ -13,6 +13,7 @@ import io
 import json
 import shutil
 from collections.abc import Iterator
+from contextlib import chdir
 from pathlib import Path
 
 import numpy as np
@@ -412,6 +413,12 @@ def test_check_tells_when_the_model_itself_changed(zoo: Path, sweep: Path, capsy
     code, out, err = run_cli(capsys, "check", "--baseline", path, "--current", sweep)
     assert code == 3 and "model_source.build_net" in err and err.strip().count("\n") == 0
     assert "model_source.build_net" in out
+    # check --run tells it before measuring anything: the file the baseline names is there to hash
+    with chdir(zoo):
+        code, _, err = run_cli(capsys, "check", "--baseline", path, "--run", "--out", zoo / "rerun")
+    assert code == 3 and err.strip().count("\n") == 0, err
+    assert "(model_source.build_net): the file of my_models.py:build_net changed since the baseline was built" in err
+    assert not (zoo / "rerun").exists()
     current = read_sweep(sweep)
     assert fingerprint(current.config, current.records)["model_source"] == sources
 

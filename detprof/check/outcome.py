@@ -131,11 +131,40 @@ def _refuse_before_measuring(request: CheckRequest, reference: Baseline, baselin
             f"--models: none of {', '.join(asked)} is in the baseline {baseline_file}, which holds "
             f"{', '.join(sorted(known))}: there would be nothing to compare"
         )
+    changed = {} if request.allow_env_change else _changed_sources(reference, request.models)
+    if changed:
+        fields = ", ".join(f"model_source.{label}" for label in changed)
+        raise InputError(
+            f"environment differs from the baseline ({fields}): the file of {', '.join(changed.values())} changed "
+            "since the baseline was built, so check --run would measure only to refuse; rebuild the baseline, or "
+            "pass --allow-env-change"
+        )
     if request.out is not None and ResultsStore(request.out, "sweep").exists():
         raise UsageError(
             f"{request.out / 'sweep'} already holds results: check --run measures afresh, into another --out (or "
             "none: results/check-<time>)"
         )
+
+
+def _changed_sources(reference: Baseline, models: str | None) -> dict[str, str]:
+    """The models of one's own that ``--run`` would measure whose file is not the one the baseline measured
+    (``model_source``), by name (-> as given): known before anything runs. A file that cannot be read is left to the
+    sweep to name."""
+    from detprof.models import own
+    from detprof.models.plans import split_models
+
+    sources = reference.fingerprint.get("model_source") or {}
+    changed = {}
+    for given in split_models(models) or tuple(reference.config.get("models") or ()):
+        if not own.is_own(given):
+            continue
+        try:
+            model = own.parse(given)
+        except UsageError:
+            continue
+        if model.sha256 is not None and sources.get(model.label) not in (None, model.source):
+            changed[model.label] = given
+    return changed
 
 
 def run_check(request: CheckRequest, *, console: Console) -> CheckOutcome:
