@@ -112,8 +112,26 @@ class LastScored(nn.Module):  # nanoGPT's contract: given targets every position
         return logits, torch.nn.functional.cross_entropy(logits.view(-1, 50), targets.view(-1))
 
 
+class Seq2Seq(nn.Module):  # an encoder-decoder's contract (T5's, BART's): its decoder's input comes from its labels
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(50, 16)
+        self.out = nn.Linear(32, 50)
+
+    def forward(self, ids, labels=None):
+        if labels is None:
+            raise ValueError("You have to specify either decoder_input_ids or labels")
+        decoder = torch.nn.functional.pad(labels[:, :-1], (1, 0))
+        logits = self.out(torch.cat([self.embed(ids), self.embed(decoder)], dim=-1))
+        return {"logits": logits, "loss": torch.nn.functional.cross_entropy(logits.reshape(-1, 50), labels.reshape(-1))}
+
+
 def net(input_shape, classes):
     return Net(input_shape[0], classes)
+
+
+def seq2seq():
+    return Seq2Seq()
 
 
 def last_scored():
@@ -232,6 +250,12 @@ def test_a_module_is_described_at_its_own_layout_with_the_classes_its_logits_sco
     # the kind of input is what the module's input goes into first, not the order its submodules were declared in
     normed = described(folder, "normed_tokens", (12, 12, 3))
     assert normed.inputs[0].shape == (own_tokens_length(),) and normed.inputs[0].dtype == "int64"
+    pair = described(folder, "seq2seq", (12, 12, 3))
+    assert pair.needs_labels and pair.inputs[0].dtype == "int64" and pair.outputs[0].shape == (own_tokens_length(), 50)
+    from detprof.stability import datasets, study
+
+    with pytest.raises(UsageError, match=r"seq2seq runs only given its labels .* sweep and verify measure it"):
+        study._checked(pair, datasets.load("markov"))
     bag = described(folder, "bag_of_words", (12, 12, 3))
     assert bag.inputs[0].shape == (own_tokens_length(),) and bag.inputs[0].dtype == "int64" and bag.classes == 4
     images = described(folder, "queries", (12, 12, 3))
@@ -389,6 +413,10 @@ def test_each_arm_builds_the_same_module_and_a_step_trains_it_as_users_do(folder
     assert last.facts()["train_step"] == "eager PyTorch: forward, its own loss, backward, AdamW.step"
     loss, logits = last.train_on(last.x, last.y)
     assert loss.ndim == 0 and logits.shape == (4, 6, 50)
+    # an encoder-decoder runs only given its labels: it trains on its own loss, given them
+    pair = native_training(spec(folder, "seq2seq", [6], 50), seed=3)
+    assert pair.own_loss and pair.needs_labels and pair.labels_keyword == "labels" and pair.logits_shape == (6, 50)
+    pair.step()()
 
 
 def test_a_module_returned_with_its_loss_and_optimizer_trains_with_them(folder: Path) -> None:
@@ -867,3 +895,11 @@ def test_logits_and_a_loss_are_read_from_each_form_a_module_returns() -> None:
         assert logits_of(output) is logits and loss_in(output) is loss
     assert logits_of(logits) is logits and loss_in(logits) is None
     assert loss_in((logits, None)) is None and loss_in((logits, loss, loss)) is None  # no scalar, or two: none
+    # the loss named and ranged is the one the model runs: GPT-2 calls its loss_function, T5 its own cross-entropy
+    from transformers import GPT2Config, GPT2LMHeadModel, T5Config, T5ForConditionalGeneration
+
+    from detprof.models.torch_modules import _calls_loss_function
+
+    gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=16, n_positions=8, n_embd=8, n_layer=1, n_head=2))
+    t5 = T5ForConditionalGeneration(T5Config(vocab_size=16, d_model=8, d_kv=4, d_ff=8, num_layers=1, num_heads=2))
+    assert _calls_loss_function(gpt2) and not _calls_loss_function(t5)

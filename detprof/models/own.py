@@ -198,6 +198,9 @@ class Inspected:
     """A native module's loss of the user's takes targets shaped as its logits, not class ids (a binary
     classifier's ``BCEWithLogitsLoss``): synthetic targets of 0 and 1 fit it, one score per example too
     (``torch_modules.takes_targets``)."""
+    needs_labels: bool = False
+    """A native module whose forward runs only given its labels (an encoder-decoder: T5, BART): it trains as its
+    loop trains it, but predicts nothing from its input alone (``torch_modules.needs_labels``)."""
 
     @classmethod
     def from_answer(cls, model: OwnModel, answer: Mapping[str, Any]) -> Inspected:
@@ -211,6 +214,7 @@ class Inspected:
             int(answer["parameters"]),
             tuple(answer.get("nondeterministic_ops") or ()),
             bool(answer.get("targets")),
+            bool(answer.get("needs_labels")),
         )
 
     @property

@@ -445,8 +445,9 @@ def describe(
         probe = {"model": model.label, "input_shape": list(shape), "batch_size": code.PROBE_ROWS, "classes": classes}
         training = code.training(given, probe, 0)
         code.scalar_loss(training, model.given)
-        targets = bool(getattr(training, "targets", False))  # a PyTorch module's loss takes targets, not class ids
-        return source | answer | {"nondeterministic_ops": code.nondeterministic_ops(training), "targets": targets}
+        # A PyTorch module's loss may take targets, not class ids; its forward may run only given its labels.
+        found = {name: bool(getattr(training, name, False)) for name in ("targets", "needs_labels")}
+        return source | answer | {"nondeterministic_ops": code.nondeterministic_ops(training)} | found
     built_at_input_shape = takes or not fixes_input_shape(original)
     built = defined(original, input_shape, model.given)
     return source | {

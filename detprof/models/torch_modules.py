@@ -221,15 +221,46 @@ def _vocabulary(module: Any) -> int:
 
 def probe_logits(module: Any, x: Any) -> Any:
     """The module's logits for ``x`` in inference mode (no dropout drawn, no running statistics updated), the
-    module left in training mode."""
+    module left in training mode; given labels (zeros) where it runs only given them (``needs_labels``)."""
     import torch
 
     module.eval()
     try:
         with torch.no_grad():
-            return logits_of(module(x))
+            try:
+                return logits_of(module(x))
+            except Exception:
+                keyword = _labels_keyword(module)
+                if keyword is None or x.is_floating_point():
+                    raise
+                return logits_of(module(x, **{keyword: torch.zeros_like(x)}))
     finally:
         module.train()
+
+
+def needs_labels(module: Any, x: Any) -> bool:
+    """Whether the module's forward fails on ``x`` without its labels, though it takes them (``LABEL_KEYWORDS``):
+    an encoder-decoder (T5, BART) builds its decoder's input from them, as its loop trains it."""
+    import torch
+
+    if _labels_keyword(module) is None:
+        return False
+    module.eval()
+    try:
+        with torch.no_grad():
+            module(x)
+    except Exception:
+        return True
+    finally:
+        module.train()
+    return False
+
+
+def _labels_keyword(module: Any) -> str | None:
+    import inspect
+
+    parameters = inspect.signature(module.forward).parameters
+    return next((k for k in LABEL_KEYWORDS if k in parameters), None)
 
 
 def described(module: Any, shape: tuple[int, ...], spec: str) -> dict[str, Any]:
@@ -285,8 +316,11 @@ class ModuleTraining:
     """The loss takes targets of 0 and 1 shaped as the logits, not class ids (``takes_targets``): each batch drawn
     for it (``batch``) holds them."""
     labels_keyword: str | None = None
-    """The keyword ``forward`` takes the labels by where they are passed (``own_loss_call``): for its own loss, or
-    for logits of every position, which nanoGPT scores only given its ``targets``."""
+    """The keyword ``forward`` takes the labels by where they are passed (``own_loss_call``): for its own loss, for
+    logits of every position, which nanoGPT scores only given its ``targets``, or to run at all (``needs_labels``)."""
+    needs_labels: bool = False
+    """Its forward runs only given the labels (an encoder-decoder: ``needs_labels``), so it predicts nothing from
+    its input alone."""
 
     @property
     def classes(self) -> int:
@@ -432,14 +466,15 @@ def training(
     flat_cross_entropy, loss_of = loss_modules()
     call = own_loss_call(module, example, logits_shape)
     own = own_loss and chosen.loss is None and call is not None
-    keyword = None
-    if call is not None and (own or call[1] != logits_shape):
+    keyword, labels_needed = None, needs_labels(module, example)
+    if call is not None and (own or call[1] != logits_shape or labels_needed):
         keyword, logits_shape = call  # given its labels, a language model may score every position, not the last
     targets = chosen.loss is not None and takes_targets(chosen.loss, module, example, seed)
     x, y = batch(module, spec, seed, logits_shape, targets)
     if own:
-        name = f"its own loss ({_name(module.loss_function)})" if hasattr(module, "loss_function") else "its own loss"
-        loss = None if compiled else own_loss_ranged(module)
+        ranged = _calls_loss_function(module)
+        name = f"its own loss ({_name(module.loss_function)})" if ranged else "its own loss"
+        loss = None if compiled or not ranged else own_loss_ranged(module)
     else:
         loss = flat_cross_entropy() if chosen.loss is None else chosen.loss
         loss = loss if isinstance(loss, torch.nn.Module) else loss_of(loss)
@@ -452,7 +487,20 @@ def training(
     autocast = AUTOCAST[spec["amp"]] if spec.get("amp") else None
     scaler = torch.amp.GradScaler(_device().type) if autocast == SCALED else None
     return ModuleTraining(
-        module, x, y, loss, optimizer, logits_shape, name, autocast, forward, scaler, own, targets, keyword
+        module,
+        x,
+        y,
+        loss,
+        optimizer,
+        logits_shape,
+        name,
+        autocast,
+        forward,
+        scaler,
+        own,
+        targets,
+        keyword,
+        labels_needed,
     )
 
 
@@ -494,12 +542,9 @@ def own_loss_call(module: Any, example: Any, logits_shape: Sequence[int]) -> tup
     output's ``loss``) and nanoGPT (``targets=``, ``(logits, loss)``): the keyword and the shape of the logits it
     then returns per example, or None. Tried on one example in inference mode, with labels shaped as its logits
     score, then, for a module of tokens, as its input (nanoGPT scores only the last position without targets)."""
-    import inspect
-
     import torch
 
-    parameters = inspect.signature(module.forward).parameters
-    keyword = next((k for k in LABEL_KEYWORDS if k in parameters), None)
+    keyword = _labels_keyword(module)
     if keyword is None:
         return None
     shapes = dict.fromkeys([tuple(logits_shape[:-1]), *([tuple(example.shape[1:])] if takes_tokens(module) else [])])
@@ -517,6 +562,19 @@ def own_loss_call(module: Any, example: Any, logits_shape: Sequence[int]) -> tup
     finally:
         module.train()
     return None
+
+
+def _calls_loss_function(module: Any) -> bool:
+    """Whether the module's ``forward`` calls its Hugging Face ``loss_function`` (GPT-2's does; T5's computes its
+    cross-entropy inline, though it has one too), read from its source: the loss named and ranged is the one run."""
+    import inspect
+
+    if not callable(getattr(module, "loss_function", None)):
+        return False
+    try:
+        return "loss_function" in inspect.getsource(type(module).forward)
+    except (OSError, TypeError):
+        return False
 
 
 def own_loss_ranged(module: Any) -> Any:

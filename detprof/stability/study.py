@@ -557,6 +557,11 @@ def _checked(item: own.Inspected, data: datasets.Dataset) -> own.OwnModel:
             f"{item.label} has {len(item.inputs)} input(s) and {len(item.outputs)} output(s): a stability study "
             "trains an image classifier, one input and one output"
         )
+    if item.needs_labels:
+        raise UsageError(
+            f"{item.label} runs only given its labels (an encoder-decoder builds its decoder's input from them): it "
+            "predicts nothing from its input alone, which a stability study compares; sweep and verify measure it"
+        )
     shape, outputs = item.inputs[0].shape, item.outputs[0].shape
     if data.takes == "tokens" and len(shape) != 1:
         raise UsageError(
