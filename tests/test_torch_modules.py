@@ -112,7 +112,7 @@ class LastScored(nn.Module):  # nanoGPT's contract: given targets every position
         return logits, torch.nn.functional.cross_entropy(logits.view(-1, 50), targets.view(-1))
 
 
-class Seq2Seq(nn.Module):  # an encoder-decoder's contract (T5's, BART's): its decoder's input comes from its labels
+class Seq2Seq(nn.Module):  # an encoder-decoder's contract (T5's): its decoder's input comes from its labels
     def __init__(self):
         super().__init__()
         self.embed = nn.Embedding(50, 16)

@@ -199,7 +199,7 @@ class Inspected:
     classifier's ``BCEWithLogitsLoss``): synthetic targets of 0 and 1 fit it, one score per example too
     (``torch_modules.takes_targets``)."""
     needs_labels: bool = False
-    """A native module whose forward runs only given its labels (an encoder-decoder: T5, BART): it trains as its
+    """A native module whose forward runs only given its labels (an encoder-decoder such as T5): it trains as its
     loop trains it, but predicts nothing from its input alone (``torch_modules.needs_labels``)."""
 
     @classmethod

@@ -240,7 +240,7 @@ def probe_logits(module: Any, x: Any) -> Any:
 
 def needs_labels(module: Any, x: Any) -> bool:
     """Whether the module's forward fails on ``x`` without its labels, though it takes them (``LABEL_KEYWORDS``):
-    an encoder-decoder (T5, BART) builds its decoder's input from them, as its loop trains it."""
+    an encoder-decoder such as T5 builds its decoder's input from them, as its loop trains it."""
     import torch
 
     if _labels_keyword(module) is None:
