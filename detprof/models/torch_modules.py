@@ -461,7 +461,8 @@ def training(
 
     module = module_of(given).to(_device()).train()
     example = synthetic_inputs(module, tuple(spec["input_shape"]), 1, seed)
-    logits_shape = tuple(int(d) for d in probe_logits(module, example).shape[1:])
+    probe = probe_logits(module, example)
+    logits_shape = tuple(int(d) for d in probe.shape[1:])
     chosen = given if isinstance(given, Training) else Training(module)
     flat_cross_entropy, loss_of = loss_modules()
     call = own_loss_call(module, example, logits_shape)
@@ -469,7 +470,7 @@ def training(
     keyword, labels_needed = None, needs_labels(module, example)
     if call is not None and (own or call[1] != logits_shape or labels_needed):
         keyword, logits_shape = call  # given its labels, a language model may score every position, not the last
-    targets = chosen.loss is not None and takes_targets(chosen.loss, module, example, seed)
+    targets = chosen.loss is not None and takes_targets(chosen.loss, probe, seed)
     x, y = batch(module, spec, seed, logits_shape, targets)
     if own:
         ranged = _calls_loss_function(module)
@@ -504,13 +505,12 @@ def training(
     )
 
 
-def takes_targets(loss: Any, module: Any, example: Any, seed: int) -> bool:
+def takes_targets(loss: Any, logits: Any, seed: int) -> bool:
     """Whether a loss of the user's takes targets of 0 and 1 shaped as the logits, as a binary classifier's
     ``BCEWithLogitsLoss`` (or a regression's ``MSELoss``) does, where it fails on class ids: tried on the module's
-    logits of one example. Where neither fits, class ids, on which ``scalar_loss`` then names the loss's failure."""
+    ``logits`` of one example (``probe_logits``). Where neither fits, class ids, on which ``scalar_loss`` then names
+    the loss's failure."""
     import torch
-
-    logits = probe_logits(module, example)
 
     def fits(labels: Any) -> bool:
         try:
