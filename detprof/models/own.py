@@ -200,7 +200,7 @@ class Inspected:
     (``torch_modules.takes_targets``)."""
     needs_labels: bool = False
     """A native module whose forward runs only given its labels (an encoder-decoder such as T5): it trains as its
-    loop trains it, but predicts nothing from its input alone (``torch_modules.needs_labels``)."""
+    loop trains it, but predicts nothing from its input alone (``torch_modules.probed``)."""
 
     @classmethod
     def from_answer(cls, model: OwnModel, answer: Mapping[str, Any]) -> Inspected:

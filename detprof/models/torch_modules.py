@@ -138,10 +138,8 @@ def _first_reached(module: Any, leaves: Sequence[Any]) -> Any | None:
             raise _Reached(leaf)
 
     hooks = [leaf.register_forward_pre_hook(stop) for leaf in leaves]
-    training = module.training
-    module.eval()
     try:
-        with torch.no_grad():
+        with _inference(module):
             module(ids)
     except _Reached as reached:
         return reached.module
@@ -150,8 +148,22 @@ def _first_reached(module: Any, leaves: Sequence[Any]) -> Any | None:
     finally:
         for hook in hooks:
             hook.remove()
-        module.train(training)
     return None
+
+
+@contextlib.contextmanager
+def _inference(module: Any) -> Iterator[None]:
+    """While inside: the module in inference mode (no dropout drawn, no running statistics updated), no gradient
+    kept; then in the mode it was in."""
+    import torch
+
+    training = module.training
+    module.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        module.train(training)
 
 
 def input_shape(module: Any, shape: Sequence[int], given: bool, spec: str) -> tuple[int, ...]:
@@ -220,40 +232,24 @@ def _vocabulary(module: Any) -> int:
 
 
 def probe_logits(module: Any, x: Any) -> Any:
-    """The module's logits for ``x`` in inference mode (no dropout drawn, no running statistics updated), the
-    module left in training mode; given labels (zeros) where it runs only given them (``needs_labels``)."""
+    """The module's logits for ``x`` in inference mode (``probed``)."""
+    return probed(module, x)[0]
+
+
+def probed(module: Any, x: Any) -> tuple[Any, bool]:
+    """The module's logits for ``x`` in inference mode (``_inference``), and whether it ran only given its labels
+    (zeros, as token ids take them), which it takes (``LABEL_KEYWORDS``): an encoder-decoder such as T5 builds its
+    decoder's input from them, as its loop trains it."""
     import torch
 
-    module.eval()
-    try:
-        with torch.no_grad():
-            try:
-                return logits_of(module(x))
-            except Exception:
-                keyword = _labels_keyword(module)
-                if keyword is None or x.is_floating_point():
-                    raise
-                return logits_of(module(x, **{keyword: torch.zeros_like(x)}))
-    finally:
-        module.train()
-
-
-def needs_labels(module: Any, x: Any) -> bool:
-    """Whether the module's forward fails on ``x`` without its labels, though it takes them (``LABEL_KEYWORDS``):
-    an encoder-decoder such as T5 builds its decoder's input from them, as its loop trains it."""
-    import torch
-
-    if _labels_keyword(module) is None:
-        return False
-    module.eval()
-    try:
-        with torch.no_grad():
-            module(x)
-    except Exception:
-        return True
-    finally:
-        module.train()
-    return False
+    with _inference(module):
+        try:
+            return logits_of(module(x)), False
+        except Exception:
+            keyword = _labels_keyword(module)
+            if keyword is None or x.is_floating_point():
+                raise
+            return logits_of(module(x, **{keyword: torch.zeros_like(x)})), True
 
 
 def _labels_keyword(module: Any) -> str | None:
@@ -317,10 +313,10 @@ class ModuleTraining:
     for it (``batch``) holds them."""
     labels_keyword: str | None = None
     """The keyword ``forward`` takes the labels by where they are passed (``own_loss_call``): for its own loss, for
-    logits of every position, which nanoGPT scores only given its ``targets``, or to run at all (``needs_labels``)."""
+    logits of every position, which nanoGPT scores only given its ``targets``, or to run at all (``probed``)."""
     needs_labels: bool = False
-    """Its forward runs only given the labels (an encoder-decoder: ``needs_labels``), so it predicts nothing from
-    its input alone."""
+    """Its forward runs only given the labels (an encoder-decoder: ``probed``), so it predicts nothing from its input
+    alone."""
 
     @property
     def classes(self) -> int:
@@ -461,13 +457,13 @@ def training(
 
     module = module_of(given).to(_device()).train()
     example = synthetic_inputs(module, tuple(spec["input_shape"]), 1, seed)
-    probe = probe_logits(module, example)
+    probe, labels_needed = probed(module, example)
     logits_shape = tuple(int(d) for d in probe.shape[1:])
     chosen = given if isinstance(given, Training) else Training(module)
     flat_cross_entropy, loss_of = loss_modules()
     call = own_loss_call(module, example, logits_shape)
     own = own_loss and chosen.loss is None and call is not None
-    keyword, labels_needed = None, needs_labels(module, example)
+    keyword = None
     if call is not None and (own or call[1] != logits_shape or labels_needed):
         keyword, logits_shape = call  # given its labels, a language model may score every position, not the last
     targets = chosen.loss is not None and takes_targets(chosen.loss, probe, seed)
@@ -548,19 +544,15 @@ def own_loss_call(module: Any, example: Any, logits_shape: Sequence[int]) -> tup
     if keyword is None:
         return None
     shapes = dict.fromkeys([tuple(logits_shape[:-1]), *([tuple(example.shape[1:])] if takes_tokens(module) else [])])
-    module.eval()
-    try:
-        for shape in shapes:
-            labels = torch.zeros((len(example), *shape), dtype=torch.long, device=example.device)
-            try:
-                with torch.no_grad():
-                    output = module(example, **{keyword: labels})
-            except Exception:
-                continue
-            if loss_in(output) is not None:
-                return keyword, tuple(int(d) for d in logits_of(output).shape[1:])
-    finally:
-        module.train()
+    for shape in shapes:
+        labels = torch.zeros((len(example), *shape), dtype=torch.long, device=example.device)
+        try:
+            with _inference(module):
+                output = module(example, **{keyword: labels})
+        except Exception:
+            continue
+        if loss_in(output) is not None:
+            return keyword, tuple(int(d) for d in logits_of(output).shape[1:])
     return None
 
 
