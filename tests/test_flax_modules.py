@@ -167,6 +167,45 @@ def row():
 
 def linen_no_example():
     return detprof.Training(LinenNet(4))
+
+
+class Queries(nnx.Module):  # DETR's table of learned queries, an embedding the images never enter
+    def __init__(self, classes, rngs):
+        self.queries = nnx.Embed(8, 8, rngs=rngs)
+        self.stem = nnx.Conv(3, 8, (3, 3), rngs=rngs)
+        self.head = nnx.Linear(8, classes, rngs=rngs)
+
+    def __call__(self, x):
+        return self.head(self.stem(x).mean(axis=(1, 2)) + self.queries(jnp.arange(8)).mean(axis=0))
+
+
+def queries(input_shape, classes):
+    return Queries(classes, nnx.Rngs(0))
+
+
+class LinenQueries(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(4)(nn.Conv(8, (3, 3))(x).mean(axis=(1, 2)) + nn.Embed(8, 8)(jnp.arange(8)).mean(axis=0))
+
+
+def linen_queries():
+    return detprof.Training(LinenQueries(), example=jnp.zeros((1, 8, 8, 3)))
+
+
+class Lm(nnx.Module):  # its norm named first, its position table smaller than its vocabulary
+    def __init__(self, rngs):
+        self.a_norm = nnx.LayerNorm(16, rngs=rngs)
+        self.positions = nnx.Embed(32, 16, rngs=rngs)
+        self.tokens = nnx.Embed(50, 16, rngs=rngs)
+        self.head = nnx.Linear(16, 50, rngs=rngs)
+
+    def __call__(self, ids):
+        return self.head(self.a_norm(self.tokens(ids) + self.positions(jnp.arange(ids.shape[1]))))
+
+
+def lm():
+    return Lm(nnx.Rngs(0))
 """
 FLAX_REGISTRY = {
     "flax_resnet_tiny": {"stem", "blocks.0.conv1", "blocks.7.conv2", "head", TOP_LEVEL_PART},
@@ -196,6 +235,23 @@ def test_a_module_is_described_channels_last_with_the_classes_its_logits_score(f
     item = described(folder, "net")
     assert item.model.api == kinds.FLAX.api and item.built_at_input_shape
     assert item.inputs[0].shape == (8, 8, 3) and item.inputs[0].dtype == "float32" and item.classes == 6
+
+
+def test_a_module_takes_token_ids_where_its_input_goes_into_an_embedding(folder: Path) -> None:
+    """Read from where the module hands its input, not from what it holds or the order its parts are named in: an
+    image model with a table of learned queries (NNX or Linen) takes images; a language model takes ids under the
+    rows of the embedding its ids go into, not of its smaller position table."""
+    for function in ("queries", "linen_queries"):
+        item = described(folder, function)
+        assert item.inputs[0].shape == (8, 8, 3) and item.inputs[0].dtype == "float32", function
+    lm = described(folder, "lm")
+    assert lm.inputs[0].shape == (32,) and lm.inputs[0].dtype == "int32" and lm.classes == 50
+    import runpy
+
+    from detprof.models import flax_modules
+
+    ids = flax_modules.synthetic_inputs(runpy.run_path(str(folder / "flax_net.py"))["lm"](), (32,), 64, 0)
+    assert 32 <= int(ids.max()) < 50
 
 
 def test_a_module_that_returns_no_logits_is_one_line_naming_what_it_returned(folder: Path) -> None:

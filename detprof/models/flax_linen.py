@@ -74,7 +74,7 @@ def as_nnx(module: linen.Module, example: Any, spec: str) -> LinenModule:
     wrapper.eval()
     found: dict[str, Any] = {"paths": [], "vocabulary": []}
     try:
-        with linen.intercept_methods(_found_while_initialised(found)):
+        with linen.intercept_methods(_found_while_initialised(found, example)):
             nnx.bridge.lazy_init(wrapper, example)
     except Exception as exc:
         shape = "x".join(map(str, getattr(example, "shape", ())))
@@ -82,7 +82,7 @@ def as_nnx(module: linen.Module, example: Any, spec: str) -> LinenModule:
             f"{spec}: the Linen module's init failed on the example input ({shape}): {first_line(exc, with_type=True)}"
         ) from exc
     wrapper.to_nnx__paths = tuple(dict.fromkeys(found["paths"]))
-    wrapper.to_nnx__vocabulary = min(found["vocabulary"], default=None)
+    wrapper.to_nnx__vocabulary = next(iter(found["vocabulary"]), None)
     wrapper.to_nnx__example_shape = tuple(int(d) for d in example.shape[1:])
     wrapper.to_nnx__mutable = _updated_collections(wrapper)
     wrapper.train()
@@ -118,14 +118,15 @@ def _scoped_call(next_fun: Any, args: tuple[Any, ...], kwargs: dict[str, Any], c
     return output
 
 
-def _found_while_initialised(found: dict[str, Any]) -> Any:
-    """An interceptor that notes each submodule's path, parents before their children, and each embedding's rows."""
+def _found_while_initialised(found: dict[str, Any], example: Any) -> Any:
+    """An interceptor that notes each submodule's path, parents before their children, and the rows of each
+    embedding handed ``example`` as it was given."""
 
     def note(next_fun: Any, args: tuple[Any, ...], kwargs: dict[str, Any], context: Any) -> Any:
         path = _path(context.module)
         if path and context.method_name == "__call__":
             found["paths"].append(path)
-        if isinstance(context.module, linen.Embed):
+        if isinstance(context.module, linen.Embed) and args and args[0] is example:
             found["vocabulary"].append(int(context.module.num_embeddings))
         return next_fun(*args, **kwargs)
 

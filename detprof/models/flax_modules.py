@@ -3,7 +3,7 @@
 JAX users rarely train Keras models: they write Flax NNX modules and train them with optax. A
 function that returns one (``FILE.py:FUNCTION``, ``package.module:FUNCTION``) is that model,
 trained as the Flax examples train one: the module in training mode, called on a batch it takes as
-it is (images channels last, token ids where it holds an embedding), cross-entropy on its logits
+it is (images channels last, token ids where its input goes into an embedding), cross-entropy on its logits
 (every position's, for a language model) and AdamW through ``nnx.Optimizer``, or the loss and optax
 optimizer it returned with it (``detprof.Training``); ``nnx.value_and_grad`` and the optimizer's
 update inside one ``jax.jit`` of a pure function over the split state, the state donated from step to
@@ -95,18 +95,79 @@ def module_of(value: Any) -> Any:
 
 
 def takes_tokens(module: Any) -> bool:
-    """A module that holds an embedding (``nnx.Embed``) takes token ids."""
+    """A module whose input goes into an embedding (``nnx.Embed``, or a wrapped Linen module's ``Embed``) takes
+    token ids."""
     return _vocabulary(module) is not None
 
 
 def _vocabulary(module: Any) -> int | None:
-    """The ids every embedding of the module takes (the fewest rows of any: a position table may be an embedding
-    too); None: it holds none."""
+    """The rows of the embedding the module's input goes into; None where it goes into none (an image model's table
+    of learned queries or positions is an embedding its input never enters). Where the probe cannot tell (its ids
+    reach no submodule as they were given: a slice, a cast), the fewest rows of any embedding it holds (a position
+    table may be an embedding too)."""
     from flax import nnx
 
-    rows = [int(m.num_embeddings) for _, m in nnx.iter_modules(module) if isinstance(m, nnx.Embed)]
-    rows += [int(m.to_nnx__vocabulary) for _, m in _linen_modules(module) if m.to_nnx__vocabulary is not None]
-    return min(rows) if rows else None
+    if (rows := _rows(module)) is not None:
+        return rows  # a Linen module wrapped whole
+    tables = {path: _rows(m) for path, m in nnx.iter_modules(module) if path and _rows(m) is not None}
+    if not tables:
+        return None
+    reached = _input_path(module)
+    return min(tables.values()) if reached is None else tables.get(reached)
+
+
+def _rows(module: Any) -> int | None:
+    """The ids an embedding takes: an ``nnx.Embed``'s rows, or those of the one a wrapped Linen module's input goes
+    into (``flax_linen``); None for any other module."""
+    from flax import nnx
+
+    if isinstance(module, nnx.Embed):
+        return int(module.num_embeddings)
+    return getattr(module, "to_nnx__vocabulary", None)
+
+
+class _Reached(Exception):
+    """Stops a probe's trace at the first submodule that its input reaches (``_input_path``)."""
+
+    def __init__(self, path: tuple[Any, ...]) -> None:
+        super().__init__()
+        self.path = path
+
+
+def _input_path(module: Any) -> tuple[Any, ...] | None:
+    """The path of the first submodule without submodules of its own that the module hands its input to: the module
+    is traced (not run) on token ids and stopped there, before that submodule's call. None where the ids reach no
+    submodule as they were given or the call fails on them first."""
+    import jax.numpy as jnp
+    from flax import nnx
+
+    leaves = {path: m for path, m in nnx.iter_modules(module) if path and not list(nnx.iter_module_children(m))}
+    classes = {path: type(leaf) for path, leaf in leaves.items()}
+    given: list[Any] = []
+
+    def stop(self: Any, *args: Any, _base: type, _path: tuple[Any, ...], **kwargs: Any) -> Any:
+        if args and args[0] is given[0]:
+            raise _Reached(_path)
+        return _base.__call__(self, *args, **kwargs)
+
+    def probe(m: Any, ids: Any) -> None:
+        given.append(ids)
+        m(ids)
+
+    for path, leaf in leaves.items():
+        cls = classes[path]
+        call = functools.partialmethod(stop, _base=cls, _path=path)
+        leaf.__class__ = type(cls.__name__, (cls,), {"__call__": call, "__module__": cls.__module__})
+    try:
+        nnx.eval_shape(probe, module, jnp.zeros((PROBE_ROWS, TOKENS), jnp.int32))
+    except _Reached as reached:
+        return reached.path
+    except Exception:
+        return None
+    finally:
+        for path, leaf in leaves.items():
+            leaf.__class__ = classes[path]
+    return None
 
 
 def _linen_modules(module: Any) -> list[tuple[Any, Any]]:
