@@ -98,6 +98,13 @@ def stability(
         "runs_ok": 12,
         "runs_failed": 0,
         "variants": variants,
+        "config": {
+            "model": model,
+            "dataset": "digits",
+            "epochs": 60,
+            "runs": 3,
+            "variants": [v["variant"] for v in variants],
+        },
     }
     store.write_json("summary.json", summary)
 
@@ -248,8 +255,9 @@ def test_json_shape(tmp_path: Path) -> None:
     assert any("no calibration ran" in n for n in doc["notes"])
 
 
-def test_study_that_did_not_learn_is_flagged_and_left_out(tmp_path: Path) -> None:
-    """mediumcnn_k1 on digits at 15-17% (chance 10%) with churn 0.85 fed the verdict; now it is set apart."""
+def test_study_that_did_not_learn_is_flagged_and_left_out(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """mediumcnn_k1 on digits at 15-17% (chance 10%) with churn 0.85 fed the verdict; now it is set apart, with the
+    same study trained three times as long to read what it buys."""
     root = sweep(tmp_path / "res", {"mediumcnn_k1": EXPENSIVE, "smallcnn": CHEAP})
     stability(root, "mediumcnn_k1", "t4", accuracy=0.16, churn_impl=0.85)
     stability(root, "smallcnn", "t4", accuracy=0.93, churn_impl=0.02)
@@ -270,6 +278,9 @@ def test_study_that_did_not_learn_is_flagged_and_left_out(tmp_path: Path) -> Non
     learned, _, left_out = stability_section.partition("Studies whose models did not learn")
     assert "smallcnn on digits" in learned and "mediumcnn_k1" not in learned
     assert "mediumcnn_k1 on digits, t4: did not learn" in left_out
+    retrain = "detprof stability --model mediumcnn_k1 --dataset digits --epochs 180 --runs 3"
+    assert f"Train it longer before reading its spread: <code>{retrain}</code> (3x the 60 epochs it ran)" in left_out
+    assert doc["stability_not_learned"][0]["advice"].endswith(f"`{retrain}` (3x the 60 epochs it ran)")
     tradeoff = page[page.index('<section id="tradeoff">') : page.index('<section id="conditions">')]
     assert "mediumcnn_k1" not in tradeoff and "smallcnn" in tradeoff
     plotted = re.findall(r'"name":"([^"]+ on t4)"', tradeoff)
@@ -278,6 +289,8 @@ def test_study_that_did_not_learn_is_flagged_and_left_out(tmp_path: Path) -> Non
     text = render_report([root], "md")
     assert "| t4 (Tesla T4) | mediumcnn\\_k1 |" in md_answer(text) and "did not learn (left out)" in md_answer(text)
     assert "**Did not learn**, left out of the verdicts" in text
+    assert retrain in advised(text)
+    resolve(retrain, tmp_path, capsys)
 
 
 @pytest.mark.parametrize(("classes", "needed"), [(10, 0.2), (100, 0.11), (2, 0.75), (3, 2 / 3)])

@@ -31,7 +31,8 @@ from detprof.reports.provenance import framework_name
 from detprof.reports.published import PUBLISHED, SOURCE
 from detprof.reports.tradeoff import NOISY_CHURN, QUADRANT_ADVICE, Noise, Quadrant
 from detprof.reports.verdict import Verdict
-from detprof.stability.learning import Learning
+from detprof.stability.learning import LONGER, Learning
+from detprof.stability.variants import DEFAULT_VARIANTS
 
 PROGRAM_STAND_IN = "FILE.py:FUNCTION"
 """What a suggested command that trains models takes for a program (``sweep --command``): a model of your own."""
@@ -124,6 +125,23 @@ def fleet_options(command: str) -> list[str]:
         if word == "--ray" and i + 1 < len(words):
             return [f" --ray {shlex.quote(words[i + 1])}"]
     return []
+
+
+def longer_training_advice(config: Mapping[str, Any], backend: str, command: str) -> str | None:
+    """The stability study of ``config`` again, trained for longer (``learning.LONGER`` times its epochs), on the same
+    data, runs and variants and on the same fleet; None where it does not say its epochs."""
+    epochs = config.get("epochs")
+    if not isinstance(epochs, int) or isinstance(epochs, bool) or not config.get("model"):
+        return None
+    options = [f" --dataset {shlex.quote(str(config['dataset']))}"] if config.get("dataset") else []
+    options.append(f" --epochs {epochs * LONGER}")
+    if config.get("runs"):
+        options.append(f" --runs {int(config['runs'])}")
+    variants = list(config.get("variants") or DEFAULT_VARIANTS)
+    if variants != list(DEFAULT_VARIANTS):
+        options.append(f" --variants {shlex.quote(','.join(variants))}")
+    line = suggested("stability", [str(config["model"])], backend, options + fleet_options(command))
+    return f"train it longer before reading its spread: {line} ({LONGER}x the {epochs} epochs it ran)"
 
 
 def with_stand_in(text: str, givens: Sequence[str | None]) -> str:

@@ -746,6 +746,7 @@ def stability_study(study: StabilityStudy, shown: str) -> dict[str, Any]:
         "name": cells.stability_name(study, shown),
         "title": cells.stability_title(study, shown),
         "did_not_learn": None if learning.learned is not False else learning.line(),
+        "longer_training": study.longer_training and study.longer_training[0].upper() + study.longer_training[1:],
         "variants": table(
             VARIANT_HEADERS,
             cells.columns((cells.variant(v) for v in study.variants), VARIANT_HEADERS),

@@ -49,6 +49,7 @@ def document(report: Report) -> dict[str, Any]:
                 "backend": s.backend,
                 "dataset": s.dataset,
                 "reason": s.learning.line(),
+                "advice": s.longer_training,
             }
             for s in report.stability
             if not s.learned

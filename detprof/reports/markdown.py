@@ -306,7 +306,8 @@ def render(report: Report) -> str:
     for st in report.stability:
         out += [f"### {md(cells.stability_title(st, report.where(st.label, st.backend)))}", ""]
         if not st.learned:
-            out += [f"**Did not learn**, left out of the verdicts: {md(st.learning.line())}.", ""]
+            longer = f"; {md(st.longer_training)}" if st.longer_training else ""
+            out += [f"**Did not learn**, left out of the verdicts: {md(st.learning.line())}{longer}.", ""]
         rows = cells.columns((cells.variant(v) for v in st.variants), VARIANT_HEADERS)
         out += [table(VARIANT_HEADERS, rows), ""]
     out += [f"## {SECTIONS['tradeoff']}", ""]

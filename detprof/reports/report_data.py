@@ -69,6 +69,7 @@ from detprof.reports.headline import (
     caveats,
     cpu_notes,
     fleet_options,
+    longer_training_advice,
     with_stand_in,
 )
 from detprof.reports.knobs_data import KnobReading, knob_readings
@@ -238,6 +239,11 @@ class StabilityStudy(StudyOrigin):
     def learned(self) -> bool:
         """False only when it clearly did not learn; a study that cannot be told counts."""
         return self.learning.learned is not False
+
+    @property
+    def longer_training(self) -> str | None:
+        """For a study that did not learn, the same study trained longer (``headline.longer_training_advice``)."""
+        return None if self.learned else longer_training_advice(self.config, self.backend, self.command)
 
 
 @dataclass(kw_only=True)

@@ -55,10 +55,10 @@ def variant_table(v: dict[str, Any]) -> Table:
 
 
 def print_summary(console: Console, summary: dict[str, Any]) -> None:
-    """One table per variant, then the determinism check where it applies; a study of images that did not learn
-    says so (its spread says nothing of what determinism buys, and the report leaves it out), as one of a
-    generated language does per variant."""
-    from detprof.stability.learning import learning_of
+    """One table per variant, then the determinism check where it applies (and, on a generated language, whether
+    the variant learned its rules); a study that did not learn says so, and how much longer to train it: its spread
+    says nothing of what determinism buys, and the report leaves it out."""
+    from detprof.stability.learning import learning_of, train_longer
 
     for v in summary["variants"]:
         console.print(f"[bold]{escape(v['variant'])}[/]: {escape(v['description'])}")
@@ -72,10 +72,14 @@ def print_summary(console: Console, summary: dict[str, Any]) -> None:
         for failure in v["failures"]:
             console.print(f"[yellow]{escape(failure['run_id'])} failed: {escape(failure['reason'])}[/]")
         console.print()
-    learning = learning_of(summary["variants"], summary.get("classes"))
-    if summary.get("entropy_rate") is None and learning.learned is False:
+    rate, frequencies = summary.get("entropy_rate"), summary.get("frequency_entropy")
+    references = None if rate is None or frequencies is None else (rate, frequencies)
+    learning = learning_of(summary["variants"], summary.get("classes"), references)
+    epochs = (summary.get("config") or {}).get("epochs")
+    if learning.learned is False:
+        longer = f" ({train_longer(epochs)})" if isinstance(epochs, int) else " (--epochs)"
         console.print(
-            f"[yellow]did not learn: {escape(learning.line())}: train longer (--epochs) before reading its spread[/]"
+            f"[yellow]did not learn: {escape(learning.line())}: train longer{longer} before reading its spread[/]"
         )
 
 
