@@ -150,6 +150,20 @@ def queries():
     return Queries()
 
 
+class Segmenter(nn.Module):  # a score per class at each pixel, classes first, as PyTorch's cross-entropy takes them
+    def __init__(self, channels, classes):
+        super().__init__()
+        self.down = nn.Conv2d(channels, 8, 3, stride=2, padding=1)
+        self.up = nn.ConvTranspose2d(8, classes, 2, stride=2)
+
+    def forward(self, x):
+        return self.up(torch.relu(self.down(x)))
+
+
+def segmenter(input_shape, classes):
+    return Segmenter(input_shape[0], classes)
+
+
 def grey():
     return Net(1, 4)
 
@@ -261,6 +275,10 @@ def test_a_module_is_described_at_its_own_layout_with_the_classes_its_logits_sco
     images = described(folder, "queries", (12, 12, 3))
     assert images.inputs[0].shape == (3, 12, 12) and images.inputs[0].dtype == "float32" and images.classes == 5
     assert described(folder, "bfloat16", (12, 12, 3)).inputs[0].dtype == "bfloat16"  # fed in its weights' dtype
+    segments = described(folder, "segmenter", (12, 12, 3))
+    assert segments.outputs[0].shape == (6, 12, 12) and segments.classes == 6  # classes first, not the width
+    with pytest.raises(UsageError, match=r"segmenter outputs 6x8x8 scores, a score per class at each position"):
+        study._checked(described(folder, "segmenter", (8, 8, 1)), datasets.load("digits"))
 
 
 def test_an_op_without_a_deterministic_implementation_is_named_with_its_module_before_anything_runs(
@@ -417,6 +435,14 @@ def test_each_arm_builds_the_same_module_and_a_step_trains_it_as_users_do(folder
     pair = native_training(spec(folder, "seq2seq", [6], 50), seed=3)
     assert pair.own_loss and pair.needs_labels and pair.labels_keyword == "labels" and pair.logits_shape == (6, 50)
     pair.step()()
+    # a segmentation model trains on cross-entropy at each pixel, its logits classes first as its loop passes them
+    segments = native_training(spec(folder, "segmenter", [3, 8, 8], 5), seed=3)
+    assert segments.classes == 5 and segments.logits_shape == (5, 8, 8) and segments.y.shape == (4, 8, 8)
+    assert int(segments.y.max()) == 4
+    logits = segments.logits(segments.x)
+    expected = torch.nn.functional.cross_entropy(logits, segments.y)
+    assert torch.equal(segments.loss_of(segments.x, segments.y), expected)
+    segments.step()()
 
 
 def test_a_module_returned_with_its_loss_and_optimizer_trains_with_them(folder: Path) -> None:

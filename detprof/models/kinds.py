@@ -94,6 +94,21 @@ def image_channels(shape: Sequence[int], api: object) -> int:
     return int(shape[0] if kind is not None and kind.channels_first else shape[-1])
 
 
+def class_axis(shape: Sequence[int], api: object) -> int:
+    """The axis of one example's logits of ``shape`` that scores the classes: the first where a kind that takes
+    images channels first scores a grid (a segmentation model's classes x height x width, as PyTorch's cross-entropy
+    takes them), else the last (a classifier's, a language model's length x vocabulary, a Keras or Flax model's
+    height x width x classes)."""
+    kind = native(api)
+    return 0 if kind is not None and kind.channels_first and len(shape) >= 3 else len(shape) - 1
+
+
+def labels_shape(shape: Sequence[int], api: object) -> tuple[int, ...]:
+    """One example's class ids for logits of ``shape``: one per position its logits score (``class_axis``)."""
+    axis = class_axis(shape, api)
+    return tuple(int(d) for i, d in enumerate(shape) if i != axis)
+
+
 def of_params(params: Mapping[str, Any]) -> ModelKind | None:
     """The native kind of the model a workload's parameters name; None for a Keras model or an op case."""
     return native((params.get("own_model") or {}).get("api"))

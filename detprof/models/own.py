@@ -232,8 +232,8 @@ class Inspected:
 
     @property
     def classes(self) -> int | None:
-        last = self.outputs[0].shape[-1] if self.sparse_classifier and self.outputs[0].shape else None
-        return None if last is None else int(last)
+        shape = self.outputs[0].shape if self.sparse_classifier else ()
+        return int(shape[kinds.class_axis(shape, self.model.api)]) if shape else None
 
 
 def inspect_with(

@@ -27,7 +27,7 @@ from detprof import backends
 from detprof.backends.base import OPTIMIZER_PART, Step
 from detprof.errors import UsageError, first_line
 from detprof.findings import OP_PATTERNS
-from detprof.models.kinds import TORCH, call_failed
+from detprof.models.kinds import TORCH, call_failed, class_axis, labels_shape
 from detprof.models.npz_data import channels_first
 from detprof.training import Training
 
@@ -296,7 +296,8 @@ class ModuleTraining:
     the logits (``loss_modules``)."""
     optimizer: Any
     logits_shape: tuple[int, ...]
-    """The module's logits per example (``(classes,)``, or ``(length, vocabulary)`` for a language model)."""
+    """The module's logits per example (``(classes,)``, ``(length, vocabulary)`` for a language model, ``(classes,
+    height, width)`` for a segmentation model: ``kinds.class_axis``)."""
     loss_name: str = "cross-entropy"
     autocast: str | None = None
     """The dtype the forward pass and the loss run in under ``torch.autocast`` (``--amp``); None: the module's own."""
@@ -320,7 +321,7 @@ class ModuleTraining:
 
     @property
     def classes(self) -> int:
-        return self.logits_shape[-1]
+        return self.logits_shape[class_axis(self.logits_shape, TORCH.api)]
 
     def step(self) -> Step:
         """One eager training step on the batch, run to completion (the device synchronised at its end)."""
@@ -414,7 +415,7 @@ def batch(
 ) -> tuple[Any, Any]:
     """The spec's batch on the device: ``--data``'s leading rows, else one drawn from ``seed`` (inputs as
     ``synthetic_inputs``, a uniform label per row of the module's logits, ``logits_shape``, under the classes they
-    score; or, where the loss takes ``targets``, a 0 or 1 per score)."""
+    score (``kinds.labels_shape``); or, where the loss takes ``targets``, a 0 or 1 per score)."""
     import torch
 
     shape, rows = tuple(spec["input_shape"]), int(spec["batch_size"])
@@ -429,7 +430,8 @@ def batch(
     if targets:
         return x, synthetic_targets((rows, *logits_shape), seed, x.device)
     generator = torch.Generator().manual_seed(seed + 1)
-    y = torch.randint(0, logits_shape[-1], (rows, *logits_shape[:-1]), generator=generator)
+    classes = logits_shape[class_axis(logits_shape, TORCH.api)]
+    y = torch.randint(0, classes, (rows, *labels_shape(logits_shape, TORCH.api)), generator=generator)
     return x, y.to(x.device)
 
 
@@ -516,7 +518,7 @@ def takes_targets(loss: Any, logits: Any, seed: int) -> bool:
             return False
         return True
 
-    ids = torch.zeros(logits.shape[:-1], dtype=torch.long, device=logits.device)
+    ids = torch.zeros((len(logits), *labels_shape(logits.shape[1:], TORCH.api)), dtype=torch.long, device=logits.device)
     return not fits(ids) and fits(synthetic_targets(logits.shape, seed, logits.device))
 
 
@@ -543,7 +545,9 @@ def own_loss_call(module: Any, example: Any, logits_shape: Sequence[int]) -> tup
     keyword = _labels_keyword(module)
     if keyword is None:
         return None
-    shapes = dict.fromkeys([tuple(logits_shape[:-1]), *([tuple(example.shape[1:])] if takes_tokens(module) else [])])
+    shapes = dict.fromkeys(
+        [labels_shape(logits_shape, TORCH.api), *([tuple(example.shape[1:])] if takes_tokens(module) else [])]
+    )
     for shape in shapes:
         labels = torch.zeros((len(example), *shape), dtype=torch.long, device=example.device)
         try:
@@ -589,12 +593,15 @@ def _name(loss: Any) -> str:
 @functools.cache
 def loss_modules() -> tuple[type, type]:
     """The step's loss as a module, so that the tracer's hooks range it (``LOSS_PART``): cross-entropy over every
-    row of the logits (a language model's every position), and a loss function of the user's (or a Hugging Face
-    model's own, called as the model calls it)."""
+    row of the logits (a language model's every position; a segmentation model's every pixel, its logits taken as
+    they come, classes first), and a loss function of the user's (or a Hugging Face model's own, called as the model
+    calls it)."""
     import torch
 
     class FlatCrossEntropy(torch.nn.CrossEntropyLoss):
         def forward(self, logits: Any, labels: Any) -> Any:
+            if logits.ndim > 2 and class_axis(logits.shape[1:], TORCH.api) == 0:  # classes first, per pixel
+                return super().forward(logits, labels)
             return super().forward(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
 
     class LossOf(torch.nn.Module):

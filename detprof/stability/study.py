@@ -578,6 +578,12 @@ def _checked(item: own.Inspected, data: datasets.Dataset) -> own.OwnModel:
             f"{item.label} takes {own.shape_text(shape)} inputs; {data.name} holds "
             f"{own.shape_text(data.input_shape)} images (the channels must match{layout})"
         )
+    if data.takes == "images" and len(outputs) > 1:
+        raise UsageError(
+            f"{item.label} outputs {own.shape_text(outputs)} scores, a score per class at each position (a "
+            f"segmentation model's); {data.name} labels each image once: a stability study trains a classifier of "
+            "images, one score per class per image"
+        )
     if not outputs or outputs[-1] != data.classes:
         raise UsageError(
             f"{item.label} outputs {own.shape_text(outputs)} scores; {data.name} has {data.classes} classes "
