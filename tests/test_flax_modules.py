@@ -206,6 +206,18 @@ class Lm(nnx.Module):  # its norm named first, its position table smaller than i
 
 def lm():
     return Lm(nnx.Rngs(0))
+
+
+class Masked(nnx.Module):  # a second input beside its images
+    def __init__(self, rngs):
+        self.head = nnx.Linear(3, 4, rngs=rngs)
+
+    def __call__(self, x, mask):
+        return self.head((x * mask).mean(axis=(1, 2)))
+
+
+def masked():
+    return Masked(nnx.Rngs(0))
 """
 FLAX_REGISTRY = {
     "flax_resnet_tiny": {"stem", "blocks.0.conv1", "blocks.7.conv2", "head", TOP_LEVEL_PART},
@@ -255,11 +267,13 @@ def test_a_module_takes_token_ids_where_its_input_goes_into_an_embedding(folder:
 
 
 def test_a_module_that_returns_no_logits_is_one_line_naming_what_it_returned(folder: Path) -> None:
-    """Its call traced, not run: what it returned is named as it was (no array, or an array of the wrong shape)."""
+    """Its call traced, not run: what it returned is named as it was (no array, or an array of the wrong shape); a
+    call that needs a second input is named before it is traced."""
     said = {
         "text": "text: the module returned str, not logits (an array of scores)",
         "nested": "nested: the module returned dict, not logits (an array of scores)",
         "row": "row: the module returned a float32 array of shape [2], not logits (an array of scores per example)",
+        "masked": "masked: its __call__ takes 2 inputs (x, mask); detprof feeds a model one, a batch as it takes it",
     }
     for function, line in said.items():
         with pytest.raises(UsageError, match=re.escape(line)):

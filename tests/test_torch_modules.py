@@ -164,6 +164,19 @@ def segmenter(input_shape, classes):
     return Segmenter(input_shape[0], classes)
 
 
+class Masked(nn.Module):  # a second input beside its ids
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(50, 8)
+
+    def forward(self, ids, mask):
+        return self.embed(ids) * mask.unsqueeze(-1)
+
+
+def masked():
+    return Masked()
+
+
 def grey():
     return Net(1, 4)
 
@@ -316,6 +329,10 @@ def test_a_module_that_cannot_take_the_batch_or_returns_no_logits_is_one_line(fo
         described(folder, "one_axis", (8, 8, 3))
     with pytest.raises(UsageError, match=r"the module takes token ids: --input-shape is their length"):
         described(folder, "tokens", (3, 8, 8), given=True)
+    with pytest.raises(
+        UsageError, match=r"masked: its forward takes 2 inputs \(ids, mask\); detprof feeds a model one"
+    ):
+        described(folder, "masked", (8, 8, 3))
     # torch.compile's module would carry what one mode compiled into the other: --compile compiles it per process
     with pytest.raises(UsageError, match=r"compiled_already: the function returns a module compiled by torch.compile"):
         described(folder, "compiled_already", (8, 8, 3))
@@ -920,6 +937,7 @@ def test_logits_and_a_loss_are_read_from_each_form_a_module_returns() -> None:
     for output in (CausalLMOutput(loss=loss, logits=logits), {"logits": logits, "loss": loss}, (logits, loss)):
         assert logits_of(output) is logits and loss_in(output) is loss
     assert logits_of(logits) is logits and loss_in(logits) is None
+    assert logits_of({"out": logits, "aux": torch.zeros(2, 3)}) is logits  # a torchvision segmentation model's
     assert loss_in((logits, None)) is None and loss_in((logits, loss, loss)) is None  # no scalar, or two: none
     # the loss named and ranged is the one the model runs: GPT-2 calls its loss_function, T5 its own cross-entropy
     from transformers import GPT2Config, GPT2LMHeadModel, T5Config, T5ForConditionalGeneration

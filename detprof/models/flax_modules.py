@@ -25,7 +25,7 @@ from typing import Any
 from detprof.backends.base import LOSS_PART, OPTIMIZER_PART, TOP_LEVEL_PART, ArmStep, Step
 from detprof.errors import UsageError, first_line
 from detprof.models import flax_calls
-from detprof.models.kinds import FLAX, call_failed
+from detprof.models.kinds import FLAX, call_failed, refuse_more_inputs
 from detprof.training import Training
 
 TOKENS = 32
@@ -259,6 +259,7 @@ def described(module: Any, shape: tuple[int, ...], spec: str) -> dict[str, Any]:
     fails on a batch of that input."""
     import jax.numpy as jnp
 
+    refuse_more_inputs(spec, module.__call__, "__call__")
     probe = synthetic_inputs(module, shape, PROBE_ROWS, 0)
     try:
         output = probe_logits(module, probe)

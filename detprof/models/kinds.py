@@ -146,6 +146,26 @@ def call_failed(spec: str, method: str, shape: Sequence[int], taking: str, exc: 
     )
 
 
+def refuse_more_inputs(spec: str, method: Any, name: str) -> None:
+    """One line where a module's ``method`` (its ``forward``, its ``__call__``: ``name``) needs more than one
+    argument: every study feeds a model one input, a batch as it takes it, so a second one (a mask, a batch passed
+    as a dict's entries) would fail the probe with advice about ``--input-shape`` that could not help."""
+    import inspect
+
+    try:
+        parameters = list(inspect.signature(method).parameters.values())
+    except (TypeError, ValueError):
+        return
+    variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    required = [p.name for p in parameters if p.default is p.empty and p.kind not in variadic]
+    if len(required) > 1:
+        raise UsageError(
+            f"{spec}: its {name} takes {len(required)} inputs ({', '.join(required)}); detprof feeds a model one, a "
+            f"batch as it takes it: return a module whose {name} takes one (building the rest from it, as a mask "
+            "from the ids), or measure your training program as it runs (--command)"
+        )
+
+
 def refuse_other_backend(label: str, api: str, backend: str | None) -> None:
     """One line where a native model (``label``, of kind ``api``) is asked to train on another backend than its own."""
     kind = NATIVE[api]

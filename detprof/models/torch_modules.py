@@ -27,7 +27,7 @@ from detprof import backends
 from detprof.backends.base import OPTIMIZER_PART, Step
 from detprof.errors import UsageError, first_line
 from detprof.findings import OP_PATTERNS
-from detprof.models.kinds import TORCH, call_failed, class_axis, labels_shape
+from detprof.models.kinds import TORCH, call_failed, class_axis, labels_shape, refuse_more_inputs
 from detprof.models.npz_data import channels_first
 from detprof.training import Training
 
@@ -178,8 +178,9 @@ def input_shape(module: Any, shape: Sequence[int], given: bool, spec: str) -> tu
 
 
 def logits_of(output: Any) -> Any:
-    """The module's logits: its output, its ``logits`` (a Hugging Face model's output), or its first output."""
-    logits = output.get("logits") if isinstance(output, Mapping) else getattr(output, "logits", None)
+    """The module's logits: its output, its ``logits`` (a Hugging Face model's output), a dict's ``out`` (a
+    torchvision segmentation model's, beside its ``aux``), or its first output."""
+    logits = output.get("logits", output.get("out")) if isinstance(output, Mapping) else getattr(output, "logits", None)
     if logits is not None:
         return logits
     if isinstance(output, tuple | list):
@@ -264,6 +265,7 @@ def described(module: Any, shape: tuple[int, ...], spec: str) -> dict[str, Any]:
     forward fails on a batch of that input."""
     import torch
 
+    refuse_more_inputs(spec, module.forward, "forward")
     probe = synthetic_inputs(module.to(_device()), shape, PROBE_ROWS, 0)
     try:
         output = probe_logits(module, probe)
