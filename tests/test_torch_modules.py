@@ -285,6 +285,8 @@ def test_a_module_is_described_at_its_own_layout_with_the_classes_its_logits_sco
         study._checked(pair, datasets.load("markov"))
     bag = described(folder, "bag_of_words", (12, 12, 3))
     assert bag.inputs[0].shape == (own_tokens_length(),) and bag.inputs[0].dtype == "int64" and bag.classes == 4
+    with pytest.raises(UsageError, match=r"bag_of_words outputs 4 scores per sequence; markov labels each position"):
+        study._checked(bag, datasets.load("markov"))  # a text classifier is no language model
     images = described(folder, "queries", (12, 12, 3))
     assert images.inputs[0].shape == (3, 12, 12) and images.inputs[0].dtype == "float32" and images.classes == 5
     assert described(folder, "bfloat16", (12, 12, 3)).inputs[0].dtype == "bfloat16"  # fed in its weights' dtype

@@ -584,6 +584,12 @@ def _checked(item: own.Inspected, data: datasets.Dataset) -> own.OwnModel:
             f"segmentation model's); {data.name} labels each image once: a stability study trains a classifier of "
             "images, one score per class per image"
         )
+    if data.takes == "tokens" and len(outputs) != 2:
+        raise UsageError(
+            f"{item.label} outputs {own.shape_text(outputs)} scores per sequence; {data.name} labels each position "
+            f"with the next of its {data.classes} tokens: a stability study of tokens trains a language model, "
+            "(length, vocabulary) scores per sequence"
+        )
     if not outputs or outputs[-1] != data.classes:
         raise UsageError(
             f"{item.label} outputs {own.shape_text(outputs)} scores; {data.name} has {data.classes} classes "
