@@ -629,6 +629,15 @@ def test_knobs_that_save_nothing_told_from_noise_but_cost_added_alone_say_both(t
     advice = study.advice()
     assert advice.startswith("leaving any one knob off saves nothing told from noise (the most, "), advice
     assert f"though added alone to the default they cost: {ALGORITHMS} +17." in advice, advice
+    # one that makes the step faster added alone is not said to cost
+    faster = [
+        *arm_records("m", "total", [1.18, 1.2, 1.17, 1.19]),
+        *arm_records("m", f"add:{ALGORITHMS}", [0.98, 0.99, 0.985, 0.99]),
+        *arm_records("m", f"drop:{ALGORITHMS}", [1.0, 1.1, 0.9, 1.02]),
+        *arm_records("m", f"drop:{FILL}", [0.98, 1.05, 0.95, 1.01]),
+    ]
+    (study,) = model_knobs(faster, {}, {"backend": "torch", "knobs": [ALGORITHMS, FILL]})
+    assert f"though added alone to the default they change the step's time by: {ALGORITHMS} -1." in study.advice()
 
 
 @pytest.mark.parametrize(

@@ -211,9 +211,11 @@ class ModelKnobs:
             ]
             if alone:  # each saves nothing told from noise within full determinism, yet costs added alone
                 added = ", ".join(f"{k.knob} {_interval(k.add_one)}" for k in alone)  # type: ignore[arg-type]
+                costing = all(k.add_one.ratio > 1 for k in alone)  # type: ignore[union-attr]
+                change = "they cost" if costing else "they change the step's time by"
                 return (
                     f"leaving any one knob off saves nothing told from noise (the most, {top.knob}: {cost}), "
-                    f"though added alone to the default they cost: {added}{needed_too}{needed}"
+                    f"though added alone to the default {change}: {added}{needed_too}{needed}"
                 )
             return f"every knob's cost is within noise (the most, {top.knob}: {cost}){needed_too}{needed}"
         if top.needed is False:
