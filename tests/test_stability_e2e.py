@@ -69,7 +69,7 @@ def test_small_study_verifies_control_bitwise_and_resumes_in_a_fresh_worker(
     epochs = summary["config"]["epochs"]
     assert (
         f"did not learn: mean test accuracy 11.0%, chance 10.0%, learning needs 20%: train longer (--epochs "
-        f"{3 * epochs} (3x the {epochs} it ran)) before reading its spread"
+        f"{3 * epochs}, 3x the {epochs} it ran) before reading its spread"
     ) in printed.export_text()
     # Nor does one of a generated language whose loss stayed near its tokens' frequencies.
     language = summary | {"entropy_rate": 2.35, "frequency_entropy": 4.08}
@@ -77,7 +77,7 @@ def test_small_study_verifies_control_bitwise_and_resumes_in_a_fresh_worker(
         variant |= {"cross_entropy": variant["cross_entropy"] | {"mean": 3.87}, "learned": False}
     printed = Console(record=True, width=300)
     print_summary(printed, language)
-    assert f"train longer (--epochs {3 * epochs} (3x the {epochs} it ran))" in printed.export_text().splitlines()[-1]
+    assert f"train longer (--epochs {3 * epochs}, 3x the {epochs} it ran)" in printed.export_text().splitlines()[-1]
     by_variant = {v["variant"]: v for v in summary["variants"]}
     assert by_variant.keys() == set(DEFAULT_VARIANTS)
     assert by_variant["control"]["determinism_check"]["verified"] is True

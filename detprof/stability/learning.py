@@ -98,4 +98,4 @@ def _runs_weighted(variants: Sequence[Mapping[str, Any]], metric: str) -> float 
 
 def train_longer(epochs: int) -> str:
     """The advice to a study whose models did not learn, in the options its command takes."""
-    return f"--epochs {epochs * LONGER} ({LONGER}x the {epochs} it ran)"
+    return f"--epochs {epochs * LONGER}, {LONGER}x the {epochs} it ran"
