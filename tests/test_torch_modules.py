@@ -564,7 +564,8 @@ def test_a_module_implies_pytorch_and_another_backend_or_command_is_one_line(
     folder: Path, monkeypatch: pytest.MonkeyPatch, capsys: Capture
 ) -> None:
     """Without ``--backend`` a sweep of a module plans PyTorch, ``--compile`` (torch.compile, which the installed
-    default, TensorFlow, lacks) included; with another backend it is refused in one line before anything runs."""
+    default, TensorFlow, lacks) included; with another backend, or beside a Flax model, it is refused in one line
+    before anything runs."""
     monkeypatch.chdir(folder)
     assert main(["sweep", "--models", "modules.py:net,modules.py:unpooled", "--compile", "--dry-run"]) == ExitCode.OK
     plan = capsys.readouterr().out
@@ -578,6 +579,11 @@ def test_a_module_implies_pytorch_and_another_backend_or_command_is_one_line(
         (
             ["sweep", "--models", "modules.py:net", "--backend", "jax", "--dry-run"],
             "which trains on PyTorch, not on jax",
+        ),
+        (  # a module and a Flax model each imply their own backend: no --backend serves both
+            ["verify", "--models", "hf_gpt2_tiny,flax_gpt_tiny"],
+            "hf_gpt2_tiny is a torch.nn.Module, which trains on PyTorch, and flax_gpt_tiny a Flax module, which "
+            "trains on JAX: a study runs on one backend: give them to two",
         ),
     ]
     assert_refused_in_one_line(refused, folder / "none", capsys)

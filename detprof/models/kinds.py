@@ -166,6 +166,21 @@ def refuse_more_inputs(spec: str, method: Any, name: str) -> None:
         )
 
 
+def refuse_mixed(natives: Sequence[tuple[str, ModelKind]]) -> None:
+    """One line where the native models of one study (each as given, with its kind) train on different frameworks:
+    a study runs on one backend, so each implies its own and neither ``--backend`` could serve both."""
+    if not natives:
+        return
+    given, kind = natives[0]
+    other = next(((g, k) for g, k in natives if k.backend != kind.backend), None)
+    if other is not None:
+        frameworks = [backends.get(str(k.backend)).framework for k in (kind, other[1])]
+        raise UsageError(
+            f"{given} is {kind.what}, which trains on {frameworks[0]}, and {other[0]} {other[1].what}, which trains "
+            f"on {frameworks[1]}: a study runs on one backend: give them to two"
+        )
+
+
 def refuse_other_backend(label: str, api: str, backend: str | None) -> None:
     """One line where a native model (``label``, of kind ``api``) is asked to train on another backend than its own."""
     kind = NATIVE[api]

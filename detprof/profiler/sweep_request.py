@@ -115,6 +115,7 @@ class SweepRequest:
         """The device and tracer chosen and checked, and the configuration the sweep will run (``plans``: the models'
         plans made already, by the resolution that found a native module without ``--backend``)."""
         run = self.options
+        kinds.refuse_mixed([(m, kinds.NATIVE[registry.get(m).api]) for m in self.models or () if registry.is_native(m)])
         native = next((model for model in self.models or () if registry.is_native(model)), None)
         if native is not None and run.backend is None:  # known before any worker looks: no other framework's worker
             implied = replace(run, backend=kinds.NATIVE[registry.get(native).api].backend)
@@ -162,6 +163,7 @@ class SweepRequest:
         )
         run_seconds = lengths.get(config.pairing) if isinstance(lengths, dict) else lengths
         plans = plans or model_plans(config.asked(data), target.backend, call_in_worker)
+        kinds.refuse_mixed([(p.given, p.kind) for p in plans if p.kind is not None])
         native = next((p.kind for p in plans if p.kind is not None), None)
         if native is not None and target.backend != native.backend and run.backend is None:
             # A native module implies its framework; what a worker found of each model holds there.
