@@ -94,19 +94,23 @@ def image_channels(shape: Sequence[int], api: object) -> int:
     return int(shape[0] if kind is not None and kind.channels_first else shape[-1])
 
 
-def class_axis(shape: Sequence[int], api: object) -> int:
-    """The axis of one example's logits of ``shape`` that scores the classes: the first where a kind that takes
-    images channels first scores a grid (a segmentation model's classes x height x width, as PyTorch's cross-entropy
-    takes them), else the last (a classifier's, a language model's length x vocabulary, a Keras or Flax model's
-    height x width x classes)."""
+def classes_first(shape: Sequence[int], api: object) -> bool:
+    """Whether one example's logits of ``shape`` score the classes on their first axis: a grid's scores (a
+    segmentation model's classes x height x width, as PyTorch's cross-entropy takes them) from a kind that takes
+    images channels first. Else on their last: a classifier's, a language model's length x vocabulary, a Keras or
+    Flax model's height x width x classes."""
     kind = native(api)
-    return 0 if kind is not None and kind.channels_first and len(shape) >= 3 else len(shape) - 1
+    return kind is not None and kind.channels_first and len(shape) >= 3
+
+
+def classes_in(shape: Sequence[int], api: object) -> int:
+    """The classes that one example's logits of ``shape`` score (``classes_first``)."""
+    return int(shape[0] if classes_first(shape, api) else shape[-1])
 
 
 def labels_shape(shape: Sequence[int], api: object) -> tuple[int, ...]:
-    """One example's class ids for logits of ``shape``: one per position its logits score (``class_axis``)."""
-    axis = class_axis(shape, api)
-    return tuple(int(d) for i, d in enumerate(shape) if i != axis)
+    """One example's class ids for logits of ``shape``: one per position its logits score (``classes_first``)."""
+    return tuple(int(d) for d in (shape[1:] if classes_first(shape, api) else shape[:-1]))
 
 
 def of_params(params: Mapping[str, Any]) -> ModelKind | None:

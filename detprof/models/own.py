@@ -233,7 +233,7 @@ class Inspected:
     @property
     def classes(self) -> int | None:
         shape = self.outputs[0].shape if self.sparse_classifier else ()
-        return int(shape[kinds.class_axis(shape, self.model.api)]) if shape else None
+        return kinds.classes_in(shape, self.model.api) if shape else None
 
 
 def inspect_with(

@@ -27,7 +27,7 @@ from detprof import backends
 from detprof.backends.base import OPTIMIZER_PART, Step
 from detprof.errors import UsageError, first_line
 from detprof.findings import OP_PATTERNS
-from detprof.models.kinds import TORCH, call_failed, class_axis, labels_shape, refuse_more_inputs
+from detprof.models.kinds import TORCH, call_failed, classes_first, classes_in, labels_shape, refuse_more_inputs
 from detprof.models.npz_data import channels_first
 from detprof.training import Training
 
@@ -299,7 +299,7 @@ class ModuleTraining:
     optimizer: Any
     logits_shape: tuple[int, ...]
     """The module's logits per example (``(classes,)``, ``(length, vocabulary)`` for a language model, ``(classes,
-    height, width)`` for a segmentation model: ``kinds.class_axis``)."""
+    height, width)`` for a segmentation model: ``kinds.classes_first``)."""
     loss_name: str = "cross-entropy"
     autocast: str | None = None
     """The dtype the forward pass and the loss run in under ``torch.autocast`` (``--amp``); None: the module's own."""
@@ -323,7 +323,7 @@ class ModuleTraining:
 
     @property
     def classes(self) -> int:
-        return self.logits_shape[class_axis(self.logits_shape, TORCH.api)]
+        return classes_in(self.logits_shape, TORCH.api)
 
     def step(self) -> Step:
         """One eager training step on the batch, run to completion (the device synchronised at its end)."""
@@ -432,7 +432,7 @@ def batch(
     if targets:
         return x, synthetic_targets((rows, *logits_shape), seed, x.device)
     generator = torch.Generator().manual_seed(seed + 1)
-    classes = logits_shape[class_axis(logits_shape, TORCH.api)]
+    classes = classes_in(logits_shape, TORCH.api)
     y = torch.randint(0, classes, (rows, *labels_shape(logits_shape, TORCH.api)), generator=generator)
     return x, y.to(x.device)
 
@@ -602,7 +602,7 @@ def loss_modules() -> tuple[type, type]:
 
     class FlatCrossEntropy(torch.nn.CrossEntropyLoss):
         def forward(self, logits: Any, labels: Any) -> Any:
-            if logits.ndim > 2 and class_axis(logits.shape[1:], TORCH.api) == 0:  # classes first, per pixel
+            if classes_first(logits.shape[1:], TORCH.api):  # a score per class at each pixel
                 return super().forward(logits, labels)
             return super().forward(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
 
