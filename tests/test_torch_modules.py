@@ -164,6 +164,24 @@ def segmenter(input_shape, classes):
     return Segmenter(input_shape[0], classes)
 
 
+class Checkpointed(nn.Module):  # activation checkpointing: each block's forward recomputed in the backward pass
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(50, 8)
+        self.blocks = nn.ModuleList([nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 8)) for _ in range(2)])
+        self.head = nn.Linear(8, 50)
+
+    def forward(self, ids):
+        x = self.embed(ids)
+        for block in self.blocks:
+            x = x + torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)
+        return self.head(x)
+
+
+def checkpointed():
+    return Checkpointed()
+
+
 class Masked(nn.Module):  # a second input beside its ids
     def __init__(self):
         super().__init__()
@@ -538,6 +556,41 @@ def test_the_tracer_names_each_module_call_by_its_path_and_the_loss_and_update_a
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as after:
         step()
     assert not any(event.name.startswith(layer_range_name("")) for event in after.events())
+
+
+def test_a_modules_range_ends_where_activation_checkpointing_stops_its_recomputed_forward(folder: Path) -> None:
+    """Checkpointing recomputes a block's forward in the backward pass and stops it once the backward has what it
+    needs: its inner module's range ends there too, so that no range holds the ones after it (the loss, the update,
+    the next step's modules)."""
+    import contextlib
+
+    import torch.utils.checkpoint  # noqa: F401
+
+    from detprof.backends.torch import _mark_layers
+    from detprof.models.own_build import native_training
+
+    open_ranges: list[str] = []
+    around_update: list[list[str]] = []
+
+    @contextlib.contextmanager
+    def range_named(name: str) -> Any:
+        open_ranges.append(name)
+        if name == layer_range_name(OPTIMIZER_PART):
+            around_update.append(list(open_ranges))
+        try:
+            yield
+        finally:
+            open_ranges.pop()
+
+    training = native_training(spec(folder, "checkpointed", [6], 50), seed=0)
+    step = training.step()
+    unmark = _mark_layers(range_named)
+    try:
+        for _ in range(2):
+            step()
+    finally:
+        unmark()
+    assert open_ranges == [] and around_update == [[layer_range_name(OPTIMIZER_PART)]] * 2
 
 
 def test_a_modules_path_stands_for_its_parents_ranges() -> None:

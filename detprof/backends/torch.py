@@ -582,7 +582,9 @@ def _hooked(range_named: Callable[[str], contextlib.AbstractContextManager[Any]]
 
     Hooks of each marked object, not PyTorch's global hooks: ``torch.compile`` traces every hook it meets inside a
     compiled module, and hooks added once it compiled would have it compile the module again, hooks and all, in the
-    traced run alone. A compiled module's inner modules are not marked (``mark_native``)."""
+    traced run alone. A compiled module's inner modules are not marked (``mark_native``). A range ends even where its
+    forward raises: activation checkpointing (``torch.utils.checkpoint``) stops a forward it recomputes in the
+    backward pass as soon as it has what the backward needs, and a range left open would hold every later one."""
     import torch
 
     open_ranges: list[contextlib.AbstractContextManager[Any]] = []
@@ -601,7 +603,7 @@ def _hooked(range_named: Callable[[str], contextlib.AbstractContextManager[Any]]
         if isinstance(owner, torch.optim.Optimizer):
             handles += [owner.register_step_pre_hook(enter), owner.register_step_post_hook(leave)]
         else:
-            handles += [owner.register_forward_pre_hook(enter), owner.register_forward_hook(leave)]
+            handles += [owner.register_forward_pre_hook(enter), owner.register_forward_hook(leave, always_call=True)]
 
     def unhook() -> None:
         for handle in handles:
