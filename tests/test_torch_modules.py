@@ -11,6 +11,7 @@ import json
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -573,7 +574,7 @@ def test_a_modules_range_ends_where_activation_checkpointing_stops_its_recompute
     around_update: list[list[str]] = []
 
     @contextlib.contextmanager
-    def range_named(name: str) -> Any:
+    def range_named(name: str) -> Iterator[None]:
         open_ranges.append(name)
         if name == layer_range_name(OPTIMIZER_PART):
             around_update.append(list(open_ranges))
