@@ -218,6 +218,18 @@ def test_factories_are_called_as_they_take_arguments_and_must_return_models(in_z
     with pytest.raises(UsageError, match=r"must take no arguments or \(input_shape, classes\)"):
         own_build.takes_arguments(three, "x.py:three")
 
+    def defaults(vocabulary: int = 64, width: int = 32) -> None:
+        """A class's constructor, say: its arguments are its own, not the study's."""
+
+    def sized(input_shape: tuple[int, ...] = (32, 32, 3), classes: int = 10) -> None:
+        """Either way too, but it asks for the study's."""
+
+    def needs(input_shape: tuple[int, ...], classes: int = 10) -> None:
+        """Callable only with them."""
+
+    taking = {f: own_build.takes_arguments(f, "x.py:f") for f in (defaults, sized, needs)}
+    assert taking == {defaults: False, sized: True, needs: True}
+
 
 # What a worker reports of each model (``own_build.describe``), here in process.
 

@@ -100,18 +100,27 @@ def _import(model: OwnModel) -> Any:
 
 
 def takes_arguments(function: Callable[..., Any], given: str) -> bool:
-    """True for ``FUNCTION(input_shape, classes)``, False for ``FUNCTION()``; one line for anything else."""
+    """True for ``FUNCTION(input_shape, classes)``, False for ``FUNCTION()``; one line for anything else. A function
+    that can be called either way (every argument has a default: a module's class, ``Net(vocab=64, width=32)``) takes
+    them only where its first is named ``input_shape``: its own arguments mean something else."""
     try:
         signature = pyinspect.signature(function)
     except (TypeError, ValueError):
         return False
-    for arguments in ((None, None), ()):
-        try:
-            signature.bind(*arguments)
-        except TypeError:
-            continue
-        return bool(arguments)
+    binds = {arguments: _binds(signature, arguments) for arguments in ((None, None), ())}
+    if binds[None, None] and binds[()]:
+        return next(iter(signature.parameters), None) == "input_shape"
+    if binds[None, None] or binds[()]:
+        return binds[None, None]
     raise UsageError(f"{given}: the function must take no arguments or (input_shape, classes), not {signature}")
+
+
+def _binds(signature: pyinspect.Signature, arguments: tuple[Any, ...]) -> bool:
+    try:
+        signature.bind(*arguments)
+    except TypeError:
+        return False
+    return True
 
 
 def build(model: OwnModel, input_shape: Sequence[int], classes: int) -> keras.Model:
