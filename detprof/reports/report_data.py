@@ -51,7 +51,7 @@ from detprof.analysis.study_results import summarize_model
 from detprof.analysis.verification import ModelVerification
 from detprof.determinism import MODES
 from detprof.errors import InputError
-from detprof.formatting import finite, ratio
+from detprof.formatting import ratio
 from detprof.gpu_labels import is_cpu
 from detprof.intervals import Metric, Overhead, headline, inconclusive_reason
 from detprof.invocation import resumed_in
@@ -87,7 +87,7 @@ from detprof.reports.published import MeasuredDevice, ReferenceRow, reference_ro
 from detprof.reports.tradeoff import Cost, StudyKey, TradeoffPoint, noise_of, pair, reading
 from detprof.reports.verdict import verdict
 from detprof.reports.verification_data import VerifyStudy, verification_caveats, verified
-from detprof.stability.learning import Learning, learning_of
+from detprof.stability.learning import Learning, learning_of, references_of
 from detprof.store import ResultsStore, find_studies
 from detprof.study_kinds import Section, StudyKind
 
@@ -579,13 +579,8 @@ def load_stability(store: ResultsStore) -> StabilityStudy | str:
         runs_ok=int(summary.get("runs_ok") or 0),
         runs_failed=int(summary.get("runs_failed") or 0),
         variants=list(summary["variants"]),
-        references=_references(summary),
+        references=references_of(summary),
     )
-
-
-def _references(summary: Mapping[str, Any]) -> tuple[float, float] | None:
-    rate, frequencies = finite(summary.get("entropy_rate")), finite(summary.get("frequency_entropy"))
-    return (rate, frequencies) if rate is not None and frequencies is not None else None
 
 
 def _stability_backend(store: ResultsStore, summary: Mapping[str, Any]) -> str:

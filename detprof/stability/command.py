@@ -58,7 +58,7 @@ def print_summary(console: Console, summary: dict[str, Any]) -> None:
     """One table per variant, then the determinism check where it applies (and, on a generated language, whether
     the variant learned its rules); a study that did not learn says so, and how much longer to train it: its spread
     says nothing of what determinism buys, and the report leaves it out."""
-    from detprof.stability.learning import learning_of, train_longer
+    from detprof.stability.learning import learning_of, references_of, train_longer
 
     for v in summary["variants"]:
         console.print(f"[bold]{escape(v['variant'])}[/]: {escape(v['description'])}")
@@ -72,9 +72,7 @@ def print_summary(console: Console, summary: dict[str, Any]) -> None:
         for failure in v["failures"]:
             console.print(f"[yellow]{escape(failure['run_id'])} failed: {escape(failure['reason'])}[/]")
         console.print()
-    rate, frequencies = summary.get("entropy_rate"), summary.get("frequency_entropy")
-    references = None if rate is None or frequencies is None else (rate, frequencies)
-    learning = learning_of(summary["variants"], summary.get("classes"), references)
+    learning = learning_of(summary["variants"], summary.get("classes"), references_of(summary))
     epochs = (summary.get("config") or {}).get("epochs")
     if learning.learned is False:
         longer = f" ({train_longer(epochs)})" if isinstance(epochs, int) else " (--epochs)"

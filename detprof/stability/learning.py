@@ -71,6 +71,13 @@ def learned_threshold(chance: float) -> float:
     return chance + max(LEARNED_MARGIN, min(chance, (1 - chance) / 2))
 
 
+def references_of(summary: Mapping[str, Any]) -> tuple[float, float] | None:
+    """A stability summary's generated language's entropy rate and token-frequency entropy, which its loss is
+    judged by; None for other data."""
+    rate, frequencies = finite(summary.get("entropy_rate")), finite(summary.get("frequency_entropy"))
+    return (rate, frequencies) if rate is not None and frequencies is not None else None
+
+
 def learning_of(
     variants: Sequence[Mapping[str, Any]], classes: Any, references: tuple[float, float] | None = None
 ) -> Learning:
