@@ -212,8 +212,9 @@ def synthetic_inputs(module: Any, shape: Sequence[int], rows: int, seed: int) ->
     import torch
 
     generator = torch.Generator().manual_seed(seed)
-    if takes_tokens(module):
-        x = torch.randint(0, _vocabulary(module), (rows, *shape), generator=generator)
+    table = input_embedding(module)
+    if table is not None:
+        x = torch.randint(0, int(table.num_embeddings), (rows, *shape), generator=generator)
     else:
         x = torch.randn((rows, *shape), generator=generator).to(input_dtype(module))
     return x.to(_device())
@@ -226,10 +227,6 @@ def input_dtype(module: Any) -> Any:
 
     floating = (p.dtype for p in module.parameters() if p.dtype.is_floating_point)
     return next(floating, torch.float32)
-
-
-def _vocabulary(module: Any) -> int:
-    return int(input_embedding(module).num_embeddings)
 
 
 def probe_logits(module: Any, x: Any) -> Any:
