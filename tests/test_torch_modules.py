@@ -14,6 +14,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -194,6 +195,21 @@ class Masked(nn.Module):  # a second input beside its ids
 
 def masked():
     return Masked()
+
+
+class Recurrent(nn.Module):  # an LSTM text classifier: oneDNN has no float16 LSTM on a CPU
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(50, 8)
+        self.lstm = nn.LSTM(8, 8, batch_first=True)
+        self.head = nn.Linear(8, 4)
+
+    def forward(self, ids):
+        return self.head(self.lstm(self.embed(ids))[0][:, -1])
+
+
+def recurrent():
+    return Recurrent()
 
 
 def grey():
@@ -535,6 +551,27 @@ def test_with_amp_the_forward_pass_and_the_loss_run_in_half_precision_and_the_we
     assert (training.scaler is not None and training.scaler.get_scale() == 2.0**16) is scaled
     assert training.facts()["dtype_policy"] == f"float32 weights, {dtype} autocast" + (", loss scaled" * scaled)
     assert native_training(spec(folder, "net", [3, 8, 8], 5), seed=0).facts()["dtype_policy"] == "float32"
+
+
+def test_a_module_that_fails_to_train_in_the_precision_amp_asks_is_refused_in_one_line_before_any_run(
+    folder: Path,
+) -> None:
+    """An LSTM under float16 autocast on a CPU (oneDNN has none): its float32 probe passes, and every run would
+    fail; the inspection trains it a step under ``--amp`` first. In bfloat16 it trains."""
+    from detprof.models import own_build
+    from detprof.models.plans import ModelsAsked, model_plans
+
+    def in_process(entry: str, request: dict[str, Any], what: str) -> Any:
+        return own_build.inspect(**request)
+
+    model = f"{folder / 'modules.py'}:recurrent"
+    (plan,) = model_plans(ModelsAsked((model,), 4, amp="bf16"), "torch", in_process)
+    assert plan.classes == 4
+    with pytest.raises(UsageError) as refused:
+        model_plans(ModelsAsked((model,), 4, amp="fp16"), "torch", in_process)
+    said = str(refused.value)
+    assert said.startswith(f"{model}: a training step fails under --amp fp16 on the cpu (RuntimeError: ")
+    assert said.endswith("): train it without --amp, or with --amp bf16") and "\n" not in said
 
 
 def test_the_tracer_names_each_module_call_by_its_path_and_the_loss_and_update_apart(folder: Path) -> None:

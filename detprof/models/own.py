@@ -247,6 +247,7 @@ def inspect_with(
     sizes: Mapping[str, tuple[Sequence[int], int]] | None = None,
     fed: str | None = None,
     images_last: bool = False,
+    amp: str | None = None,
 ) -> list[Inspected]:
     """Load each model once in a worker of ``backend`` (``call`` is ``worker_call.call_in_worker``).
 
@@ -258,6 +259,7 @@ def inspect_with(
     come back from the worker that imported it: this process never imports it. ``fed``: what a module whose call
     fails on its batch is told to take instead, where the command has no ``--input-shape``. ``images_last``: the
     given shape is ``--data``'s images stored HxWxC, which a kind that takes its channels first is fed moved so.
+    ``amp``: ``--amp``, a step in which a native module that trains in mixed precision takes first.
     """
     if not models:
         return []
@@ -270,6 +272,7 @@ def inspect_with(
         "sizes": {given: [list(shape), count] for given, (shape, count) in (sizes or {}).items()},
         "fed": fed,
         "images_last": images_last,
+        "amp": amp,
     }
     answers = call(INSPECT_ENTRY, request, f"loading {', '.join(m.given for m in models)}")
     return [Inspected.from_answer(model, answer) for model, answer in zip(models, answers, strict=True)]

@@ -391,18 +391,20 @@ def inspect(
     sizes: Mapping[str, list[Any]] | None = None,
     fed: str | None = None,
     images_last: bool = False,
+    amp: str | None = None,
 ) -> list[dict[str, Any]]:
     """``call_in_worker``'s entry: each model loaded once, and what the parent needs of it (at its own shape and
     classes where ``sizes`` gives them: ``own.inspect_with``); Keras on ``backend`` where a model asks for it.
-    ``fed``: what to give a module whose call fails on its batch, where that is not ``--input-shape``."""
+    ``fed``: what to give a module whose call fails on its batch, where that is not ``--input-shape``. ``amp``:
+    ``--amp``, in which a native module that trains in mixed precision takes one step first."""
     answers = []
     for record in models:
         model = OwnModel.from_record(record)
         own_size = (sizes or {}).get(model.given)
         if own_size is None:
-            described = partial(describe, model, input_shape, classes, shape_given, images_last)
+            described = partial(describe, model, input_shape, classes, shape_given, images_last, amp)
         else:
-            described = partial(describe, model, own_size[0], int(own_size[1]), shape_given=True)
+            described = partial(describe, model, own_size[0], int(own_size[1]), shape_given=True, amp=amp)
         try:
             answers.append(_keras_when_asked(backend, described))
         except kinds.CallFailed as exc:
@@ -435,11 +437,17 @@ def _keras_when_asked(backend: str, described: Callable[[], dict[str, Any]]) -> 
 
 
 def describe(
-    model: OwnModel, input_shape: Sequence[int], classes: int, shape_given: bool = False, images_last: bool = False
+    model: OwnModel,
+    input_shape: Sequence[int],
+    classes: int,
+    shape_given: bool = False,
+    images_last: bool = False,
+    amp: str | None = None,
 ) -> dict[str, Any]:
     """The model built once, as JSON: its kind, its file and hash, whether it is built at the input shape given, its
     inputs, outputs, loss and size. ``images_last``: ``input_shape`` is images stored HxWxC, given to a kind that
-    takes its channels first moved so (as its batches are fed)."""
+    takes its channels first moved so (as its batches are fed). ``amp``: a native module that trains in mixed
+    precision takes a step in it, refused in one line where that fails."""
     original = as_given(model, input_shape, classes)
     takes = model.kind == "factory" and takes_arguments(factory(model), model.given)
     path = model.path or str(getattr(sys.modules.get(str(model.module)), "__file__", "") or "")
@@ -454,6 +462,8 @@ def describe(
         probe = {"model": model.label, "input_shape": list(shape), "batch_size": code.PROBE_ROWS, "classes": classes}
         training = code.training(given, probe, 0)
         code.scalar_loss(training, model.given)
+        if amp is not None and kind.amp_refused is None:
+            code.refuse_failing_amp(training, amp, model.given)
         # A PyTorch module's loss may take targets, not class ids; its forward may run only given its labels.
         found = {name: bool(getattr(training, name, False)) for name in ("targets", "needs_labels")}
         return source | answer | {"nondeterministic_ops": code.nondeterministic_ops(training)} | found

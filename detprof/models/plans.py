@@ -67,6 +67,8 @@ class ModelsAsked:
     classes: int | None = None
     data: Path | None = None
     """``--data``'s file; None: synthetic batches."""
+    amp: str | None = None
+    """``--amp``: the mixed precision each native module is first trained a step in; None: its own precision."""
 
 
 def split_models(models: str | None) -> tuple[str, ...] | None:
@@ -137,6 +139,7 @@ def model_plans(asked: ModelsAsked, backend: str, call: Callable[..., Any]) -> t
         sizes={model: native_size(asked, model) for model in native if data is None},
         fed=None if data is None or asked.input_shape is not None else DATA_FED,
         images_last=asked.input_shape is None and data is not None and channels_last(data.images or ()),
+        amp=asked.amp,
     )
     if asked.input_shape is not None and not any(item.built_at_input_shape for item in inspected[: len(mine)]):
         raise UsageError(

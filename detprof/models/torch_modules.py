@@ -20,7 +20,7 @@ import re
 import sys
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from detprof import backends
@@ -628,6 +628,24 @@ def scalar_loss(training: ModuleTraining, spec: str) -> None:
     if not isinstance(value, torch.Tensor) or value.ndim != 0 or not value.dtype.is_floating_point:
         shape = list(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
         raise UsageError(f"{spec}: the loss ({training.loss_name}) returned {shape}, not a scalar to train on")
+
+
+def refuse_failing_amp(training: ModuleTraining, amp: str, spec: str) -> None:
+    """One line where a training step fails in the mixed precision ``--amp`` asks for, before any run starts: each
+    run would fail the same way (float16 on a CPU: oneDNN has no half-precision LSTM). The inspection's module is
+    thrown away after, so the step it takes does not matter."""
+    import torch
+
+    autocast = AUTOCAST[amp]
+    scaler = torch.amp.GradScaler(_device().type) if autocast == SCALED else None
+    try:
+        replace(training, autocast=autocast, scaler=scaler).train_on(training.x, training.y)
+    except Exception as exc:
+        other = " or ".join(f"--amp {name}" for name in AUTOCAST if name != amp)
+        raise UsageError(
+            f"{spec}: a training step fails under --amp {amp} on the {_device().type} "
+            f"({first_line(exc, with_type=True)}): train it without --amp, or with {other}"
+        ) from exc
 
 
 @contextlib.contextmanager

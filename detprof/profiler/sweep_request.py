@@ -99,7 +99,9 @@ class SweepConfig(RunSettings):
 
     def asked(self, data: Path | None = None) -> ModelsAsked:
         """What this study asks of its models (``data``: ``--data``'s file, where the models are fed from it)."""
-        return ModelsAsked(self.models, self.batch_size, self.input_size, self.input_shape, self.classes, data)
+        return ModelsAsked(
+            self.models, self.batch_size, self.input_size, self.input_shape, self.classes, data, self.amp
+        )
 
 
 @dataclass(frozen=True)
