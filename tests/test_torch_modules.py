@@ -212,6 +212,20 @@ def recurrent():
     return Recurrent()
 
 
+class Tagger(nn.Module):  # a score per class at each position, classes first, as a Conv1d returns them
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(64, 8)
+        self.conv = nn.Conv1d(8, 64, 3, padding=1)
+
+    def forward(self, ids):
+        return self.conv(self.embed(ids).transpose(1, 2))
+
+
+def tagger():
+    return Tagger()
+
+
 def grey():
     return Net(1, 4)
 
@@ -551,6 +565,38 @@ def test_with_amp_the_forward_pass_and_the_loss_run_in_half_precision_and_the_we
     assert (training.scaler is not None and training.scaler.get_scale() == 2.0**16) is scaled
     assert training.facts()["dtype_policy"] == f"float32 weights, {dtype} autocast" + (", loss scaled" * scaled)
     assert native_training(spec(folder, "net", [3, 8, 8], 5), seed=0).facts()["dtype_policy"] == "float32"
+
+
+def test_a_frame_taggers_line_of_scores_is_read_classes_first_and_a_stability_study_reads_them_last(
+    folder: Path,
+) -> None:
+    """A Conv1d tagger's logits (classes x length, as PyTorch's cross-entropy takes them) score its 64 classes, not
+    its input's length: trained against a class id per position, and read classes last where a stability study takes
+    its predictions. A language model's (length x vocabulary) keep theirs last."""
+    import torch
+
+    from detprof.models.own_build import native_training
+    from detprof.stability import datasets, study
+    from detprof.stability.module_training import ModuleTrainer
+    from detprof.stability.variants import RunSeeds
+
+    length = own_tokens_length()
+    item = described(folder, "tagger", (12, 12, 3))
+    assert item.inputs[0].shape == (length,) and item.outputs[0].shape == (64, length) and item.classes == 64
+    training = native_training(spec(folder, "tagger", [length], 64), seed=0)
+    assert training.y.shape == (4, length) and int(training.y.max()) < 64
+    logits, loss = training.logits_and_loss(training.x, training.y)
+    assert torch.equal(loss, torch.nn.functional.cross_entropy(logits, training.y))
+    assert training.classes_last(logits).shape == (4, length, 64)
+    language = native_training(spec(folder, "tokens", [length], 50), seed=0)
+    assert language.y.shape == (4, length) and language.classes == 50
+    markov = datasets.load("markov")
+    trainer = ModuleTrainer(study._checked(item, markov), markov.input_shape, markov.takes, markov.classes, 1e-3)
+    trainer.reset(RunSeeds(init=0, shuffle=0, augment=0, dropout=0, bitflip=None))
+    _, right = trainer.train_step(markov.x_train[:4], markov.y_train[:4])
+    assert 0 <= right <= 4 * datasets.MARKOV_LENGTH
+    _, scores = trainer.infer(markov.x_test[:4], 4)
+    assert scores.shape == (4, datasets.MARKOV_LENGTH, 64)
 
 
 def test_a_module_that_fails_to_train_in_the_precision_amp_asks_is_refused_in_one_line_before_any_run(

@@ -94,23 +94,26 @@ def image_channels(shape: Sequence[int], api: object) -> int:
     return int(shape[0] if kind is not None and kind.channels_first else shape[-1])
 
 
-def classes_first(shape: Sequence[int], api: object) -> bool:
-    """Whether one example's logits of ``shape`` score the classes on their first axis: a grid's scores (a
-    segmentation model's classes x height x width, as PyTorch's cross-entropy takes them) from a kind that takes
-    images channels first. Else on their last: a classifier's, a language model's length x vocabulary, a Keras or
-    Flax model's height x width x classes."""
+def classes_first(shape: Sequence[int], api: object, positions: int | None = None) -> bool:
+    """Whether one example's logits of ``shape`` score the classes on their first axis, as PyTorch's cross-entropy
+    takes them, from a kind that takes images channels first: a grid's scores (a segmentation model's classes x
+    height x width), and a line's (a Conv1d frame tagger's classes x length) where their last axis is as long as the
+    input's last (``positions``) and their first is not. Else on their last: a classifier's, a language model's
+    length x vocabulary, a Keras or Flax model's height x width x classes."""
     kind = native(api)
-    return kind is not None and kind.channels_first and len(shape) >= 3
+    if kind is None or not kind.channels_first or len(shape) < 2:
+        return False
+    return len(shape) >= 3 or (positions is not None and shape[-1] == positions != shape[0])
 
 
-def classes_in(shape: Sequence[int], api: object) -> int:
+def classes_in(shape: Sequence[int], api: object, positions: int | None = None) -> int:
     """The classes that one example's logits of ``shape`` score (``classes_first``)."""
-    return int(shape[0] if classes_first(shape, api) else shape[-1])
+    return int(shape[0] if classes_first(shape, api, positions) else shape[-1])
 
 
-def labels_shape(shape: Sequence[int], api: object) -> tuple[int, ...]:
+def labels_shape(shape: Sequence[int], api: object, positions: int | None = None) -> tuple[int, ...]:
     """One example's class ids for logits of ``shape``: one per position its logits score (``classes_first``)."""
-    return tuple(int(d) for d in (shape[1:] if classes_first(shape, api) else shape[:-1]))
+    return tuple(int(d) for d in (shape[1:] if classes_first(shape, api, positions) else shape[:-1]))
 
 
 def of_params(params: Mapping[str, Any]) -> ModelKind | None:

@@ -233,7 +233,8 @@ class Inspected:
     @property
     def classes(self) -> int | None:
         shape = self.outputs[0].shape if self.sparse_classifier else ()
-        return kinds.classes_in(shape, self.model.api) if shape else None
+        positions = self.inputs[0].shape[-1] if self.inputs and self.inputs[0].shape else None
+        return kinds.classes_in(shape, self.model.api, positions) if shape else None
 
 
 def inspect_with(

@@ -320,7 +320,18 @@ class ModuleTraining:
 
     @property
     def classes(self) -> int:
-        return classes_in(self.logits_shape, TORCH.api)
+        return classes_in(self.logits_shape, TORCH.api, self.positions)
+
+    def classes_last(self, logits: Any) -> Any:
+        """A batch's ``logits`` with their classes on the last axis, where a line's or a grid's come classes first
+        (``kinds.classes_first``): as a stability study reads its predictions."""
+        return logits.movedim(1, -1) if classes_first(self.logits_shape, TORCH.api, self.positions) else logits
+
+    @property
+    def positions(self) -> int | None:
+        """The length of one example's last axis, which a line's logits (classes x length) share
+        (``kinds.classes_first``)."""
+        return positions_of(self.x)
 
     def step(self) -> Step:
         """One eager training step on the batch, run to completion (the device synchronised at its end)."""
@@ -429,8 +440,9 @@ def batch(
     if targets:
         return x, synthetic_targets((rows, *logits_shape), seed, x.device)
     generator = torch.Generator().manual_seed(seed + 1)
-    classes = classes_in(logits_shape, TORCH.api)
-    y = torch.randint(0, classes, (rows, *labels_shape(logits_shape, TORCH.api)), generator=generator)
+    positions = int(shape[-1]) if shape else None
+    classes = classes_in(logits_shape, TORCH.api, positions)
+    y = torch.randint(0, classes, (rows, *labels_shape(logits_shape, TORCH.api, positions)), generator=generator)
     return x, y.to(x.device)
 
 
@@ -467,14 +479,15 @@ def training(
     keyword = None
     if call is not None and (own or call[1] != logits_shape or labels_needed):
         keyword, logits_shape = call  # given its labels, a language model may score every position, not the last
-    targets = chosen.loss is not None and takes_targets(chosen.loss, probe, seed)
+    targets = chosen.loss is not None and takes_targets(chosen.loss, probe, seed, positions_of(example))
     x, y = batch(module, spec, seed, logits_shape, targets)
     if own:
         ranged = _calls_loss_function(module)
         name = f"its own loss ({_name(module.loss_function)})" if ranged else "its own loss"
         loss = None if compiled or not ranged else own_loss_ranged(module)
     else:
-        loss = flat_cross_entropy() if chosen.loss is None else chosen.loss
+        first = classes_first(logits_shape, TORCH.api, positions_of(example))
+        loss = flat_cross_entropy(first) if chosen.loss is None else chosen.loss
         loss = loss if isinstance(loss, torch.nn.Module) else loss_of(loss)
         name = "cross-entropy" if chosen.loss is None else _name(chosen.loss)
     optimizer = chosen.optimizer
@@ -502,7 +515,12 @@ def training(
     )
 
 
-def takes_targets(loss: Any, logits: Any, seed: int) -> bool:
+def positions_of(batch: Any) -> int | None:
+    """The length of the last axis of one example of ``batch`` (a batch's rows first), None for a batch of scalars."""
+    return int(batch.shape[-1]) if batch.ndim > 1 else None
+
+
+def takes_targets(loss: Any, logits: Any, seed: int, positions: int | None = None) -> bool:
     """Whether a loss of the user's takes targets of 0 and 1 shaped as the logits, as a binary classifier's
     ``BCEWithLogitsLoss`` (or a regression's ``MSELoss``) does, where it fails on class ids: tried on the module's
     ``logits`` of one example (``probe_logits``). Where neither fits, class ids, on which ``scalar_loss`` then names
@@ -517,7 +535,8 @@ def takes_targets(loss: Any, logits: Any, seed: int) -> bool:
             return False
         return True
 
-    ids = torch.zeros((len(logits), *labels_shape(logits.shape[1:], TORCH.api)), dtype=torch.long, device=logits.device)
+    shape = labels_shape(logits.shape[1:], TORCH.api, positions)
+    ids = torch.zeros((len(logits), *shape), dtype=torch.long, device=logits.device)
     return not fits(ids) and fits(synthetic_targets(logits.shape, seed, logits.device))
 
 
@@ -545,7 +564,10 @@ def own_loss_call(module: Any, example: Any, logits_shape: Sequence[int]) -> tup
     if keyword is None:
         return None
     shapes = dict.fromkeys(
-        [labels_shape(logits_shape, TORCH.api), *([tuple(example.shape[1:])] if takes_tokens(module) else [])]
+        [
+            labels_shape(logits_shape, TORCH.api, positions_of(example)),
+            *([tuple(example.shape[1:])] if takes_tokens(module) else []),
+        ]
     )
     for shape in shapes:
         labels = torch.zeros((len(example), *shape), dtype=torch.long, device=example.device)
@@ -592,14 +614,18 @@ def _name(loss: Any) -> str:
 @functools.cache
 def loss_modules() -> tuple[type, type]:
     """The step's loss as a module, so that the tracer's hooks range it (``LOSS_PART``): cross-entropy over every
-    row of the logits (a language model's every position; a segmentation model's every pixel, its logits taken as
-    they come, classes first), and a loss function of the user's (or a Hugging Face model's own, called as the model
-    calls it)."""
+    row of the logits (a language model's every position; a segmentation model's every pixel and a frame tagger's
+    every position, their logits taken as they come, classes first: ``kinds.classes_first``), and a loss function
+    of the user's (or a Hugging Face model's own, called as the model calls it)."""
     import torch
 
     class FlatCrossEntropy(torch.nn.CrossEntropyLoss):
+        def __init__(self, classes_first: bool = False) -> None:
+            super().__init__()
+            self.classes_first = classes_first
+
         def forward(self, logits: Any, labels: Any) -> Any:
-            if classes_first(logits.shape[1:], TORCH.api):  # a score per class at each pixel
+            if self.classes_first:  # a score per class at each pixel or position
                 return super().forward(logits, labels)
             return super().forward(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
 

@@ -99,7 +99,7 @@ class ModuleTrainer:
         assert self.training is not None, "reset() builds the module"
         labels = self._labels(y)
         loss, logits = self.training.train_on(self._tensor(x), labels)
-        return float(loss), int((logits.argmax(dim=-1) == labels).sum())
+        return float(loss), int((self.training.classes_last(logits).argmax(dim=-1) == labels).sum())
 
     def _labels(self, y: np.ndarray) -> Any:
         import torch
@@ -126,7 +126,9 @@ class ModuleTrainer:
             with torch.no_grad():
                 for start in range(0, len(x), batch_size):
                     taken.clear()
-                    logits = self.training.logits(self._tensor(x[start : start + batch_size]))
+                    logits = self.training.classes_last(
+                        self.training.logits(self._tensor(x[start : start + batch_size]))
+                    )
                     outputs.append(logits.float().cpu().numpy())
                     feature = taken[-1].float().cpu().numpy()
                     features.append(feature.reshape(len(feature), -1))

@@ -590,7 +590,7 @@ def _checked(item: own.Inspected, data: datasets.Dataset) -> own.OwnModel:
             f"with the next of its {data.classes} tokens: a stability study of tokens trains a language model, "
             "(length, vocabulary) scores per sequence"
         )
-    if not outputs or outputs[-1] != data.classes:
+    if (item.classes or (outputs[-1] if outputs else None)) != data.classes:
         raise UsageError(
             f"{item.label} outputs {own.shape_text(outputs)} scores; {data.name} has {data.classes} classes "
             "(a factory that takes (input_shape, classes) is built for them)"
