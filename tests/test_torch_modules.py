@@ -238,6 +238,19 @@ def no_logits():
     return nn.Flatten(0)
 
 
+class Headless(nn.Module):  # a base model's output, as Hugging Face's BertModel names it: no head, no logits
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(50, 8)
+
+    def forward(self, ids):
+        return {"last_hidden_state": self.embed(ids)}
+
+
+def headless():
+    return Headless()
+
+
 def compiled_already():
     return torch.compile(Net(3, 4))
 
@@ -374,6 +387,10 @@ def test_a_module_that_cannot_take_the_batch_or_returns_no_logits_is_one_line(fo
         described(folder, "grey", (3, 4), given=True)
     with pytest.raises(UsageError, match=r"no_logits: the module returned Tensor of shape \(8,\), not logits"):
         described(folder, "no_logits", (4,), given=True)
+    with pytest.raises(
+        UsageError, match=r"it holds last_hidden_state, no logits: give the model with a task head .*, not Headless\)"
+    ):
+        described(folder, "headless", (4,), given=True)
     with pytest.raises(
         UsageError, match=r"one_axis: .* of shape \(2,\), not logits .*keeps its last axis, \(batch, 1\)"
     ):

@@ -273,10 +273,22 @@ def described(module: Any, shape: tuple[int, ...], spec: str) -> dict[str, Any]:
         shape = f" of shape {tuple(output.shape)}" if isinstance(output, torch.Tensor) else ""
         raise UsageError(
             f"{spec}: the module returned {type(output).__name__}{shape}, not logits (a tensor of scores, one row per "
-            "example: a binary classifier keeps its last axis, (batch, 1))"
+            f"example: a binary classifier keeps its last axis, (batch, 1)){_headless(output, module)}"
         )
     size = sum(p.numel() for p in module.parameters())
     return TORCH.described(shape, _dtype(probe), output.shape[1:], _dtype(output), size)
+
+
+def _headless(output: Any, module: Any) -> str:
+    """What to give instead of a model whose output names its fields but no logits: a Hugging Face base model's
+    (``BertModel``'s ``last_hidden_state``), which the same model with a task head scores."""
+    if not isinstance(output, Mapping) or not output:
+        return ""
+    return (
+        f"; it holds {', '.join(str(k) for k in output)}, no logits: give the model with a task head (a "
+        f"...ForSequenceClassification or ...ForCausalLM class, not {type(module).__name__}), or a module that "
+        "returns scores"
+    )
 
 
 def _dtype(tensor: Any) -> str:
