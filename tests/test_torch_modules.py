@@ -251,6 +251,10 @@ def headless():
     return Headless()
 
 
+def sparse():  # an embedding of sparse gradients, which AdamW cannot step
+    return nn.Sequential(nn.Embedding(50, 8, sparse=True), nn.Linear(8, 50))
+
+
 def compiled_already():
     return torch.compile(Net(3, 4))
 
@@ -391,6 +395,8 @@ def test_a_module_that_cannot_take_the_batch_or_returns_no_logits_is_one_line(fo
         UsageError, match=r"it holds last_hidden_state, no logits: give the model with a task head .*, not Headless\)"
     ):
         described(folder, "headless", (4,), given=True)
+    with pytest.raises(UsageError, match=r"sparse: its first training step failed \(RuntimeError: Adam does not supp"):
+        described(folder, "sparse", (12, 12, 3))
     with pytest.raises(
         UsageError, match=r"one_axis: .* of shape \(2,\), not logits .*keeps its last axis, \(batch, 1\)"
     ):

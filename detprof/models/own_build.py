@@ -466,7 +466,7 @@ def describe(
             code.refuse_failing_amp(training, amp, model.given)
         # A PyTorch module's loss may take targets, not class ids; its forward may run only given its labels.
         found = {name: bool(getattr(training, name, False)) for name in ("targets", "needs_labels")}
-        return source | answer | {"nondeterministic_ops": code.nondeterministic_ops(training)} | found
+        return source | answer | {"nondeterministic_ops": _first_step(code, training, model.given)} | found
     built_at_input_shape = takes or not fixes_input_shape(original)
     built = defined(original, input_shape, model.given)
     return source | {
@@ -480,6 +480,21 @@ def describe(
         "loss": loss_name(built),
         "parameters": int(built.count_params()),
     }
+
+
+def _first_step(code: Any, training: Any, given: str) -> list[dict[str, Any]]:
+    """The ops without a deterministic implementation that the model's first training step calls; one line where that
+    step fails (AdamW on an embedding's sparse gradients), saying what it trained with and how to change that."""
+    try:
+        return list(code.nondeterministic_ops(training))
+    except UsageError:
+        raise
+    except Exception as exc:
+        raise UsageError(
+            f"{given}: its first training step failed ({first_line(exc, with_type=True)}); a model trains with "
+            "AdamW and its own or a cross-entropy loss unless its function returns detprof.Training(model, loss, "
+            "optimizer) with those your loop uses"
+        ) from exc
 
 
 def _unseeded(config: Any) -> Any:
