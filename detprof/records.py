@@ -124,6 +124,10 @@ class MeasuredRun(FleetRun):
     input_shape: NotRequired[list[int]]
     """What a model workload reports about itself: input shape, classes, parameter count."""
     classes: NotRequired[int]
+    labels_shape: NotRequired[list[int]]
+    """One example's labels as the model was trained on them: ``[]`` a class id per example, ``[L]`` one per position
+    (a language model's, a frame tagger's), ``[H, W]`` one per pixel; what tells the report whether a stability study
+    can train your own model (``reports.report_data.stability_refusal``). Absent before detprof recorded it."""
     parameters: NotRequired[int]
     layer_names: NotRequired[list[str]]
     """Every layer of the model, nested ones included, in model order: what ``traces.attribution`` places ops in."""

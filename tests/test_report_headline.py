@@ -24,8 +24,9 @@ from detprof.cli import main
 from detprof.intervals import CHEAP_OVERHEAD, Overhead, paired_t, repeats_to_read, stein_interval
 from detprof.records import measured_run, stability_run
 from detprof.reports.command import render_report
-from detprof.reports.report_data import stability_dataset
-from detprof.reports.verdict import verdict
+from detprof.reports.headline import advice
+from detprof.reports.report_data import stability_dataset, stability_refusal
+from detprof.reports.verdict import Verdict, verdict
 from detprof.stability.learning import learned_threshold, learning_of
 from detprof.store import ResultsStore
 
@@ -480,6 +481,27 @@ def test_the_stability_study_advised_for_your_own_model_is_on_images_with_the_ch
     assert stability_dataset(mine | {"input_shape": [16]}) is None
     assert stability_dataset(mine | {"input_shape": [4, 32, 32]}) is None
     assert stability_dataset({"model_api": "keras", "input_shape": [32, 32, 3]}) is None
+
+
+def test_no_stability_study_is_advised_for_your_own_model_where_none_can_train_it() -> None:
+    """A text classifier (one label per sequence) and a segmentation model (one per pixel) are refused by every
+    stability study, and an image of channels no built-in dataset has needs a file of one's own: the advice says so,
+    not a command that would be refused. A language model and a frame tagger (a label per position), a classifier of
+    images, a registry model and a record from before ``labels_shape`` keep the command."""
+    mine = {"model_spec": {"given": "net.py:net"}, "model_api": "torch"}
+    text = stability_refusal(mine | {"input_shape": [32], "labels_shape": []})
+    assert text is not None and "a text classifier's" in text
+    pixels = stability_refusal(mine | {"input_shape": [3, 16, 16], "labels_shape": [16, 16]})
+    assert pixels is not None and "a segmentation model's" in pixels
+    assert stability_refusal(mine | {"input_shape": [4, 32, 32], "labels_shape": []}) == (
+        "no built-in dataset has 4-channel images: a study of it needs --dataset npz:PATH of yours"
+    )
+    for fits in ({"input_shape": [32], "labels_shape": [32]}, {"input_shape": [3, 32, 32], "labels_shape": []}):
+        assert stability_refusal(mine | fits) is None
+    assert stability_refusal(mine | {"input_shape": [32]}) is None
+    assert stability_refusal({"model_api": "keras", "input_shape": [32], "labels_shape": []}) is None
+    said = advice(Verdict("cheap", "cheap", 4, None), None, None, "text.py:classifier", "torch", unstudied=text)
+    assert said == f"cheap; no stability study: {text}" and "detprof stability" not in said
 
 
 def test_the_studies_suggested_for_a_fleets_results_run_on_that_fleet(tmp_path: Path) -> None:

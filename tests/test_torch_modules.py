@@ -613,6 +613,7 @@ def test_a_frame_taggers_line_of_scores_is_read_classes_first_and_a_stability_st
     assert training.classes_last(logits).shape == (4, length, 64)
     language = native_training(spec(folder, "tokens", [length], 50), seed=0)
     assert language.y.shape == (4, length) and language.classes == 50
+    assert training.facts()["labels_shape"] == language.facts()["labels_shape"] == [length]  # the report reads it
     markov = datasets.load("markov")
     trainer = ModuleTrainer(study._checked(item, markov), markov.input_shape, markov.takes, markov.classes, 1e-3)
     trainer.reset(RunSeeds(init=0, shuffle=0, augment=0, dropout=0, bitflip=None))

@@ -579,6 +579,7 @@ class FlaxTraining:
             "step_scopes": {},
             "input_shape": [int(d) for d in self.x.shape[1:]],
             "classes": self.classes,
+            "labels_shape": [int(d) for d in self.y.shape[1:]],
         }
 
 

@@ -414,8 +414,10 @@ class ModuleTraining:
 
     def facts(self) -> dict[str, Any]:
         """What the run's record keeps of the model (``profiler.workloads._facts`` for a Keras model); what compiling
-        it makes, once its step has run, is the backend's (``Backend.compiled_facts``)."""
-        return {
+        it makes, once its step has run, is the backend's (``Backend.compiled_facts``). Its labels' shape where they
+        are class ids (not a binary classifier's targets)."""
+        labels = {} if self.targets else {"labels_shape": [int(d) for d in self.y.shape[1:]]}
+        return labels | {
             "model_api": TORCH.api,
             "parameters": sum(p.numel() for p in self.module.parameters()),
             "train_step": f"{self.how}: forward, {self.loss_name}, backward, {type(self.optimizer).__name__}.step",

@@ -178,6 +178,7 @@ def advice(
     held: bool | None = None,
     dataset: str | None = None,
     fleet: Sequence[str] = (),
+    unstudied: str | None = None,
 ) -> str:
     """What to do, in a few words, consistent with the verdict (never more sure of the cost than it is).
 
@@ -185,7 +186,8 @@ def advice(
     the stability study cannot train) and its backend (``suggested``), so that the study it runs is the one this
     row pairs with, on ``dataset`` where the default's would not fit the model, on the fleet it ran on (``fleet``).
     Where ``detprof verify`` found that determinism does not hold (``held`` False), what it costs is beside the
-    point until that is fixed, and the caveats say what to fix.
+    point until that is fixed, and the caveats say what to fix. ``unstudied``: why no stability study can train the
+    model, said instead of a command that would be refused.
     """
     if held is False:
         return NOT_HELD_ADVICE
@@ -193,7 +195,9 @@ def advice(
         return "no overhead measured: see the notes"
     if q is not None and q != "not settled":
         return QUADRANT_ADVICE[q]
-    if stability is None:
+    if stability is None and unstudied is not None:
+        what = f"no stability study: {unstudied}"
+    elif stability is None:
         stability_options = ([] if dataset is None else [f" --dataset {dataset}"]) + list(fleet)
         what = with_stand_in(
             f"no stability study: {suggested('stability', [given], backend, stability_options)} measures what it buys",

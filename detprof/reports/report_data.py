@@ -188,6 +188,8 @@ class ModelCost:
     """Whether every run shared the machine (``analysis.conditions.every_run_shared``): its verdict says so."""
     stability_dataset: str | None = None
     """The ``--dataset`` a stability study of it needs (``stability_dataset``); None: the default fits it."""
+    stability_refused: str | None = None
+    """Why no stability study of it can run as the advice would suggest it (``stability_refusal``): it says so."""
 
     @property
     def headline_metric(self) -> Metric:
@@ -467,6 +469,33 @@ def stability_dataset(record: Mapping[str, Any]) -> str | None:
     return fits[0] if fits and fits[0] != DEFAULT_IMAGES else None
 
 
+def stability_refusal(record: Mapping[str, Any]) -> str | None:
+    """Why no stability study can train your own model, from what its sweep recorded (its input and its labels per
+    example), where none can: a study trains a classifier of images (one label each, on a dataset of its channels)
+    or a language model (a next token per position). None where one can, where the record cannot tell (one from
+    before ``labels_shape``), and for a registry model, which the study builds for its dataset."""
+    from detprof.stability.datasets import IMAGE_SHAPES
+
+    shape, labels = list(record.get("input_shape") or []), record.get("labels_shape")
+    if not isinstance(record.get("model_spec"), Mapping):
+        return None
+    if len(shape) == 3:
+        channels = kinds.image_channels(shape, record.get("model_api"))
+        if labels:
+            return (
+                "none can train it: it scores each pixel (a segmentation model's), and a study of images trains a "
+                "classifier, one label per image"
+            )
+        if not any(images[-1] == channels for images in IMAGE_SHAPES.values()):
+            return f"no built-in dataset has {channels}-channel images: a study of it needs --dataset npz:PATH of yours"
+    if len(shape) == 1 and labels == []:
+        return (
+            "none can train it: it scores each sequence once (a text classifier's), and a study of tokens trains a "
+            "language model"
+        )
+    return None
+
+
 def model_cost(store: ResultsStore, overhead: ModelOverhead, records: Sequence[Mapping[str, Any]]) -> ModelCost:
     """The model's overheads, each mode's kernels, and the diff default -> deterministic with its sentence."""
     cost = ModelCost(
@@ -482,6 +511,7 @@ def model_cost(store: ResultsStore, overhead: ModelOverhead, records: Sequence[M
         disturbed=disturbed_runs(records),
         under_load=every_run_shared(records),
         stability_dataset=stability_dataset(records[0]),
+        stability_refused=stability_refusal(records[0]),
     )
     summary = summarize_model(store, overhead, records)
     for mode, kernels in summary.modes.items():
@@ -707,6 +737,7 @@ def _headline_row(sweep: SweepStudy, m: ModelCost, evidence: _Evidence) -> Headl
             sweep.backend,
             held=verification.held if verification else None,
             dataset=m.stability_dataset,
+            unstudied=m.stability_refused,
             fleet=fleet_options(sweep.command),
         ),
         attribution=with_layer(parts, m.attribution),
