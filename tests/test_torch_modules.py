@@ -895,6 +895,7 @@ def test_the_native_registry_models_train_on_pytorch_with_their_modules_on_the_l
         "hf_llama_tiny": [32],
     }
     assert {r["dtype_policy"] for r in records} == {"float32"}
+    assert "\nBackend: torch (PyTorch " in render_report([out], "md")  # no Keras ran them
     # Each trains on the loss it computes itself given the labels, ranged as the step's loss.
     assert all(re.search(r"forward, its own loss \(For\w+Loss\), backward", r["train_step"]) for r in records)
     swept = [

@@ -382,14 +382,17 @@ class Report:
         return framework(backend, self.versions.get(backend, {}))
 
     def backend_line(self) -> str:
-        """Which Keras backend(s) ran, with their framework's and Keras' versions: what ran always says it."""
-        parts = []
+        """Which backend(s) ran, with their framework's and Keras' versions: what ran always says it. Keras' where
+        its models ran through Keras; where none did (native modules, programs), the backends are only frameworks."""
+        parts, through_keras = [], False
         for backend in self.backends:
             keras = self.versions.get(backend, {}).get("keras")
+            through_keras = through_keras or bool(keras)
             parts.append(f"{backend} ({self.framework(backend)}" + (f", Keras {'/'.join(keras)})" if keras else ")"))
         if not parts:
             return ""
-        return f"Keras {'backends' if len(parts) > 1 else 'backend'}: {'; '.join(parts)}."
+        named = f"{'Keras b' if through_keras else 'B'}ackend{'s' if len(parts) > 1 else ''}"
+        return f"{named}: {'; '.join(parts)}."
 
     @property
     def settings(self) -> list[tuple[str, str, str, dict[str, Any]]]:
