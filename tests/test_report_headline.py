@@ -25,7 +25,7 @@ from detprof.intervals import CHEAP_OVERHEAD, Overhead, paired_t, repeats_to_rea
 from detprof.records import measured_run, stability_run
 from detprof.reports.command import render_report
 from detprof.reports.headline import advice
-from detprof.reports.report_data import stability_dataset, stability_refusal
+from detprof.reports.report_data import stability_dataset, stability_refusal, trained_in
 from detprof.reports.verdict import Verdict, verdict
 from detprof.stability.learning import learned_threshold, learning_of
 from detprof.store import ResultsStore
@@ -502,6 +502,13 @@ def test_no_stability_study_is_advised_for_your_own_model_where_none_can_train_i
     assert stability_refusal({"model_api": "keras", "input_shape": [32], "labels_shape": []}) is None
     said = advice(Verdict("cheap", "cheap", 4, None), None, None, "text.py:classifier", "torch", unstudied=text)
     assert said == f"cheap; no stability study: {text}" and "detprof stability" not in said
+
+
+def test_what_ran_says_the_precision_a_model_trained_in_where_it_is_not_float32_alone() -> None:
+    assert trained_in([{"dtype_policy": "float32"}, {"dtype_policy": "float32"}]) is None
+    assert trained_in([{"model": "program"}]) is None
+    assert trained_in([{"dtype_policy": "mixed_bfloat16"}]) == "mixed_bfloat16"
+    assert trained_in([{"dtype_policy": "float32"}, {"dtype_policy": "mixed_float16"}]) == "float32 and mixed_float16"
 
 
 def test_the_studies_suggested_for_a_fleets_results_run_on_that_fleet(tmp_path: Path) -> None:

@@ -882,6 +882,7 @@ def test_the_native_registry_models_train_on_pytorch_with_their_modules_on_the_l
     assert_compiled(compiled)
     mixed = list(ResultsStore(amp, "sweep").records())
     assert {r["dtype_policy"] for r in mixed} == {"float32 weights, bfloat16 autocast"} and len(mixed) == 2
+    assert "\nTrained in float32 weights, bfloat16 autocast: hf\\_llama\\_tiny.\n" in render_report([amp], "md")
     records = list(ResultsStore(out, "sweep").records())
     assert {(r["model"], r["mode"], r["status"], r["model_api"], r["backend"]) for r in records} == {
         (model, mode, "ok", "torch", "torch") for model in NATIVE_REGISTRY for mode in ("default", "deterministic")

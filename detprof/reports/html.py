@@ -263,6 +263,7 @@ def provenance(report: Report) -> dict[str, Any]:
     return {
         "generated": cells.generated(report),
         "backends": report.backend_line(),
+        "precision": report.precision_line(),
         "studies": _studies(report),
         "devices": _devices(report),
         "versions": _versions(report),

@@ -334,7 +334,7 @@ def render(report: Report) -> str:
     out += [f"- {md(w)}" for w in report.warnings] or [md(cells.NO_WARNINGS)]
     out += ["", f"## {SECTIONS['provenance']}", ""]
     out += [md(cells.generated(report)), ""]
-    if report.backend_line():
-        out += [md(report.backend_line()), ""]
+    for line in (report.backend_line(), report.precision_line()):
+        out += [md(line), ""] if line else []
     out += ["```sh", *report.commands, "```", ""]
     return "\n".join(out)

@@ -189,6 +189,9 @@ class ModelCost:
     stability_dataset: str | None = None
     """The ``--dataset`` a stability study of it needs (``stability_dataset``); None: the default fits it."""
     stability_refused: str | None = None
+    trained_in: str | None = None
+    """The dtype policy its runs trained in where not float32 alone (``--amp``, a transformer's ``mixed_bfloat16`` on
+    a GPU): what ran says it, since a ratio in one precision is no answer for another."""
     """Why no stability study of it can run as the advice would suggest it (``stability_refusal``): it says so."""
 
     @property
@@ -394,6 +397,15 @@ class Report:
         named = f"{'Keras b' if through_keras else 'B'}ackend{'s' if len(parts) > 1 else ''}"
         return f"{named}: {'; '.join(parts)}."
 
+    def precision_line(self) -> str:
+        """The precisions models trained in other than float32 alone, with the models of each: what ran says it."""
+        trained: dict[str, list[str]] = {}
+        for sweep in self.sweeps:
+            for m in sweep.models:
+                if m.trained_in is not None:
+                    trained.setdefault(m.trained_in, []).append(m.model)
+        return " ".join(f"Trained in {p}: {', '.join(dict.fromkeys(models))}." for p, models in trained.items())
+
     @property
     def settings(self) -> list[tuple[str, str, str, dict[str, Any]]]:
         """(study, backend, mode, effective determinism settings) for every study and mode."""
@@ -472,6 +484,12 @@ def stability_dataset(record: Mapping[str, Any]) -> str | None:
     return fits[0] if fits and fits[0] != DEFAULT_IMAGES else None
 
 
+def trained_in(records: Sequence[Mapping[str, Any]]) -> str | None:
+    """The dtype policies a model's runs trained in, where any is not plain float32 (``ModelCost.trained_in``)."""
+    policies = list(dict.fromkeys(str(r["dtype_policy"]) for r in records if r.get("dtype_policy")))
+    return None if policies in ([], ["float32"]) else " and ".join(policies)
+
+
 def stability_refusal(record: Mapping[str, Any]) -> str | None:
     """Why no stability study can train your own model, from what its sweep recorded (its input and its labels per
     example), where none can: a study trains a classifier of images (one label each, on a dataset of its channels)
@@ -515,6 +533,7 @@ def model_cost(store: ResultsStore, overhead: ModelOverhead, records: Sequence[M
         under_load=every_run_shared(records),
         stability_dataset=stability_dataset(records[0]),
         stability_refused=stability_refusal(records[0]),
+        trained_in=trained_in(records),
     )
     summary = summarize_model(store, overhead, records)
     for mode, kernels in summary.modes.items():
