@@ -189,10 +189,10 @@ class ModelCost:
     stability_dataset: str | None = None
     """The ``--dataset`` a stability study of it needs (``stability_dataset``); None: the default fits it."""
     stability_refused: str | None = None
+    """Why no stability study of it can run as the advice would suggest it (``stability_refusal``): it says so."""
     trained_in: str | None = None
     """The dtype policy its runs trained in where not float32 alone (``--amp``, a transformer's ``mixed_bfloat16`` on
     a GPU): what ran says it, since a ratio in one precision is no answer for another."""
-    """Why no stability study of it can run as the advice would suggest it (``stability_refusal``): it says so."""
 
     @property
     def headline_metric(self) -> Metric:
