@@ -21,6 +21,7 @@ REDUCTION = "reduction"
 BN = "batch-norm"
 POOL = "pooling"
 SOFTMAX = "softmax/loss"
+RECURRENT = "recurrent"
 OPTIMIZER = "optimizer update"
 MEMORY = "memory"
 COMMUNICATION = "communication"
@@ -28,6 +29,14 @@ OTHER = "other"
 
 # Real names as profilers print them (demangled, with argument lists).
 KERNELS: list[tuple[str, str]] = [
+    # Recurrent layers: cuDNN's persistent RNN and its LSTM/GRU gate kernels (named cuDNN, not convolutions),
+    # PyTorch's fused cells.
+    ("void RNN_blockPersist_fp_LSTM<float, float, float, 128>(cudnnRNNPersistLaunchParams)", RECURRENT),
+    ("void LSTM_elementWise_fp<float, float, float>(int, int, int, int, float const*, float*)", RECURRENT),
+    ("void GRU_elementWise_bp1<float, float, float>(int, int, int, float*, float const*)", RECURRENT),
+    ("void elemWiseRNNcell<float, float, float, (cudnnRNNMode_t)2, (cudnnRNNBiasMode_t)2>(int, int)", RECURRENT),
+    ("void at::native::(anonymous namespace)::lstm_cell_forward<float, float, int, 4>(...)", RECURRENT),
+    ("void at::native::(anonymous namespace)::gru_cell_backward<float, float, int, 4>(...)", RECURRENT),
     # cuDNN convolution
     (
         "void cudnn::detail::implicit_convolve_sgemm<float, float, 128, 5, 5, 3, 3, 3, 1, true, false, true>"
@@ -617,6 +626,13 @@ ROCM_KERNELS: list[tuple[str, str]] = [
 # The rows of a CPU-only PyTorch profiler trace: ATen ops and autograd nodes as a real
 # torch.profiler run of a small conv net names them.
 ATEN_OPS: list[tuple[str, str]] = [
+    ("aten::lstm", RECURRENT),
+    ("aten::mkldnn_rnn_layer", RECURRENT),  # an LSTM's layer on a CPU, forward and backward
+    ("aten::mkldnn_rnn_layer_backward", RECURRENT),
+    ("MkldnnRnnLayerBackward0", RECURRENT),
+    ("aten::_cudnn_rnn", RECURRENT),
+    ("aten::_thnn_fused_lstm_cell", RECURRENT),
+    ("aten::gru", RECURRENT),
     ("aten::conv2d", CONV_FWD),
     ("aten::convolution", CONV_FWD),
     ("aten::_convolution", CONV_FWD),
@@ -685,6 +701,10 @@ ATEN_OPS: list[tuple[str, str]] = [
 # TF op types, as the CPU ("kernels are ops") traces name them; the first group is the
 # real content of ../shared/traces/tf-2.21-cpu-smallcnn.xplane.pb.
 OP_TYPES: list[tuple[str, str]] = [
+    ("CudnnRNNV3", RECURRENT),
+    ("CudnnRNNBackpropV3", RECURRENT),
+    ("BlockLSTM", RECURRENT),
+    ("GRUBlockCellGrad", RECURRENT),
     ("_MklNativeFusedConv2D", CONV_FWD),
     ("_MklNativeConv2DBackpropFilterWithBias", CONV_FILTER),
     ("_MklNativeFusedMatMul", GEMM),
@@ -813,7 +833,7 @@ def test_what_stays_other_in_the_real_pytorch_traces(trace: str) -> None:
     }
 
 
-def test_categories_are_the_documented_thirteen_in_order() -> None:
+def test_categories_are_the_documented_fourteen_in_order() -> None:
     assert CATEGORIES == (
         CONV_FWD,
         CONV_DATA,
@@ -824,6 +844,7 @@ def test_categories_are_the_documented_thirteen_in_order() -> None:
         BN,
         POOL,
         SOFTMAX,
+        RECURRENT,
         OPTIMIZER,
         MEMORY,
         COMMUNICATION,

@@ -47,6 +47,7 @@ CATEGORY_WORDS: dict[str, str] = {
     "batch-norm": "normalization",
     "pooling": "pooling",
     "softmax/loss": "softmax/loss",
+    "recurrent": "recurrent-layer",
     "optimizer update": "optimizer-update",
     "memory": "data-movement",
     "communication": "communication",

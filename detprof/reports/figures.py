@@ -46,6 +46,7 @@ CATEGORY_COLORS = dict(
             "#9467bd",
             "#c5b0d5",
             "#8c564b",
+            "#ffbb78",
             "#e377c2",
             "#7f7f7f",
             "#17becf",

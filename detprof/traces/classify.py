@@ -40,6 +40,10 @@ gets wrong:
 - Random number generation (``FillPhiloxRandom``) produces one value per element:
   elementwise. Normalization layers other than batch norm (layer/instance/group norm, LRN)
   share the "batch-norm" category, the closest one.
+- A recurrent layer's kernels (an LSTM's, a GRU's, a plain RNN's: oneDNN's ``aten::mkldnn_rnn_layer`` on a CPU,
+  cuDNN's ``RNN_blockPersist_fp_LSTM`` and ``LSTM_elementWise_fp``, PyTorch's fused ``lstm_cell_forward``,
+  TensorFlow's ``CudnnRNNV3`` and ``BlockLSTM``) are "recurrent": each runs a whole layer's or cell's steps, its
+  matrix products and gates together, and would otherwise be "other" (or, named cuDNN, a convolution).
 - Shape-only ops (``Reshape``, ``Const``, ``NoOp``, function calls) stay "other", and so
   do ATen's view ops (``aten::view``, ``aten::t``, ``aten::transpose``, ``aten::slice``):
   unlike TensorFlow's ``Transpose`` they move no bytes.
@@ -86,6 +90,7 @@ CATEGORIES: tuple[str, ...] = (
     "batch-norm",
     "pooling",
     "softmax/loss",
+    "recurrent",
     "optimizer update",
     "memory",
     "communication",
@@ -168,6 +173,7 @@ _RULES: tuple[tuple[str, str], ...] = (
         + _op_types("_?Send", "_?Recv", "_HostSend", "_HostRecv", r"Collective\w*", r"Nccl\w*"),
     ),
     ("memory", r"memcpy|memset|\[CUDA mem|redzone"),
+    ("recurrent", r"lstm|rnn|(?<![a-z])gru"),
     (
         "optimizer update",
         r"apply_?adam|adam_?(?:update|kernel|functor)|adamw|ResourceApply|SparseApply|"
