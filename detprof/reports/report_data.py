@@ -387,14 +387,14 @@ class Report:
     def backend_line(self) -> str:
         """Which backend(s) ran, with their framework's and Keras' versions: what ran always says it. Keras' where
         its models ran through Keras; where none did (native modules, programs), the backends are only frameworks."""
-        parts, through_keras = [], False
+        parts = []
         for backend in self.backends:
             keras = self.versions.get(backend, {}).get("keras")
-            through_keras = through_keras or bool(keras)
             parts.append(f"{backend} ({self.framework(backend)}" + (f", Keras {'/'.join(keras)})" if keras else ")"))
         if not parts:
             return ""
-        named = f"{'Keras b' if through_keras else 'B'}ackend{'s' if len(parts) > 1 else ''}"
+        through_keras = any(self.versions.get(backend, {}).get("keras") for backend in self.backends)
+        named = ("Keras backend" if through_keras else "Backend") + ("s" if len(parts) > 1 else "")
         return f"{named}: {'; '.join(parts)}."
 
     def precision_line(self) -> str:
@@ -474,14 +474,22 @@ def stability_dataset(record: Mapping[str, Any]) -> str | None:
     channel) would not fit it: the first whose images have the channels the sweep fed it (a PyTorch module's first
     axis), synthetic's for three. None where the default fits (one channel, token ids), where none does, and for a
     registry model, which the study builds for its dataset."""
-    from detprof.stability.datasets import DEFAULT_IMAGES, IMAGE_SHAPES
+    from detprof.stability.datasets import DEFAULT_IMAGES
+
+    fits = _image_datasets(record)
+    return fits[0] if fits and fits[0] != DEFAULT_IMAGES else None
+
+
+def _image_datasets(record: Mapping[str, Any]) -> list[str] | None:
+    """The built-in datasets whose images have the channels your own model was swept on; None for a registry model
+    and for one that takes no images."""
+    from detprof.stability.datasets import IMAGE_SHAPES
 
     shape = list(record.get("input_shape") or [])
     if not isinstance(record.get("model_spec"), Mapping) or len(shape) != 3:
         return None
     channels = kinds.image_channels(shape, record.get("model_api"))
-    fits = [name for name, images in IMAGE_SHAPES.items() if images[-1] == channels]
-    return fits[0] if fits and fits[0] != DEFAULT_IMAGES else None
+    return [name for name, images in IMAGE_SHAPES.items() if images[-1] == channels]
 
 
 def trained_in(records: Sequence[Mapping[str, Any]]) -> str | None:
@@ -495,20 +503,17 @@ def stability_refusal(record: Mapping[str, Any]) -> str | None:
     example), where none can: a study trains a classifier of images (one label each, on a dataset of its channels)
     or a language model (a next token per position). None where one can, where the record cannot tell (one from
     before ``labels_shape``), and for a registry model, which the study builds for its dataset."""
-    from detprof.stability.datasets import IMAGE_SHAPES
-
     shape, labels = list(record.get("input_shape") or []), record.get("labels_shape")
     if not isinstance(record.get("model_spec"), Mapping):
         return None
-    if len(shape) == 3:
+    if len(shape) == 3 and labels:
+        return (
+            "none can train it: it scores each pixel (a segmentation model's), and a study of images trains a "
+            "classifier, one label per image"
+        )
+    if _image_datasets(record) == []:
         channels = kinds.image_channels(shape, record.get("model_api"))
-        if labels:
-            return (
-                "none can train it: it scores each pixel (a segmentation model's), and a study of images trains a "
-                "classifier, one label per image"
-            )
-        if not any(images[-1] == channels for images in IMAGE_SHAPES.values()):
-            return f"no built-in dataset has {channels}-channel images: a study of it needs --dataset npz:PATH of yours"
+        return f"no built-in dataset has {channels}-channel images: a study of it needs --dataset npz:PATH of yours"
     if len(shape) == 1 and labels == []:
         return (
             "none can train it: it scores each sequence once (a text classifier's), and a study of tokens trains a "
