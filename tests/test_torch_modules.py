@@ -213,10 +213,10 @@ def recurrent():
 
 
 class Tagger(nn.Module):  # a score per class at each position, classes first, as a Conv1d returns them
-    def __init__(self):
+    def __init__(self, stride=1):
         super().__init__()
         self.embed = nn.Embedding(64, 8)
-        self.conv = nn.Conv1d(8, 64, 3, padding=1)
+        self.conv = nn.Conv1d(8, 64, 3, stride=stride, padding=1)
 
     def forward(self, ids):
         return self.conv(self.embed(ids).transpose(1, 2))
@@ -224,6 +224,25 @@ class Tagger(nn.Module):  # a score per class at each position, classes first, a
 
 def tagger():
     return Tagger()
+
+
+def strided_tagger():  # a score per class at every other position
+    return Tagger(stride=2)
+
+
+class Slots(nn.Module):  # a linear layer's scores of 32 classes at 5 slots: classes last, as long as the input is
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(64, 8)
+        self.pool = nn.AdaptiveAvgPool1d(5)
+        self.head = nn.Linear(8, 32)
+
+    def forward(self, ids):
+        return self.head(self.pool(self.embed(ids).transpose(1, 2)).transpose(1, 2))
+
+
+def slots():
+    return Slots()
 
 
 def grey():
@@ -615,12 +634,25 @@ def test_a_frame_taggers_line_of_scores_is_read_classes_first_and_a_stability_st
     assert language.y.shape == (4, length) and language.classes == 50
     assert training.facts()["labels_shape"] == language.facts()["labels_shape"] == [length]  # the report reads it
     markov = datasets.load("markov")
-    trainer = ModuleTrainer(study._checked(item, markov), markov.input_shape, markov.takes, markov.classes, 1e-3)
+    checked = study._checked(described(folder, "tagger", markov.input_shape), markov)  # as a study inspects it
+    trainer = ModuleTrainer(checked, markov.input_shape, markov.takes, markov.classes, 1e-3)
     trainer.reset(RunSeeds(init=0, shuffle=0, augment=0, dropout=0, bitflip=None))
     _, right = trainer.train_step(markov.x_train[:4], markov.y_train[:4])
     assert 0 <= right <= 4 * datasets.MARKOV_LENGTH
     _, scores = trainer.infer(markov.x_test[:4], 4)
     assert scores.shape == (4, datasets.MARKOV_LENGTH, 64)
+    # The layer that makes the logits says where their classes are, whatever their lengths: a strided Conv1d's 16
+    # frames of 32 tokens come classes first, a linear layer's 32 classes at 5 slots last.
+    strided = described(folder, "strided_tagger", (12, 12, 3))
+    assert strided.outputs[0].shape == (64, length // 2) and strided.classes == 64
+    training = native_training(spec(folder, "strided_tagger", [length], 64), seed=0)
+    assert training.y.shape == (4, length // 2) and training.classes_last(training.logits(training.x)).shape[-1] == 64
+    logits, loss = training.logits_and_loss(training.x, training.y)
+    assert torch.equal(loss, torch.nn.functional.cross_entropy(logits, training.y))
+    assert length == 32 and described(folder, "slots", (12, 12, 3)).classes == 32
+    assert native_training(spec(folder, "slots", [length], 32), seed=0).y.shape == (4, 5)
+    with pytest.raises(UsageError, match=r"a score per class at 8 positions; markov labels each of a sequence's 16 "):
+        study._checked(described(folder, "strided_tagger", markov.input_shape), markov)
 
 
 def test_a_module_that_fails_to_train_in_the_precision_amp_asks_is_refused_in_one_line_before_any_run(

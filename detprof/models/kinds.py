@@ -94,26 +94,31 @@ def image_channels(shape: Sequence[int], api: object) -> int:
     return int(shape[0] if kind is not None and kind.channels_first else shape[-1])
 
 
-def classes_first(shape: Sequence[int], api: object, positions: int | None = None) -> bool:
+def classes_first(shape: Sequence[int], api: object, positions: int | None = None, head: bool | None = None) -> bool:
     """Whether one example's logits of ``shape`` score the classes on their first axis, as PyTorch's cross-entropy
-    takes them, from a kind that takes images channels first: a grid's scores (a segmentation model's classes x
-    height x width), and a line's (a Conv1d frame tagger's classes x length) where their last axis is as long as the
-    input's last (``positions``) and their first is not. Else on their last: a classifier's, a language model's
-    length x vocabulary, a Keras or Flax model's height x width x classes."""
+    takes them, from a kind that takes images channels first. The layer that made them says so where it can
+    (``head``: a convolution's come classes first, a linear layer's last, whatever their lengths). Else their shape
+    does: a grid's scores (a segmentation model's classes x height x width), and a line's (a Conv1d frame tagger's
+    classes x length) where their last axis is as long as the input's last (``positions``) and their first is not.
+    Else on their last: a classifier's, a language model's length x vocabulary, a Keras or Flax model's height x
+    width x classes."""
     kind = native(api)
     if kind is None or not kind.channels_first or len(shape) < 2:
         return False
+    if head is not None:
+        return head
     return len(shape) >= 3 or (positions is not None and shape[-1] == positions != shape[0])
 
 
-def classes_in(shape: Sequence[int], api: object, positions: int | None = None) -> int:
-    """The classes that one example's logits of ``shape`` score (``classes_first``)."""
-    return int(shape[0] if classes_first(shape, api, positions) else shape[-1])
+def classes_in(shape: Sequence[int], first: bool) -> int:
+    """The classes that one example's logits of ``shape`` score, on their ``first`` axis or their last
+    (``classes_first``)."""
+    return int(shape[0] if first else shape[-1])
 
 
-def labels_shape(shape: Sequence[int], api: object, positions: int | None = None) -> tuple[int, ...]:
+def labels_shape(shape: Sequence[int], first: bool) -> tuple[int, ...]:
     """One example's class ids for logits of ``shape``: one per position its logits score (``classes_first``)."""
-    return tuple(int(d) for d in (shape[1:] if classes_first(shape, api, positions) else shape[:-1]))
+    return tuple(int(d) for d in (shape[1:] if first else shape[:-1]))
 
 
 def of_params(params: Mapping[str, Any]) -> ModelKind | None:

@@ -201,6 +201,9 @@ class Inspected:
     needs_labels: bool = False
     """A native module whose forward runs only given its labels (an encoder-decoder such as T5): it trains as its
     loop trains it, but predicts nothing from its input alone (``torch_modules.probed``)."""
+    classes_first: bool = False
+    """A native module's logits score the classes on their first axis (a segmentation model's, a Conv1d tagger's:
+    ``kinds.classes_first``), not their last."""
 
     @classmethod
     def from_answer(cls, model: OwnModel, answer: Mapping[str, Any]) -> Inspected:
@@ -215,6 +218,7 @@ class Inspected:
             tuple(answer.get("nondeterministic_ops") or ()),
             bool(answer.get("targets")),
             bool(answer.get("needs_labels")),
+            bool(answer.get("classes_first")),
         )
 
     @property
@@ -233,8 +237,7 @@ class Inspected:
     @property
     def classes(self) -> int | None:
         shape = self.outputs[0].shape if self.sparse_classifier else ()
-        positions = self.inputs[0].shape[-1] if self.inputs and self.inputs[0].shape else None
-        return kinds.classes_in(shape, self.model.api, positions) if shape else None
+        return kinds.classes_in(shape, self.classes_first) if shape else None
 
 
 def inspect_with(

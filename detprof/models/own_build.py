@@ -464,8 +464,9 @@ def describe(
         code.scalar_loss(training, model.given)
         if amp is not None and kind.amp_refused is None:
             code.refuse_failing_amp(training, amp, model.given)
-        # A PyTorch module's loss may take targets, not class ids; its forward may run only given its labels.
-        found = {name: bool(getattr(training, name, False)) for name in ("targets", "needs_labels")}
+        # A PyTorch module's loss may take targets, not class ids; its forward may run only given its labels; its
+        # logits may score the classes first.
+        found = {name: bool(getattr(training, name, False)) for name in ("targets", "needs_labels", "classes_first")}
         return source | answer | {"nondeterministic_ops": _first_step(code, training, model.given)} | found
     built_at_input_shape = takes or not fixes_input_shape(original)
     built = defined(original, input_shape, model.given)

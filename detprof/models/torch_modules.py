@@ -19,9 +19,10 @@ import functools
 import re
 import sys
 import warnings
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from detprof import backends
 from detprof.backends.base import OPTIMIZER_PART, Step
@@ -231,23 +232,68 @@ def input_dtype(module: Any) -> Any:
 
 def probe_logits(module: Any, x: Any) -> Any:
     """The module's logits for ``x`` in inference mode (``probed``)."""
-    return probed(module, x)[0]
+    return probed(module, x).logits
 
 
-def probed(module: Any, x: Any) -> tuple[Any, bool]:
-    """The module's logits for ``x`` in inference mode (``_inference``), and whether it ran only given its labels
-    (zeros, as token ids take them), which it takes (``LABEL_KEYWORDS``): an encoder-decoder such as T5 builds its
-    decoder's input from them, as its loop trains it."""
+class Probe(NamedTuple):
+    """What one call of a module in inference mode showed (``probed``)."""
+
+    logits: Any
+    needs_labels: bool
+    """It ran only given its labels (an encoder-decoder such as T5, which builds its decoder's input from them)."""
+    head: bool | None
+    """Where the layer that made the logits put their classes (``kinds.classes_first``): first for a convolution's,
+    last for a linear layer's; None where no such layer's output is the logits as returned."""
+
+
+def probed(module: Any, x: Any) -> Probe:
+    """The module's logits for ``x`` in inference mode (``_inference``), whether it ran only given its labels
+    (zeros, as token ids take them), which it takes (``LABEL_KEYWORDS``), as its loop trains it, and the layer that
+    made them (``Probe.head``)."""
     import torch
 
-    with _inference(module):
+    with _inference(module), _outputs_made(module) as made:
         try:
-            return logits_of(module(x)), False
+            logits, needs_labels = logits_of(module(x)), False
         except Exception:
             keyword = _labels_keyword(module)
             if keyword is None or x.is_floating_point():
                 raise
-            return logits_of(module(x, **{keyword: torch.zeros_like(x)})), True
+            logits, needs_labels = logits_of(module(x, **{keyword: torch.zeros_like(x)})), True
+    return Probe(logits, needs_labels, _head(next((sub for ref, sub in made if ref() is logits), None)))
+
+
+@contextlib.contextmanager
+def _outputs_made(module: Any) -> Iterator[list[tuple[weakref.ref[Any], Any]]]:
+    """While inside: each tensor a module or submodule returns (held weakly), with the module, innermost first."""
+    import torch
+
+    made: list[tuple[weakref.ref[Any], Any]] = []
+
+    def keep(sub: Any, args: Any, output: Any) -> None:
+        if isinstance(output, torch.Tensor):
+            made.append((weakref.ref(output), sub))
+
+    hooks = [sub.register_forward_hook(keep) for sub in module.modules()]
+    try:
+        yield made
+    finally:
+        for hook in hooks:
+            hook.remove()
+
+
+def _head(layer: Any) -> bool | None:
+    """Where ``layer``'s outputs hold their classes, as scores: a convolution's on their channels, first; a linear
+    layer's last; None for any other (``Probe.head``)."""
+    import torch
+
+    convolutions = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
+    transposed = (torch.nn.ConvTranspose1d, torch.nn.ConvTranspose2d, torch.nn.ConvTranspose3d)
+    if isinstance(layer, convolutions + transposed):
+        return True
+    if isinstance(layer, (torch.nn.Linear, torch.nn.Bilinear)):
+        return False
+    return None
 
 
 def _labels_keyword(module: Any) -> str | None:
@@ -329,21 +375,17 @@ class ModuleTraining:
     needs_labels: bool = False
     """Its forward runs only given the labels (an encoder-decoder: ``probed``), so it predicts nothing from its input
     alone."""
+    classes_first: bool = False
+    """Its logits score the classes on their first axis, not their last (``kinds.classes_first``)."""
 
     @property
     def classes(self) -> int:
-        return classes_in(self.logits_shape, TORCH.api, self.positions)
+        return classes_in(self.logits_shape, self.classes_first)
 
     def classes_last(self, logits: Any) -> Any:
         """A batch's ``logits`` with their classes on the last axis, where a line's or a grid's come classes first
         (``kinds.classes_first``): as a stability study reads its predictions."""
-        return logits.movedim(1, -1) if classes_first(self.logits_shape, TORCH.api, self.positions) else logits
-
-    @property
-    def positions(self) -> int | None:
-        """The length of one example's last axis, which a line's logits (classes x length) share
-        (``kinds.classes_first``)."""
-        return positions_of(self.x)
+        return logits.movedim(1, -1) if self.classes_first else logits
 
     def step(self) -> Step:
         """One eager training step on the batch, run to completion (the device synchronised at its end)."""
@@ -435,11 +477,17 @@ def module_paths(module: Any) -> list[str]:
 
 
 def batch(
-    module: Any, spec: Mapping[str, Any], seed: int, logits_shape: Sequence[int], targets: bool = False
+    module: Any,
+    spec: Mapping[str, Any],
+    seed: int,
+    logits_shape: Sequence[int],
+    targets: bool = False,
+    first: bool = False,
 ) -> tuple[Any, Any]:
     """The spec's batch on the device: ``--data``'s leading rows, else one drawn from ``seed`` (inputs as
     ``synthetic_inputs``, a uniform label per row of the module's logits, ``logits_shape``, under the classes they
-    score (``kinds.labels_shape``); or, where the loss takes ``targets``, a 0 or 1 per score)."""
+    score, on their ``first`` axis or their last (``kinds.labels_shape``); or, where the loss takes ``targets``, a 0
+    or 1 per score)."""
     import torch
 
     shape, rows = tuple(spec["input_shape"]), int(spec["batch_size"])
@@ -454,9 +502,8 @@ def batch(
     if targets:
         return x, synthetic_targets((rows, *logits_shape), seed, x.device)
     generator = torch.Generator().manual_seed(seed + 1)
-    positions = int(shape[-1]) if shape else None
-    classes = classes_in(logits_shape, TORCH.api, positions)
-    y = torch.randint(0, classes, (rows, *labels_shape(logits_shape, TORCH.api, positions)), generator=generator)
+    classes = classes_in(logits_shape, first)
+    y = torch.randint(0, classes, (rows, *labels_shape(logits_shape, first)), generator=generator)
     return x, y.to(x.device)
 
 
@@ -484,23 +531,24 @@ def training(
 
     module = module_of(given).to(_device()).train()
     example = synthetic_inputs(module, tuple(spec["input_shape"]), 1, seed)
-    probe, labels_needed = probed(module, example)
-    logits_shape = tuple(int(d) for d in probe.shape[1:])
+    probe = probed(module, example)
+    logits_shape = tuple(int(d) for d in probe.logits.shape[1:])
     chosen = given if isinstance(given, Training) else Training(module)
     flat_cross_entropy, loss_of = loss_modules()
-    call = own_loss_call(module, example, logits_shape)
+    first = classes_first(logits_shape, TORCH.api, positions_of(example), probe.head)
+    call = own_loss_call(module, example, logits_shape, first)
     own = own_loss and chosen.loss is None and call is not None
     keyword = None
-    if call is not None and (own or call[1] != logits_shape or labels_needed):
+    if call is not None and (own or call[1] != logits_shape or probe.needs_labels):
         keyword, logits_shape = call  # given its labels, a language model may score every position, not the last
-    targets = chosen.loss is not None and takes_targets(chosen.loss, probe, seed, positions_of(example))
-    x, y = batch(module, spec, seed, logits_shape, targets)
+        first = classes_first(logits_shape, TORCH.api, positions_of(example), probe.head)
+    targets = chosen.loss is not None and takes_targets(chosen.loss, probe.logits, seed, first)
+    x, y = batch(module, spec, seed, logits_shape, targets, first)
     if own:
         ranged = _calls_loss_function(module)
         name = f"its own loss ({_name(module.loss_function)})" if ranged else "its own loss"
         loss = None if compiled or not ranged else own_loss_ranged(module)
     else:
-        first = classes_first(logits_shape, TORCH.api, positions_of(example))
         loss = flat_cross_entropy(first) if chosen.loss is None else chosen.loss
         loss = loss if isinstance(loss, torch.nn.Module) else loss_of(loss)
         name = "cross-entropy" if chosen.loss is None else _name(chosen.loss)
@@ -525,7 +573,8 @@ def training(
         own,
         targets,
         keyword,
-        labels_needed,
+        probe.needs_labels,
+        first,
     )
 
 
@@ -534,7 +583,7 @@ def positions_of(batch: Any) -> int | None:
     return int(batch.shape[-1]) if batch.ndim > 1 else None
 
 
-def takes_targets(loss: Any, logits: Any, seed: int, positions: int | None = None) -> bool:
+def takes_targets(loss: Any, logits: Any, seed: int, first: bool = False) -> bool:
     """Whether a loss of the user's takes targets of 0 and 1 shaped as the logits, as a binary classifier's
     ``BCEWithLogitsLoss`` (or a regression's ``MSELoss``) does, where it fails on class ids: tried on the module's
     ``logits`` of one example (``probe_logits``). Where neither fits, class ids, on which ``scalar_loss`` then names
@@ -549,7 +598,7 @@ def takes_targets(loss: Any, logits: Any, seed: int, positions: int | None = Non
             return False
         return True
 
-    shape = labels_shape(logits.shape[1:], TORCH.api, positions)
+    shape = labels_shape(logits.shape[1:], first)
     ids = torch.zeros((len(logits), *shape), dtype=torch.long, device=logits.device)
     return not fits(ids) and fits(synthetic_targets(logits.shape, seed, logits.device))
 
@@ -567,7 +616,9 @@ LABEL_KEYWORDS = ("labels", "targets")
 minGPT's ``targets``."""
 
 
-def own_loss_call(module: Any, example: Any, logits_shape: Sequence[int]) -> tuple[str, tuple[int, ...]] | None:
+def own_loss_call(
+    module: Any, example: Any, logits_shape: Sequence[int], first: bool = False
+) -> tuple[str, tuple[int, ...]] | None:
     """Whether the module computes its own loss given the labels, as a Hugging Face model does (``labels=``, its
     output's ``loss``) and nanoGPT (``targets=``, ``(logits, loss)``): the keyword and the shape of the logits it
     then returns per example, or None. Tried on one example in inference mode, with labels shaped as its logits
@@ -579,7 +630,7 @@ def own_loss_call(module: Any, example: Any, logits_shape: Sequence[int]) -> tup
         return None
     shapes = dict.fromkeys(
         [
-            labels_shape(logits_shape, TORCH.api, positions_of(example)),
+            labels_shape(logits_shape, first),
             *([tuple(example.shape[1:])] if takes_tokens(module) else []),
         ]
     )

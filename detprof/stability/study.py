@@ -590,6 +590,13 @@ def _checked(item: own.Inspected, data: datasets.Dataset) -> own.OwnModel:
             f"with the next of its {data.classes} tokens: a stability study of tokens trains a language model, "
             "(length, vocabulary) scores per sequence"
         )
+    scored = kinds.labels_shape(outputs, item.classes_first)
+    if data.takes == "tokens" and scored != tuple(data.input_shape):
+        raise UsageError(
+            f"{item.label} outputs {own.shape_text(outputs)} scores, a score per class at {scored[0]} positions; "
+            f"{data.name} labels each of a sequence's {data.input_shape[0]} positions with the next token: a "
+            "stability study of tokens trains a model that scores every position it is given"
+        )
     if (item.classes or (outputs[-1] if outputs else None)) != data.classes:
         raise UsageError(
             f"{item.label} outputs {own.shape_text(outputs)} scores; {data.name} has {data.classes} classes "

@@ -207,7 +207,10 @@ class _NativeSteps:
     def batch(self, seed: int) -> tuple[Any, Any]:
         from detprof.models import torch_modules
 
-        return torch_modules.batch(self.module, self.params, seed, self.training.logits_shape, self.training.targets)
+        training = self.training
+        return torch_modules.batch(
+            self.module, self.params, seed, training.logits_shape, training.targets, training.classes_first
+        )
 
     def train(self, batch: tuple[Any, Any]) -> list[tuple[str, list[Any]]]:
         from detprof.models import torch_modules
