@@ -501,7 +501,7 @@ def trained_in(records: Sequence[Mapping[str, Any]]) -> str | None:
 def stability_refusal(record: Mapping[str, Any]) -> str | None:
     """Why no stability study can train your own model, from what its sweep recorded (its input and its labels per
     example), where none can: a study trains a classifier of images (one label each, on a dataset of its channels)
-    or a language model (a next token per position). None where one can, where the record cannot tell (one from
+    or a language model (a next token at every position). None where one can, where the record cannot tell (one from
     before ``labels_shape``), and for a registry model, which the study builds for its dataset."""
     shape, labels = list(record.get("input_shape") or []), record.get("labels_shape")
     if not isinstance(record.get("model_spec"), Mapping):
@@ -518,6 +518,11 @@ def stability_refusal(record: Mapping[str, Any]) -> str | None:
         return (
             "none can train it: it scores each sequence once (a text classifier's), and a study of tokens trains a "
             "language model"
+        )
+    if len(shape) == 1 and labels is not None and list(labels) != shape:
+        return (
+            f"none can train it: it scores {labels[0]} of the {shape[0]} positions it is given (a strided tagger's), "
+            "and a study of tokens labels every position with the next token"
         )
     return None
 
