@@ -256,6 +256,7 @@ def test_resume_with_another_configuration_is_refused(tmp_path, capsys) -> None:
     ("args", "message"),
     [
         (["--models", "alexnet"], "unknown model 'alexnet'; valid models:"),
+        (["--models", "hf_gpt2"], "unknown model 'hf_gpt2' (did you mean hf_gpt2_tiny, hf_gpt2_small?); valid"),
         (["--models", "nets.py"], "'nets.py' is a file, not a model: name the function in it that returns the model"),
         (["--models", "smallcnn", "--steps", "0"], "--steps must be at least 1"),
         (["--models", "smallcnn", "--repeats", "-1"], "--repeats must be at least 1"),

@@ -1150,3 +1150,15 @@ def test_logits_and_a_loss_are_read_from_each_form_a_module_returns() -> None:
     gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=16, n_positions=8, n_embd=8, n_layer=1, n_head=2))
     t5 = T5ForConditionalGeneration(T5Config(vocab_size=16, d_model=8, d_kv=4, d_ff=8, num_layers=1, num_heads=2))
     assert _calls_loss_function(gpt2) and not _calls_loss_function(t5)
+
+
+def test_a_hugging_face_model_class_given_as_the_function_is_told_to_be_built_from_its_configuration() -> None:
+    from transformers import BertForSequenceClassification
+
+    from detprof.models import own_build
+
+    given = "transformers:BertForSequenceClassification"
+    said = r"returns BertForSequenceClassification\(BertConfig\(\.\.\.\)\) \(or its from_pretrained of a folder here\)$"
+    taken = r"must take no arguments or \(input_shape, classes\), not \(config: .*"
+    with pytest.raises(UsageError, match=taken + said):
+        own_build.takes_arguments(BertForSequenceClassification, given)

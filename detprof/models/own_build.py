@@ -112,7 +112,20 @@ def takes_arguments(function: Callable[..., Any], given: str) -> bool:
         return next(iter(signature.parameters), None) == "input_shape"
     if binds[None, None] or binds[()]:
         return binds[None, None]
-    raise UsageError(f"{given}: the function must take no arguments or (input_shape, classes), not {signature}")
+    taken = f"no arguments or (input_shape, classes), not {signature}"
+    raise UsageError(f"{given}: the function must take {taken}{_configured(function)}")
+
+
+def _configured(function: Callable[..., Any]) -> str:
+    """What to give instead of a Hugging Face model class, which takes its configuration: a function that builds it
+    from one, as the registry's ``hf_*`` models are built."""
+    config = getattr(function, "config_class", None)
+    if not isinstance(function, type) or config is None:
+        return ""
+    return (
+        f": a Hugging Face model class is built from its configuration; give a function of your own that returns "
+        f"{function.__name__}({config.__name__}(...)) (or its from_pretrained of a folder here)"
+    )
 
 
 def _binds(signature: pyinspect.Signature, arguments: tuple[Any, ...]) -> bool:

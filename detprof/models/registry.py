@@ -7,6 +7,7 @@ discovered from ``keras.applications`` only when a name is not one of ours.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.util
 from collections.abc import Callable
@@ -291,7 +292,9 @@ def get(name: str) -> ModelSpec:
             f"{name.strip()!r} is a file, not a model: name the function in it that returns the model "
             f"({name.strip()}:FUNCTION)"
         )
-    raise UsageError(f"unknown model {name!r}; valid models: {', '.join(sorted(every))}")
+    close = difflib.get_close_matches(key, every, n=3, cutoff=0.7)
+    hint = f" (did you mean {', '.join(close)}?)" if close else ""
+    raise UsageError(f"unknown model {name!r}{hint}; valid models: {', '.join(sorted(every))}")
 
 
 def build(name: str, input_shape: InputShape | None = None, classes: int | None = None) -> Any:
