@@ -123,6 +123,9 @@ class MeasuredRun(FleetRun):
     records from before detprof trained native modules (Keras) and for programs and op cases."""
     input_shape: NotRequired[list[int]]
     """What a model workload reports about itself: input shape, classes, parameter count."""
+    input_dtype: NotRequired[str]
+    """The dtype of the model's input (``float32``; ``int64`` for token ids): what tells a model of tokens from one of
+    feature vectors where both take one axis. Absent before detprof recorded it."""
     classes: NotRequired[int]
     labels_shape: NotRequired[list[int]]
     """One example's labels as the model was trained on them: ``[]`` a class id per example, ``[L]`` one per position

@@ -330,6 +330,7 @@ def test_a_step_trains_the_module_under_its_paths_scopes_and_each_arm_compiles_a
     assert loss_now(training) < before
     facts = training.facts()
     assert facts["model_api"] == "flax" and facts["classes"] == 4 and facts["input_shape"] == [8, 8, 3]
+    assert facts["input_dtype"] == "float32"
     assert {"stem", "blocks.0", "blocks.0.conv", "blocks.1.norm", "head"} <= set(facts["layer_names"])
     assert "nnx.value_and_grad" in facts["train_step"] and "adamw" in facts["train_step"]
     text = jax.jit(training.train_step).lower(training.state, (training.x, training.y)).as_text(debug_info=True)

@@ -210,7 +210,7 @@ def test_the_sweep_and_stability_steps_train_every_form(on_backend: tuple[str, d
         facts = found[spec]["sweep"]
         assert facts["parameters"] == found[spec]["parameters"], spec
         if spec != "forms.py:two_heads":
-            assert (facts["input_shape"], facts["classes"]) == ([8, 8, 1], 10), spec
+            assert (facts["input_shape"], facts["input_dtype"], facts["classes"]) == ([8, 8, 1], "float32", 10), spec
             studied = found[spec]["stability"]
             assert np.isfinite(studied["loss"]), spec
             assert studied["outputs"] == ("probabilities" if form(spec) in PROBABILITIES else "logits"), spec

@@ -485,15 +485,17 @@ def test_the_stability_study_advised_for_your_own_model_is_on_images_with_the_ch
 
 def test_no_stability_study_is_advised_for_your_own_model_where_none_can_train_it() -> None:
     """A text classifier (one label per sequence) and a segmentation model (one per pixel) are refused by every
-    stability study, as is a tagger that scores fewer positions than it is given, and an image of channels no built-in
-    dataset has needs a file of one's own: the advice says so, not a command that would be refused. A language model
-    and a frame tagger (a label per position), a classifier of images, a registry model and a record from before
-    ``labels_shape`` keep the command."""
+    stability study, as are a tagger that scores fewer positions than it is given and a classifier of feature vectors,
+    and an image of channels no built-in dataset has needs a file of one's own: the advice says so, not a command that
+    would be refused. A language model and a frame tagger (a label per position), a classifier of images, a registry
+    model and a record from before ``labels_shape`` keep the command."""
     mine = {"model_spec": {"given": "net.py:net"}, "model_api": "torch"}
     text = stability_refusal(mine | {"input_shape": [32], "labels_shape": []})
     assert text is not None and "a text classifier's" in text
     pixels = stability_refusal(mine | {"input_shape": [3, 16, 16], "labels_shape": [16, 16]})
     assert pixels is not None and "a segmentation model's" in pixels
+    features = stability_refusal(mine | {"input_shape": [20], "input_dtype": "float32", "labels_shape": []})
+    assert features is not None and "it takes 20 numbers per example (a feature vector)" in features
     strided = stability_refusal(mine | {"input_shape": [32], "labels_shape": [16]})
     assert strided is not None and "it scores 16 of the 32 positions it is given (a strided tagger's)" in strided
     assert stability_refusal(mine | {"input_shape": [4, 32, 32], "labels_shape": []}) == (

@@ -633,6 +633,7 @@ def test_a_frame_taggers_line_of_scores_is_read_classes_first_and_a_stability_st
     language = native_training(spec(folder, "tokens", [length], 50), seed=0)
     assert language.y.shape == (4, length) and language.classes == 50
     assert training.facts()["labels_shape"] == language.facts()["labels_shape"] == [length]  # the report reads it
+    assert training.facts()["input_dtype"] == "int64"
     markov = datasets.load("markov")
     checked = study._checked(described(folder, "tagger", markov.input_shape), markov)  # as a study inspects it
     trainer = ModuleTrainer(checked, markov.input_shape, markov.takes, markov.classes, 1e-3)

@@ -578,6 +578,7 @@ class FlaxTraining:
             "layer_names": self.paths,
             "step_scopes": {},
             "input_shape": [int(d) for d in self.x.shape[1:]],
+            "input_dtype": str(self.x.dtype),
             "classes": self.classes,
             "labels_shape": [int(d) for d in self.y.shape[1:]],
         }

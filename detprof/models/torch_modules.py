@@ -467,6 +467,7 @@ class ModuleTraining:
             "layer_names": module_paths(self.module),
             "step_scopes": {},
             "input_shape": [int(d) for d in self.x.shape[1:]],
+            "input_dtype": _dtype(self.x),
             "classes": self.classes,
         }
 

@@ -203,6 +203,7 @@ def _facts(training: Training, x: Batch, y: Batch, train_step: str) -> dict[str,
     facts["step_scopes"] = step_scopes(training)
     if not isinstance(x, dict):
         facts["input_shape"] = [int(d) for d in x.shape[1:]]
+        facts["input_dtype"] = str(x.dtype)
     if not isinstance(y, list) and np.issubdtype(y.dtype, np.integer) and _output_classes(model) is not None:
         facts["classes"] = _output_classes(model)
         facts["labels_shape"] = [int(d) for d in y.shape[1:]]

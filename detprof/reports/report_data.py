@@ -514,6 +514,11 @@ def stability_refusal(record: Mapping[str, Any]) -> str | None:
     if _image_datasets(record) == []:
         channels = kinds.image_channels(shape, record.get("model_api"))
         return f"no built-in dataset has {channels}-channel images: a study of it needs --dataset npz:PATH of yours"
+    if len(shape) == 1 and not str(record.get("input_dtype", "int")).startswith(("int", "uint")):
+        return (
+            f"none can train it: it takes {shape[0]} numbers per example (a feature vector), and a study trains a "
+            "classifier of images or a language model of token ids"
+        )
     if len(shape) == 1 and labels == []:
         return (
             "none can train it: it scores each sequence once (a text classifier's), and a study of tokens trains a "
