@@ -249,6 +249,10 @@ def grey():
     return Net(1, 4)
 
 
+def features():  # an MLP of 20 features
+    return nn.Sequential(nn.Linear(20, 16), nn.ReLU(), nn.Linear(16, 3))
+
+
 def tokens():
     return Tokens()
 
@@ -408,6 +412,11 @@ def own_tokens_length() -> int:
 def test_a_module_that_cannot_take_the_batch_or_returns_no_logits_is_one_line(folder: Path) -> None:
     with pytest.raises(UsageError, match=r"forward failed on a batch of 3x4 float32 inputs \(RuntimeError: .*--input"):
         described(folder, "grey", (3, 4), given=True)
+    # Without --input-shape, the layer the input reaches first says what to give.
+    with pytest.raises(UsageError, match=r"3x12x12 .*: give the --input-shape it takes \(1x12x12: its first layer, a "):
+        described(folder, "grey", (12, 12, 3))
+    with pytest.raises(UsageError, match=r"3x12x12 .*it takes \(20: its first layer, a Linear, takes 20 features\)$"):
+        described(folder, "features", (12, 12, 3))
     with pytest.raises(UsageError, match=r"no_logits: the module returned Tensor of shape \(8,\), not logits"):
         described(folder, "no_logits", (4,), given=True)
     with pytest.raises(

@@ -123,25 +123,25 @@ def input_embedding(module: Any) -> Any | None:
     tables = (torch.nn.Embedding, torch.nn.EmbeddingBag)  # a bag of words (the text-classification tutorial's)
     if not any(isinstance(m, tables) for m in leaves):
         return None
-    reached = _first_reached(module, leaves) or leaves[0]
+    parameter = next(module.parameters(), None)
+    ids = torch.zeros((PROBE_ROWS, TOKENS), dtype=torch.long, device=None if parameter is None else parameter.device)
+    reached = _first_reached(module, leaves, ids) or leaves[0]
     return reached if isinstance(reached, tables) else None
 
 
-def _first_reached(module: Any, leaves: Sequence[Any]) -> Any | None:
-    """The first of ``leaves`` that the module's forward hands its input (token ids, as it was given) to."""
+def _first_reached(module: Any, leaves: Sequence[Any], probe: Any) -> Any | None:
+    """The first of ``leaves`` that the module's forward hands its input (``probe``, as it was given, or a view of
+    it) to, stopped before that runs."""
     import torch
 
-    parameter = next(module.parameters(), None)
-    ids = torch.zeros((PROBE_ROWS, TOKENS), dtype=torch.long, device=None if parameter is None else parameter.device)
-
     def stop(leaf: Any, args: tuple[Any, ...]) -> None:
-        if args and isinstance(args[0], torch.Tensor) and args[0].data_ptr() == ids.data_ptr():
+        if args and isinstance(args[0], torch.Tensor) and args[0].data_ptr() == probe.data_ptr():
             raise _Reached(leaf)
 
     hooks = [leaf.register_forward_pre_hook(stop) for leaf in leaves]
     try:
         with _inference(module):
-            module(ids)
+            module(probe)
     except _Reached as reached:
         return reached.module
     except Exception:
@@ -176,6 +176,28 @@ def input_shape(module: Any, shape: Sequence[int], given: bool, spec: str) -> tu
             raise UsageError(f"{spec}: the module takes token ids: --input-shape is their length (like 64)")
         return tuple(shape) if given or len(shape) == 1 else (TOKENS,)
     return tuple(shape) if given else channels_first(tuple(shape))
+
+
+def first_layer_takes(module: Any, probe: Any) -> str | None:
+    """What the layer the module hands its input (``probe``) to first takes, where that is not ``probe``'s shape:
+    a linear layer's features (an MLP's vector of them), a Conv1d's or Conv2d's channels (a grayscale image's one, a
+    signal's), the length or height and width kept: the ``--input-shape`` to give, with why. None where that layer
+    takes it, is of another kind (a ``Flatten``, a norm) or takes what it first sees (a lazy one), or where the
+    input reaches no layer as it was given."""
+    import torch
+
+    shape = tuple(int(d) for d in probe.shape[1:])
+    first = _first_reached(module, [m for _, m in module.named_modules() if not list(m.children())], probe)
+    fitted: tuple[int, ...] = shape
+    if isinstance(first, torch.nn.Linear) and first.in_features != 0:
+        fitted, what = (int(first.in_features),), f"{first.in_features} features"
+    convolutions = {torch.nn.Conv1d: shape[-1:], torch.nn.Conv2d: shape[-2:]}
+    kept = next((kept for kind, kept in convolutions.items() if isinstance(first, kind)), None)
+    if kept is not None and first.in_channels != 0 and len(kept) < len(shape):
+        fitted, what = (int(first.in_channels), *kept), f"{first.in_channels} channel{'s' * (first.in_channels > 1)}"
+    if fitted == shape:
+        return None
+    return f"{'x'.join(map(str, fitted))}: its first layer, a {type(first).__name__}, takes {what}"
 
 
 def logits_of(output: Any) -> Any:
@@ -314,7 +336,8 @@ def described(module: Any, shape: tuple[int, ...], spec: str) -> dict[str, Any]:
         output = probe_logits(module, probe)
     except Exception as exc:
         taking = "token ids" if takes_tokens(module) else f"{_dtype(probe)} inputs"
-        raise call_failed(spec, "forward", shape, taking, exc, "its own layout, like 3x224x224") from exc
+        fitted = None if probe.is_floating_point() is False else first_layer_takes(module, probe)
+        raise call_failed(spec, "forward", shape, taking, exc, fitted or "its own layout, like 3x224x224") from exc
     if not isinstance(output, torch.Tensor) or output.ndim < 2 or not output.dtype.is_floating_point:
         shape = f" of shape {tuple(output.shape)}" if isinstance(output, torch.Tensor) else ""
         raise UsageError(
