@@ -282,6 +282,10 @@ def compiled_already():
     return torch.compile(Net(3, 4))
 
 
+def scripted():
+    return torch.jit.script(nn.Sequential(nn.Conv2d(3, 4, 3), nn.Flatten()))
+
+
 def binary(input_shape, classes):  # one score per example, trained with its own loss on targets of 0 and 1
     return detprof.Training(Net(input_shape[0], 1), loss=nn.BCEWithLogitsLoss())
 
@@ -438,6 +442,8 @@ def test_a_module_that_cannot_take_the_batch_or_returns_no_logits_is_one_line(fo
     # torch.compile's module would carry what one mode compiled into the other: --compile compiles it per process
     with pytest.raises(UsageError, match=r"compiled_already: the function returns a module compiled by torch.compile"):
         described(folder, "compiled_already", (8, 8, 3))
+    with pytest.raises(UsageError, match=r"scripted: the function returns a TorchScript module .*: return the module"):
+        described(folder, "scripted", (8, 8, 3))
     # A stability study, which has no --input-shape, names the datasets instead: it feeds the module its dataset.
     from detprof.models import own_build
     from detprof.stability import datasets, study

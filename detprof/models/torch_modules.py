@@ -61,7 +61,9 @@ def is_native(value: Any) -> bool:
 def checked(value: Any, spec: str) -> Any:
     """``value`` as a model function returned it (a bare module, or ``detprof.Training``), one line where it is not
     what ``detprof.Training`` holds for a module: a callable loss, an optimizer over that module's parameters; or
-    where the module is one ``torch.compile`` made, which would carry what it compiled from one mode to the other."""
+    where the module is one ``torch.compile`` made, which would carry what it compiled from one mode to the other, or
+    TorchScript (``torch.jit.script``), whose submodules take no hooks: none of its modules could be timed or
+    compared."""
     import torch
 
     if isinstance(getattr(module_of(value), "_orig_mod", None), torch.nn.Module):
@@ -69,6 +71,12 @@ def checked(value: Any, spec: str) -> Any:
             f"{spec}: the function returns a module compiled by torch.compile: return the module itself, and add "
             "--compile to train it compiled (each mode in a process of its own, so that neither reuses what the other "
             "compiled)"
+        )
+    if isinstance(module_of(value), torch.jit.ScriptModule):
+        raise UsageError(
+            f"{spec}: the function returns a TorchScript module (torch.jit.script or trace), whose submodules take no "
+            "hooks, so none could be timed or compared: return the module before scripting it (add --compile to "
+            "train it compiled)"
         )
     if not isinstance(value, Training):
         return value
