@@ -864,6 +864,15 @@ def test_data_in_the_modules_own_layout_feeds_it(folder: Path, capsys: Capture) 
     assert own.data_feed(item, whole, headers(whole), 4)["targets"] == [["logits", "y_train"]]
     with pytest.raises(InputError, match=r"array y_train holds labels that are not whole numbers \(such as 0.128571"):
         own.data_feed(item, cut, headers(cut), 4)
+    # One-hot labels (or probabilities), a row of the four classes' per example, would be read as four ids each.
+    for hot in (np.eye(4)[np.arange(8) % 4], np.full((8, 4), 0.25, dtype=np.float32)):
+        np.savez(cut, x_train=rng.random((8, 1, 10, 10), dtype=np.float32), y_train=hot)
+        with pytest.raises(
+            InputError, match=r"y_train holds one-hot labels \(4 per example, summing to 1\): grey trai"
+        ):
+            own.data_feed(item, cut, headers(cut), 4)
+    np.savez(cut, x_train=rng.random((8, 1, 10, 10), dtype=np.float32), y_train=np.arange(32).reshape(8, 4) % 4)
+    assert own.data_feed(item, cut, headers(cut), 4)["targets"] == [["logits", "y_train"]]  # rows of ids: no one-hot
     with pytest.raises(InputError, match=r"no array 'input' or 'x_train' for grey's input \(it holds y_train\)"):
         np.savez(folder / "labels.npz", y_train=np.arange(8))
         own.data_feed(item, folder / "labels.npz", headers(folder / "labels.npz"), 4)

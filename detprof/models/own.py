@@ -352,6 +352,7 @@ def data_feed(item: Inspected, path: Path, arrays: Mapping[str, ArrayHeader], ba
                 f"takes {shape_text(tensor.shape)}"
             )
     if item.sparse_classifier:
+        refuse_one_hot(item, path, arrays, targets[0][1])
         refuse_fractional_labels(path, arrays, targets[0][1])
     if item.sparse_classifier and item.classes is not None:
         found = label_classes(path, arrays, targets[0][1])
@@ -422,6 +423,21 @@ def image_shape(path: Path, arrays: Mapping[str, ArrayHeader]) -> tuple[int, ...
         raise InputError(f"{path}: no array {SINGLE_INPUT_ARRAY} (it holds {', '.join(sorted(arrays))})")
     shape = tuple(int(d) for d in arrays[SINGLE_INPUT_ARRAY].shape[1:])
     return (*shape, 1) if len(shape) == 2 else shape
+
+
+def refuse_one_hot(item: Inspected, path: Path, arrays: Mapping[str, ArrayHeader], name: str) -> None:
+    """A classifier trains on a class id per example: labels stored one-hot (or as probabilities), a row per example
+    as long as its scores that sums to 1, would be read as that many ids each; refused in one line that says how to
+    store them."""
+    header, scores = arrays[name], item.outputs[0].shape
+    if len(scores) != 1 or tuple(header.shape[1:]) != scores or not header.shape[0]:
+        return
+    labels = leading_rows(path, name, header.shape[0]).astype(np.float64)
+    if labels.min() >= 0 and np.allclose(labels.sum(axis=1), 1.0):
+        raise InputError(
+            f"{path}: array {name} holds one-hot labels ({scores[0]} per example, summing to 1): {item.label} trains "
+            f"on a class id per example; store y.argmax(axis=1)"
+        )
 
 
 def refuse_fractional_labels(path: Path, arrays: Mapping[str, ArrayHeader], name: str) -> None:
