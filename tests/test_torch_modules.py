@@ -253,6 +253,13 @@ def features():  # an MLP of 20 features
     return nn.Sequential(nn.Linear(20, 16), nn.ReLU(), nn.Linear(16, 3))
 
 
+def vit_64():  # a Hugging Face vision model configured for 64x64 images
+    from transformers import ViTConfig, ViTForImageClassification
+
+    sizes = dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16)
+    return ViTForImageClassification(ViTConfig(image_size=64, patch_size=16, num_labels=3, **sizes))
+
+
 def tokens():
     return Tokens()
 
@@ -421,6 +428,8 @@ def test_a_module_that_cannot_take_the_batch_or_returns_no_logits_is_one_line(fo
         described(folder, "grey", (12, 12, 3))
     with pytest.raises(UsageError, match=r"3x12x12 .*it takes \(20: its first layer, a Linear, takes 20 features\)$"):
         described(folder, "features", (12, 12, 3))
+    with pytest.raises(UsageError, match=r"it takes \(3x64x64: its configuration's num_channels and image_size\)$"):
+        described(folder, "vit_64", (12, 12, 3))
     with pytest.raises(UsageError, match=r"no_logits: the module returned Tensor of shape \(8,\), not logits"):
         described(folder, "no_logits", (4,), given=True)
     with pytest.raises(

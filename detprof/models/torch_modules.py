@@ -186,6 +186,24 @@ def input_shape(module: Any, shape: Sequence[int], given: bool, spec: str) -> tu
     return tuple(shape) if given else channels_first(tuple(shape))
 
 
+def _what_it_takes(module: Any, probe: Any) -> str:
+    """The ``--input-shape`` to ask of a module that failed on ``probe`` (floating inputs): what its configuration or
+    its first layer says it takes, else its own layout."""
+    fitted = probe.is_floating_point() and (configured_images(module) or first_layer_takes(module, probe))
+    return fitted or "its own layout, like 3x224x224"
+
+
+def configured_images(module: Any) -> str | None:
+    """The images a module's configuration says it takes (a Hugging Face vision model's ``image_size`` and
+    ``num_channels``), as ``--input-shape``, with why; None where it says none."""
+    config = getattr(module, "config", None)
+    size, channels = getattr(config, "image_size", None), getattr(config, "num_channels", None)
+    sides = [size, size] if isinstance(size, int) else list(size) if isinstance(size, list | tuple) else []
+    if not isinstance(channels, int) or len(sides) != 2 or not all(isinstance(d, int) for d in sides):
+        return None
+    return f"{channels}x{sides[0]}x{sides[1]}: its configuration's num_channels and image_size"
+
+
 def first_layer_takes(module: Any, probe: Any) -> str | None:
     """What the layer the module hands its input (``probe``) to first takes, where that is not ``probe``'s shape:
     a linear layer's features (an MLP's vector of them), a Conv1d's or Conv2d's channels (a grayscale image's one, a
@@ -344,8 +362,7 @@ def described(module: Any, shape: tuple[int, ...], spec: str) -> dict[str, Any]:
         output = probe_logits(module, probe)
     except Exception as exc:
         taking = "token ids" if takes_tokens(module) else f"{_dtype(probe)} inputs"
-        fitted = None if probe.is_floating_point() is False else first_layer_takes(module, probe)
-        raise call_failed(spec, "forward", shape, taking, exc, fitted or "its own layout, like 3x224x224") from exc
+        raise call_failed(spec, "forward", shape, taking, exc, _what_it_takes(module, probe)) from exc
     if not isinstance(output, torch.Tensor) or output.ndim < 2 or not output.dtype.is_floating_point:
         shape = f" of shape {tuple(output.shape)}" if isinstance(output, torch.Tensor) else ""
         raise UsageError(
