@@ -249,6 +249,10 @@ def grey():
     return Net(1, 4)
 
 
+def softmaxed():  # a probability per class: it ends in a softmax
+    return nn.Sequential(Net(3, 4), nn.Softmax(dim=1))
+
+
 def features():  # an MLP of 20 features
     return nn.Sequential(nn.Linear(20, 16), nn.ReLU(), nn.Linear(16, 3))
 
@@ -678,6 +682,34 @@ def test_a_frame_taggers_line_of_scores_is_read_classes_first_and_a_stability_st
     assert native_training(spec(folder, "slots", [length], 32), seed=0).y.shape == (4, 5)
     with pytest.raises(UsageError, match=r"a score per class at 8 positions; markov labels each of a sequence's 16 "):
         study._checked(described(folder, "strided_tagger", markov.input_shape), markov)
+
+
+def test_a_module_that_ends_in_a_softmax_trains_on_the_cross_entropy_of_its_probabilities(folder: Path) -> None:
+    """Its output is read as probabilities (non-negative, summing to 1 per example), as Keras reads a model's: the
+    cross-entropy takes their log, the loss of the logits before the softmax, not a softmax of them again; a
+    stability study reads them as probabilities too."""
+    import torch
+
+    from detprof.models.own_build import native_training
+
+    training = native_training(spec(folder, "softmaxed", [3, 8, 8], 4), seed=0)
+    assert (
+        training.probabilities
+        and "forward, cross-entropy on its probabilities, backward" in training.facts()["train_step"]
+    )
+    _, loss = training.logits_and_loss(training.x, training.y)
+    with torch.no_grad():
+        expected = torch.nn.functional.cross_entropy(training.module[0](training.x), training.y)
+    assert torch.allclose(loss, expected, atol=1e-6)
+    logits = native_training(spec(folder, "net", [3, 8, 8], 4), seed=0)
+    assert not logits.probabilities and "forward, cross-entropy, backward" in logits.facts()["train_step"]
+    from detprof.stability.module_training import ModuleTrainer
+    from detprof.stability.variants import RunSeeds
+
+    model = own.parse(f"{folder / 'modules.py'}:softmaxed")
+    trainer = ModuleTrainer(replace(model, api=kinds.TORCH.api), (8, 8, 3), "images", 4, 1e-3)
+    trainer.reset(RunSeeds(init=0, shuffle=0, augment=0, dropout=0, bitflip=None))
+    assert trainer.outputs_probabilities
 
 
 def test_a_module_that_fails_to_train_in_the_precision_amp_asks_is_refused_in_one_line_before_any_run(

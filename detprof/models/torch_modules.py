@@ -425,6 +425,9 @@ class ModuleTraining:
     alone."""
     classes_first: bool = False
     """Its logits score the classes on their first axis, not their last (``kinds.classes_first``)."""
+    probabilities: bool = False
+    """Its output is a probability per class, not logits (it ends in a softmax: ``scores_probabilities``), which the
+    default cross-entropy takes so."""
 
     @property
     def classes(self) -> int:
@@ -593,14 +596,15 @@ def training(
         first = classes_first(logits_shape, TORCH.api, positions_of(example), probe.head)
     targets = chosen.loss is not None and takes_targets(chosen.loss, probe.logits, seed, first)
     x, y = batch(module, spec, seed, logits_shape, targets, first)
+    probabilities = not own and chosen.loss is None and scores_probabilities(probe.logits, first)
     if own:
         ranged = _calls_loss_function(module)
         name = f"its own loss ({_name(module.loss_function)})" if ranged else "its own loss"
         loss = None if compiled or not ranged else own_loss_ranged(module)
     else:
-        loss = flat_cross_entropy(first) if chosen.loss is None else chosen.loss
+        loss = flat_cross_entropy(first, probabilities) if chosen.loss is None else chosen.loss
         loss = loss if isinstance(loss, torch.nn.Module) else loss_of(loss)
-        name = "cross-entropy" if chosen.loss is None else _name(chosen.loss)
+        name = PROBABILITIES_LOSS if probabilities else "cross-entropy" if chosen.loss is None else _name(chosen.loss)
     optimizer = chosen.optimizer
     if optimizer is None:
         optimizer = torch.optim.AdamW(module.parameters(), lr=learning_rate)
@@ -624,7 +628,26 @@ def training(
         keyword,
         probe.needs_labels,
         first,
+        probabilities,
     )
+
+
+PROBABILITIES_LOSS = "cross-entropy on its probabilities"
+"""The step's loss for a module whose output is a probability per class (it ends in a softmax)."""
+
+
+def scores_probabilities(logits: Any, first: bool) -> bool:
+    """Whether a module's output for a probe batch (``probed``) is a probability per class, non-negative and summing
+    to 1 over its classes (``first`` axis of an example or last), row by row, which a softmax at its end makes and
+    no logits of a random batch ever do: cross-entropy on it then takes its log, as Keras's ``from_logits=False``
+    does, not a second softmax."""
+    import torch
+
+    scores = logits.detach().double()
+    axis = 1 if first else -1
+    if scores.ndim < 2 or scores.shape[axis] < 2 or bool(scores.min() < 0):
+        return False
+    return bool(torch.allclose(scores.sum(dim=axis), torch.ones((), dtype=scores.dtype), atol=1e-3))
 
 
 def positions_of(batch: Any) -> int | None:
@@ -734,11 +757,13 @@ def loss_modules() -> tuple[type, type]:
     import torch
 
     class FlatCrossEntropy(torch.nn.CrossEntropyLoss):
-        def __init__(self, classes_first: bool = False) -> None:
+        def __init__(self, classes_first: bool = False, probabilities: bool = False) -> None:
             super().__init__()
-            self.classes_first = classes_first
+            self.classes_first, self.probabilities = classes_first, probabilities
 
         def forward(self, logits: Any, labels: Any) -> Any:
+            if self.probabilities:  # log p is its own log-softmax: the cross-entropy of the probabilities
+                logits = logits.clamp_min(torch.finfo(logits.dtype).tiny).log()
             if self.classes_first:  # a score per class at each pixel or position
                 return super().forward(logits, labels)
             return super().forward(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))

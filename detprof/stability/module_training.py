@@ -34,14 +34,18 @@ def module_input_shape(data_shape: Sequence[int], takes: str) -> tuple[int, ...]
 class ModuleTrainer:
     """A native module rebuilt from ``init`` for every run (eager PyTorch compiles nothing to keep between runs)."""
 
-    outputs_probabilities = False
-    """A module's output is its logits (``torch_modules.logits_of``), as the sweep trains it."""
-
     def __init__(self, own_model: OwnModel, data_shape: tuple[int, ...], takes: str, classes: int, lr: float) -> None:
         self.own_model, self.classes, self.lr = own_model, classes, lr
         self.input_shape = module_input_shape(data_shape, takes)
         self.images = takes != "tokens"
         self.training: torch_modules.ModuleTraining | None = None
+
+    @property
+    def outputs_probabilities(self) -> bool:
+        """The module's output is a probability per class (it ends in a softmax), else its logits, as the sweep
+        trains it (``torch_modules.scores_probabilities``)."""
+        assert self.training is not None, "reset() builds the module"
+        return self.training.probabilities
 
     @property
     def module(self) -> Any:
