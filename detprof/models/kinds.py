@@ -76,6 +76,11 @@ NATIVE: dict[str, ModelKind] = {kind.api: kind for kind in (TORCH, FLAX)}
 """The kinds that train without Keras, by ``api``."""
 
 
+PROBABILITIES_LOSS = "cross-entropy on its probabilities"
+"""The step's loss for a native module whose output is a probability per class (it ends in a softmax): the
+cross-entropy of their log, not of a softmax of them again, as Keras's ``from_logits=False`` takes them."""
+
+
 def native(api: object) -> ModelKind | None:
     """The native kind ``api`` names (``OwnModel.api``); None for a Keras model, or one not yet inspected."""
     return NATIVE.get(api) if isinstance(api, str) else None

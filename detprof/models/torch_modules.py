@@ -28,7 +28,15 @@ from detprof import backends
 from detprof.backends.base import OPTIMIZER_PART, Step
 from detprof.errors import UsageError, first_line
 from detprof.findings import OP_PATTERNS
-from detprof.models.kinds import TORCH, call_failed, classes_first, classes_in, labels_shape, refuse_more_inputs
+from detprof.models.kinds import (
+    PROBABILITIES_LOSS,
+    TORCH,
+    call_failed,
+    classes_first,
+    classes_in,
+    labels_shape,
+    refuse_more_inputs,
+)
 from detprof.models.npz_data import channels_first
 from detprof.training import Training
 
@@ -630,10 +638,6 @@ def training(
         first,
         probabilities,
     )
-
-
-PROBABILITIES_LOSS = "cross-entropy on its probabilities"
-"""The step's loss for a module whose output is a probability per class (it ends in a softmax)."""
 
 
 def scores_probabilities(logits: Any, first: bool) -> bool:
