@@ -121,6 +121,13 @@ def whole_numbers(values: np.ndarray) -> bool:
     )
 
 
+def probability_rows(scores: np.ndarray, axis: int = -1, atol: float = 1e-8) -> bool:
+    """Whether ``scores`` hold a probability per class along ``axis``, row by row: non-negative, each row summing to
+    1 within ``atol``. A softmax's output is (a model's that ends in one), and a one-hot label; logits of a random
+    batch never are."""
+    return bool(scores.min() >= 0 and np.allclose(scores.sum(axis=axis), 1.0, atol=atol))
+
+
 def scaled(x: np.ndarray) -> np.ndarray:
     """uint8 pixels to [0, 1]; anything else is taken as already scaled."""
     if x.dtype == np.uint8:

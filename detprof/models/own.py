@@ -25,7 +25,14 @@ import numpy as np
 
 from detprof.errors import InputError, UsageError
 from detprof.models import kinds
-from detprof.models.npz_data import ArrayHeader, headers, leading_rows, moved_channels_first, whole_numbers
+from detprof.models.npz_data import (
+    ArrayHeader,
+    headers,
+    leading_rows,
+    moved_channels_first,
+    probability_rows,
+    whole_numbers,
+)
 
 Kind = Literal["factory", "saved"]
 KERAS_SUFFIX = ".keras"
@@ -432,8 +439,7 @@ def refuse_one_hot(item: Inspected, path: Path, arrays: Mapping[str, ArrayHeader
     header, scores = arrays[name], item.outputs[0].shape
     if len(scores) != 1 or tuple(header.shape[1:]) != scores or not header.shape[0]:
         return
-    labels = leading_rows(path, name, header.shape[0]).astype(np.float64)
-    if labels.min() >= 0 and np.allclose(labels.sum(axis=1), 1.0):
+    if probability_rows(leading_rows(path, name, header.shape[0]).astype(np.float64), axis=1):
         raise InputError(
             f"{path}: array {name} holds one-hot labels ({scores[0]} per example, summing to 1): {item.label} trains "
             f"on a class id per example; store y.argmax(axis=1)"

@@ -34,7 +34,7 @@ from detprof import backends
 from detprof.determinism import DeterminismSettings, apply
 from detprof.errors import UsageError, first_line
 from detprof.models import kinds, registry
-from detprof.models.npz_data import channels_first
+from detprof.models.npz_data import channels_first, probability_rows
 from detprof.models.own import KERAS_API, KERAS_ARCHIVE_CONFIG, OwnModel, file_sha256, shape_text
 from detprof.training import Training
 
@@ -381,7 +381,7 @@ def outputs_probabilities(model: keras.Model) -> bool:
     first = keras.ops.convert_to_numpy(keras.tree.flatten(outputs)[0]).astype(np.float64)
     if first.ndim < 2 or first.shape[-1] < 2:
         return False
-    return bool(first.min() >= 0 and np.allclose(first.sum(axis=-1), 1.0, atol=PROBABILITY_TOLERANCE))
+    return probability_rows(first, atol=PROBABILITY_TOLERANCE)
 
 
 def _probe_array(tensor: keras.KerasTensor, rng: Any) -> Any:

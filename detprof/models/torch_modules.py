@@ -37,7 +37,7 @@ from detprof.models.kinds import (
     labels_shape,
     refuse_more_inputs,
 )
-from detprof.models.npz_data import channels_first
+from detprof.models.npz_data import channels_first, probability_rows
 from detprof.training import Training
 
 TOKENS = 32
@@ -135,7 +135,7 @@ def input_embedding(module: Any) -> Any | None:
     Hugging Face's models and most others register the embedding that takes their ids."""
     import torch
 
-    leaves = [m for _, m in module.named_modules() if not list(m.children())]
+    leaves = _leaves(module)
     tables = (torch.nn.Embedding, torch.nn.EmbeddingBag)  # a bag of words (the text-classification tutorial's)
     if not any(isinstance(m, tables) for m in leaves):
         return None
@@ -143,6 +143,11 @@ def input_embedding(module: Any) -> Any | None:
     ids = torch.zeros((PROBE_ROWS, TOKENS), dtype=torch.long, device=None if parameter is None else parameter.device)
     reached = _first_reached(module, leaves, ids) or leaves[0]
     return reached if isinstance(reached, tables) else None
+
+
+def _leaves(module: Any) -> list[Any]:
+    """The module's submodules that hold no others, in the order ``named_modules`` lists them."""
+    return [m for _, m in module.named_modules() if not list(m.children())]
 
 
 def _first_reached(module: Any, leaves: Sequence[Any], probe: Any) -> Any | None:
@@ -221,7 +226,7 @@ def first_layer_takes(module: Any, probe: Any) -> str | None:
     import torch
 
     shape = tuple(int(d) for d in probe.shape[1:])
-    first = _first_reached(module, [m for _, m in module.named_modules() if not list(m.children())], probe)
+    first = _first_reached(module, _leaves(module), probe)
     fitted: tuple[int, ...] = shape
     if isinstance(first, torch.nn.Linear) and first.in_features != 0:
         fitted, what = (int(first.in_features),), f"{first.in_features} features"
@@ -645,13 +650,9 @@ def scores_probabilities(logits: Any, first: bool) -> bool:
     to 1 over its classes (``first`` axis of an example or last), row by row, which a softmax at its end makes and
     no logits of a random batch ever do: cross-entropy on it then takes its log, as Keras's ``from_logits=False``
     does, not a second softmax."""
-    import torch
-
-    scores = logits.detach().double()
+    scores = logits.detach().double().cpu().numpy()
     axis = 1 if first else -1
-    if scores.ndim < 2 or scores.shape[axis] < 2 or bool(scores.min() < 0):
-        return False
-    return bool(torch.allclose(scores.sum(dim=axis), torch.ones((), dtype=scores.dtype), atol=1e-3))
+    return scores.ndim >= 2 and scores.shape[axis] >= 2 and probability_rows(scores, axis, atol=1e-3)
 
 
 def positions_of(batch: Any) -> int | None:
